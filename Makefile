@@ -1,0 +1,36 @@
+# The two commands of the quick start: `make run` and `make test`. Each sets up what it
+# needs on a fresh machine (a virtual environment in .venv; system packages via apt-get
+# for the tests that need real servers), so nothing has to be installed by hand.
+
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# Discovery never leaves loopback unless the operator says otherwise.
+export AA_DISCOVERY_INTERFACES ?= lo
+
+.PHONY: run test bench system-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+## run: a router with embedded defaults on 127.0.0.1:7447 (data in .aa-data/)
+run: $(STAMP)
+	$(VENV)/bin/aa router --host 127.0.0.1 --port 7447 --data-dir .aa-data -v
+
+## test: the whole test suite (installs PostgreSQL etc. through apt-get when root)
+test: $(STAMP) system-deps
+	$(PY) -m pytest
+
+system-deps:
+	bash tests/setup/system-deps.sh
+
+## bench: the benchmarks of tests/bench (not part of the test suite)
+bench: $(STAMP)
+	$(PY) tests/bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .aa-data .pytest_cache

@@ -1,0 +1,134 @@
+"""Events and their ids (pure: no I/O).
+
+An event is typed name/value pairs (`values`), an optional opaque `type`, and `meta`: values
+the publisher sets for routers and subscribers, and values routers stamp (Å §4.2). Routers
+stamp the keys named by the `META_*` constants below; a publisher may not forge them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import InvalidValue
+from .values import Values, check_values
+
+__all__ = [
+    "Event",
+    "IdGenerator",
+    "META_TIME",
+    "META_CLIENT",
+    "META_ADDRESS",
+    "META_USER",
+    "META_TTL",
+    "META_PATH",
+    "META_ROUTER",
+    "META_HISTORICAL",
+    "ROUTER_META_KEYS",
+    "MAX_ID_LENGTH",
+]
+
+#: When the first router received the event (aware datetime, UTC).
+META_TIME = "time"
+#: The publishing client's id.
+META_CLIENT = "client"
+#: The publisher's network address, "host:port".
+META_ADDRESS = "address"
+#: The authenticated user, when the publisher presented a certificate.
+META_USER = "user"
+#: Hops the event may still make between routers.
+META_TTL = "ttl"
+#: Ids of the routers the event has passed, first one first.
+META_PATH = "path"
+#: The id of the router the publisher was connected to.
+META_ROUTER = "router"
+#: True on events replayed from a store rather than delivered live.
+META_HISTORICAL = "historical"
+
+#: Keys only routers set; a publisher's values for them are replaced.
+ROUTER_META_KEYS = frozenset(
+    {META_TIME, META_CLIENT, META_ADDRESS, META_USER, META_TTL, META_PATH, META_ROUTER, META_HISTORICAL}
+)
+
+#: Longest event id accepted from a client, in characters. Ids are kept in the seen-id set
+#: of every router, so a client must not be able to make them large.
+MAX_ID_LENGTH = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """One event.
+
+    >>> Event(values={"Temperature": 101}, type="reading").values["Temperature"]
+    101
+
+    Raises `InvalidValue` when `values` or `meta` hold something outside the value model.
+    """
+
+    values: Values
+    type: str | None = None
+    meta: Values = field(default_factory=dict)
+    #: Globally unique id; None until a router (or the publishing client) assigns one.
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_values(self.values)
+        check_values(self.meta, "meta")
+        if self.type is not None and type(self.type) is not str:
+            raise InvalidValue(f"event type must be str or None, not {type(self.type).__name__}")
+        if self.id is not None and (type(self.id) is not str or not 0 < len(self.id) <= MAX_ID_LENGTH):
+            raise InvalidValue(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+
+    @classmethod
+    def trusted(cls, values: Values, type: str | None, meta: Values, id: str | None) -> "Event":
+        """Build an event without checking it: for data that is already known good."""
+        ev = object.__new__(cls)
+        _set(ev, "values", values)
+        _set(ev, "type", type)
+        _set(ev, "meta", meta)
+        _set(ev, "id", id)
+        return ev
+
+    def with_meta(self, **changes: Any) -> "Event":
+        """A copy with *changes* merged into `meta`."""
+        return Event.trusted(self.values, self.type, {**self.meta, **changes}, self.id)
+
+    def with_id(self, id: str) -> "Event":
+        return Event.trusted(self.values, self.type, self.meta, id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as a plain map: `{"id", "type", "values", "meta"}` (JSON lines, HTTP)."""
+        return {"id": self.id, "type": self.type, "values": self.values, "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Event":
+        """The inverse of `to_dict`, checked."""
+        return cls(
+            values=dict(data.get("values") or {}),
+            type=data.get("type"),
+            meta=dict(data.get("meta") or {}),
+            id=data.get("id"),
+        )
+
+
+_set = object.__setattr__
+
+
+class IdGenerator:
+    """Globally unique ids, cheaply: a random 64-bit prefix, then a counter.
+
+    Two generators collide only if their random prefixes do (about one in 2**32 after four
+    billion generators); within one generator ids never repeat. Cheaper than uuid4 per event
+    by a factor of ten, which matters at 50,000 events/s.
+    """
+
+    __slots__ = ("prefix", "_counter")
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self.prefix = prefix if prefix is not None else os.urandom(8).hex()
+        self._counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self.prefix}-{next(self._counter):x}"
