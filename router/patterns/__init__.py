@@ -1,0 +1,65 @@
+"""aa.router.patterns — the pattern engine of a router (Å §4.3): kernels, the sandbox, and
+shared pattern instances.
+
+>>> from datetime import datetime, timezone
+>>> from aa.mesh import Event, PatternSpec
+>>> host = HostFacts(router_id="r1", router_name="lab", clock=lambda: datetime.now(timezone.utc),
+...                  peer_count=lambda: 0)
+>>> engine = PatternEngine(host=host, on_failure=lambda keys, code, message: None)
+>>> engine.subscribe("alice", PatternSpec(source='Temperature > 100 and Sensor.startswith("lab")'))
+>>> [key for key, ev in engine.match(Event(values={"Temperature": 101, "Sensor": "lab3"}))]
+['alice']
+
+Kernels and formats
+-------------------
+- `python`/`expr`: a boolean expression; the event's values are its names, then the
+  subscriber's params, then `type`, `meta`, `event` (a read-only view), `params`. A name
+  missing from the event, or any ordinary error (TypeError, KeyError, ZeroDivisionError...),
+  means "no match".
+- `python`/`script`: statements run once per event with the values as bare names plus
+  `event`, `state` (kept between events), `forward(ev=None, to=None)`, `new_event(values,
+  type=None)`, `params`, `subscribers` (`.id`, `.params`) and `router` (`.id`, `.name`,
+  `.time`, `.peer_count`). In scripts those framework names win over event values of the same
+  name (read such a value as `event["state"]`). A run that raises forwards nothing.
+- `xpath`/`expr`: XPath 2.0 over the event as XML, params as `$variables`
+  (mapping in `xpath_kernel`).
+
+Decisions
+---------
+- **One instance per distinct pattern per router**: same (kernel, format, source) → one
+  compilation; its subscribers form its group (Å §4.3).
+- **Params are per subscriber; state is per params bucket.** Within an instance, subscribers
+  with equal params share a bucket: an expression is evaluated once per bucket per event, a
+  script runs once per bucket per event with that bucket's own `state` (so equal pattern and
+  equal params, the common case, share state, and `forward()` reaches the bucket's members).
+  `update(key, params)` merges the params and moves the subscriber to the matching bucket:
+  if it was alone, its bucket (and state) moves with it; if others stay behind, the new
+  bucket starts from a deep copy of the old state; if a bucket for the new params already
+  exists, the subscriber joins it and its state. Updates happen between two `match` calls,
+  so no event is missed or delivered twice. A bucket's state is dropped with its last member.
+- **Stopping**: a pattern that breaks the sandbox (time, memory, forbidden access) is
+  removed with all its subscribers, its deliveries for that event are dropped, and
+  `on_failure(keys, code, message)` is called after the event is matched, with code
+  `pattern-timeout`, `pattern-memory` or `pattern-forbidden`. Refusals at subscribe time
+  raise `PatternError` with code `pattern-compile` or `pattern-refused`.
+- **Derived events** (`event.copy`, `event.with_values`, `new_event`) keep the source's meta
+  and have no id (None): the router decides how to identify them.
+- **Standalone matchers** (`matcher(spec)`): a predicate that is no subscriber, for client
+  caches and history queries; `match` never runs it. A script in one keeps its own state.
+- **Quenching** (`matches_prototype`): scripts are dry-run on a deep copy of their state and
+  match if they forward anything to anyone; `needs_names=True` also requires the pattern to
+  mention one of the prototype's value names.
+
+The sandbox, and what it does not cover, is described in `budget.py` (time), `guards.py`
+(memory), `policy.py` (compile-time rules), `calls.py` and `modules.py` (what is reachable).
+Known limits: a single C-level call on adversarial but size-capped data (sorting a million
+big equal strings, a catastrophic regular expression in `re` or XPath `matches()`,
+`str()` of a container reached through an alias such as `map(str, ...)`) runs to its end
+before the pattern is stopped; running untrusted scripts in a worker process is the remedy
+if that ever matters.
+"""
+
+from .engine import Matcher, PatternEngine
+from .limits import Delivery, HostFacts, SandboxLimits
+
+__all__ = ["Delivery", "HostFacts", "Matcher", "PatternEngine", "SandboxLimits"]

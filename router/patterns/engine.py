@@ -1,0 +1,373 @@
+"""`PatternEngine`: subscribers, their shared pattern instances and params buckets, and the
+matching of events against all of them.
+
+Structure (see the package docstring for the decisions)::
+
+    engine ──► instance per distinct (kernel, format, source)    compiled once
+                 └─► bucket per distinct params                  evaluated once per event
+                       ├─ members: subscriber keys               (scripts: own `state`)
+                       └─ context: kernel-prepared globals/variables
+
+`match` walks the subscribers in subscription order; the first subscriber of a bucket
+evaluates it for this event (a stamp per match call marks it done) and every other member
+reuses the result. A `SandboxStop` from any bucket stops the whole instance: its subscribers
+are removed, their deliveries for this event dropped, and `on_failure` is called once per
+instance after the walk, so the callback may freely call back into the engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any, Callable, Hashable, Mapping
+
+from aa.mesh import Event, PatternSpec, UsageError, check_values
+
+from .budget import SandboxStop
+from .limits import Delivery, HostFacts, SandboxLimits
+from .python_kernel import ExprProgram, ScriptProgram
+from .sandbox import Sandbox
+from .xpath_kernel import XmlCache, XPathProgram
+
+__all__ = ["PatternEngine", "Bucket", "Matcher"]
+
+Program = ExprProgram | ScriptProgram | XPathProgram
+
+
+class _Subscription:
+    __slots__ = ("key", "params", "bucket", "seq")
+
+    def __init__(self, key: Hashable, params: dict[str, Any], bucket: "Bucket", seq: int) -> None:
+        self.key = key
+        self.params = params
+        self.bucket = bucket
+        self.seq = seq
+
+
+class _Instance:
+    __slots__ = ("spec_key", "program", "buckets")
+
+    def __init__(self, spec_key: tuple[str, str, str], program: Program) -> None:
+        self.spec_key = spec_key
+        self.program = program
+        self.buckets: dict[Any, Bucket] = {}
+
+
+class Bucket:
+    """The subscribers of one instance with equal params (and, for scripts, their state)."""
+
+    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "result", "run")
+
+    def __init__(self, instance: _Instance, params: dict[str, Any], params_key: Any, state: dict[str, Any] | None = None) -> None:
+        self.instance = instance
+        self.params = params
+        self.params_key = params_key
+        #: Subscriber key → subscription, in joining order.
+        self.members: dict[Hashable, _Subscription] = {}
+        self.state: dict[str, Any] = {} if state is None else state
+        self.context: Any = None
+        self.state_countdown = 1
+        self.stamp = 0
+        self.result: Any = None
+        self.run = instance.program.run
+
+
+class PatternEngine:
+    """The pattern engine of one router: single-threaded, synchronous, in-process.
+
+    >>> from datetime import datetime, timezone
+    >>> host = HostFacts(router_id="r1", router_name="r", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    >>> engine = PatternEngine(host=host, on_failure=lambda keys, code, message: None)
+    >>> engine.subscribe("s1", PatternSpec(source="Temperature > threshold"), {"threshold": 100})
+    >>> [key for key, ev in engine.match(Event(values={"Temperature": 101}))]
+    ['s1']
+    """
+
+    def __init__(
+        self,
+        *,
+        host: HostFacts,
+        limits: SandboxLimits = SandboxLimits(),
+        on_failure: Callable[[list[Hashable], str, str], None],
+    ) -> None:
+        self.limits = limits
+        self._sandbox = Sandbox(host, limits)
+        self._xml = XmlCache()
+        self._on_failure = on_failure
+        self._subs: dict[Hashable, _Subscription] = {}
+        self._instances: dict[tuple[str, str, str], _Instance] = {}
+        self._stamp = 0
+        self._seq = itertools.count()
+
+    # -- subscribers -----------------------------------------------------------------------
+
+    def subscribe(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> None:
+        """Add subscriber *key* with pattern *spec* and its *params*.
+
+        Raises `UsageError` if *key* is already subscribed, `InvalidValue` for params outside
+        the value model, and `PatternError` (code `pattern-compile` or `pattern-refused`) for
+        a pattern that does not compile or breaks a sandbox rule.
+        """
+        if key in self._subs:
+            raise UsageError(f"subscriber {key!r} is already subscribed")
+        own = dict(params or {})
+        check_values(own, "params")
+        spec_key = (spec.kernel, spec.format, spec.source)
+        instance = self._instances.get(spec_key)
+        if instance is None:
+            instance = _Instance(spec_key, self._compile(spec))
+            self._instances[spec_key] = instance
+        sub = _Subscription(key, own, None, next(self._seq))  # type: ignore[arg-type]
+        self._subs[key] = sub
+        self._join(sub, instance, _freeze(own), None)
+
+    def unsubscribe(self, key: Hashable) -> None:
+        """Remove subscriber *key* (no-op if unknown). A script's state goes with the last
+        subscriber of its bucket."""
+        sub = self._subs.pop(key, None)
+        if sub is not None:
+            self._leave(sub)
+
+    def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
+        """Merge *params* into subscriber *key*'s parameters (parametric subscription).
+
+        The subscriber moves to the bucket of its new params. If it was alone in its old
+        bucket, the bucket (and a script's state) moves with it; otherwise a new bucket starts
+        from a deep copy of the old state; an existing bucket for the new params keeps its own
+        state. Raises `UsageError` for an unknown key, `InvalidValue` for bad params.
+        """
+        sub = self._subs.get(key)
+        if sub is None:
+            raise UsageError(f"no subscriber {key!r} to update")
+        check_values(dict(params), "params")
+        merged = {**sub.params, **params}
+        new_key = _freeze(merged)
+        old = sub.bucket
+        if new_key == old.params_key:
+            sub.params = merged
+            return
+        instance = old.instance
+        del old.members[key]
+        if not old.members and new_key not in instance.buckets:
+            del instance.buckets[old.params_key]  # alone: the bucket moves, state and all
+            old.params, old.params_key = merged, new_key
+            instance.buckets[new_key] = old
+            old.members[key] = sub
+            sub.params = merged
+            self._prepare(old, force=True)
+            return
+        state = None if new_key in instance.buckets else _copy_state(old.state)
+        if old.members:
+            self._prepare(old)
+        else:
+            del instance.buckets[old.params_key]
+        sub.params = merged
+        self._join(sub, instance, new_key, state)
+
+    def _join(self, sub: _Subscription, instance: _Instance, params_key: Any, state: dict[str, Any] | None) -> None:
+        bucket = instance.buckets.get(params_key)
+        if bucket is None:
+            bucket = Bucket(instance, sub.params, params_key, state)
+            instance.buckets[params_key] = bucket
+        bucket.members[sub.key] = sub
+        sub.bucket = bucket
+        self._prepare(bucket)
+
+    def _leave(self, sub: _Subscription) -> None:
+        bucket = sub.bucket
+        del bucket.members[sub.key]
+        instance = bucket.instance
+        if bucket.members:
+            self._prepare(bucket)
+            return
+        del instance.buckets[bucket.params_key]
+        if not instance.buckets:
+            del self._instances[instance.spec_key]
+
+    def _prepare(self, bucket: Bucket, force: bool = False) -> None:
+        """(Re)build the kernel's context of *bucket*: expressions depend on the params only,
+        scripts also on the members (`subscribers`, in subscription order)."""
+        program = bucket.instance.program
+        if program.kind == "script":
+            bucket.members = dict(sorted(bucket.members.items(), key=lambda kv: kv[1].seq))
+            program.prepare(bucket)
+        elif force or bucket.context is None:
+            program.prepare(bucket)
+
+    def _compile(self, spec: PatternSpec) -> Program:
+        if spec.kernel == "python" and spec.format == "expr":
+            return ExprProgram(self._sandbox, spec.source)
+        if spec.kernel == "python" and spec.format == "script":
+            return ScriptProgram(self._sandbox, spec.source)
+        if spec.kernel == "xpath":
+            return XPathProgram(self._sandbox, spec.source, self._xml)
+        raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+
+    # -- matching --------------------------------------------------------------------------
+
+    def match(self, event: Event) -> list[Delivery]:
+        """All deliveries for *event*, in subscription order: (subscriber key, event). For
+        expressions the delivered event is *event* itself; for scripts, what they forwarded.
+        Patterns the sandbox stops are removed and reported through `on_failure`."""
+        self._stamp += 1
+        stamp = self._stamp
+        out: list[Delivery] = []
+        append = out.append
+        failures: list[tuple[_Instance, SandboxStop]] | None = None
+        for sub in self._subs.values():  # not changed during the walk: stops are deferred
+            bucket = sub.bucket
+            if bucket.stamp != stamp:
+                bucket.stamp = stamp
+                try:
+                    bucket.result = bucket.run(bucket, event)
+                except SandboxStop as stop:
+                    failures = failures or []
+                    failures.append((bucket.instance, stop))
+                    for other in bucket.instance.buckets.values():
+                        other.stamp, other.result = stamp, None
+                    self._sandbox.budget.violation = None
+                    continue
+            result = bucket.result
+            if result is True:
+                append((sub.key, event))
+            elif result:
+                for ev in result.get(sub.key, ()):
+                    append((sub.key, ev))
+        if failures:
+            out = self._stop_all(failures, out)
+        return out
+
+    def matches_prototype(self, key: Hashable, prototype: Event, needs_names: bool = False) -> bool:
+        """Would subscriber *key*'s pattern let *prototype* through (quenching, Å §4.4)?
+
+        Expressions are evaluated; scripts run on a deep copy of their state and count as
+        matching if they forward anything (to any member of the group). Nothing of the
+        pattern's state changes. With *needs_names*, a pattern also has to mention one of the
+        prototype's value names (so `True` or `type == "x"` does not claim every publisher).
+        Raises `UsageError` for an unknown key.
+        """
+        sub = self._subs.get(key)
+        if sub is None:
+            raise UsageError(f"no subscriber {key!r}")
+        bucket = sub.bucket
+        program = bucket.instance.program
+        if needs_names and not (_mentioned(program) & prototype.values.keys()):
+            return False
+        try:
+            if isinstance(program, ScriptProgram):
+                try:
+                    state = copy.deepcopy(bucket.state)
+                except Exception:
+                    return True  # cannot dry-run safely: assume it may forward
+                return bool(program.run(bucket, prototype, state))
+            return bool(program.run(bucket, prototype))
+        except SandboxStop as stop:
+            self._sandbox.budget.violation = None
+            self._stop_all([(bucket.instance, stop)], [])
+            return False
+
+    def matcher(self, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> "Matcher":
+        """A predicate for *spec* that is not a subscriber: `match` never evaluates it, so it
+        costs nothing until called. Client caches and history queries use it.
+
+        >>> # hot = engine.matcher(PatternSpec(source="Temperature > 30")); hot(event) -> bool
+
+        Shares the compiled program with subscribers of the same pattern when there are any;
+        has its own params bucket, so a script keeps its own `state` (a script "accepts" an
+        event when it forwards anything). Evaluation is side-effect free for expressions.
+        If the sandbox stops the pattern, the predicate answers False from then on and its
+        `stopped` says why. Raises `PatternError` (`pattern-compile`, `pattern-refused`) and
+        `InvalidValue` like `subscribe`.
+        """
+        own = dict(params or {})
+        check_values(own, "params")
+        spec_key = (spec.kernel, spec.format, spec.source)
+        existing = self._instances.get(spec_key)
+        instance = existing if existing is not None else _Instance(spec_key, self._compile(spec))
+        bucket = Bucket(instance, own, _freeze(own))  # detached: not in instance.buckets
+        m = Matcher(self, bucket)
+        # A member to forward to, so scripts (`forward()` reaches members) can accept.
+        bucket.members[m] = _Subscription(m, own, bucket, -1)
+        instance.program.prepare(bucket)
+        return m
+
+    def _stop_all(self, failures: list[tuple[_Instance, SandboxStop]], out: list[Delivery]) -> list[Delivery]:
+        reports = []
+        stopped: set[Hashable] = set()
+        for instance, stop in failures:
+            keys = [k for k, s in self._subs.items() if s.bucket.instance is instance]
+            for k in keys:
+                del self._subs[k]
+            self._instances.pop(instance.spec_key, None)
+            instance.buckets.clear()
+            stopped.update(keys)
+            reports.append((keys, stop.code, stop.message))
+        if stopped:
+            out = [d for d in out if d[0] not in stopped]
+        for keys, code, message in reports:
+            self._on_failure(keys, code, message)
+        return out
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Number of subscribers."""
+        return len(self._subs)
+
+    @property
+    def instance_count(self) -> int:
+        """Number of distinct compiled pattern instances."""
+        return len(self._instances)
+
+    def keys(self) -> list[Hashable]:
+        """The subscriber keys, in subscription order."""
+        return list(self._subs)
+
+
+class Matcher:
+    """A standalone predicate over events for one pattern (`PatternEngine.matcher`)."""
+
+    __slots__ = ("_engine", "_bucket", "spec_key", "stopped", "__weakref__")
+
+    def __init__(self, engine: PatternEngine, bucket: Bucket) -> None:
+        self._engine = engine
+        self._bucket = bucket
+        #: (kernel, format, source): equal for equal patterns.
+        self.spec_key = bucket.instance.spec_key
+        #: Why the sandbox stopped the pattern (it then accepts nothing), or None.
+        self.stopped: str | None = None
+
+    def __call__(self, event: Event) -> bool:
+        if self.stopped is not None:
+            return False
+        bucket = self._bucket
+        try:
+            return bool(bucket.run(bucket, event))
+        except SandboxStop as stop:
+            self._engine._sandbox.budget.violation = None
+            self.stopped = stop.message
+            return False
+
+    def __repr__(self) -> str:
+        return f"<Matcher {self.spec_key[0]}/{self.spec_key[1]} {self.spec_key[2][:40]!r}>"
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable form of params that tells 1, 1.0 and True apart."""
+    t = type(value)
+    if t is dict:
+        return ("map", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
+    if t is list or t is tuple:
+        return ("list", tuple(_freeze(v) for v in value))
+    return (t.__name__, value)
+
+
+def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return copy.deepcopy(state)
+    except Exception:  # e.g. a generator expression kept in state
+        return dict(state)
+
+
+def _mentioned(program: Program) -> frozenset[str]:
+    return program.mentions

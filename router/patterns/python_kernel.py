@@ -1,0 +1,195 @@
+"""The `python` kernel: `expr` (a boolean expression) and `script` (statements with `state`
+and `forward()`), both compiled once per distinct source and run once per params bucket.
+
+Errors versus violations. A pattern is a filter over events that differ in shape, so an
+error is an answer, not a fault: a missing name, comparing a str with an int, a KeyError, a
+ZeroDivisionError... make an expression not match, and make a script run forward nothing
+for that event (deliveries it made before the error are dropped too, so a run either
+completes or has no effect on deliveries; `state` changes are kept). Only a `SandboxStop`
+(time, memory, forbidden access) stops the pattern; it propagates to the engine.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping
+
+from aa.mesh import Event
+
+from .budget import MEMORY, SandboxStop
+from .limits import MAX_DERIVED_EVENT_BYTES, MAX_FORWARDS
+from .sandbox import Sandbox
+from .views import EventView, SubscriberView, event_size, private_values
+
+if TYPE_CHECKING:
+    from .engine import Bucket
+
+__all__ = ["ExprProgram", "ScriptProgram", "Forwards"]
+
+#: What a script run produced: subscriber key → events to deliver, in forward order.
+Forwards = dict[Hashable, list[Event]]
+
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit)  # never raised by pattern code: not reachable
+
+
+class ExprProgram:
+    """A compiled `python`/`expr` pattern."""
+
+    kind = "expr"
+
+    def __init__(self, sandbox: Sandbox, source: str) -> None:
+        self.sandbox = sandbox
+        compiled = sandbox.compile(source, expression=True)
+        self.code = compiled.code
+        self.names = compiled.names
+        self.mentions = compiled.mentions
+        self.loops = compiled.loops
+        self.uses_type = "type" in compiled.names
+        self.uses_meta = "meta" in compiled.names
+        self.uses_event = "event" in compiled.names
+
+    def prepare(self, bucket: "Bucket") -> None:
+        """Build the bucket's globals: builtins, then params as bare names, then `params`,
+        then the guards (last, so nothing shadows them). Event values are the locals of
+        eval(), so they take precedence over all of these."""
+        g: dict[str, Any] = {"__builtins__": self.sandbox.expr_builtins}
+        g.update(bucket.params)
+        g["params"] = MappingProxyType(bucket.params)
+        g.update(self.sandbox.guard_names)
+        bucket.context = g
+
+    def run(self, bucket: "Bucket", event: Event) -> bool:
+        g = bucket.context
+        if self.uses_type:
+            g["type"] = event.type
+        if self.uses_meta:
+            g["meta"] = event.meta
+        if self.uses_event:
+            g["event"] = EventView(event, event.values)
+        budget = self.sandbox.budget
+        if self.loops:
+            budget.start()
+        else:
+            budget.allocated = 0
+        try:
+            result = eval(self.code, g, event.values)
+        except SandboxStop:
+            raise
+        except _PASS_THROUGH:
+            raise
+        except BaseException:
+            return False
+        if self.loops and (budget.violation is not None or budget.overran()):
+            raise budget.violation  # type: ignore[misc]
+        try:
+            return bool(result)
+        except Exception:
+            return False
+
+
+class ScriptProgram:
+    """A compiled `python`/`script` pattern."""
+
+    kind = "script"
+
+    def __init__(self, sandbox: Sandbox, source: str) -> None:
+        self.sandbox = sandbox
+        compiled = sandbox.compile(source, expression=False)
+        self.code = compiled.code
+        self.mentions = compiled.mentions
+
+    def prepare(self, bucket: "Bucket") -> None:
+        """The bucket's fixed names: builtins, params as bare names, and the group's views."""
+        params = private_values(bucket.params)
+        base: dict[str, Any] = {"__builtins__": self.sandbox.script_builtins}
+        base.update(params)
+        bucket.context = (
+            base,
+            MappingProxyType(params),
+            [SubscriberView(key, sub.params) for key, sub in bucket.members.items()],
+        )
+
+    def run(self, bucket: "Bucket", event: Event, state: dict[str, Any] | None = None) -> Forwards:
+        """Run the script for *event* with the bucket's state (or *state*, for a dry run)."""
+        sandbox = self.sandbox
+        budget = sandbox.budget
+        base, params, subscribers = bucket.context
+        members = bucket.members
+        out: Forwards = {}
+        count = 0
+
+        def check(derived: Event) -> None:
+            size = event_size(derived, MAX_DERIVED_EVENT_BYTES)
+            if size > MAX_DERIVED_EVENT_BYTES:
+                budget.stop(MEMORY, f"pattern stopped: derived an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})")
+
+        view = EventView(event, private_values(event.values), check)
+
+        def forward(ev: Any = None, to: Any = None) -> None:
+            """Forward *ev* (default: this event) to the group, or to the subscriber(s) *to*."""
+            nonlocal count
+            if ev is None or ev is view:
+                chosen = event
+            elif isinstance(ev, EventView) and type(ev._event) is Event:  # views can be forged via type()
+                chosen = ev._event
+            else:
+                raise TypeError("forward() takes an event: the current one, event.copy(...) or new_event(...)")
+            keys = members.keys() if to is None else _targets(to, members)
+            for key in keys:
+                count += 1
+                if count > MAX_FORWARDS:
+                    budget.stop(MEMORY, f"pattern stopped: forwarded more than {MAX_FORWARDS:,} deliveries for one event")
+                out.setdefault(key, []).append(chosen)
+
+        def new_event(values: Mapping[str, Any], type: str | None = None) -> EventView:
+            """A new event with these values and type (meta from the current event)."""
+            return view.copy(values=values, type=type)
+
+        ns = dict(base)
+        ns.update(view._values)
+        ns["state"] = bucket.state if state is None else state
+        ns["params"] = params
+        ns["event"] = view
+        ns["forward"] = forward
+        ns["new_event"] = new_event
+        ns["subscribers"] = list(subscribers)
+        ns["router"] = sandbox.router
+        ns.update(sandbox.guard_names)
+        budget.start()
+        try:
+            exec(self.code, ns)
+        except SandboxStop:
+            raise
+        except _PASS_THROUGH:
+            raise
+        except BaseException:
+            out = {}
+        if budget.violation is not None or budget.overran():
+            raise budget.violation  # type: ignore[misc]
+        if state is None:
+            bucket.state_countdown -= 1
+            if bucket.state_countdown <= 0:
+                objects = sandbox.check_state(bucket.state)
+                # Re-measure after about 1,000 objects' worth of runs: a small state is
+                # checked every run, a large one every few runs (at most every 16th).
+                bucket.state_countdown = 1 + min(16, objects // 1024)
+        return out
+
+
+def _targets(to: Any, members: Mapping[Hashable, Any]) -> Iterable[Hashable]:
+    items = [to] if isinstance(to, (SubscriberView, str)) else list(to)
+    by_id: dict[str, Hashable] | None = None
+    keys = []
+    for item in items:
+        if isinstance(item, SubscriberView):
+            key = item._key
+        elif isinstance(item, str):
+            if by_id is None:
+                by_id = {str(k): k for k in members}
+            key = by_id.get(item, item)
+        else:
+            raise TypeError("forward(to=...) takes a subscriber, a subscriber id, or a list of them")
+        if key not in members:
+            raise ValueError(f"{item!r} is not a subscriber of this pattern group")
+        keys.append(key)
+    return keys
