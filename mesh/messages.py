@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
 from .errors import InvalidValue, MalformedFrame, UsageError
 from .event import MAX_ID_LENGTH, Event
-from .values import Values, check_values
+from .values import Values, _valid_map, check_values
 
 __all__ = [
     "Message",
@@ -119,35 +119,38 @@ def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
 # -- events on the wire --------------------------------------------------------------------
 
 
-def event_to_wire(ev: Event) -> dict[str, Any]:
-    """An event as a compact map: i(d), t(ype), v(alues), m(eta)."""
-    return {"i": ev.id, "t": ev.type, "v": ev.values, "m": ev.meta}
+def event_to_wire(ev: Event) -> list[Any]:
+    """An event as a compact array: [id, type, values, meta]. An array, not a map: no key
+    strings to pack and unpack per event, on every hop."""
+    return [ev.id, ev.type, ev.values, ev.meta]
 
 
 def event_from_wire(data: Any) -> Event:
-    """Check a peer's event map and build the event; `MalformedFrame` when it is wrong."""
-    if type(data) is not dict:
-        raise MalformedFrame("an event must be a map")
-    values = data.get("v")
-    meta = data.get("m")
-    type_ = data.get("t")
-    id_ = data.get("i")
+    """Check a peer's event array and build the event; `MalformedFrame` when it is wrong."""
+    if type(data) is not list or len(data) != 4:
+        raise MalformedFrame("an event must be an array [id, type, values, meta]")
+    id_, type_, values, meta = data
+    if type(values) is not dict or not _valid_map(values, 0):
+        _bad_event("values", values)
     if meta is None:
         meta = {}
+    elif type(meta) is not dict or not _valid_map(meta, 0):
+        _bad_event("meta", meta)
+    if type_ is not None and type(type_) is not str:
+        raise MalformedFrame("event type must be str or nil")
+    if id_ is not None and (type(id_) is not str or not 0 < len(id_) <= MAX_ID_LENGTH):
+        raise MalformedFrame(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+    return Event.trusted(values, type_, meta, id_)
+
+
+def _bad_event(where: str, value: Any) -> None:
+    if type(value) is not dict:
+        raise MalformedFrame(f"event {where} must be a map")
     try:
-        if type(values) is not dict:
-            raise InvalidValue("event values must be a map")
-        check_values(values)
-        if type(meta) is not dict:
-            raise InvalidValue("event meta must be a map")
-        check_values(meta, "meta")
-        if type_ is not None and type(type_) is not str:
-            raise InvalidValue("event type must be str or nil")
-        if id_ is not None and (type(id_) is not str or not 0 < len(id_) <= MAX_ID_LENGTH):
-            raise InvalidValue(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+        check_values(value, where)
     except InvalidValue as exc:
         raise MalformedFrame(str(exc)) from None
-    return Event.trusted(values, type_, meta, id_)
+    raise MalformedFrame(f"event {where} is not valid")
 
 
 # -- patterns --------------------------------------------------------------------------------

@@ -31,43 +31,83 @@ _SCALARS = (str, int, float, bool, bytes, datetime, type(None))
 
 def check_value(value: Any, where: str = "value", depth: int = 0) -> None:
     """Raise `InvalidValue` unless *value* belongs to the value model."""
+    if not _valid(value, depth):
+        _explain(value, where, depth)
+
+
+def check_values(values: Mapping[str, Any], where: str = "values") -> None:
+    """Raise `InvalidValue` unless *values* is a str-keyed map of event values."""
+    if type(values) is not dict:
+        if not isinstance(values, Mapping):
+            raise InvalidValue(f"{where} must be a map of names to values, not {type(values).__name__}")
+        values = dict(values)
+    if not _valid_map(values, 0):
+        _explain(values, where, 0)
+
+
+# The checks run on every event a router receives, so the path that finds nothing wrong
+# allocates nothing and calls as little as it can; only when something is wrong does
+# `_explain` walk the value again to say where.
+
+
+def _valid(value: Any, depth: int) -> bool:
     cls = type(value)
+    if cls is str or cls is float or cls is bool or value is None or cls is bytes or cls is datetime:
+        return True
     if cls is int:
+        return _INT_MIN <= value <= _INT_MAX
+    if depth >= MAX_NESTING:
+        return False
+    if cls is dict:
+        return _valid_map(value, depth + 1)
+    if cls is list or cls is tuple:
+        for item in value:
+            if not _valid(item, depth + 1):
+                return False
+        return True
+    if isinstance(value, _SCALARS):  # subclasses (IntEnum, datetime subclasses)
+        return not isinstance(value, int) or isinstance(value, bool) or _INT_MIN <= value <= _INT_MAX
+    return False
+
+
+def _valid_map(values: dict[Any, Any], depth: int) -> bool:
+    for key, item in values.items():
+        if type(key) is not str:
+            return False
+        cls = type(item)
+        if cls is str or cls is float or cls is bool or item is None:
+            continue
+        if cls is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return False
+            continue
+        if not _valid(item, depth):
+            return False
+    return True
+
+
+def _explain(value: Any, where: str, depth: int) -> None:
+    """Raise `InvalidValue` saying what is wrong with *value* and where."""
+    cls = type(value)
+    if isinstance(value, bool) or value is None or isinstance(value, (str, float, bytes, datetime)):
+        return
+    if isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
             raise InvalidValue(f"{where}: int {value} is outside the 64-bit range")
-        return
-    if cls in (str, float, bool, bytes, datetime, type(None)):
         return
     if depth >= MAX_NESTING:
         raise InvalidValue(f"{where}: nested deeper than {MAX_NESTING} levels")
     if cls is list or cls is tuple:
         for i, item in enumerate(value):
-            check_value(item, f"{where}[{i}]", depth + 1)
+            _explain(item, f"{where}[{i}]", depth + 1)
         return
-    if cls is dict:
+    if isinstance(value, Mapping):
         for key, item in value.items():
             if type(key) is not str:
-                raise InvalidValue(f"{where}: map keys must be str, not {type(key).__name__}")
-            check_value(item, f"{where}.{key}", depth + 1)
-        return
-    if isinstance(value, _SCALARS):  # subclasses (IntEnum, datetime subclasses) are fine
-        if isinstance(value, int) and not isinstance(value, bool):
-            check_value(int(value), where, depth)
+                raise InvalidValue(f"{where}: names and map keys must be str, not {type(key).__name__}")
+            _explain(item, f"{where}.{key}", depth + 1)
         return
     raise InvalidValue(
         f"{where}: {cls.__name__} is not an event value "
         "(use None, bool, int, float, str, bytes, datetime, list or dict)"
     )
-
-
-def check_values(values: Mapping[str, Any], where: str = "values") -> None:
-    """Raise `InvalidValue` unless *values* is a str-keyed map of event values."""
-    if not isinstance(values, Mapping):
-        raise InvalidValue(f"{where} must be a map of names to values, not {type(values).__name__}")
-    for key, item in values.items():
-        if type(key) is not str:
-            raise InvalidValue(f"{where}: names must be str, not {type(key).__name__}")
-        cls = type(item)
-        if cls is str or cls is float or cls is bool or item is None:
-            continue  # the common scalars, checked without a call
-        check_value(item, f"{where}.{key}", 1)
