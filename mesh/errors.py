@@ -6,7 +6,9 @@
     ├── UsageError (ValueError)          our own misuse of the API: bad argument, bad config
     │   ├── InvalidValue                 a value outside the event value model
     │   ├── InvalidPolicy                an expiry policy that makes no sense
-    │   └── InvalidPattern (UsageError)  a pattern that cannot be compiled (local check)
+    │   ├── InvalidPattern (UsageError)  a pattern that cannot be compiled (local check)
+    │   └── UnknownCache                 no client cache under that client id (never was,
+    │                                    removed, or its keep-alive lapsed)
     ├── ProtocolError                    the peer sent something we cannot accept
     │   ├── FrameTooLarge                a frame over the negotiated cap
     │   ├── MalformedFrame               not msgpack, not a map, missing/bad fields
@@ -14,6 +16,10 @@
     ├── RemoteError                      the other side refused our request, with its reason
     │   └── PatternError                 our pattern was refused, or stopped while running
     ├── OutboxFull                       a client's outbox is at its cap (publish_nowait)
+    ├── StoreError                       the persistent store could not do what was asked
+    │   ├── StoreFull                    too many events wait to be written: back-pressure
+    │   └── StoreUnavailable             the database cannot be reached or used;
+    │                                    `__cause__` holds the driver's error
     ├── ConnectionClosed                 we (or an orderly peer) closed it: not an accident
     ├── ConnectionLost                   it broke under us; `__cause__` holds the OS error
     └── AaTimeout (TimeoutError)         an Aa operation ran out of time
@@ -38,6 +44,10 @@ __all__ = [
     "RemoteError",
     "PatternError",
     "OutboxFull",
+    "StoreError",
+    "StoreFull",
+    "StoreUnavailable",
+    "UnknownCache",
     "ConnectionClosed",
     "ConnectionLost",
     "AaTimeout",
@@ -99,6 +109,23 @@ class PatternError(RemoteError):
 class OutboxFull(AaError):
     """`publish_nowait` found the client's outbox full: no router has taken its events yet.
     `await publish(...)` waits for room instead."""
+
+
+class StoreError(AaError):
+    """The persistent store could not do what was asked."""
+
+
+class StoreFull(StoreError):
+    """Too many events wait to be written (the database is slow or gone): back-pressure."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached or used; `__cause__` holds the underlying error."""
+
+
+class UnknownCache(UsageError):
+    """No client cache is registered for that client (never was, removed, or its keep-alive
+    lapsed)."""
 
 
 class ConnectionClosed(AaError):

@@ -1,0 +1,231 @@
+"""The Parquet event log: layout, schema, lossless values, rotation and bounds."""
+
+from __future__ import annotations
+
+import math
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import AsyncIterator
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from aa.mesh import Event, UsageError
+from aa.router.eventlog import SCHEMA, EventLog, EventLogConfig
+from aa.router.logcodec import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
+
+T0 = datetime(2030, 1, 1, 10, 0, tzinfo=timezone.utc)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0.timestamp()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ev(i: int, **values: object) -> Event:
+    meta = {"time": T0 + timedelta(seconds=i), "client": "c1", "router": "origin", "ttl": 4}
+    return Event(values={"i": i, **values}, type="reading", meta=meta, id=f"e{i}")
+
+
+def files(root: Path) -> list[Path]:
+    return sorted(root.glob("eventlog/date=*/hour=*/*"))
+
+
+def read(root: Path) -> ds.Dataset:
+    return ds.dataset(root / "eventlog", format="parquet", partitioning="hive")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def elog(tmp_path: Path, clock: Clock) -> AsyncIterator[EventLog]:
+    async with EventLog(data_dir=tmp_path, router_id="r1", clock=clock) as log:
+        yield log
+
+
+SAMPLE = {
+    "int": 101,
+    "big": 2**64 - 1,
+    "float": 1.0,
+    "nan": math.nan,
+    "inf": -math.inf,
+    "str": "snø \"quoted\"",
+    "bytes": b"\x00\xff",
+    "none": None,
+    "bool": False,
+    "aware": datetime(2024, 5, 1, 12, 0, 0, 250_000, tzinfo=timezone.utc),
+    "naive": datetime(2024, 5, 1, 12, 0, 0),
+    "list": [1, 2.0, b"x", None, [datetime(2024, 1, 1)]],
+    "map": {"$bytes": "not a tag", "$$x": 1, "inner": {"f": math.inf}},
+}
+
+
+def same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_value_text_round_trips_with_types() -> None:
+    for name, value in SAMPLE.items():
+        text, type_name = encode_value(value)  # type: ignore[arg-type]
+        assert type_name in TYPE_NAMES
+        assert same(decode_value(text, type_name), value), name
+    assert encode_value(101) == ("101", "int")
+    assert encode_value(1.0) == ("1.0", "float")
+    assert encode_value("hall") == ("hall", "str")
+    assert encode_value(True) == ("true", "bool")
+    assert encode_value(None) == (None, "null")
+    assert same(decode_json(encode_json(SAMPLE)), SAMPLE)  # type: ignore[arg-type]
+    assert '"$$bytes"' in encode_json({"$bytes": "x"})
+
+
+async def test_files_read_back_with_hive_partitions_and_schema(
+    tmp_path: Path, elog: EventLog, clock: Clock
+) -> None:
+    elog.append(ev(1, **SAMPLE))  # type: ignore[arg-type]
+    for i in range(2, 101):
+        elog.append(ev(i, t=20.5 + i))
+    await elog.flush()
+    (path,) = files(tmp_path)
+    rel = path.relative_to(tmp_path).as_posix()
+    assert rel == "eventlog/date=2030-01-01/hour=10/part-r1-000001.parquet"
+    assert pq.read_schema(path).remove_metadata() == SCHEMA
+
+    table = read(tmp_path).to_table()
+    assert table.num_rows == 100
+    assert set(table.column_names) == set(SCHEMA.names) | {"date", "hour"}
+    rows = sorted(table.to_pylist(), key=lambda r: r["time"])
+    first = rows[0]
+    assert first["id"] == "e1" and first["type"] == "reading"
+    assert first["time"] == T0 + timedelta(seconds=1)
+    assert (first["router"], first["client"], first["logged_by"]) == ("origin", "c1", "r1")
+    assert first["hour"] == 10 and str(first["date"]) == "2030-01-01"
+    texts, types = dict(first["values"]), dict(first["values_types"])
+    for name, value in SAMPLE.items():
+        assert same(decode_value(texts[name], types[name]), value), name
+    # meta without its time stamp: that is the exact `time` column
+    assert decode_json(first["meta_json"]) == {"client": "c1", "router": "origin", "ttl": 4}
+    assert dict(rows[5]["values_types"]) == {"i": "int", "t": "float"}
+
+
+async def test_hidden_until_closed_and_flush_makes_visible(tmp_path: Path, elog: EventLog) -> None:
+    for i in range(10_000):  # one full row group: written at once, file still open
+        elog.append(ev(i))
+    await elog.maintain()  # runs after the write on the one writer thread
+    (open_file,) = files(tmp_path)
+    assert open_file.name.startswith(".") and open_file.name.endswith(".inprogress")
+    assert read(tmp_path).count_rows() == 0  # readers skip hidden files
+    await elog.flush()
+    assert read(tmp_path).count_rows() == 10_000
+    assert elog.stats().rows == 10_000 and elog.stats().files == 1
+
+
+async def test_rotation_by_hour_age_and_size(tmp_path: Path, clock: Clock) -> None:
+    config = EventLogConfig(max_file_age=60.0, max_file_bytes=50_000, row_group_rows=100)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        for i in range(100):  # a full row group: written, its file left open
+            elog.append(ev(i))
+        await elog.maintain()
+        assert read(tmp_path).count_rows() == 0
+        clock.now += 61  # the open file is now too old: housekeeping closes it
+        await elog.maintain()
+        assert read(tmp_path).count_rows() == 100
+        clock.now += 3600  # next hour: a new partition
+        for i in range(100, 120):
+            elog.append(ev(i))
+        await elog.flush()
+        for i in range(2000):  # enough rows to pass max_file_bytes several times
+            elog.append(ev(i, pad=os.urandom(60).hex()))  # does not compress
+        await elog.flush()
+    names = [p.relative_to(tmp_path / "eventlog").as_posix() for p in files(tmp_path)]
+    assert names[0] == "date=2030-01-01/hour=10/part-r1-000001.parquet"
+    assert all(n.startswith(("date=2030-01-01/hour=10/", "date=2030-01-01/hour=11/")) for n in names)
+    assert len([n for n in names if "hour=11" in n]) >= 3  # hour change, then size
+    assert read(tmp_path).count_rows() == 2120
+    for p in files(tmp_path):
+        assert p.stat().st_size < 50_000 + 30_000  # at most one row group past the bound
+
+
+async def test_total_size_and_age_bounds_delete_oldest(tmp_path: Path, clock: Clock) -> None:
+    config = EventLogConfig(max_total_bytes=10**9, max_total_age=2 * 3600.0)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        for h in range(4):  # one file per hour, 10:00 .. 13:00
+            elog.append(ev(h))
+            await elog.flush()
+            clock.now += 3600
+        assert len(files(tmp_path)) == 4
+        # now 14:00: hours that ended at or before 12:00 are past the 2 h age bound
+        await elog.maintain()
+        left = [p.parent.name for p in files(tmp_path)]
+        assert left == ["hour=12", "hour=13"]
+        assert not (tmp_path / "eventlog/date=2030-01-01/hour=10").exists()  # emptied: removed
+    size = files(tmp_path)[0].stat().st_size
+    config = EventLogConfig(max_total_bytes=size + 1)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        await elog.maintain()
+        assert [p.parent.name for p in files(tmp_path)] == ["hour=13"]  # oldest went first
+        assert elog.stats().deleted == 1
+
+
+async def test_restart_continues_numbering_and_removes_crash_leftovers(tmp_path: Path, clock: Clock) -> None:
+    async with EventLog(data_dir=tmp_path, router_id="r/1", clock=clock) as elog:
+        elog.append(ev(1))
+        await elog.flush()
+    folder = files(tmp_path)[0].parent
+    leftover = folder / ".part-r_1-000002.parquet.inprogress"
+    leftover.write_bytes(b"PAR1 half a file")
+    other = folder / "part-other-000007.parquet"  # another router's file: left alone
+    pq.write_table(read(tmp_path).to_table().drop_columns(["date", "hour"]), other)
+    async with EventLog(data_dir=tmp_path, router_id="r/1", clock=clock) as elog:
+        elog.append(ev(2))
+        await elog.flush()
+    names = sorted(p.name for p in files(tmp_path))
+    assert names == ["part-other-000007.parquet", "part-r_1-000001.parquet", "part-r_1-000003.parquet"]
+
+
+async def test_writer_too_far_behind_drops_and_counts(tmp_path: Path, clock: Clock) -> None:
+    config = EventLogConfig(max_pending_rows=5, row_group_rows=1000)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        for i in range(8):
+            elog.append(ev(i))
+        assert elog.stats().dropped == 3
+        await elog.flush()
+    assert read(tmp_path).count_rows() == 5
+
+
+async def test_append_needs_a_started_log(tmp_path: Path) -> None:
+    elog = EventLog(data_dir=tmp_path, router_id="r1")
+    with pytest.raises(UsageError, match="not started"):
+        elog.append(ev(1))
+    await elog.start()
+    await elog.aclose()
+    with pytest.raises(UsageError, match="closed"):
+        elog.append(ev(1))
+    with pytest.raises(UsageError):
+        EventLogConfig(row_group_rows=0)
+
+
+async def test_event_without_time_stamp_keeps_all_meta(tmp_path: Path, elog: EventLog, clock: Clock) -> None:
+    naive = datetime(2030, 1, 1, 9, 0)
+    elog.append(Event(values={"v": b"\x01"}, meta={"time": naive}, id="a"))
+    elog.append(Event(values={}, id="b"), now=clock.now + 5)
+    await elog.flush()
+    rows = {r["id"]: r for r in read(tmp_path).to_table().to_pylist()}
+    assert rows["a"]["time"] == T0  # logged at the clock's time
+    assert decode_json(rows["a"]["meta_json"]) == {"time": naive}
+    assert dict(rows["a"]["values_types"]) == {"v": "bytes"}
+    assert rows["b"]["time"] == T0 + timedelta(seconds=5)
+    assert rows["b"]["type"] is None and rows["b"]["router"] is None
