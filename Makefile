@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-## run: a router with embedded defaults on 127.0.0.1:7447 (data in .aa-data/)
+## run: a router on 127.0.0.1:7447 (data in .aa-data/) hosting the bundled add-ins in the
+## same process (simulated office: weather, quotes, ticker adapter, laptops, phones), so a
+## newcomer's `aa subscribe` sees events at once
 run: $(STAMP)
-	$(VENV)/bin/aa router --host 127.0.0.1 --port 7447 --data-dir .aa-data -v
+	$(VENV)/bin/aa router --host 127.0.0.1 --port 7447 --data-dir .aa-data --bundled -v
 
 ## test: the whole test suite (installs PostgreSQL etc. through apt-get when root)
 test: $(STAMP) system-deps

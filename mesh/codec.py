@@ -133,12 +133,12 @@ class Connection:
 
     def next_messages(self) -> list[Message]:
         """Every whole message buffered now (possibly none)."""
-        out = []
+        out: list[Message] = []
         while True:
             msg = self.next_message()
-            if msg is NEED_DATA:
+            if isinstance(msg, _NeedData):
                 return out
-            out.append(msg)  # type: ignore[arg-type]
+            out.append(msg)
 
     @staticmethod
     def _decode(payload: bytes) -> Message:

@@ -266,6 +266,15 @@ class PatternEngine:
             self._stop_all([(bucket.instance, stop)], [])
             return False
 
+    def pattern_of(self, key: Hashable) -> PatternSpec:
+        """Subscriber *key*'s pattern (quenching reads its declared needs). Raises
+        `UsageError` for an unknown key."""
+        sub = self._subs.get(key)
+        if sub is None:
+            raise UsageError(f"no subscriber {key!r}")
+        kernel, format, source = sub.bucket.instance.spec_key
+        return PatternSpec(kernel=kernel, format=format, source=source)
+
     def matcher(self, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> "Matcher":
         """A predicate for *spec* that is not a subscriber: `match` never evaluates it, so it
         costs nothing until called. Client caches and history queries use it.

@@ -7,6 +7,10 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# The HTTP endpoint's real clients: a feed reader, and the web monitor in headless Chromium.
+command -v newsboat >/dev/null 2>&1 || need+=(newsboat)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

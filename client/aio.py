@@ -1,0 +1,553 @@
+"""`AsyncClient`: publish and subscribe from asyncio, riding out lost routers.
+
+    async with AsyncClient("127.0.0.1:7447") as client:
+        await client.publish({"Temperature": 101}, type="reading")
+        async for event in await client.subscribe("Temperature > 100"):
+            print(event.values)
+
+Publishing never talks to the network directly: events join an *outbox* and are sent in
+batches; each stays there until a router acknowledged it, so a router lost mid-way costs
+nothing — the events are resent to the next router under the same ids, and the mesh drops
+the ones it had already seen. Subscriptions are registered again on every new router.
+
+Finding routers (Å §4.1, as routers do): the endpoints given, the alternatives each router
+tells about (asked for every `ClientConfig.alternatives_interval`), and — when no endpoint is
+given, or `ClientConfig.discover` says so — the routers heard on the network (beacons,
+zeroconf). They go into a `PeerTable`: a router that fails, or whose connection breaks, is
+poisoned and tried again after exponentially growing intervals, so a client fails over to a
+working router first and comes back to a faulty one less and less often.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import deque
+from typing import Any, Callable, Mapping, Sequence
+
+from aa.mesh import (
+    AaTimeout,
+    ConnectionClosed,
+    ConnectionLost,
+    Discovery,
+    Event,
+    IdGenerator,
+    OutboxFull,
+    PatternError,
+    PatternSpec,
+    PeerTable,
+    RemoteError,
+    RouterInfo,
+    Source,
+    UsageError,
+    parse_endpoint,
+)
+from aa.mesh.meshinfo import GetMesh, MeshInfo
+from aa.mesh.messages import (
+    Ack,
+    Bye,
+    Deliver,
+    Error,
+    GetRouters,
+    Hello,
+    Message,
+    PatternFailed,
+    Ping,
+    Pong,
+    Publish,
+    Routers,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Update,
+    Updated,
+    Welcome,
+)
+
+from aa.mesh.storage_messages import STORAGE_ANSWERS
+from aa.mesh.quench_messages import QUENCH_ANSWERS, with_needs
+
+from .caching import CacheClient
+from .quench import QuenchClient
+from .config import BATCH_EVENTS, MAX_INFLIGHT_FRAMES, ClientConfig
+from .link import Link
+from .subscription import Subscription
+
+__all__ = ["AsyncClient"]
+
+log = logging.getLogger("aa.client")
+
+
+class AsyncClient(QuenchClient, CacheClient):
+    """A client of the mesh. See the module docstring. Cache requests (`cached`,
+    `cache_register`, `cache_fetch`, ...) are described in `aa.client.caching`.
+
+    *routers* is an endpoint ("host:port") or a list of them, tried in order.
+    """
+
+    def __init__(
+        self,
+        routers: str | Sequence[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        client_id: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        if config is None:
+            if isinstance(routers, str):
+                routers = [routers]
+            config = ClientConfig(routers=tuple(routers or ()), client_id=client_id, name=name)
+        self.config = config
+        self.client_id = config.client_id or os.urandom(8).hex()
+        self._ids = IdGenerator(self.client_id)
+        #: The routers this client may connect to, with their poison back-off.
+        self.peers = PeerTable(retry_base=config.retry_base, retry_max=config.retry_max)
+        for endpoint in (*config.routers, *config.discovery.peers):
+            self.peers.add(endpoint, source=Source.CONFIGURED, now=time.monotonic())
+        self._discovery: Discovery | None = None
+        self._wake = asyncio.Event()
+        self._bye = False
+        self._mesh_waiters: list[asyncio.Future[Message]] = []
+        self._link: Link | None = None
+        self._connected = asyncio.Event()
+        self._closing = False
+        self._runner: asyncio.Task[None] | None = None
+        self._first: asyncio.Future[None] | None = None
+        self._outbox: deque[Event] = deque()
+        self._inflight: deque[tuple[int, list[Event]]] = deque()
+        self._inflight_events = 0
+        self._seq = 0
+        self._flush_scheduled = False
+        self._room = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._subs: dict[int, Subscription] = {}
+        self._next_sub = 1
+        self._requests: dict[int, asyncio.Future[Message]] = {}
+        #: Router we are connected to: (router id, router name, endpoint), or None.
+        self.router: tuple[str, str, str] | None = None
+        self._init_caching()
+        self._init_quench()
+
+    # -- connecting -------------------------------------------------------------------------
+
+    async def connect(self, timeout: float | None = None) -> "AsyncClient":
+        """Connect to the first router that answers. Raises `AaTimeout` if none does in
+        *timeout* seconds (default: the config's connect timeout × number of routers, plus a
+        beacon interval when discovering), `UsageError` if there is no router to try and
+        discovery is off, `OSError` if discovery cannot bind its socket."""
+        discovering = self.config.discovering
+        if not len(self.peers) and not discovering:
+            raise UsageError("no router endpoint given, and discovery is off")
+        if discovering and self._discovery is None:
+            self._discovery = Discovery(self.config.discovery, on_found=self._found)
+            try:
+                await self._discovery.start()
+            except BaseException:
+                self._discovery = None
+                raise
+        if self._runner is None:
+            self._first = asyncio.get_running_loop().create_future()
+            self._runner = asyncio.create_task(self._run(), name=f"aa-client-{self.client_id}")
+        if timeout is None:
+            timeout = self.config.connect_timeout * max(1, len(self.peers)) + 1
+            if discovering:
+                timeout += self.config.discovery.broadcast_interval
+        try:
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
+        except TimeoutError:
+            tried = ", ".join(e.address for e in self.peers) or "none found"
+            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried})") from None
+        return self
+
+    @property
+    def known_routers(self) -> list[str]:
+        """Endpoints of the routers this client knows (given, told, discovered)."""
+        return [e.address for e in self.peers]
+
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and self._connected.is_set()
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
+        except TimeoutError:
+            raise AaTimeout("not reconnected in time") from None
+
+    async def _run(self) -> None:
+        last_alternatives = 0.0
+        peers = self.peers
+        while not self._closing:
+            now = time.monotonic()
+            due = peers.due(now)
+            if not due:
+                # Every router is poisoned (or none is known yet): wait for the first to be
+                # due again, or for discovery to report one.
+                soonest = peers.next_due()
+                delay = max(0.01, soonest - now) if soonest is not None else 3600.0
+                self._wake.clear()
+                try:
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                continue
+            endpoint = due[0]
+            peers.record_attempt(endpoint, now)
+            try:
+                link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
+            except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
+                retry = peers.record_failure(endpoint, time.monotonic())
+                log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
+                         exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
+                continue
+            peers.record_success(endpoint, time.monotonic(), router_id=self.router[0] if self.router else None)
+            self._bye = False
+            self._link = link
+            self._on_connected()
+            lost_wait = asyncio.ensure_future(link.lost)
+            while not lost_wait.done():
+                await asyncio.wait([lost_wait], timeout=self.config.alternatives_interval)
+                if not lost_wait.done() and time.monotonic() - last_alternatives >= self.config.alternatives_interval:
+                    last_alternatives = time.monotonic()
+                    self._send(GetRouters())
+            self._link = None
+            self._connected.clear()
+            self.router = None
+            for fut in [*self._requests.values(), *self._mesh_waiters]:
+                if not fut.done():
+                    fut.set_exception(ConnectionLost("connection to the router was lost"))
+            self._requests.clear()
+            self._mesh_waiters.clear()
+            if self._closing:
+                return
+            if self._bye:
+                peers.record_closed(endpoint, time.monotonic())  # it said goodbye: no penalty
+                log.info("router %s closed; failing over", endpoint)
+            else:
+                # Poisoned; a link that stayed up `stable_after` had its failures forgiven.
+                peers.record_failure(endpoint, time.monotonic())
+                log.info("lost router %s; failing over", endpoint)
+
+    def _found(self, info: RouterInfo) -> None:
+        """Discovery heard a router (or reports a configured endpoint)."""
+        endpoint = info.client or info.peer
+        try:
+            entry = self.peers.add(endpoint, source=info.source, now=time.monotonic(), router_id=info.router_id)
+        except UsageError:
+            return
+        if entry is not None:
+            self._wake.set()
+
+    async def _open(self, endpoint: str) -> Link:
+        host, port = parse_endpoint(endpoint)
+        loop = asyncio.get_running_loop()
+        welcome: asyncio.Future[Welcome] = loop.create_future()
+
+        def on_message(link: Link, msg: Message) -> None:
+            if not welcome.done():
+                if type(msg) is Welcome:
+                    welcome.set_result(msg)
+                elif type(msg) is Error:
+                    welcome.set_exception(RemoteError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+                return
+            self._on_message(msg)
+
+        _, link = await loop.create_connection(lambda: Link(on_message, self._schedule_flush), host, port)
+        try:
+            link.send(Hello(client_id=self.client_id, name=self.config.name))
+            done, _ = await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)
+            if not welcome.done():
+                raise ConnectionLost(f"router {endpoint} closed before welcoming us")
+            w = welcome.result()
+        except BaseException:
+            link.close()
+            raise
+        self.router = (w.router_id, w.router_name, endpoint)
+        self._learn(w.alternatives)
+        return link
+
+    def _learn(self, endpoints: Sequence[str]) -> None:
+        now = time.monotonic()
+        for e in endpoints:
+            try:
+                self.peers.add(e, source=Source.TOLD, now=now)
+            except UsageError:
+                log.debug("router told an endpoint that is not one: %r", e)
+
+    def _on_connected(self) -> None:
+        # Resend what no router acknowledged, first, under the same ids: a router that had
+        # already dispatched them drops them as duplicates.
+        while self._inflight:
+            _, events = self._inflight.pop()
+            self._outbox.extendleft(reversed(events))
+        self._inflight_events = 0
+        for sub in list(self._subs.values()):
+            self._send(Subscribe(sub_id=sub.id, pattern=sub.pattern, params=sub.params, history=None))
+        self._connected.set()
+        self._caching_connected()
+        self._quench_connected()
+        if self._first is not None and not self._first.done():
+            self._first.set_result(None)
+        self._schedule_flush()
+
+    # -- messages from the router -----------------------------------------------------------
+
+    def _on_message(self, msg: Message) -> None:
+        kind = type(msg)
+        if kind is Deliver:
+            subs = self._subs
+            for sub_ids, event in msg.items:  # type: ignore[attr-defined]
+                for sid in sub_ids:
+                    sub = subs.get(sid)
+                    if sub is not None:
+                        sub._deliver(event)
+        elif kind is Ack:
+            self._acked(msg.seq)  # type: ignore[attr-defined]
+        elif kind in (Subscribed, Updated):
+            fut = self._requests.pop(msg.sub_id, None)  # type: ignore[attr-defined]
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+        elif kind is Error:
+            self._on_error(msg)  # type: ignore[arg-type]
+        elif kind in STORAGE_ANSWERS:
+            self._storage_answer(msg)
+        elif kind in QUENCH_ANSWERS:
+            self._quench_answer(msg)
+        elif kind is PatternFailed:
+            sub = self._subs.pop(msg.sub_id, None)  # type: ignore[attr-defined]
+            if sub is not None:
+                sub._fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+        elif kind is Routers:
+            self._learn(msg.addresses)  # type: ignore[attr-defined]
+        elif kind is Ping:
+            self._send(Pong(token=msg.token))  # type: ignore[attr-defined]
+        elif kind is MeshInfo:
+            while self._mesh_waiters:
+                fut = self._mesh_waiters.pop(0)
+                if not fut.done():
+                    fut.set_result(msg)
+                    break
+        elif kind is Bye:
+            self._bye = True
+            if self._link is not None:
+                self._link.close()
+
+    def _on_error(self, msg: Error) -> None:
+        if self._storage_error(msg) or self._quench_error(msg):
+            return
+        if msg.ref is not None and msg.ref in self._requests:
+            fut = self._requests.pop(msg.ref)
+            if not fut.done():
+                fut.set_exception(PatternError(msg.message, code=msg.code))
+            return
+        if msg.ref is not None and msg.ref in self._subs:  # a re-subscription was refused
+            self._subs.pop(msg.ref)._fail(PatternError(msg.message, code=msg.code))
+            return
+        log.warning("router error %s: %s", msg.code, msg.message)
+
+    # -- publishing -------------------------------------------------------------------------
+
+    def publish_nowait(
+        self,
+        values: Mapping[str, Any],
+        *,
+        type: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Queue an event for publishing; returns its id. Raises `InvalidValue` for values
+        outside the model, `OutboxFull` when the outbox is at its cap."""
+        if self._closing:
+            raise ConnectionClosed("client is closed")
+        if len(self._outbox) + self._inflight_events >= self.config.max_outbox:
+            raise OutboxFull(f"{self.config.max_outbox} events wait for a router already")
+        event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=id or self._ids())
+        self._outbox.append(event)
+        self._drained.clear()
+        self._schedule_flush()
+        return event.id  # type: ignore[return-value]
+
+    async def publish(
+        self,
+        values: Mapping[str, Any],
+        *,
+        type: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Queue an event for publishing, waiting while the outbox is full; returns its id.
+        Use `flush()` to wait until routers acknowledged everything published."""
+        while len(self._outbox) + self._inflight_events >= self.config.max_outbox:
+            self._room.clear()
+            await self._room.wait()
+        return self.publish_nowait(values, type=type, meta=meta, id=id)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until a router acknowledged every event published so far."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._drained.wait()
+        except TimeoutError:
+            raise AaTimeout(f"{self.pending} events still unacknowledged") from None
+
+    @property
+    def pending(self) -> int:
+        """Events published and not yet acknowledged by a router."""
+        return len(self._outbox) + self._inflight_events
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._link is not None:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_outbox)
+
+    def _flush_outbox(self) -> None:
+        self._flush_scheduled = False
+        link = self._link
+        outbox = self._outbox
+        while outbox and link is not None and not link.paused and len(self._inflight) < MAX_INFLIGHT_FRAMES:
+            n = min(len(outbox), BATCH_EVENTS)
+            batch = [outbox.popleft() for _ in range(n)]
+            self._seq += 1
+            self._inflight.append((self._seq, batch))
+            self._inflight_events += n
+            try:
+                link.send(Publish(seq=self._seq, events=tuple(batch)))
+            except ConnectionLost:
+                return  # resent after reconnection
+
+    def _acked(self, seq: int) -> None:
+        inflight = self._inflight
+        while inflight and inflight[0][0] <= seq:
+            _, events = inflight.popleft()
+            self._inflight_events -= len(events)
+        self._room.set()
+        if not inflight and not self._outbox:
+            self._drained.set()
+        elif self._outbox:
+            self._schedule_flush()
+
+    # -- subscribing ------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        pattern: str | PatternSpec,
+        callback: Callable[[Event], Any] | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        format: str = "expr",
+        kernel: str = "python",
+        history: Mapping[str, Any] | None = None,
+        needs: Sequence[str] = (),
+    ) -> Subscription:
+        """Register a pattern; events go to *callback* (a function or coroutine function),
+        or iterate the returned `Subscription`. *needs* declares the value names the pattern
+        needs, so quenching publishers whose prototypes carry them hear of it however narrow
+        the pattern (`aa.mesh.quench_messages`). Raises `PatternError` if the router refuses
+        the pattern (with the router's reason), `AaTimeout` if no router answers."""
+        spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
+        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.quench_messages)
+        sub_id = self._next_sub
+        self._next_sub += 1
+        sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None)
+        self._subs[sub_id] = sub
+        try:
+            await self._request(sub_id, Subscribe(sub_id=sub_id, pattern=spec, params=sub.params, history=sub.history))
+        except BaseException:
+            self._subs.pop(sub_id, None)
+            sub._finish()
+            raise
+        return sub
+
+    async def _update(self, sub: Subscription, params: Mapping[str, Any]) -> None:
+        if sub.closed:
+            raise ConnectionClosed("subscription is closed")
+        merged = {**sub.params, **params}
+        await self._request(sub.id, Update(sub_id=sub.id, params=dict(params)))
+        sub.params = merged
+
+    async def _unsubscribe(self, sub: Subscription) -> None:
+        if self._subs.pop(sub.id, None) is not None and self.connected:
+            self._send(Unsubscribe(sub_id=sub.id))
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        await sub.aclose()
+
+    async def _request(self, sub_id: int, msg: Message) -> Message:
+        await self.wait_connected(self.config.request_timeout)
+        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._requests[sub_id] = fut
+        self._send(msg)
+        try:
+            async with asyncio.timeout(self.config.request_timeout):
+                return await fut
+        except TimeoutError:
+            raise AaTimeout(f"router did not answer {msg.kind!r} in time") from None
+        finally:
+            self._requests.pop(sub_id, None)
+
+    async def mesh_info(self, timeout: float | None = None) -> dict[str, Any]:
+        """The mesh as the connected router knows it: every router, its peers, poison list
+        and counters (layout: `aa.mesh.MeshInfo`). Raises `AaTimeout`, `ConnectionLost`."""
+        timeout = self.config.request_timeout if timeout is None else timeout
+        await self.wait_connected(timeout)
+        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._mesh_waiters.append(fut)
+        self._send(GetMesh())
+        try:
+            async with asyncio.timeout(timeout):
+                msg = await fut
+        except TimeoutError:
+            raise AaTimeout("router did not answer 'get-mesh' in time") from None
+        finally:
+            if fut in self._mesh_waiters:
+                self._mesh_waiters.remove(fut)
+        return dict(msg.info)  # type: ignore[attr-defined]
+
+    def _send(self, msg: Message) -> None:
+        if self._link is not None:
+            try:
+                self._link.send(msg)
+            except ConnectionLost:
+                pass  # the run loop notices and fails over
+
+    # -- closing ----------------------------------------------------------------------------
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Send what is in the outbox (waiting up to *timeout* s), then close."""
+        if self._closing:
+            return
+        if self.connected and self.pending:
+            try:
+                await self.flush(timeout)
+            except AaTimeout:
+                log.warning("closing with %d unacknowledged events", self.pending)
+        self._closing = True
+        self._caching_close()
+        self._quench_close()
+        if self._discovery is not None:
+            await self._discovery.aclose()
+            self._discovery = None
+        for sub in list(self._subs.values()):
+            sub._finish()
+        self._subs.clear()
+        if self._link is not None:
+            self._send(Bye())
+            self._link.close()
+        if self._runner is not None:
+            self._runner.cancel()
+            try:
+                await self._runner
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def __aenter__(self) -> "AsyncClient":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,77 @@
+"""Client configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aa.mesh import DiscoveryConfig, UsageError, parse_endpoint
+
+__all__ = ["ClientConfig", "MAX_OUTBOX", "BATCH_EVENTS", "MAX_INFLIGHT_FRAMES"]
+
+#: Events a client keeps while no router has acknowledged them. Past it `publish` waits and
+#: `publish_nowait` raises `OutboxFull`: an hour offline at 25 events/s fits.
+MAX_OUTBOX = 100_000
+#: Events per `Publish` frame: large enough that framing costs vanish, small enough that a
+#: frame stays far below the frame cap and an ack comes back quickly.
+BATCH_EVENTS = 1000
+#: Publish frames sent and not yet acknowledged. Bounds what must be resent after a
+#: failover and keeps the router's socket buffer (and so latency) small.
+MAX_INFLIGHT_FRAMES = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfig:
+    """How a client finds and talks to routers."""
+
+    #: Router endpoints ("host:port") to try, in order; alternatives the mesh tells about
+    #: are added at run time.
+    routers: tuple[str, ...] = ()
+    #: This client's id, kept across reconnections (client caches are keyed by it). Random
+    #: when None.
+    client_id: str | None = None
+    #: Name shown in `aa mesh` and the monitor.
+    name: str | None = None
+    #: Seconds to wait for one connection attempt (TCP and hello).
+    connect_timeout: float = 5.0
+    #: Seconds to wait for a router's answer to a request (subscribe, update).
+    request_timeout: float = 10.0
+    #: First retry interval after a router failed, seconds; doubles per failure.
+    retry_base: float = 0.2
+    #: Longest retry interval, seconds.
+    retry_max: float = 30.0
+    #: Seconds between asking the router for alternative routers.
+    alternatives_interval: float = 30.0
+    #: Events kept unacknowledged before publishing waits.
+    max_outbox: int = MAX_OUTBOX
+    #: Listen for routers' beacons (and zeroconf, if `discovery` enables it) and connect to
+    #: the routers heard (Å §4.1: clients find the mesh the way routers do). None means: only
+    #: when no `routers` are given. A client only listens; it sends nothing.
+    discover: bool | None = None
+    #: Where and how to listen (port, interfaces; `AA_DISCOVERY_INTERFACES` as for routers).
+    #: Its `peers` are tried as if given in `routers`.
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+
+    @property
+    def discovering(self) -> bool:
+        """Whether the client looks for routers on the network."""
+        if not self.discovery.enabled:
+            return False
+        return not self.routers if self.discover is None else self.discover
+
+    def __post_init__(self) -> None:
+        if isinstance(self.routers, str):
+            object.__setattr__(self, "routers", (self.routers,))
+        object.__setattr__(self, "routers", tuple(self.routers))
+        for r in self.routers:
+            parse_endpoint(r)  # raises UsageError for a bad one
+        for name in ("connect_timeout", "request_timeout", "retry_base", "retry_max", "alternatives_interval"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"{name} must be positive")
+        if self.max_outbox <= 0:
+            raise UsageError("max_outbox must be positive")
+        if self.retry_base > self.retry_max:
+            raise UsageError("retry_base must not exceed retry_max")
+        if self.discover is not None and type(self.discover) is not bool:
+            raise UsageError("discover must be True, False or None")
+        if type(self.discovery) is not DiscoveryConfig:
+            raise UsageError("discovery must be a DiscoveryConfig")

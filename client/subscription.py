@@ -1,0 +1,143 @@
+"""A client's subscription: the pattern, its parameters, and where its events go."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+
+from aa.mesh import ConnectionClosed, Event, PatternError, PatternSpec
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient
+
+__all__ = ["Subscription", "MAX_SUBSCRIPTION_QUEUE"]
+
+log = logging.getLogger("aa.client")
+
+#: Events an iterated subscription buffers before the oldest are dropped (and counted):
+#: a reader that stopped reading must not grow the client's memory without bound.
+MAX_SUBSCRIPTION_QUEUE = 100_000
+
+
+class Subscription:
+    """One subscription of an `AsyncClient`.
+
+    Events go to the callback given to `subscribe`, or, without one, to whoever iterates::
+
+        async for event in await client.subscribe("Temperature > 100"):
+            ...
+
+    `update(**params)` changes the pattern's parameters in place (parametric subscriptions);
+    `aclose()` unsubscribes. If the router stops the pattern, iteration raises `PatternError`
+    and `failure` holds it.
+    """
+
+    def __init__(
+        self,
+        client: "AsyncClient",
+        sub_id: int,
+        spec: PatternSpec,
+        params: dict[str, Any],
+        callback: Callable[[Event], Any] | None,
+        history: dict[str, Any] | None,
+    ) -> None:
+        self.client = client
+        self.id = sub_id
+        self.pattern = spec
+        self.params = params
+        self.history = history
+        self.failure: PatternError | None = None
+        self.closed = False
+        self.dropped = 0
+        self._callback = callback
+        self._async_callback = callback is not None and inspect.iscoroutinefunction(callback)
+        self._queue: asyncio.Queue[Event | None] | None = None
+        if callback is None or self._async_callback:
+            self._queue = asyncio.Queue()
+        self._consumer: asyncio.Task[None] | None = None
+        if self._async_callback:
+            self._consumer = asyncio.get_running_loop().create_task(self._consume())
+
+    # -- from the connection ----------------------------------------------------------------
+
+    def _deliver(self, event: Event) -> None:
+        if self.closed:
+            return
+        if self._queue is None:
+            try:
+                self._callback(event)  # type: ignore[misc]
+            except Exception:
+                log.exception("subscription %d: callback failed", self.id)
+            return
+        if self._queue.qsize() >= MAX_SUBSCRIPTION_QUEUE:
+            self._queue.get_nowait()
+            self.dropped += 1
+        self._queue.put_nowait(event)
+
+    def _fail(self, error: PatternError) -> None:
+        self.failure = error
+        log.warning("subscription %d stopped by the router: %s", self.id, error)
+        self._finish()
+
+    def _finish(self) -> None:
+        self.closed = True
+        if self._queue is not None:
+            self._queue.put_nowait(None)
+
+    async def _consume(self) -> None:
+        while True:
+            try:
+                event = await self.get()
+            except (ConnectionClosed, PatternError):
+                return
+            try:
+                await self._callback(event)  # type: ignore[misc]
+            except Exception:
+                log.exception("subscription %d: callback failed", self.id)
+
+    # -- the subscriber's API ---------------------------------------------------------------
+
+    async def update(self, **params: Any) -> None:
+        """Change named parameters of the pattern without re-subscribing; returns once the
+        router applied them. No event is missed or delivered twice across the change."""
+        await self.client._update(self, params)
+
+    async def aclose(self) -> None:
+        """Unsubscribe (idempotent)."""
+        if not self.closed:
+            self._finish()
+            await self.client._unsubscribe(self)
+
+    async def get(self) -> Event:
+        """The next event. Raises `PatternError` if the router stopped the pattern,
+        `ConnectionClosed` once unsubscribed or the client closed."""
+        if self._queue is None:
+            raise RuntimeError("this subscription delivers to its callback")
+        event = await self._queue.get()
+        if event is None:
+            self._queue.put_nowait(None)
+            raise self.failure or ConnectionClosed("subscription is closed")
+        return event
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            return await self.get()
+        except ConnectionClosed:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> "Subscription":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.id} {self.pattern.source!r}>"
+
+
+Callback = Callable[[Event], Any] | Callable[[Event], Awaitable[Any]]

@@ -1,0 +1,237 @@
+"""`Client`: the blocking twin of `AsyncClient`, for programs without asyncio.
+
+    from aa.client import Client
+    c = Client("127.0.0.1:7447")
+    c.publish({"Temperature": 101}, type="reading")
+
+An event loop runs the `AsyncClient` in a background thread. Callbacks are called in that
+thread, in order; keep them quick or hand work to your own threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Coroutine, Iterator, Mapping, Sequence, TypeVar
+
+from aa.mesh import AaTimeout, ConnectionClosed, Event, PatternError, PatternSpec
+
+from .aio import AsyncClient
+from .caching import BlockingCacheClient
+from .quench import BlockingQuenchClient
+from .config import ClientConfig
+from .subscription import Subscription as AsyncSubscription
+
+__all__ = ["Client", "Subscription"]
+
+T = TypeVar("T")
+
+
+class Subscription:
+    """A blocking client's subscription: iterate it, `update(**params)`, `close()`."""
+
+    def __init__(self, client: "Client", inner: AsyncSubscription, q: "queue.Queue[Event | None] | None") -> None:
+        self._client = client
+        self._inner = inner
+        self._queue = q
+        self.id = inner.id
+        self.pattern = inner.pattern
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._inner.params)
+
+    @property
+    def failure(self) -> PatternError | None:
+        return self._inner.failure
+
+    def update(self, **params: Any) -> None:
+        """Change the pattern's parameters; returns once the router applied them."""
+        self._client._call(self._inner.update(**params))
+
+    def close(self) -> None:
+        self._client._call(self._inner.aclose())
+        if self._queue is not None:
+            self._queue.put(None)
+
+    def get(self, timeout: float | None = None) -> Event:
+        """The next event. Raises `AaTimeout` after *timeout* s, `PatternError` if the router
+        stopped the pattern, `ConnectionClosed` once closed."""
+        if self._queue is None:
+            raise RuntimeError("this subscription delivers to its callback")
+        try:
+            event = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise AaTimeout(f"no event within {timeout} s") from None
+        if event is None:
+            self._queue.put(None)
+            raise self._inner.failure or ConnectionClosed("subscription is closed")
+        return event
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            try:
+                yield self.get()
+            except ConnectionClosed:
+                return
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Client(BlockingQuenchClient, BlockingCacheClient):
+    """A blocking client of the mesh; see the module docstring. Connects on construction
+    (raises `AaTimeout` if no router answers). Cache requests (`cached`, `cache_register`,
+    `cache_fetch`, ...) block like the rest (`aa.client.caching`)."""
+
+    def __init__(
+        self,
+        routers: str | Sequence[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        client_id: str | None = None,
+        name: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="aa-client", daemon=True)
+        self._thread.start()
+        self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._wakeup = False
+        self._closed = False
+
+        async def make() -> AsyncClient:
+            return AsyncClient(routers, config=config, client_id=client_id, name=name)
+
+        self._async = self._call(make())
+        try:
+            self._call(self._async.connect(timeout))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
+
+    @property
+    def connected(self) -> bool:
+        return self._async.connected
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._closed:
+            coro.close()
+            raise ConnectionClosed("client is closed")
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result(timeout)
+
+    def publish(
+        self,
+        values: Mapping[str, Any],
+        *,
+        type: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Queue an event for publishing and return its id at once. Raises `InvalidValue`
+        for values outside the model. `flush()` waits for the routers' acknowledgement."""
+        if self._closed:
+            raise ConnectionClosed("client is closed")
+        event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=self._async._ids())
+        # Hand over through a deque and wake the loop only when it is idle: one wake-up
+        # per burst instead of one self-pipe write per event.
+        self._pending.append((event.values, event.type, event.meta, event.id))
+        if not self._wakeup:
+            self._wakeup = True
+            self._loop.call_soon_threadsafe(self._drain)
+        return event.id  # type: ignore[return-value]
+
+    def _drain(self) -> None:
+        self._wakeup = False
+        pending = self._pending
+        client = self._async
+        while pending:
+            values, type_, meta, id_ = pending.popleft()
+            try:
+                client.publish_nowait(values, type=type_, meta=meta, id=id_)
+            except Exception:
+                pending.appendleft((values, type_, meta, id_))
+                self._loop.call_later(0.01, self._drain)  # outbox full: try again shortly
+                self._wakeup = True
+                return
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until a router acknowledged every event published so far."""
+
+        async def go() -> None:
+            while True:
+                self._drain()
+                if not self._pending:
+                    break
+                self._async._room.clear()  # outbox full: wait for an acknowledgement
+                await self._async._room.wait()
+            await self._async.flush(timeout)
+
+        self._call(go())
+
+    def subscribe(
+        self,
+        pattern: str | PatternSpec,
+        callback: Callable[[Event], Any] | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        format: str = "expr",
+        kernel: str = "python",
+        history: Mapping[str, Any] | None = None,
+        needs: Sequence[str] = (),
+    ) -> Subscription:
+        """Register a pattern. With *callback*, it is called (in the client's thread) for each
+        event; without, iterate the returned subscription. Raises `PatternError`."""
+        q: queue.Queue[Event | None] | None = None
+        cb = callback
+        if cb is None:
+            q = queue.Queue()
+            cb = q.put
+        inner = self._call(
+            self._async.subscribe(pattern, cb, params=params, format=format, kernel=kernel, history=history,
+                                  needs=needs)
+        )
+        return Subscription(self, inner, q)
+
+    def mesh_info(self, timeout: float | None = None) -> dict[str, Any]:
+        """The mesh as the connected router knows it (see `AsyncClient.mesh_info`)."""
+        return self._call(self._async.mesh_info(timeout))
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        sub.close()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (waiting up to *timeout* s), then close. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        except Exception:
+            pass
+        try:
+            self._call(self._async.aclose(timeout))
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,114 @@
+"""In-process subscriptions: how a program that embeds a router (or the HTTP endpoint)
+subscribes without a socket."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+
+from aa.mesh import ConnectionClosed, Event, PatternError
+
+if TYPE_CHECKING:
+    from .router import Router
+
+__all__ = ["LocalSubscription"]
+
+log = logging.getLogger("aa.router.local")
+
+#: Events a local subscription without a callback buffers for its reader; beyond it the
+#: oldest are dropped (and counted), so a reader that stopped reading costs bounded memory.
+MAX_LOCAL_QUEUE = 100_000
+
+
+class LocalSubscription:
+    """A subscription held inside the router's process.
+
+    With a callback, the callback is called for each event, in the router's event loop (keep
+    it quick). Without one, iterate: ``async for event in sub``. Close with `close()`.
+    """
+
+    def __init__(self, router: "Router", callback: Callable[[Event], Any] | None) -> None:
+        self._router = router
+        self._callback = callback
+        self._queue: asyncio.Queue[Event | None] | None = None if callback else asyncio.Queue()
+        self.dropped = 0
+        self.closed = False
+        #: Why the router stopped this subscription's pattern, if it did.
+        self.failure: PatternError | None = None
+        self.client_id = f"local:{router.id}"
+        #: Live events held while this subscription's history is replayed (`aa.router.history`).
+        self.held: Any = None
+
+    # -- called by the router ---------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return not self.closed
+
+    def deliver(self, event: Event) -> None:
+        if self.held is not None:
+            self.held.append(event)
+            return
+        self.deliver_now(event)
+
+    def deliver_now(self, event: Event) -> None:
+        """Deliver past any hold (history replay)."""
+        if self._callback is not None:
+            try:
+                self._callback(event)
+            except Exception:  # a subscriber's bug must not stop dispatch for anyone else
+                log.exception("local subscription callback failed")
+            return
+        assert self._queue is not None
+        if self._queue.qsize() >= MAX_LOCAL_QUEUE:
+            self._queue.get_nowait()
+            self.dropped += 1
+        self._queue.put_nowait(event)
+
+    def pattern_failed(self, code: str, message: str) -> None:
+        self.failure = PatternError(message, code=code)
+        self._finish()
+
+    # -- the subscriber's side --------------------------------------------------------------
+
+    def update(self, **params: Any) -> None:
+        """Change named parameters of the pattern; takes effect for the next event."""
+        if self.closed:
+            raise ConnectionClosed("subscription is closed")
+        self._router._update(self, params)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._router._unsubscribe(self)
+            self._finish()
+
+    def _finish(self) -> None:
+        self.closed = True
+        if self._queue is not None:
+            self._queue.put_nowait(None)
+
+    async def get(self) -> Event:
+        """The next event; raises `ConnectionClosed` (or the `PatternError`) once closed."""
+        if self._queue is None:
+            raise RuntimeError("this subscription delivers to its callback")
+        event = await self._queue.get()
+        if event is None:
+            self._queue.put_nowait(None)  # keep later readers informed too
+            raise self.failure or ConnectionClosed("subscription is closed")
+        return event
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            return await self.get()
+        except ConnectionClosed:
+            raise StopAsyncIteration from None
+
+    def __enter__(self) -> "LocalSubscription":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,140 @@
+"""Issue 2 benchmark: one router, one publisher, one subscriber with an expr pattern,
+events of five values, over loopback — each in its own process.
+
+    python tests/bench/bench_router.py            # throughput, then latency at 5,000 ev/s
+
+Throughput: the publisher sends N events as fast as the outbox allows; the subscriber
+measures delivered events/s from its first to its last event. Latency: the publisher paces
+5,000 events/s, each carrying its send time; the subscriber records receive − send.
+Targets (issue 2): ≥ 50,000 events/s delivered; p99 < 5 ms at 5,000 events/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from common import report, start_router  # noqa: E402
+
+PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'
+
+
+def values(i: int, now: float) -> dict:
+    return {"Temperature": 20 + i % 80, "Sensor": "lab-1", "Humidity": 0.5, "Seq": i, "Sent": now}
+
+
+def subscriber(endpoint: str, n: int, ready, out) -> None:
+    from aa.client import AsyncClient
+
+    async def main() -> None:
+        got = 0
+        first = last = 0.0
+        lat: list[float] = []
+        done = asyncio.get_running_loop().create_future()
+
+        def on_event(ev) -> None:
+            nonlocal got, first, last
+            now = time.time()
+            if got == 0:
+                first = now
+            got += 1
+            last = now
+            lat.append(now - ev.values["Sent"])
+            if got >= n and not done.done():
+                done.set_result(None)
+
+        async with AsyncClient(endpoint) as c:
+            await c.subscribe(PATTERN, on_event)
+            ready.set()
+            try:
+                async with asyncio.timeout(120):
+                    await done
+            except TimeoutError:
+                pass
+        out.put({"got": got, "seconds": last - first, "latencies": lat})
+
+    asyncio.run(main())
+
+
+def publisher(endpoint: str, n: int, rate: float | None) -> None:
+    from aa.client import AsyncClient
+
+    async def main() -> None:
+        async with AsyncClient(endpoint) as c:
+            if rate is None:
+                for i in range(n):
+                    if c.pending >= 50_000:
+                        await c.publish(values(i, time.time()))
+                    else:
+                        c.publish_nowait(values(i, time.time()))
+                    if i % 2000 == 0:
+                        await asyncio.sleep(0)
+            else:
+                start = time.perf_counter()
+                per_tick = max(1, int(rate / 1000))  # a small burst every millisecond
+                i = 0
+                while i < n:
+                    for _ in range(per_tick):
+                        c.publish_nowait(values(i, time.time()))
+                        i += 1
+                    target = start + i / rate
+                    delay = target - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+            await c.flush(timeout=120)
+
+    asyncio.run(main())
+
+
+def run(endpoint: str, n: int, rate: float | None) -> dict:
+    ctx = mp.get_context("spawn")
+    ready, out = ctx.Event(), ctx.Queue()
+    sub = ctx.Process(target=subscriber, args=(endpoint, n, ready, out))
+    sub.start()
+    ready.wait(30)
+    pub = ctx.Process(target=publisher, args=(endpoint, n, rate))
+    pub.start()
+    result = out.get(timeout=180)
+    pub.join(60)
+    sub.join(60)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=500_000, help="events for the throughput run")
+    ap.add_argument("--latency-events", type=int, default=50_000, help="events for the latency run")
+    ap.add_argument("--rate", type=float, default=5000.0, help="events/s for the latency run")
+    args = ap.parse_args()
+    proc, endpoint = start_router()
+    try:
+        r = run(endpoint, args.events, None)
+        tput = r["got"] / r["seconds"] if r["seconds"] else 0.0
+        report("router-throughput", {"events": r["got"], "events_per_s": round(tput), "target": 50_000})
+        r = run(endpoint, args.latency_events, args.rate)
+        lat = sorted(r["latencies"])
+        q = statistics.quantiles(lat, n=100)
+        report(
+            "router-latency",
+            {
+                "rate": args.rate,
+                "events": r["got"],
+                "p50_ms": round(q[49] * 1000, 3),
+                "p99_ms": round(q[98] * 1000, 3),
+                "max_ms": round(lat[-1] * 1000, 3),
+                "target_p99_ms": 5,
+            },
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()

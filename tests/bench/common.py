@@ -1,0 +1,44 @@
+"""Helpers the benchmarks share: start routers as real processes, print results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+AA = str(Path(sys.executable).with_name("aa"))
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
+
+
+def start_router(*extra: str) -> tuple[subprocess.Popen[str], str]:
+    """`aa router --port 0` in its own process; returns it and its endpoint."""
+    env = {**os.environ, "AA_DISCOVERY_INTERFACES": "lo"}
+    proc = subprocess.Popen(
+        [AA, "router", "--port", "0", *extra], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    m = re.search(r"listening on (\S+)", line)
+    if not m:
+        proc.kill()
+        raise RuntimeError(f"router did not start: {line!r}")
+    return proc, m.group(1)
+
+
+def report(name: str, figures: dict[str, object]) -> None:
+    print(json.dumps({"bench": name, "machine": machine(), **figures}), flush=True)

@@ -1,0 +1,56 @@
+"""Shared fixtures. Every router binds 127.0.0.1:0; discovery never leaves loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+# Before anything imports aa: discovery stays on loopback in every test (the issue's rule).
+os.environ["AA_DISCOVERY_INTERFACES"] = "lo"
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ... and on a beacon port of this test run's own: the `aa router` processes tests start find
+# each other as they should, never a router someone runs on this machine (`make run`).
+os.environ["AA_DISCOVERY_PORT"] = str(_free_udp_port())
+
+import asyncio
+from typing import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from aa.client import AsyncClient
+from aa.router import Router, RouterConfig
+
+
+@pytest.fixture
+async def router() -> AsyncIterator[Router]:
+    async with Router(RouterConfig(port=0, name="test")) as r:
+        yield r
+
+
+@pytest.fixture
+async def client(router: Router) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(router.endpoint, name="test-client") as c:
+        yield c
+
+
+@pytest.fixture
+async def make_client(router: Router) -> AsyncIterator[Callable[..., Awaitable[AsyncClient]]]:
+    """Open more clients on the router; all are closed at the end of the test."""
+    clients: list[AsyncClient] = []
+
+    async def make(**kwargs: object) -> AsyncClient:
+        c = AsyncClient(router.endpoint, **kwargs)  # type: ignore[arg-type]
+        await c.connect()
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        await c.aclose()

@@ -1,0 +1,114 @@
+"""The `aa` command line, run as a user would: real processes against a real router."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aa.client import AsyncClient
+from aa.tools.common import parse_scalar
+
+from util import wait_for
+
+AA = str(Path(sys.executable).with_name("aa"))
+
+
+async def run_aa(*args: str, timeout: float = 30) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(AA, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    async with asyncio.timeout(timeout):
+        out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("command", [[], ["router"], ["send"], ["subscribe"]])
+async def test_every_command_has_help(command):
+    code, out, _ = await run_aa(*command, "--help")
+    assert code == 0 and "usage: aa" in out and "--router" in out or "--port" in out or "COMMAND" in out
+
+
+def test_value_parsing_rules():
+    assert [parse_scalar(v) for v in ["3", "2.5", "true", "false", "x", "-7", "007"]] == [3, 2.5, True, False, "x", -7, 7]
+
+
+async def test_send_then_subscribe_json_with_types(router):
+    proc = await asyncio.create_subprocess_exec(
+        AA, "subscribe", "--router", router.endpoint, "--json", "--count", "1", "Temperature > 100",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    await wait_for(lambda: len(router.engine) == 1, timeout=20)
+    code, out, err = await run_aa(
+        "send", "--router", router.endpoint, "--type", "reading",
+        "Temperature=101", "Ratio=2.5", "Ok=true", "Sensor=lab-1", "--json", '{"Where": {"floor": 2}}',
+    )
+    assert code == 0, err
+    event_id = out.strip()
+    async with asyncio.timeout(20):
+        stdout, stderr = await proc.communicate()
+    assert proc.returncode == 0, stderr.decode()
+    lines = stdout.decode().splitlines()
+    assert len(lines) == 1
+    ev = json.loads(lines[0])
+    assert ev["id"] == event_id and ev["type"] == "reading"
+    assert ev["values"] == {"Temperature": 101, "Ratio": 2.5, "Ok": True, "Sensor": "lab-1", "Where": {"floor": 2}}
+    assert type(ev["values"]["Temperature"]) is int
+    assert set(ev["meta"]) >= {"time", "client", "router", "path"}
+
+
+async def test_subscribe_with_a_script_file(router, tmp_path):
+    script = tmp_path / "alarm.py"
+    script.write_text(
+        "if Temperature > 100:\n"
+        "    if not state.get('high'):\n"
+        "        state['high'] = True\n"
+        "        forward()\n"
+        "else:\n"
+        "    state['high'] = False\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        AA, "subscribe", "--router", router.endpoint, "--script", str(script), "--count", "2",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    await wait_for(lambda: len(router.engine) == 1, timeout=20)
+    for t in (101, 102, 99, 105):
+        router.publish({"Temperature": t})
+    async with asyncio.timeout(20):
+        stdout, _ = await proc.communicate()
+    assert stdout.decode().split() == ["Temperature=101", "Temperature=105"]
+
+
+async def test_bad_value_and_bad_pattern_give_clear_errors(router):
+    code, _, err = await run_aa("send", "--router", router.endpoint, "novalue")
+    assert code == 2 and "NAME=VALUE" in err
+    code, _, err = await run_aa("subscribe", "--router", router.endpoint, "x >>> (")
+    assert code == 1 and "aa:" in err
+
+
+async def test_aa_router_runs_on_the_console_and_stops_on_sigterm(tmp_path):
+    proc = await asyncio.create_subprocess_exec(
+        AA, "router", "--port", "0", "--name", "console", "--data-dir", str(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(20):
+            line = (await proc.stdout.readline()).decode()
+        m = re.search(r"listening on (127\.0\.0\.1:\d+)", line)
+        assert m, line
+        async with AsyncClient(m.group(1)) as c:
+            sub = await c.subscribe("x == 1")
+            await c.publish({"x": 1})
+            async with asyncio.timeout(5):
+                assert (await sub.get()).values == {"x": 1}
+            assert c.router[1] == "console"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.wait()
+    assert proc.returncode == 0

@@ -1,0 +1,3 @@
+"""aa.tools"""
+
+__all__: list[str] = []

@@ -1,0 +1,190 @@
+"""What the `aa` commands share: value parsing, the router option, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from aa.mesh import Event, InvalidValue, UsageError
+from aa.mesh.jsonvalues import event_to_json, from_json
+
+__all__ = [
+    "parse_scalar",
+    "parse_assignments",
+    "add_router_option",
+    "router_endpoints",
+    "print_event",
+    "fail",
+    "parse_since",
+    "add_client_id_option",
+    "client_id",
+]
+
+DEFAULT_ROUTER = "127.0.0.1:7447"
+
+
+def parse_scalar(text: str) -> Any:
+    """`3` → int, `2.5` → float, `true`/`false` → bool, anything else → the string.
+
+    >>> [parse_scalar(t) for t in ("3", "-2.5", "true", "FALSE", "lab-1", "1e3")]
+    [3, -2.5, True, False, 'lab-1', 1000.0]
+    """
+    low = text.lower()
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    try:
+        return int(text, 10)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if value != value or value in (float("inf"), float("-inf")):
+        return text  # "nan", "inf": almost always meant as words
+    return value
+
+
+def parse_assignments(items: list[str], what: str = "value") -> dict[str, Any]:
+    """`["A=1", "B=x"]` → `{"A": 1, "B": "x"}`; raises `UsageError` for an item without `=`."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"{what} {item!r} is not NAME=VALUE")
+        out[name] = parse_scalar(text)
+    return out
+
+
+def parse_json_object(text: str, what: str = "--json") -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    if type(data) is not dict:
+        raise UsageError(f"{what} must be a JSON object")
+    try:
+        return from_json(data)  # type: ignore[no-any-return]
+    except InvalidValue as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+def add_router_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--router",
+        metavar="H:P",
+        action="append",
+        help=f"router endpoint, repeatable for fail-over (default: $AA_ROUTER or {DEFAULT_ROUTER})",
+    )
+
+
+def router_endpoints(args: argparse.Namespace) -> list[str]:
+    """--router values, else $AA_ROUTER (comma-separated), else the default; a bare host
+    gets the default port."""
+    if args.router:
+        found = list(args.router)
+    elif os.environ.get("AA_ROUTER"):
+        found = [e.strip() for e in os.environ["AA_ROUTER"].split(",") if e.strip()]
+    else:
+        found = [DEFAULT_ROUTER]
+    return [e if e.rpartition(":")[2].isdigit() and not e.endswith("]") else f"{e}:7447" for e in found]
+
+
+def _human(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value and " " not in value and "=" not in value else json.dumps(value)
+    return json.dumps(value) if isinstance(value, (bool, type(None))) else repr(value) if isinstance(value, (bytes,)) else str(value)
+
+
+def print_event(event: Event, as_json: bool, out: Any = None) -> None:
+    """One line per event: JSON (`--json`) or `[type] Name=Value …` for people."""
+    out = out or sys.stdout
+    if as_json:
+        out.write(json.dumps(event_to_json(event), ensure_ascii=False) + "\n")
+    else:
+        head = f"[{event.type}] " if event.type else ""
+        hist = "(historical) " if event.meta.get("historical") else ""
+        out.write(head + hist + " ".join(f"{k}={_human(v)}" for k, v in event.values.items()) + "\n")
+    out.flush()
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"aa: {message}", file=sys.stderr)
+    return code
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """A point in time from the command line: ISO 8601 (``2030-01-02T03:04:05+00:00``; a time
+    without zone is this machine's local time) or a duration ago (``2h``, ``90s``, ``1d``).
+    Raises `UsageError` saying which forms it takes.
+
+    >>> parse_since("2030-01-02T03:04:05Z").isoformat()
+    '2030-01-02T03:04:05+00:00'
+    """
+    from aa.router.policy import parse_duration
+
+    text = text.strip()
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        pass
+    else:
+        return t if t.tzinfo is not None else t.astimezone()
+    try:
+        ago = parse_duration(text)
+    except UsageError:
+        raise UsageError(f"cannot read time {text!r}: give ISO 8601 (2030-01-02T03:04:05Z) or a "
+                         "duration ago such as 2h, 90s or 1d") from None  # fmt: skip
+    return (now or datetime.now(timezone.utc)) - ago
+
+
+#: Environment variable naming this machine's client id for `aa` commands.
+ENV_CLIENT_ID = "AA_CLIENT_ID"
+
+
+def client_id_file() -> Path:
+    """Where the stable client id of `aa` commands is kept: ``$XDG_CONFIG_HOME/aa/client-id``
+    (``~/.config/aa/client-id`` by default)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "aa" / "client-id"
+
+
+def client_id(args: argparse.Namespace) -> str:
+    """--client-id, else $AA_CLIENT_ID, else the id kept in `client_id_file()` (made the first
+    time): the same id on every run, so `aa cache get` finds what `aa cache register` asked for."""
+    if getattr(args, "client_id", None):
+        return str(args.client_id)
+    env = os.environ.get(ENV_CLIENT_ID, "").strip()
+    if env:
+        return env
+    path = client_id_file()
+    try:
+        kept = path.read_text().strip()
+        if kept:
+            return kept
+    except OSError:
+        pass
+    new = f"aa-{secrets.token_hex(8)}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot keep a client id in {path} ({exc}): give --client-id or ${ENV_CLIENT_ID}") from None
+    return new
+
+
+def add_client_id_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--client-id",
+        metavar="ID",
+        help=f"this client's id; client caches belong to it (default: ${ENV_CLIENT_ID}, else an id "
+        "made once and kept in ~/.config/aa/client-id)",
+    )

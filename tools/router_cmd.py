@@ -1,0 +1,173 @@
+"""`aa router`: run a router on the console until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from aa.http_api import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, HttpEndpoint
+from aa.mesh import DISCOVERY_PORT, DiscoveryConfig, StoreError, UsageError
+from aa.mesh.discovery import BROADCAST_INTERVAL
+from aa.mesh.interfaces import ENV_INTERFACES
+from aa.mesh.peers import RETRY_BASE, RETRY_MAX
+from aa.router import DEFAULT_PORT, MeshConfig, Router, RouterConfig
+from aa.router.meshconfig import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
+
+from .container_cmd import add_hosting_options, hosted_container
+from .storage_opts import add_storage_options, storage_config
+
+__all__ = ["add_parser", "run", "config_from_args"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "router",
+        help="run a router",
+        description="Run a router on the console until Ctrl-C or SIGTERM. It listens for "
+        "clients and peer routers on one TCP port, bound to loopback unless --host says otherwise.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default: {DEFAULT_PORT})")
+    p.add_argument("--data-dir", type=Path, help="folder for the store, event log and topology (default: keep nothing)")
+    p.add_argument("--name", help="name shown in the mesh (default: host name and port)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    mesh = p.add_argument_group(
+        "mesh",
+        "How the router finds and joins other routers. By default it broadcasts beacons and "
+        "listens for them on every interface (or those in $AA_DISCOVERY_INTERFACES), dials the "
+        "routers it finds and the ones they tell about, and keeps the known routers in "
+        "DATA_DIR/topology.json so that it rejoins at once after a restart.",
+    )
+    mesh.add_argument("--peer", metavar="H:P", action="append", default=[],
+                      help="a well-known router to dial whatever discovery finds; repeatable")
+    mesh.add_argument("--no-discovery", action="store_true",
+                      help="no beacons, no zeroconf, and dial only --peer routers (and those in the "
+                      "topology file): the mesh keeps the shape given by hand")
+    mesh.add_argument("--discovery-port", type=int, metavar="N",
+                      help=f"UDP port of the beacons, the same across the mesh (default: "
+                      f"$AA_DISCOVERY_PORT or {DISCOVERY_PORT})")
+    mesh.add_argument("--discovery-interfaces", metavar="LIST",
+                      help="comma-separated interface names, addresses of this machine or subnets to "
+                      "broadcast on, e.g. 'lo' or 'eth0,10.1.2.0/24'; 'lo' keeps discovery on this machine "
+                      f"(default: ${ENV_INTERFACES}, else every interface)")
+    mesh.add_argument("--zeroconf", action="store_true",
+                      help="also announce and browse with zeroconf (mDNS) on the selected interfaces")
+    mesh.add_argument("--no-broadcast", action="store_true", help="no UDP broadcast beacons (zeroconf only)")
+    timing = p.add_argument_group("mesh timing", "Seconds; the defaults suit a LAN, tests shorten them.")
+    timing.add_argument("--beacon-interval", type=float, metavar="S", default=BROADCAST_INTERVAL,
+                        help=f"between two beacons (default: {BROADCAST_INTERVAL:g})")
+    timing.add_argument("--retry-base", type=float, metavar="S", default=RETRY_BASE,
+                        help=f"first retry after a peer failed; doubles per failure (default: {RETRY_BASE:g})")
+    timing.add_argument("--retry-max", type=float, metavar="S", default=RETRY_MAX,
+                        help=f"longest retry interval (default: {RETRY_MAX:g})")
+    timing.add_argument("--keepalive", type=float, metavar="S", default=PEER_KEEPALIVE,
+                        help=f"pings on idle peer links; three silent ones break the link (default: {PEER_KEEPALIVE:g})")
+    timing.add_argument("--info-interval", type=float, metavar="S", default=ROUTER_INFO_INTERVAL,
+                        help=f"between two router summaries flooded for 'aa mesh' (default: {ROUTER_INFO_INTERVAL:g})")
+    http = p.add_argument_group(
+        "http", "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at /docs)."
+    )
+    http.add_argument("--http-port", type=int, metavar="N",
+                      help=f"TCP port of the HTTP endpoint, 0 for any free one (default: {DEFAULT_HTTP_PORT}, "
+                      "or any free one when --port is 0)")
+    http.add_argument("--http-host", metavar="ADDR", help="address of the HTTP endpoint (default: --host)")
+    http.add_argument("--http-allow", metavar="CIDR", action="append", default=[],
+                      help="address range allowed to call the HTTP endpoint, e.g. 192.168.0.0/16; "
+                      "repeatable (default: loopback only)")
+    http.add_argument("--no-http", action="store_true", help="no HTTP endpoint")
+    add_storage_options(p)
+    add_hosting_options(p)
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RouterConfig:
+    """The `RouterConfig` the flags (and `AA_…` variables) ask for. Raises `UsageError`."""
+    env = os.environ if environ is None else environ
+    port = args.discovery_port
+    if port is None:
+        text = env.get("AA_DISCOVERY_PORT", "")
+        try:
+            port = int(text) if text else DISCOVERY_PORT
+        except ValueError:
+            raise UsageError(f"AA_DISCOVERY_PORT={text!r} is not a port number") from None
+    interfaces = None
+    if args.discovery_interfaces:
+        interfaces = tuple(i.strip() for i in args.discovery_interfaces.split(",") if i.strip()) or None
+    discovery = DiscoveryConfig(
+        enabled=not args.no_discovery,
+        port=port,
+        interfaces=interfaces,
+        broadcast=not args.no_broadcast,
+        broadcast_interval=args.beacon_interval,
+        zeroconf=args.zeroconf,
+    )
+    mesh = MeshConfig(
+        retry_base=args.retry_base,
+        retry_max=max(args.retry_max, args.retry_base),
+        keepalive=args.keepalive,
+        info_interval=args.info_interval,
+    )
+    return RouterConfig(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        name=args.name,
+        discovery=discovery,
+        peers=tuple(args.peer),
+        mesh=mesh,
+        **storage_config(args, env),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    level = logging.WARNING - 10 * min(args.verbose + 1, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = config_from_args(args)
+    endpoints = [] if args.no_http else [HttpEndpoint(
+        host=args.http_host or args.host,
+        port=args.http_port if args.http_port is not None else (0 if args.port == 0 else DEFAULT_HTTP_PORT),
+        allow=tuple(args.http_allow) or DEFAULT_ALLOW,
+    )]
+    _tune_gc()
+    try:
+        asyncio.run(_serve(config, endpoints, args))
+    except KeyboardInterrupt:
+        pass
+    except StoreError as exc:  # a wrong --store-url, an unreachable database
+        print(f"aa router: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+#: Allocations between two young-generation collections of a router process (Python's default
+#: is 700). A router makes a few short-lived containers per event and keeps large long-lived
+#: ones (seen ids, caches) that every older-generation pass walks; with the default, the
+#: collector took a third of a relaying router's CPU in the eight-router ring benchmark.
+GC_THRESHOLD = (50_000, 20, 100)
+
+
+def _tune_gc() -> None:
+    gc.collect()
+    gc.freeze()  # what was imported and built at start is never garbage: stop walking it
+    gc.set_threshold(*GC_THRESHOLD)
+
+
+async def _serve(config: RouterConfig, endpoints: list[HttpEndpoint], args: argparse.Namespace | None = None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with Router(config, endpoints=endpoints) as router:
+        print(f"aa router {router.name!r} ({router.id}) listening on {router.endpoint}", flush=True)
+        for endpoint in endpoints:
+            print(f"aa router: HTTP endpoint and monitor on {endpoint.url}", flush=True)
+        async with hosted_container(args, router):  # --container / --bundled: add-ins in-process
+            await stop.wait()
+            print("aa router: shutting down", file=sys.stderr, flush=True)
