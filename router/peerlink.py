@@ -1,0 +1,302 @@
+"""One TCP connection with a peer router: an asyncio protocol over the sans-I/O codec.
+
+The `MeshService` owns every link and decides what they carry; a link only reads frames,
+hands them to the service, and writes. Its life::
+
+    state      event                                   next       done by
+    --------   -------------------------------------   --------   ---------------------------
+    hello      their PeerHello arrives                  up         MeshService._link_up
+    hello      anything else, or the connection ends    closed     (the dial fails: poison)
+    up         we retire it (a duplicate, shutdown)     retiring   Bye sent; we still read
+    up         their Bye arrives                        closing    we answer Bye, then close
+    retiring   their Bye arrives / link_timeout passes  closing    close
+    any        a bad frame                              closing    Error frame, then close
+    closing    the transport is closed                  closed     MeshService._link_lost
+    any        the connection breaks                    closed     MeshService._link_lost
+
+Why a goodbye in both directions: a link is only closed once each side has sent `Bye` and
+read the other's. Everything sent before a `Bye` is therefore read, so retiring a duplicate
+link (both routers dialled each other at once) or shutting down loses no flooded event.
+
+Writing: events for the peer are queued (`queue_event`) while a batch is being handled and
+written as one `Flood` frame by `flush`, as `ClientSession` does for deliveries. Control
+frames (`send`) first flush the queue, so a peer sees events and controls in the order we
+sent them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from aa.mesh import Connection, Control, Event, Flood, PeerHello, PeerRouters, ProtocolError, UsageError
+from aa.mesh.errors import ConnectionLost
+from aa.mesh.meshinfo import GetMesh, MeshInfo
+from aa.mesh.messages import Bye, Error, Message, Ping, Pong
+
+if TYPE_CHECKING:
+    from .mesh import MeshService
+
+__all__ = ["PeerLink"]
+
+log = logging.getLogger("aa.router.mesh")
+
+#: States in which frames still buffered are not handled any more.
+_NOT_READING = frozenset({"closing", "closed"})
+
+
+class PeerLink(asyncio.Protocol):
+    """Our end of one connection with a peer router (see the module docstring)."""
+
+    def __init__(
+        self,
+        mesh: "MeshService",
+        *,
+        address: str | None,
+        outgoing: bool,
+        codec: Connection | None = None,
+    ) -> None:
+        self.mesh = mesh
+        self.codec = codec if codec is not None else Connection()
+        self.transport: asyncio.Transport | None = None
+        #: The peer's mesh endpoint: the one we dialled, or the one its hello gave.
+        self.address = address
+        #: Whether we dialled it.
+        self.outgoing = outgoing
+        #: The peer's hello, once it came; its `router_id` names the link.
+        self.remote: PeerHello | None = None
+        self.remote_id: str | None = None
+        #: The peer's host as the connection shows it (fills unspecified endpoints).
+        self.remote_host: str | None = None
+        #: The peer's client endpoint, if it accepts clients (for client fail-over).
+        self.client_endpoint: str | None = None
+        self.state = "hello"
+        #: Resolved by the service once the hello exchange is over: True when this link is
+        #: the one in use for its peer, False when it was a duplicate or led to ourselves.
+        self.ready: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.ready.add_done_callback(_retrieve)  # a dial that timed out no longer awaits it
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Monotonic time the link came up.
+        self.since: float | None = None
+        now = time.monotonic()
+        self.last_heard = now
+        self.last_sent = now
+        #: Bytes handed to the transport so far (an ack waits until the kernel has them).
+        self.written = 0
+        #: Whether the link ended on purpose (goodbyes, a duplicate), not broke.
+        self.clean = False
+        self.bye_sent = False
+        self._queue: list[Event] = []
+        self._dirty = False
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.remote_host = peer[0]
+
+    def data_received(self, data: bytes) -> None:
+        self.codec.receive_data(data)
+        self.process()
+
+    def process(self) -> None:
+        """Handle every whole frame buffered (also called for frames a `ClientSession`
+        buffered before it handed the connection over)."""
+        if self.state in _NOT_READING:
+            return
+        self.last_heard = time.monotonic()
+        codec = self.codec
+        try:
+            while True:
+                msg = codec.next_message()
+                if not isinstance(msg, Message):
+                    break
+                self.handle(msg)
+                if self.state in _NOT_READING:
+                    break
+        except ProtocolError as exc:
+            self.mesh.counters["peer_errors"] += 1
+            log.warning("peer %s sent a bad frame (%s): %s; closing the link", self.label, exc.code, exc)
+            self.fail(exc.code, str(exc), exc)
+        finally:
+            self.mesh._after_batch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        previous, self.state = self.state, "closed"
+        self._queue = []
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionLost(f"peer {self.label} closed the connection during the hello"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.mesh._link_lost(self, previous, exc)
+
+    # -- frames from the peer ---------------------------------------------------------------
+
+    def handle(self, msg: Message) -> None:
+        kind = type(msg)
+        if self.state == "hello":
+            if kind is not PeerHello:
+                raise ProtocolError(f"expected 'peer-hello' first, got {msg.kind!r}")
+            self.mesh._link_up(self, msg)  # type: ignore[arg-type]
+            return
+        if kind is Flood:
+            self.mesh._receive_flood(self, msg.events)  # type: ignore[attr-defined]
+        elif kind is Control:
+            self.mesh._receive_control(self, msg)  # type: ignore[arg-type]
+        elif kind is PeerRouters:
+            self.mesh._learn(msg.routers, self)  # type: ignore[attr-defined]
+        elif kind is Ping:
+            self.send(Pong(token=msg.token))  # type: ignore[attr-defined]
+        elif kind is Pong:
+            pass  # any frame counts as a sign of life (last_heard)
+        elif kind is Bye:
+            self._on_bye()
+        elif kind is Error:
+            log.warning("peer %s reports %s: %s", self.label, msg.code, msg.message)  # type: ignore[attr-defined]
+            if msg.fatal:  # type: ignore[attr-defined]
+                self.abort()
+        elif kind is GetMesh:
+            self.send(MeshInfo(info=self.mesh.info()))
+        else:
+            raise ProtocolError(f"a peer router may not send {msg.kind!r}")
+
+    def _on_bye(self) -> None:
+        self.clean = True
+        if not self.bye_sent:
+            self.retire()  # answer with our own goodbye, after what we still had queued
+        self.state = "closing"
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def queue_event(self, event: Event) -> None:
+        """Send *event* with the next `Flood` frame (`flush`)."""
+        self._queue.append(event)
+        if not self._dirty:
+            self._dirty = True
+            self.mesh._dirty_links.append(self)
+            self.mesh._schedule_flush()
+
+    def queue_events(self, events: list[Event]) -> None:
+        """Send *events* with the next `Flood` frame (`flush`)."""
+        if self._queue:
+            self._queue.extend(events)
+        else:
+            self._queue = events
+        if not self._dirty:
+            self._dirty = True
+            self.mesh._dirty_links.append(self)
+            self.mesh._schedule_flush()
+
+    def flush(self) -> None:
+        """Write the queued events as one frame (or several if one would be too large)."""
+        self._dirty = False
+        queue, self._queue = self._queue, []
+        transport = self.transport
+        if not queue or transport is None or transport.is_closing():
+            return
+        if transport.get_write_buffer_size() > self.mesh.config.max_backlog:
+            self.mesh._dropped(self, len(queue))
+            return
+        self._write_flood(queue)
+
+    def _write_flood(self, events: list[Event]) -> None:
+        try:
+            data = self.codec.send(Flood(events=events))
+        except UsageError:  # over the frame cap: split
+            if len(events) == 1:
+                log.warning("dropping an event too large to flood to %s", self.label)
+                self.mesh.counters["dropped_large"] += 1
+                return
+            half = len(events) // 2
+            self._write_flood(events[:half])
+            self._write_flood(events[half:])
+            return
+        self.transport.write(data)  # type: ignore[union-attr]
+        self.written += len(data)
+        self.last_sent = time.monotonic()
+        counters = self.mesh.counters
+        counters["events_out"] += len(events)
+        counters["frames_out"] += 1
+
+    def send(self, msg: Message) -> None:
+        """Write one frame now, after any queued events."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.bye_sent:
+            return
+        if self._queue:
+            self.flush()
+        data = self.codec.send(msg)
+        transport.write(data)
+        self.written += len(data)
+        self.last_sent = time.monotonic()
+
+    def unsent(self, target: int) -> bool:
+        """Whether some of the first *target* bytes written are still in our buffer (not yet
+        handed to the operating system)."""
+        transport = self.transport
+        if transport is None or self.state == "closed":
+            return False
+        return self.written - transport.get_write_buffer_size() < target
+
+    # -- ending -----------------------------------------------------------------------------
+
+    def retire(self) -> None:
+        """Stop sending on this link and say goodbye; it closes once the peer's goodbye has
+        been read (or after the link timeout)."""
+        if self.bye_sent:
+            return
+        if self.transport is not None and not self.transport.is_closing():
+            self.flush()
+            self.send(Bye())
+        self.bye_sent = True
+        self.clean = True
+        if self.state in ("hello", "up"):
+            self.state = "retiring"
+
+    def close(self) -> None:
+        """Close on purpose, without waiting for a goodbye."""
+        self.clean = True
+        if self.state != "closed":
+            self.state = "closing"
+        if self.transport is not None:
+            self.flush()
+            self.transport.close()
+
+    def fail(self, code: str, message: str, cause: Exception | None = None) -> None:
+        """Tell the peer why, then close: the link broke (the peer is poisoned)."""
+        if self.transport is not None and not self.transport.is_closing():
+            try:
+                self.transport.write(self.codec.send(Error(code=code, message=message[:500], fatal=True)))
+            except UsageError:
+                pass
+            self.transport.close()
+        if not self.ready.done():
+            self.ready.set_exception(cause or ConnectionLost(message))
+        if self.state != "closed":
+            self.state = "closing"
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    @property
+    def label(self) -> str:
+        """How logs name the peer."""
+        if self.remote is not None and self.remote.name:
+            return f"{self.remote.name} ({self.remote_id})"
+        return self.remote_id or self.address or self.remote_host or "?"
+
+    def __repr__(self) -> str:
+        direction = "to" if self.outgoing else "from"
+        return f"<PeerLink {direction} {self.label} {self.state}>"
+
+
+def _retrieve(fut: "asyncio.Future[bool]") -> None:
+    if not fut.cancelled():
+        fut.exception()
