@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Callable, Final, Hashable
+from typing import Callable, Final, Hashable, Iterable
 
 from aa.mesh import Event, UsageError
 from aa.mesh.errors import UnknownCache  # the tree's; re-exported here
@@ -333,14 +333,25 @@ class ClientCaches:
 
     # -- events -------------------------------------------------------------------------------
 
-    def offer(self, event: Event, now: float) -> int:
+    def offer(self, event: Event, now: float, *, keys: Iterable[Hashable] | None = None) -> int:
         """Add *event* to every cache whose pattern accepts it; how many caches took it.
 
         Each distinct pattern is evaluated once. A matcher that raises is taken as "no"
-        (counted in `matcher_errors`): one broken pattern must not stop dispatch.
+        (counted in `matcher_errors`): one broken pattern must not stop dispatch. With
+        *keys*, the caller has matched the event already (an index over equality patterns,
+        say): it goes to the groups with those keys, and no matcher is called.
         """
         seq = self._seq + 1
         taken = 0
+        if keys is not None:
+            for key in keys:
+                group = self._groups.get(key)
+                if group is not None:
+                    group.append(seq, now, event)
+                    taken += len(group.members)
+            if taken:
+                self._seq = seq
+            return taken
         for group in self._groups.values():
             try:
                 accepted = group.matcher(event)

@@ -30,7 +30,7 @@ def test_count_bound_keeps_the_newest() -> None:
 
 
 def test_byte_bound_keeps_the_newest() -> None:
-    one = approx_size(ev(0, "x" * 1000))
+    one = approx_size(ev(10, "x" * 1000))  # ids e10..e49: all the same size
     c = MeshCache(max_bytes=10 * one)
     for i in range(50):
         c.add(ev(i, "x" * 1000))

@@ -1,0 +1,369 @@
+"""Cache requests of a client (Å §4.5): the mesh cache, and the client's own cache.
+
+`CacheClient` is a part of `AsyncClient`; `BlockingCacheClient` gives `Client` the same
+methods, blocking. The wire messages are `aa.mesh.storage_messages`.
+
+    await client.cache_register("Alarm", max_age="3h", max_count=100)   # on every router
+    ...                                                                   # (offline a while)
+    events = await client.cache_fetch()          # what the mesh kept for us, oldest first
+    await client.cache_ack()                     # done with them: gone everywhere
+    recent = await client.cached("Temperature > 30", since=datetime.now(timezone.utc) - timedelta(hours=1))
+
+Keep-alives: once registered, the client sends one every third of the cache's timeout while
+connected, and at once on every (re)connection. A router that does not know the cache (it
+lapsed, or the whole mesh restarted) answers ``unknown-cache``, and the client registers it
+again with what it was given. A client that stays away longer than the timeout loses its
+cache: that is the contract (Å §4.5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Final, TypeVar
+
+from aa.mesh import (
+    AaError,
+    AaTimeout,
+    ConnectionLost,
+    Event,
+    PatternError,
+    PatternSpec,
+    RemoteError,
+    UsageError,
+)
+from aa.mesh.messages import Error, Message
+from aa.mesh.storage_messages import (
+    DEFAULT_CACHE_TIMEOUT,
+    CacheAck,
+    CacheClear,
+    CacheDone,
+    CacheEvents,
+    CacheFetch,
+    CacheKeepalive,
+    CachePolicy,
+    CacheRegister,
+    CacheRemove,
+    Cached,
+    GetCached,
+    GetCacheInfo,
+)
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient
+    from .config import ClientConfig
+    from .link import Link
+
+__all__ = ["CacheClient", "BlockingCacheClient", "KEEPALIVE_FRACTION"]
+
+log = logging.getLogger("aa.client")
+
+#: Keep-alives go every this fraction of the cache's timeout: two may be lost (or a
+#: reconnection take a while) before the cache lapses.
+KEEPALIVE_FRACTION: Final = 1 / 3
+
+T = TypeVar("T")
+Age = float | int | str | timedelta | None
+
+
+def _age(value: Age) -> float | str | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool):
+        raise UsageError("max_age must be seconds, text such as '3h', or a timedelta")
+    return value
+
+
+def _spec(pattern: str | PatternSpec, format: str, kernel: str) -> PatternSpec:
+    return pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
+
+
+def _aware(since: datetime | None) -> datetime | None:
+    if since is None:
+        return None
+    if not isinstance(since, datetime):
+        raise UsageError("since must be a datetime or None")
+    return since if since.tzinfo is not None else since.astimezone()  # naive: this machine's time
+
+
+class _Pending:
+    __slots__ = ("future", "events")
+
+    def __init__(self, future: "asyncio.Future[Any]") -> None:
+        self.future = future
+        self.events: list[Event] = []
+
+
+class CacheClient:
+    """Cache requests for `AsyncClient` (a mixin: it uses the client's link and ids)."""
+
+    if TYPE_CHECKING:  # what it uses of AsyncClient
+        config: ClientConfig
+        client_id: str
+        _link: Link | None
+        _next_sub: int
+        _closing: bool
+
+        @property
+        def connected(self) -> bool: ...
+
+        async def wait_connected(self, timeout: float | None = None) -> None: ...
+
+        def _send(self, msg: Message) -> None: ...
+
+    def _init_caching(self) -> None:
+        self._storage_requests: dict[int, _Pending] = {}
+        #: What `cache_register` was given, to renew the registration with.
+        self._cache_registration: dict[str, Any] | None = None
+        self._cache_keepalive_task: asyncio.Task[None] | None = None
+        self._cache_last_fetched: str | None = None
+
+    # -- the mesh cache ---------------------------------------------------------------------
+
+    async def cached(
+        self,
+        pattern: str | PatternSpec,
+        *,
+        since: datetime | None = None,
+        limit: int | None = None,
+        format: str = "expr",
+        kernel: str = "python",
+    ) -> list[Event]:
+        """Events the router's mesh cache holds that *pattern* matches, taken at or after
+        *since* (a naive datetime is this machine's local time), oldest first, at most
+        *limit*; marked historical. Raises `PatternError`, `AaTimeout`, `ConnectionLost`."""
+        spec = _spec(pattern, format, kernel)
+        when = _aware(since)
+        events, _ = await self._storage_request(lambda req: GetCached(req=req, pattern=spec, since=when, limit=limit))
+        return events  # type: ignore[no-any-return]
+
+    # -- the client cache -------------------------------------------------------------------
+
+    async def cache_register(
+        self,
+        pattern: str | PatternSpec,
+        *,
+        max_age: Age = None,
+        max_count: int | str | None = None,
+        timeout: float = DEFAULT_CACHE_TIMEOUT,
+        format: str = "expr",
+        kernel: str = "python",
+    ) -> dict[str, Any]:
+        """Ask every router of the mesh to keep the events *pattern* matches for this
+        client (its `client_id`): at most *max_count* of them, none older than *max_age*
+        (seconds, text such as ``"3h"``, or a timedelta), while keep-alives come at least
+        every *timeout* seconds (this client sends them by itself while connected).
+        Registering again with the same pattern changes the policy and keeps the events.
+        Returns the cache's info (see `aa.mesh.storage_messages`). Raises `RemoteError`
+        with code ``invalid-policy`` and the router's reason for a bad policy,
+        `PatternError` for a refused pattern."""
+        spec = _spec(pattern, format, kernel)
+        age = _age(max_age)
+        done = await self._storage_request(
+            lambda req: CacheRegister(req=req, pattern=spec, max_age=age, max_count=max_count, timeout=float(timeout))
+        )
+        self._cache_registration = {"pattern": spec, "max_age": age, "max_count": max_count, "timeout": float(timeout)}
+        self._cache_last_fetched = None
+        self._start_cache_keepalives()
+        return done.info  # type: ignore[no-any-return]
+
+    async def cache_fetch(self, limit: int | None = None) -> list[Event]:
+        """The cached events not yet acknowledged, oldest first, at most *limit*. Fetching
+        removes nothing: `cache_ack()` does. Raises `RemoteError` (``unknown-cache``)."""
+        events, _ = await self._storage_request(lambda req: CacheFetch(req=req, limit=limit))
+        if events:
+            self._cache_last_fetched = events[-1].id
+        return events  # type: ignore[no-any-return]
+
+    async def cache_ack(self, upto: str | None = None) -> dict[str, Any]:
+        """Remove from the cache, on every router, the events up to and including event id
+        *upto* (default: the last one `cache_fetch` returned). Returns the cache's info."""
+        target = upto if upto is not None else self._cache_last_fetched
+        if target is None:
+            return await self.cache_info()
+        done = await self._storage_request(lambda req: CacheAck(req=req, upto=target))
+        return done.info  # type: ignore[no-any-return]
+
+    async def cache_policy(
+        self, *, max_age: Age = None, max_count: int | str | None = None
+    ) -> dict[str, Any]:
+        """Change the cache's expiry policy everywhere (it applies to what is kept too)."""
+        age = _age(max_age)
+        done = await self._storage_request(lambda req: CachePolicy(req=req, max_age=age, max_count=max_count))
+        if self._cache_registration is not None:
+            self._cache_registration.update(max_age=age, max_count=max_count)
+        return done.info  # type: ignore[no-any-return]
+
+    async def cache_clear(self) -> dict[str, Any]:
+        """Empty the cache everywhere; it stays registered."""
+        done = await self._storage_request(lambda req: CacheClear(req=req))
+        return done.info  # type: ignore[no-any-return]
+
+    async def cache_remove(self) -> bool:
+        """Remove the cache everywhere and stop the keep-alives; False if there was none."""
+        self._stop_cache_keepalives()
+        self._cache_registration = None
+        done = await self._storage_request(lambda req: CacheRemove(req=req))
+        return bool(done.info.get("removed"))
+
+    async def cache_info(self) -> dict[str, Any]:
+        """The cache's pattern, policy, timeout and number of events waiting."""
+        done = await self._storage_request(lambda req: GetCacheInfo(req=req))
+        return done.info  # type: ignore[no-any-return]
+
+    async def cache_keepalive(self) -> dict[str, Any]:
+        """Send a keep-alive now (they are sent by themselves; this is for tests and tools).
+        Registers the cache again if the router does not know it and we registered it."""
+        try:
+            done = await self._storage_request(lambda req: CacheKeepalive(req=req))
+        except RemoteError as exc:
+            reg = self._cache_registration
+            if exc.code != "unknown-cache" or reg is None:
+                raise
+            log.info("the router had lost our cache; registering it again")
+            done = await self._storage_request(lambda req: CacheRegister(req=req, **reg))
+        return done.info  # type: ignore[no-any-return]
+
+    # -- keep-alives ------------------------------------------------------------------------
+
+    def _start_cache_keepalives(self) -> None:
+        if self._cache_keepalive_task is None or self._cache_keepalive_task.done():
+            self._cache_keepalive_task = asyncio.get_running_loop().create_task(
+                self._cache_keepalive_loop(), name=f"aa-cache-keepalive-{self.client_id}"
+            )
+
+    def _stop_cache_keepalives(self) -> None:
+        task, self._cache_keepalive_task = self._cache_keepalive_task, None
+        if task is not None:
+            task.cancel()
+
+    async def _cache_keepalive_loop(self) -> None:
+        while self._cache_registration is not None and not self._closing:
+            await asyncio.sleep(self._cache_registration["timeout"] * KEEPALIVE_FRACTION)
+            if self.connected:
+                await self._cache_keepalive_quietly()
+
+    async def _cache_keepalive_quietly(self) -> None:
+        try:
+            await self.cache_keepalive()
+        except AaError as exc:
+            log.info("cache keep-alive failed (next one later): %s", exc)
+
+    def _caching_connected(self) -> None:
+        """On every (re)connection: a keep-alive at once (it re-registers if needed)."""
+        if self._cache_registration is not None:
+            task = asyncio.get_running_loop().create_task(self._cache_keepalive_quietly())
+            self._storage_background = task  # keep a reference until it is done
+
+    def _caching_close(self) -> None:
+        self._stop_cache_keepalives()
+        for p in self._storage_requests.values():
+            if not p.future.done():
+                p.future.set_exception(ConnectionLost("the client closed"))
+        self._storage_requests.clear()
+
+    # -- requests and answers ---------------------------------------------------------------
+
+    async def _storage_request(self, make: Callable[[int], Message]) -> Any:
+        await self.wait_connected(self.config.request_timeout)
+        link = self._link
+        if link is None:
+            raise ConnectionLost("not connected")
+        req = self._next_sub  # shared with sub_ids: an Error's ref names one request only
+        self._next_sub += 1
+        msg = make(req)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._storage_requests[req] = _Pending(fut)
+        try:
+            self._send(msg)
+            async with asyncio.timeout(self.config.request_timeout):
+                await asyncio.wait([fut, link.lost], return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            raise AaTimeout(f"the router did not answer {msg.kind!r} in time") from None
+        finally:
+            self._storage_requests.pop(req, None)
+        if not fut.done():
+            raise ConnectionLost(f"the connection was lost before the router answered {msg.kind!r}")
+        return fut.result()
+
+    def _storage_answer(self, msg: Message) -> None:
+        p = self._storage_requests.get(msg.req)  # type: ignore[attr-defined]
+        if p is None or p.future.done():
+            return
+        if type(msg) is CacheDone:
+            p.future.set_result(msg)
+            return
+        p.events.extend(msg.events)  # type: ignore[attr-defined]
+        if not msg.partial:  # type: ignore[attr-defined]
+            p.future.set_result((p.events, msg))
+
+    def _storage_error(self, msg: Error) -> bool:
+        """Route a refusal of one of our storage requests; False if it is not one."""
+        p = self._storage_requests.get(msg.ref) if msg.ref is not None else None
+        if p is None:
+            return False
+        if not p.future.done():
+            cls = PatternError if msg.code.startswith("pattern-") else RemoteError
+            p.future.set_exception(cls(msg.message, code=msg.code))
+        return True
+
+
+class BlockingCacheClient:
+    """The cache requests for the blocking `Client` (a mixin over its `AsyncClient`)."""
+
+    _async: "AsyncClient"
+    _call: Callable[..., Any]
+
+    def cached(
+        self,
+        pattern: str | PatternSpec,
+        *,
+        since: datetime | None = None,
+        limit: int | None = None,
+        format: str = "expr",
+        kernel: str = "python",
+    ) -> list[Event]:
+        """Blocking `AsyncClient.cached`."""
+        return self._run(self._async.cached(pattern, since=since, limit=limit, format=format, kernel=kernel))
+
+    def cache_register(
+        self,
+        pattern: str | PatternSpec,
+        *,
+        max_age: Age = None,
+        max_count: int | str | None = None,
+        timeout: float = DEFAULT_CACHE_TIMEOUT,
+        format: str = "expr",
+        kernel: str = "python",
+    ) -> dict[str, Any]:
+        """Blocking `AsyncClient.cache_register` (keep-alives go on in the client's thread)."""
+        return self._run(self._async.cache_register(
+            pattern, max_age=max_age, max_count=max_count, timeout=timeout, format=format, kernel=kernel))  # fmt: skip
+
+    def cache_fetch(self, limit: int | None = None) -> list[Event]:
+        """Blocking `AsyncClient.cache_fetch`."""
+        return self._run(self._async.cache_fetch(limit))
+
+    def cache_ack(self, upto: str | None = None) -> dict[str, Any]:
+        """Blocking `AsyncClient.cache_ack`."""
+        return self._run(self._async.cache_ack(upto))
+
+    def cache_policy(self, *, max_age: Age = None, max_count: int | str | None = None) -> dict[str, Any]:
+        """Blocking `AsyncClient.cache_policy`."""
+        return self._run(self._async.cache_policy(max_age=max_age, max_count=max_count))
+
+    def cache_clear(self) -> dict[str, Any]:
+        """Blocking `AsyncClient.cache_clear`."""
+        return self._run(self._async.cache_clear())
+
+    def cache_remove(self) -> bool:
+        """Blocking `AsyncClient.cache_remove`."""
+        return self._run(self._async.cache_remove())
+
+    def cache_info(self) -> dict[str, Any]:
+        """Blocking `AsyncClient.cache_info`."""
+        return self._run(self._async.cache_info())
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._call(coro)  # type: ignore[no-any-return]

@@ -1,0 +1,121 @@
+"""Which client-cache patterns accept an event, without evaluating each (pure: no I/O).
+
+Every dispatched event is offered to the client caches, and evaluating each distinct pattern
+costs about half a microsecond: ten distinct patterns would take half a router's budget at
+50,000 events/s. Client caches are mostly "my device's events": ``Device == "phone-7"``. Such
+a pattern — one name compared for equality with one constant — is answered by a dictionary
+lookup, whatever the number of them: the index keeps, per value name, a table from constant
+to the patterns that want it. Every other pattern is evaluated as before.
+
+Same answers as evaluating: `==` between an event value and a constant holds exactly when a
+dictionary lookup finds the constant (hash and `==`, so ``1``, ``1.0`` and ``True`` agree as
+they do in the expression); an unhashable value (a list, a map) equals no constant; a missing
+name is "no match" in both. Names an expression resolves elsewhere when the event lacks them
+(builtins, ``type``, ``meta``, ``event``, ``params``) are never indexed.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from typing import Any, Callable, Final, Hashable
+
+from aa.mesh import Event, PatternSpec
+
+__all__ = ["CacheIndex", "equality_of"]
+
+#: Names an expression pattern may resolve without the event: never indexed.
+_NOT_VALUES: Final = frozenset(dir(builtins)) | {"type", "meta", "event", "params"}
+_MISSING: Final = object()
+
+
+def equality_of(spec: PatternSpec) -> tuple[str, Hashable] | None:
+    """(name, constant) when *spec* is ``name == constant`` (either way round), else None."""
+    if spec.kernel != "python" or spec.format != "expr":
+        return None
+    try:
+        tree = ast.parse(spec.source.strip(), mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+    node = tree.body
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)):
+        return None
+    left, right = node.left, node.comparators[0]
+    if isinstance(right, ast.Name) and isinstance(left, ast.Constant):
+        left, right = right, left
+    if not (isinstance(left, ast.Name) and isinstance(right, ast.Constant)):
+        return None
+    name, value = left.id, right.value
+    if name in _NOT_VALUES or name.startswith("_") or value is Ellipsis:
+        return None
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    if isinstance(value, float) and value != value:
+        return None
+    return name, value
+
+
+class CacheIndex:
+    """The distinct patterns of the client caches: equality ones in tables, the rest listed."""
+
+    __slots__ = ("_tables", "_general", "_where")
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[Hashable, list[Hashable]]] = {}  # name → constant → keys
+        self._general: dict[Hashable, Callable[[Event], bool]] = {}  # key → matcher
+        self._where: dict[Hashable, tuple[str, Hashable] | None] = {}
+
+    def add(self, key: Hashable, spec: PatternSpec, matcher: Callable[[Event], bool]) -> None:
+        """Index pattern *key* (once per key)."""
+        if key in self._where:
+            return
+        eq = equality_of(spec)
+        self._where[key] = eq
+        if eq is None:
+            self._general[key] = matcher
+        else:
+            name, value = eq
+            self._tables.setdefault(name, {}).setdefault(value, []).append(key)
+
+    def remove(self, key: Hashable) -> None:
+        if key not in self._where:
+            return
+        eq = self._where.pop(key)
+        if eq is None:
+            del self._general[key]
+            return
+        name, value = eq
+        table = self._tables[name]
+        keys = table[value]
+        keys.remove(key)
+        if not keys:
+            del table[value]
+            if not table:
+                del self._tables[name]
+
+    def match(self, event: Event) -> list[Hashable]:
+        """Keys of the patterns that accept *event*. A matcher that raises is "no"."""
+        out: list[Hashable] = []
+        values = event.values
+        for name, table in self._tables.items():
+            v: Any = values.get(name, _MISSING)
+            if v is _MISSING:
+                continue
+            try:
+                keys = table.get(v)
+            except TypeError:  # unhashable: equal to no constant
+                continue
+            if keys:
+                out.extend(keys)
+        for key, matcher in self._general.items():
+            try:
+                if matcher(event):
+                    out.append(key)
+            except Exception:
+                continue
+        return out
+
+    def __len__(self) -> int:
+        return len(self._where)

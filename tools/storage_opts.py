@@ -1,0 +1,53 @@
+"""The storage options of `aa router`: the store, the event log, the caches."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Mapping
+
+from aa.mesh import UsageError
+from aa.router import CacheConfig, EventLogConfig, StoreConfig
+from aa.router.cacheconfig import CACHE_SWEEP_INTERVAL
+from aa.router.meshcache import MESH_CACHE_MAX_EVENTS
+
+__all__ = ["add_storage_options", "storage_config"]
+
+ENV_STORE_URL = "AA_STORE_URL"
+
+
+def add_storage_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "storage",
+        "The persistent store keeps the events their publishers ask to persist (aa send --persist) "
+        "and replays them to subscribers that ask for history; the mesh cache keeps the newest "
+        "events in memory for clients that ask; the event log writes every event to Parquet "
+        "files for mining (DATA_DIR/eventlog).",
+    )
+    g.add_argument("--store-url", metavar="URL",
+                   help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://aa@db/aa (default: "
+                   f"${ENV_STORE_URL}, else the SQLite file DATA_DIR/events.db; no store without either)")
+    g.add_argument("--no-store", action="store_true", help="keep no persistent store")
+    g.add_argument("--event-log", action=argparse.BooleanOptionalAction, default=False,
+                   help="append every event to the Parquet event log in DATA_DIR/eventlog (default: off; "
+                   "at full load it takes ~40%% of the router's throughput)")
+    g.add_argument("--mesh-cache-events", type=int, metavar="N", default=MESH_CACHE_MAX_EVENTS,
+                   help=f"events the in-memory mesh cache keeps, 0 for none (default: {MESH_CACHE_MAX_EVENTS})")
+    g.add_argument("--cache-sweep-interval", type=float, metavar="S", default=CACHE_SWEEP_INTERVAL,
+                   help=f"seconds between sweeps of client caches whose keep-alive lapsed "
+                   f"(default: {CACHE_SWEEP_INTERVAL:g})")
+
+
+def storage_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`RouterConfig` fields from the storage options. Raises `UsageError`."""
+    env = os.environ if environ is None else environ
+    url = args.store_url or env.get(ENV_STORE_URL) or None
+    if args.no_store and args.store_url:
+        raise UsageError("--no-store and --store-url contradict each other")
+    if args.event_log and args.data_dir is None:
+        raise UsageError("--event-log needs --data-dir")
+    return {
+        "store": None if args.no_store else StoreConfig(url=url),
+        "event_log": EventLogConfig() if args.event_log else None,
+        "caches": CacheConfig(mesh_cache_events=args.mesh_cache_events, sweep_interval=args.cache_sweep_interval),
+    }
