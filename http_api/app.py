@@ -1,0 +1,216 @@
+"""The FastAPI application over a router's public interface: thin — each route translates
+HTTP to one of the router's calls and back.
+
+Routes (OpenAPI at ``/docs``)::
+
+    GET    /                                 the web monitor (static/index.html)
+    GET    /static/…                         monitor files and the JS client (aa.js)
+    GET    /health                           liveness and the router's counters
+    GET    /mesh                             routers and links of the mesh
+    POST   /events                           publish
+    GET    /events?pattern=&since=&limit=    stored and cached history
+    GET    /stream?pattern=                  live events as server-sent events
+    POST   /clients                          register an HTTP client (→ id, token)
+    GET    /clients/{id}                     …its patterns, policy, queue sizes
+    DELETE /clients/{id}
+    PUT    /clients/{id}/policy
+    POST   /clients/{id}/patterns            add a pattern
+    DELETE /clients/{id}/patterns/{pid}
+    GET    /clients/{id}/feed                queued events: Atom, or JSON by Accept
+    POST   /clients/{id}/ack                 acknowledge a cursor or an event id
+    DELETE /clients/{id}/feed                drop everything queued
+
+Errors are ``{"error": code, "message": text}`` with a 4xx status, never an exception in
+the router: malformed JSON 400, no or wrong token 401, an address outside the allowed ranges
+403, an unknown client 404, a body over the cap 413, a well-formed request the router refuses
+(unknown field, wrong type, bad pattern, bad policy) 422, a full router or an unreachable
+store 503.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import datetime, timezone
+from importlib.resources import files
+from typing import Any, Callable, Iterable
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
+from aa.mesh.jsonvalues import event_to_json, from_json, to_json
+from aa.router import parse_duration
+
+from .atom import ATOM_TYPE, render_atom
+from .clients import BadToken, Capacity, HttpClients, UnknownClient
+from .guard import Guard
+from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
+from .models import ErrorOut, Published, PublishIn
+from .routes_clients import api as clients_api
+from .stream import api as stream_api
+from .web import error as _error
+from .web import negotiate
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("aa.http_api")
+
+_STATIC = files("aa.http_api") / "static"
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 403: {"model": ErrorOut},
+    404: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut},
+}
+
+
+def _parse_since(text: str, now: datetime) -> datetime:
+    """``since``: an ISO 8601 instant (UTC when it names no zone) or a duration back from
+    now (``"90s"``, ``"1h"``)."""
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return now - parse_duration(text)
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
+def create_app(
+    router: Any,
+    *,
+    allow: Iterable[str] = DEFAULT_ALLOW,
+    max_body: int = MAX_BODY_BYTES,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+) -> Guard:
+    """The ASGI application serving *router*: the FastAPI app behind the `Guard`.
+
+    *clock* (monotonic seconds) drives HTTP clients' keep-alives, *wall* (epoch seconds) the
+    feeds' Last-Modified; tests pass their own. Raises `UsageError` for a bad range.
+    """
+    app = FastAPI(
+        title="Aa router",
+        version="1",
+        description="The RESTful endpoint of an Aa router (Å §4.8): publish, register HTTP "
+        "clients whose events the mesh keeps, poll their Atom feeds, watch the mesh.",
+        responses=_ERRORS,
+    )
+    app.state.router = router
+    app.state.clients = HttpClients(router.caches)
+    app.state.clock = clock
+    app.state.wall = wall
+    app.state.streams = set()
+    app.state.closing = None  # set by HttpEndpoint: an asyncio.Event, set on shutdown
+    _handlers(app)
+
+    @app.get("/", include_in_schema=False)
+    async def monitor() -> FileResponse:
+        return FileResponse(str(_STATIC / "index.html"), media_type="text/html")
+
+    @app.get("/health", summary="Liveness, and the router's counters")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", **to_json(router.stats())}
+
+    @app.get("/mesh", summary="Routers and links of the mesh, as this router knows it")
+    async def mesh() -> dict[str, Any]:
+        """`Router.mesh_info()` (layout: `aa.mesh.MeshInfo`), plus ``links``: each pair of
+        router ids with a peer link between them, once."""
+        info: dict[str, Any] = to_json(router.mesh_info())
+        pairs = {
+            tuple(sorted((r["id"], p["id"])))
+            for r in info.get("routers", [])
+            for p in r.get("peers", [])
+            if p.get("id")
+        }
+        info["links"] = [list(p) for p in sorted(pairs)]
+        return info
+
+    @app.post("/events", status_code=201, response_model=Published, summary="Publish an event")
+    async def publish(body: PublishIn, request: Request, response: Response) -> Published:
+        values, meta = from_json(body.values), from_json(body.meta)
+        peer = request.client
+        address = f"{peer.host}:{peer.port}" if peer else "http"
+        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id="http", address=address)
+        if event is None:  # a retried publish: the id is already in the mesh
+            response.status_code = 200
+            return Published(id=body.id or "", duplicate=True)
+        return Published(id=event.id)
+
+    @app.get("/events", summary="Stored and cached events matching a pattern")
+    async def history(
+        request: Request,
+        pattern: str = Query("True", description="Pattern source (default: every event)"),
+        kernel: str = "python",
+        format: str = "expr",
+        since: str | None = Query(None, description="ISO 8601 instant, or a duration back: '1h'"),
+        limit: int = Query(100, ge=1, le=MAX_HISTORY),
+        include_cache: bool = True,
+    ) -> Response:
+        spec = PatternSpec(kernel=kernel, format=format, source=pattern)
+        start = None if since is None else _parse_since(since, datetime.now(timezone.utc))
+        events = await router.history(spec, since=start, limit=limit, include_cache=include_cache)
+        if negotiate(request.headers.get("accept"), ("application/json", ATOM_TYPE)) == ATOM_TYPE:
+            body = render_atom(
+                feed_id=f"urn:aa:history:{router.id}", title=f"Aa history: {pattern}",
+                updated=datetime.now(timezone.utc), author=router.name,
+                links=[("self", str(request.url))], entries=[(e, ()) for e in events],
+            )
+            return Response(body, media_type=ATOM_TYPE)
+        return JSONResponse({"events": [event_to_json(e) for e in events]})
+
+    app.include_router(clients_api)
+    app.include_router(stream_api)
+    app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
+    return Guard(app, allow=allow, max_body=max_body)
+
+
+def _handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        for e in errors:
+            if e.get("type") == "json_invalid":
+                why = (e.get("ctx") or {}).get("error", "")
+                return _error(400, "malformed-json", f"the body is not valid JSON: {why}".rstrip(": "))
+        parts = []
+        for e in errors:
+            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+            parts.append(f"{where}: {e.get('msg', 'invalid')}")
+        detail = json.loads(json.dumps(errors, default=str))
+        return _error(422, "invalid-request", "; ".join(parts), detail=detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        return _error(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(BadToken)
+    async def bad_token(request: Request, exc: BadToken) -> JSONResponse:
+        return _error(401, "unauthorized", str(exc), headers={"WWW-Authenticate": 'Bearer realm="aa"'})
+
+    @app.exception_handler(UnknownClient)
+    async def unknown(request: Request, exc: UnknownClient) -> JSONResponse:
+        return _error(404, "unknown-client", str(exc))
+
+    @app.exception_handler(Capacity)
+    async def full(request: Request, exc: Capacity) -> JSONResponse:
+        return _error(503, "full", str(exc), headers={"Retry-After": "60"})
+
+    @app.exception_handler(StoreError)
+    async def store(request: Request, exc: StoreError) -> JSONResponse:
+        return _error(503, "store", f"the store cannot answer now: {exc}", headers={"Retry-After": "10"})
+
+    @app.exception_handler(PatternError)
+    async def pattern(request: Request, exc: PatternError) -> JSONResponse:
+        return _error(422, "pattern", str(exc), reason=exc.code)
+
+    @app.exception_handler(UsageError)
+    async def usage(request: Request, exc: UsageError) -> JSONResponse:
+        return _error(422, type(exc).__name__, str(exc))
+
+    @app.exception_handler(AaError)
+    async def other(request: Request, exc: AaError) -> JSONResponse:
+        return _error(400, type(exc).__name__, str(exc))
+

@@ -1,0 +1,196 @@
+"""`HttpEndpoint`: the HTTP API served by uvicorn inside the router's own event loop.
+
+Compose it with a router (the router never imports this package)::
+
+    async with Router(RouterConfig(port=0), endpoints=[HttpEndpoint(port=0)]) as router:
+        print(router.endpoints[0].url)      # http://127.0.0.1:<real port>/
+
+Ready means ready: `start()` binds the listening socket itself, hands it to uvicorn, and
+returns once uvicorn has started serving on it, so `address` is the real one and a
+connection made right after is answered. uvicorn's own signal handling is switched off (the
+program that runs the router owns SIGINT/SIGTERM), as are its proxy headers (the address
+check must see the real peer) and its logging set-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import uvicorn
+
+from aa.mesh import UsageError
+
+from .app import create_app
+from .guard import parse_ranges
+from .limits import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, MAX_BODY_BYTES
+from .stream import close_streams
+
+__all__ = ["HttpConfig", "HttpEndpoint"]
+
+log = logging.getLogger("aa.http_api")
+
+#: Seconds between sweeps that forget HTTP clients whose keep-alive lapsed.
+_SWEEP_INTERVAL = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpConfig:
+    """How the HTTP endpoint runs.
+
+    >>> HttpConfig(port=0).allow
+    ('127.0.0.0/8', '::1/128')
+    """
+
+    #: Address to listen on. Loopback unless the operator says otherwise.
+    host: str = "127.0.0.1"
+    #: TCP port; 0 picks a free one (the real one is `HttpEndpoint.address` after start).
+    port: int = DEFAULT_HTTP_PORT
+    #: CIDR ranges of callers allowed in; others get 403. Loopback only by default.
+    allow: tuple[str, ...] = field(default=DEFAULT_ALLOW)
+    #: Largest request body in bytes; larger ones get 413.
+    max_body: int = MAX_BODY_BYTES
+    #: Seconds a closing endpoint waits for requests in flight.
+    shutdown_grace: float = 2.0
+
+    def __post_init__(self) -> None:
+        if type(self.port) is not int or not 0 <= self.port <= 65535:
+            raise UsageError(f"HTTP port must be 0..65535, not {self.port!r}")
+        if isinstance(self.allow, str):
+            object.__setattr__(self, "allow", (self.allow,))
+        object.__setattr__(self, "allow", tuple(self.allow))
+        parse_ranges(self.allow)  # raises UsageError for a bad range
+        if type(self.max_body) is not int or self.max_body < 1:
+            raise UsageError("max_body must be a positive number of bytes")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket. Made with ``IPPROTO_TCP`` named, not 0 as
+    `socket.create_server` does: asyncio sets TCP_NODELAY only on sockets that say they are
+    TCP, and without it every response written in two parts (headers, body) waits some
+    40 ms for the peer's delayed ACK."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(2048)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, told when it has started, and leaving signals to the program."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+
+class HttpEndpoint:
+    """The router's RESTful endpoint (Å §4.8), an `aa.router.Endpoint`.
+
+    ``HttpEndpoint(host="127.0.0.1", port=8080, allow=("192.168.0.0/16",))``; keyword
+    arguments are `HttpConfig`'s. Raises `UsageError` for a bad port or range.
+    """
+
+    def __init__(self, config: HttpConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise UsageError("pass an HttpConfig or keyword options, not both")
+        self.config = config or HttpConfig(**options)
+        self.app: Any = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._address: tuple[str, int] | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) bound; known once `start()` returned."""
+        if self._address is None:
+            raise UsageError("the HTTP endpoint has not been started")
+        return self._address
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+    async def start(self, router: Any) -> None:
+        """Bind, start serving *router*, return once requests are answered. Raises OSError
+        when the port is taken."""
+        cfg = self.config
+        self.app = create_app(router, allow=cfg.allow, max_body=cfg.max_body)
+        sock = _listen(cfg.host, cfg.port)
+        server = _Server(
+            uvicorn.Config(
+                self.app,
+                lifespan="off",
+                log_config=None,
+                log_level="warning",
+                access_log=False,
+                proxy_headers=False,
+                server_header=False,
+                ws="none",
+                timeout_graceful_shutdown=int(cfg.shutdown_grace) or 1,
+            )
+        )
+        task = asyncio.create_task(server.serve(sockets=[sock]), name="aa-http")
+        ready = asyncio.create_task(server.ready.wait())
+        await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
+        if not server.ready.is_set():
+            ready.cancel()
+            sock.close()
+            exc = task.exception() if not task.cancelled() else None
+            raise OSError(f"the HTTP endpoint did not start: {exc!r}") from exc
+        self._server, self._task = server, task
+        self._address = sock.getsockname()[:2]
+        state = self.app.app.state
+        state.closing = asyncio.Event()
+        self._sweeper = asyncio.create_task(self._sweep(state), name="aa-http-sweep")
+        log.info("HTTP endpoint on %s", self.url)
+
+    async def _sweep(self, state: Any) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_INTERVAL)
+            try:
+                state.clients.expire(state.clock())
+            except Exception:
+                log.exception("sweeping HTTP clients failed")
+
+    async def aclose(self) -> None:
+        """Stop serving: end streams, let requests in flight finish, close. Idempotent."""
+        server, task = self._server, self._task
+        if server is None or task is None:
+            return
+        self._server = self._task = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        state = self.app.app.state
+        state.closing.set()
+        close_streams(state)
+        server.should_exit = True
+        try:
+            await task
+        except Exception:
+            log.exception("the HTTP server failed while closing")

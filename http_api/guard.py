@@ -1,0 +1,128 @@
+"""The endpoint's outer wall, as plain ASGI middleware in front of the application: callers
+outside the allowed address ranges get 403, request bodies over the cap get 413, before any
+route, parser or the router sees them.
+
+The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
+talk its way in with ``X-Forwarded-For``. Bodies: a ``Content-Length`` over the cap is
+refused at once; a body without one (chunked) is counted as it arrives and refused as soon as
+it passes the cap, so memory never holds more than the cap.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any, Awaitable, Callable, Iterable, MutableMapping
+
+from aa.mesh import UsageError
+
+from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES
+
+__all__ = ["Guard", "parse_ranges"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_ranges(ranges: Iterable[str]) -> tuple[Network, ...]:
+    """CIDR ranges (``"192.168.0.0/16"``, ``"::1"``); raises `UsageError` for a bad one."""
+    out = []
+    for r in ranges:
+        try:
+            out.append(ipaddress.ip_network(r.strip(), strict=False))
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"not an address range: {r!r} ({exc})") from None
+    return tuple(out)
+
+
+async def _refuse(send: Send, status: int, code: str, message: str) -> None:
+    body = json.dumps({"error": code, "message": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """ASGI middleware: address allow-list and body cap (see the module docstring)."""
+
+    def __init__(
+        self, app: ASGIApp, *, allow: Iterable[str] = DEFAULT_ALLOW, max_body: int = MAX_BODY_BYTES
+    ) -> None:
+        self.app = app
+        self.allow = parse_ranges(allow)
+        self.max_body = max_body
+        self._verdicts: dict[str, bool] = {}  # address → allowed; callers are few
+
+    def allowed(self, host: str | None) -> bool:
+        if host is None:
+            return False
+        verdict = self._verdicts.get(host)
+        if verdict is None:
+            try:
+                addr = ipaddress.ip_address(host.split("%", 1)[0])
+            except ValueError:
+                verdict = False
+            else:
+                mapped = getattr(addr, "ipv4_mapped", None)
+                addr = mapped or addr
+                verdict = any(addr in net for net in self.allow)
+            if len(self._verdicts) < 4096:
+                self._verdicts[host] = verdict
+        return verdict
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        if not self.allowed(client[0] if client else None):
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await _refuse(send, 403, "forbidden", "requests from this address are not allowed here")
+            return
+        if kind == "websocket":
+            await self.app(scope, receive, send)
+            return
+        length = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    await _refuse(send, 400, "bad-request", "Content-Length is not a number")
+                    return
+                break
+        cap = self.max_body
+        if length is not None and length > cap:
+            await _refuse(send, 413, "too-large", f"request body over the limit of {cap} bytes")
+            return
+        if length is not None or scope["method"] in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        # No Content-Length: read the body here, counting, and replay it to the app.
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > cap:
+                await _refuse(send, 413, "too-large", f"request body over the limit of {cap} bytes")
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replayed() -> Message:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)

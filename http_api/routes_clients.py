@@ -1,0 +1,237 @@
+"""Routes of HTTP clients (Å §4.8): registration, patterns, policy, the feed, acknowledgement.
+
+Everything under ``/clients/{id}`` needs the client's token (`web.token_of`). The feed is
+Atom unless ``Accept`` prefers JSON; both carry the same page (`clients.HttpClients.page`).
+It answers conditional requests: ``If-None-Match`` against a strong ETag of the page's
+content, else ``If-Modified-Since`` against its Last-Modified (`HttpClients.conditional`);
+either gives a 304 without rendering. A poll, conditional or not, is the client's keep-alive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from aa.mesh import PatternSpec, UsageError
+from aa.mesh.event import META_TIME
+from aa.router import ExpiryPolicy, parse_duration
+
+from .atom import ATOM_TYPE, render_atom, render_json
+from .clients import HttpClient, HttpClients
+from .limits import DEFAULT_KEEPALIVE, DEFAULT_MAX_COUNT, DEFAULT_PAGE, MAX_KEEPALIVE, MAX_PAGE
+from .models import AckIn, AckOut, ClientIn, ClientOut, PatternIn, PatternOut, PolicyIn, Registered
+from .web import error, etag_matches, http_date, negotiate, parse_http_date, token_of
+
+__all__ = ["api"]
+
+api = APIRouter(tags=["clients"])
+
+_FEED_TYPES = (ATOM_TYPE, "application/json")
+
+
+def _clients(request: Request) -> HttpClients:
+    return request.app.state.clients  # type: ignore[no-any-return]
+
+
+def _client(request: Request, client_id: str) -> HttpClient:
+    return _clients(request).get(client_id, token_of(request, client_id), now=request.app.state.clock())
+
+
+async def _authenticated(client_id: str, request: Request) -> HttpClient:
+    """The client the path names, if the request carries its token. A dependency, so it is
+    checked before the body is: a caller without the token learns nothing from a 422."""
+    return _client(request, client_id)
+
+
+Authenticated = Annotated[HttpClient, Depends(_authenticated)]
+
+
+def _policy(body: PolicyIn | None) -> ExpiryPolicy:
+    if body is None:
+        return ExpiryPolicy(max_count=DEFAULT_MAX_COUNT)
+    return ExpiryPolicy.parse(max_age=body.max_age, max_count=body.max_count)
+
+
+def _keepalive(value: float | int | str | None) -> float:
+    if value is None:
+        return DEFAULT_KEEPALIVE
+    seconds = parse_duration(value).total_seconds() if type(value) is str else float(value)
+    if not 0 < seconds <= MAX_KEEPALIVE:
+        raise UsageError(f"keepalive must be more than 0 and at most {MAX_KEEPALIVE:.0f} seconds")
+    return seconds
+
+
+def _spec(body: PatternIn) -> PatternSpec:
+    return PatternSpec(kernel=body.kernel, format=body.format, source=body.source)
+
+
+def _feed_url(request: Request, client: HttpClient) -> str:
+    return f"{str(request.base_url).rstrip('/')}/clients/{client.id}/feed"
+
+
+def _page_url(base: str, after: int | None, limit: int) -> str:
+    query = [f"after={after}"] if after is not None else []
+    if limit != DEFAULT_PAGE:
+        query.append(f"limit={limit}")
+    return f"{base}?{'&'.join(query)}" if query else base
+
+
+def _describe(request: Request, client: HttpClient) -> dict[str, Any]:
+    policy = client.policy
+    return {
+        "id": client.id,
+        "name": client.name,
+        "policy": {
+            "max_age": None if policy.max_age is None else policy.max_age.total_seconds(),
+            "max_count": policy.max_count,
+        },
+        "keepalive": client.keepalive,
+        "patterns": [_pattern_out(pid, s) for pid, s in client.patterns.items()],
+        "queued": _clients(request).queued(client),
+        "feed": _feed_url(request, client),
+    }
+
+
+def _pattern_out(pid: str, spec: PatternSpec) -> dict[str, str]:
+    return {"id": pid, "source": spec.source, "kernel": spec.kernel, "format": spec.format}
+
+
+@api.post("/clients", status_code=201, response_model=Registered, summary="Register an HTTP client")
+async def register(body: ClientIn, request: Request, response: Response) -> dict[str, Any]:
+    """The router keeps the events matching the client's patterns in client caches under
+    its policy (default: the newest 1,000 per pattern) until it polls; the answer holds the
+    client's id and its token, which every later request about the client needs."""
+    client, token = _clients(request).register(
+        name=body.name,
+        policy=_policy(body.policy),
+        keepalive=_keepalive(body.keepalive),
+        patterns=[_spec(p) for p in body.patterns],
+        now=request.app.state.clock(),
+    )
+    response.headers["Location"] = f"/clients/{client.id}"
+    return {**_describe(request, client), "token": token}
+
+
+@api.get("/clients/{client_id}", response_model=ClientOut, summary="An HTTP client")
+async def describe(client: Authenticated, request: Request) -> dict[str, Any]:
+    return _describe(request, client)
+
+
+@api.delete("/clients/{client_id}", status_code=204, summary="Remove an HTTP client and its caches")
+async def remove(client: Authenticated, request: Request) -> Response:
+    _clients(request).remove(client)
+    return Response(status_code=204)
+
+
+@api.put("/clients/{client_id}/policy", response_model=ClientOut, summary="Change the cache policy")
+async def set_policy(client: Authenticated, body: PolicyIn, request: Request) -> dict[str, Any]:
+    _clients(request).set_policy(client, _policy(body))
+    return _describe(request, client)
+
+
+@api.get("/clients/{client_id}/patterns", response_model=list[PatternOut], summary="The client's patterns")
+async def patterns(client: Authenticated) -> list[dict[str, str]]:
+    return [_pattern_out(pid, s) for pid, s in client.patterns.items()]
+
+
+@api.post("/clients/{client_id}/patterns", status_code=201, response_model=PatternOut, summary="Add a pattern")
+async def add_pattern(client: Authenticated, body: PatternIn, request: Request, response: Response) -> dict[str, str]:
+    """Events matching it are kept for the client from now on."""
+    spec = _spec(body)
+    pid = _clients(request).add_pattern(client, spec)
+    response.headers["Location"] = f"/clients/{client.id}/patterns/{pid}"
+    return _pattern_out(pid, spec)
+
+
+@api.delete("/clients/{client_id}/patterns/{pattern_id}", status_code=204, summary="Remove a pattern")
+async def remove_pattern(client: Authenticated, pattern_id: str, request: Request) -> Response:
+    if not _clients(request).remove_pattern(client, pattern_id):
+        return error(404, "unknown-pattern", f"client {client.id!r} has no pattern {pattern_id!r}")
+    return Response(status_code=204)
+
+
+@api.post("/clients/{client_id}/ack", response_model=AckOut, summary="Acknowledge handled events")
+async def ack(client: Authenticated, body: AckIn, request: Request) -> dict[str, int]:
+    """Drop from the client's caches everything up to a feed ``cursor`` (from ``aa:cursor``,
+    the ``Aa-Cursor`` header or the JSON ``cursor``), or up to an ``event`` id."""
+    if (body.cursor is None) == (body.event is None):
+        raise UsageError("acknowledge either a 'cursor' or an 'event' id")
+    upto: int | str = body.cursor if body.cursor is not None else body.event  # type: ignore[assignment]
+    return {"cursor": _clients(request).ack(client, upto)}
+
+
+@api.delete("/clients/{client_id}/feed", status_code=204, summary="Drop everything queued")
+async def clear(client: Authenticated, request: Request) -> Response:
+    _clients(request).clear(client)
+    return Response(status_code=204)
+
+
+@api.head("/clients/{client_id}/feed", include_in_schema=False)
+@api.get(
+    "/clients/{client_id}/feed",
+    summary="Queued events: Atom (RFC 4287, paged per RFC 5005), or JSON",
+    responses={200: {"content": {ATOM_TYPE: {}, "application/json": {}}}, 304: {"description": "Not modified"}},
+)
+async def feed(
+    client_id: str,
+    request: Request,
+    after: int | None = Query(None, ge=0, description="Only events after this cursor"),
+    limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Events per pattern on this page"),
+) -> Response:
+    """The events kept for the client, oldest first. Polling is the client's keep-alive and
+    removes nothing: acknowledge with ``POST /clients/{id}/ack``."""
+    state = request.app.state
+    clients = _clients(request)
+    now = state.clock()
+    client = clients.get(client_id, token_of(request, client_id), now=now)
+    clients.touch(client, now)
+    page = clients.page(client, after=after, limit=limit)
+    kind = negotiate(request.headers.get("accept"), _FEED_TYPES)
+    base = _feed_url(request, client)
+
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(f"{kind}|{base}|{after}|{limit}|{page.cursor}|{page.more}|{','.join(client.patterns)}".encode())
+    for event, pids in page.entries:
+        digest.update(f"|{event.id}:{','.join(pids)}".encode())
+    etag = f'"{digest.hexdigest()}"'
+    modified = clients.conditional(client, (kind, base, after, limit), etag, state.wall())
+    headers = {
+        "ETag": etag,
+        "Last-Modified": http_date(modified),
+        "Cache-Control": "private, no-cache",
+        "Vary": "Accept, Authorization",
+        "Aa-Cursor": str(page.cursor),
+    }
+    inm = request.headers.get("if-none-match")
+    if inm is not None:
+        if etag_matches(inm, etag):
+            return Response(status_code=304, headers=headers)
+    else:
+        ims = request.headers.get("if-modified-since")
+        since = parse_http_date(ims) if ims else None
+        if since is not None and modified <= since:
+            return Response(status_code=304, headers=headers)
+
+    links = {"self": _page_url(base, after, limit), "first": _page_url(base, None, limit)}
+    if page.more:
+        links["next"] = _page_url(base, page.cursor, limit)
+    if kind == "application/json":
+        body = render_json(links=links, entries=page.entries, cursor=page.cursor, more=page.more, client=client.id)
+        return Response(body, media_type="application/json", headers=headers)
+    stamps = [t for e, _ in page.entries if type(t := e.meta.get(META_TIME)) is datetime]
+    updated = max(stamps) if stamps else client.created
+    body = render_atom(
+        feed_id=f"urn:aa:client:{client.id}",
+        title=f"Aa events for {client.name or client.id}",
+        updated=updated.astimezone(timezone.utc),
+        author=str(getattr(state.router, "name", "aa")),
+        links=list(links.items()),
+        entries=page.entries,
+        patterns={pid: s.source for pid, s in client.patterns.items()},
+        cursor=page.cursor,
+    )
+    return Response(body, media_type=ATOM_TYPE, headers=headers)
+

@@ -1,0 +1,123 @@
+"""``GET /stream?pattern=…``: live events as server-sent events, for the monitor and any
+browser (``new EventSource(url)``).
+
+Each stream is one `LocalSubscription` of the router. Its callback runs in the router's
+dispatch, so it only appends the event to a bounded backlog and wakes the stream's writer;
+encoding and writing happen in the writer's own task, off the event path. A reader slower
+than the events loses the oldest (``event: dropped`` says how many) rather than grow the
+router's memory. Messages::
+
+    event: event         data: {"event": <typed JSON of the event>}      id: <event id>
+    event: dropped       data: {"dropped": <count so far>}
+    event: error         data: {"error": <code>, "message": <why the pattern stopped>}
+    : keep-alive         (a comment, every STREAM_HEARTBEAT seconds of silence)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from aa.mesh import Event, PatternSpec
+from aa.mesh.jsonvalues import event_to_json
+
+from .limits import MAX_STREAM_BACKLOG, MAX_STREAMS, STREAM_HEARTBEAT
+from .web import error
+
+__all__ = ["api", "close_streams"]
+
+api = APIRouter(tags=["events"])
+
+
+class _Stream:
+    __slots__ = ("backlog", "wake", "dropped", "closing", "sub")
+
+    def __init__(self) -> None:
+        self.sub: Any = None
+        self.backlog: deque[Event] = deque()
+        self.wake = asyncio.Event()
+        self.dropped = 0
+        self.closing = False
+
+    def deliver(self, event: Event) -> None:
+        backlog = self.backlog
+        if len(backlog) >= MAX_STREAM_BACKLOG:
+            backlog.popleft()
+            self.dropped += 1
+        backlog.append(event)
+        self.wake.set()
+
+
+def close_streams(app_state: Any) -> None:
+    """End every open stream (the endpoint is closing)."""
+    for s in list(app_state.streams):
+        s.closing = True
+        s.wake.set()
+        s.sub.close()
+
+
+def _sse(kind: str, data: dict[str, Any], id: str | None = None) -> str:
+    head = f"id: {id}\n" if id else ""
+    return f"{head}event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+async def _write(stream: _Stream, sub: Any, streams: set[_Stream]) -> AsyncIterator[str]:
+    dropped = 0
+    try:
+        yield "retry: 2000\n: connected\n\n"
+        while not stream.closing:
+            if not stream.backlog:
+                if sub.closed:
+                    failure = sub.failure
+                    if failure is not None:
+                        yield _sse("error", {"error": failure.code, "message": str(failure)})
+                    return
+                stream.wake.clear()
+                try:
+                    await asyncio.wait_for(stream.wake.wait(), STREAM_HEARTBEAT)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                continue
+            parts = []
+            backlog = stream.backlog
+            while backlog:
+                event = backlog.popleft()
+                parts.append(_sse("event", {"event": event_to_json(event)}, event.id))
+            if stream.dropped != dropped:
+                dropped = stream.dropped
+                parts.append(_sse("dropped", {"dropped": dropped}))
+            yield "".join(parts)
+    finally:
+        sub.close()
+        streams.discard(stream)
+
+
+@api.get(
+    "/stream",
+    summary="Live events matching a pattern, as server-sent events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def stream(
+    request: Request,
+    pattern: str = Query("True", description="Pattern source (default: every event)"),
+    kernel: str = "python",
+    format: str = "expr",
+) -> Response:
+    state = request.app.state
+    if len(state.streams) >= MAX_STREAMS:
+        return error(503, "full", f"this router already serves {MAX_STREAMS} streams", headers={"Retry-After": "10"})
+    spec = PatternSpec(kernel=kernel, format=format, source=pattern)
+    s = _Stream()
+    sub = s.sub = state.router.subscribe(spec, s.deliver)  # a refused pattern raises here: a 422
+    state.streams.add(s)
+    return StreamingResponse(
+        _write(s, sub, state.streams),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,76 @@
+"""Helpers of the HTTP endpoint's tests (test_http*.py): an in-process app over a real
+router, a real uvicorn server, a clock tests move."""
+
+from __future__ import annotations
+
+import base64
+import json
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import httpx
+
+from aa.http_api import HttpEndpoint, create_app
+from aa.router import Router, RouterConfig
+
+PEER = ("127.0.0.1", 40000)
+
+
+class Clock:
+    """A clock tests move: monotonic seconds and wall seconds together."""
+
+    def __init__(self, start: float = 1_000.0, wall: float = 1_800_000_000.0) -> None:
+        self.t = start
+        self.w = wall
+
+    def __call__(self) -> float:
+        return self.t
+
+    def wall(self) -> float:
+        return self.w
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+        self.w += seconds
+
+
+@asynccontextmanager
+async def open_api(
+    *, allow: tuple[str, ...] = ("127.0.0.0/8",), max_body: int | None = None, peer: tuple[str, int] = PEER,
+    clock: Clock | None = None,
+) -> AsyncIterator[tuple[Router, httpx.AsyncClient]]:
+    """A started router and an httpx client talking to its app in-process."""
+    async with Router(RouterConfig(port=0, name="http-test")) as router:
+        clock = clock or Clock()
+        kwargs: dict[str, Any] = {"allow": allow, "clock": clock, "wall": clock.wall}
+        if max_body is not None:
+            kwargs["max_body"] = max_body
+        app = create_app(router, **kwargs)
+        transport = httpx.ASGITransport(app=app, client=peer)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://aa.test") as http:
+            yield router, http
+
+
+@asynccontextmanager
+async def open_server() -> AsyncIterator[tuple[Router, HttpEndpoint]]:
+    """A started router with a real uvicorn endpoint on 127.0.0.1:0."""
+    endpoint = HttpEndpoint(host="127.0.0.1", port=0)
+    async with Router(RouterConfig(port=0, name="http-real"), endpoints=[endpoint]) as router:
+        yield router, endpoint
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def register(http: httpx.AsyncClient, *patterns: str, **body: Any) -> dict[str, Any]:
+    """Register an HTTP client with *patterns*; its registration answer (id, token, …)."""
+    r = await http.post("/clients", json={"patterns": [{"source": p} for p in patterns], **body})
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def decode_content(text: str) -> dict[str, Any]:
+    """The typed JSON in an Atom entry's Base64 content."""
+    return json.loads(base64.b64decode(text))  # type: ignore[no-any-return]
+

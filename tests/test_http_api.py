@@ -1,0 +1,224 @@
+"""The HTTP API in-process (httpx.ASGITransport): publishing, the mesh, history, streams,
+the address wall, and bad input that must get a clear 4xx and leave the router alone."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from aa.http_api import HttpConfig, HttpEndpoint
+from aa.mesh import UsageError
+from aa.mesh.jsonvalues import to_json
+from http_helpers import bearer, open_api, register
+from util import next_event
+
+
+async def test_publish_keeps_value_types_end_to_end() -> None:
+    when = datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
+    values = {"n": 3, "x": 2.0, "s": "hi", "b": b"\x00\xff", "t": when, "l": [1, 2.5, None], "m": {"$odd": True}}
+    async with open_api() as (router, http):
+        sub = router.subscribe("True")
+        r = await http.post("/events", json={"values": to_json(values), "type": "reading", "meta": {"k": 1}})
+        assert r.status_code == 201, r.text
+        event = await next_event(sub)
+        assert r.json() == {"id": event.id, "duplicate": False}
+        assert event.values == values and event.type == "reading" and event.meta["k"] == 1
+        assert type(event.values["n"]) is int and type(event.values["x"]) is float
+        assert event.meta["client"] == "http" and event.meta["address"].startswith("127.0.0.1:")
+
+
+async def test_a_retried_publish_with_the_same_id_is_not_sent_twice() -> None:
+    async with open_api() as (router, http):
+        first = await http.post("/events", json={"values": {"a": 1}, "id": "retry-1"})
+        again = await http.post("/events", json={"values": {"a": 1}, "id": "retry-1"})
+        assert first.status_code == 201 and again.status_code == 200
+        assert again.json() == {"id": "retry-1", "duplicate": True}
+
+
+async def test_publisher_cannot_forge_router_meta() -> None:
+    async with open_api() as (router, http):
+        sub = router.subscribe("True")
+        await http.post("/events", json={"values": {}, "meta": {"client": "someone-else", "ttl": 999}})
+        event = await next_event(sub)
+        assert event.meta["client"] == "http" and event.meta["ttl"] != 999
+
+
+async def test_health_mesh_docs_and_monitor() -> None:
+    async with open_api() as (router, http):
+        health = (await http.get("/health")).json()
+        assert health["status"] == "ok" and health["id"] == router.id
+        mesh = (await http.get("/mesh")).json()
+        assert mesh["routers"][0]["id"] == router.id and mesh["links"] == []
+        assert (await http.get("/docs")).status_code == 200
+        schema = (await http.get("/openapi.json")).json()
+        assert {"/events", "/clients", "/clients/{client_id}/feed", "/mesh", "/stream"} <= set(schema["paths"])
+        page = await http.get("/")
+        assert page.status_code == 200 and "monitor.js" in page.text
+        js = await http.get("/static/aa.js")
+        assert js.status_code == 200 and "export class AaClient" in js.text
+        assert "javascript" in js.headers["content-type"]
+
+
+async def test_history_asks_the_router_with_pattern_since_and_limit() -> None:
+    async with open_api() as (router, http):
+        calls = []
+
+        async def history(pattern, *, since=None, limit=None, include_cache=True):  # type: ignore[no-untyped-def]
+            calls.append((pattern, since, limit, include_cache))
+            return [router.publish({"v": 1.5}, type="old")]
+
+        router.history = history  # type: ignore[attr-defined]
+        r = await http.get("/events", params={"pattern": "v > 1", "since": "2026-01-01T00:00:00", "limit": 5})
+        assert r.status_code == 200, r.text
+        (event,) = r.json()["events"]
+        assert event["values"] == {"v": 1.5} and event["type"] == "old"
+        pattern, since, limit, include_cache = calls[0]
+        assert pattern.source == "v > 1" and limit == 5 and include_cache is True
+        assert since == datetime(2026, 1, 1, tzinfo=timezone.utc)
+        r = await http.get("/events", params={"since": "1h"})
+        assert r.status_code == 200 and calls[1][1] < datetime.now(timezone.utc)
+        atom = await http.get("/events", headers={"Accept": "application/atom+xml"})
+        assert atom.headers["content-type"].startswith("application/atom+xml") and b"<entry>" in atom.content
+        assert (await http.get("/events", params={"since": "yesterday"})).status_code == 422
+        assert (await http.get("/events", params={"limit": 0})).status_code == 422
+
+
+async def test_stream_with_a_bad_pattern_is_refused() -> None:
+    async with open_api() as (router, http):
+        r = await http.get("/stream", params={"pattern": "import os"})
+        assert r.status_code == 422 and r.json()["error"] == "pattern"
+        r = await http.get("/stream", params={"pattern": "x", "kernel": "cobol"})
+        assert r.status_code == 422
+
+
+# -- the wall -----------------------------------------------------------------------------
+
+
+async def test_callers_outside_the_allowed_ranges_get_403() -> None:
+    async with open_api(peer=("10.1.2.3", 5000)) as (router, http):
+        for method, path in [("GET", "/health"), ("POST", "/events"), ("GET", "/"), ("POST", "/clients")]:
+            r = await http.request(method, path, json={"values": {}})
+            assert r.status_code == 403 and r.json()["error"] == "forbidden"
+        assert router.stats()["counters"].get("published", 0) == 0
+
+
+async def test_allowed_ranges_admit_their_callers_and_forwarded_headers_do_not_count() -> None:
+    async with open_api(allow=("10.0.0.0/8",), peer=("10.1.2.3", 5000)) as (router, http):
+        assert (await http.get("/health")).status_code == 200
+    async with open_api(allow=("10.0.0.0/8",), peer=("192.168.1.1", 5000)) as (router, http):
+        assert (await http.get("/health", headers={"X-Forwarded-For": "10.1.2.3"})).status_code == 403
+
+
+def test_default_allow_is_loopback_only_and_bad_ranges_are_refused() -> None:
+    assert HttpEndpoint(port=0).config.allow == ("127.0.0.0/8", "::1/128")
+    with pytest.raises(UsageError, match="not an address range"):
+        HttpConfig(allow=("10.0.0.0/33",))
+    with pytest.raises(UsageError):
+        HttpConfig(port=70000)
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'{"values": {"a": 1}, "colour": "red"}', 422, "colour"),
+        (b'{"values": [1, 2]}', 422, "values"),
+        (b'{"values": {"a": 1}, "type": 5}', 422, "type"),
+        (b'{"type": "x"}', 422, "values"),
+        (b'{"values": {"b": {"$bytes": "%%%"}}}', 422, "base64"),
+        (b'{"values": {"t": {"$sometag": 1}}}', 422, "unknown tag"),
+        (b'{"values": {}, "id": ""}', 422, "id"),
+        (b"[]", 422, "body"),
+        (b'{"values": {}, "meta": {"persist": true, "max_age": -5}}', None, None),
+    ],
+)
+async def test_malformed_publishes_get_a_clear_4xx(body: bytes, status: int | None, words: str | None) -> None:
+    async with open_api() as (router, http):
+        r = await http.post("/events", content=body, headers={"Content-Type": "application/json"})
+        if status is None:
+            assert r.status_code < 500  # whatever the store thinks of it, never a 5xx
+        else:
+            assert r.status_code == status, r.text
+            assert r.json()["error"] and words in r.json()["message"]
+        ok = await http.post("/events", json={"values": {"a": 1}})  # the router goes on
+        assert ok.status_code == 201
+
+
+async def test_oversized_bodies_get_413_before_they_are_read() -> None:
+    async with open_api(max_body=1000) as (router, http):
+        big = json.dumps({"values": {"s": "x" * 2000}})
+        r = await http.post("/events", content=big, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"] == "too-large"
+
+        async def chunks():  # no Content-Length: counted as it comes
+            for _ in range(10):
+                yield b"x" * 200
+
+        r = await http.post("/events", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+        assert (await http.post("/events", json={"values": {"a": 1}})).status_code == 201
+
+
+async def test_deeply_nested_json_is_refused_not_crashed_on() -> None:
+    async with open_api() as (router, http):
+        deep = '{"values": {"a": ' + "[" * 5000 + "]" * 5000 + "}}"
+        r = await http.post("/events", content=deep, headers={"Content-Type": "application/json"})
+        assert 400 <= r.status_code < 500
+        assert (await http.post("/events", json={"values": {"a": 1}})).status_code == 201
+
+
+async def test_unknown_routes_and_methods_answer_in_the_error_shape() -> None:
+    async with open_api() as (router, http):
+        r = await http.get("/nowhere")
+        assert r.status_code == 404 and r.json()["error"] == "not-found"
+        r = await http.put("/events", json={})
+        assert r.status_code == 405 and r.json()["error"] == "method-not-allowed"
+
+
+async def test_client_registration_refuses_bad_patterns_and_policies() -> None:
+    async with open_api() as (router, http):
+        cases = [
+            ({"patterns": [{"source": "import os"}]}, "pattern"),
+            ({"patterns": [{"source": "x", "kernel": "cobol"}]}, "invalid-request"),
+            ({"patterns": [{"source": "x", "kernel": "xpath", "format": "script"}]}, "InvalidValue"),
+            ({"policy": {"max_age": "3 fortnights"}}, "InvalidPolicy"),
+            ({"policy": {"max_count": 0}}, "InvalidPolicy"),
+            ({"policy": {"max_count": "5"}}, "invalid-request"),
+            ({"keepalive": 10**9}, "UsageError"),
+            ({"patterns": [{"source": "True"}] * 17}, "invalid-request"),
+            ({"nickname": "x"}, "invalid-request"),
+        ]
+        for body, code in cases:
+            r = await http.post("/clients", json=body)
+            assert r.status_code == 422, (body, r.text)
+            assert r.json()["error"] == code, (body, r.json())
+        assert len(router.caches) == 0  # nothing left behind
+        ok = await register(http, "True")
+        assert (await http.get(f"/clients/{ok['id']}", headers=bearer(ok["token"]))).status_code == 200
+
+
+def test_content_negotiation_and_etag_matching() -> None:
+    from aa.http_api.web import etag_matches, negotiate
+
+    offers = ("application/atom+xml", "application/json")
+    assert negotiate(None, offers) == "application/atom+xml"
+    assert negotiate("application/json", offers) == "application/json"
+    assert negotiate("application/json;q=0.5, application/atom+xml", offers) == "application/atom+xml"
+    assert negotiate("application/*;q=0.2, application/json", offers) == "application/json"
+    assert negotiate("text/html", offers) == "application/atom+xml"
+    assert negotiate("application/json;q=0", offers) == "application/atom+xml"
+    assert etag_matches('"x", W/"y"', 'W/"y"') and etag_matches("*", '"z"') and not etag_matches('"x"', '"y"')
+
+
+def test_guard_reads_ipv6_and_mapped_addresses() -> None:
+    from aa.http_api.guard import Guard
+
+    guard = Guard(lambda *a: None, allow=("127.0.0.0/8", "::1/128"))  # type: ignore[arg-type, return-value]
+    assert guard.allowed("127.0.0.1") and guard.allowed("::1") and guard.allowed("::ffff:127.0.0.1")
+    assert not guard.allowed("10.0.0.1") and not guard.allowed("fe80::1%lo") and not guard.allowed(None)
+    assert not guard.allowed("not-an-address")

@@ -1,0 +1,237 @@
+"""HTTP clients and their feeds, in-process: registration, patterns, the Atom/JSON feed,
+paging, acknowledgement, conditional requests, tokens and keep-alive."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+from lxml import etree
+
+from aa.http_api import event_from_content
+from aa.mesh.jsonvalues import to_json
+from http_helpers import Clock, bearer, open_api, register
+
+ATOM = "{http://www.w3.org/2005/Atom}"
+JSON = {"Accept": "application/json"}
+
+
+async def feed_json(http: httpx.AsyncClient, c: dict[str, Any], **params: Any) -> dict[str, Any]:
+    r = await http.get(f"/clients/{c['id']}/feed", params=params, headers={**bearer(c["token"]), **JSON})
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def values_of(page: dict[str, Any]) -> list[Any]:
+    return [e["event"]["values"]["i"] for e in page["entries"]]
+
+
+async def test_feed_holds_the_matching_events_as_atom_with_exact_values() -> None:
+    when = datetime(2026, 3, 1, 8, 0, 0, 5, tzinfo=timezone.utc)
+    async with open_api() as (router, http):
+        c = await register(http, "Temperature > 100", name="phone")
+        router.publish({"Temperature": 99})
+        router.publish({"Temperature": 101, "x": 1.0, "b": b"\x00\x01", "t": when}, type="reading")
+        r = await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/atom+xml")
+        feed = etree.fromstring(r.content)
+        assert feed.findtext(f"{ATOM}title") == "Aa events for phone"
+        (entry,) = feed.findall(f"{ATOM}entry")
+        content = entry.find(f"{ATOM}content")
+        event = event_from_content(content.text)
+        assert content.get("type") == "application/json"
+        assert event.values == {"Temperature": 101, "x": 1.0, "b": b"\x00\x01", "t": when}
+        assert type(event.values["x"]) is float and event.type == "reading"
+        assert entry.findtext(f"{ATOM}id") == f"urn:aa:event:{event.id}"
+        cats = {(k.get("scheme"), k.get("term")) for k in entry.findall(f"{ATOM}category")}
+        assert cats == {("urn:aa:type", "reading"), ("urn:aa:pattern", "p1")}
+        assert entry.findtext(f"{ATOM}updated").endswith("Z")
+        assert "Temperature = 101 (int)" in entry.findtext(f"{ATOM}summary")
+
+
+async def test_several_patterns_make_one_feed_in_arrival_order_tagged_by_pattern() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "i % 2 == 0", "i % 3 == 0")
+        for i in range(1, 13):
+            router.publish({"i": i})
+        page = await feed_json(http, c)
+        assert values_of(page) == [2, 3, 4, 6, 8, 9, 10, 12]
+        tags = {e["event"]["values"]["i"]: e["patterns"] for e in page["entries"]}
+        assert tags[6] == ["p1", "p2"] and tags[12] == ["p1", "p2"] and tags[3] == ["p2"] and tags[4] == ["p1"]
+
+
+async def test_pages_chain_by_next_links_and_lose_or_repeat_nothing() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "i % 2 == 0", "i % 3 == 0", "i > 20")
+        for i in range(1, 31):
+            router.publish({"i": i})
+        expected = [i for i in range(1, 31) if i % 2 == 0 or i % 3 == 0 or i > 20]
+        seen: list[int] = []
+        url: str | None = f"/clients/{c['id']}/feed?limit=3"
+        pages = 0
+        while url:
+            r = await http.get(url, headers=bearer(c["token"]))
+            feed = etree.fromstring(r.content)
+            for entry in feed.findall(f"{ATOM}entry"):
+                seen.append(event_from_content(entry.findtext(f"{ATOM}content")).values["i"])
+            links = {ln.get("rel"): ln.get("href") for ln in feed.findall(f"{ATOM}link")}
+            assert links["first"].endswith("/feed?limit=3")
+            url = links.get("next")
+            pages += 1
+            assert pages < 30
+        assert seen == expected and pages > 2
+
+
+async def test_ack_drops_what_was_handled_and_after_polls_only_what_is_new() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "True")
+        for i in range(5):
+            router.publish({"i": i})
+        page = await feed_json(http, c)
+        assert values_of(page) == [0, 1, 2, 3, 4] and not page["more"]
+        router.publish({"i": 5})
+        newer = await feed_json(http, c, after=page["cursor"])  # a phone polling on
+        assert values_of(newer) == [5]
+        assert values_of(await feed_json(http, c)) == [0, 1, 2, 3, 4, 5]  # nothing acknowledged yet
+        r = await http.post(f"/clients/{c['id']}/ack", json={"cursor": page["cursor"]}, headers=bearer(c["token"]))
+        assert r.status_code == 200 and r.json()["cursor"] == page["cursor"]
+        assert values_of(await feed_json(http, c)) == [5]
+        last_id = newer["entries"][0]["event"]["id"]
+        r = await http.post(f"/clients/{c['id']}/ack", json={"event": last_id}, headers=bearer(c["token"]))
+        assert r.status_code == 200
+        assert values_of(await feed_json(http, c)) == []
+        bad = await http.post(f"/clients/{c['id']}/ack", json={}, headers=bearer(c["token"]))
+        assert bad.status_code == 422
+
+
+async def test_etag_and_last_modified_answer_304_until_the_feed_changes() -> None:
+    clock = Clock()
+    async with open_api(clock=clock) as (router, http):
+        c = await register(http, "True")
+        url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
+        router.publish({"i": 1})
+        first = await http.get(url, headers=auth)
+        etag, modified = first.headers["etag"], first.headers["last-modified"]
+        assert first.headers["vary"] == "Accept, Authorization"
+        for method in ("GET", "HEAD"):
+            again = await http.request(method, url, headers={**auth, "If-None-Match": etag})
+            assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+        assert (await http.get(url, headers={**auth, "If-Modified-Since": modified})).status_code == 304
+        assert (await http.get(url, headers={**auth, "If-None-Match": '"other"'})).status_code == 200
+        router.publish({"i": 2})  # changed within the same second: the date must still move
+        changed = await http.get(url, headers={**auth, "If-None-Match": etag})
+        assert changed.status_code == 200 and changed.headers["etag"] != etag
+        assert (await http.get(url, headers={**auth, "If-Modified-Since": modified})).status_code == 200
+        assert changed.headers["last-modified"] != modified
+        as_json = await http.get(url, headers={**auth, **JSON, "If-None-Match": changed.headers["etag"]})
+        assert as_json.status_code == 200  # another representation, another tag
+
+
+async def test_tokens_guard_everything_about_a_client() -> None:
+    async with open_api() as (router, http):
+        a = await register(http, "True")
+        b = await register(http, "True")
+        feed = f"/clients/{a['id']}/feed"
+        r = await http.get(feed)
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+        assert (await http.get(feed, headers=bearer("x" * 43))).status_code == 401
+        assert (await http.get(feed, headers=bearer(b["token"]))).status_code == 401
+        assert (await http.get(feed, headers={"Authorization": "Token abc"})).status_code == 401
+        for method, path in [("GET", ""), ("DELETE", ""), ("POST", "/patterns"), ("DELETE", "/patterns/p1"),
+                             ("POST", "/ack"), ("PUT", "/policy"), ("GET", "/patterns")]:
+            r = await http.request(method, f"/clients/{a['id']}{path}", json={"source": "True", "cursor": 1})
+            assert r.status_code == 401, (method, path)
+        basic = httpx.BasicAuth(a["id"], a["token"])
+        assert (await http.get(feed, auth=basic)).status_code == 200
+        assert (await http.get(feed, auth=httpx.BasicAuth(b["id"], b["token"]))).status_code == 401
+        assert (await http.get("/clients/nobody/feed", headers=bearer(a["token"]))).status_code == 404
+
+
+async def test_polling_is_the_keepalive_and_a_silent_client_goes() -> None:
+    clock = Clock()
+    async with open_api(clock=clock) as (router, http):
+        c = await register(http, "True", keepalive=100)
+        for _ in range(5):  # 5 x 60 s > 100 s, but each poll pushes the end back
+            clock.advance(60)
+            assert (await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).status_code == 200
+        clock.advance(101)
+        r = await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))
+        assert r.status_code == 404 and "expired" in r.json()["message"]
+        assert f"http:{c['id']}:p1" not in router.caches  # its cache went too
+
+
+async def test_a_phone_offline_for_a_day_gets_what_its_policy_kept() -> None:
+    clock = Clock()
+    async with open_api(clock=clock) as (router, http):
+        c = await register(http, "True", policy={"max_count": 3}, keepalive="2d")
+        page = await feed_json(http, c)
+        for i in range(10):
+            router.publish({"i": i})
+        clock.advance(24 * 3600)
+        back = await feed_json(http, c, after=page["cursor"])
+        assert values_of(back) == [7, 8, 9]
+
+
+async def test_patterns_come_and_go() -> None:
+    async with open_api() as (router, http):
+        c = await register(http)
+        auth = bearer(c["token"])
+        router.publish({"i": 0})
+        r = await http.post(f"/clients/{c['id']}/patterns", json={"source": "i > 0"}, headers=auth)
+        assert r.status_code == 201 and r.json()["id"] == "p1" and r.headers["location"].endswith("/patterns/p1")
+        router.publish({"i": 1})
+        assert values_of(await feed_json(http, c)) == [1]
+        listed = (await http.get(f"/clients/{c['id']}/patterns", headers=auth)).json()
+        assert listed == [{"id": "p1", "source": "i > 0", "kernel": "python", "format": "expr"}]
+        assert (await http.delete(f"/clients/{c['id']}/patterns/p1", headers=auth)).status_code == 204
+        assert (await http.delete(f"/clients/{c['id']}/patterns/p1", headers=auth)).status_code == 404
+        router.publish({"i": 2})
+        assert values_of(await feed_json(http, c)) == []
+        bad = await http.post(f"/clients/{c['id']}/patterns", json={"source": "i >"}, headers=auth)
+        assert bad.status_code == 422 and bad.json()["error"] == "pattern"
+
+
+async def test_client_resource_policy_clear_and_delete() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "True", name="phone", policy={"max_age": 60, "max_count": 5})
+        auth = bearer(c["token"])
+        assert c["policy"] == {"max_age": 60.0, "max_count": 5} and c["token"]
+        router.publish({"i": 1})
+        info = (await http.get(f"/clients/{c['id']}", headers=auth)).json()
+        assert info["name"] == "phone" and info["queued"] == {"p1": 1} and "token" not in info
+        r = await http.put(f"/clients/{c['id']}/policy", json={"max_count": 10}, headers=auth)
+        assert r.status_code == 200 and r.json()["policy"] == {"max_age": None, "max_count": 10}
+        assert (await http.delete(f"/clients/{c['id']}/feed", headers=auth)).status_code == 204
+        assert values_of(await feed_json(http, c)) == []
+        assert (await http.delete(f"/clients/{c['id']}", headers=auth)).status_code == 204
+        assert (await http.get(f"/clients/{c['id']}", headers=auth)).status_code == 404
+        assert f"http:{c['id']}:p1" not in router.caches
+
+
+async def test_json_feed_carries_typed_values_and_the_cursor() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "True")
+        router.publish({"i": 1, "b": b"\xff", "f": 2.0})
+        page = await feed_json(http, c)
+        assert page["client"] == c["id"] and page["more"] is False and page["links"]["first"].endswith("/feed")
+        (entry,) = page["entries"]
+        assert entry["event"]["values"] == to_json({"i": 1, "b": b"\xff", "f": 2.0})
+        r = await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))
+        assert r.headers["aa-cursor"] == str(page["cursor"])
+
+
+def test_last_modified_never_repeats_a_date_for_changed_content() -> None:
+    from aa.http_api.clients import HttpClient, HttpClients
+
+    client = HttpClient(id="c", name=None, policy=None, keepalive=60.0, token_hash=b"",
+                        created=datetime.now(timezone.utc), last_seen=0.0)
+    when = 1_000.5
+    first = HttpClients.conditional(client, ("atom", 0), '"a"', when)
+    assert HttpClients.conditional(client, ("atom", 0), '"a"', when + 5) == first  # unchanged
+    second = HttpClients.conditional(client, ("atom", 0), '"b"', when)  # changed, same second
+    assert second > first
+    for k in range(1, 10):  # enough new variants to forget the first ones
+        HttpClients.conditional(client, ("atom", k), f'"{k}"', when)
+    again = HttpClients.conditional(client, ("atom", 0), '"c"', when)
+    assert again > second  # a forgotten variant is dated after every date given out

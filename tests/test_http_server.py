@@ -1,0 +1,155 @@
+"""The endpoint on a real uvicorn server inside the router's loop: ready means ready, SSE over
+a socket, the feed against the RFC 4287 schema, and `aa router` with HTTP on and off."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from lxml import etree
+
+from aa.http_api import HttpEndpoint
+from aa.router import Router, RouterConfig
+from http_helpers import bearer, open_server
+from util import wait_for
+
+AA = str(Path(sys.executable).with_name("aa"))
+ATOM_NS = {"a": "http://www.w3.org/2005/Atom"}
+SCHEMA = etree.RelaxNG(etree.parse(str(Path(__file__).with_name("atom.rng"))))
+
+
+async def test_start_returns_with_the_real_port_bound_and_aclose_frees_it() -> None:
+    async with open_server() as (router, endpoint):
+        host, port = endpoint.address
+        assert host == "127.0.0.1" and port != 0 and endpoint.url == f"http://127.0.0.1:{port}/"
+        async with httpx.AsyncClient(base_url=endpoint.url) as http:  # no wait: it answers at once
+            assert (await http.get("/health")).json()["id"] == router.id
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+async def test_a_taken_port_fails_start() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        endpoint = HttpEndpoint(port=taken.getsockname()[1])
+        router = Router(RouterConfig(port=0), endpoints=[endpoint])
+        with pytest.raises(OSError):
+            await router.start()
+        await router.aclose()
+
+
+async def test_sse_stream_over_a_socket() -> None:
+    async with open_server() as (router, endpoint):
+        async with httpx.AsyncClient(base_url=endpoint.url) as http:
+            async with http.stream("GET", "/stream", params={"pattern": "n > 1"}) as r:
+                assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+                lines = r.aiter_lines()
+                async with asyncio.timeout(10):
+                    assert (await anext(lines)).startswith("retry:")
+                    router.publish({"n": 1})
+                    router.publish({"n": 2, "b": b"\x01"})
+                    async for line in lines:
+                        if line.startswith("data:"):
+                            data = json.loads(line[5:])
+                            break
+                assert data["event"]["values"] == {"n": 2, "b": {"$bytes": "AQ=="}}
+        # The server saw the stream go and dropped its pattern.
+        await wait_for(lambda: router.stats()["subscriptions"] == 0, timeout=10)
+
+
+async def test_open_streams_do_not_hold_up_shutdown() -> None:
+    async with open_server() as (router, endpoint):
+        http = httpx.AsyncClient(base_url=endpoint.url)
+        cm = http.stream("GET", "/stream")
+        r = await cm.__aenter__()
+        assert r.status_code == 200
+        async with asyncio.timeout(10):
+            await endpoint.aclose()
+        await http.aclose()
+
+
+async def test_the_feed_validates_against_the_rfc_4287_schema() -> None:
+    async with open_server() as (router, endpoint):
+        async with httpx.AsyncClient(base_url=endpoint.url) as http:
+            r = await http.post("/clients", json={"name": "schema <&>", "patterns": [{"source": "True"},
+                                                                                   {"source": "i > 2"}]})
+            c = r.json()
+            feed_url = f"/clients/{c['id']}/feed"
+            empty = etree.fromstring((await http.get(feed_url, headers=bearer(c["token"]))).content)
+            assert SCHEMA.validate(empty), SCHEMA.error_log
+            for i in range(5):
+                router.publish({"i": i, "s": "odd \x01 chars <&>", "b": b"\x00"}, type="t<&>" if i else None)
+            r = await http.get(feed_url, params={"limit": 2}, headers=bearer(c["token"]))
+            doc = etree.fromstring(r.content)
+            assert SCHEMA.validate(doc), SCHEMA.error_log
+            # The RFC's two Schematron rules, which RELAX NG leaves aside:
+            assert doc.xpath("a:author or not(a:entry[not(a:author)])", namespaces=ATOM_NS)
+            for entry in doc.xpath("a:entry", namespaces=ATOM_NS):
+                assert entry.xpath("a:link[@rel='alternate'] or a:link[not(@rel)] or a:content", namespaces=ATOM_NS)
+            assert doc.xpath("a:link[@rel='next']/@href", namespaces=ATOM_NS)
+
+
+async def run_router(*args: str) -> tuple[asyncio.subprocess.Process, list[str]]:
+    env = {**os.environ, "AA_DISCOVERY_INTERFACES": "lo"}
+    proc = await asyncio.create_subprocess_exec(
+        AA, "router", "--port", "0", "--no-discovery", *args,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+    )
+    assert proc.stdout is not None
+    lines = []
+    async with asyncio.timeout(30):
+        lines.append((await proc.stdout.readline()).decode())
+        if "--no-http" not in args:
+            lines.append((await proc.stdout.readline()).decode())
+    return proc, lines
+
+
+async def stop(proc: asyncio.subprocess.Process) -> int:
+    proc.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(20):
+        return await proc.wait()
+
+
+async def test_aa_router_serves_http_by_default_and_stops_on_sigterm() -> None:
+    proc, lines = await run_router("--http-port", "0")
+    try:
+        m = re.search(r"HTTP endpoint and monitor on (http://127\.0\.0\.1:\d+/)", lines[1])
+        assert m, lines
+        async with httpx.AsyncClient(base_url=m.group(1)) as http:
+            assert (await http.get("/health")).json()["status"] == "ok"
+            assert (await http.post("/events", json={"values": {"a": 1}})).status_code == 201
+            assert (await http.get("/")).status_code == 200
+    finally:
+        assert await stop(proc) == 0
+
+
+async def test_aa_router_no_http() -> None:
+    proc, lines = await run_router("--no-http")
+    try:
+        assert "listening on" in lines[0]
+        assert proc.stdout is not None
+        with pytest.raises(TimeoutError):  # nothing more is printed: no HTTP endpoint
+            async with asyncio.timeout(1):
+                await proc.stdout.readline()
+    finally:
+        assert await stop(proc) == 0
+
+
+async def test_aa_router_refuses_a_bad_allow_range() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        AA, "router", "--port", "0", "--no-discovery", "--http-allow", "10.0.0.0/99",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        out, err = await proc.communicate()
+    assert proc.returncode == 2 and b"not an address range" in err
