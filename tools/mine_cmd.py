@@ -1,0 +1,178 @@
+"""`aa mine`: the PySpark job that mines routers' event logs for the adapters' knowledge;
+`aa mine simulate` writes event logs of a simulated office; `aa mine report` scores the
+artefacts against that office's ground truth."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from aa.mesh import UsageError
+
+__all__ = ["add_parser"]
+
+EPILOG = """\
+examples:
+  aa mine simulate --out /tmp/office --days 5 --seed 1
+  aa mine --adapters ./adapters --report /tmp/office/report.json /tmp/office
+  aa mine --master spark://cluster:7077 --tasks schema hdfs:///aa/r1/eventlog
+  aa mine report --adapters ./adapters --world /tmp/office
+
+LOGDIR is a router's data folder (its eventlog/ is read), an eventlog/ folder, a folder of
+routers' data folders, or any URI Spark reads. Events logged by several routers are counted
+once (by id). Each task writes <adapters>/<task>/v<N>.json and points <task>/current at it;
+the adapter add-ins load it and reload when it changes.
+
+other actions: 'aa mine simulate --help', 'aa mine report --help'
+"""
+
+
+class _MineParser(argparse.ArgumentParser):
+    """``aa mine LOGDIR…`` runs the job; ``aa mine simulate|report …`` are actions with
+    their own parsers (a positional list and sub-commands do not mix in argparse)."""
+
+    actions: dict[str, argparse.ArgumentParser]
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        args = list(sys.argv[1:] if args is None else args)
+        if args and args[0] in self.actions:
+            ns, rest = self.actions[args[0]].parse_known_args(args[1:], namespace)
+            return ns, rest
+        return super().parse_known_args(args, namespace)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "mine",
+        help="mine routers' event logs (PySpark) for the adapters' knowledge",
+        description="Mine the event logs of one or more routers with PySpark: event schemas and "
+        "attributes that correspond across types, where radios are, who was together. Writes a "
+        "versioned artefact per task for the schema, location and presence adapters.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.__class__ = _MineParser
+    p.add_argument("logdirs", nargs="+", metavar="LOGDIR", help="event log folders or URIs")
+    p.add_argument("--master", default="local[*]", metavar="URL", help="Spark master URL (default: local[*])")
+    p.add_argument("--adapters", default="adapters", metavar="DIR", help="folder for the artefacts (default: ./adapters)")
+    p.add_argument("--tasks", default="schema,location,presence", metavar="LIST",
+                   help="comma-separated tasks to run (default: schema,location,presence)")
+    p.add_argument("--report", metavar="FILE",
+                   help="also score the artefacts against a simulated office's ground truth: JSON to FILE, text "
+                   "to FILE with .txt (the world is found beside the logs, or give --world)")  # fmt: skip
+    p.add_argument("--world", metavar="DIR", help="folder written by 'aa mine simulate' (for --report)")
+    p.add_argument("--driver-memory", default="4g", metavar="SIZE", help="Spark driver heap (default: 4g)")
+    p.add_argument("--shuffle-partitions", type=int, metavar="N", help="partitions after a shuffle (default: 4 per local core)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="further Spark setting, repeatable")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_run)
+
+    s = argparse.ArgumentParser(
+        prog="aa mine simulate",
+        description="Write event logs of the simulated office (aa.addins.office), as routers would "
+        "have logged them, with world.json describing the world for 'aa mine report'.",
+    )
+    s.add_argument("--out", required=True, metavar="DIR", help="folder to write (a folder per router inside)")
+    s.add_argument("--days", type=float, default=1.0, help="days to simulate (default: 1)")
+    s.add_argument("--start", metavar="ISO", help="first instant, UTC (default: 2030-01-07, a Monday)")
+    s.add_argument("--seed", type=int, default=0, help="world seed (default: 0)")
+    s.add_argument("--people", type=int, default=12)
+    s.add_argument("--buildings", type=int, default=2)
+    s.add_argument("--floors", type=int, default=3)
+    s.add_argument("--routers", default="r1,r2", metavar="LIST", help="router names (default: r1,r2)")
+    s.add_argument("--overlap", type=float, default=0.3,
+                   help="chance another router logs an event too: duplicates to de-duplicate (default: 0.3)")
+    s.set_defaults(func=_simulate, command="mine simulate")
+
+    r = argparse.ArgumentParser(
+        prog="aa mine report",
+        description="Score the artefacts in an adapters folder against a simulated office's ground "
+        "truth: precision and recall per task.",
+    )
+    r.add_argument("--adapters", default="adapters", metavar="DIR", help="the artefacts (default: ./adapters)")
+    r.add_argument("--world", required=True, metavar="DIR", help="folder written by 'aa mine simulate'")
+    r.add_argument("--out", metavar="FILE", help="also write the report as JSON (and text beside it)")
+    r.set_defaults(func=_report, command="mine report")
+    p.actions = {"simulate": s, "report": r}
+
+
+def _spark_conf(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--conf {item!r} is not KEY=VALUE")
+        out.append((key, value))
+    return tuple(out)
+
+
+def _find_world(inputs: list[str]) -> str | None:
+    from aa.tools.mining.simulate import WORLD_FILE
+
+    for p in inputs:
+        for folder in (Path(p), Path(p).parent, Path(p).parent.parent):
+            if (folder / WORLD_FILE).is_file():
+                return str(folder)
+    return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from aa.tools.mining import MineConfig, Progress, SparkConfig, open_session, run_mining
+
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    config = MineConfig(inputs=tuple(args.logdirs), adapters=args.adapters, tasks=tasks)
+    spark_config = SparkConfig(master=args.master, driver_memory=args.driver_memory,
+                               shuffle_partitions=args.shuffle_partitions, extra=_spark_conf(args.conf))  # fmt: skip
+    world = args.world or (_find_world(list(args.logdirs)) if args.report else None)
+    if args.report and world is None:
+        raise UsageError("--report needs the simulated world: give --world DIR")
+    spark = open_session(spark_config)
+    try:
+        if args.quiet:
+            result = run_mining(spark, config)
+        else:
+            with Progress(spark.sparkContext.statusTracker()) as progress:
+                result = run_mining(spark, config, progress=progress)
+    finally:
+        spark.stop()
+    ev = result.events
+    print(f"events: {ev['read']} read, {ev['unique']} unique, in {result.seconds['total']:.1f} s "
+          f"({ev['read'] / max(result.seconds['total'], 1e-9):,.0f} events/s)")  # fmt: skip
+    for task, art in result.artefacts.items():
+        print(f"{task}: {art.path} (version {art.version}, {result.seconds[task]:.1f} s)")
+    if args.report:
+        _write_report(args.adapters, world, args.report)  # type: ignore[arg-type]
+    return 0
+
+
+def _write_report(adapters: str, world: str, out: str | None) -> None:
+    from aa.tools.mining.accuracy import accuracy_report, format_report, write_report
+
+    report = accuracy_report(adapters, world)
+    print(format_report(report))
+    if out:
+        write_report(report, out)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from aa.tools.mining import SimulateConfig, simulate
+
+    start = datetime.fromisoformat(args.start) if args.start else None
+    if start is not None and start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    routers = tuple(r.strip() for r in args.routers.split(",") if r.strip())
+    cfg = SimulateConfig(out=args.out, days=args.days, seed=args.seed, people=args.people, buildings=args.buildings,
+                         floors=args.floors, routers=routers, overlap=args.overlap,
+                         **({"start": start} if start else {}))  # fmt: skip
+    result = simulate(cfg)
+    rows = ", ".join(f"{r}: {n}" for r, n in result.rows.items())
+    print(f"{result.events} events written ({rows}) to {args.out}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    _write_report(args.adapters, args.world, args.out)
+    return 0

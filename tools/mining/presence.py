@@ -1,0 +1,207 @@
+"""Presence mining: which nodes were together, from seeing the same radios at the same
+strengths in the same time windows.
+
+Per node and time window (`window_seconds`), a scan fingerprint: the mean signal of each
+radio the node heard. Two nodes' fingerprints are compared by their RMS difference in dB
+over the union of their radios, a radio one of them did not hear counting as `floor_dbm`.
+Only pairs that share one of their `block_radios` loudest radios are compared (blocking: a
+self-join on (window, loud radio) instead of every pair of nodes that heard anything in
+common, which grows with the square of the nodes in a building), and only if they heard at
+least `min_common` radios in common. Fingerprints are maps radio → dBm, compared with
+``map_zip_with`` in Spark SQL (no Python UDF).
+
+The threshold below which two nodes count as together is learned from the data: distances
+of nodes in one room and in different rooms form two humps, and Otsu's method (the cut that
+best separates the histogram into two classes) finds the valley, kept within
+[`min_threshold_db`, `max_threshold_db`].
+
+Co-located windows of a pair are merged into episodes (consecutive windows, gaps-and-
+islands: window number minus its rank is constant along a run).
+
+``data`` of the artefact::
+
+    {"window_seconds": 300, "threshold_db": 7.5, "floor_dbm": -95.0, "min_common": 2,
+     "scan_types": [...], "attributes": {...},
+     "pairs": [{"a": node, "b": node, "together": windows, "both_seen": windows, "share": s}],
+     "episodes": [{"a": node, "b": node, "start": iso, "end": iso}]}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Sequence
+
+from aa.mesh import UsageError
+
+from .location import scans
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["PresenceConfig", "mine_presence", "otsu_threshold", "HIST_BIN_DB"]
+
+#: Width of a histogram bin of distances, dB.
+HIST_BIN_DB = 0.5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PresenceConfig:
+    """Settings of presence mining."""
+
+    #: Event types that are radio scans, and their attributes.
+    scan_types: tuple[str, ...] = ("wifi-scan", "bt-scan")
+    node: str = "Node"
+    radios: str = "Radios"
+    #: Length of a time window, seconds.
+    window_seconds: int = 300
+    #: Signal assumed for a radio a node did not hear, dBm.
+    floor_dbm: float = -95.0
+    #: Radios two nodes must both hear in a window to be compared.
+    min_common: int = 2
+    #: Two nodes are compared only if one of the loudest this many radios of one is among
+    #: those of the other (blocking; see `_distances`).
+    block_radios: int = 3
+    #: Bounds of the learned threshold, dB.
+    min_threshold_db: float = 3.0
+    max_threshold_db: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not self.scan_types or self.window_seconds < 1 or self.min_common < 1 or self.block_radios < 1:
+            raise UsageError("PresenceConfig needs scan_types, window_seconds ≥ 1, min_common ≥ 1")
+        if not 0 < self.min_threshold_db <= self.max_threshold_db:
+            raise UsageError("PresenceConfig needs 0 < min_threshold_db ≤ max_threshold_db")
+
+
+def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
+    """The value that best splits a histogram [(bin centre, count)] in two (Otsu's method:
+    the cut of greatest between-class variance); None if there are fewer than two bins."""
+    hist = sorted(hist)
+    if len(hist) < 2:
+        return None
+    total = sum(n for _, n in hist)
+    mean_all = sum(v * n for v, n in hist) / total
+    best, cut = -1.0, None
+    n0 = s0 = 0.0
+    for i in range(len(hist) - 1):
+        v, n = hist[i]
+        n0 += n
+        s0 += v * n
+        n1 = total - n0
+        if n0 == 0 or n1 == 0:
+            continue
+        m0, m1 = s0 / n0, (mean_all * total - s0) / n1
+        between = n0 * n1 * (m0 - m1) ** 2
+        if between > best:
+            best, cut = between, (hist[i][0] + hist[i + 1][0]) / 2
+    return cut
+
+
+def _distances(events: "DataFrame", cfg: PresenceConfig, parsed: "DataFrame | None") -> tuple["DataFrame", "DataFrame"]:
+    """(window, a, b, distance, common) for candidate node pairs a < b; and the cached
+    fingerprints it is built on (to unpersist when done)."""
+    from pyspark.sql import functions as F
+
+    fp = (
+        (parsed if parsed is not None else scans(events, cfg.scan_types, cfg.node, cfg.radios))
+        .select("node", F.floor(F.unix_seconds("time") / cfg.window_seconds).alias("window"), F.explode("radios").alias("r"))
+        .where(F.col("r.Rssi").isNotNull())
+        .groupBy("window", "node", F.col("r.Id").alias("radio"))
+        .agg(F.avg("r.Rssi").alias("rssi"))
+        .groupBy("window", "node")
+        .agg(
+            F.map_from_entries(F.collect_list(F.struct("radio", "rssi"))).alias("fp"),
+            # The node's loudest radios, loudest first (sorted by -rssi).
+            F.transform(
+                F.slice(F.sort_array(F.collect_list(F.struct((-F.col("rssi")).alias("neg"), "radio"))), 1, cfg.block_radios),
+                lambda s: s["radio"],
+            ).alias("top"),
+        )
+        .cache()
+    )
+    # Blocking: only nodes that share one of their `block_radios` loudest radios are
+    # compared. Comparing every pair that heard anything in common costs (nodes in a
+    # building)² per window, and nearly all those pairs are floors apart; nodes in one room
+    # hear the same radios loudest.
+    keys = fp.select("window", "node", F.explode("top").alias("radio"))
+    a, b = keys.alias("a"), keys.alias("b")
+    pairs = (
+        a.join(b, (F.col("a.window") == F.col("b.window")) & (F.col("a.radio") == F.col("b.radio")) & (F.col("a.node") < F.col("b.node")))
+        .select(F.col("a.window").alias("window"), F.col("a.node").alias("a"), F.col("b.node").alias("b"))
+        .distinct()
+    )
+    fa = fp.select("window", F.col("node").alias("a"), F.col("fp").alias("fa"))
+    fb = fp.select("window", F.col("node").alias("b"), F.col("fp").alias("fb"))
+    floor = F.lit(float(cfg.floor_dbm))
+    # Over the union of both maps' radios (map_zip_with gives null for a side's missing
+    # radio, which counts as the floor).
+    sq = F.map_zip_with("fa", "fb", lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2)
+    total = F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
+    return (
+        pairs.join(fa, ["window", "a"])
+        .join(fb, ["window", "b"])
+        .select(
+            "window",
+            "a",
+            "b",
+            F.size(F.array_intersect(F.map_keys("fa"), F.map_keys("fb"))).alias("common"),
+            F.sqrt(total / F.size(sq)).alias("distance"),
+        )
+        .where(F.col("common") >= cfg.min_common)
+    ), fp
+
+
+def mine_presence(events: "DataFrame", config: PresenceConfig, *, parsed: "DataFrame | None" = None) -> dict[str, Any]:
+    """The presence artefact's ``data`` (see the module docstring) from de-duplicated events
+    (and their scans, already parsed by `scans`, if the caller has them)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    dist, fp = _distances(events, config, parsed)
+    dist = dist.cache()
+    try:
+        hist = [
+            (r["bin"] * HIST_BIN_DB + HIST_BIN_DB / 2, r["count"])
+            for r in dist.groupBy(F.floor(F.col("distance") / HIST_BIN_DB).alias("bin")).count().collect()
+        ]
+        cut = otsu_threshold(hist)
+        thr = min(config.max_threshold_db, max(config.min_threshold_db, cut if cut is not None else config.max_threshold_db))
+        together = F.col("distance") <= thr
+        pairs = [
+            {"a": r["a"], "b": r["b"], "together": r["together"], "both_seen": r["both"],
+             "share": round(r["together"] / r["both"], 4)}
+            for r in dist.groupBy("a", "b")
+            .agg(F.sum(together.cast("long")).alias("together"), F.count(F.lit(1)).alias("both"))
+            .where(F.col("together") > 0)
+            .orderBy("a", "b")
+            .collect()
+        ]  # fmt: skip
+        run = F.col("window") - F.row_number().over(Window.partitionBy("a", "b").orderBy("window"))
+        episodes = [
+            {"a": r["a"], "b": r["b"], "start": _iso(r["start"] * config.window_seconds),
+             "end": _iso((r["end"] + 1) * config.window_seconds)}
+            for r in dist.where(together)
+            .withColumn("run", run)
+            .groupBy("a", "b", "run")
+            .agg(F.min("window").alias("start"), F.max("window").alias("end"))
+            .orderBy("a", "b", "start")
+            .collect()
+        ]  # fmt: skip
+    finally:
+        dist.unpersist()
+        fp.unpersist()
+    return {
+        "window_seconds": config.window_seconds,
+        "threshold_db": round(thr, 3),
+        "floor_dbm": config.floor_dbm,
+        "min_common": config.min_common,
+        "scan_types": list(config.scan_types),
+        "attributes": {"node": config.node, "radios": config.radios},
+        "histogram": [[round(v, 3), n] for v, n in sorted(hist)],
+        "pairs": pairs,
+        "episodes": episodes,
+    }
+
+
+def _iso(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat()

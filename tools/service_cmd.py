@@ -1,0 +1,170 @@
+"""`aa service install router|container`: run Aa as a system service (Å §4.1, §4.7) — writes a
+systemd unit, and says what to run next. It never calls systemctl and writes nowhere but the
+unit folder (``--dry-run`` writes nothing).
+
+==========  ========================================  ==============================================
+            system (default)                          ``--user``
+==========  ========================================  ==============================================
+unit folder ``/etc/systemd/system``                   ``~/.config/systemd/user``
+router      ``aa router --host 0.0.0.0 --data-dir     the same, on loopback (``--host 127.0.0.1``)
+            $STATE_DIRECTORY`` (``/var/lib/aa``)
+container   ``aa container /etc/aa/addins``           ``aa container %h/.config/aa/addins``
+==========  ========================================  ==============================================
+
+``--args`` replaces those defaults: ``aa service install container --args '/srv/addins --bundled'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from aa.mesh import UsageError
+
+from .common import fail
+
+__all__ = ["add_parser", "unit_text", "systemd_quote", "unit_path"]
+
+_DESCRIPTIONS = {
+    "router": "Aa router: publish/subscribe mesh node",
+    "container": "Aa container: hosts add-ins (publishers, adapters)",
+}
+_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "service",
+        help="install the router or the container as a system service (systemd)",
+        description="Write a systemd unit that runs 'aa router' or 'aa container'. Nothing is started: the "
+        "command prints the systemctl lines to run.",
+        epilog="example: aa service install container --user --args '%h/addins --bundled' (systemd's %-specifiers apply)",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    inst = actions.add_parser("install", help="write a systemd unit",
+                              description="Write a systemd unit for the router or the container.")
+    inst.add_argument("what", choices=("router", "container"), help="which service")
+    inst.add_argument("--user", action="store_true", help="a user unit (~/.config/systemd/user), not a system one")
+    inst.add_argument("--unit-dir", type=Path, metavar="DIR", help="write the unit here instead")
+    inst.add_argument("--dry-run", action="store_true", help="print the unit and where it would go; write nothing")
+    inst.add_argument("--name", metavar="NAME", help="unit name without .service (default: aa-router / aa-container)")
+    inst.add_argument("--run-as", metavar="USER", help="system units: the user the service runs as")
+    inst.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
+                      help="an environment variable for the service, e.g. AA_DISCOVERY_INTERFACES=eth0; repeatable")
+    inst.add_argument("--program", metavar="PATH", help="the aa program to run (default: this one)")
+    # One string, split like a shell would: never a REMAINDER positional, which would swallow
+    # --dry-run or --unit-dir given after it (and argparse mishandles "--" in sub-commands).
+    inst.add_argument("--args", dest="service_args", metavar="'ARGS'", default="",
+                      help="arguments for 'aa router' / 'aa container' instead of the defaults, as one "
+                      "string: --args '/srv/addins --bundled'")
+    inst.set_defaults(func=install)
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+
+def systemd_quote(arg: str) -> str:
+    """One word of an ExecStart line, quoted for systemd when it needs it.
+
+    >>> systemd_quote("--port"), systemd_quote("my dir/a\\"b")
+    ('--port', '"my dir/a\\\\"b"')
+    """
+    if _SAFE.match(arg):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _program(explicit: str | None) -> str:
+    if explicit:
+        return str(Path(explicit).absolute())
+    beside = Path(sys.executable).with_name("aa")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("aa")
+    if found is None:
+        raise UsageError("cannot find the aa program: give --program")
+    return str(Path(found).absolute())
+
+
+def unit_text(what: str, *, user: bool, program: str, args: list[str] | None = None, run_as: str | None = None,
+              env: dict[str, str] | None = None) -> str:
+    """The unit file for *what* ("router" or "container")."""
+    if not args:
+        if what == "router":
+            args = ["--host", "127.0.0.1" if user else "0.0.0.0", "--data-dir", "${STATE_DIRECTORY}"]
+        else:
+            args = ["%h/.config/aa/addins" if user else "/etc/aa/addins"]
+    words = [program, what, *args]
+    # ${STATE_DIRECTORY} is expanded by systemd: keep it unquoted.
+    exec_start = " ".join(w if w == "${STATE_DIRECTORY}" else systemd_quote(w) for w in words)
+    lines = [
+        "# Written by 'aa service install'. Edit freely; 'aa service install' again overwrites it.",
+        "[Unit]",
+        f"Description={_DESCRIPTIONS[what]}",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"ExecStart={exec_start}",
+        "Restart=on-failure",
+        "RestartSec=2",
+        "KillSignal=SIGTERM",
+        "TimeoutStopSec=20",
+        "StateDirectory=aa",
+        "Environment=PYTHONUNBUFFERED=1",
+    ]
+    for name, value in sorted((env or {}).items()):
+        lines.append(f"Environment={systemd_quote(f'{name}={value}')}")
+    if run_as and not user:
+        lines.append(f"User={run_as}")
+    lines += ["", "[Install]", f"WantedBy={'default.target' if user else 'multi-user.target'}", ""]
+    return "\n".join(lines)
+
+
+def unit_path(name: str, *, user: bool, unit_dir: Path | None) -> Path:
+    if unit_dir is not None:
+        return unit_dir / f"{name}.service"
+    if user:
+        base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        return Path(base) / "systemd" / "user" / f"{name}.service"
+    return Path("/etc/systemd/system") / f"{name}.service"
+
+
+def install(args: argparse.Namespace) -> int:
+    try:
+        extra = shlex.split(args.service_args)
+    except ValueError as exc:
+        return fail(f"--args: {exc}", 2)
+    env: dict[str, str] = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            return fail(f"--env {item!r} is not NAME=VALUE", 2)
+        env[name] = value
+    if args.run_as and args.user:
+        return fail("--run-as is for system units: a user unit runs as its user", 2)
+    name = args.name or f"aa-{args.what}"
+    if not re.fullmatch(r"[A-Za-z0-9_.@-]+", name):
+        return fail(f"{name!r} is not a unit name", 2)
+    text = unit_text(args.what, user=args.user, program=_program(args.program), args=extra, run_as=args.run_as,
+                     env=env)
+    path = unit_path(name, user=args.user, unit_dir=args.unit_dir)
+    if args.dry_run:
+        print(f"# would write {path}")
+        print(text, end="")
+        return 0
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        hint = " (system units need root: try sudo, or --user)" if isinstance(exc, PermissionError) else ""
+        return fail(f"cannot write {path}: {exc}{hint}")
+    ctl = "systemctl --user" if args.user else "systemctl"
+    print(f"wrote {path}")
+    print(f"now run: {ctl} daemon-reload && {ctl} enable --now {name}")
+    return 0
