@@ -40,6 +40,7 @@ from aa.mesh import (
     PeerTable,
     RemoteError,
     RouterInfo,
+    SeenIds,
     Source,
     UsageError,
     parse_endpoint,
@@ -71,7 +72,15 @@ from aa.mesh.quench_messages import QUENCH_ANSWERS, with_needs
 
 from .caching import CacheClient
 from .quench import QuenchClient
-from .config import BATCH_EVENTS, MAX_INFLIGHT_FRAMES, ClientConfig
+from .config import (
+    BATCH_EVENTS,
+    DELIVERED_IDS_MAX,
+    DELIVERED_IDS_MAX_AGE,
+    MAX_INFLIGHT_FRAMES,
+    REPLAY_WINDOW_EVENTS,
+    REPLAY_WINDOW_SECONDS,
+    ClientConfig,
+)
 from .link import Link
 from .subscription import Subscription
 
@@ -118,6 +127,9 @@ class AsyncClient(QuenchClient, CacheClient):
         self._outbox: deque[Event] = deque()
         self._inflight: deque[tuple[int, list[Event]]] = deque()
         self._inflight_events = 0
+        self._recent: deque[tuple[float, list[Event]]] = deque()  # acked: (when, batch)
+        self._recent_events = 0
+        self._delivered = SeenIds(max_ids=DELIVERED_IDS_MAX, max_age=DELIVERED_IDS_MAX_AGE)
         self._seq = 0
         self._flush_scheduled = False
         self._room = asyncio.Event()
@@ -281,12 +293,20 @@ class AsyncClient(QuenchClient, CacheClient):
                 log.debug("router told an endpoint that is not one: %r", e)
 
     def _on_connected(self) -> None:
-        # Resend what no router acknowledged, first, under the same ids: a router that had
-        # already dispatched them drops them as duplicates.
+        # Resend what no router acknowledged, and what was acknowledged only moments ago
+        # (see REPLAY_WINDOW_SECONDS), first and under the same ids: a router that already
+        # has them drops them as duplicates, so only what a dead router took with it is new.
         while self._inflight:
             _, events = self._inflight.pop()
             self._outbox.extendleft(reversed(events))
         self._inflight_events = 0
+        self._trim_recent(time.monotonic())
+        while self._recent:
+            _, events = self._recent.pop()
+            self._outbox.extendleft(reversed(events))
+        self._recent_events = 0
+        if self._outbox:
+            self._drained.clear()
         for sub in list(self._subs.values()):
             self._send(Subscribe(sub_id=sub.id, pattern=sub.pattern, params=sub.params, history=None))
         self._connected.set()
@@ -302,7 +322,13 @@ class AsyncClient(QuenchClient, CacheClient):
         kind = type(msg)
         if kind is Deliver:
             subs = self._subs
+            fresh = self._delivered.check
+            now = time.monotonic()
             for sub_ids, event in msg.items:  # type: ignore[attr-defined]
+                # A second copy of a live event (possible around a fail-over) is dropped;
+                # replayed history is the subscription's own business.
+                if not fresh(event.id, now) and not event.meta.get("historical"):  # type: ignore[arg-type]
+                    continue
                 for sid in sub_ids:
                     sub = subs.get(sid)
                     if sub is not None:
@@ -423,14 +449,26 @@ class AsyncClient(QuenchClient, CacheClient):
 
     def _acked(self, seq: int) -> None:
         inflight = self._inflight
+        now = time.monotonic()
         while inflight and inflight[0][0] <= seq:
             _, events = inflight.popleft()
             self._inflight_events -= len(events)
+            self._recent.append((now, events))
+            self._recent_events += len(events)
+        self._trim_recent(now)
         self._room.set()
         if not inflight and not self._outbox:
             self._drained.set()
         elif self._outbox:
             self._schedule_flush()
+
+    def _trim_recent(self, now: float) -> None:
+        recent = self._recent
+        while recent and (
+            self._recent_events - len(recent[0][1]) >= REPLAY_WINDOW_EVENTS
+            or now - recent[0][0] > REPLAY_WINDOW_SECONDS
+        ):
+            self._recent_events -= len(recent.popleft()[1])
 
     # -- subscribing ------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from aa.mesh import DiscoveryConfig, UsageError, parse_endpoint
 
-__all__ = ["ClientConfig", "MAX_OUTBOX", "BATCH_EVENTS", "MAX_INFLIGHT_FRAMES"]
+__all__ = ["ClientConfig", "MAX_OUTBOX", "BATCH_EVENTS", "MAX_INFLIGHT_FRAMES", "REPLAY_WINDOW_EVENTS", "REPLAY_WINDOW_SECONDS"]
 
 #: Events a client keeps while no router has acknowledged them. Past it `publish` waits and
 #: `publish_nowait` raises `OutboxFull`: an hour offline at 25 events/s fits.
@@ -17,6 +17,20 @@ BATCH_EVENTS = 1000
 #: Publish frames sent and not yet acknowledged. Bounds what must be resent after a
 #: failover and keeps the router's socket buffer (and so latency) small.
 MAX_INFLIGHT_FRAMES = 16
+
+
+#: Acknowledged events a client keeps, and for how long (seconds), to send again after a
+#: fail-over. An ack means the router dispatched the event, not that its flood reached a
+#: peer: a router killed in that instant (or whose socket is reset, which discards what the
+#: kernel still had to send) takes the event with it. Resent to the next router under the
+#: same ids, the ones the mesh already has are dropped as duplicates; ten seconds is far
+#: longer than a flood takes to cross a link and far shorter than a router remembers ids.
+REPLAY_WINDOW_EVENTS = 20_000
+REPLAY_WINDOW_SECONDS = 10.0
+#: Ids of delivered events a client remembers (count, seconds) to drop a second copy: after
+#: a fail-over an event may reach the new router and this client again.
+DELIVERED_IDS_MAX = 200_000
+DELIVERED_IDS_MAX_AGE = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -164,3 +164,25 @@ async def test_router_killed_in_the_middle_of_a_ring(start_router: StartRouter) 
         text = io.StringIO()
         format_mesh(c.mesh_info(), text)
         assert "as seen by r1" in text.getvalue() and f"poisoned: {b.endpoint}" in text.getvalue()
+
+
+async def test_events_acknowledged_by_a_router_that_died_before_flooding_are_not_lost(
+    start_router: StartRouter,
+) -> None:
+    """The harshest case of a lost flood: r1 acknowledges events while it has no peer at all,
+    then is killed. The publisher's replay window brings them to r2 after the fail-over."""
+    async with Router(RouterConfig(port=0, name="r2", mesh=FAST)) as r2:
+        r1 = await start_router("--name", "lonely")
+        got: list[int] = []
+        r2.subscribe("n >= 0", lambda ev: got.append(ev.values["n"]))
+        async with AsyncClient(config=client_config(r1.endpoint, r2.endpoint)) as pub:
+            assert pub.router is not None and pub.router[2] == r1.endpoint
+            for i in range(300):
+                pub.publish_nowait({"n": i})
+            await pub.flush(10)  # acknowledged by r1, which floods to nobody
+            r1.kill9()
+            await wait_for(lambda: pub.router is not None and pub.router[2] == r2.endpoint, timeout=5)
+            await pub.publish({"n": 300})
+            await pub.flush(10)
+            await wait_for(lambda: 300 in got, timeout=5)
+        assert sorted(got) == list(range(301))
