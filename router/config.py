@@ -15,6 +15,7 @@ from aa.mesh import DiscoveryConfig, UsageError, check_endpoint
 from .cacheconfig import CacheConfig
 from .eventlog import EventLogConfig
 from .meshconfig import MeshConfig
+from .quenchconfig import QuenchConfig
 from .store import StoreConfig
 
 __all__ = ["RouterConfig", "DEFAULT_PORT", "MAX_SUBSCRIPTIONS_PER_CLIENT", "MAX_SESSION_BACKLOG"]
@@ -83,6 +84,8 @@ class RouterConfig:
     event_log: EventLogConfig | None = None
     #: The mesh cache and the client caches: sizes, and how often lapsed caches are swept.
     caches: CacheConfig = field(default_factory=CacheConfig)
+    #: Quenching: how often registrations are re-flooded as keep-alives, and limits.
+    quench: QuenchConfig = field(default_factory=QuenchConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:

@@ -76,7 +76,7 @@ class QuenchService:
     def __init__(self, router: "Router", config: QuenchConfig | None = None) -> None:
         self.router = router
         #: Read when used: a test may replace it before `start()`.
-        self.config: QuenchConfig = config or getattr(router.config, "quench", None) or QuenchConfig()
+        self.config: QuenchConfig = config or router.config.quench
         self.table = QuenchTable(router.id)
         self.counters: Counter[str] = Counter()
         self._sessions: dict[str, "ClientSession"] = {}  # owned reg id → publisher's session

@@ -112,3 +112,18 @@ async def test_aa_router_runs_on_the_console_and_stops_on_sigterm(tmp_path):
         async with asyncio.timeout(20):
             await proc.wait()
     assert proc.returncode == 0
+
+
+async def test_subscribe_needs_lets_a_quenching_publisher_see_a_narrow_pattern(router):
+    async with AsyncClient(router.endpoint) as pub:
+        quench = await pub.quench({"SnowDepthSensor": True, "SnowDepth": 50}, lambda *change: None)
+        proc = await asyncio.create_subprocess_exec(
+            AA, "subscribe", "--router", router.endpoint, "--needs", "SnowDepth", "--count", "1", "SnowDepth == 80",
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        await quench.wait_interested(timeout=20)  # without --needs, SnowDepth == 80 never matches 50
+        await pub.publish({"SnowDepthSensor": True, "SnowDepth": 80})
+        async with asyncio.timeout(20):
+            out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        assert "SnowDepth=80" in out.decode()

@@ -28,9 +28,7 @@ SLOW = QuenchConfig(keepalive=60.0, timeout=300.0)
 
 @asynccontextmanager
 async def routers(n: int, edges: list[tuple[int, int]], quench: QuenchConfig = QUICK) -> AsyncIterator[list[Router]]:
-    rs = [Router(RouterConfig(port=0, name=f"q{i}", mesh=FAST)) for i in range(n)]
-    for r in rs:
-        r.quench.config = quench
+    rs = [Router(RouterConfig(port=0, name=f"q{i}", mesh=FAST, quench=quench)) for i in range(n)]
     started: list[Router] = []
     try:
         for r in rs:
@@ -151,8 +149,7 @@ async def test_a_router_that_joins_later_learns_registrations_at_once() -> None:
             changes = Changes()
             q = await pub.quench(SNOW, changes)
             await wait_for(lambda: len(r1.quench.table) == 1)
-            late = Router(RouterConfig(port=0, name="late", mesh=FAST))
-            late.quench.config = SLOW
+            late = Router(RouterConfig(port=0, name="late", mesh=FAST, quench=SLOW))
             async with late:
                 late.subscribe("SnowDepth >= 0")  # there before it joins
                 late.mesh.add_peer(r1.endpoint)
@@ -166,8 +163,7 @@ async def test_interest_of_a_router_that_vanishes_lapses() -> None:
         async with AsyncClient(r0.endpoint) as pub:
             changes = Changes()
             q = await pub.quench(SNOW, changes)
-            gone = Router(RouterConfig(port=0, name="gone", mesh=FAST))
-            gone.quench.config = QUICK
+            gone = Router(RouterConfig(port=0, name="gone", mesh=FAST, quench=QUICK))
             await gone.start()
             try:
                 gone.mesh.add_peer(r1.endpoint)

@@ -61,6 +61,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--script", type=Path, metavar="FILE", help="a stateful pattern script (calls forward())")
     p.add_argument("--xpath", metavar="EXPR", help="an XPath pattern instead of a Python one")
     p.add_argument("--param", metavar="NAME=VALUE", action="append", default=[], help="a pattern parameter, repeatable")
+    p.add_argument("--needs", metavar="NAME", action="append", default=[],
+                   help="a value name the pattern needs, repeatable: lets quenching publishers "
+                   "whose prototype carries the names see this narrow pattern (see aa quench)")
     p.add_argument("--count", type=int, metavar="N", help="exit after N events")
     p.add_argument("--json", action="store_true", help='one JSON object per line: {"id", "type", "values", "meta"}')
     p.add_argument("--history", action="store_true",
@@ -110,7 +113,7 @@ def subscribe(args: argparse.Namespace) -> int:
         params = parse_assignments(args.param, "param")
         history = {"since": parse_since(args.since)} if args.since else {"since": None} if args.history else None
         with Client(router_endpoints(args), name="aa subscribe") as client:
-            sub = client.subscribe(spec, params=params, history=history)
+            sub = client.subscribe(spec, params=params, history=history, needs=args.needs)
             seen = 0
             for event in sub:
                 print_event(event, args.json)
