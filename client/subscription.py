@@ -8,17 +8,15 @@ import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from aa.mesh import ConnectionClosed, Event, PatternError, PatternSpec
+from aa.mesh.eventqueue import EventQueue
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
 
-__all__ = ["Subscription", "MAX_SUBSCRIPTION_QUEUE"]
+__all__ = ["Subscription"]
 
 log = logging.getLogger("aa.client")
 
-#: Events an iterated subscription buffers before the oldest are dropped (and counted):
-#: a reader that stopped reading must not grow the client's memory without bound.
-MAX_SUBSCRIPTION_QUEUE = 100_000
 
 
 class Subscription:
@@ -50,12 +48,11 @@ class Subscription:
         self.history = history
         self.failure: PatternError | None = None
         self.closed = False
-        self.dropped = 0
         self._callback = callback
         self._async_callback = callback is not None and inspect.iscoroutinefunction(callback)
-        self._queue: asyncio.Queue[Event | None] | None = None
+        self._queue: EventQueue | None = None
         if callback is None or self._async_callback:
-            self._queue = asyncio.Queue()
+            self._queue = EventQueue()
         self._consumer: asyncio.Task[None] | None = None
         if self._async_callback:
             self._consumer = asyncio.get_running_loop().create_task(self._consume())
@@ -71,10 +68,7 @@ class Subscription:
             except Exception:
                 log.exception("subscription %d: callback failed", self.id)
             return
-        if self._queue.qsize() >= MAX_SUBSCRIPTION_QUEUE:
-            self._queue.get_nowait()
-            self.dropped += 1
-        self._queue.put_nowait(event)
+        self._queue.put(event)
 
     def _fail(self, error: PatternError) -> None:
         self.failure = error
@@ -84,7 +78,12 @@ class Subscription:
     def _finish(self) -> None:
         self.closed = True
         if self._queue is not None:
-            self._queue.put_nowait(None)
+            self._queue.close(self.failure)
+
+    @property
+    def dropped(self) -> int:
+        """Events dropped because the reader fell behind."""
+        return self._queue.dropped if self._queue is not None else 0
 
     async def _consume(self) -> None:
         while True:
@@ -115,20 +114,12 @@ class Subscription:
         `ConnectionClosed` once unsubscribed or the client closed."""
         if self._queue is None:
             raise RuntimeError("this subscription delivers to its callback")
-        event = await self._queue.get()
-        if event is None:
-            self._queue.put_nowait(None)
-            raise self.failure or ConnectionClosed("subscription is closed")
-        return event
+        return await self._queue.get()
 
     def __aiter__(self) -> AsyncIterator[Event]:
-        return self
-
-    async def __anext__(self) -> Event:
-        try:
-            return await self.get()
-        except ConnectionClosed:
-            raise StopAsyncIteration from None
+        if self._queue is None:
+            raise RuntimeError("this subscription delivers to its callback")
+        return self._queue
 
     async def __aenter__(self) -> "Subscription":
         return self

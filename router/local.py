@@ -3,11 +3,11 @@ subscribes without a socket."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from aa.mesh import ConnectionClosed, Event, PatternError
+from aa.mesh.eventqueue import EventQueue
 
 if TYPE_CHECKING:
     from .router import Router
@@ -15,10 +15,6 @@ if TYPE_CHECKING:
 __all__ = ["LocalSubscription"]
 
 log = logging.getLogger("aa.router.local")
-
-#: Events a local subscription without a callback buffers for its reader; beyond it the
-#: oldest are dropped (and counted), so a reader that stopped reading costs bounded memory.
-MAX_LOCAL_QUEUE = 100_000
 
 
 class LocalSubscription:
@@ -31,8 +27,7 @@ class LocalSubscription:
     def __init__(self, router: "Router", callback: Callable[[Event], Any] | None) -> None:
         self._router = router
         self._callback = callback
-        self._queue: asyncio.Queue[Event | None] | None = None if callback else asyncio.Queue()
-        self.dropped = 0
+        self._queue = None if callback else EventQueue()
         self.closed = False
         #: Why the router stopped this subscription's pattern, if it did.
         self.failure: PatternError | None = None
@@ -61,10 +56,7 @@ class LocalSubscription:
                 log.exception("local subscription callback failed")
             return
         assert self._queue is not None
-        if self._queue.qsize() >= MAX_LOCAL_QUEUE:
-            self._queue.get_nowait()
-            self.dropped += 1
-        self._queue.put_nowait(event)
+        self._queue.put(event)
 
     def pattern_failed(self, code: str, message: str) -> None:
         self.failure = PatternError(message, code=code)
@@ -86,26 +78,23 @@ class LocalSubscription:
     def _finish(self) -> None:
         self.closed = True
         if self._queue is not None:
-            self._queue.put_nowait(None)
+            self._queue.close(self.failure)
+
+    @property
+    def dropped(self) -> int:
+        """Events dropped because the reader fell behind."""
+        return self._queue.dropped if self._queue is not None else 0
 
     async def get(self) -> Event:
         """The next event; raises `ConnectionClosed` (or the `PatternError`) once closed."""
         if self._queue is None:
             raise RuntimeError("this subscription delivers to its callback")
-        event = await self._queue.get()
-        if event is None:
-            self._queue.put_nowait(None)  # keep later readers informed too
-            raise self.failure or ConnectionClosed("subscription is closed")
-        return event
+        return await self._queue.get()
 
     def __aiter__(self) -> AsyncIterator[Event]:
-        return self
-
-    async def __anext__(self) -> Event:
-        try:
-            return await self.get()
-        except ConnectionClosed:
-            raise StopAsyncIteration from None
+        if self._queue is None:
+            raise RuntimeError("this subscription delivers to its callback")
+        return self._queue
 
     def __enter__(self) -> "LocalSubscription":
         return self

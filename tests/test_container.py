@@ -205,3 +205,15 @@ def test_bundled_copy_runs_from_any_folder(tmp_path: Path) -> None:
     factory, settings, modname = load_source(scan_folder(tmp_path)["weather"])
     assert settings["speed"] == 1.0 and factory().__class__.__name__ == "Weather"
     unload(modname)
+
+
+async def test_bundled_laptops_and_phones_publish_their_own_nodes(router: Router) -> None:
+    laptop_scans = router.subscribe('type in ("wifi-scan", "bt-scan") and Node.startswith("laptop-")')
+    phone_positions = router.subscribe('type == "position"')
+    strays = router.subscribe('type == "position" and not Node.startswith("phone-")')
+    async with Container(config(router, BUNDLED)):
+        scan = await next_event(laptop_scans, timeout=20)
+        assert scan.values["Radios"] and {"Id", "Name", "Rssi"} <= set(scan.values["Radios"][0])
+        position = await next_event(phone_positions, timeout=20)
+        assert {"Node", "Building", "Floor", "X", "Y"} == set(position.values)
+    assert strays._queue is not None and strays._queue.qsize() == 0  # laptops report no positions
