@@ -47,3 +47,7 @@ def test_every_subpackage_is_listed_for_non_editable_installs():
             rel = init.parent.relative_to(root / folder)
             name = ".".join([top, *rel.parts]) if rel.parts else top
             assert name in listed, f"{name} is not in [tool.setuptools] packages"
+    for name in listed:  # and every listed package exists, or installing fails outright
+        top = next(t for t in config["package-dir"] if name == t or name.startswith(t + "."))
+        folder = root / config["package-dir"][top] / pathlib.Path(*name[len(top) + 1 :].split(".") if name != top else ())
+        assert (folder / "__init__.py").exists(), f"{name} is listed but {folder} has no __init__.py"
