@@ -3,14 +3,46 @@ the poison list and the persisted topology. One `MeshService` per `Router` (`rou
 
 How an event crosses the mesh
 -----------------------------
+Events travel in flood groups (`aa.mesh.peering.FloodGroup`: a ttl, a path, the events' ids,
+and the events packed once into an opaque blob; the form and why are in `aa.mesh.peering`).
+
 A client's event is stamped by its router (`Router._accept`, with `FloodRules.originate`:
-ttl and a path holding this router), dispatched locally, and queued on every peer link
-(`_forward_local`). A peer's `Flood` frame is read by its `PeerLink`; each event in it goes
-through `FloodRules.receive` — a copy whose id this router has seen is dropped unread, which
-is what makes each router dispatch each event exactly once in any topology (the proof is in
-`aa.mesh.flood`) — then `Router.dispatch`, then onto every link whose router is not on the
-event's path. Queued events are written as one `Flood` frame per link once the batch that
-produced them is handled, so a router relays thousands of events per system call.
+ttl and a path holding this router), dispatched locally, and queued once for the whole mesh
+(`_forward_local`). When the batch is handled (`flush`), the events queued since the last
+flush are packed into one blob, in groups of at most `MAX_GROUP_EVENTS`, and every link
+queues the same group object: N peers cost one encoding, not N.
+
+A peer's `Flood` frame is read by its `PeerLink` (the codec checks each group's header) and
+handed to `_receive_flood`, which works per group, in this order — the order is the point:
+
+1. A path holding this router means the copy went round a cycle: all of it is a
+   duplicate (`aa.mesh.flood` rule 2).
+2. The ids are looked up in the seen-id set (rule 1). If every one is there, the group is
+   dropped *without unpacking its blob*: where flood fronts meet (two in a ring, n-1 per
+   router in a full mesh) most copies end here, for the price of a set lookup per id.
+3. Otherwise the hop is worked out, once for the group (ttl - 1, and the path with this
+   router appended: rule 3), and the blob is unpacked and checked (`FloodGroup.decode`:
+   well-formed events whose ids are exactly the header's; if not, the frame is malformed
+   and the link closed, as for any bad frame). Only then are the ids recorded as seen, one
+   by one: an event whose id is already there (or twice in the group) is a duplicate; the
+   others are fresh, dispatched with a meta map carrying the hop's ttl and path (the
+   blob's are stale after the first hop; see `aa.mesh.peering`). Checking before
+   recording means a bad blob marks nothing seen, so the same events arriving intact by
+   another route are not lost.
+4. Fresh events are forwarded, while the ttl lasts, to every link whose router is not on
+   the new path and that is not the link they came on (`FloodRules.forward_to`). If the
+   whole group was fresh, that is the *same blob bytes* under the new header: relaying
+   encodes nothing. If some were duplicates here (copies racing on a cyclic mesh), only
+   the fresh ones are re-encoded into a new blob: rare, and never the common case of a
+   line or a ring's two arcs.
+
+Exactly-once dispatch rests on step 3 alone: an event is dispatched only by the
+`SeenIds.check` that records its id, so at most once per router, whatever groups, splits and
+routes its copies take; dropping a whole group in step 2 only ever drops ids already
+recorded (the look-up there records nothing, and at worst treats an id that is about to age
+out as still seen, as a check a moment earlier would have). Queued groups are written as one
+`Flood` frame per link once the batch that produced them is handled, so a router relays
+thousands of events per system call.
 
 One seen-id set (`Router._seen`) serves client publishes and floods alike, so an event a
 client re-publishes after a fail-over (same id, another router) is recognised wherever the
@@ -69,10 +101,10 @@ from aa.mesh import (
     save_topology,
 )
 from aa.mesh.endpoints import is_unspecified
-from aa.mesh.event import META_PATH, META_TTL
+from aa.mesh.flood import MAX_TTL
 from aa.mesh.meshinfo import GetMesh, MeshInfo
 from aa.mesh.messages import PROTOCOL_VERSION, Message
-from aa.mesh.peering import MAX_KNOWN_ROUTERS
+from aa.mesh.peering import MAX_GROUP_EVENTS, MAX_KNOWN_ROUTERS, MESH_PROTOCOL_VERSION, FloodGroup
 from aa.mesh.peers import PeerEntry, PeerState
 from aa.mesh.topology import TOPOLOGY_FILE
 
@@ -154,6 +186,8 @@ class MeshService:
         self._link_list: list[PeerLink] = []
         self._all_links: set[PeerLink] = set()
         self._dirty_links: list[PeerLink] = []
+        #: Events this router originated since the last flush, packed once for all links.
+        self._local: list[Event] = []
         self._flush_scheduled = False
         self._controls: dict[str, list[ControlCallback]] = {}
         self._held: deque[tuple["ClientSession", int, list[tuple[PeerLink, int]]]] = deque()
@@ -287,9 +321,30 @@ class MeshService:
     # -- outgoing events --------------------------------------------------------------------
 
     def _forward_local(self, event: Event) -> None:
-        # A client's event: its path holds only this router, so every peer gets it.
-        for link in self._link_list:
-            link.queue_event(event)
+        # A client's event: its path holds only this router, so every peer gets it. Queued
+        # once for the mesh and packed at the flush, into one blob every link shares.
+        if self._link_list:
+            self._local.append(event)
+            if not self._flush_scheduled:
+                self._schedule_flush()
+
+    def _flush_local(self) -> None:
+        """Pack the events this router originated since the last flush and queue them on
+        every link (the same groups for all)."""
+        events, self._local = self._local, []
+        links = self._link_list
+        if not events or not links:
+            return
+        rules = self.rules
+        path = (self.id,)  # what `FloodRules.originate` stamped on each of them
+        for start in range(0, len(events), MAX_GROUP_EVENTS):
+            try:
+                group = FloodGroup.encode(events[start:start + MAX_GROUP_EVENTS], ttl=rules.initial_ttl, path=path)
+            except UsageError as exc:  # never for events a router accepted and stamped
+                log.error("cannot flood %d events: %s", len(events[start:start + MAX_GROUP_EVENTS]), exc)
+                continue
+            for link in links:
+                link.queue_group(group)
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and self._loop is not None:
@@ -297,8 +352,11 @@ class MeshService:
             self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write every link's queued events now (one frame per link)."""
+        """Pack the events this router originated, then write every link's queued groups
+        now (one frame per link)."""
         self._flush_scheduled = False
+        if self._local:
+            self._flush_local()
         dirty = self._dirty_links
         if dirty:
             self._dirty_links = []
@@ -355,44 +413,70 @@ class MeshService:
 
     # -- incoming floods --------------------------------------------------------------------
 
-    def _receive_flood(self, link: PeerLink, events: Iterable[Event]) -> None:
-        # The hot path of a relaying router: no logging, no call per event that can be saved,
-        # one new meta map per event kept. Forwarding follows `FloodRules.forward_to`: never
-        # back to the link it came on, never to a router on the path, nothing once the ttl is
-        # spent; the targets are worked out once per batch and filtered per event by path.
-        receive = self.rules.receive
+    def _receive_flood(self, link: PeerLink, groups: Iterable[FloodGroup]) -> None:
+        # The hot path of a relaying router (the steps and why they are safe are in the module
+        # docstring): no logging, no call per event that can be saved. The forwarding targets
+        # (`FloodRules.forward_to`: never back to the link it came on, never to a router on
+        # the path) are worked out once per frame and filtered once per group by path.
+        me = self.id
+        seen = self.rules.seen
+        check = seen.check
         dispatch = self.router.dispatch
         came_from = link.remote_id
-        outs: list[tuple[PeerLink, str | None, list[Event]]] = [
-            (out, out.remote_id, []) for out in self._link_list if out is not link and out.remote_id != came_from
-        ]
-        trusted = Event.trusted
+        outs = [(out, out.remote_id) for out in self._link_list if out is not link and out.remote_id != came_from]
         now = time.monotonic()
         n = dups = 0
-        for ev in events:
-            n += 1
-            meta = ev.meta
-            hop = receive(ev.id, meta[META_TTL], meta[META_PATH], now)  # type: ignore[arg-type]
-            if hop is None:
-                dups += 1
-                continue
-            meta = dict(meta)
-            meta[META_TTL] = ttl = hop.ttl
-            meta[META_PATH] = path = hop.path
-            ev = trusted(ev.values, ev.type, meta, ev.id)
-            dispatch(ev)
-            if ttl > 0:
-                for _, rid, queue in outs:
-                    if rid not in path:
-                        queue.append(ev)
-        for out, _, queue in outs:
-            if queue:
-                out.queue_events(queue)
-        counters = self.counters
-        counters["events_in"] += n
-        counters["frames_in"] += 1
-        if dups:
-            counters["duplicates"] += dups
+        try:
+            for group in groups:
+                ids = group.ids
+                k = len(ids)
+                n += k
+                path = group.path
+                if me in path:  # round a cycle back to us (rule 2)
+                    dups += k
+                    continue
+                # Step 2: unread if every id was seen. `not in` records nothing; it stops at the
+                # first fresh id, so a fresh group costs one look-up here.
+                for eid in ids:
+                    if eid not in seen:
+                        break
+                else:
+                    dups += k
+                    continue
+                # The hop (rule 3), once per group, as `FloodRules.receive` works it out: a ttl
+                # over the maximum is clamped; a spent one is still dispatched, not forwarded.
+                ttl = group.ttl
+                ttl = (ttl if ttl <= MAX_TTL else MAX_TTL) - 1
+                if ttl < 0:
+                    ttl = 0
+                new_path = list(path)
+                new_path.append(me)
+                # Step 3: check the events (MalformedFrame closes the link; nothing was recorded),
+                # then record and dispatch the fresh ones.
+                events = group.decode(ttl=ttl, path=new_path)
+                fresh: list[Event] = []
+                for ev in events:
+                    if check(ev.id, now):  # type: ignore[arg-type]  # decode checked: a str
+                        dispatch(ev)
+                        fresh.append(ev)
+                if len(fresh) != k:
+                    dups += k - len(fresh)
+                # Step 4: forward, the same blob if nothing was dropped here.
+                if ttl <= 0 or not fresh or not outs:
+                    continue
+                if len(fresh) == k:
+                    out_group = FloodGroup.trusted(ttl, new_path, ids, group.blob)
+                else:
+                    out_group = FloodGroup.encode(fresh, ttl=ttl, path=new_path)
+                for out, rid in outs:
+                    if rid not in new_path:
+                        out.queue_group(out_group)
+        finally:  # a malformed group ends the frame (and the link): count what came
+            counters = self.counters
+            counters["events_in"] += n
+            counters["frames_in"] += 1
+            if dups:
+                counters["duplicates"] += dups
 
     def _receive_control(self, link: PeerLink, msg: Control) -> None:
         self.counters["controls_in"] += 1
@@ -480,9 +564,11 @@ class MeshService:
             if not link.ready.done():
                 link.ready.set_result(False)
             return
-        if hello.protocol != PROTOCOL_VERSION:
-            log.warning("peer %s speaks protocol %d, we speak %d: closing", rid, hello.protocol, PROTOCOL_VERSION)
-            link.fail("protocol", f"protocol {PROTOCOL_VERSION} only")
+        if hello.protocol != MESH_PROTOCOL_VERSION:
+            log.warning(
+                "peer %s speaks mesh protocol %d, we speak %d: closing", rid, hello.protocol, MESH_PROTOCOL_VERSION
+            )
+            link.fail("protocol", f"mesh protocol {MESH_PROTOCOL_VERSION} only")
             return
         link.remote = hello
         link.remote_id = rid

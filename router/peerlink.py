@@ -18,10 +18,19 @@ Why a goodbye in both directions: a link is only closed once each side has sent 
 read the other's. Everything sent before a `Bye` is therefore read, so retiring a duplicate
 link (both routers dialled each other at once) or shutting down loses no flooded event.
 
-Writing: events for the peer are queued (`queue_event`) while a batch is being handled and
-written as one `Flood` frame by `flush`, as `ClientSession` does for deliveries. Control
-frames (`send`) first flush the queue, so a peer sees events and controls in the order we
-sent them.
+Writing: flood groups for the peer (`aa.mesh.peering.FloodGroup`: events already packed,
+shared by every link that carries them) are queued (`queue_group`) while a batch is being
+handled and written as one `Flood` frame by `flush`, as `ClientSession` does for
+deliveries. A link never encodes an event itself: it writes blobs made once per mesh
+(`MeshService`), so a relayed group costs a copy of its bytes per link, not an encoding.
+Control frames (`send`) first flush the events this router originated and the queue, so a
+peer sees events and controls in the order we sent them.
+
+What a link writes is bounded twice: a frame is at most the codec's cap (a batch over it is
+cut between groups, a group over it is re-encoded in halves, and an event too large alone
+is dropped and counted, `dropped_large`); and while more than `MeshConfig.max_backlog`
+bytes wait in the transport (the peer does not keep up), what would be queued on top is
+dropped and counted (`dropped_slow`): a slow peer must not make us buffer without bound.
 """
 
 from __future__ import annotations
@@ -31,10 +40,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from aa.mesh import Connection, Control, Event, Flood, PeerHello, PeerRouters, ProtocolError, UsageError
+from aa.mesh import Connection, Control, Flood, PeerHello, PeerRouters, ProtocolError, UsageError
 from aa.mesh.errors import ConnectionLost
 from aa.mesh.meshinfo import GetMesh, MeshInfo
 from aa.mesh.messages import Bye, Error, Message, Ping, Pong
+from aa.mesh.peering import FloodGroup
 
 if TYPE_CHECKING:
     from .mesh import MeshService
@@ -88,7 +98,9 @@ class PeerLink(asyncio.Protocol):
         #: Whether the link ended on purpose (goodbyes, a duplicate), not broke.
         self.clean = False
         self.bye_sent = False
-        self._queue: list[Event] = []
+        #: Groups to write with the next `Flood` frame, and the events they hold.
+        self._queue: list[FloodGroup] = []
+        self._queued_events = 0
         self._dirty = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -128,6 +140,7 @@ class PeerLink(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         previous, self.state = self.state, "closed"
         self._queue = []
+        self._queued_events = 0
         if not self.ready.done():
             self.ready.set_exception(ConnectionLost(f"peer {self.label} closed the connection during the hello"))
         if not self.closed.done():
@@ -144,7 +157,7 @@ class PeerLink(asyncio.Protocol):
             self.mesh._link_up(self, msg)  # type: ignore[arg-type]
             return
         if kind is Flood:
-            self.mesh._receive_flood(self, msg.events)  # type: ignore[attr-defined]
+            self.mesh._receive_flood(self, msg.groups)  # type: ignore[attr-defined]
         elif kind is Control:
             self.mesh._receive_control(self, msg)  # type: ignore[arg-type]
         elif kind is PeerRouters:
@@ -174,54 +187,57 @@ class PeerLink(asyncio.Protocol):
 
     # -- writing ----------------------------------------------------------------------------
 
-    def queue_event(self, event: Event) -> None:
-        """Send *event* with the next `Flood` frame (`flush`)."""
-        self._queue.append(event)
-        if not self._dirty:
-            self._dirty = True
-            self.mesh._dirty_links.append(self)
-            self.mesh._schedule_flush()
-
-    def queue_events(self, events: list[Event]) -> None:
-        """Send *events* with the next `Flood` frame (`flush`)."""
-        if self._queue:
-            self._queue.extend(events)
-        else:
-            self._queue = events
+    def queue_group(self, group: FloodGroup) -> None:
+        """Send *group* with the next `Flood` frame (`flush`). The group is shared with other
+        links: it is only ever read."""
+        self._queue.append(group)
+        self._queued_events += len(group.ids)
         if not self._dirty:
             self._dirty = True
             self.mesh._dirty_links.append(self)
             self.mesh._schedule_flush()
 
     def flush(self) -> None:
-        """Write the queued events as one frame (or several if one would be too large)."""
+        """Write the queued groups as one frame (or several if one would be too large)."""
         self._dirty = False
         queue, self._queue = self._queue, []
+        n, self._queued_events = self._queued_events, 0
         transport = self.transport
         if not queue or transport is None or transport.is_closing():
             return
         if transport.get_write_buffer_size() > self.mesh.config.max_backlog:
-            self.mesh._dropped(self, len(queue))
+            self.mesh._dropped(self, n)
             return
-        self._write_flood(queue)
+        self._write_flood(queue, n)
 
-    def _write_flood(self, events: list[Event]) -> None:
+    def _write_flood(self, groups: list[FloodGroup], n: int) -> None:
+        # The common case is one `codec.send` for everything queued. Over the frame cap (a
+        # backlog of many groups, or bulky events), cut between groups; a single group over
+        # it is re-encoded in halves (`FloodGroup.split`); an event too large alone goes.
         try:
-            data = self.codec.send(Flood(events=events))
-        except UsageError:  # over the frame cap: split
-            if len(events) == 1:
+            data = self.codec.send(Flood(groups=groups))
+        except UsageError:
+            if len(groups) > 1:
+                half = len(groups) // 2
+                first, second = groups[:half], groups[half:]
+                n_first = sum(len(g.ids) for g in first)
+                self._write_flood(first, n_first)
+                self._write_flood(second, n - n_first)
+                return
+            group = groups[0]
+            if len(group.ids) == 1:
                 log.warning("dropping an event too large to flood to %s", self.label)
                 self.mesh.counters["dropped_large"] += 1
                 return
-            half = len(events) // 2
-            self._write_flood(events[:half])
-            self._write_flood(events[half:])
+            a, b = group.split()
+            self._write_flood([a], len(a.ids))
+            self._write_flood([b], len(b.ids))
             return
         self.transport.write(data)  # type: ignore[union-attr]
         self.written += len(data)
         self.last_sent = time.monotonic()
         counters = self.mesh.counters
-        counters["events_out"] += len(events)
+        counters["events_out"] += n
         counters["frames_out"] += 1
 
     def send(self, msg: Message) -> None:
@@ -229,6 +245,8 @@ class PeerLink(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing() or self.bye_sent:
             return
+        if self.mesh._local:
+            self.mesh._flush_local()  # events we originated go before this frame
         if self._queue:
             self.flush()
         data = self.codec.send(msg)
