@@ -1,6 +1,11 @@
 """The event log's writer: Parquet files, their rotation and the log's bounds. Everything
-here runs on the log's one writer thread (see `aa.router.eventlog` for the layout and the
-schema, which is `SCHEMA` below).
+here runs in the log's writer process, one command at a time (`aa.router.eventlogprocess`;
+see `aa.router.eventlog` for the layout and the schema, which is `SCHEMA`).
+
+Rows arrive as chunks: ``(logged, count, data)``, *data* the msgpack array of *count*
+rows ``[id, type, values, meta]`` (`aa.router.meshcache.encode_events`), events the router
+logged at *logged* (wall time, seconds). `aa.router.logtable` turns them into an Arrow
+table.
 
 Rotation and bounds, the part where data can be lost by mistake:
 
@@ -18,45 +23,28 @@ from __future__ import annotations
 import logging
 import os
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Final
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aa.mesh import Event
-from aa.mesh.event import META_CLIENT, META_ROUTER, META_TIME
+from aa.mesh.codec import unpack
 
-from .logcodec import encode_json, encode_value
+from .logtable import SCHEMA, build_table
 
 if TYPE_CHECKING:
     from .eventlog import EventLogConfig
 
-__all__ = ["SCHEMA", "Writer", "safe_name"]
+__all__ = ["SCHEMA", "Writer", "safe_name", "Chunk"]
 
 log = logging.getLogger("aa.router.eventlog")
 
-#: The columns of every file (the Hive partitions add ``date`` and ``hour`` on reading).
-SCHEMA: Final = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("type", pa.string()),
-        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("router", pa.string()),
-        pa.field("client", pa.string()),
-        pa.field("logged_by", pa.string(), nullable=False),
-        pa.field("values", pa.map_(pa.string(), pa.string())),
-        pa.field("values_types", pa.map_(pa.string(), pa.string())),
-        pa.field("meta_json", pa.string()),
-    ]
-)
+#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...])``.
+Chunk = tuple[float, int, bytes]
 
-_MAP: Final = pa.map_(pa.string(), pa.string())
 _PART = re.compile(r"^\.?part-(?P<router>.+)-(?P<seq>\d+)\.parquet(?P<tmp>\.inprogress)?$")
 _HOUR = 3600
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_US = timedelta(microseconds=1)
 
 
 def safe_name(name: str) -> str:
@@ -88,19 +76,33 @@ class Writer:
                 log.warning("event log: removing %s, left unfinished by a crash", path)
                 path.unlink(missing_ok=True)
 
-    def write(self, rows: list[tuple[Event, float]]) -> None:
-        i = 0
-        while i < len(rows):  # split at hour boundaries: one file per partition
-            hour = int(rows[i][1] // _HOUR)
-            j = i + 1
-            while j < len(rows) and int(rows[j][1] // _HOUR) == hour:
-                j += 1
-            self._write_part(rows[i:j], hour)
-            i = j
+    def write(self, chunks: list[Chunk]) -> None:
+        """Decode *chunks* and write their rows, one row group per hour partition."""
+        part: list[Sequence[Any]] = []
+        logged: list[float] = []
+        hour = -1
+        for when, count, data in chunks:  # split at hour boundaries: one file per partition
+            try:
+                rows = unpack(data)
+            except Exception:  # never for what the router packed; counted, not fatal
+                self.errors += 1
+                self.dropped += count
+                log.error("event log: %d rows cannot be decoded; they are dropped", count, exc_info=True)
+                continue
+            h = int(when // _HOUR)
+            if part and h != hour:
+                self._write_part(part, logged, hour)
+                part, logged = [], []
+            hour = h
+            part.extend(rows)
+            logged.extend([when] * len(rows))
+        if part:
+            self._write_part(part, logged, hour)
 
-    def _write_part(self, rows: list[tuple[Event, float]], hour: int) -> None:
+    def _write_part(self, rows: list[Sequence[Any]], logged: list[float], hour: int) -> None:
         try:
-            table = _table(rows, self.router)
+            ids, types, values, metas = zip(*rows)
+            table = build_table(ids, types, values, metas, logged, self.router)
             if self.writer is not None and self.hour != hour:
                 self.close()
             if self.writer is None:
@@ -204,53 +206,3 @@ class Writer:
                 except OSError:
                     break
 
-
-def _table(rows: list[tuple[Event, float]], router: str) -> pa.Table:
-    # Hot: every dispatched event passes here once, on the writer thread (which shares the
-    # GIL with the event loop), so the loop is plain and the encoders have fast paths.
-    ids, types, times, routers, clients, values, vtypes, metas = ([] for _ in range(8))
-    for ev, logged in rows:
-        meta = ev.meta
-        t = meta.get(META_TIME)
-        if type(t) is datetime and t.tzinfo is not None:
-            times.append((t - _EPOCH) // _US)
-            # The time is exact in its column: meta_json leaves it out (see the schema).
-            meta = dict(meta)
-            del meta[META_TIME]
-        else:
-            times.append(int(logged * 1_000_000))
-        ids.append(ev.id or "")
-        types.append(ev.type)
-        r, c = meta.get(META_ROUTER), meta.get(META_CLIENT)
-        routers.append(r if type(r) is str else None)
-        clients.append(c if type(c) is str else None)
-        vals, tys = [], []
-        for k, v in ev.values.items():
-            tv = type(v)
-            if tv is str:  # the common types inline, the rest through encode_value
-                vals.append((k, v))
-                tys.append((k, "str"))
-            elif tv is int:
-                vals.append((k, str(v)))
-                tys.append((k, "int"))
-            else:
-                text, ty = encode_value(v)
-                vals.append((k, text))
-                tys.append((k, ty))
-        values.append(vals)
-        vtypes.append(tys)
-        metas.append(encode_json(meta))
-    return pa.Table.from_arrays(
-        [
-            pa.array(ids, pa.string()),
-            pa.array(types, pa.string()),
-            pa.array(times, pa.timestamp("us", tz="UTC")),
-            pa.array(routers, pa.string()),
-            pa.array(clients, pa.string()),
-            pa.array([router] * len(rows), pa.string()),
-            pa.array(values, _MAP),
-            pa.array(vtypes, _MAP),
-            pa.array(metas, pa.string()),
-        ],
-        schema=SCHEMA,
-    )

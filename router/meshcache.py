@@ -28,14 +28,15 @@ from __future__ import annotations
 
 from collections import deque
 from datetime import datetime, timezone
-from typing import Any, Callable, Final
+from operator import attrgetter
+from typing import Any, Callable, Final, Sequence
 
 import msgpack
 
 from aa.mesh import Event, UsageError
 from aa.mesh.codec import pack, unpack
 
-__all__ = ["MeshCache", "approx_size", "MESH_CACHE_MAX_EVENTS", "MESH_CACHE_MAX_BYTES"]
+__all__ = ["MeshCache", "approx_size", "encode_events", "MESH_CACHE_MAX_EVENTS", "MESH_CACHE_MAX_BYTES"]
 
 #: Default bound on cached events. At a typical 0.5 KiB per event, 10 MiB; at 1,000
 #: events/s, the last ten seconds or so, enough for a client that blinked.
@@ -59,7 +60,7 @@ def _new_packer() -> msgpack.Packer:
 _packer = _new_packer()
 
 
-def _encode(items: list[list[Any]]) -> bytes | None:
+def _encode(items: list[Any]) -> bytes | None:
     global _packer
     try:
         return _packer.pack(items)  # type: ignore[no-any-return]
@@ -73,6 +74,18 @@ def _encode(items: list[list[Any]]) -> bytes | None:
 
 def _item(event: Event) -> list[Any]:
     return [event.id, event.type, event.values, event.meta]
+
+
+_row = attrgetter("id", "type", "values", "meta")  # the same array as _item, in C
+_Encoded = bytes  # (MeshCache.bytes hides the name inside the class)
+
+
+def encode_events(events: Sequence[Event]) -> bytes | None:
+    """*events* as the cache keeps a block of them: one msgpack array (`aa.mesh.codec`) of
+    ``[id, type, values, meta]``; None if one is outside the value model. The event log
+    takes the same encoding (`aa.router.eventlog`): the router's storage encodes a
+    dispatched batch once for both."""
+    return _encode(list(map(_row, events)))
 
 
 def approx_size(event: Event) -> int:
@@ -147,13 +160,16 @@ class MeshCache:
         """
         return self.add_many([event], now=now) == 1
 
-    def add_many(self, events: list[Event], *, now: datetime | None = None) -> int:
+    def add_many(
+        self, events: list[Event], *, now: datetime | None = None, encoded: _Encoded | None = None
+    ) -> int:
         """Cache *events*, in order, as one block; how many were cached. An event's time is
         its ``time`` stamp, or *now* (default: the clock) when it has none. A batch bigger
-        than the byte bound is cached one event at a time (what fits)."""
+        than the byte bound is cached one event at a time (what fits). *encoded*:
+        `encode_events(events)`, when the caller has it already."""
         if not events:
             return 0
-        data = _encode([_item(e) for e in events])
+        data = encoded if encoded is not None else encode_events(events)
         if data is None or _ENTRY_OVERHEAD * len(events) + len(data) > self.max_bytes:
             if len(events) == 1:
                 return 0

@@ -12,7 +12,8 @@ event (replication is the flood itself):
 - the store, when the event's meta asks for it (`aa.router.policy`): `put_nowait` only
   queues; the store's writer thread writes in batches, off the event loop;
 - the mesh cache, unless the publisher opted out (``mesh_cache: False``);
-- the event log, when configured: rows are buffered here and written by its own thread.
+- the event log (on whenever there is a data folder): collected here and handed over once
+  per batch, like the mesh cache's; its own process writes them (`aa.router.eventlog`).
 
 Acknowledging persisted publishes (the durability promise)
 ----------------------------------------------------------
@@ -38,10 +39,10 @@ Measured with `tests/bench/bench_store.py` (router CPU per event; bench_router's
 - the non-persisted path adds a dictionary lookup per frame and two meta look-ups per event;
 - the mesh cache (on by default) costs about 1 µs per event, some 15% of a relaying
   router's 7 µs: events are collected here and encoded per batch (`aa.router.meshcache`);
-- the event log is off by default: its writer thread turns rows into Parquet in Python,
-  which took the router from 7.8 to 24 µs per event and its throughput to 58% — far over
-  the 15% budget, so it is opt-in (`RouterConfig.event_log`, `aa router --event-log`).
-  Making it cheap means building the Arrow columns without a Python loop per row.
+- the event log (on with a data folder) costs the router under 1 µs per event: it takes the
+  mesh cache's encoding of each batch (`flush_cache`) and its own process does the rest;
+  a writer thread, as it first had, took the router from 7.8 to 24 µs per event (see
+  `aa.router.eventlog` for the figures and the designs measured).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from aa.mesh.storage_messages import MAX_ANSWER_EVENTS, Cached, GetCached
 
 from .eventlog import EventLog
 from .history import HistoryReplay
-from .meshcache import MeshCache
+from .meshcache import MeshCache, encode_events
 from .policy import META_MAX_AGE, META_MAX_COUNT, META_MESH_CACHE, META_PERSIST, persist_policy
 from .store import MAX_STORED_TYPE_LENGTH, EventStore
 
@@ -159,6 +160,7 @@ class StorageService:
         self._acks: dict["ClientSession", deque[list[Any]]] = {}
         self._sink: Callable[[Event], None] | None = None
         self._cache_pending: list[Event] = []  # for the mesh cache, at the end of the batch
+        self._log_pending: list[Event] = []  # for the event log, at the end of the batch
         self.replay = HistoryReplay(self)
 
     # -- life cycle -------------------------------------------------------------------------
@@ -218,38 +220,50 @@ class StorageService:
 
     def _make_sink(self) -> Callable[[Event], None] | None:
         """One function for the three sinks, specialised on which of them exist: it runs for
-        every event this router dispatches. Mesh-cache events are collected and cached as one
-        block once the batch being dispatched is done (`flush_cache`): one encoding call per
-        batch instead of one per event (see `aa.router.meshcache`)."""
+        every event this router dispatches. Mesh-cache and event-log events are collected and
+        handed over once the batch being dispatched is done (`flush_cache`): one encoding
+        call per batch instead of one per event, shared by the two (see
+        `aa.router.meshcache`, `aa.router.eventlog`)."""
         store = self.store
-        log_append = self.event_log.append if self.event_log is not None else None
+        log_on = self.event_log is not None
+        log_pending = self._log_pending
         persist = self._persist
         pending = self._cache_pending
         cache_on = self.mesh_cache is not None
         call_soon = asyncio.get_running_loop().call_soon
         flush_cache = self.flush_cache
-        if store is None and not cache_on and log_append is None:
+        if store is None and not cache_on and not log_on:
             return None
 
         def sink(event: Event) -> None:
             meta = event.meta
             if store is not None and META_PERSIST in meta:
                 persist(event)
-            if cache_on and meta.get(META_MESH_CACHE) is not False:
-                if not pending:
-                    call_soon(flush_cache)
+            cached = cache_on and meta.get(META_MESH_CACHE) is not False
+            if not pending and not log_pending and (cached or log_on):
+                call_soon(flush_cache)
+            if cached:
                 pending.append(event)
-            if log_append is not None:
-                log_append(event)
+            if log_on:
+                log_pending.append(event)
 
         return sink
 
     def flush_cache(self) -> None:
-        """Put the events collected for the mesh cache into it now."""
-        pending = self._cache_pending
+        """Put the events collected for the mesh cache into it now, and hand the event log
+        those collected for it. Both lists fill and empty together, the cache's holding the
+        log's events but those opted out of it: when they are as long, they are the same
+        events (the usual case), encoded once for both."""
+        pending, log_pending = self._cache_pending, self._log_pending
+        encoded = None
         if pending and self.mesh_cache is not None:
-            self.mesh_cache.add_many(pending)
+            encoded = encode_events(pending)
+            self.mesh_cache.add_many(pending, encoded=encoded)
+        if log_pending and self.event_log is not None:
+            same = len(log_pending) == len(pending)
+            self.event_log.extend(log_pending, encoded=encoded if same else None)
         pending.clear()
+        log_pending.clear()
 
     def _persist(self, event: Event) -> None:
         store = self.store

@@ -1,10 +1,13 @@
-"""The Parquet event log: layout, schema, lossless values, rotation and bounds."""
+"""The Parquet event log: layout, schema, lossless values, rotation and bounds, the table
+builder's fast paths, and the writer process's life."""
 
 from __future__ import annotations
 
 import math
 import os
+import signal
 from datetime import datetime, timedelta, timezone
+from enum import IntEnum
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -13,8 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from aa.mesh import Event, UsageError
+from aa.router import eventlogprocess
 from aa.router.eventlog import SCHEMA, EventLog, EventLogConfig
+from aa.router.eventlogprocess import WriterProcess
 from aa.router.logcodec import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
+from aa.router.logtable import build_table
+from aa.router.meshcache import encode_events
 
 T0 = datetime(2030, 1, 1, 10, 0, tzinfo=timezone.utc)
 
@@ -229,3 +236,146 @@ async def test_event_without_time_stamp_keeps_all_meta(tmp_path: Path, elog: Eve
     assert dict(rows["a"]["values_types"]) == {"v": "bytes"}
     assert rows["b"]["time"] == T0 + timedelta(seconds=5)
     assert rows["b"]["type"] is None and rows["b"]["router"] is None
+
+
+# -- the table builder: its fast paths give exactly logcodec's text ---------------------------
+
+
+def reference_rows(events: list[Event], logged: float) -> list[dict[str, object]]:
+    """What each row must hold, one event at a time through `aa.router.logcodec`."""
+    rows = []
+    for e in events:
+        meta, t = dict(e.meta), e.meta.get("time")
+        if type(t) is datetime and t.tzinfo is not None:
+            del meta["time"]
+            when = t.astimezone(timezone.utc)
+        else:
+            when = datetime.fromtimestamp(logged, timezone.utc)
+        r, c = meta.get("router"), meta.get("client")
+        pairs = [(k, *encode_value(v)) for k, v in e.values.items()]  # type: ignore[arg-type]
+        rows.append({
+            "id": e.id or "", "type": e.type, "time": when, "router": r if type(r) is str else None,
+            "client": c if type(c) is str else None, "logged_by": "me",
+            "values": [(k, text) for k, text, _ in pairs], "values_types": [(k, ty) for k, _, ty in pairs],
+            "meta_json": encode_json(meta),  # type: ignore[arg-type]
+        })  # fmt: skip
+    return rows
+
+
+class Level(IntEnum):
+    HIGH = 3
+
+
+class Tag(str):
+    pass
+
+
+def test_build_table_matches_logcodec_row_by_row() -> None:
+    stamp = T0 + timedelta(microseconds=250)
+    plus2 = datetime(2030, 1, 1, 12, 0, 0, 7, tzinfo=timezone(timedelta(hours=2)))
+    batches = [
+        [ev(i, f=i / 3, s=f"s{i}") for i in range(50)],  # the common case: str, int, float only
+        [ev(1, **SAMPLE)],  # type: ignore[arg-type]
+        [ev(2, x=math.inf), ev(3, y="inf", z=-0.0), ev(4, n=math.nan)],  # non-finite floats only
+        [ev(5, b=True, level=Level.HIGH, tag=Tag("t"), none=None, big=2**63)],  # subclasses, None
+        [Event.trusted({}, None, {}, None)],  # no id, no values, no meta
+        [
+            Event.trusted({"v": 1}, "t", {"time": stamp, "$k": "$v", "path": ["r1", "r2"]}, "a"),
+            Event.trusted({"v": 2}, "t", {"time": plus2, "router": 7, "client": b"c"}, "b"),
+            Event.trusted({"v": 3}, "t", {"time": None, "x": [b"\x00", datetime(2030, 1, 1)]}, "c"),
+            Event.trusted({"v": 4}, "t", {"time": [1, 2], "f": math.nan}, "d"),
+            Event.trusted({"v": 5}, "t", {"time": "noon", "router": "r9", "client": "c9"}, "e"),
+        ],
+        # Metas of one shape (keys and their order): encoded a column at a time.
+        [
+            Event.trusted({"v": i}, None, {"time": stamp, "client": "c", "ttl": i % 3, "path": ["r1", f"r{i % 2}"],
+                                           "on": i % 2 == 0, "w": i / 4, "s": f"${i}\u00e6", "l": [1, 2.0, "x"],
+                                           "tag": Tag("t")}, f"s{i}")  # fmt: skip
+            for i in range(40)
+        ],
+        [Event.trusted({}, None, {"time": stamp, "m": {"$x": i}, "k": "v"}, f"m{i}") for i in range(3)],
+        [Event.trusted({}, None, {"time": stamp, "$k": i}, f"k{i}") for i in range(3)],
+        [Event.trusted({}, None, {"time": stamp, "f": x, "b": b"\x01"}, f"f{i}") for i, x in enumerate([1.0, math.nan])],
+        [Event.trusted({}, None, {"time": stamp, "n": v, "x": w}, f"n{i}") for i, (v, w) in enumerate([(1, True), (True, 1)])],
+        [Event.trusted({}, None, {"time": stamp}, f"t{i}") for i in range(2)],  # nothing but the time
+    ]
+    logged = T0.timestamp() + 0.5
+    for events in batches:
+        ids, types, values, metas = zip(*[(e.id, e.type, e.values, e.meta) for e in events])
+        before = [dict(m) for m in metas]
+        table = build_table(ids, types, values, metas, [logged] * len(events), "me")
+        assert table.schema == SCHEMA
+        assert table.to_pylist() == reference_rows(events, logged)
+        assert list(metas) == before  # the events are left as they were
+
+
+# -- the writer process ------------------------------------------------------------------------
+
+
+def chunk(events: list[Event], logged: float) -> tuple[float, int, bytes]:
+    data = encode_events(events)
+    assert data is not None
+    return logged, len(events), data
+
+
+def test_writer_process_relays_its_log_and_counts_what_it_cannot_read(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(), clock)
+    try:
+        writer.write([(clock.now, 3, b"\xc1 not msgpack"), chunk([ev(1), ev(2)], clock.now)])
+        assert (writer.rows, writer.dropped, writer.errors) == (2, 3, 1)
+        assert "3 rows cannot be decoded" in caplog.text  # logged by the router, for the writer
+    finally:
+        writer.stop()
+    assert writer.pid is None and writer.files == 1
+    assert read(tmp_path).count_rows() == 2
+
+
+def test_writer_process_closes_its_file_when_the_router_dies(tmp_path: Path, clock: Clock) -> None:
+    writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(), clock)
+    writer.write([chunk([ev(i) for i in range(100)], clock.now)])
+    assert writer.rows == 100 and read(tmp_path).count_rows() == 0  # written, file still open
+    proc = writer._proc
+    assert proc is not None and writer._conn is not None
+    writer._conn.close()  # what the router's death does to the writer's input
+    assert proc.wait(60) == 0
+    assert read(tmp_path).count_rows() == 100  # closed, with its footer, and moved into view
+
+
+async def test_a_killed_writer_process_drops_its_rows_and_a_new_one_takes_over(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with EventLog(data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        elog.extend([ev(i) for i in range(10)])
+        await elog.flush()
+        pid = elog._w.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        elog.extend([ev(i) for i in range(10, 15)])
+        await elog.flush()  # the write finds the writer dead: its 5 rows are dropped
+        assert elog.stats().dropped == 5 and elog.stats().errors == 1
+        assert "lost the writer process" in caplog.text
+        elog.append(ev(15))
+        await elog.flush()  # too soon to start another one: dropped too
+        assert elog.stats().dropped == 6
+        clock.now += eventlogprocess.RESTART_DELAY
+        elog.extend([ev(i) for i in range(16, 20)])
+        await elog.flush()
+        assert elog._w.pid not in (None, pid)
+        assert elog.stats().rows == 14 and elog.stats().files == 2
+    names = sorted(p.name for p in files(tmp_path))
+    assert names == ["part-r1-000001.parquet", "part-r1-000002.parquet"]
+    assert sorted(read(tmp_path).to_table()["id"].to_pylist()) == sorted(f"e{i}" for i in [*range(10), *range(16, 20)])
+
+
+async def test_extend_logs_a_batch_at_one_time_and_drops_beyond_the_bound(tmp_path: Path, clock: Clock) -> None:
+    config = EventLogConfig(max_pending_rows=5, row_group_rows=1000)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        elog.extend([Event(values={"i": i}, id=f"x{i}") for i in range(3)], now=clock.now + 7)
+        elog.extend([ev(i) for i in range(3, 8)])  # room for two
+        assert elog.stats().dropped == 3
+        await elog.flush()
+    table = read(tmp_path).to_table()
+    times = {r["id"]: r["time"] for r in table.to_pylist()}
+    assert len(times) == 5 and times["x0"] == times["x2"] == T0 + timedelta(seconds=7)

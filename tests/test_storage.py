@@ -317,6 +317,36 @@ async def test_event_log_on_request(tmp_path: Path) -> None:
     assert table.num_rows == 10
 
 
+async def test_event_log_is_on_by_default_with_a_data_folder(tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    async with Router(RouterConfig(port=0, data_dir=tmp_path)) as r:
+        assert r.storage.event_log is not None
+        async with AsyncClient(r.endpoint) as c:  # a client's publish, stamped by the router
+            for i in range(5):
+                c.publish_nowait({"i": i, "t": i / 2}, type="reading")
+            await c.flush()
+        r.publish({"i": 5})
+        r.publish({"i": 6}, meta={"mesh_cache": False})  # not cached, logged all the same
+        r.publish({"i": 7})
+        assert "event_log" in r.stats()["storage"]
+        assert [e.values["i"] for e in await r.history("True", include_cache=True)][-2:] == [5, 7]
+    rows = ds.dataset(tmp_path / "eventlog", format="parquet", partitioning="hive").to_table().to_pylist()
+    assert sorted(dict(row["values"])["i"] for row in rows) == ["0", "1", "2", "3", "4", "5", "6", "7"]
+    assert {row["logged_by"] for row in rows} == {r.id}
+    assert {row["router"] for row in rows if row["type"] == "reading"} == {r.id}
+
+
+async def test_no_event_log_without_a_data_folder_or_when_turned_off(tmp_path: Path) -> None:
+    async with Router(RouterConfig(port=0)) as r:
+        assert r.storage.event_log is None and "event_log" not in r.stats()["storage"]
+        r.publish({"i": 1})
+    async with Router(RouterConfig(port=0, data_dir=tmp_path, event_log=None)) as r:
+        assert r.storage.event_log is None
+        r.publish({"i": 1})
+    assert not (tmp_path / "eventlog").exists()
+
+
 def test_storage_names_are_public_and_in_the_error_tree() -> None:
     import aa.mesh
     import aa.mesh.errors

@@ -16,8 +16,10 @@ from typing import AsyncIterator
 import pytest
 
 from aa.client import AsyncClient, ClientConfig
-from aa.router import Router, RouterConfig
-from aa.tools.cli import main
+from aa.mesh import UsageError
+from aa.router import EventLogConfig, Router, RouterConfig
+from aa.tools.cli import build_parser, main
+from aa.tools.router_cmd import config_from_args
 
 from util import wait_for
 
@@ -111,9 +113,9 @@ async def test_cache_commands(drouter: Router, tmp_path: Path) -> None:
     assert code == 1 and "aa cache register" in err
 
 
-async def start_router(data_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
+async def start_router(data_dir: Path, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--data-dir", str(data_dir), "--no-http", "--no-discovery",
+        AA, "router", "--port", "0", "--data-dir", str(data_dir), "--no-http", "--no-discovery", *extra,
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -166,3 +168,40 @@ async def test_acknowledged_persisted_events_survive_kill_9_of_the_router(tmp_pa
     finally:
         proc.terminate()
         await proc.wait()
+
+
+def test_event_log_is_on_with_a_data_folder_unless_no_event_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def config(*argv: str) -> RouterConfig:
+        return config_from_args(build_parser().parse_args(["router", *argv]), environ={})
+
+    data = ("--data-dir", str(tmp_path))
+    assert config(*data).event_log == EventLogConfig() == config(*data, "--event-log").event_log
+    assert config(*data, "--no-event-log").event_log is None
+    assert config().data_dir is None  # and so no log, whatever event_log says
+    with pytest.raises(UsageError, match="needs --data-dir"):
+        config("--event-log")
+    with pytest.raises(SystemExit):
+        main(["router", "--help"])
+    assert "(default: on with --data-dir, off without)" in " ".join(capsys.readouterr().out.split())
+
+
+async def test_aa_router_logs_the_events_it_dispatches_by_default(tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    for flags, logged in (((), True), (("--no-event-log",), False)):
+        data = tmp_path / str(logged)
+        proc, endpoint = await start_router(data, *flags)
+        try:
+            async with AsyncClient(endpoint) as c:
+                c.publish_nowait({"x": 1}, type="t")
+                await c.flush()
+        finally:
+            proc.terminate()  # a clean stop: the log's last file is closed, its writer ends
+            async with asyncio.timeout(30):
+                await proc.wait()
+        assert proc.returncode == 0
+        if logged:
+            table = ds.dataset(data / "eventlog", format="parquet", partitioning="hive").to_table()
+            assert table.column("type").to_pylist() == ["t"]
+        else:
+            assert not (data / "eventlog").exists()

@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default: {DEFAULT_PORT})")
-    p.add_argument("--data-dir", type=Path, help="folder for the store, event log and topology (default: keep nothing)")
+    p.add_argument("--data-dir", type=Path, help="folder for the store, the event log (on with a data folder "
+                   "unless --no-event-log) and the topology (default: keep nothing)")
     p.add_argument("--name", help="name shown in the mesh (default: host name and port)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     mesh = p.add_argument_group(

@@ -28,9 +28,9 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
                    help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://aa@db/aa (default: "
                    f"${ENV_STORE_URL}, else the SQLite file DATA_DIR/events.db; no store without either)")
     g.add_argument("--no-store", action="store_true", help="keep no persistent store")
-    g.add_argument("--event-log", action=argparse.BooleanOptionalAction, default=False,
-                   help="append every event to the Parquet event log in DATA_DIR/eventlog (default: off; "
-                   "at full load it takes ~40%% of the router's throughput)")
+    g.add_argument("--event-log", action=argparse.BooleanOptionalAction, default=None,
+                   help="append every event to the Parquet event log in DATA_DIR/eventlog, written by a "
+                   "process of its own (default: on with --data-dir, off without)")
     g.add_argument("--mesh-cache-events", type=int, metavar="N", default=MESH_CACHE_MAX_EVENTS,
                    help=f"events the in-memory mesh cache keeps, 0 for none (default: {MESH_CACHE_MAX_EVENTS})")
     g.add_argument("--cache-sweep-interval", type=float, metavar="S", default=CACHE_SWEEP_INTERVAL,
@@ -48,6 +48,7 @@ def storage_config(args: argparse.Namespace, environ: Mapping[str, str] | None =
         raise UsageError("--event-log needs --data-dir")
     return {
         "store": None if args.no_store else StoreConfig(url=url),
-        "event_log": EventLogConfig() if args.event_log else None,
+        # None (no flag): on, as it is by default whenever there is a data folder.
+        "event_log": None if args.event_log is False else EventLogConfig(),
         "caches": CacheConfig(mesh_cache_events=args.mesh_cache_events, sweep_interval=args.cache_sweep_interval),
     }

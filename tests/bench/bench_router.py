@@ -7,6 +7,14 @@ Throughput: the publisher sends N events as fast as the outbox allows; the subsc
 measures delivered events/s from its first to its last event. Latency: the publisher paces
 5,000 events/s, each carrying its send time; the subscriber records receive − send.
 Targets (issue 2): ≥ 50,000 events/s delivered; p99 < 5 ms at 5,000 events/s.
+
+    python tests/bench/bench_router.py --event-log      # router with a data folder, log on
+    python tests/bench/bench_router.py --no-event-log   # the same, log off
+
+With either flag the router gets a fresh data folder (and no store, which the run would not
+touch anyway), so the two runs differ by the event log only. Each run also reports the
+router process's CPU time per event (user + system, all threads, from /proc): on a shared
+machine it swings much less than events/s.
 """
 
 from __future__ import annotations
@@ -15,8 +23,11 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -92,6 +103,28 @@ def publisher(endpoint: str, n: int, rate: float | None) -> None:
     asyncio.run(main())
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process *pid* used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu(pid: int) -> float:
+    """CPU seconds the running child processes of *pid* used so far (the event log's writer)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def run(endpoint: str, n: int, rate: float | None) -> dict:
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
@@ -111,12 +144,26 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=500_000, help="events for the throughput run")
     ap.add_argument("--latency-events", type=int, default=50_000, help="events for the latency run")
     ap.add_argument("--rate", type=float, default=5000.0, help="events/s for the latency run")
+    ap.add_argument("--event-log", action=argparse.BooleanOptionalAction, default=None,
+                    help="give the router a fresh data folder (no store) with the event log on, "
+                    "or off (default: no data folder)")
     args = ap.parse_args()
-    proc, endpoint = start_router()
+    data = None
+    extra: tuple[str, ...] = ()
+    if args.event_log is not None:
+        data = tempfile.mkdtemp(prefix="aa-bench-router-")
+        extra = ("--data-dir", data, "--no-store", "--event-log" if args.event_log else "--no-event-log")
+    proc, endpoint = start_router(*extra)
     try:
+        run(endpoint, 2000, None)  # warm up
+        c0, w0 = process_cpu(proc.pid), children_cpu(proc.pid)
         r = run(endpoint, args.events, None)
+        cpu, writer = process_cpu(proc.pid) - c0, children_cpu(proc.pid) - w0
         tput = r["got"] / r["seconds"] if r["seconds"] else 0.0
-        report("router-throughput", {"events": r["got"], "events_per_s": round(tput), "target": 50_000})
+        report("router-throughput", {"events": r["got"], "events_per_s": round(tput), "target": 50_000,
+                                     "event_log": args.event_log,
+                                     "router_cpu_us_per_event": round(cpu / args.events * 1e6, 2),
+                                     "log_writer_cpu_us_per_event": round(writer / args.events * 1e6, 2)})
         r = run(endpoint, args.latency_events, args.rate)
         lat = sorted(r["latencies"])
         q = statistics.quantiles(lat, n=100)
@@ -134,6 +181,8 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+        if data is not None:
+            shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ def main() -> None:
                 "target_ratio": 0.7})  # fmt: skip
         if "eventlog" in only:
             runs = {}
-            for label, extra in (("off", ()), ("on", ("--event-log",))):
+            for label, extra in (("off", ("--no-event-log",)), ("on", ("--event-log",))):
                 log_dir = tempfile.mkdtemp(prefix="aa-bench-log-", dir=data)
                 proc, endpoint = start_router(*common, "--no-store", "--data-dir", log_dir, *extra)
                 try:
