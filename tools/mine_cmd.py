@@ -64,8 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="also score the artefacts against a simulated office's ground truth: JSON to FILE, text "
                    "to FILE with .txt (the world is found beside the logs, or give --world)")  # fmt: skip
     p.add_argument("--world", metavar="DIR", help="folder written by 'aa mine simulate' (for --report)")
-    p.add_argument("--driver-memory", default="4g", metavar="SIZE", help="Spark driver heap (default: 4g)")
-    p.add_argument("--shuffle-partitions", type=int, metavar="N", help="partitions after a shuffle (default: 4 per local core)")
+    p.add_argument("--driver-memory", metavar="SIZE", help="Spark driver heap, e.g. 8g (default: a third of the memory, 2g to 16g)")
+    p.add_argument("--shuffle-partitions", type=int, metavar="N", help="partitions after a shuffle (default: 32 per local core)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="further Spark setting, repeatable")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_run)

@@ -97,18 +97,21 @@ def score_presence(
     step_s = step.total_seconds()
     t0, t1 = start.timestamp(), end.timestamp()
     predicted: set[tuple[str, str, int]] = set()
-    for e in data.get("episodes", []):
-        a, b = phone.get(e["a"]), phone.get(e["b"])
+    episodes = data.get("episodes", [])
+    if len(episodes) < data.get("episodes_total", len(episodes)):
+        t1 = min(t1, max(datetime.fromisoformat(e[2]).timestamp() for e in episodes))  # score what was kept
+    for na, nb, start_iso, end_iso in episodes:
+        a, b = phone.get(na), phone.get(nb)
         if a is None or b is None or a == b:
             continue
         a, b = min(a, b), max(a, b)
-        s = max(datetime.fromisoformat(e["start"]).timestamp(), t0)
-        f = min(datetime.fromisoformat(e["end"]).timestamp(), t1)
+        s = max(datetime.fromisoformat(start_iso).timestamp(), t0)
+        f = min(datetime.fromisoformat(end_iso).timestamp(), t1)
         k = math.floor(s / step_s)
         while k * step_s < f:
             predicted.add((a, b, k))
             k += 1
-    actual = {(a, b, math.floor(t.timestamp() / step_s)) for a, b, t in colocated}
+    actual = {(a, b, math.floor(t.timestamp() / step_s)) for a, b, t in colocated if t.timestamp() < t1}
     out = _pr(len(predicted & actual), len(predicted), len(actual))
     out["unit"] = f"(person, person, {int(step_s)} s window)"
     out["threshold_db"] = data.get("threshold_db")

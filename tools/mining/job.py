@@ -43,12 +43,15 @@ class SparkConfig:
     #: Spark master URL: ``local[*]`` (all cores of this machine), ``local[2]``,
     #: ``spark://host:7077``, ``yarn``, ``k8s://…``.
     master: str = "local[*]"
-    #: Partitions after a shuffle. None: 4 per core for a local master (Spark's 200 are
-    #: far too many for a small machine: each is a task with its own overhead; adaptive
-    #: execution coalesces further), Spark's own default for a cluster.
+    #: Partitions after a shuffle. None: 32 per core for a local master, Spark's own default
+    #: for a cluster. Adaptive execution merges small ones (a small log ends up with a few),
+    #: but never splits big ones: too few, and a 10-million-event log makes tasks whose
+    #: aggregation state no longer fits the heap (the JVM then spends its time in GC).
     shuffle_partitions: int | None = None
-    #: Heap of the driver JVM, which in local mode also runs the tasks.
-    driver_memory: str = "4g"
+    #: Heap of the driver JVM, which in local mode also runs the tasks. None: a third of
+    #: this machine's memory, 2 to 16 GiB (8 GiB on a 24 GiB machine): a 10-million-event
+    #: log and its caches need about that, and the rest stays for the OS's file cache.
+    driver_memory: str | None = None
     #: Application name shown by the cluster manager.
     app_name: str = "aa-mine"
     #: Further ``spark.*`` settings, as (key, value) pairs.
@@ -69,6 +72,14 @@ def _local_cores(master: str) -> int | None:
     return os.cpu_count() or 1 if inside == "*" else max(1, int(inside))
 
 
+def _default_memory() -> str:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "4g"
+    return f"{min(16, max(2, total // 3 // 2**30))}g"
+
+
 def open_session(config: SparkConfig) -> "SparkSession":
     """A SparkSession for *config* (or the running one: Spark has one per process).
 
@@ -78,7 +89,7 @@ def open_session(config: SparkConfig) -> "SparkSession":
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
-    builder = builder.config("spark.driver.memory", config.driver_memory)
+    builder = builder.config("spark.driver.memory", config.driver_memory or _default_memory())
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     # Our own progress lines (`Progress`) replace Spark's console bar, which fights them.
     builder = builder.config("spark.ui.showConsoleProgress", "false")
@@ -87,7 +98,7 @@ def open_session(config: SparkConfig) -> "SparkSession":
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         builder = builder.config("spark.ui.enabled", "false")
-    partitions = config.shuffle_partitions or (4 * cores if cores else None)
+    partitions = config.shuffle_partitions or (32 * cores if cores else None)
     if partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
     for key, value in config.extra:

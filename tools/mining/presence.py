@@ -23,7 +23,12 @@ islands: window number minus its rank is constant along a run).
     {"window_seconds": 300, "threshold_db": 7.5, "floor_dbm": -95.0, "min_common": 2,
      "scan_types": [...], "attributes": {...},
      "pairs": [{"a": node, "b": node, "together": windows, "both_seen": windows, "share": s}],
-     "episodes": [{"a": node, "b": node, "start": iso, "end": iso}]}
+     "episodes": [[node_a, node_b, start iso, end iso], ...],   # the first max_episodes
+     "episodes_total": n}
+
+Episodes are the mined history (who was together when), kept for reports; the adapter needs
+only the window and threshold. They grow with the log (a 10-million-event log of a
+100-person office has ~700,000), so the artefact keeps the first `max_episodes` in time.
 """
 
 from __future__ import annotations
@@ -62,13 +67,17 @@ class PresenceConfig:
     #: Two nodes are compared only if one of the loudest this many radios of one is among
     #: those of the other (blocking; see `_distances`).
     block_radios: int = 3
+    #: Episodes kept in the artefact, the earliest first (`episodes_total` counts all).
+    max_episodes: int = 100_000
     #: Bounds of the learned threshold, dB.
     min_threshold_db: float = 3.0
     max_threshold_db: float = 15.0
 
     def __post_init__(self) -> None:
-        if not self.scan_types or self.window_seconds < 1 or self.min_common < 1 or self.block_radios < 1:
-            raise UsageError("PresenceConfig needs scan_types, window_seconds ≥ 1, min_common ≥ 1")
+        if not self.scan_types or min(self.window_seconds, self.min_common, self.block_radios) < 1:
+            raise UsageError("PresenceConfig needs scan_types, and window_seconds, min_common, block_radios ≥ 1")
+        if self.max_episodes < 0:
+            raise UsageError("PresenceConfig.max_episodes must be ≥ 0")
         if not 0 < self.min_threshold_db <= self.max_threshold_db:
             raise UsageError("PresenceConfig needs 0 < min_threshold_db ≤ max_threshold_db")
 
@@ -177,16 +186,19 @@ def mine_presence(events: "DataFrame", config: PresenceConfig, *, parsed: "DataF
             .collect()
         ]  # fmt: skip
         run = F.col("window") - F.row_number().over(Window.partitionBy("a", "b").orderBy("window"))
-        episodes = [
-            {"a": r["a"], "b": r["b"], "start": _iso(r["start"] * config.window_seconds),
-             "end": _iso((r["end"] + 1) * config.window_seconds)}
-            for r in dist.where(together)
+        runs = (
+            dist.where(together)
             .withColumn("run", run)
             .groupBy("a", "b", "run")
             .agg(F.min("window").alias("start"), F.max("window").alias("end"))
-            .orderBy("a", "b", "start")
-            .collect()
-        ]  # fmt: skip
+            .cache()
+        )
+        n_episodes = runs.count()
+        episodes = [
+            [r["a"], r["b"], _iso(r["start"] * config.window_seconds), _iso((r["end"] + 1) * config.window_seconds)]
+            for r in runs.orderBy("start", "a", "b").limit(config.max_episodes).collect()
+        ]
+        runs.unpersist()
     finally:
         dist.unpersist()
         fp.unpersist()
@@ -200,6 +212,7 @@ def mine_presence(events: "DataFrame", config: PresenceConfig, *, parsed: "DataF
         "histogram": [[round(v, 3), n] for v, n in sorted(hist)],
         "pairs": pairs,
         "episodes": episodes,
+        "episodes_total": n_episodes,
     }
 
 

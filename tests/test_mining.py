@@ -1,0 +1,218 @@
+"""The mining job's parts that need no Spark: artefact files, progress lines, Otsu's
+threshold, type mappings, scoring, the simulated logs, the command line."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow.dataset as ds
+import pytest
+
+from aa.mesh import UsageError
+from aa.tools.cli import build_parser, main
+from aa.tools.mining import (
+    ArtefactError,
+    MineConfig,
+    Progress,
+    SimulateConfig,
+    list_versions,
+    read_artefact,
+    read_pointer,
+    resolve_inputs,
+    simulate,
+    write_artefact,
+)
+from aa.tools.mining.accuracy import format_report, score_location, score_presence, score_schema
+from aa.tools.mining.artefacts import KEEP_VERSIONS
+from aa.tools.mining.presence import otsu_threshold
+from aa.tools.mining.schema import type_mappings
+
+MONDAY = datetime(2030, 1, 7, tzinfo=timezone.utc)
+
+
+def test_artefacts_are_versioned_with_a_current_pointer(tmp_path: Path) -> None:
+    a1 = write_artefact(tmp_path, "schema", {"x": 1}, inputs=["/in"], events={"unique": 3}, config={"k": 2})
+    a2 = write_artefact(tmp_path, "schema", {"x": 2}, inputs=["/in"], events={"unique": 4})
+    assert (a1.version, a2.version) == (1, 2)
+    assert read_pointer(tmp_path / "schema") == "v2.json"
+    cur = read_artefact(tmp_path / "schema")
+    assert cur.version == 2 and cur.data == {"x": 2}
+    doc = cur.document
+    assert doc["format"] == 1 and doc["task"] == "schema" and doc["inputs"] == ["/in"] and doc["events"] == {"unique": 4}
+    assert datetime.fromisoformat(doc["created"]).tzinfo is not None
+    assert read_artefact(tmp_path / "schema", "v1.json").data == {"x": 1}  # kept: roll back by pointer
+    assert not list((tmp_path / "schema").glob(".*"))  # no temporary files left
+
+
+def test_old_versions_are_pruned(tmp_path: Path) -> None:
+    for i in range(KEEP_VERSIONS + 3):
+        write_artefact(tmp_path, "location", {"i": i}, inputs=[], events={})
+    assert list_versions(tmp_path / "location") == list(range(4, KEEP_VERSIONS + 4))
+
+
+def test_missing_or_foreign_artefacts_raise(tmp_path: Path) -> None:
+    with pytest.raises(ArtefactError):
+        read_artefact(tmp_path / "schema")
+    (tmp_path / "schema").mkdir()
+    (tmp_path / "schema" / "v1.json").write_text('{"format": 99}')
+    (tmp_path / "schema" / "current").write_text("v1.json")
+    with pytest.raises(ArtefactError):
+        read_artefact(tmp_path / "schema")
+
+
+class FakeTracker:
+    def __init__(self) -> None:
+        self.stages: dict[int, SimpleNamespace] = {}
+        self.jobs: dict[int, SimpleNamespace] = {}
+
+    def getActiveStageIds(self) -> list[int]:
+        return list(self.stages)
+
+    def getActiveJobsIds(self) -> list[int]:
+        return list(self.jobs)
+
+    def getJobInfo(self, job: int) -> SimpleNamespace:
+        return self.jobs[job]
+
+    def getStageInfo(self, stage: int) -> SimpleNamespace:
+        return self.stages[stage]
+
+
+def test_progress_prints_a_line_per_stage_and_throttles() -> None:
+    tracker, out = FakeTracker(), io.StringIO()
+    progress = Progress(tracker, out=out, every=5.0)
+    progress.label = "schema"
+    tracker.jobs[3] = SimpleNamespace(jobId=3, stageIds=[7, 8])
+    tracker.stages[8] = SimpleNamespace(numTasks=40, numCompletedTasks=0, numActiveTasks=2)
+    assert progress.poll(0.0) == ["aa mine [schema] job 3 stage 2/2: tasks 0/40 (2 running)"]
+    tracker.stages[8].numCompletedTasks = 10
+    assert progress.poll(1.0) == []  # moved, but less than `every` after the last line
+    assert progress.poll(6.0) == ["aa mine [schema] job 3 stage 2/2: tasks 10/40 (2 running)"]
+    del tracker.stages[8]
+    assert progress.poll(7.0) == []
+    assert out.getvalue().count("\n") == 2
+
+
+def test_otsu_finds_the_valley() -> None:
+    hist = [(float(v), 100) for v in range(2, 6)] + [(float(v), 1) for v in range(6, 14)] + [(float(v), 80) for v in range(14, 20)]
+    cut = otsu_threshold(hist)
+    assert cut is not None and 5 < cut < 14
+    assert otsu_threshold([(1.0, 3)]) is None
+
+
+def _prof(freq: float = 1.0) -> dict[str, object]:
+    return {"frequency": freq, "types": {"str": 1}}
+
+
+def test_type_mappings_need_every_frequent_target_attribute() -> None:
+    types = {
+        "quote": {"attributes": {"StockSymbol": _prof(), "Price": _prof(), "Note": _prof(0.1)}},
+        "ticker": {"attributes": {"Symbol": _prof(), "Last": _prof()}},
+        "weather": {"attributes": {"City": _prof()}},
+    }
+    corr = [
+        {"a": ["quote", "StockSymbol"], "b": ["ticker", "Symbol"], "confidence": 1.0},
+        {"a": ["quote", "Price"], "b": ["ticker", "Last"], "confidence": 0.9},
+    ]
+    maps = type_mappings(types, corr)
+    assert {(m["from"], m["to"]) for m in maps} == {("quote", "ticker"), ("ticker", "quote")}
+    q2t = next(m for m in maps if m["from"] == "quote")
+    assert q2t["attributes"] == {"Price": "Last", "StockSymbol": "Symbol"} and q2t["confidence"] == 0.9
+    assert type_mappings(types, corr[:1]) == []  # Price ↔ Last missing: no mapping either way
+
+
+def test_scores() -> None:
+    truth = [("quote", "StockSymbol", "ticker", "Symbol"), ("quote", "Price", "ticker", "Last")]
+    data = {"correspondences": [
+        {"a": ["quote", "StockSymbol"], "b": ["ticker", "Symbol"]},
+        {"a": ["bt-scan", "Node"], "b": ["wifi-scan", "Node"]},  # same name: counted apart
+        {"a": ["quote", "Price"], "b": ["weather", "Humidity"]},
+    ], "mappings": []}  # fmt: skip
+    s = score_schema(data, truth)
+    assert (s["precision"], s["recall"], s["same_name_found"]) == (0.5, 0.5, 1)
+    place = SimpleNamespace(building="B1", floor=2, x=10.0, y=5.0, room="B1/2/office-1")
+    loc = score_location({"radios": {"r1": {"building": "B1", "floor": 2, "x": 13.0, "y": 9.0},
+                                     "r2": {"building": "B1", "floor": 1, "x": 0.0, "y": 0.0}}},
+                         {"r1": place, "r2": place, "r3": place})  # fmt: skip
+    assert (loc["precision"], loc["recall"], loc["error_m"]["mean"]) == (0.5, round(1 / 3, 4), 5.0)
+    people = [SimpleNamespace(name="alice", phone="phone-alice"), SimpleNamespace(name="bob", phone="phone-bob")]
+    t0 = MONDAY + timedelta(hours=9)
+    truth_p = frozenset({("alice", "bob", t0 + timedelta(minutes=m)) for m in range(4)})
+    episodes = [["phone-bob", "phone-alice", (t0 + timedelta(minutes=2)).isoformat(), (t0 + timedelta(minutes=6)).isoformat()],
+                ["laptop-bob", "phone-alice", t0.isoformat(), (t0 + timedelta(hours=1)).isoformat()]]  # fmt: skip
+    pr = score_presence({"episodes": episodes}, truth_p, people, MONDAY, MONDAY + timedelta(days=1), timedelta(minutes=1))
+    assert (pr["precision"], pr["recall"]) == (0.5, 0.5)
+    text = format_report({"world": "w", "span": ["a", "b"], "schema": {"version": 1, **s}, "location": {"missing": "none"}})
+    assert "precision 0.500" in text and "no artefact" in text
+
+
+def test_simulate_writes_routers_logs_with_duplicates(tmp_path: Path) -> None:
+    cfg = SimulateConfig(out=str(tmp_path), start=MONDAY + timedelta(hours=9), days=1 / 24, routers=("r1", "r2", "r3"),
+                         overlap=0.5, seed=3)  # fmt: skip
+    result = simulate(cfg)
+    tables = [ds.dataset(Path(f) / "eventlog", format="parquet", partitioning="hive").to_table() for f in result.folders]
+    assert [t.num_rows for t in tables] == [result.rows[r] for r in ("r1", "r2", "r3")]
+    ids = [i for t in tables for i in t.column("id").to_pylist()]
+    assert len(set(ids)) == result.events < len(ids)  # every event logged, some by several routers
+    types = set(tables[0].column("type").to_pylist())
+    assert {"wifi-scan", "bt-scan", "position", "quote", "ticker"} <= types
+    world = json.loads((tmp_path / "world.json").read_text())
+    assert world["world"]["seed"] == 3 and world["events"] == result.events
+    assert sorted(resolve_inputs([str(tmp_path)])) == sorted(str(Path(f, "eventlog").resolve()) for f in result.folders)
+
+
+def test_inputs_and_config_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        resolve_inputs([str(tmp_path / "nope")])
+    assert resolve_inputs(["hdfs://nn/aa/eventlog"]) == ["hdfs://nn/aa/eventlog"]
+    with pytest.raises(UsageError):
+        MineConfig(inputs=("x",), adapters="a", tasks=("schema", "weather"))
+
+
+def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["mine", "--help"], ["mine", "simulate", "--help"], ["mine", "report", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(argv)
+        assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--master URL" in out and "aa mine simulate" in out and "aa mine report" in out
+    args = build_parser().parse_args(["mine", "--master", "local[2]", "--tasks", "schema", "/a", "/b"])
+    assert args.logdirs == ["/a", "/b"] and args.master == "local[2]"
+
+
+def test_cli_simulate_and_report_without_artefacts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mine", "simulate", "--out", str(tmp_path / "w"), "--days", "0.01", "--routers", "a"]) == 0
+    assert "events written" in capsys.readouterr().out
+    assert main(["mine", "report", "--adapters", str(tmp_path / "none"), "--world", str(tmp_path / "w")]) == 0
+    assert capsys.readouterr().out.count("no artefact") == 3
+    assert main(["mine", "report", "--world", str(tmp_path / "nothing")]) == 2
+
+
+def test_pathloss_fit_and_place_a_radio_nobody_stands_near() -> None:
+    from aa.tools.mining.pathloss import Cell, PathLoss, fit, place
+
+    true = PathLoss(at_1m=-40.0, exponent=3.0, floor_loss=15.0)
+    radio = (1, 33.0, 5.0)  # floor 1, in a corner nobody on floor 1 visits
+    spots = [(1, x, 15.0) for x in range(2, 20, 3)] + [(2, x, y) for x in range(24, 40, 3) for y in (3.0, 7.0)]
+    cells = [Cell(f, float(x), y, true.predict((x - radio[1]) ** 2 + (y - radio[2]) ** 2, abs(f - radio[0])), 5)
+             for f, x, y in spots]  # fmt: skip
+    # Loudest on floor 2 (right above it), yet the model puts it on floor 1.
+    assert max(cells, key=lambda c: c.rssi).floor == 2
+    best, second = place(cells, true, [0, 1, 2], (0.0, 0.0, 40.0, 20.0))[:2]
+    assert (best.floor, round(best.x), round(best.y)) == (1, 33, 5) and best.rmse < 0.1 < second.rmse
+    samples = [(((c.x - radio[1]) ** 2 + (c.y - radio[2]) ** 2) ** 0.5, abs(c.floor - radio[0]), c.rssi, c.n) for c in cells]
+    got = fit(samples)
+    assert abs(got.at_1m + 40) < 0.01 and abs(got.exponent - 3) < 0.01 and abs(got.floor_loss - 15) < 0.01
+
+
+def test_public_names_exist() -> None:
+    import importlib
+
+    for name in ("aa.tools.mining", "aa.addins.adapters"):
+        module = importlib.import_module(name)
+        assert module.__all__ and all(hasattr(module, attr) for attr in module.__all__), name
+        assert (Path(module.__file__).parent / "py.typed").exists()  # type: ignore[arg-type]

@@ -1,0 +1,110 @@
+"""The mining job with real Spark (local mode) on a small simulated office: the artefacts
+it writes, their accuracy against the world's ground truth, and the adapters fed with them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow.dataset as ds
+import pytest
+
+from aa.addins.adapters import LocationAdapter, SchemaAdapter
+from aa.mesh import Event
+from aa.tools.mining import MineConfig, SimulateConfig, SparkConfig, load_world, open_session, run_mining, simulate
+from aa.tools.mining.accuracy import accuracy_report, format_report
+
+pytestmark = pytest.mark.spark
+
+#: A Monday, office hours: people arrive from 07:30, leave by 17:30.
+START = datetime(2030, 1, 7, 7, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'aa-mesh[mining]'")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java: apt-get install default-jre-headless")
+    session = open_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g"))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def office(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One simulated working day (a scan round every 2 minutes), logged by two routers with
+    overlap, so the job must de-duplicate."""
+    out = tmp_path_factory.mktemp("office")
+    simulate(SimulateConfig(out=str(out), start=START, days=11 / 24, step_seconds=120, seed=1, overlap=0.4))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mined(spark: Any, office: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    adapters = tmp_path_factory.mktemp("adapters")
+    result = run_mining(spark, MineConfig(inputs=(str(office / "r1"), str(office / "r2")), adapters=str(adapters)))
+    return result, adapters
+
+
+def test_events_are_counted_once(mined: tuple[Any, Path], office: Path) -> None:
+    result, _ = mined
+    ids = [ds.dataset(office / r / "eventlog", format="parquet", partitioning="hive").to_table(columns=["id"])
+           .column("id").to_pylist() for r in ("r1", "r2")]  # fmt: skip
+    assert result.events["read"] == len(ids[0]) + len(ids[1])
+    assert result.events["unique"] == len(set(ids[0]) | set(ids[1])) < result.events["read"]
+    assert set(result.artefacts) == {"schema", "location", "presence"}
+    art = result.artefacts["schema"]
+    assert art.document["events"]["unique"] == result.events["unique"] and art.version == 1
+
+
+def test_accuracy_against_ground_truth(mined: tuple[Any, Path], office: Path) -> None:
+    _, adapters = mined
+    report = accuracy_report(adapters, office)
+    print(format_report(report))
+    schema, location, presence = report["schema"], report["location"], report["presence"]
+    # Clean data: exactly the renamed attributes, and the two type mappings.
+    assert (schema["precision"], schema["recall"]) == (1.0, 1.0), schema
+    assert (schema["mappings"]["precision"], schema["mappings"]["recall"]) == (1.0, 1.0)
+    # Radios on the right floor of the right building.
+    assert location["precision"] >= 0.95 and location["recall"] >= 0.95, location
+    assert location["error_m"]["median"] < 4.0
+    # Who was in one room (limited by the radio model: no walls, desk mates 9 m apart).
+    assert presence["precision"] >= 0.8 and presence["recall"] >= 0.8, presence
+
+
+def test_schema_profile(mined: tuple[Any, Path]) -> None:
+    result, _ = mined
+    types = result.artefacts["schema"].data["types"]
+    quote = types["quote"]["attributes"]
+    assert quote["Price"]["types"] == {"float": types["quote"]["events"]} and quote["Price"]["frequency"] == 1.0
+    assert 40 < quote["Price"]["min"] < quote["Price"]["max"] < 300
+    assert [v for v, _ in quote["StockSymbol"]["top"]] == ["ABB", "EQNR", "NHY", "TEL"]
+    assert types["position"]["attributes"]["Floor"]["types"].keys() == {"int"}
+    assert types["wifi-scan"]["attributes"]["Radios"]["types"].keys() == {"list"}
+
+
+def test_adapters_use_the_mined_artefacts(mined: tuple[Any, Path], office: Path) -> None:
+    _, adapters = mined
+    schema = SchemaAdapter(adapters)
+    assert schema.reload() and not schema.reload()
+    quote = Event(values={"StockSymbol": "ABB", "Price": 45.5, "Currency": "CHF"}, type="quote", id="q1")
+    assert schema.handle(quote) == [("ticker", {"Ccy": "CHF", "Last": 45.5, "Symbol": "ABB"})]
+
+    # The location adapter on the phones' own scans: the floor it says vs where they were.
+    location = LocationAdapter(adapters)
+    assert location.reload()
+    world, *_ = load_world(office)
+    phones = {p.phone: p for p in world.people}
+    right = total = 0
+    t0 = START + timedelta(hours=3)
+    for t, kind, values in world.events(t0, t0 + timedelta(minutes=30), step=timedelta(seconds=120)):
+        if kind != "wifi-scan" or values["Node"] not in phones:
+            continue
+        (out_type, loc), = location.handle(Event(values=values, type=kind))
+        here, _ = world.where(phones[values["Node"]], t)
+        total += 1
+        right += (loc["Building"], loc["Floor"]) == (here.building, here.floor)
+    assert out_type == "location" and total > 20 and right / total >= 0.9
