@@ -57,10 +57,10 @@ hold per event):
 ==================================  ==========  =============  ==========  =========
 writer                              router CPU  GIL, log only  writer CPU  p99
 ==================================  ==========  =============  ==========  =========
-none (log off)                      8.3 µs      —              —           4 ms
+none (log off)                      8.3 µs      —              —           4–5 ms
 thread, a Python loop per row       24 µs       12 µs          —           10–65 ms
 thread, columns built in C          18 µs       5 µs           —           6–60 ms
-process (this)                      8.6 µs      0.2 (1.1) µs   7 µs        4 ms
+process (this)                      8.6 µs      0.2 (1.1) µs   7 µs        4–5 ms
 ==================================  ==========  =============  ==========  =========
 
 A writer thread shares the router's GIL: with the columns built in C it held the GIL for

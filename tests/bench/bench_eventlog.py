@@ -79,7 +79,9 @@ def process_cpu(pid: int | None) -> float:
 
 async def run(events: list, batch: int, data: str, shared: bool) -> dict:
     from aa.router.eventlog import EventLog
-    from aa.router.meshcache import encode_events
+
+    if shared:
+        from aa.router.meshcache import encode_events
 
     elog = EventLog(data_dir=data, router_id="bench")
     await elog.start()
