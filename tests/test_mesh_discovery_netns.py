@@ -17,7 +17,7 @@ pytestmark = pytest.mark.netns
 
 NODE = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, os, sys
     from aa.mesh.beacon import Beacon
     from aa.mesh.discovery import BroadcastDiscovery
 
@@ -25,7 +25,9 @@ NODE = textwrap.dedent(
         found = asyncio.Event()
         def on_found(info):
             if info.router_id == other:
-                print("found", other, info.peer, flush=True)
+                # One write of under PIPE_BUF bytes: atomic, so the two nodes' lines, sharing
+                # one pipe, never interleave (print may split a line into several writes).
+                os.write(1, f"found {other} {info.peer}\\n".encode())
                 found.set()
         b = Beacon(router_id=me, peer="0.0.0.0:7447")
         async with BroadcastDiscovery(port=47474, on_found=on_found, beacon=b, selection=[iface], interval=0.2):
