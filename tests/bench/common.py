@@ -26,10 +26,16 @@ def machine() -> str:
 
 
 def start_router(*extra: str) -> tuple[subprocess.Popen[str], str]:
-    """`aa router --port 0` in its own process; returns it and its endpoint."""
+    """`aa router --port 0` in its own process; returns it and its endpoint.
+
+    Discovery is off unless *extra* asks for it: a benchmark's router that found another
+    router on this machine would join its mesh and count that mesh's events too.
+    """
     env = {**os.environ, "AA_DISCOVERY_INTERFACES": "lo"}
+    wants_discovery = any(a.startswith("--discovery") or a == "--zeroconf" for a in extra)
+    isolation = [] if wants_discovery or "--no-discovery" in extra else ["--no-discovery"]
     proc = subprocess.Popen(
-        [AA, "router", "--port", "0", *extra], stdout=subprocess.PIPE, text=True, env=env
+        [AA, "router", "--port", "0", *isolation, *extra], stdout=subprocess.PIPE, text=True, env=env
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
