@@ -89,7 +89,9 @@ def test_group_header_is_authoritative_for_ttl_and_path() -> None:
     ev = Event(values={}, id="e1", meta={META_TTL: 64, META_PATH: ["r1"], "time": "t"})
     g = FloodGroup.encode([ev], ttl=64, path=["r1"])
     relayed = FloodGroup.trusted(62, ["r1", "r2", "r3"], g.ids, g.blob)
-    (got,) = round_trip(Flood(groups=[relayed])).groups[0].decode(ttl=61, path=["r1", "r2", "r3", "r4"])  # type: ignore[attr-defined]
+    received = round_trip(Flood(groups=[relayed]))
+    assert isinstance(received, Flood)
+    (got,) = received.groups[0].decode(ttl=61, path=["r1", "r2", "r3", "r4"])
     assert got.meta == {META_TTL: 61, META_PATH: ["r1", "r2", "r3", "r4"], "time": "t"}
 
 
