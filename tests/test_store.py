@@ -21,6 +21,7 @@ import aa.router.storewriter as writer_mod
 from aa.mesh import Event, InvalidPolicy, UsageError
 from aa.router.policy import ExpiryPolicy
 from aa.router.store import EventStore, StoreConfig, StoreFull, StoreUnavailable
+from util import wait_for
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 NO_LIMIT = ExpiryPolicy()
@@ -38,13 +39,6 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.now
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Await a condition another thread makes true, re-checking every few ms."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 MakeStore = Callable[..., Awaitable[EventStore]]
@@ -265,7 +259,7 @@ async def test_failed_writes_are_reported_retried_and_nothing_is_lost(
         for i in range(10):
             store.put_nowait(ev(i), NO_LIMIT)
         flushed = asyncio.ensure_future(store.flush())
-        await until(lambda: store.stats().failures >= 3)
+        await wait_for(lambda: store.stats().failures >= 3, timeout=10)
         assert not store.healthy and not flushed.done()
         stats = store.stats()
         assert stats.pending == 10 and "disk is full" in (stats.last_error or "")

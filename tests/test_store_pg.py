@@ -12,6 +12,7 @@ from pg import PgServer, pg_server, pg_url  # noqa: F401  (fixtures)
 
 from aa.mesh import Event
 from aa.router.store import EventStore, StoreConfig
+from util import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -20,13 +21,6 @@ T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
 def ev(i: int) -> Event:
     return Event(values={"i": i}, type="r", meta={"time": T0 + timedelta(seconds=i)}, id=f"e{i}")
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Await a condition the writer thread makes true, re-checking every few ms."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 async def test_lost_connection_is_reported_and_queued_events_written_after_reconnect(
@@ -44,7 +38,7 @@ async def test_lost_connection_is_reported_and_queued_events_written_after_recon
             for i in range(100, 300):
                 store.put_nowait(ev(i))
             flushed = asyncio.ensure_future(store.flush())
-            await until(lambda: store.stats().failures >= 2)
+            await wait_for(lambda: store.stats().failures >= 2, timeout=20)
             assert not store.healthy
             assert store.stats().pending == 200  # waiting, not dropped
             assert not flushed.done()
