@@ -41,12 +41,13 @@ async def client(router: Router) -> AsyncIterator[AsyncClient]:
 
 
 @pytest.fixture
-async def make_client(router: Router) -> AsyncIterator[Callable[..., Awaitable[AsyncClient]]]:
-    """Open more clients on the router; all are closed at the end of the test."""
+async def open_client() -> AsyncIterator[Callable[..., Awaitable[AsyncClient]]]:
+    """Open clients on any router: ``await open_client(router, client_id=None, **kwargs)``;
+    all are closed at the end of the test."""
     clients: list[AsyncClient] = []
 
-    async def make(**kwargs: object) -> AsyncClient:
-        c = AsyncClient(router.endpoint, **kwargs)  # type: ignore[arg-type]
+    async def make(router: Router, client_id: str | None = None, **kwargs: object) -> AsyncClient:
+        c = AsyncClient(router.endpoint, client_id=client_id, **kwargs)  # type: ignore[arg-type]
         await c.connect()
         clients.append(c)
         return c
@@ -54,3 +55,9 @@ async def make_client(router: Router) -> AsyncIterator[Callable[..., Awaitable[A
     yield make
     for c in clients:
         await c.aclose()
+
+
+@pytest.fixture
+def make_client(router: Router, open_client: Callable[..., Awaitable[AsyncClient]]) -> Callable[..., Awaitable[AsyncClient]]:
+    """Open more clients on the test's router (see `open_client`)."""
+    return lambda **kwargs: open_client(router, **kwargs)

@@ -44,18 +44,9 @@ async def srouter(make_router: MakeRouter) -> Router:
 
 
 @pytest.fixture
-async def connect(srouter: Router) -> AsyncIterator[Callable[..., Awaitable[AsyncClient]]]:
-    clients: list[AsyncClient] = []
-
-    async def make(router: Router | None = None, **kwargs: object) -> AsyncClient:
-        c = AsyncClient((router or srouter).endpoint, **kwargs)  # type: ignore[arg-type]
-        await c.connect()
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await c.aclose()
+def connect(srouter: Router, open_client: Callable[..., Awaitable[AsyncClient]]) -> Callable[..., Awaitable[AsyncClient]]:
+    """A client on *router*, or on the test's storage router (see conftest's `open_client`)."""
+    return lambda router=None, **kwargs: open_client(router or srouter, **kwargs)
 
 
 async def take(sub: object, n: int) -> list[Event]:

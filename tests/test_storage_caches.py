@@ -27,21 +27,6 @@ async def mesh() -> AsyncIterator[tuple[Router, Router]]:
             yield a, b
 
 
-@pytest.fixture
-async def open_client() -> AsyncIterator[Callable[..., Awaitable[AsyncClient]]]:
-    clients: list[AsyncClient] = []
-
-    async def make(router: Router, client_id: str) -> AsyncClient:
-        c = AsyncClient(router.endpoint, client_id=client_id)
-        await c.connect()
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await c.aclose()
-
-
 async def test_register_go_away_fetch_ack_fetch_again(router: Router, open_client) -> None:
     phone = await open_client(router, "phone")
     info = await phone.cache_register("Alarm > 0", max_count=100, max_age="1h")
