@@ -9,7 +9,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from aa.mesh import UsageError
@@ -19,10 +21,14 @@ from aa.tools.mining import (
     MineConfig,
     Progress,
     SimulateConfig,
+    SparkConfig,
     list_versions,
+    measure_inputs,
+    plan,
     read_artefact,
     read_pointer,
     resolve_inputs,
+    session_settings,
     simulate,
     write_artefact,
 )
@@ -69,32 +75,135 @@ class FakeTracker:
         self.stages: dict[int, SimpleNamespace] = {}
         self.jobs: dict[int, SimpleNamespace] = {}
 
-    def getActiveStageIds(self) -> list[int]:
-        return list(self.stages)
-
     def getActiveJobsIds(self) -> list[int]:
         return list(self.jobs)
 
     def getJobInfo(self, job: int) -> SimpleNamespace:
         return self.jobs[job]
 
-    def getStageInfo(self, stage: int) -> SimpleNamespace:
-        return self.stages[stage]
+    def getStageInfo(self, stage: int) -> SimpleNamespace | None:
+        return self.stages.get(stage)
 
 
-def test_progress_prints_a_line_per_stage_and_throttles() -> None:
+def _stage(sid: int, tasks: int, done: int = 0, active: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(stageId=sid, numTasks=tasks, numCompletedTasks=done, numActiveTasks=active)
+
+
+def test_progress_is_one_line_with_an_overall_percentage() -> None:
+    now = [0.0]
     tracker, out = FakeTracker(), io.StringIO()
-    progress = Progress(tracker, out=out, every=5.0)
-    progress.label = "schema"
+    progress = Progress(plan(["schema", "presence"]), out=out, tty=False, every=10.0, clock=lambda: now[0])
+    assert progress.poll(0.0) == "aa mine   0% starting Spark (0 s)"
+    assert progress.poll(5.0) is None  # not a terminal: a line per step, or every 10 s
+    now[0] = 8.0
+    progress.tracker = tracker
+    progress.begin("read", 1)
+    assert progress.poll(8.0) == "aa mine  24% read (8 s)"  # start (20 of 85) done
     tracker.jobs[3] = SimpleNamespace(jobId=3, stageIds=[7, 8])
-    tracker.stages[8] = SimpleNamespace(numTasks=40, numCompletedTasks=0, numActiveTasks=2)
-    assert progress.poll(0.0) == ["aa mine [schema] job 3 stage 2/2: tasks 0/40 (2 running)"]
-    tracker.stages[8].numCompletedTasks = 10
-    assert progress.poll(1.0) == []  # moved, but less than `every` after the last line
-    assert progress.poll(6.0) == ["aa mine [schema] job 3 stage 2/2: tasks 10/40 (2 running)"]
-    del tracker.stages[8]
-    assert progress.poll(7.0) == []
-    assert out.getvalue().count("\n") == 2
+    tracker.stages[7] = _stage(7, 2, done=2)
+    tracker.stages[8] = _stage(8, 2, active=2)
+    assert progress.poll(20.0) == "aa mine  32% read: stage 2/2, tasks 0/2 (20 s)"  # half its tasks
+    progress.part_done()
+    del tracker.jobs[3]
+    progress.begin("schema", 4)
+    progress.part_done()
+    progress.part_done()
+    assert progress.poll(21.0) == "aa mine  56% schema (21 s)"  # read done, half of schema
+    progress.begin("presence", 3)
+    tracker.jobs[9] = SimpleNamespace(jobId=9, stageIds=[20])
+    tracker.stages[20] = _stage(20, 4, done=1, active=1)
+    assert progress.poll(22.0) == "aa mine  73% presence: stage 1/1, tasks 1/4 (22 s)"
+    tracker.stages[20] = _stage(20, 0)  # a tracker that lost count: the line never goes back
+    assert progress.poll(40.0) == "aa mine  73% presence (40 s)"
+    assert out.getvalue().count("\n") == 6
+
+
+def test_progress_rewrites_its_line_on_a_terminal() -> None:
+    out = io.StringIO()
+    progress = Progress(plan(["location"]), out=out, tty=True, clock=lambda: 0.0)
+    progress.poll(1.0)
+    progress.poll(2.0)
+    progress.message("26/11/23 19:00:00 ERROR Executor: gone")  # cleared, then written
+    progress.poll(3.0)
+    progress.close()  # the status line is cleared: the command's results follow
+    text = out.getvalue()
+    assert "\n" not in text.split("ERROR")[0]  # status lines only rewritten in place
+    assert text.count("\r") == 5 and "\r\x1b[K26/11/23 19:00:00 ERROR Executor: gone\n\raa mine" in text
+    assert text.endswith("(3 s)\x1b[K\r\x1b[K")
+
+
+def test_session_is_sized_from_the_input() -> None:
+    mib = 2**20
+    small = session_settings(SparkConfig(master="local[2]"), 2 * mib)
+    assert small["spark.sql.shuffle.partitions"] == "2" and small["spark.sql.codegen.wholeStage"] == "false"
+    assert "TieredStopAtLevel=1" in small["spark.driver.defaultJavaOptions"]
+    assert small["spark.ui.enabled"] == "false" and small["spark.driver.bindAddress"] == "127.0.0.1"
+    big = session_settings(SparkConfig(master="local[2]"), 350 * mib)  # ~10 M logged events
+    assert big["spark.sql.shuffle.partitions"] == "44" and "spark.sql.codegen.wholeStage" not in big
+    assert "spark.driver.defaultJavaOptions" not in big
+    assert session_settings(SparkConfig(master="local[2]"), 10**12)["spark.sql.shuffle.partitions"] == "64"
+    assert session_settings(SparkConfig(master="local[2]"), None)["spark.sql.shuffle.partitions"] == "64"
+    cluster = session_settings(SparkConfig(master="spark://127.0.0.1:7077"), 2 * mib)
+    assert "spark.sql.shuffle.partitions" not in cluster and "spark.ui.enabled" not in cluster
+    mine = session_settings(SparkConfig(master="local[2]", shuffle_partitions=5,
+                                        extra=(("spark.sql.codegen.wholeStage", "true"),)), 2 * mib)  # fmt: skip
+    assert (mine["spark.sql.shuffle.partitions"], mine["spark.sql.codegen.wholeStage"]) == ("5", "true")
+    for bad in ("lokal[2]", "local[x]", "local[0]", "", "spark:/host"):
+        with pytest.raises(UsageError, match="master"):
+            SparkConfig(master=bad)
+    with pytest.raises(UsageError, match="driver-memory"):
+        SparkConfig(driver_memory="lots")
+
+
+def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
+    simulate(SimulateConfig(out=str(tmp_path / "w"), start=MONDAY, days=0.01, routers=("a",)))
+    roots = resolve_inputs([str(tmp_path / "w")])
+    size = measure_inputs(roots)
+    assert size == sum(f.stat().st_size for f in (tmp_path / "w").rglob("*.parquet")) > 0
+    assert measure_inputs(["hdfs://nn/aa/eventlog"]) is None  # remote: Spark alone knows
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no event log in"):
+        measure_inputs([str(tmp_path / "empty")])
+    other = tmp_path / "other"
+    other.mkdir()
+    pq.write_table(pa.table({"x": [1]}), other / "part-0.parquet")
+    with pytest.raises(UsageError, match="not an event log: no column id"):
+        measure_inputs([str(other)])
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["mine", "/nonexistent/aa-logs"], "no such event log folder: /nonexistent/aa-logs"),
+        (["mine", "EMPTY"], "no event log in"),
+        (["mine", "--master", "lokal[2]", "LOGS"], "is not a Spark master URL"),
+        (["mine", "--conf", "spark.x", "LOGS"], "is not KEY=VALUE"),
+    ],
+)
+def test_cli_bad_input_is_one_line(
+    argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+    simulate(SimulateConfig(out=str(tmp_path / "logs"), start=MONDAY, days=0.005, routers=("a",)))
+    argv = [{"EMPTY": str(tmp_path / "empty"), "LOGS": str(tmp_path / "logs")}.get(a, a) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("aa mine: ") and says in err, err
+
+
+def test_cli_without_java_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    simulate(SimulateConfig(out=str(tmp_path / "logs"), start=MONDAY, days=0.005, routers=("a",)))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-java-here"))
+    assert main(["mine", "--adapters", str(tmp_path / "ad"), str(tmp_path / "logs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Spark needs Java" in err and "JAVA_HOME" in err
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    assert main(["mine", "-q", str(tmp_path / "logs")]) == 2
+    assert "has no bin/java" in capsys.readouterr().err
+    assert not (tmp_path / "ad").exists()
 
 
 def test_otsu_finds_the_valley() -> None:

@@ -4,7 +4,10 @@ it writes, their accuracy against the world's ground truth, and the adapters fed
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -108,3 +111,33 @@ def test_adapters_use_the_mined_artefacts(mined: tuple[Any, Path], office: Path)
         total += 1
         right += (loc["Building"], loc["Floor"]) == (here.building, here.floor)
     assert out_type == "location" and total > 20 and right / total >= 0.9
+
+
+def _aa() -> str:
+    return str(Path(sys.executable).with_name("aa"))
+
+
+def test_cli_mines_with_one_progress_line_and_spark_quiet(office: Path, tmp_path: Path) -> None:
+    """The command as a user runs it (not a terminal here: plain progress lines)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java")
+    out = subprocess.run([_aa(), "mine", "--master", "local[2]", "--adapters", str(tmp_path / "ad"), str(office)],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^events: \d+ read, \d+ unique, in [\d.]+ s", out.stdout, re.M), out.stdout
+    assert all((tmp_path / "ad" / task / "current").is_file() for task in ("schema", "location", "presence"))
+    lines = out.stderr.splitlines()
+    assert lines and all(re.match(r"aa mine +\d+% (starting Spark|read|schema|location|presence)", ln) for ln in lines), lines
+    percents = [int(re.match(r"aa mine +(\d+)%", ln)[1]) for ln in lines]  # type: ignore[index]
+    assert percents == sorted(percents)
+
+
+def test_cli_spark_that_cannot_start_is_one_line(office: Path, tmp_path: Path) -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java")
+    # A heap no machine has: the JVM refuses to start.
+    out = subprocess.run([_aa(), "mine", "-q", "--driver-memory", "1000000g", "--adapters", str(tmp_path / "ad"),
+                          str(office)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("aa mine: Spark could not start: "), out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "ad").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -65,9 +66,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    "to FILE with .txt (the world is found beside the logs, or give --world)")  # fmt: skip
     p.add_argument("--world", metavar="DIR", help="folder written by 'aa mine simulate' (for --report)")
     p.add_argument("--driver-memory", metavar="SIZE", help="Spark driver heap, e.g. 8g (default: a third of the memory, 2g to 16g)")
-    p.add_argument("--shuffle-partitions", type=int, metavar="N", help="partitions after a shuffle (default: 32 per local core)")
+    p.add_argument("--shuffle-partitions", type=int, metavar="N",
+                   help="partitions after a shuffle (default: from the input's size, 8 MiB of Parquet each)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="further Spark setting, repeatable")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="Spark's own log (WARN and up) and full tracebacks on errors")
     p.set_defaults(func=_run)
 
     s = argparse.ArgumentParser(
@@ -120,27 +124,62 @@ def _find_world(inputs: list[str]) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from aa.tools.mining import MineConfig, Progress, SparkConfig, open_session, run_mining
+    try:
+        return _mine(args)
+    except UsageError:
+        raise  # one line, from `aa.tools.cli.main`
+    except KeyboardInterrupt:
+        if args.verbose:
+            raise
+        print("aa mine: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # Spark failed (the JVM, a job): one line unless -v
+        if args.verbose:
+            raise
+        print(f"aa mine: {_one_line(exc)} (-v for details)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    from aa.mesh import AaError
+
+    if isinstance(exc, AaError):
+        return str(exc)
+    text = str(getattr(exc, "java_exception", None) or exc).strip()
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return f"Spark failed: {first}"
+
+
+def _mine(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from aa.tools.mining import (MineConfig, Progress, SparkConfig, check_java, measure_inputs, open_session,
+                                 plan, resolve_inputs, run_mining)  # fmt: skip
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     config = MineConfig(inputs=tuple(args.logdirs), adapters=args.adapters, tasks=tasks)
-    spark_config = SparkConfig(master=args.master, driver_memory=args.driver_memory,
+    spark_config = SparkConfig(master=args.master, driver_memory=args.driver_memory, verbose=args.verbose,
                                shuffle_partitions=args.shuffle_partitions, extra=_spark_conf(args.conf))  # fmt: skip
     world = args.world or (_find_world(list(args.logdirs)) if args.report else None)
     if args.report and world is None:
         raise UsageError("--report needs the simulated world: give --world DIR")
-    spark = open_session(spark_config)
-    try:
-        if args.quiet:
-            result = run_mining(spark, config)
-        else:
-            with Progress(spark.sparkContext.statusTracker()) as progress:
-                result = run_mining(spark, config, progress=progress)
-    finally:
-        spark.stop()
-    ev = result.events
-    print(f"events: {ev['read']} read, {ev['unique']} unique, in {result.seconds['total']:.1f} s "
-          f"({ev['read'] / max(result.seconds['total'], 1e-9):,.0f} events/s)")  # fmt: skip
+    # Bad input is found before the JVM starts: a missing folder, a folder without a log.
+    size = measure_inputs(resolve_inputs(config.inputs))
+    check_java()
+    progress = None if args.quiet else Progress(plan(tasks))
+    t = time.perf_counter()
+    with progress or nullcontext():
+        spark = open_session(spark_config, input_bytes=size, sink=progress.message if progress else None)
+        started = time.perf_counter() - t
+        try:
+            if progress is not None:
+                progress.tracker = spark.sparkContext.statusTracker()
+            result = run_mining(spark, config, progress=progress)
+        finally:
+            spark.stop()
+    ev, total = result.events, time.perf_counter() - t
+    print(f"events: {ev['read']} read, {ev['unique']} unique, in {total:.1f} s "
+          f"({ev['read'] / max(total, 1e-9):,.0f} events/s; Spark started in {started:.1f} s)")  # fmt: skip
     for task, art in result.artefacts.items():
         print(f"{task}: {art.path} (version {art.version}, {result.seconds[task]:.1f} s)")
     if args.report:

@@ -6,7 +6,8 @@ overlap, so a miner de-duplicates) are made once in chunks of `CHUNK` logged eve
 cached in ``$AA_BENCH_DIR`` (default ``/tmp/aa-bench-mining``); making them is not timed.
 Sizes of 1, 3 and 10 chunks are then mined, each in a fresh Spark (``local[*]``) process by
 the real command line, all three tasks, and timed end to end (JVM start included, reported
-apart as the fixed cost of the linear fit).
+apart as the fixed cost of the linear fit). Each run also reports the 1-minute load average
+before and after it: on a shared machine the wall-clock rate says little without it.
 
     .venv/bin/python tests/bench/bench_mining.py [--sizes 1,3,10] [--chunk 1000000]
 """
@@ -84,9 +85,11 @@ def main() -> None:
     print(f"logs ready in {time.perf_counter() - t:.0f} s: {root}", file=sys.stderr)
     rows = []
     for n in sizes:
+        load = os.getloadavg()[0]  # the machine may be shared: say how busy it was
         seconds, counts = mine(chunks[:n], f"{root}/adapters-{n}")
         rows.append({"chunks": n, "seconds": round(seconds, 1), **counts,
-                     "events_per_s": round(counts["read"] / seconds)})  # fmt: skip
+                     "events_per_s": round(counts["read"] / seconds),
+                     "load_1min": [round(load, 1), round(os.getloadavg()[0], 1)]})  # fmt: skip
         print(json.dumps(rows[-1]), file=sys.stderr)
     a, b, r2 = fit([r["read"] for r in rows], [r["seconds"] for r in rows]) if len(rows) > 1 else (0.0, 0.0, 1.0)
     report("mining", {

@@ -6,11 +6,12 @@ PySpark is imported only when a job runs (``pip install 'aa-mesh[mining]'``).
 """
 
 from .artefacts import TASKS, Artefact, ArtefactError, list_versions, read_artefact, read_pointer, write_artefact
-from .job import MineConfig, MineResult, SparkConfig, open_session, read_events, resolve_inputs, run_mining
+from .job import MineConfig, MineResult, measure_inputs, read_events, resolve_inputs, run_mining
 from .location import LocationConfig
 from .presence import PresenceConfig
-from .progress import Progress
+from .progress import Progress, plan
 from .schema import SchemaConfig
+from .session import SparkConfig, SparkStartError, check_java, open_session, session_settings
 from .simulate import SimulateConfig, SimulateResult, load_world, simulate
 
 __all__ = [
@@ -26,14 +27,19 @@ __all__ = [
     "SimulateConfig",
     "SimulateResult",
     "SparkConfig",
+    "SparkStartError",
+    "check_java",
     "list_versions",
     "load_world",
+    "measure_inputs",
     "open_session",
+    "plan",
     "read_artefact",
     "read_events",
     "read_pointer",
     "resolve_inputs",
     "run_mining",
+    "session_settings",
     "simulate",
     "write_artefact",
 ]

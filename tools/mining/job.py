@@ -1,9 +1,13 @@
-"""The mining job: a Spark session for a small machine, the event logs read and
-de-duplicated once, then each mining task, each writing its artefact.
+"""The mining job: the event logs read and de-duplicated once, then each mining task, each
+writing its artefact (the Spark session is `aa.tools.mining.session`'s).
 
 Reading. The inputs are event log folders of one or more routers (`aa.router.eventlog`):
 a router's data folder (its ``eventlog/`` is used), an ``eventlog/`` folder itself, or any
-URI Spark reads (``hdfs://…/eventlog``, ``s3a://…``), each a root of Hive partitions.
+URI Spark reads (``hdfs://…/eventlog``, ``s3a://…``), each a root of Hive partitions. The
+Parquet files under them are read in one scan with the event log's schema given, so Spark
+neither infers a schema nor discovers partitions (each a job of its own; the partition
+columns are not used). Local inputs are checked first, before any JVM starts: a folder
+without a log, or with Parquet files that are not an event log, is one line of error.
 
 De-duplication, where counts go wrong if done carelessly. Events flood the mesh and every
 router logs every event it dispatches, so reading two routers' logs gives most events
@@ -12,15 +16,16 @@ router's log holds each id once, but the union does not: rows are de-duplicated 
 over the union before any task counts anything (one shuffle of the whole input, kept in
 memory/disk for the tasks that follow). Which copy survives does not matter: the copies
 differ only in ``logged_by`` and the file they sit in, never in ``time`` or ``values``.
+The same aggregation counts the copies, so the rows read, the unique events and their
+types come from one action, which also fills the cache.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
 
 from aa.mesh import UsageError
 
@@ -29,83 +34,31 @@ from .location import LocationConfig, mine_location, scans
 from .presence import PresenceConfig, mine_presence
 from .progress import Progress
 from .schema import SchemaConfig, mine_schema
+from .session import SparkConfig, open_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SparkConfig", "MineConfig", "MineResult", "open_session", "resolve_inputs", "read_events", "run_mining"]
+__all__ = [
+    "SparkConfig",
+    "MineConfig",
+    "MineResult",
+    "open_session",
+    "resolve_inputs",
+    "measure_inputs",
+    "read_events",
+    "run_mining",
+    "EVENT_COLUMNS",
+]
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SparkConfig:
-    """How the Spark session is made."""
-
-    #: Spark master URL: ``local[*]`` (all cores of this machine), ``local[2]``,
-    #: ``spark://host:7077``, ``yarn``, ``k8s://…``.
-    master: str = "local[*]"
-    #: Partitions after a shuffle. None: 32 per core for a local master, Spark's own default
-    #: for a cluster. Adaptive execution merges small ones (a small log ends up with a few),
-    #: but never splits big ones: too few, and a 10-million-event log makes tasks whose
-    #: aggregation state no longer fits the heap (the JVM then spends its time in GC).
-    shuffle_partitions: int | None = None
-    #: Heap of the driver JVM, which in local mode also runs the tasks. None: a third of
-    #: this machine's memory, 2 to 16 GiB (8 GiB on a 24 GiB machine): a 10-million-event
-    #: log and its caches need about that, and the rest stays for the OS's file cache.
-    driver_memory: str | None = None
-    #: Application name shown by the cluster manager.
-    app_name: str = "aa-mine"
-    #: Further ``spark.*`` settings, as (key, value) pairs.
-    extra: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.master:
-            raise UsageError("SparkConfig.master must be a Spark master URL")
-        if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
-            raise UsageError("SparkConfig.shuffle_partitions must be at least 1")
-
-
-def _local_cores(master: str) -> int | None:
-    if not master.startswith("local"):
-        return None
-    inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
-    inside = inside.split(",")[0]
-    return os.cpu_count() or 1 if inside == "*" else max(1, int(inside))
-
-
-def _default_memory() -> str:
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return "4g"
-    return f"{min(16, max(2, total // 3 // 2**30))}g"
-
-
-def open_session(config: SparkConfig) -> "SparkSession":
-    """A SparkSession for *config* (or the running one: Spark has one per process).
-
-    A local master binds the driver to 127.0.0.1 and has no web UI: mining on a laptop
-    opens no port to the network.
-    """
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.master(config.master).appName(config.app_name)
-    builder = builder.config("spark.driver.memory", config.driver_memory or _default_memory())
-    builder = builder.config("spark.sql.session.timeZone", "UTC")
-    # Our own progress lines (`Progress`) replace Spark's console bar, which fights them.
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    cores = _local_cores(config.master)
-    if cores is not None:
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        builder = builder.config("spark.ui.enabled", "false")
-    partitions = config.shuffle_partitions or (32 * cores if cores else None)
-    if partitions:
-        builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
-    for key, value in config.extra:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+#: The event log's columns the job reads, as Spark reads them (see `aa.router.eventlog`).
+EVENT_COLUMNS: Final = (
+    ("id", "string"),
+    ("type", "string"),
+    ("time", "timestamp"),
+    ("values", "map<string,string>"),
+    ("values_types", "map<string,string>"),
+)
 
 
 def resolve_inputs(paths: Sequence[str]) -> list[str]:
@@ -134,21 +87,56 @@ def resolve_inputs(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def read_events(spark: "SparkSession", inputs: Sequence[str]) -> "DataFrame":
-    """The events of all *inputs*, each once: columns id, type, time, values, values_types.
+def measure_inputs(roots: Sequence[str]) -> int | None:
+    """Bytes of Parquet under the local *roots* (None if any is a remote URI, whose size
+    Spark alone knows).
 
-    Not de-duplicated yet when one input is read; see the module docstring.
+    Raises `UsageError` for a local root without a Parquet file, or whose Parquet is not
+    an event log (the columns of `EVENT_COLUMNS` missing).
     """
+    total = 0
+    for root in roots:
+        if "://" in root and not root.startswith("file://"):
+            return None
+        local = Path(root.removeprefix("file://"))
+        files = [local] if local.is_file() else [f for f in local.rglob("*.parquet") if not _hidden(f, local)]
+        if not files:
+            raise UsageError(f"no event log in {root}: no .parquet file under it (is it a router's data folder?)")
+        _check_columns(files[0])
+        total += sum(f.stat().st_size for f in files)
+    return total
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    # Spark skips files and folders whose names start with "." or "_" (files being written).
+    return any(part.startswith((".", "_")) for part in path.relative_to(root).parts)
+
+
+def _check_columns(path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise UsageError(f"{path} is not a readable Parquet file: {exc}") from None
+    missing = [c for c, _ in EVENT_COLUMNS if c not in names]
+    if missing:
+        raise UsageError(f"{path} is not an event log: no column {', '.join(missing)}")
+
+
+def read_events(spark: "SparkSession", inputs: Sequence[str]) -> "DataFrame":
+    """The rows of all *inputs* (one scan): columns id, type ("" for none), time, values,
+    values_types. Not de-duplicated; see the module docstring."""
     from pyspark.sql import functions as F
 
-    frames = [
-        spark.read.parquet(p).select("id", F.coalesce("type", F.lit("")).alias("type"), "time", "values", "values_types")
-        for p in inputs
-    ]
-    df = frames[0]
-    for other in frames[1:]:
-        df = df.unionByName(other)
-    return df
+    schema = ", ".join(f"`{c}` {t}" for c, t in EVENT_COLUMNS)
+    df = (
+        spark.read.schema(schema)
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+        .parquet(*inputs)
+    )
+    return df.select("id", F.coalesce("type", F.lit("")).alias("type"), "time", "values", "values_types")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,26 +177,45 @@ def _config_dict(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
 
 
-def run_mining(spark: "SparkSession", config: MineConfig, *, progress: Progress | None = None) -> MineResult:
-    """Read and de-duplicate the logs, run each task, write each task's artefact."""
-    from pyspark import StorageLevel
+def _dedup(raw: "DataFrame") -> "DataFrame":
+    """One row per id (its first copy), with ``copies``: how many rows had it."""
+    from pyspark.sql import functions as F
 
-    def label(text: str) -> None:
+    return raw.groupBy("id").agg(
+        *[F.first(c).alias(c) for c in ("type", "time", "values", "values_types")],
+        F.count(F.lit(1)).alias("copies"),
+    )
+
+
+def run_mining(spark: "SparkSession", config: MineConfig, *, progress: Progress | None = None) -> MineResult:
+    """Read and de-duplicate the logs, run each task, write each task's artefact.
+
+    *progress*, if given, is told each step (`Progress.begin`) and each Spark action done.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    def begin(step: str, parts: int) -> None:
         if progress is not None:
-            progress.label = text
+            progress.begin(step, parts)
+
+    def tick() -> None:
+        if progress is not None:
+            progress.part_done()
 
     seconds: dict[str, float] = {}
     t0 = t = time.perf_counter()
     inputs = resolve_inputs(config.inputs)
-    label("read")
-    raw = read_events(spark, inputs)
-    read = raw.count()  # cheap: Parquet footers
-    events = raw.dropDuplicates(["id"]).persist(StorageLevel.MEMORY_AND_DISK)
+    begin("read", 1)
+    events = _dedup(read_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
     parsed = None
     artefacts: dict[str, Artefact] = {}
     try:
-        by_type = {r["type"]: r["count"] for r in events.groupBy("type").count().collect()}
-        counts = {"read": read, "unique": sum(by_type.values()), "by_type": dict(sorted(by_type.items()))}
+        rows = events.groupBy("type").agg(F.count(F.lit(1)).alias("n"), F.sum("copies").alias("read")).collect()
+        tick()
+        by_type = {r["type"]: r["n"] for r in rows}
+        counts = {"read": sum(r["read"] for r in rows), "unique": sum(by_type.values()),
+                  "by_type": dict(sorted(by_type.items()))}  # fmt: skip
         seconds["read"] = time.perf_counter() - t
         # Location and presence read the same scans: their Radios JSON is parsed once, and kept.
         loc, pres = config.location, config.presence
@@ -220,14 +227,16 @@ def run_mining(spark: "SparkSession", config: MineConfig, *, progress: Progress 
             if task not in config.tasks:
                 continue
             t = time.perf_counter()
-            label(task)
             task_config: Any = getattr(config, task)
             if task == "schema":
-                data = mine_schema(events, task_config, by_type=by_type)
+                begin(task, 4)
+                data = mine_schema(events, task_config, by_type=by_type, tick=tick)
             elif task == "location":
-                data = mine_location(events, task_config, parsed=parsed)
+                begin(task, 2)
+                data = mine_location(events, task_config, parsed=parsed, tick=tick)
             else:
-                data = mine_presence(events, task_config, parsed=parsed)
+                begin(task, 3)
+                data = mine_presence(events, task_config, parsed=parsed, tick=tick)
             artefacts[task] = write_artefact(
                 config.adapters, task, data, inputs=inputs, events=counts, config=_config_dict(task_config)
             )
@@ -236,6 +245,5 @@ def run_mining(spark: "SparkSession", config: MineConfig, *, progress: Progress 
         if parsed is not None:
             parsed.unpersist()
         events.unpersist()
-        label("")
     seconds["total"] = time.perf_counter() - t0
     return MineResult(events=counts, artefacts=artefacts, seconds=seconds)

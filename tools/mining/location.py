@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from aa.mesh import UsageError
 
@@ -176,9 +176,13 @@ def _heuristic(cells: list[Any]) -> tuple[int, float, float, float]:
     return floor, sum(wi * c.x for wi, c in zip(w, on)) / tw, sum(wi * c.y for wi, c in zip(w, on)) / tw, margin
 
 
-def mine_location(events: "DataFrame", config: LocationConfig, *, parsed: "DataFrame | None" = None) -> dict[str, Any]:
+def mine_location(
+    events: "DataFrame", config: LocationConfig, *, parsed: "DataFrame | None" = None,
+    tick: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:  # fmt: skip
     """The location artefact's ``data`` (see the module docstring) from de-duplicated events
-    (and their scans, already parsed by `scans`, if the caller has them)."""
+    (and their scans, already parsed by `scans`, if the caller has them); *tick* is called
+    after the Spark action (for progress)."""
     from pyspark.sql import functions as F
 
     obs = _observations(events, config, parsed)
@@ -195,6 +199,7 @@ def mine_location(events: "DataFrame", config: LocationConfig, *, parsed: "DataF
         )
         .collect()
     )
+    tick()
     by_radio: dict[str, list[tuple[str, Cell]]] = {}
     meta: dict[str, tuple[str, str]] = {}  # radio → (kind, name)
     floors: dict[str, set[int]] = {}

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aa.mesh import UsageError
 
@@ -160,9 +160,13 @@ def _distances(events: "DataFrame", cfg: PresenceConfig, parsed: "DataFrame | No
     ), fp
 
 
-def mine_presence(events: "DataFrame", config: PresenceConfig, *, parsed: "DataFrame | None" = None) -> dict[str, Any]:
+def mine_presence(
+    events: "DataFrame", config: PresenceConfig, *, parsed: "DataFrame | None" = None,
+    tick: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:  # fmt: skip
     """The presence artefact's ``data`` (see the module docstring) from de-duplicated events
-    (and their scans, already parsed by `scans`, if the caller has them)."""
+    (and their scans, already parsed by `scans`, if the caller has them); *tick* is called
+    after each Spark action (for progress)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -173,18 +177,10 @@ def mine_presence(events: "DataFrame", config: PresenceConfig, *, parsed: "DataF
             (r["bin"] * HIST_BIN_DB + HIST_BIN_DB / 2, r["count"])
             for r in dist.groupBy(F.floor(F.col("distance") / HIST_BIN_DB).alias("bin")).count().collect()
         ]
+        tick()
         cut = otsu_threshold(hist)
         thr = min(config.max_threshold_db, max(config.min_threshold_db, cut if cut is not None else config.max_threshold_db))
         together = F.col("distance") <= thr
-        pairs = [
-            {"a": r["a"], "b": r["b"], "together": r["together"], "both_seen": r["both"],
-             "share": round(r["together"] / r["both"], 4)}
-            for r in dist.groupBy("a", "b")
-            .agg(F.sum(together.cast("long")).alias("together"), F.count(F.lit(1)).alias("both"))
-            .where(F.col("together") > 0)
-            .orderBy("a", "b")
-            .collect()
-        ]  # fmt: skip
         run = F.col("window") - F.row_number().over(Window.partitionBy("a", "b").orderBy("window"))
         runs = (
             dist.where(together)
@@ -193,11 +189,25 @@ def mine_presence(events: "DataFrame", config: PresenceConfig, *, parsed: "DataF
             .agg(F.min("window").alias("start"), F.max("window").alias("end"))
             .cache()
         )
-        n_episodes = runs.count()
+        # A run is an island of consecutive windows (each window once per pair), so a pair's
+        # windows together are its runs' lengths summed, and its episodes its runs: pairs and
+        # the episode count in one action.
+        per_pair = runs.groupBy("a", "b").agg(
+            F.sum(F.col("end") - F.col("start") + 1).alias("together"), F.count(F.lit(1)).alias("episodes")
+        )
+        rows = dist.groupBy("a", "b").agg(F.count(F.lit(1)).alias("both")).join(per_pair, ["a", "b"]).orderBy("a", "b").collect()
+        tick()
+        pairs = [
+            {"a": r["a"], "b": r["b"], "together": r["together"], "both_seen": r["both"],
+             "share": round(r["together"] / r["both"], 4)}
+            for r in rows
+        ]  # fmt: skip
+        n_episodes = sum(r["episodes"] for r in rows)
         episodes = [
             [r["a"], r["b"], _iso(r["start"] * config.window_seconds), _iso((r["end"] + 1) * config.window_seconds)]
             for r in runs.orderBy("start", "a", "b").limit(config.max_episodes).collect()
         ]
+        tick()
         runs.unpersist()
     finally:
         dist.unpersist()

@@ -1,116 +1,192 @@
-"""Progress of a long mining run: a line per stage from Spark's status tracker.
+"""Progress of a mining run as one status line: an overall percentage, the current step,
+and what Spark is doing in it::
 
-A daemon thread polls ``SparkContext.statusTracker()`` every `interval` seconds and writes
-lines such as::
+    aa mine  47% schema: stage 2/3, tasks 13/40 (12 s)
 
-    aa mine [location] job 7 stage 2/3: tasks 13/40 (2 running)
+The run is a list of steps (`plan`: starting Spark, reading, then each task) with weights
+from a profile of typical runs. The job says when a step begins and how many Spark
+actions it takes (`Progress.begin`), and when each action is done (`Progress.part_done`);
+inside an action the share of finished tasks of Spark's active jobs (from its status
+tracker) moves the percentage on. Starting Spark has no tracker: its share grows with the
+seconds waited. The percentage never goes back.
 
-A line is written when a stage starts or ends, and otherwise at most every `every`
-seconds while its task count moves, so a 10-minute job prints a few hundred lines, not
-thousands. `Progress.poll` does the work of one tick and takes `now`, so it is tested with
-a fake tracker and no thread.
+On a terminal the line is rewritten in place (``\\r`` and erase to the end of the line);
+otherwise a plain line is written when the step changes and at most every `every` seconds.
+Other lines (the JVM's, see `aa.tools.mining.session`) go through `Progress.message`,
+which clears the status line first. `Progress.poll` does the work of one tick and takes
+`now`, so it is tested with a fake tracker and no thread.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
-from typing import Any, Callable, Protocol, TextIO
+from typing import Any, Callable, Final, Protocol, Sequence, TextIO
 
-__all__ = ["Progress", "StatusTracker"]
+__all__ = ["Progress", "StatusTracker", "plan", "STEP_WEIGHTS"]
+
+#: Share of a run's time per step, from profiles of small and large logs on 2 cores
+#: (starting Spark dominates a small log, the tasks a large one).
+STEP_WEIGHTS: Final = {"start": 20.0, "read": 15.0, "schema": 25.0, "location": 15.0, "presence": 25.0}
+#: Seconds of Spark's start after which its share is 63 % done (1 − 1/e).
+_START_SECONDS: Final = 8.0
+
+
+def plan(tasks: Sequence[str]) -> list[tuple[str, float]]:
+    """The steps of a run of *tasks*, with their weights."""
+    return [(s, STEP_WEIGHTS[s]) for s in ("start", "read", *tasks)]
 
 
 class StatusTracker(Protocol):
     """The part of ``pyspark.StatusTracker`` used here."""
 
-    def getActiveStageIds(self) -> list[int]: ...
     def getActiveJobsIds(self) -> list[int]: ...
     def getJobInfo(self, jobId: int) -> Any: ...
     def getStageInfo(self, stageId: int) -> Any: ...
 
 
 class Progress:
-    """Writes a progress line per active stage of the running Spark jobs.
+    """The status line of a run of *steps* (see `plan`).
 
-    >>> with Progress(spark.sparkContext.statusTracker()) as progress:
-    ...     progress.label = "schema"
-    ...     df.count()
+    >>> with Progress(plan(["schema"])) as progress:
+    ...     spark = open_session(...)
+    ...     progress.tracker = spark.sparkContext.statusTracker()
+    ...     run_mining(spark, config, progress=progress)
     """
 
     def __init__(
         self,
-        tracker: StatusTracker,
+        steps: Sequence[tuple[str, float]],
         *,
         out: TextIO | None = None,
+        tty: bool | None = None,
         interval: float = 0.5,
-        every: float = 5.0,
+        every: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.tracker = tracker
         self.out = out if out is not None else sys.stderr
-        self.interval = interval
-        self.every = every
-        self.clock = clock
-        #: What the run is doing now, shown in brackets (set by the job between tasks).
-        self.label = ""
-        self._last: dict[int, tuple[str, float]] = {}  # stage -> (line, when written)
+        self.tty = tty if tty is not None else _isatty(self.out)
+        self.interval, self.every, self.clock = interval, every, clock
+        self.tracker: StatusTracker | None = None
+        total = sum(w for _, w in steps) or 1.0
+        self._steps = [(name, w / total) for name, w in steps]
+        self._index = 0  # the current step
+        self._parts, self._done = 1, 0
+        self._begun = self._started = clock()
+        self._shown = 0.0  # highest fraction shown: the line never goes back
+        self._last = ("", -math.inf)  # (step, when) of the last plain line
+        self._drawn = False  # a status line is on the terminal
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def poll(self, now: float) -> list[str]:
-        """One tick: the lines to write now (also written to `out`)."""
-        lines = []
-        active: dict[int, str] = {}
+    @property
+    def step(self) -> str:
+        return self._steps[self._index][0] if self._steps else ""
+
+    def begin(self, step: str, parts: int = 1) -> None:
+        """*step* starts, in *parts* Spark actions."""
+        with self._lock:
+            names = [s for s, _ in self._steps]
+            if step in names:
+                self._index = names.index(step)
+            self._parts, self._done, self._begun = max(1, parts), 0, self.clock()
+
+    def part_done(self) -> None:
+        """One Spark action of the current step is done."""
+        with self._lock:
+            self._done += 1
+
+    def fraction(self, now: float, running: float | None = None) -> float:
+        """How much of the run is done, 0 to 1 (*running*: share of the running action
+        done, else asked of the tracker)."""
+        before = sum(w for _, w in self._steps[: self._index])
+        weight = self._steps[self._index][1] if self._steps else 0.0
+        if self.step == "start":
+            inside = 1.0 - math.exp(-(now - self._begun) / _START_SECONDS)
+        else:
+            share = self._running()[0] if running is None else running
+            inside = (self._done + share) / self._parts
+        self._shown = max(self._shown, before + weight * min(inside, 0.99))
+        return self._shown
+
+    def _running(self) -> tuple[float, str]:
+        """(share of the running action done, what it is doing) from Spark's tracker."""
+        if self.tracker is None:
+            return 0.0, ""
         try:
-            stage_ids = sorted(self.tracker.getActiveStageIds())
-            jobs = [self.tracker.getJobInfo(j) for j in self.tracker.getActiveJobsIds()]
+            jobs = [self.tracker.getJobInfo(j) for j in sorted(self.tracker.getActiveJobsIds())]
+            stages = [(j, self.tracker.getStageInfo(s)) for j in jobs if j is not None for s in sorted(j.stageIds)]
         except Exception:  # the context is stopping: nothing to report
-            return []
-        for sid in stage_ids:
-            info = self.tracker.getStageInfo(sid)
-            if info is None:
-                continue
-            job = next((j for j in jobs if j is not None and sid in j.stageIds), None)
-            where = ""
-            if job is not None:
-                stages = sorted(job.stageIds)
-                where = f"job {job.jobId} stage {stages.index(sid) + 1}/{len(stages)}"
+            return 0.0, ""
+        known = [(j, s) for j, s in stages if s is not None]
+        tasks = sum(s.numTasks for _, s in known)
+        done = sum(s.numCompletedTasks for _, s in known)
+        active = [(j, s) for j, s in known if s.numActiveTasks or 0 < s.numCompletedTasks < s.numTasks]
+        if not active:
+            return (done / tasks if tasks else 0.0), ""
+        job, info = active[-1]
+        ids = sorted(job.stageIds)
+        where = f"stage {ids.index(info.stageId) + 1}/{len(ids)}, " if hasattr(info, "stageId") else ""
+        return (done / tasks if tasks else 0.0), f": {where}tasks {info.numCompletedTasks}/{info.numTasks}"
+
+    def render(self, now: float) -> str:
+        """The status line."""
+        share, detail = self._running()
+        pct = self.fraction(now, share) * 100
+        detail = "" if self.step == "start" else detail
+        label = "starting Spark" if self.step == "start" else self.step
+        return f"aa mine {pct:3.0f}% {label}{detail} ({now - self._started:.0f} s)"
+
+    def poll(self, now: float) -> str | None:
+        """One tick: the status line, written if it is due (None if nothing was)."""
+        with self._lock:
+            line = self.render(now)
+            if self.tty:
+                self.out.write("\r" + line + "\x1b[K")
+                self._drawn = True
+            elif self.step != self._last[0] or now - self._last[1] >= self.every:
+                self.out.write(line + "\n")
+                self._last = (self.step, now)
             else:
-                where = f"stage {sid}"
-            running = f" ({info.numActiveTasks} running)" if info.numActiveTasks else ""
-            label = f"[{self.label}] " if self.label else ""
-            active[sid] = f"aa mine {label}{where}: tasks {info.numCompletedTasks}/{info.numTasks}{running}"
-        for sid, line in active.items():
-            prev = self._last.get(sid)
-            if prev is None or (line != prev[0] and now - prev[1] >= self.every):
-                lines.append(line)
-                self._last[sid] = (line, now)
-        for sid in list(self._last):
-            if sid not in active:
-                del self._last[sid]
-        for line in lines:
-            self.out.write(line + "\n")
-        if lines:
+                return None
             self.out.flush()
-        return lines
+            return line
+
+    def message(self, line: str) -> None:
+        """Write *line* above the status line."""
+        with self._lock:
+            self.out.write(("\r\x1b[K" if self._drawn else "") + line + "\n")
+            self._drawn = False
+            self.out.flush()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.poll(self.clock())
+            try:
+                self.poll(self.clock())
+            except (OSError, ValueError):  # our stderr went away: stop drawing
+                return
 
     def start(self) -> None:
-        """Start polling in a daemon thread."""
+        """Start drawing in a daemon thread."""
         if self._thread is None:
+            self.poll(self.clock())
             self._thread = threading.Thread(target=self._run, name="aa-mine-progress", daemon=True)
             self._thread.start()
 
     def close(self) -> None:
-        """Stop polling (waits for the thread)."""
+        """Stop drawing (waits for the thread) and clear the status line."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        with self._lock:
+            if self._drawn:
+                self.out.write("\r\x1b[K")
+                self.out.flush()
+                self._drawn = False
 
     def __enter__(self) -> "Progress":
         self.start()
@@ -118,3 +194,10 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False

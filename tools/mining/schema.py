@@ -34,7 +34,7 @@ these to republish A's events as B's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
 
 from aa.mesh import UsageError
 
@@ -136,7 +136,7 @@ def _kind(prof: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig) -> list[dict[str, Any]]:
+def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig, tick: Callable[[], None]) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -158,10 +158,16 @@ def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig) -> 
         .cache()
     )
     try:
-        rank = F.row_number().over(Window.partitionBy("type", "attr").orderBy(F.desc("n"), "text"))
-        for r in vals.withColumn("rank", rank).where(F.col("rank") <= cfg.top_values).orderBy("type", "attr", "rank").collect():
+        # Top values and the number of distinct values per attribute, in one action.
+        attr = Window.partitionBy("type", "attr")
+        ranked = vals.withColumn("rank", F.row_number().over(attr.orderBy(F.desc("n"), "text"))).withColumn(
+            "size", F.count(F.lit(1)).over(attr)
+        )
+        sizes: dict[tuple[str, str], int] = {}
+        for r in ranked.where(F.col("rank") <= cfg.top_values).orderBy("type", "attr", "rank").collect():
             types[r["type"]]["attributes"][r["attr"]]["top"].append([r["text"], r["n"]])
-        sizes = {(r["type"], r["attr"]): r["count"] for r in vals.groupBy("type", "attr").count().collect()}
+            sizes[(r["type"], r["attr"])] = r["size"]
+        tick()
         a, b = vals.alias("a"), vals.alias("b")
         # The self-join on the value is the costly step: bounded by max_distinct per attribute.
         pairs = (
@@ -170,6 +176,7 @@ def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig) -> 
             .count()
             .collect()
         )
+        tick()
     finally:
         vals.unpersist()
     out = []
@@ -201,8 +208,9 @@ def _similarity(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> float:
 
 
 def _numbers(
-    events: "DataFrame", types: Mapping[str, Any], strings: list[dict[str, Any]], cfg: SchemaConfig
-) -> list[dict[str, Any]]:
+    events: "DataFrame", types: Mapping[str, Any], strings: list[dict[str, Any]], cfg: SchemaConfig,
+    tick: Callable[[], None],
+) -> list[dict[str, Any]]:  # fmt: skip
     from pyspark.sql import functions as F
 
     nums = {t: [a for a, p in tp["attributes"].items() if _kind(p) == "numbers"] for t, tp in types.items()}
@@ -236,6 +244,7 @@ def _numbers(
         for n, (aa, ab, _) in enumerate(pairs):
             aggs.append(F.corr(f"a{la.index(aa)}", f"b{lb.index(ab)}").alias(f"c{n}"))
         row = joined.agg(*aggs).collect()[0]
+        tick()
         if row["cells"] < cfg.min_common_buckets:
             continue
         for n, (aa, ab, sim) in enumerate(pairs):
@@ -282,12 +291,16 @@ def type_mappings(
     return out
 
 
-def mine_schema(events: "DataFrame", config: SchemaConfig, *, by_type: Mapping[str, int]) -> dict[str, Any]:
-    """The schema artefact's ``data`` (see the module docstring) from de-duplicated events."""
+def mine_schema(
+    events: "DataFrame", config: SchemaConfig, *, by_type: Mapping[str, int], tick: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """The schema artefact's ``data`` (see the module docstring) from de-duplicated events;
+    *tick* is called after each Spark action (for progress)."""
     long = _long(events)
     types = _profile(long, by_type)
-    strings = _strings(long, types, config)
-    numbers = _numbers(events, types, strings, config)
+    tick()
+    strings = _strings(long, types, config, tick)
+    numbers = _numbers(events, types, strings, config, tick)
     corr = sorted(strings + numbers, key=lambda c: (c["a"], c["b"]))
     return {
         "types": types,

@@ -1,0 +1,304 @@
+"""The Spark session of a mining run: sized from the input, quick to start on a small
+machine, quiet, and failing with one line a user can act on.
+
+Why the start matters. For a log under 100,000 events the mining itself is milliseconds
+of work per query; what costs is the JVM: loading Spark's classes, compiling its hot code
+(JIT) and every query's generated code. On a 2-core machine a default session spends tens
+of CPU seconds on that. `session_settings` therefore sizes the session from the Parquet
+bytes to read (pure: tested without Spark):
+
+- shuffle partitions: one per `BYTES_PER_PARTITION` of input, at least one per core, at
+  most 32 per core (adaptive execution merges small ones, never splits big ones);
+- a *small* log (under `SMALL_LOG_BYTES`) runs on a JVM that only uses the quick JIT
+  compiler (C1) and the serial collector, and without whole-stage code generation: nothing
+  it runs is hot long enough to repay C2 or Janino;
+- no web UI, no console progress bar, Spark's log at ERROR (WARN with ``verbose``).
+
+The JVM's stderr is read by a thread (`_StderrPump`): WARN lines, the JVM's own start-up
+notes and Java stack traces are dropped unless ``verbose``; the rest goes to a *sink* (the
+progress line's writer, which clears the status line first). Its last lines are kept, so a
+JVM that dies at start is reported by what it said.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Callable, Final
+
+from aa.mesh import AaError, UsageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "SparkConfig",
+    "SparkStartError",
+    "open_session",
+    "session_settings",
+    "check_java",
+    "local_cores",
+    "BYTES_PER_PARTITION",
+    "SMALL_LOG_BYTES",
+]
+
+#: Parquet bytes per shuffle partition: about 250,000 logged events (~35 bytes each in the
+#: routers' compressed Parquet), whose aggregation state (maps of strings, ~10× the bytes on
+#: disk) stays far below a task's share of the heap.
+BYTES_PER_PARTITION: Final = 8 * 2**20
+#: Logs smaller than this (~500,000 events) are "small": their JVM is tuned to start fast
+#: (see the module docstring). Above it, C2 and whole-stage code generation repay their cost.
+SMALL_LOG_BYTES: Final = 16 * 2**20
+#: Shuffle partitions per local core at most (Spark's adaptive execution coalesces).
+MAX_PARTITIONS_PER_CORE: Final = 32
+#: JVM options of a small log's driver: C1 only (compiles at once, never recompiles with
+#: C2), one GC thread (nothing to collect concurrently in a short run).
+SMALL_JVM_OPTIONS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: Lines of the JVM's stderr kept to explain a failed start.
+_TAIL_LINES: Final = 40
+
+#: Spark master URLs this job knows how to run on (anything else is a typo).
+_MASTER = re.compile(
+    r"^(local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|spark://[^/\s]+"
+    r"|yarn|k8s://\S+|mesos://\S+|connect://\S+)$"
+)
+
+_LOG4J: Final = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+"""
+
+
+class SparkStartError(AaError):
+    """Spark could not start (the JVM died, or refused the configuration); the message
+    says what the JVM said last. ``__cause__`` is PySpark's exception."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SparkConfig:
+    """How the Spark session is made."""
+
+    #: Spark master URL: ``local[*]`` (all cores of this machine), ``local[2]``,
+    #: ``spark://host:7077``, ``yarn``, ``k8s://…``.
+    master: str = "local[*]"
+    #: Partitions after a shuffle. None: sized from the input (see `session_settings`).
+    shuffle_partitions: int | None = None
+    #: Heap of the driver JVM, which in local mode also runs the tasks. None: a third of
+    #: this machine's memory, 2 to 16 GiB (8 GiB on a 24 GiB machine): a 10-million-event
+    #: log and its caches need about that, and the rest stays for the OS's file cache.
+    driver_memory: str | None = None
+    #: Application name shown by the cluster manager.
+    app_name: str = "aa-mine"
+    #: Spark's own log at WARN (not ERROR), and the JVM's stderr passed on whole.
+    verbose: bool = False
+    #: Further ``spark.*`` settings, as (key, value) pairs; they win over ours.
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _MASTER.match(self.master):
+            raise UsageError(
+                f"--master {self.master!r} is not a Spark master URL "
+                "(local, local[N], local[*], spark://HOST:PORT, yarn, k8s://…)"
+            )
+        if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
+            raise UsageError("SparkConfig.shuffle_partitions must be at least 1")
+        if self.driver_memory is not None and not re.fullmatch(r"[1-9]\d*[kmgtKMGT]?", self.driver_memory):
+            raise UsageError(f"--driver-memory {self.driver_memory!r} is not a size such as 4g or 512m")
+
+
+def local_cores(master: str) -> int | None:
+    """Cores a local master uses (None for a cluster)."""
+    if not master.startswith("local") or master.startswith("local-cluster"):
+        return None
+    if "[" not in master:
+        return 1
+    inside = master[master.find("[") + 1 : master.find("]")].split(",")[0]
+    return (os.cpu_count() or 1) if inside == "*" else max(1, int(inside))
+
+
+def _default_memory() -> str:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "4g"
+    return f"{min(16, max(2, total // 3 // 2**30))}g"
+
+
+def session_settings(config: SparkConfig, input_bytes: int | None) -> dict[str, str]:
+    """The Spark settings for *config* and *input_bytes* of Parquet to read (None: not
+    known, e.g. a remote URI), ``config.extra`` last. Pure.
+
+    >>> session_settings(SparkConfig(master="local[2]"), 2_000_000)["spark.sql.shuffle.partitions"]
+    '2'
+    """
+    s = {
+        "spark.master": config.master,
+        "spark.app.name": config.app_name,
+        "spark.driver.memory": config.driver_memory or _default_memory(),
+        "spark.sql.session.timeZone": "UTC",
+        # Our progress line replaces Spark's console bar, which fights it.
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    }
+    cores = local_cores(config.master)
+    small = input_bytes is not None and input_bytes < SMALL_LOG_BYTES
+    if cores is not None:
+        # Local: no web UI and the driver on loopback, so mining opens no port to the network.
+        s["spark.ui.enabled"] = "false"
+        s["spark.driver.host"] = "127.0.0.1"
+        s["spark.driver.bindAddress"] = "127.0.0.1"
+        if small:
+            s["spark.driver.defaultJavaOptions"] = SMALL_JVM_OPTIONS
+    if small:
+        s["spark.sql.codegen.wholeStage"] = "false"
+    partitions = config.shuffle_partitions
+    if partitions is None and cores is not None:
+        top = MAX_PARTITIONS_PER_CORE * cores
+        if input_bytes is None:
+            partitions = top
+        else:
+            need = -(-input_bytes // BYTES_PER_PARTITION)
+            partitions = min(top, max(cores, -(-need // cores) * cores))
+    if partitions is not None:
+        s["spark.sql.shuffle.partitions"] = str(partitions)
+    s.update(config.extra)
+    return s
+
+
+def check_java() -> str:
+    """The ``java`` Spark will run (``$JAVA_HOME/bin/java``, else the one on PATH).
+
+    Raises `UsageError` when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home, "bin", "java")
+        if os.access(java, os.X_OK):
+            return str(java)
+        raise UsageError(f"JAVA_HOME={home} has no bin/java: point it at a Java 17+ runtime, or unset it")
+    java_path = shutil.which("java")
+    if java_path is None:
+        raise UsageError("Spark needs Java (17 or later) and there is no 'java' on PATH: "
+                         "install one (apt-get install default-jre-headless) or set JAVA_HOME")  # fmt: skip
+    return java_path
+
+
+_DROP = re.compile(
+    r"^(WARNING: |Picked up |\s+at |\s*\.\.\. \d+ more|Caused by: |Suppressed: |"
+    r"\S+ \S+ (WARN|INFO|DEBUG|TRACE) |(WARN|INFO) |Using Spark's default log4j|"
+    r"Setting default log level|To adjust logging level)"
+)
+
+
+class _StderrPump:
+    """Reads the JVM's stderr line by line: passes lines on to *sink* (all of them when
+    verbose, else only those `_DROP` does not match) and keeps the last ones."""
+
+    def __init__(self, stream: IO[bytes], sink: Callable[[str], None], verbose: bool) -> None:
+        self.stream, self.sink, self.verbose = stream, sink, verbose
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.thread = threading.Thread(target=self._run, name="aa-mine-jvm-stderr", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        for raw in iter(self.stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.tail.append(line)
+            if self.verbose or not _DROP.match(line):
+                try:
+                    self.sink(line)
+                except (OSError, ValueError):  # our stderr closed: keep draining the pipe
+                    pass
+
+    def last_words(self) -> str:
+        """The JVM's last meaningful line (for an error message)."""
+        self.thread.join(timeout=2.0)
+        for line in reversed(self.tail):
+            text = line.strip()
+            if text and not text.startswith(("at ", "...", "WARNING: Using incubator")):
+                return text
+        return "the JVM exited without a word"
+
+
+def _print_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def open_session(
+    config: SparkConfig, *, input_bytes: int | None = None, sink: Callable[[str], None] | None = None
+) -> "SparkSession":
+    """A SparkSession for *config* and a log of *input_bytes* (see `session_settings`), or
+    the running one (Spark has one per process; JVM options then stay as they were).
+
+    Raises `UsageError` without Java, `SparkStartError` when the JVM or the context cannot
+    start. JVM lines that pass the filter go to *sink* (default: stderr).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    settings = session_settings(config, input_bytes)
+    level = "warn" if config.verbose else "error"
+    if local_cores(config.master) is not None:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with tempfile.TemporaryDirectory(prefix="aa-mine-") as tmp:
+        if SparkContext._gateway is None:  # no JVM yet: start it with our stderr pump
+            check_java()
+            log4j = Path(tmp, "log4j2.properties")
+            log4j.write_text(_LOG4J.format(level=level), encoding="utf-8")
+            opts = settings.get("spark.driver.defaultJavaOptions", "")
+            settings["spark.driver.defaultJavaOptions"] = f"{opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
+            conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+            _launch(conf, sink or _print_stderr, config.verbose)
+        conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+        try:
+            spark = SparkSession.builder.config(conf=conf).getOrCreate()
+        except Exception as exc:  # Py4JJavaError: the context refused the configuration
+            raise SparkStartError(f"Spark could not start: {_first_line(exc)}") from exc
+    for key in ("spark.sql.shuffle.partitions", "spark.sql.codegen.wholeStage", "spark.sql.session.timeZone"):
+        if key in settings:  # runtime settings: also right for a session that was running
+            spark.conf.set(key, settings[key])
+    spark.sparkContext.setLogLevel(level.upper())
+    return spark
+
+
+def _launch(conf: object, sink: Callable[[str], None], verbose: bool) -> None:
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    # The JVM's stderr is a pipe of ours: the pump reads it until every JVM process closed it.
+    r, w = os.pipe()
+    pump = _StderrPump(os.fdopen(r, "rb"), sink, verbose)
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": w})
+    except Exception as exc:  # JAVA_GATEWAY_EXITED: the JVM said why on its stderr
+        os.close(w)
+        raise SparkStartError(f"Spark could not start: {pump.last_words()}") from exc
+    os.close(w)
+    try:
+        SparkContext(conf=conf, gateway=gateway)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise SparkStartError(f"Spark could not start: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The Java exception's message without its stack trace."""
+    text = str(getattr(exc, "java_exception", None) or exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "An error occurred while calling")):
+            return re.sub(r"^[\w.$]+(Exception|Error): ", "", line)
+    return type(exc).__name__
