@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -177,6 +178,7 @@ def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
         (["mine", "/nonexistent/aa-logs"], "no such event log folder: /nonexistent/aa-logs"),
         (["mine", "EMPTY"], "no event log in"),
         (["mine", "--master", "lokal[2]", "LOGS"], "is not a Spark master URL"),
+        (["mine", "--master", "spark://127.0.0.1:CLOSED", "LOGS"], "cannot reach the Spark master"),
         (["mine", "--conf", "spark.x", "LOGS"], "is not KEY=VALUE"),
     ],
 )
@@ -185,8 +187,12 @@ def test_cli_bad_input_is_one_line(
 ) -> None:
     (tmp_path / "empty").mkdir()
     simulate(SimulateConfig(out=str(tmp_path / "logs"), start=MONDAY, days=0.005, routers=("a",)))
-    argv = [{"EMPTY": str(tmp_path / "empty"), "LOGS": str(tmp_path / "logs")}.get(a, a) for a in argv]
-    assert main(argv) == 2
+    with socket.socket() as s:  # a port nothing listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        closed = str(s.getsockname()[1])
+        argv = [{"EMPTY": str(tmp_path / "empty"), "LOGS": str(tmp_path / "logs")}.get(a, a).replace("CLOSED", closed)
+                for a in argv]  # fmt: skip
+        assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("aa mine: ") and says in err, err
 

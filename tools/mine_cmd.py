@@ -153,8 +153,8 @@ def _one_line(exc: BaseException) -> str:
 def _mine(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
-    from aa.tools.mining import (MineConfig, Progress, SparkConfig, check_java, measure_inputs, open_session,
-                                 plan, resolve_inputs, run_mining)  # fmt: skip
+    from aa.tools.mining import (MineConfig, Progress, SparkConfig, check_java, check_master, measure_inputs,
+                                 open_session, plan, resolve_inputs, run_mining)  # fmt: skip
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     config = MineConfig(inputs=tuple(args.logdirs), adapters=args.adapters, tasks=tasks)
@@ -165,6 +165,7 @@ def _mine(args: argparse.Namespace) -> int:
         raise UsageError("--report needs the simulated world: give --world DIR")
     # Bad input is found before the JVM starts: a missing folder, a folder without a log.
     size = measure_inputs(resolve_inputs(config.inputs))
+    check_master(spark_config.master)
     check_java()
     progress = None if args.quiet else Progress(plan(tasks))
     t = time.perf_counter()

@@ -11,7 +11,7 @@ from .location import LocationConfig
 from .presence import PresenceConfig
 from .progress import Progress, plan
 from .schema import SchemaConfig
-from .session import SparkConfig, SparkStartError, check_java, open_session, session_settings
+from .session import SparkConfig, SparkStartError, check_java, check_master, open_session, session_settings
 from .simulate import SimulateConfig, SimulateResult, load_world, simulate
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "SparkConfig",
     "SparkStartError",
     "check_java",
+    "check_master",
     "list_versions",
     "load_world",
     "measure_inputs",

@@ -44,6 +44,7 @@ __all__ = [
     "open_session",
     "session_settings",
     "check_java",
+    "check_master",
     "local_cores",
     "BYTES_PER_PARTITION",
     "SMALL_LOG_BYTES",
@@ -128,6 +129,29 @@ def local_cores(master: str) -> int | None:
         return 1
     inside = master[master.find("[") + 1 : master.find("]")].split(",")[0]
     return (os.cpu_count() or 1) if inside == "*" else max(1, int(inside))
+
+
+def check_master(master: str, *, timeout: float = 5.0) -> None:
+    """For a standalone master (``spark://h1:p1,h2:p2``): that one of its addresses answers.
+
+    Spark itself would try for a minute (three 20-second registrations) before giving up,
+    logging errors all along. Raises `UsageError` when none answers.
+    """
+    import socket
+
+    if not master.startswith("spark://"):
+        return
+    why = ""
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"--master {master!r}: {address!r} is not HOST:PORT")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            return
+        except OSError as exc:
+            why = f"{address}: {exc.strerror or exc}"
+    raise UsageError(f"cannot reach the Spark master ({why}): is it running? (or use --master 'local[*]')")
 
 
 def _default_memory() -> str:
