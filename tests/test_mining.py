@@ -170,6 +170,11 @@ def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
     pq.write_table(pa.table({"x": [1]}), other / "part-0.parquet")
     with pytest.raises(UsageError, match="not an event log: no column id"):
         measure_inputs([str(other)])
+    (other / "part-0.parquet").unlink()
+    row = {"id": ["a"], "type": ["x"], "time": pa.array([MONDAY], pa.timestamp("us", tz="UTC")), "values_types": ["s"]}
+    pq.write_table(pa.table({**row, "values": ["not a map"]}), other / "part-0.parquet")
+    with pytest.raises(UsageError, match="column values, values_types of another type"):
+        measure_inputs([str(other)])
 
 
 @pytest.mark.parametrize(

@@ -142,12 +142,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _one_line(exc: BaseException) -> str:
     from aa.mesh import AaError
+    from aa.tools.mining import spark_error_message
 
     if isinstance(exc, AaError):
         return str(exc)
-    text = str(getattr(exc, "java_exception", None) or exc).strip()
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return f"Spark failed: {first}"
+    return f"Spark failed: {spark_error_message(exc)}"
 
 
 def _mine(args: argparse.Namespace) -> int:

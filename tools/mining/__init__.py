@@ -11,7 +11,7 @@ from .location import LocationConfig
 from .presence import PresenceConfig
 from .progress import Progress, plan
 from .schema import SchemaConfig
-from .session import SparkConfig, SparkStartError, check_java, check_master, open_session, session_settings
+from .session import SparkConfig, SparkStartError, check_java, check_master, open_session, session_settings, spark_error_message
 from .simulate import SimulateConfig, SimulateResult, load_world, simulate
 
 __all__ = [
@@ -42,5 +42,6 @@ __all__ = [
     "run_mining",
     "session_settings",
     "simulate",
+    "spark_error_message",
     "write_artefact",
 ]

@@ -116,12 +116,26 @@ def _check_columns(path: Path) -> None:
     import pyarrow.parquet as pq
 
     try:
-        names = set(pq.read_schema(path).names)
+        names = set(pq.read_schema(path).names)  # the footer only
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise UsageError(f"{path} is not a readable Parquet file: {exc}") from None
     missing = [c for c, _ in EVENT_COLUMNS if c not in names]
     if missing:
         raise UsageError(f"{path} is not an event log: no column {', '.join(missing)}")
+    schema = pq.read_schema(path)
+    wrong = [c for c, kind in EVENT_COLUMNS if not _arrow_is(schema.field(c).type, kind)]
+    if wrong:
+        raise UsageError(f"{path} is not an event log: column {', '.join(wrong)} of another type")
+
+
+def _arrow_is(arrow_type: Any, kind: str) -> bool:
+    import pyarrow as pa
+
+    if kind == "string":
+        return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
+    if kind == "timestamp":
+        return bool(pa.types.is_timestamp(arrow_type))
+    return bool(pa.types.is_map(arrow_type))
 
 
 def read_events(spark: "SparkSession", inputs: Sequence[str]) -> "DataFrame":

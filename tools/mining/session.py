@@ -14,10 +14,11 @@ bytes to read (pure: tested without Spark):
   it runs is hot long enough to repay C2 or Janino;
 - no web UI, no console progress bar, Spark's log at ERROR (WARN with ``verbose``).
 
-The JVM's stderr is read by a thread (`_StderrPump`): WARN lines, the JVM's own start-up
-notes and Java stack traces are dropped unless ``verbose``; the rest goes to a *sink* (the
-progress line's writer, which clears the status line first). Its last lines are kept, so a
-JVM that dies at start is reported by what it said.
+The JVM's stderr is read by a thread (`_StderrPump`): unless ``verbose``, only Spark's
+ERROR log lines (without their stack traces) go on, to a *sink* (the progress line's
+writer, which clears the status line first); the JVM's start-up notes, WARN lines and
+stack traces are dropped. Its last lines are kept, so a JVM that dies at start is reported
+by what it said.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "session_settings",
     "check_java",
     "check_master",
+    "spark_error_message",
     "local_cores",
     "BYTES_PER_PARTITION",
     "SMALL_LOG_BYTES",
@@ -221,16 +223,13 @@ def check_java() -> str:
     return java_path
 
 
-_DROP = re.compile(
-    r"^(WARNING: |Picked up |\s+at |\s*\.\.\. \d+ more|Caused by: |Suppressed: |"
-    r"\S+ \S+ (WARN|INFO|DEBUG|TRACE) |(WARN|INFO) |Using Spark's default log4j|"
-    r"Setting default log level|To adjust logging level)"
-)
+#: The lines of the JVM's stderr passed on when not verbose: log lines at ERROR and up.
+_PASS = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (ERROR|FATAL) ")
 
 
 class _StderrPump:
     """Reads the JVM's stderr line by line: passes lines on to *sink* (all of them when
-    verbose, else only those `_DROP` does not match) and keeps the last ones."""
+    verbose, else only those `_PASS` matches) and keeps the last ones."""
 
     def __init__(self, stream: IO[bytes], sink: Callable[[str], None], verbose: bool) -> None:
         self.stream, self.sink, self.verbose = stream, sink, verbose
@@ -242,7 +241,7 @@ class _StderrPump:
         for raw in iter(self.stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.tail.append(line)
-            if self.verbose or not _DROP.match(line):
+            if self.verbose or _PASS.match(line):
                 try:
                     self.sink(line)
                 except (OSError, ValueError):  # our stderr closed: keep draining the pipe
@@ -291,7 +290,7 @@ def open_session(
         try:
             spark = SparkSession.builder.config(conf=conf).getOrCreate()
         except Exception as exc:  # Py4JJavaError: the context refused the configuration
-            raise SparkStartError(f"Spark could not start: {_first_line(exc)}") from exc
+            raise SparkStartError(f"Spark could not start: {spark_error_message(exc)}") from exc
     for key in ("spark.sql.shuffle.partitions", "spark.sql.codegen.wholeStage", "spark.sql.session.timeZone"):
         if key in settings:  # runtime settings: also right for a session that was running
             spark.conf.set(key, settings[key])
@@ -315,14 +314,18 @@ def _launch(conf: object, sink: Callable[[str], None], verbose: bool) -> None:
     try:
         SparkContext(conf=conf, gateway=gateway)  # type: ignore[arg-type]
     except Exception as exc:
-        raise SparkStartError(f"Spark could not start: {_first_line(exc)}") from exc
+        raise SparkStartError(f"Spark could not start: {spark_error_message(exc)}") from exc
 
 
-def _first_line(exc: BaseException) -> str:
-    """The Java exception's message without its stack trace."""
+def spark_error_message(exc: BaseException) -> str:
+    """What a (Java) exception from Spark says, in one line: no stack trace, no class
+    names in front."""
     text = str(getattr(exc, "java_exception", None) or exc).strip()
     for line in text.splitlines():
-        line = line.strip()
+        line = line.strip().removeprefix(": ")
         if line and not line.startswith(("at ", "An error occurred while calling")):
-            return re.sub(r"^[\w.$]+(Exception|Error): ", "", line)
+            while (shorter := re.sub(r"^[\w.$]+(Exception|Error): ", "", line)) != line:
+                line = shorter
+            return line
     return type(exc).__name__
+
