@@ -119,6 +119,19 @@ def test_progress_is_one_line_with_an_overall_percentage() -> None:
     assert out.getvalue().count("\n") == 6
 
 
+def test_progress_of_tasks_side_by_side() -> None:
+    progress = Progress(plan(["schema", "location"]), out=io.StringIO(), tty=False, clock=lambda: 0.0)
+    progress.begin("read")
+    progress.finish("read")
+    progress.begin("schema", 4, alongside=True)
+    progress.begin("location", 2, alongside=True)
+    progress.part_done("location")
+    assert progress.poll(1.0) == "aa mine  57% schema+location (1 s)"  # (20 + 15 + 15 / 2) of 75
+    progress.finish("location")
+    progress.part_done("schema")
+    assert progress.poll(2.0) == "aa mine  75% schema (2 s)"  # (50 + 25 / 4) of 75
+
+
 def test_progress_rewrites_its_line_on_a_terminal() -> None:
     out = io.StringIO()
     progress = Progress(plan(["location"]), out=out, tty=True, clock=lambda: 0.0)

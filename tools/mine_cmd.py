@@ -152,8 +152,8 @@ def _one_line(exc: BaseException) -> str:
 def _mine(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
-    from aa.tools.mining import (MineConfig, Progress, SparkConfig, check_java, check_master, measure_inputs,
-                                 open_session, plan, resolve_inputs, run_mining)  # fmt: skip
+    from aa.tools.mining import (SMALL_LOG_BYTES, MineConfig, Progress, SparkConfig, check_java, check_master,
+                                 measure_inputs, open_session, plan, resolve_inputs, run_mining)  # fmt: skip
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     config = MineConfig(inputs=tuple(args.logdirs), adapters=args.adapters, tasks=tasks)
@@ -174,7 +174,9 @@ def _mine(args: argparse.Namespace) -> int:
         try:
             if progress is not None:
                 progress.tracker = spark.sparkContext.statusTracker()
-            result = run_mining(spark, config, progress=progress)
+            # A small log's tasks run side by side (see `run_mining`).
+            small = size is not None and size < SMALL_LOG_BYTES
+            result = run_mining(spark, config, progress=progress, side_by_side=small)
         finally:
             spark.stop()
     ev, total = result.events, time.perf_counter() - t

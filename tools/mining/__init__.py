@@ -11,10 +11,11 @@ from .location import LocationConfig
 from .presence import PresenceConfig
 from .progress import Progress, plan
 from .schema import SchemaConfig
-from .session import SparkConfig, SparkStartError, check_java, check_master, open_session, session_settings, spark_error_message
+from .session import SMALL_LOG_BYTES, SparkConfig, SparkStartError, check_java, check_master, open_session, session_settings, spark_error_message
 from .simulate import SimulateConfig, SimulateResult, load_world, simulate
 
 __all__ = [
+    "SMALL_LOG_BYTES",
     "TASKS",
     "Artefact",
     "ArtefactError",

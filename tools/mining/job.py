@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, Sequence
 
 from aa.mesh import UsageError
 
@@ -183,7 +183,8 @@ class MineResult:
     events: Mapping[str, Any]
     #: The artefact each task wrote.
     artefacts: Mapping[str, Artefact]
-    #: Seconds per step ("read", and each task's name) and in all ("total").
+    #: Seconds per step ("read", and each task's name; tasks side by side overlap) and in
+    #: all ("total").
     seconds: Mapping[str, float]
 
 
@@ -201,26 +202,43 @@ def _dedup(raw: "DataFrame") -> "DataFrame":
     )
 
 
-def run_mining(spark: "SparkSession", config: MineConfig, *, progress: Progress | None = None) -> MineResult:
+#: Spark actions per step (for progress).
+_PARTS: Final = {"read": 1, "schema": 4, "location": 2, "presence": 3}
+
+
+def run_mining(
+    spark: "SparkSession", config: MineConfig, *, progress: Progress | None = None, side_by_side: bool = False
+) -> MineResult:
     """Read and de-duplicate the logs, run each task, write each task's artefact.
 
-    *progress*, if given, is told each step (`Progress.begin`) and each Spark action done.
+    *side_by_side*: run the tasks at once, each from its own thread (Spark runs their jobs
+    side by side). For a small log, whose time goes to planning and compiling queries on
+    the driver, one core at a time, this keeps both cores busy; a large log's tasks run
+    one after the other, each with the whole heap. *progress*, if given, is told each step
+    (`Progress.begin`) and each Spark action done.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     def begin(step: str, parts: int) -> None:
         if progress is not None:
-            progress.begin(step, parts)
+            progress.begin(step, parts, alongside=side_by_side and step != "read")
 
-    def tick() -> None:
-        if progress is not None:
-            progress.part_done()
+    def ticker(step: str) -> Callable[[], None]:
+        def tick() -> None:
+            if progress is not None:
+                progress.part_done(step)
+
+        return tick
+
+    tick = ticker("read")
 
     seconds: dict[str, float] = {}
     t0 = t = time.perf_counter()
     inputs = resolve_inputs(config.inputs)
-    begin("read", 1)
+    begin("read", _PARTS["read"])
     events = _dedup(read_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
     parsed = None
     artefacts: dict[str, Artefact] = {}
@@ -237,24 +255,32 @@ def run_mining(spark: "SparkSession", config: MineConfig, *, progress: Progress 
             pres.scan_types, pres.node, pres.radios
         ):
             parsed = scans(events, loc.scan_types, loc.node, loc.radios).persist(StorageLevel.MEMORY_AND_DISK)
-        for task in TASKS:
-            if task not in config.tasks:
-                continue
+        if progress is not None:
+            progress.finish("read")
+
+        def run(task: str) -> tuple[Artefact, float]:
             t = time.perf_counter()
             task_config: Any = getattr(config, task)
+            begin(task, _PARTS[task])
             if task == "schema":
-                begin(task, 4)
-                data = mine_schema(events, task_config, by_type=by_type, tick=tick)
+                data = mine_schema(events, task_config, by_type=by_type, tick=ticker(task))
             elif task == "location":
-                begin(task, 2)
-                data = mine_location(events, task_config, parsed=parsed, tick=tick)
+                data = mine_location(events, task_config, parsed=parsed, tick=ticker(task))
             else:
-                begin(task, 3)
-                data = mine_presence(events, task_config, parsed=parsed, tick=tick)
-            artefacts[task] = write_artefact(
-                config.adapters, task, data, inputs=inputs, events=counts, config=_config_dict(task_config)
-            )
-            seconds[task] = time.perf_counter() - t
+                data = mine_presence(events, task_config, parsed=parsed, tick=ticker(task))
+            art = write_artefact(config.adapters, task, data, inputs=inputs, events=counts, config=_config_dict(task_config))
+            if progress is not None:
+                progress.finish(task)
+            return art, time.perf_counter() - t
+
+        todo = [task for task in TASKS if task in config.tasks]
+        if side_by_side and len(todo) > 1:
+            with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="aa-mine-task") as pool:
+                done = list(pool.map(run, todo))  # the first error, if any, is raised here
+        else:
+            done = [run(task) for task in todo]
+        for task, (art, secs) in zip(todo, done):
+            artefacts[task], seconds[task] = art, secs
     finally:
         if parsed is not None:
             parsed.unpersist()

@@ -5,7 +5,8 @@ and what Spark is doing in it::
 
 The run is a list of steps (`plan`: starting Spark, reading, then each task) with weights
 from a profile of typical runs. The job says when a step begins and how many Spark
-actions it takes (`Progress.begin`), and when each action is done (`Progress.part_done`);
+actions it takes (`Progress.begin`; tasks of a small log run side by side), and when each
+action is done (`Progress.part_done`);
 inside an action the share of finished tasks of Spark's active jobs (from its status
 tracker) moves the percentage on. Starting Spark has no tracker: its share grows with the
 seconds waited. The percentage never goes back.
@@ -72,8 +73,12 @@ class Progress:
         self.tracker: StatusTracker | None = None
         total = sum(w for _, w in steps) or 1.0
         self._steps = [(name, w / total) for name, w in steps]
-        self._index = 0  # the current step
-        self._parts, self._done = 1, 0
+        self._state = {name: "pending" for name, _ in self._steps}
+        #: Running steps: step -> [parts, parts done].
+        self._running_steps: dict[str, list[int]] = {}
+        if self._steps:
+            self._state[self._steps[0][0]] = "running"
+            self._running_steps[self._steps[0][0]] = [1, 0]
         self._begun = self._started = clock()
         self._shown = 0.0  # highest fraction shown: the line never goes back
         self._last = ("", -math.inf)  # (step, when) of the last plain line
@@ -84,32 +89,53 @@ class Progress:
 
     @property
     def step(self) -> str:
-        return self._steps[self._index][0] if self._steps else ""
+        """The running step(s), joined by "+"."""
+        return "+".join(s for s, _ in self._steps if s in self._running_steps)
 
-    def begin(self, step: str, parts: int = 1) -> None:
-        """*step* starts, in *parts* Spark actions."""
+    def begin(self, step: str, parts: int = 1, *, alongside: bool = False) -> None:
+        """*step* starts, in *parts* Spark actions; the steps running before it are done,
+        unless it runs *alongside* them."""
         with self._lock:
-            names = [s for s, _ in self._steps]
-            if step in names:
-                self._index = names.index(step)
-            self._parts, self._done, self._begun = max(1, parts), 0, self.clock()
+            if not alongside:
+                for name in list(self._running_steps):
+                    self._finish(name)
+            self._state[step] = "running"
+            self._running_steps[step] = [max(1, parts), 0]
+            self._begun = self.clock()
 
-    def part_done(self) -> None:
-        """One Spark action of the current step is done."""
+    def finish(self, step: str) -> None:
+        """*step* is done."""
         with self._lock:
-            self._done += 1
+            self._finish(step)
+
+    def _finish(self, step: str) -> None:
+        self._running_steps.pop(step, None)
+        self._state[step] = "done"
+
+    def part_done(self, step: str | None = None) -> None:
+        """One Spark action of *step* (default: the only running one) is done."""
+        with self._lock:
+            for name, counts in self._running_steps.items():
+                if step is None or name == step:
+                    counts[1] += 1
+                    break
 
     def fraction(self, now: float, running: float | None = None) -> float:
         """How much of the run is done, 0 to 1 (*running*: share of the running action
         done, else asked of the tracker)."""
-        before = sum(w for _, w in self._steps[: self._index])
-        weight = self._steps[self._index][1] if self._steps else 0.0
-        if self.step == "start":
-            inside = 1.0 - math.exp(-(now - self._begun) / _START_SECONDS)
-        else:
-            share = self._running()[0] if running is None else running
-            inside = (self._done + share) / self._parts
-        self._shown = max(self._shown, before + weight * min(inside, 0.99))
+        share = running if running is not None else (self._running()[0] if self.tracker is not None else 0.0)
+        total = 0.0
+        for name, weight in self._steps:
+            if self._state[name] == "done":
+                total += weight
+            elif name in self._running_steps:
+                parts, done = self._running_steps[name]
+                if name == "start":
+                    inside = 1.0 - math.exp(-(now - self._begun) / _START_SECONDS)
+                else:
+                    inside = (done + share) / parts
+                total += weight * min(inside, 0.99)
+        self._shown = max(self._shown, total)
         return self._shown
 
     def _running(self) -> tuple[float, str]:
@@ -137,7 +163,7 @@ class Progress:
         share, detail = self._running()
         pct = self.fraction(now, share) * 100
         detail = "" if self.step == "start" else detail
-        label = "starting Spark" if self.step == "start" else self.step
+        label = "starting Spark" if self.step == "start" else self.step or "done"
         return f"aa mine {pct:3.0f}% {label}{detail} ({now - self._started:.0f} s)"
 
     def poll(self, now: float) -> str | None:
