@@ -127,7 +127,7 @@ def test_cli_mines_with_one_progress_line_and_spark_quiet(office: Path, tmp_path
     assert re.search(r"^events: \d+ read, \d+ unique, in [\d.]+ s", out.stdout, re.M), out.stdout
     assert all((tmp_path / "ad" / task / "current").is_file() for task in ("schema", "location", "presence"))
     lines = out.stderr.splitlines()
-    assert lines and all(re.match(r"aa mine +\d+% (starting Spark|read|schema|location|presence)", ln) for ln in lines), lines
+    assert lines and all(re.match(r"aa mine +\d+% (starting Spark|read|schema|location|presence|done)", ln) for ln in lines), lines
     percents = [int(re.match(r"aa mine +(\d+)%", ln)[1]) for ln in lines]  # type: ignore[index]
     assert percents == sorted(percents)
 
