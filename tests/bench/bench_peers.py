@@ -149,10 +149,23 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
         extra = ["--rate", str(rate)] if rate else []
         pub = subprocess.Popen([*base, "pub", address, "--events", str(n), *extra], stdin=subprocess.PIPE,
                                text=True, env=env)
-        result = next_line(lines, RUN_S)
-        if result is None:
-            raise RunFailed(f"{system} subscriber reported nothing")
-        return dict(json.loads(result))
+        # The subscriber reports after its n events, or IDLE_S after its last one; if the
+        # publisher failed, or ended without the subscriber getting a thing, do not wait for
+        # the subscriber's deadline.
+        deadline = time.monotonic() + RUN_S
+        pub_done = None
+        while True:
+            result = next_line(lines, 0.5)
+            if result is not None:
+                return dict(json.loads(result))
+            if pub.poll() is not None:
+                if pub.returncode != 0:
+                    raise RunFailed(f"{system} publisher failed (exit status {pub.returncode})")
+                pub_done = pub_done or time.monotonic()
+                if time.monotonic() - pub_done > 2 * IDLE_S:
+                    raise RunFailed(f"{system} subscriber got nothing from the publisher")
+            if time.monotonic() > deadline:
+                raise RunFailed(f"{system} subscriber reported nothing within {RUN_S:.0f} s")
     finally:
         if pub is not None:
             assert pub.stdin is not None
