@@ -31,7 +31,9 @@ runs it when something is missing (--no-setup: skip the missing systems instead)
 
 The network stays on this machine: every broker gets a config file that binds one free port
 of 127.0.0.1 only, Zenoh's multicast and gossip scouting are off and its peers listen and
-connect on tcp/127.0.0.1 only, Aa's router runs without discovery. Every run is bounded in
+connect on tcp/127.0.0.1 only, Aa's router runs without discovery; and a guard
+(peers/loopback.py) lists the TCP/UDP sockets of every process the benchmark started once
+a second and stops it, exit status 2, at the first one off loopback. Every run is bounded in
 events and in time (a subscriber stops 10 s after its last event, 300 s at most) and stops
 its broker itself.
 
@@ -61,6 +63,7 @@ sys.path.insert(0, str(PEERS))
 from bench_router import process_cpu  # noqa: E402
 from clients import IDLE_S, DEADLINE_S, TOPIC, paced, values  # noqa: E402
 from common import report  # noqa: E402
+from loopback import LoopbackGuard  # noqa: E402
 import servers  # noqa: E402
 
 CLIENTS = PEERS / "clients.py"
@@ -341,7 +344,8 @@ def main() -> int:
         report("peers", {"system": s, "skipped": why})
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     failures = 0
-    with tempfile.TemporaryDirectory(prefix="aa-bench-peers-") as tmpdir:
+    guard = LoopbackGuard()
+    with tempfile.TemporaryDirectory(prefix="aa-bench-peers-") as tmpdir, guard:
         for run in range(1, args.runs + 1):
             for s in systems:
                 try:
@@ -350,6 +354,10 @@ def main() -> int:
                     failures += 1
                     report("peers-run", {"system": s, "run": run, "error": str(e)})
                     continue
+                if guard.found:  # a socket off loopback: stop everything, say which
+                    report("peers-run", {"system": s, "run": run, "error": "socket off loopback",
+                                         "sockets": guard.found})
+                    return 2
                 results[s].append(r)
                 report("peers-run", r)
     summaries = {s: summarize(s, rs) for s, rs in results.items() if rs}
