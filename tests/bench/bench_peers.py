@@ -18,8 +18,8 @@ Systems (--only):
   nats       nats-server (Debian) + nats-py, core NATS (at most once)
   mqtt       Mosquitto (Debian) + paho-mqtt, MQTT 3.1.1 at QoS 0
   mqtt-c     Mosquitto + its C clients mosquitto_pub -l / mosquitto_sub (no Python at all)
-  (Mosquitto and its clients with TCP_NODELAY, which the others have by default)
   zenoh      zenoh-python peer to peer (Rust core), no broker, congestion control BLOCK
+Mosquitto and its clients get TCP_NODELAY, which the others have by default.
 
 Aa's clients publish values and subscribe with an `expr` pattern; the Python peers route on a
 subject/topic/key and carry the same five values packed with msgpack (the C clients: one
@@ -40,7 +40,8 @@ its broker itself.
 Output: JSON lines (tests/bench/common.py `report`): `peers-start` (machine, uptime and load,
 versions), one `peers-run` per system and run, one `peers` per system (median events/s of
 the runs with min–max, median p99, the broker's CPU µs per event, events lost), and
-`peers-summary`: the best peer and each Aa client's ratio to it.
+`peers-summary`: the best peer and each Aa client's ratio to it (and to the best peer with
+Python clients, mqtt-c aside).
 """
 
 from __future__ import annotations
