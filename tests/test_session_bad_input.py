@@ -114,3 +114,29 @@ async def test_a_pattern_that_raises_is_just_no_match(client, make_client):
     await pub.publish({"x": "text"})
     await pub.publish({"x": 4})
     assert (await next_event(sub)).values == {"x": 4}
+
+
+async def test_a_bad_frame_leaves_nothing_that_only_the_garbage_collector_frees(router) -> None:
+    """The router raises the collector's thresholds (`aa router`), so full collections are
+    rare: a closed connection must be freed by reference counting alone, its buffer too."""
+    import gc
+    import weakref
+
+    from support import wait_for
+
+    gc.disable()
+    try:
+        reader, writer = await asyncio.open_connection(*router.address)
+        writer.write(HELLO)
+        await wait_for(lambda: len(router.sessions) == 1)
+        session = weakref.ref(next(iter(router.sessions)))
+        junk = b"\xc1" * (2 * 1024 * 1024)  # 0xc1 is never valid msgpack
+        writer.write(struct.pack(">I", len(junk)) + junk)
+        async with asyncio.timeout(5):
+            while await reader.read(65536):
+                pass
+        writer.close()
+        await wait_for(lambda: not router.sessions)
+        await wait_for(lambda: session() is None, timeout=5)
+    finally:
+        gc.enable()

@@ -103,23 +103,26 @@ class Connection:
     # -- receiving ---------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        """Buffer bytes read from the peer."""
+        """Buffer bytes read from the peer (dropped once the stream is broken)."""
+        if self._broken is not None:
+            return
         if self._pos and self._pos >= len(self._buf) // 2:
             del self._buf[: self._pos]  # compact now and then, not per frame
             self._pos = 0
         self._buf += data
 
     def next_message(self) -> Message | _NeedData:
-        """The next whole message, or `NEED_DATA`. Raises `ProtocolError` on a bad frame."""
+        """The next whole message, or `NEED_DATA`. Raises `ProtocolError` on a bad frame, and
+        the same error again on every later call: the stream cannot be resynchronised."""
         if self._broken is not None:
-            raise self._broken
+            raise self._fresh_error()
         buf, pos = self._buf, self._pos
         if len(buf) - pos < _HEADER:
             return NEED_DATA
         size = int.from_bytes(buf[pos : pos + _HEADER], "big")
         if size > self.max_frame:
-            self._broken = FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}")
-            raise self._broken
+            self._break(FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}"))
+            raise self._fresh_error()
         end = pos + _HEADER + size
         if len(buf) < end:
             return NEED_DATA
@@ -128,8 +131,34 @@ class Connection:
         try:
             return self._decode(payload)
         except (MalformedFrame, UnknownMessage) as exc:
-            self._broken = exc
-            raise
+            self._break(exc)
+            raise self._fresh_error() from None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet handed out as messages (a partial frame, mostly)."""
+        return len(self._buf) - self._pos
+
+    def _break(self, exc: Exception) -> None:
+        # Keep what the error says, not the error: its traceback (and its __context__'s)
+        # would hold this codec's frames, and through them its buffer and whoever owns it,
+        # in a reference cycle that only a full garbage collection frees. The buffer goes
+        # at once.
+        self._broken = type(exc)(*exc.args)
+        self._buf = bytearray()
+        self._pos = 0
+
+    def _fresh_error(self) -> Exception:
+        broken = self._broken
+        assert broken is not None
+        err = type(broken)(*broken.args)
+        code = getattr(broken, "code", None)
+        if code is not None:
+            try:
+                err.code = code  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+        return err
 
     def next_messages(self) -> list[Message]:
         """Every whole message buffered now (possibly none)."""
