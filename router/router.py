@@ -39,7 +39,7 @@ from .links import MeshService
 from .local import LocalSubscription
 from .patterns import HostFacts, PatternEngine, SandboxLimits
 from .quench import QuenchService
-from .session import ClientSession
+from .session import ClientSession, PartialFrames
 from .sinks import LocalSinks
 from .store import StoreService, check_history, check_persistable
 
@@ -69,6 +69,8 @@ class Router:
         self.counters: Counter[str] = Counter()
         self.started_at: float | None = None
         self.sessions: set[ClientSession] = set()
+        #: Bytes of unfinished frames held for all clients together (`aa.router.session`).
+        self.partial_frames = PartialFrames()
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
         self._local_client = f"local:{self.id}"

@@ -41,13 +41,39 @@ from aa.mesh.protocol import (
 if TYPE_CHECKING:
     from .router import Router
 
-__all__ = ["ClientSession", "SessionSubscriber"]
+__all__ = ["ClientSession", "SessionSubscriber", "PartialFrames", "MAX_PARTIAL_TOTAL"]
 
 log = logging.getLogger("aa.router.session")
 
 #: Bytes waiting in a client's transport above which a bulk sender (history replay) waits for
 #: the client to catch up: a few frames of events, so the client always has one to decode.
 DRAIN_ABOVE = 1024 * 1024
+
+#: Bytes of partly received frames the router holds for all its clients together. The frame
+#: cap bounds one connection (16 MiB); twenty connections each sending 15 MiB of a frame and
+#: then nothing would hold 300 MiB. Past this total, a connection that holds at least
+#: `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy"); small frames in flight
+#: are never the reason.
+MAX_PARTIAL_TOTAL = 64 * 1024 * 1024
+PARTIAL_BLAME = 1024 * 1024
+
+
+class PartialFrames:
+    """The bytes of unfinished frames each connection holds, and their total."""
+
+    def __init__(self, limit: int = MAX_PARTIAL_TOTAL) -> None:
+        self.limit = limit
+        self.total = 0
+        self._held: dict[object, int] = {}
+
+    def hold(self, owner: object, n: int) -> bool:
+        """*owner* now holds *n* bytes; False when it must let go (over the total, and
+        holding a large part of it)."""
+        before = self._held.pop(owner, 0)
+        self.total += n - before
+        if n:
+            self._held[owner] = n
+        return not (self.total > self.limit and n >= PARTIAL_BLAME)
 
 
 class SessionSubscriber:
@@ -141,9 +167,15 @@ class ClientSession(asyncio.Protocol):
             self.fail(exc.code, str(exc))
         finally:
             self.router.dispatcher.flush()
+        if not self._closing and not self.router.partial_frames.hold(self, self.codec.buffered):
+            log.warning("closing %s: %d bytes of an unfinished frame while the router holds %d for all",
+                        self.client_id or self.address, self.codec.buffered, self.router.partial_frames.total)
+            self.router.counters["busy_closed"] += 1
+            self.fail("busy", "the router holds too many partly received frames; send smaller frames or retry")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
@@ -307,6 +339,7 @@ class ClientSession(asyncio.Protocol):
             raise UsageError("only an open session can be detached")
         self._closing = True
         self.transport = None
+        self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)

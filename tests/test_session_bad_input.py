@@ -140,3 +140,36 @@ async def test_a_bad_frame_leaves_nothing_that_only_the_garbage_collector_frees(
         await wait_for(lambda: session() is None, timeout=5)
     finally:
         gc.enable()
+
+
+async def test_connections_holding_big_unfinished_frames_are_closed_past_a_total(router) -> None:
+    """One connection may hold up to a frame's cap; many of them together may not hold the
+    router's memory: past `MAX_PARTIAL_TOTAL` the ones holding big partial frames go, and a
+    client sending normal frames goes on."""
+    from aa.mesh.protocol import Ack
+    from aa.router.session import MAX_PARTIAL_TOTAL
+
+    from support import wait_for
+
+    part = 15 * 1024 * 1024
+    header = struct.pack(">I", part + 1)  # never finished
+    hogs = []
+    try:
+        for i in range(MAX_PARTIAL_TOTAL // part + 2):
+            reader, writer = await asyncio.open_connection(*router.address)
+            writer.write(HELLO + header + b"\0" * part)
+            hogs.append(writer)
+        await wait_for(lambda: router.counters["busy_closed"] >= 1, timeout=30)
+        assert router.partial_frames.total <= MAX_PARTIAL_TOTAL
+        reader, writer = await asyncio.open_connection(*router.address)  # an ordinary client
+        codec = Connection()
+        writer.write(codec.send(Hello(client_id="ordinary")) + codec.send(Publish(seq=1, events=())))
+        got: list[Message] = []
+        async with asyncio.timeout(10):
+            while not any(type(m) is Ack for m in got):
+                codec.receive_data(await reader.read(65536))
+                got += codec.next_messages()
+        writer.close()
+    finally:
+        for w in hogs:
+            w.close()
