@@ -365,16 +365,41 @@ class Router:
 
     # -- what a client session asks (aa.router.session) -------------------------------------
 
-    def accept_publish(self, session: ClientSession, msg: Publish) -> None:
+    def accept_publish(
+        self, session: ClientSession, msg: Publish, *, slice: int = 0, done: Callable[[], None] | None = None
+    ) -> None:
         """A client's publish frame: screen its store policies, dispatch and flood its
-        events, then acknowledge it when the rule allows (`aa.router.acks`)."""
+        events, then acknowledge it when the rule allows (`aa.router.acks`). With *slice*,
+        at most that many events are dispatched per turn of the event loop, so one client's
+        big frame delays the others by one slice; *done* is called after the last."""
         storage = self.storage
         events, persisted = storage.screen(session, msg.events)  # bad store policies refused
         refused = storage.refused
-        try:
-            self.dispatcher.accept(events, session.client_id or "?", session.address)
-        finally:
+        client_id, address = session.client_id or "?", session.address
+        if not slice or len(events) <= slice:
+            try:
+                self.dispatcher.accept(events, client_id, address)
+            finally:
+                self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
+            return
+        loop = asyncio.get_running_loop()
+
+        def step(start: int) -> None:
+            try:
+                self.dispatcher.accept(events[start:start + slice], client_id, address)
+                self.dispatcher.flush()
+                if start + slice < len(events) and session.is_open:
+                    loop.call_soon(step, start + slice)
+                    return
+            except Exception:  # never for events the codec checked; the frame is still acked
+                log.exception("dispatching a publish of %s failed", client_id)
             self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
+
+        step(0)
 
     def add_subscription(
         self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], history: Mapping[str, Any] | None
