@@ -348,7 +348,7 @@ def test_storage_names_are_public_and_in_the_error_tree() -> None:
     assert all(name in (aa.mesh.errors.__doc__ or "") for name in errors)
     assert issubclass(aa.mesh.StoreFull, aa.mesh.StoreError) and issubclass(aa.mesh.UnknownCache, aa.mesh.UsageError)
     assert {"ClientCacheService", "StoreConfig", "EventLogConfig", "CacheConfig", "ExpiryPolicy", "Fetched",
-            "CacheInfo", "StorageService"} <= set(aa.router.__all__)  # fmt: skip
+            "CacheInfo", "StoreService"} <= set(aa.router.__all__)  # fmt: skip
 
 
 async def test_a_bad_store_url_fails_the_start_with_the_reason(tmp_path: Path) -> None:
