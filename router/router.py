@@ -117,7 +117,7 @@ class Router:
             flush_cache=self._flush_sinks,
         )
         #: When a client's publish is acknowledged (`aa.router.acks`).
-        self.acks = Acknowledgements(self.mesh)
+        self.acks = Acknowledgements(self.mesh, stall_after=config.mesh.keepalive)
         self.mesh.on_drained = self.acks.release
         #: The mesh cache's requests and the client caches, kept in step across the mesh.
         self.caches = ClientCacheService(

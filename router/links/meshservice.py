@@ -228,6 +228,15 @@ class MeshService:
         """Whether some of the first *mark* bytes written on *link* are still ours to send."""
         return link.unsent(mark)
 
+    def cut(self, link: PeerLink, reason: str) -> None:
+        """Break *link* because *reason*: it is lost (poisoned, dialled again later with
+        growing back-off) and what waited on it goes on."""
+        if link.state == "closed":
+            return
+        self.counters["links_cut"] += 1
+        log.warning("cutting the link with peer %s: %s", link.label, reason)
+        link.abort()
+
     # -- what a link tells us (aa.router.links.peerlink) ------------------------------------
 
     def batch_done(self) -> None:
