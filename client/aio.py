@@ -45,8 +45,8 @@ from aa.mesh import (
     UsageError,
     parse_endpoint,
 )
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.messages import (
+from aa.mesh.protocol import GetMesh, MeshInfo
+from aa.mesh.protocol import (
     Ack,
     Bye,
     Deliver,
@@ -67,8 +67,8 @@ from aa.mesh.messages import (
     Welcome,
 )
 
-from aa.mesh.storage_messages import STORAGE_ANSWERS
-from aa.mesh.quench_messages import QUENCH_ANSWERS, with_needs
+from aa.mesh.protocol import STORAGE_ANSWERS
+from aa.mesh.protocol import QUENCH_ANSWERS, with_needs
 
 from .caching import CacheClient
 from .quench import QuenchClient
@@ -486,10 +486,10 @@ class AsyncClient(QuenchClient, CacheClient):
         """Register a pattern; events go to *callback* (a function or coroutine function),
         or iterate the returned `Subscription`. *needs* declares the value names the pattern
         needs, so quenching publishers whose prototypes carry them hear of it however narrow
-        the pattern (`aa.mesh.quench_messages`). Raises `PatternError` if the router refuses
+        the pattern (`aa.mesh.protocol.quench_messages`). Raises `PatternError` if the router refuses
         the pattern (with the router's reason), `AaTimeout` if no router answers."""
         spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
-        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.quench_messages)
+        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.protocol.quench_messages)
         sub_id = self._next_sub
         self._next_sub += 1
         sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None)

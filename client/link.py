@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from aa.mesh import ConnectionLost, Connection, ProtocolError, UsageError
-from aa.mesh.messages import Message
+from aa.mesh.protocol import Message
 
 if TYPE_CHECKING:
     from .config import ClientConfig

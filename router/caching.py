@@ -54,8 +54,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Final, Hashable
 
 from aa.mesh import Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
-from aa.mesh.messages import Error, Message
-from aa.mesh.storage_messages import (
+from aa.mesh.protocol import Error, Message
+from aa.mesh.protocol import (
     CacheAck,
     CacheClear,
     CacheDone,

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Callable, Final, Hashable, Iterable
 
 from aa.mesh import Event, UsageError
-from aa.mesh.errors import UnknownCache  # the tree's; re-exported here
+from aa.mesh import UnknownCache  # the tree's; re-exported here
 
 from .policy import ExpiryPolicy
 

@@ -95,7 +95,7 @@ from pathlib import Path
 from typing import Callable, Final, Sequence
 
 from aa.mesh import Event, UsageError
-from aa.mesh.codec import pack
+from aa.mesh.protocol import pack
 
 from .eventlogprocess import WriterProcess
 from .eventlogwriter import SCHEMA, Chunk, safe_name

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pyarrow.parquet as pq
 
-from aa.mesh.codec import unpack
+from aa.mesh.protocol import unpack
 
 from .logtable import SCHEMA, build_table
 

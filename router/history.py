@@ -35,7 +35,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Final, Hashable, Mapping
 
 from aa.mesh import Event, StoreError, UsageError
-from aa.mesh.event import META_HISTORICAL
+from aa.mesh import META_HISTORICAL
 
 if TYPE_CHECKING:
     from .storage import StorageService

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from aa.mesh import ConnectionClosed, Event, PatternError
-from aa.mesh.eventqueue import EventQueue
+from aa.mesh import EventQueue
 
 if TYPE_CHECKING:
     from .router import Router

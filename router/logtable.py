@@ -26,7 +26,7 @@ from typing import Any, Callable, Final, NoReturn, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aa.mesh.event import META_CLIENT, META_ROUTER, META_TIME
+from aa.mesh import META_CLIENT, META_ROUTER, META_TIME
 
 from .logcodec import encode_json, encode_value
 

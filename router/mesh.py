@@ -3,8 +3,8 @@ the poison list and the persisted topology. One `MeshService` per `Router` (`rou
 
 How an event crosses the mesh
 -----------------------------
-Events travel in flood groups (`aa.mesh.peering.FloodGroup`: a ttl, a path, the events' ids,
-and the events packed once into an opaque blob; the form and why are in `aa.mesh.peering`).
+Events travel in flood groups (`aa.mesh.protocol.peering.FloodGroup`: a ttl, a path, the events' ids,
+and the events packed once into an opaque blob; the form and why are in `aa.mesh.protocol.peering`).
 
 A client's event is stamped by its router (`Router._accept`, with `FloodRules.originate`:
 ttl and a path holding this router), dispatched locally, and queued once for the whole mesh
@@ -26,7 +26,7 @@ handed to `_receive_flood`, which works per group, in this order — the order i
    and the link closed, as for any bad frame). Only then are the ids recorded as seen, one
    by one: an event whose id is already there (or twice in the group) is a duplicate; the
    others are fresh, dispatched with a meta map carrying the hop's ttl and path (the
-   blob's are stale after the first hop; see `aa.mesh.peering`). Checking before
+   blob's are stale after the first hop; see `aa.mesh.protocol.peering`). Checking before
    recording means a bad blob marks nothing seen, so the same events arriving intact by
    another route are not lost.
 4. Fresh events are forwarded, while the ttl lasts, to every link whose router is not on
@@ -100,13 +100,13 @@ from aa.mesh import (
     parse_endpoint,
     save_topology,
 )
-from aa.mesh.endpoints import is_unspecified
-from aa.mesh.flood import MAX_TTL
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.messages import PROTOCOL_VERSION, Message
-from aa.mesh.peering import MAX_GROUP_EVENTS, MAX_KNOWN_ROUTERS, MESH_PROTOCOL_VERSION, FloodGroup
-from aa.mesh.peers import PeerEntry, PeerState
-from aa.mesh.topology import TOPOLOGY_FILE
+from aa.mesh import is_unspecified
+from aa.mesh import MAX_TTL
+from aa.mesh.protocol import GetMesh, MeshInfo
+from aa.mesh.protocol import PROTOCOL_VERSION, Message
+from aa.mesh.protocol import MAX_GROUP_EVENTS, MAX_KNOWN_ROUTERS, MESH_PROTOCOL_VERSION, FloodGroup
+from aa.mesh import PeerEntry, PeerState
+from aa.mesh import TOPOLOGY_FILE
 
 from .meshconfig import MeshConfig
 from .meshinfo import ROUTER_INFO_TOPIC, MeshView
@@ -315,7 +315,7 @@ class MeshService:
         return tuple(out[:MAX_ALTERNATIVES])
 
     def info(self) -> dict[str, Any]:
-        """The mesh as this router knows it (see `aa.mesh.meshinfo.MeshInfo`)."""
+        """The mesh as this router knows it (see `aa.mesh.protocol.meshinfo.MeshInfo`)."""
         return self.view.info()
 
     # -- outgoing events --------------------------------------------------------------------
@@ -782,7 +782,7 @@ class MeshService:
                 pass
 
     def _keepalive(self, now: float) -> None:
-        from aa.mesh.messages import Ping
+        from aa.mesh.protocol import Ping
 
         cfg = self.config
         for link in list(self._all_links):

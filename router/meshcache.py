@@ -34,7 +34,7 @@ from typing import Any, Callable, Final, Sequence
 import msgpack
 
 from aa.mesh import Event, UsageError
-from aa.mesh.codec import pack, unpack
+from aa.mesh.protocol import pack, unpack
 
 __all__ = ["MeshCache", "approx_size", "encode_events", "MESH_CACHE_MAX_EVENTS", "MESH_CACHE_MAX_BYTES"]
 
@@ -54,7 +54,7 @@ def _new_packer() -> msgpack.Packer:
     return msgpack.Packer(use_bin_type=True, datetime=True)
 
 
-# One packer, reused (on the event loop only): cheaper than `aa.mesh.codec.pack`, which
+# One packer, reused (on the event loop only): cheaper than `aa.mesh.protocol.codec.pack`, which
 # makes one per call. What it cannot take alone (a naive datetime) goes through `pack`,
 # whose conventions `unpack` reverses.
 _packer = _new_packer()
@@ -81,7 +81,7 @@ _Encoded = bytes  # (MeshCache.bytes hides the name inside the class)
 
 
 def encode_events(events: Sequence[Event]) -> bytes | None:
-    """*events* as the cache keeps a block of them: one msgpack array (`aa.mesh.codec`) of
+    """*events* as the cache keeps a block of them: one msgpack array (`aa.mesh.protocol.codec`) of
     ``[id, type, values, meta]``; None if one is outside the value model. The event log
     takes the same encoding (`aa.router.eventlog`): the router's storage encodes a
     dispatched batch once for both."""

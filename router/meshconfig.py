@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from aa.mesh import UsageError
-from aa.mesh.flood import DEFAULT_TTL, MAX_TTL
-from aa.mesh.peers import RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER
+from aa.mesh import DEFAULT_TTL, MAX_TTL
+from aa.mesh import RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER
 
 __all__ = ["MeshConfig", "MAX_PEER_BACKLOG", "PEER_KEEPALIVE", "ROUTER_INFO_INTERVAL"]
 

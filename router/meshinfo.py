@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import Control
-from aa.mesh.endpoints import is_unspecified, parse_endpoint
-from aa.mesh.meshinfo import MESH_INFO_FORMAT
-from aa.mesh.peers import MAX_PEERS, PeerState
+from aa.mesh import is_unspecified, parse_endpoint
+from aa.mesh.protocol import MESH_INFO_FORMAT
+from aa.mesh import MAX_PEERS, PeerState
 
 if TYPE_CHECKING:
     from .mesh import MeshService
@@ -124,7 +124,7 @@ class MeshView:
         }
 
     def info(self) -> dict[str, Any]:
-        """The whole mesh as this router knows it (layout: `aa.mesh.meshinfo.MeshInfo`)."""
+        """The whole mesh as this router knows it (layout: `aa.mesh.protocol.meshinfo.MeshInfo`)."""
         now = time.monotonic()
         self.expire(now)
         own = self.summary()

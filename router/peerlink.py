@@ -18,7 +18,7 @@ Why a goodbye in both directions: a link is only closed once each side has sent 
 read the other's. Everything sent before a `Bye` is therefore read, so retiring a duplicate
 link (both routers dialled each other at once) or shutting down loses no flooded event.
 
-Writing: flood groups for the peer (`aa.mesh.peering.FloodGroup`: events already packed,
+Writing: flood groups for the peer (`aa.mesh.protocol.peering.FloodGroup`: events already packed,
 shared by every link that carries them) are queued (`queue_group`) while a batch is being
 handled and written as one `Flood` frame by `flush`, as `ClientSession` does for
 deliveries. A link never encodes an event itself: it writes blobs made once per mesh
@@ -41,10 +41,10 @@ import time
 from typing import TYPE_CHECKING
 
 from aa.mesh import Connection, Control, Flood, PeerHello, PeerRouters, ProtocolError, UsageError
-from aa.mesh.errors import ConnectionLost
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.messages import Bye, Error, Message, Ping, Pong
-from aa.mesh.peering import FloodGroup
+from aa.mesh import ConnectionLost
+from aa.mesh.protocol import GetMesh, MeshInfo
+from aa.mesh.protocol import Bye, Error, Message, Ping, Pong
+from aa.mesh.protocol import FloodGroup
 
 if TYPE_CHECKING:
     from .mesh import MeshService

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Mapping
 
 from aa.mesh import Event, InvalidPolicy
-from aa.mesh.event import META_TIME
+from aa.mesh import META_TIME
 
 __all__ = [
     "ExpiryPolicy",

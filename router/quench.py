@@ -1,6 +1,6 @@
 """Quenching across the mesh (Å §4.4): `router.quench`, one `QuenchService` per router.
 
-A publisher registers an event *prototype* (`aa.mesh.quench_messages.Quench`); the router
+A publisher registers an event *prototype* (`aa.mesh.protocol.quench_messages.Quench`); the router
 holding its session — the registration's *owner* — floods it, and every router checks its
 subscriptions against it and reports which match. The publisher is told of each subscription
 that starts or stops matching, wherever in the mesh it is.
@@ -26,7 +26,7 @@ op              meaning
 Matching: a subscription matches a registration when its pattern lets the prototype through
 (`PatternEngine.matches_prototype`, scripts dry-run on a copy of their state), or when the
 pattern declares the value names it needs and the prototype carries all of them
-(`aa.mesh.quench_messages.declared_needs`: the answer to §4.4's narrow-pattern weakness). A
+(`aa.mesh.protocol.quench_messages.declared_needs`: the answer to §4.4's narrow-pattern weakness). A
 registration made with ``mentioned_only`` ignores catch-all patterns that mention none of
 the prototype's names. Subscriptions are checked against every registration when they are
 added or updated, and leave when they are removed, stopped, or their session ends.
@@ -48,9 +48,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Final, Hashable, Mapping
 
 from aa.mesh import Control, Event, InvalidValue, PatternSpec, UsageError
-from aa.mesh.messages import Error
-from aa.mesh.peers import MAX_PEERS
-from aa.mesh.quench_messages import MAX_NOTICE_CHANGES, Quench, Quenched, QuenchNotice, Unquench, declared_needs
+from aa.mesh.protocol import Error
+from aa.mesh import MAX_PEERS
+from aa.mesh.protocol import MAX_NOTICE_CHANGES, Quench, Quenched, QuenchNotice, Unquench, declared_needs
 
 from .meshinfo import ROUTER_INFO_TOPIC
 from .quenchconfig import MAX_QUENCH_TIMEOUT, MAX_QUENCHES_PER_CLIENT, QuenchConfig

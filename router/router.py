@@ -23,17 +23,9 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
 
 from aa.mesh import Event, IdGenerator, PatternSpec, UsageError, check_values
-from aa.mesh.event import (
-    META_ADDRESS,
-    META_CLIENT,
-    META_PATH,
-    META_ROUTER,
-    META_TIME,
-    META_TTL,
-    ROUTER_META_KEYS,
-)
-from aa.mesh.flood import SeenIds
-from aa.mesh.messages import Message, Publish
+from aa.mesh import META_ADDRESS, META_CLIENT, META_PATH, META_ROUTER, META_TIME, META_TTL, ROUTER_META_KEYS
+from aa.mesh import SeenIds
+from aa.mesh.protocol import Message, Publish
 
 from .caching import ClientCacheService
 from .config import RouterConfig
@@ -168,7 +160,7 @@ class Router:
         except Exception:
             log.exception("the store failed to close")
         self._flush_dirty()
-        from aa.mesh.messages import Bye
+        from aa.mesh.protocol import Bye
 
         sessions = list(self.sessions)
         for s in sessions:

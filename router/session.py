@@ -14,10 +14,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.storage_messages import STORAGE_REQUESTS
-from aa.mesh.quench_messages import QUENCH_REQUESTS
-from aa.mesh.messages import (
+from aa.mesh.protocol import GetMesh, MeshInfo
+from aa.mesh.protocol import STORAGE_REQUESTS
+from aa.mesh.protocol import QUENCH_REQUESTS
+from aa.mesh.protocol import (
     Ack,
     Bye,
     Deliver,

@@ -55,9 +55,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Final, Sequence
 
 from aa.mesh import Event, InvalidPolicy, PatternSpec, StoreError, UsageError
-from aa.mesh.event import MAX_ID_LENGTH, META_HISTORICAL, META_TIME
-from aa.mesh.messages import Error, Message
-from aa.mesh.storage_messages import MAX_ANSWER_EVENTS, Cached, GetCached
+from aa.mesh import MAX_ID_LENGTH, META_HISTORICAL, META_TIME
+from aa.mesh.protocol import Error, Message
+from aa.mesh.protocol import MAX_ANSWER_EVENTS, Cached, GetCached
 
 from .eventlog import EventLog
 from .history import HistoryReplay
@@ -397,7 +397,7 @@ class StorageService:
     # -- requests from clients --------------------------------------------------------------
 
     def handle_request(self, session: "ClientSession", msg: Message) -> None:
-        """A storage request from a client (`aa.mesh.storage_messages`)."""
+        """A storage request from a client (`aa.mesh.protocol.storage_messages`)."""
         if type(msg) is GetCached:
             req = msg.req  # type: ignore[attr-defined]
             try:

@@ -48,7 +48,7 @@ from typing import AsyncIterator, Callable, Final, Literal
 import sqlalchemy as sa
 
 from aa.mesh import Event, InvalidPolicy, UsageError
-from aa.mesh.event import MAX_ID_LENGTH
+from aa.mesh import MAX_ID_LENGTH
 
 from .policy import ExpiryPolicy, event_time
 from .storesql import Row, delete_expired, make_engine, metadata, read_chunk

@@ -9,7 +9,7 @@ Schema (one table, ``aa_events``)::
     time_us     BIGINT       the event's ``time`` stamp, microseconds since the epoch (UTC);
                              the router's clock when the event has none. Order of replay.
     expires_us  BIGINT NULL  time_us + max_age; NULL never expires by age (indexed)
-    vals        BLOB         msgpack of the values (`aa.mesh.codec.pack`: types kept exactly)
+    vals        BLOB         msgpack of the values (`aa.mesh.protocol.codec.pack`: types kept exactly)
     meta        BLOB         msgpack of the meta
 
 Times are integers rather than SQL timestamps: the same on every backend, no zone
@@ -44,8 +44,8 @@ import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy import exc as sa_exc
 
-from aa.mesh.codec import pack, unpack
-from aa.mesh.event import MAX_ID_LENGTH, Event
+from aa.mesh.protocol import pack, unpack
+from aa.mesh import MAX_ID_LENGTH, Event
 
 __all__ = [
     "TABLE_NAME",

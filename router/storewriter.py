@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Final
 
 import sqlalchemy as sa
 
-from aa.mesh.errors import StoreError, StoreFull, StoreUnavailable  # the tree's; re-exported here
+from aa.mesh import StoreError, StoreFull, StoreUnavailable  # the tree's; re-exported here
 
 from .storesql import Row, delete_expired, is_transient, write_batch, write_rows_one_by_one
 

@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from aa.mesh import Connection, PatternError
-from aa.mesh.messages import Error, Hello, Message, Publish
+from aa.mesh.protocol import Error, Hello, Message, Publish
 
 from util import next_event
 

@@ -9,7 +9,7 @@ import pytest
 
 from aa.mesh import Event, UsageError
 from aa.router.clientcache import ClientCaches, UnknownCache
-from aa.router.policy import ExpiryPolicy
+from aa.router import ExpiryPolicy
 
 ANY = ExpiryPolicy()
 

@@ -9,8 +9,8 @@ import msgpack
 import pytest
 
 from aa.mesh import NEED_DATA, Connection, Event, FrameTooLarge, InvalidValue, MalformedFrame, UnknownMessage
-from aa.mesh.messages import Deliver, Hello, Ping, Publish, Subscribe, PatternSpec
-from aa.mesh.jsonvalues import event_from_json, event_to_json
+from aa.mesh.protocol import Deliver, Hello, Ping, Publish, Subscribe, PatternSpec
+from aa.mesh import event_from_json, event_to_json
 
 VALUES = {
     "int": 3,

@@ -17,7 +17,8 @@ import pytest
 
 from aa.mesh import Event, UsageError
 from aa.router import eventlogprocess
-from aa.router.eventlog import SCHEMA, EventLog, EventLogConfig
+from aa.router.eventlog import SCHEMA, EventLog
+from aa.router import EventLogConfig
 from aa.router.eventlogprocess import WriterProcess
 from aa.router.logcodec import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
 from aa.router.logtable import build_table

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from aa.mesh.beacon import BEACON_MAGIC, MAX_BEACON_BYTES, Beacon, RouterInfo, decode_beacon, encode_beacon
-from aa.mesh.codec import Connection, pack, unpack
-from aa.mesh.errors import InvalidValue, MalformedFrame, UsageError
-from aa.mesh.event import META_PATH, META_TTL, Event
-from aa.mesh.flood import FloodRules
-from aa.mesh.peering import (
+from aa.mesh.beacon import BEACON_MAGIC, MAX_BEACON_BYTES, decode_beacon, encode_beacon
+from aa.mesh import Beacon, RouterInfo
+from aa.mesh.protocol import Connection, pack, unpack
+from aa.mesh import InvalidValue, MalformedFrame, UsageError
+from aa.mesh import META_PATH, META_TTL, Event
+from aa.mesh import FloodRules
+from aa.mesh.protocol import (
     MAX_GROUP_EVENTS,
     MAX_KNOWN_ROUTERS,
     MESH_PROTOCOL_VERSION,
@@ -29,8 +30,8 @@ from aa.mesh.peering import (
     PeerHello,
     PeerRouters,
 )
-from aa.mesh.messages import Error, Message, event_from_wire
-from aa.mesh.peers import Source
+from aa.mesh.protocol import Error, Message, event_from_wire
+from aa.mesh import Source
 from aa.router import Router
 
 from meshlab import line, mesh

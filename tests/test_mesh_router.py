@@ -15,8 +15,9 @@ import pytest
 
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import AaTimeout, Connection, Control, DiscoveryConfig, Event, PeerHello
-from aa.mesh.beacon import Beacon, encode_beacon
-from aa.mesh.peers import PeerState
+from aa.mesh import Beacon
+from aa.mesh.beacon import encode_beacon
+from aa.mesh import PeerState
 from aa.router import MeshConfig, Router, RouterConfig
 
 from meshlab import FAST, Collector, full, line, lo_discovery, mesh, free_udp_port, random_graph, ring, wait_shape
@@ -239,7 +240,7 @@ async def test_a_peer_that_speaks_nonsense_is_closed_and_logged(caplog: pytest.L
             reader, writer = await asyncio.open_connection(host, port)
             conn = Connection()
             writer.write(_frame(conn, PeerHello(router_id="liar2", peer="127.0.0.1:9")))
-            from aa.mesh.codec import pack
+            from aa.mesh.protocol import pack
 
             payload = pack({"kind": "flood", "events": [[None, None, {"x": 1}, {"ttl": 3, "path": ["liar2"]}]]})
             writer.write(len(payload).to_bytes(4, "big") + payload)

@@ -13,7 +13,7 @@ import pytest
 
 from aa.client import AsyncClient, Client
 from aa.mesh import Connection, Event, PatternSpec, RemoteError
-from aa.mesh.quench_messages import Quench, QuenchNotice, declared_needs, with_needs
+from aa.mesh.protocol import Quench, QuenchNotice, declared_needs, with_needs
 from aa.router import QuenchConfig, Router, RouterConfig
 from aa.router.quenchtable import QuenchTable, Registration
 

@@ -12,8 +12,8 @@ import pytest
 
 from aa.client import AsyncClient
 from aa.mesh import NEED_DATA, Connection, Event, PatternError, RemoteError
-from aa.mesh.event import META_HISTORICAL
-from aa.mesh.messages import Ack, Error, Hello, Publish, Welcome
+from aa.mesh import META_HISTORICAL
+from aa.mesh.protocol import Ack, Error, Hello, Publish, Welcome
 from aa.router import EventLogConfig, Router, RouterConfig, StoreConfig
 
 from util import next_event, wait_for

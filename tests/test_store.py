@@ -19,8 +19,9 @@ from sqlalchemy.exc import OperationalError
 
 import aa.router.storewriter as writer_mod
 from aa.mesh import Event, InvalidPolicy, UsageError
-from aa.router.policy import ExpiryPolicy
-from aa.router.store import EventStore, StoreConfig, StoreFull, StoreUnavailable
+from aa.router import ExpiryPolicy
+from aa.router.store import EventStore, StoreFull, StoreUnavailable
+from aa.router import StoreConfig
 from util import wait_for
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)

@@ -13,11 +13,10 @@ from aa.router.policy import (
     META_MAX_COUNT,
     META_MESH_CACHE,
     META_PERSIST,
-    ExpiryPolicy,
-    parse_duration,
     persist_policy,
     wants_mesh_cache,
 )
+from aa.router import ExpiryPolicy, parse_duration
 
 
 @pytest.mark.parametrize(

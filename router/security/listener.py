@@ -21,7 +21,7 @@ import ssl
 from typing import Callable
 
 from aa.mesh import Connection
-from aa.mesh.messages import Error
+from aa.mesh.protocol import Error
 
 from .guard import AllowList
 from .tls import HANDSHAKE_TIMEOUT

@@ -40,7 +40,7 @@ def make_events(n: int, frame: int = 100) -> list:
     """Events as a router dispatches them: values decoded from a client's frame, meta stamped
     per batch (one time stamp; the session's client id and address; a new path per event)."""
     from aa.mesh import Event
-    from aa.mesh.codec import pack, unpack
+    from aa.mesh.protocol import pack, unpack
 
     client, address, router = "c-5f3a9e01d2c4b7a8", "127.0.0.1:54321", "r-0123456789abcdef"
     out = []

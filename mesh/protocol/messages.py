@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
-from .errors import InvalidValue, MalformedFrame, UsageError
-from .event import MAX_ID_LENGTH, Event
-from .values import Values, _valid_map, check_values
+from ..errors import InvalidValue, MalformedFrame, UsageError
+from ..event import MAX_ID_LENGTH, Event
+from ..values import Values, _valid_map, check_values
 
 __all__ = [
     "Message",
@@ -56,6 +56,7 @@ __all__ = [
     "event_to_wire",
     "event_from_wire",
     "PROTOCOL_VERSION",
+    "MAX_PATTERN_SOURCE",
 ]
 
 PROTOCOL_VERSION = 1

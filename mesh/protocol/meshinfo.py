@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .errors import InvalidValue
+from ..errors import InvalidValue
 from .messages import Message, register
-from .values import Values, check_values
+from ..values import Values, check_values
 
 __all__ = ["GetMesh", "MeshInfo", "MESH_INFO_FORMAT"]
 

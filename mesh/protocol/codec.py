@@ -1,7 +1,7 @@
 """The frame codec (pure: no sockets, no asyncio).
 
 A frame is a 4-byte big-endian length, then that many bytes of one msgpack map with a
-`kind` (see `aa.mesh.messages`). `Connection` turns bytes into messages and messages into
+`kind` (see `aa.mesh.protocol.messages`). `Connection` turns bytes into messages and messages into
 bytes, in the manner of h11: feed `receive_data(data)`, then call `next_message()` until it
 returns `NEED_DATA`; `send(message)` returns the bytes to write.
 
@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import msgpack
 
-from .errors import FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
+from ..errors import FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
 from .messages import MESSAGE_KINDS, Message
 
 __all__ = ["Connection", "NEED_DATA", "MAX_FRAME_BYTES", "pack", "unpack"]
@@ -81,7 +81,7 @@ class Connection:
     """One end of a framed msgpack stream.
 
     >>> a, b = Connection(), Connection()
-    >>> from aa.mesh.messages import Ping
+    >>> from aa.mesh.protocol.messages import Ping
     >>> b.receive_data(a.send(Ping(token=7)))
     >>> b.next_message()
     Ping(token=7)

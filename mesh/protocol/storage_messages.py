@@ -1,6 +1,6 @@
 """The messages a client uses for the mesh cache and its client cache (pure: no I/O).
 
-Registered with `aa.mesh.messages.register`, like the router-to-router kinds. Each request
+Registered with `aa.mesh.protocol.messages.register`, like the router-to-router kinds. Each request
 carries `req`, a number the client picks (unique among its open requests, sub_ids included:
 a refusal comes back as `Error(ref=req)`), and gets exactly one answer: the kind named below,
 or an `Error` whose `code` says why (``invalid-policy``, ``unknown-cache``,
@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Mapping
 
-from .errors import InvalidValue, MalformedFrame
-from .event import MAX_ID_LENGTH, Event
+from ..errors import InvalidValue, MalformedFrame
+from ..event import MAX_ID_LENGTH, Event
 from .messages import Message, PatternSpec, event_from_wire, event_to_wire, register
-from .values import Values, check_values
+from ..values import Values, check_values
 
 __all__ = [
     "GetCached",

@@ -3,7 +3,7 @@
 
 A publisher registers an event *prototype*; every router of the mesh checks its
 subscriptions against it and the publisher hears, for each subscription, when it starts and
-stops matching. Registered with `aa.mesh.messages.register` like the other kinds.
+stops matching. Registered with `aa.mesh.protocol.messages.register` like the other kinds.
 
 Client ⇄ router::
 
@@ -43,9 +43,9 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Any, Final, Iterable, Mapping
 
-from .errors import InvalidValue, MalformedFrame
+from ..errors import InvalidValue, MalformedFrame
 from .messages import Message, PatternSpec, register
-from .values import Values, check_values
+from ..values import Values, check_values
 
 __all__ = [
     "Quench",

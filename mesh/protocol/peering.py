@@ -1,6 +1,6 @@
 """The router-to-router messages (pure: no I/O).
 
-Registered with `aa.mesh.messages.register`, so the frame codec decodes them like any other
+Registered with `aa.mesh.protocol.messages.register`, so the frame codec decodes them like any other
 kind. A router connection is told apart from a client connection by its first frame
 (`PeerHello` instead of `Hello`).
 
@@ -22,8 +22,8 @@ How events are flooded: groups with an opaque blob
 A `Flood` frame is ``{"kind": "flood", "groups": [[ttl, path, ids, blob], ...]}``. A group
 (`FloodGroup`) is events that share a ttl and a path: ``ids`` lists their event ids, in
 order, and ``blob`` is one msgpack ``bin`` holding the array of their wire arrays
-(``[id, type, values, meta]``, `aa.mesh.messages.event_to_wire`), packed once with the
-codec's conventions (`aa.mesh.codec.pack`). Why this shape, measured on the eight-router
+(``[id, type, values, meta]``, `aa.mesh.protocol.messages.event_to_wire`), packed once with the
+codec's conventions (`aa.mesh.protocol.codec.pack`). Why this shape, measured on the eight-router
 ring of ``tests/bench/bench_ring.py`` (every relaying router used to spend 12-15 µs of CPU per
 event, and twice that where the two flood fronts meet):
 
@@ -65,12 +65,12 @@ from datetime import datetime
 from typing import Any, Final, Mapping
 
 from .codec import pack, unpack
-from .endpoints import check_endpoint
-from .errors import InvalidValue, MalformedFrame, UsageError
-from .event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
-from .flood import MAX_PATH_LENGTH, check_flood_meta
+from ..endpoints import check_endpoint
+from ..errors import InvalidValue, MalformedFrame, UsageError
+from ..event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
+from ..flood import MAX_PATH_LENGTH, check_flood_meta
 from .messages import Message, event_from_wire, event_to_wire, register
-from .values import Values, check_values
+from ..values import Values, check_values
 
 __all__ = [
     "KnownRouter",
@@ -91,7 +91,7 @@ __all__ = [
 #: versions cannot relay each other's floods, so a router closes a link whose hello names
 #: another version, saying why (both ways: a version-1 router checks the same field), rather
 #: than meet a frame it cannot read. Clients and discovery beacons speak
-#: `aa.mesh.messages.PROTOCOL_VERSION`, which is unchanged.
+#: `aa.mesh.protocol.messages.PROTOCOL_VERSION`, which is unchanged.
 MESH_PROTOCOL_VERSION: Final = 2
 #: Most routers in one hello or router list, in routers. Å meshes are tens of routers; the
 #: receiver's peer table is capped anyway (`aa.mesh.peers.MAX_PEERS`).
@@ -371,7 +371,7 @@ _set = object.__setattr__
 
 # What `FloodGroup.decode` may accept without the full check of `event_from_wire`: maps whose
 # keys are all str and whose values are all of these exact types. This is sound only for data
-# fresh from `aa.mesh.codec.unpack`, which decode always has: msgpack yields no int outside the
+# fresh from `aa.mesh.protocol.codec.unpack`, which decode always has: msgpack yields no int outside the
 # value model's 64-bit range (its format has none), no tuple, no subclass, and the codec turns
 # every extension into a datetime or refuses it. So the only things the full check could still
 # find wrong are keys that are not str and nesting (depth, lists, maps), and the fast check
