@@ -81,7 +81,7 @@ from .config import (
     REPLAY_WINDOW_SECONDS,
     ClientConfig,
 )
-from .link import Link
+from .link import Link, open_link
 from .subscription import Subscription
 
 __all__ = ["AsyncClient"]
@@ -140,6 +140,7 @@ class AsyncClient(QuenchClient, CacheClient):
         self._requests: dict[int, asyncio.Future[Message]] = {}
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
+        self._last_error: str | None = None
         self._init_caching()
         self._init_quench()
 
@@ -172,7 +173,8 @@ class AsyncClient(QuenchClient, CacheClient):
                 await self._connected.wait()
         except TimeoutError:
             tried = ", ".join(e.address for e in self.peers) or "none found"
-            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried})") from None
+            last = f"; last refusal: {self._last_error}" if self._last_error else ""
+            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried}){last}") from None
         return self
 
     @property
@@ -214,6 +216,7 @@ class AsyncClient(QuenchClient, CacheClient):
             try:
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
+                self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
                 retry = peers.record_failure(endpoint, time.monotonic())
                 log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
                          exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
@@ -270,7 +273,7 @@ class AsyncClient(QuenchClient, CacheClient):
                 return
             self._on_message(msg)
 
-        _, link = await loop.create_connection(lambda: Link(on_message, self._schedule_flush), host, port)
+        link = await open_link(self.config, lambda: Link(on_message, self._schedule_flush), host, port)
         try:
             link.send(Hello(client_id=self.client_id, name=self.config.name))
             done, _ = await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)

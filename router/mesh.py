@@ -76,6 +76,7 @@ import copy
 import dataclasses
 import functools
 import logging
+import ssl
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
@@ -541,6 +542,12 @@ class MeshService:
         if len(self._all_links) >= MAX_PEER_LINKS:
             log.warning("refusing peer %s: already %d links", msg.router_id, MAX_PEER_LINKS)  # type: ignore[attr-defined]
             return False
+        refusal = self.router.security.admit_peer(session.identity, session.host, msg.router_id)  # type: ignore[attr-defined]
+        if refusal is not None:  # mutual TLS, ids bound to certificates, --allow-peers
+            log.warning("refusing peer %s from %s: %s", msg.router_id, session.address, refusal)  # type: ignore[attr-defined]
+            self.counters["refused_peers"] += 1
+            session.fail("forbidden", refusal)
+            return True
         transport, codec = session.detach()
         link = PeerLink(self, address=None, outgoing=False, codec=codec)
         transport.set_protocol(link)
@@ -570,6 +577,17 @@ class MeshService:
             )
             link.fail("protocol", f"mesh protocol {MESH_PROTOCOL_VERSION} only")
             return
+        if link.outgoing and link.transport is not None:
+            gate = self.router.security
+            refusal = gate.admit_peer(gate.identity(link.transport), None, rid)
+            if refusal is not None:  # the router we dialled is not who it says
+                log.warning("refusing peer %s at %s: %s", rid, link.address, refusal)
+                if link.address is not None:
+                    gate.guard.refused(link.address, now)
+                link.fail("forbidden", refusal)
+                if not link.ready.done():
+                    link.ready.set_result(False)
+                return
         link.remote = hello
         link.remote_id = rid
         link.state = "up"
@@ -720,12 +738,20 @@ class MeshService:
         assert self._loop is not None
         self.table.record_attempt(address, time.monotonic())
         link: PeerLink | None = None
+        gate = self.router.security
         try:
             host, port = parse_endpoint(address)
+            if not gate.may_dial(address, host, time.monotonic()):
+                raise ConnectionRefusedError("refused its handshake lately, or not in --allow-peers")
             async with asyncio.timeout(self.config.connect_timeout):
-                _, link = await self._loop.create_connection(
-                    lambda: PeerLink(self, address=address, outgoing=True), host, port
-                )
+                try:
+                    _, link = await self._loop.create_connection(
+                        lambda: PeerLink(self, address=address, outgoing=True), host, port, ssl=gate.dial_tls,
+                        server_hostname=host if gate.dial_tls else None,
+                    )
+                except ssl.SSLError:  # another CA, expired, no TLS: one handshake per back-off
+                    gate.guard.refused(address, time.monotonic())
+                    raise
                 self._all_links.add(link)
                 link.send(self._hello())
                 await link.ready

@@ -34,10 +34,15 @@ from .local import LocalSubscription
 from .mesh import MeshService
 from .patterns import HostFacts, PatternEngine, SandboxLimits
 from .quench import QuenchService
+from .security import Gate, router_id_for
 from .session import ClientSession
 from .storage import StorageService, check_persistable
 
 __all__ = ["Router", "Endpoint"]
+
+#: The user who published an event (Å §4.6): aa.mesh.event.META_USER, which aa.mesh does not
+#: export yet (the lead's; see the security report).
+META_USER = "user"
 
 log = logging.getLogger("aa.router")
 
@@ -55,7 +60,12 @@ class Router:
 
     def __init__(self, config: RouterConfig | None = None, *, endpoints: Sequence[Endpoint] = ()) -> None:
         self.config = config or RouterConfig()
-        self._ids = IdGenerator(self.config.id_prefix)
+        #: TLS, users, permissions (`aa.router.security`); raises UsageError for bad files.
+        self.security = Gate(self.config.security)
+        prefix = self.config.id_prefix
+        if prefix is None and self.security.name is not None:
+            prefix = router_id_for(self.security.name)  # peers check our id against our certificate
+        self._ids = IdGenerator(prefix)
         #: This router's id: random per start of the process, unique in the mesh.
         self.id = self._ids.prefix
         self.name = self.config.name or "router"
@@ -114,9 +124,13 @@ class Router:
         loop = asyncio.get_running_loop()
         await self.storage.start()  # raises StoreUnavailable before anything is bound
         try:
-            self._server = await loop.create_server(
-                lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True
-            )
+            if self.config.security.active:  # TLS and address ranges: our own accept loop
+                self._server = await self.security.serve(  # type: ignore[assignment]
+                    lambda: ClientSession(self), self.config.host, self.config.port, self.counters)
+            else:
+                self._server = await loop.create_server(
+                    lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True
+                )
         except BaseException:
             await self.storage.aclose()
             raise
@@ -192,14 +206,16 @@ class Router:
         id: str | None = None,
         client_id: str | None = None,
         address: str = "local",
+        user: str | None = None,
     ) -> Event | None:
         """Publish from inside this process; returns the stamped event, or None if *id* was
-        already seen (a retried publish). Raises `InvalidValue` for values outside the model,
+        already seen (a retried publish). *user* is stamped as `meta["user"]` (the HTTP endpoint
+        passes a token's owner). Raises `InvalidValue` for values outside the model,
         `InvalidPolicy` for a malformed store policy in *meta* (`aa.router.policy`)."""
         event = Event(values=dict(values), type=type, meta=dict(meta or {}), id=id)
         if meta:
             check_persistable(event)
-        stamped = self._accept([event], client_id or self._local_client, address)
+        stamped = self._accept([event], client_id or self._local_client, address, user)
         self._flush_dirty()
         return stamped[0] if stamped else None
 
@@ -271,8 +287,9 @@ class Router:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def _accept(self, events: Sequence[Event], client_id: str, address: str) -> list[Event]:
-        """Stamp events from a client (Å §4.2), drop retried ones, dispatch and flood them."""
+    def _accept(self, events: Sequence[Event], client_id: str, address: str, user: str | None = None) -> list[Event]:
+        """Stamp events from a client (Å §4.2, and its user, §4.6), drop retried ones,
+        dispatch and flood them."""
         now = time.monotonic()
         stamp_time = datetime.now(timezone.utc)  # one clock read per batch, not per event
         originate = self.mesh.rules.originate  # shares self._seen with the mesh's floods
@@ -293,6 +310,8 @@ class Router:
             else:
                 meta = {META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
                         META_ROUTER: self.id, META_TTL: hop.ttl, META_PATH: hop.path}
+            if user is not None:
+                meta[META_USER] = user
             stamped = Event.trusted(ev.values, ev.type, meta, eid)
             self.dispatch(stamped)
             for forward in self.forwarders:
@@ -314,10 +333,11 @@ class Router:
 
     def _publish_from(self, session: ClientSession, msg: Publish) -> None:
         storage = self.storage
-        events, persisted = storage.screen(session, msg.events)  # bad store policies refused
+        events = session.permitted(msg.events)  # what the user may not publish is refused
+        events, persisted = storage.screen(session, events)  # bad store policies refused
         refused = storage.refused
         try:
-            self._accept(events, session.client_id or "?", session.address)
+            self._accept(events, session.client_id or "?", session.address, session.identity.user)
         finally:
             # The ack follows the floods out, and a persisted event's commit (aa.router.storage).
             storage.ack_publish(session, msg.seq, persisted, refused)

@@ -36,6 +36,9 @@ MAX_PENDING = 1024
 #: The error code a plaintext caller gets on a TLS port.
 TLS_REQUIRED = "tls-required"
 _TLS_RECORD_HANDSHAKE = 0x16
+#: Bytes of a plaintext caller's data read and dropped before it is closed (see
+#: `_refuse_plaintext`): enough for a client's first frames, bounded for a flood.
+_DRAIN_BYTES = 1024 * 1024
 
 
 class Listener:
@@ -106,7 +109,7 @@ class Listener:
                         return
                     if first != _TLS_RECORD_HANDSHAKE:
                         self._count("refused_plaintext")
-                        _refuse_plaintext(conn)
+                        await _refuse_plaintext(loop, conn)
                         return
                 transport, _ = await loop.connect_accepted_socket(
                     self._factory, conn, ssl=self._tls, ssl_handshake_timeout=self._timeout if self._tls else None
@@ -151,13 +154,33 @@ async def _peek(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> int | N
         return data[0] if data else None
 
 
-def _refuse_plaintext(conn: socket.socket) -> None:
+async def _refuse_plaintext(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+    """Tell a plaintext caller why, in its own framing, then close. What it sent is read and
+    dropped first (at most `_DRAIN_BYTES`, within the caller's handshake time): closing a
+    socket with unread data resets it, and the reset would discard our answer unread."""
     frame = Connection().send(Error(
         code=TLS_REQUIRED, fatal=True,
         message="this router accepts TLS only: connect with the mesh's CA certificate "
                 "(--ca or AA_CA; and --cert/--key or AA_CERT/AA_KEY to be a user)"))
     try:
         conn.send(frame)  # a few hundred bytes into an empty socket buffer: never blocks
+        conn.shutdown(socket.SHUT_WR)
+        drained = 0
+        while drained < _DRAIN_BYTES:
+            try:
+                data = conn.recv(65536)
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
+                try:
+                    await ready
+                finally:
+                    loop.remove_reader(conn.fileno())
+                continue
+            if not data:
+                break
+            drained += len(data)
     except OSError:
         pass
-    conn.close()
+    finally:
+        conn.close()
