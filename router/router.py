@@ -20,7 +20,7 @@ import logging
 import time
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence, cast
 
 from aa.mesh import Event, IdGenerator, PatternSpec, UsageError, check_values
 from aa.mesh import META_ADDRESS, META_CLIENT, META_PATH, META_ROUTER, META_TIME, META_TTL, ROUTER_META_KEYS
@@ -125,8 +125,8 @@ class Router:
         await self.storage.start()  # raises StoreUnavailable before anything is bound
         try:
             if self.config.security.active:  # TLS and address ranges: our own accept loop
-                self._server = await self.security.serve(  # type: ignore[assignment]
-                    lambda: ClientSession(self), self.config.host, self.config.port, self.counters)
+                self._server = cast(asyncio.Server, await self.security.serve(  # duck-types a Server
+                    lambda: ClientSession(self), self.config.host, self.config.port, self.counters))
             else:
                 self._server = await loop.create_server(
                     lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True

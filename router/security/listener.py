@@ -138,18 +138,27 @@ class Listener:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
 
+async def _readable(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(conn.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(conn.fileno())
+
+
 async def _peek(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> int | None:
     """The first byte the caller sent, left in the socket; None if it closed first."""
     while True:
         try:
             data = conn.recv(1, socket.MSG_PEEK)
         except BlockingIOError:
-            ready = loop.create_future()
-            loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
-            try:
-                await ready
-            finally:
-                loop.remove_reader(conn.fileno())
+            await _readable(loop, conn)
             continue
         return data[0] if data else None
 
@@ -170,12 +179,7 @@ async def _refuse_plaintext(loop: asyncio.AbstractEventLoop, conn: socket.socket
             try:
                 data = conn.recv(65536)
             except BlockingIOError:
-                ready = loop.create_future()
-                loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
-                try:
-                    await ready
-                finally:
-                    loop.remove_reader(conn.fileno())
+                await _readable(loop, conn)
                 continue
             if not data:
                 break
