@@ -226,3 +226,28 @@ async def test_garbage_and_half_handshakes_cost_others_nothing(pki: dict[str, Pa
     await alice.aclose()
     for _, writer in strangers:
         writer.close()
+
+
+async def test_without_tls_permissions_apply_to_anonymous_and_ranges_to_everyone(tmp_path: Path) -> None:
+    perms = tmp_path / "perms.toml"
+    perms.write_text('[anonymous]\npublish = ["news"]\nsubscribe = ["*"]\npatterns = "predicates"\n')
+    config = RouterConfig(port=0, security=SecurityConfig(permissions=perms, allow_clients=("127.0.0.0/8",)))
+    async with Router(config) as router:
+        c = AsyncClient(config=ClientConfig(routers=(router.endpoint,), ca=None, cert=None, key=None))
+        await c.connect()
+        try:
+            sub = await c.subscribe("True")
+            await c.publish({"n": 1}, type="alarm")
+            await c.publish({"n": 2}, type="news")
+            ev = await next_event(sub)
+            assert (ev.values["n"], ev.meta["user"]) == (2, "anonymous")
+            await wait_for(lambda: router.counters["refused_permission"] == 1)
+        finally:
+            await c.aclose()
+    closed = RouterConfig(port=0, security=SecurityConfig(allow_clients=("10.0.0.0/8",), allow_peers=("10.0.0.0/8",)))
+    async with Router(closed) as router:
+        reader, writer = await asyncio.open_connection(*router.address)
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""  # closed at accept, before a byte is read
+        writer.close()
+        assert router.counters["refused_address"] == 1

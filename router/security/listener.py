@@ -64,7 +64,6 @@ class Listener:
         self.counters: dict[str, int] = counters if counters is not None else {}
         self._pending: set[asyncio.Task[None]] = set()
         self._accepting: asyncio.Task[None] | None = None
-        self._transports: set[asyncio.BaseTransport] = set()
 
     def start(self) -> None:
         self._sock.setblocking(False)
@@ -111,7 +110,7 @@ class Listener:
                         self._count("refused_plaintext")
                         await _refuse_plaintext(loop, conn)
                         return
-                transport, _ = await loop.connect_accepted_socket(
+                await loop.connect_accepted_socket(
                     self._factory, conn, ssl=self._tls, ssl_handshake_timeout=self._timeout if self._tls else None
                 )
         except (TimeoutError, OSError, ssl.SSLError) as exc:
