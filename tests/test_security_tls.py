@@ -251,3 +251,38 @@ async def test_without_tls_permissions_apply_to_anonymous_and_ranges_to_everyone
             assert await reader.read() == b""  # closed at accept, before a byte is read
         writer.close()
         assert router.counters["refused_address"] == 1
+
+
+async def test_a_full_handshake_queue_evicts_the_oldest_stranger_not_the_newcomer(pki: dict[str, Path]) -> None:
+    from aa.router.security import Listener, server_context
+
+    mesh = pki["mesh"]
+    made: list[asyncio.Protocol] = []
+
+    def factory() -> asyncio.Protocol:
+        made.append(asyncio.Protocol())
+        return made[-1]
+
+    import socket as _socket
+
+    sock = _socket.create_server(("127.0.0.1", 0))
+    listener = Listener(sock, factory, tls=server_context(mesh / "r1.pem", mesh / "r1.key", mesh / "ca.pem"),
+                        max_pending=8, counters={})
+    listener.start()
+    port = sock.getsockname()[1]
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(8)]  # strangers who say nothing
+    await wait_for(lambda: listener.pending == 8)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(mesh / "ca.pem")
+    started = time.monotonic()
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)  # completes at once
+    assert time.monotonic() - started < 1.0 and len(made) == 1
+    assert listener.counters["evicted_pending"] == 1
+    async with asyncio.timeout(5):
+        assert await idle[0][0].read() == b""  # the oldest stranger was closed
+    writer.close()
+    for _, w in idle:
+        w.close()
+    listener.close()
+    await listener.wait_closed()

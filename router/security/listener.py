@@ -8,13 +8,16 @@ The address is checked against the allow-list before anything is read.
 
 What a stranger can cost (the port is open to strangers): a connection that sends nothing,
 or half a handshake, holds one socket for at most `HANDSHAKE_TIMEOUT`; at most
-`MAX_PENDING` connections may be unidentified at once (past it new ones are closed at once,
-and counted), so garbage and stalled handshakes never hold the loop or other clients.
+`MAX_PENDING` connections may be unidentified at once, and past it the *oldest* is closed to
+make room (counted, `evicted_pending`). Real clients finish their handshake in milliseconds,
+so they are never the oldest: stalling them would take a stranger opening `MAX_PENDING`
+connections every few milliseconds, and garbage and stalled handshakes never hold the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
@@ -30,9 +33,9 @@ __all__ = ["Listener", "MAX_PENDING", "TLS_REQUIRED"]
 
 log = logging.getLogger("aa.router.security")
 
-#: Connections accepted whose first byte or TLS handshake has not come yet. A flood of idle
-#: connections beyond it is closed at accept; real clients finish in milliseconds.
-MAX_PENDING = 1024
+#: Connections accepted whose first byte or TLS handshake has not come yet; past it the oldest
+#: is closed (see the module docstring). Below the usual 1024 open files of a process.
+MAX_PENDING = 512
 #: The error code a plaintext caller gets on a TLS port.
 TLS_REQUIRED = "tls-required"
 _TLS_RECORD_HANDSHAKE = 0x16
@@ -54,6 +57,7 @@ class Listener:
         allow: Callable[[str], bool] = AllowList().allows,
         counters: dict[str, int] | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self.sockets = [sock]
         self._sock = sock
@@ -61,9 +65,15 @@ class Listener:
         self._tls = tls
         self._allow = allow
         self._timeout = handshake_timeout
+        self._max_pending = max_pending
         self.counters: dict[str, int] = counters if counters is not None else {}
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: dict[asyncio.Task[None], None] = {}  # oldest first
         self._accepting: asyncio.Task[None] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Connections accepted and not yet identified (first byte, TLS handshake)."""
+        return len(self._pending)
 
     def start(self) -> None:
         self._sock.setblocking(False)
@@ -88,13 +98,14 @@ class Listener:
                 log.info("refusing %s: not in the allowed address ranges", addr[0])
                 conn.close()
                 continue
-            if len(self._pending) >= MAX_PENDING:
-                self._count("refused_busy")
-                conn.close()
-                continue
+            if len(self._pending) >= self._max_pending:
+                self._count("evicted_pending")
+                oldest = next(iter(self._pending))
+                del self._pending[oldest]
+                oldest.cancel()  # its socket is closed when the cancellation lands
             task = loop.create_task(self._admit(conn))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            self._pending[task] = None
+            task.add_done_callback(functools.partial(self._done, conn))
 
     async def _admit(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -123,6 +134,11 @@ class Listener:
         except asyncio.CancelledError:
             conn.close()
             raise
+
+    def _done(self, conn: socket.socket, task: "asyncio.Task[None]") -> None:
+        self._pending.pop(task, None)
+        if task.cancelled():
+            conn.close()  # also when cancelled before it ran; idempotent otherwise
 
     def close(self) -> None:
         if self._accepting is not None:
