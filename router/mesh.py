@@ -602,6 +602,7 @@ class MeshService:
                 self._add(peer_address, Source.TOLD, now, rid)
         if link.address is not None:
             self.table.record_success(link.address, now, router_id=rid)
+            self.router.security.guard.succeeded(link.address)
         self._learn(hello.routers, link)
         existing = self.links.get(rid)
         if existing is not None and existing is not link:
