@@ -146,12 +146,12 @@ def _tls_failure(exc: ssl.SSLError, endpoint: str) -> str:
     return f"TLS with router {endpoint} failed: {exc.reason or exc}"
 
 
-async def open_link(config: "ClientConfig", factory: Callable[[], Link], host: str, port: int) -> Link:
+async def open_link(config: "ClientConfig | None", factory: Callable[[], Link], host: str, port: int) -> Link:
     """Connect a `Link` to (host, port), with TLS when *config* has a CA. Raises OSError
     when the router cannot be reached, `ConnectionLost` (saying why) when TLS fails."""
     loop = asyncio.get_running_loop()
-    ctx = client_tls(config)
-    if ctx is None:
+    ctx = client_tls(config) if config is not None else None
+    if config is None or ctx is None:
         _, link = await loop.create_connection(factory, host, port)
         return link
     try:

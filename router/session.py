@@ -64,9 +64,9 @@ class SessionSubscriber:
     def __init__(self, session: "ClientSession", sub_id: int, receives: Callable[[str | None], bool] | None = None) -> None:
         self.session = session
         self.sub_id = sub_id
-        #: Live events held while this subscription's history is replayed (`aa.router.history`).
+        #: Live events held while this subscription's history is replayed (`aa.router.store.history`).
         self.held: Any = None
-        #: The event types its user may receive (permissions), or None for any.
+        #: The event types its user may receive (permissions, `aa.router.security`); None: any.
         self.receives = receives
 
     def deliver(self, event: Event) -> None:
@@ -86,7 +86,7 @@ class SessionSubscriber:
     def active(self) -> bool:
         """Still subscribed, on an open connection."""
         s = self.session
-        return s.subscriptions.get(self.sub_id) is self and not s._closing
+        return s.subscriptions.get(self.sub_id) is self and s.is_open
 
     async def drained(self) -> None:
         """Wait while the connection's write buffer is over its high-water mark."""
@@ -124,6 +124,11 @@ class ClientSession(asyncio.Protocol):
         self.dropped = 0  # deliveries dropped because this client did not keep up
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection still takes frames (not closing, not handed over)."""
+        return not self._closing
+
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -134,7 +139,7 @@ class ClientSession(asyncio.Protocol):
             self.host = peer[0]
         if self.router.security.server_tls is not None:
             self.identity = self.router.security.identity(transport)
-        self.router._session_opened(self)
+        self.router.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -152,11 +157,11 @@ class ClientSession(asyncio.Protocol):
             log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
             self.fail(exc.code, str(exc))
         finally:
-            self.router._flush_dirty()
+            self.router.dispatcher.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.router._session_closed(self)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         self.resume_writing()
@@ -185,19 +190,18 @@ class ClientSession(asyncio.Protocol):
             if type(msg) is Hello:
                 self._hello(msg)
                 return
-            handoff = self.router._handoff(self, msg)
-            if handoff:
+            if self.router.handoff(self, msg):
                 return
             raise ProtocolError(f"expected 'hello' first, got {msg.kind!r}")
         kind = type(msg)
         if kind is Publish:
-            self.router._publish_from(self, msg)
+            self.router.accept_publish(self, msg)  # type: ignore[arg-type]
         elif kind is Subscribe:
             self._subscribe(msg)  # type: ignore[arg-type]
         elif kind is Unsubscribe:
             sub = self.subscriptions.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
-                self.router._unsubscribe(sub)
+                self.router.remove_subscription(sub)
         elif kind is Update:
             self._update(msg)  # type: ignore[arg-type]
         elif kind is Ping:
@@ -208,7 +212,7 @@ class ClientSession(asyncio.Protocol):
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
             if kind is not CacheRegister or self._may("client_caches", "own client caches", msg.req):  # type: ignore[attr-defined]
-                self.router.storage.handle_request(self, msg)
+                self.router.caches.handle_request(self, msg)
         elif kind in QUENCH_REQUESTS:
             if kind is not Quench or self._may("quench", "register quench prototypes", msg.reg):  # type: ignore[attr-defined]
                 self.router.quench.handle_request(self, msg)
@@ -222,7 +226,7 @@ class ClientSession(asyncio.Protocol):
         rules = self.router.security.rules_for(self.identity)
         if rules is not None and getattr(rules, rule):
             return True
-        message = rules.refusal(rule, what) if rules is not None else "no rule covers this user"
+        message = rules.refusal(rule, what) if rules is not None else "not allowed anything (no rule covers this user)"
         self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {message}", ref=ref))
         return False
 
@@ -273,14 +277,14 @@ class ClientSession(asyncio.Protocol):
         assert rules is not None
         sub = SessionSubscriber(self, msg.sub_id, None if rules.subscribe_any else rules.may_receive)
         try:
-            self.router._subscribe(sub, msg.pattern, msg.params, msg.history)
+            self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
             code = getattr(exc, "code", "pattern-refused")
             self.send(Error(code=code, message=str(exc), ref=msg.sub_id))
             return
         self.subscriptions[msg.sub_id] = sub
         self.send(Subscribed(sub_id=msg.sub_id))
-        self.router._after_subscribe(sub, msg.history)
+        self.router.subscription_added(sub, msg.history)
 
     def _update(self, msg: Update) -> None:
         sub = self.subscriptions.get(msg.sub_id)
@@ -288,7 +292,7 @@ class ClientSession(asyncio.Protocol):
             self.send(Error(code="unknown-subscription", message=f"no subscription {msg.sub_id}", ref=msg.sub_id))
             return
         try:
-            self.router._update(sub, msg.params)
+            self.router.update_subscription(sub, msg.params)
         except (PatternError, UsageError) as exc:
             self.send(Error(code=getattr(exc, "code", "bad-params"), message=str(exc), ref=msg.sub_id))
             return
@@ -312,7 +316,7 @@ class ClientSession(asyncio.Protocol):
         pending.append([[sub_id], event])
         if not self._dirty:
             self._dirty = True
-            self.router._dirty_sessions.append(self)
+            self.router.dispatcher.queued(self)
 
     def flush(self) -> None:
         """Write queued deliveries as one frame (or several, if one would be too large)."""
@@ -356,7 +360,7 @@ class ClientSession(asyncio.Protocol):
             raise UsageError("only an open session can be detached")
         self._closing = True
         self.transport = None
-        self.router._session_closed(self)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         return transport, self.codec

@@ -19,7 +19,7 @@ from aa.client import AsyncClient, ClientConfig
 from aa.tools.certs_cmd import init_ca, issue
 from aa.tools.service_cmd import unit_text
 
-from util import next_event
+from support import next_event
 
 AA = str(Path(sys.executable).with_name("aa"))
 

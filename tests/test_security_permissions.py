@@ -16,7 +16,7 @@ from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
 from aa.tools.certs_cmd import init_ca, issue
 
-from util import next_event, wait_for
+from support import next_event, wait_for
 
 RULES = """\
 [users.alice]

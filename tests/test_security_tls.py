@@ -20,7 +20,7 @@ from aa.router import MeshConfig, Router, RouterConfig
 from aa.router.security import SecurityConfig
 from aa.tools.certs_cmd import init_ca, issue
 
-from util import next_event, wait_for
+from support import next_event, wait_for
 
 
 @pytest.fixture(scope="module")

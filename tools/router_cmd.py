@@ -18,7 +18,7 @@ from aa.mesh import BROADCAST_INTERVAL
 from aa.mesh import ENV_INTERFACES
 from aa.mesh import RETRY_BASE, RETRY_MAX
 from aa.router import DEFAULT_PORT, MeshConfig, Router, RouterConfig
-from aa.router.meshconfig import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
+from aa.router.links import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
 
 from .certs_cmd import add_security_options, security_config
 from .container_cmd import add_hosting_options, hosted_container
