@@ -40,7 +40,7 @@ from .local import LocalSubscription
 from .patterns import HostFacts, PatternEngine, SandboxLimits
 from .quench import QuenchService
 from .security import Gate, router_id_for
-from .session import ClientSession
+from .session import ClientSession, PartialFrames
 from .sinks import LocalSinks
 from .store import StoreService, check_history, check_persistable
 
@@ -75,6 +75,8 @@ class Router:
         self.counters: Counter[str] = Counter()
         self.started_at: float | None = None
         self.sessions: set[ClientSession] = set()
+        #: Bytes of unfinished frames held for all clients together (`aa.router.session`).
+        self.partial_frames = PartialFrames()
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
         self._local_client = f"local:{self.id}"
@@ -376,17 +378,42 @@ class Router:
 
     # -- what a client session asks (aa.router.session) -------------------------------------
 
-    def accept_publish(self, session: ClientSession, msg: Publish) -> None:
+    def accept_publish(
+        self, session: ClientSession, msg: Publish, *, slice: int = 0, done: Callable[[], None] | None = None
+    ) -> None:
         """A client's publish frame: screen its store policies, dispatch and flood its
-        events, then acknowledge it when the rule allows (`aa.router.acks`)."""
+        events, then acknowledge it when the rule allows (`aa.router.acks`). With *slice*,
+        at most that many events are dispatched per turn of the event loop, so one client's
+        big frame delays the others by one slice; *done* is called after the last."""
         storage = self.storage
         events = session.permitted(msg.events)  # what the user may not publish is refused
         events, persisted = storage.screen(session, events)  # bad store policies refused
         refused = storage.refused
-        try:
-            self.dispatcher.accept(events, session.client_id or "?", session.address, session.identity.user)
-        finally:
+        client_id, address, user = session.client_id or "?", session.address, session.identity.user
+        if not slice or len(events) <= slice:
+            try:
+                self.dispatcher.accept(events, client_id, address, user)
+            finally:
+                self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
+            return
+        loop = asyncio.get_running_loop()
+
+        def step(start: int) -> None:
+            try:
+                self.dispatcher.accept(events[start:start + slice], client_id, address, user)
+                self.dispatcher.flush()
+                if start + slice < len(events) and session.is_open:
+                    loop.call_soon(step, start + slice)
+                    return
+            except Exception:  # never for events the codec checked; the frame is still acked
+                log.exception("dispatching a publish of %s failed", client_id)
             self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
+
+        step(0)
 
     def add_subscription(
         self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], history: Mapping[str, Any] | None

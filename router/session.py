@@ -47,13 +47,48 @@ if TYPE_CHECKING:
 #: The identity of a connection without TLS or without a certificate.
 _ANONYMOUS = Identity()
 
-__all__ = ["ClientSession", "SessionSubscriber"]
+__all__ = ["ClientSession", "SessionSubscriber", "PartialFrames", "MAX_PARTIAL_TOTAL"]
 
 log = logging.getLogger("aa.router.session")
 
 #: Bytes waiting in a client's transport above which a bulk sender (history replay) waits for
 #: the client to catch up: a few frames of events, so the client always has one to decode.
 DRAIN_ABOVE = 1024 * 1024
+
+#: Most items in one list or map of a client's frame: at most this many events per publish
+#: frame (the client library sends 1,000), and per value list or map. A frame is decoded in
+#: one call that holds the event loop; a 400,000-event frame held every other client for
+#: seconds. Larger values travel as `bytes`.
+MAX_FRAME_ITEMS = 10_000
+#: Events of one publish frame dispatched per turn of the event loop: a big frame is
+#: dispatched in slices, other connections served between them.
+PUBLISH_SLICE = 1_000
+
+#: Bytes of partly received frames the router holds for all its clients together. The frame
+#: cap bounds one connection (16 MiB); twenty connections each sending 15 MiB of a frame and
+#: then nothing would hold 300 MiB. Past this total, a connection that holds at least
+#: `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy"); small frames in flight
+#: are never the reason.
+MAX_PARTIAL_TOTAL = 64 * 1024 * 1024
+PARTIAL_BLAME = 1024 * 1024
+
+
+class PartialFrames:
+    """The bytes of unfinished frames each connection holds, and their total."""
+
+    def __init__(self, limit: int = MAX_PARTIAL_TOTAL) -> None:
+        self.limit = limit
+        self.total = 0
+        self._held: dict[object, int] = {}
+
+    def hold(self, owner: object, n: int) -> bool:
+        """*owner* now holds *n* bytes; False when it must let go (over the total, and
+        holding a large part of it)."""
+        before = self._held.pop(owner, 0)
+        self.total += n - before
+        if n:
+            self._held[owner] = n
+        return not (self.total > self.limit and n >= PARTIAL_BLAME)
 
 
 class SessionSubscriber:
@@ -108,7 +143,7 @@ class ClientSession(asyncio.Protocol):
 
     def __init__(self, router: "Router") -> None:
         self.router = router
-        self.codec = Connection()
+        self.codec = Connection(max_items=MAX_FRAME_ITEMS)
         self.transport: asyncio.Transport | None = None
         self.client_id: str | None = None
         self.name: str | None = None
@@ -120,6 +155,7 @@ class ClientSession(asyncio.Protocol):
         self._pending: list[list[Any]] = []  # [[sub_ids], event] awaiting flush
         self._dirty = False
         self._closing = False
+        self._slicing = False  # a big publish is being dispatched in slices
         self.closed = asyncio.get_running_loop().create_future()
         self.dropped = 0  # deliveries dropped because this client did not keep up
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
@@ -145,11 +181,23 @@ class ClientSession(asyncio.Protocol):
         if self._closing:
             return
         self.codec.receive_data(data)
+        if not self._slicing:
+            self._process()
+
+    def _process(self) -> None:
+        """Handle every whole frame buffered, until a big publish is dispatched in slices
+        (the rest waits for it: `_sliced_done`)."""
         try:
             while True:
                 msg = self.codec.next_message()
                 if not isinstance(msg, Message):
                     break
+                if type(msg) is Publish and self.client_id is not None and len(msg.events) > PUBLISH_SLICE:  # type: ignore[attr-defined]
+                    self._slicing = True
+                    if self.transport is not None:
+                        self.transport.pause_reading()
+                    self.router.accept_publish(self, msg, slice=PUBLISH_SLICE, done=self._sliced_done)  # type: ignore[arg-type]
+                    return
                 self.handle(msg)
                 if self._closing:
                     break
@@ -158,9 +206,23 @@ class ClientSession(asyncio.Protocol):
             self.fail(exc.code, str(exc))
         finally:
             self.router.dispatcher.flush()
+        if not self._closing and not self.router.partial_frames.hold(self, self.codec.buffered):
+            log.warning("closing %s: %d bytes of an unfinished frame while the router holds %d for all",
+                        self.client_id or self.address, self.codec.buffered, self.router.partial_frames.total)
+            self.router.counters["busy_closed"] += 1
+            self.fail("busy", "the router holds too many partly received frames; send smaller frames or retry")
+
+    def _sliced_done(self) -> None:
+        self._slicing = False
+        if self._closing:
+            return
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
@@ -360,6 +422,7 @@ class ClientSession(asyncio.Protocol):
             raise UsageError("only an open session can be detached")
         self._closing = True
         self.transport = None
+        self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
