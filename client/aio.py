@@ -91,6 +91,7 @@ class AsyncClient(QuenchClient, CacheClient):
         self._requests: dict[int, asyncio.Future[Message]] = {}
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
+        self._last_error: str | None = None  # why the last connection attempt failed, for connect()
         self._init_caching()
         self._init_quench()
 
@@ -123,7 +124,8 @@ class AsyncClient(QuenchClient, CacheClient):
                 await self._connected.wait()
         except TimeoutError:
             tried = ", ".join(e.address for e in self.peers) or "none found"
-            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried})") from None
+            last = f"; last refusal: {self._last_error}" if self._last_error else ""  # TLS, permissions
+            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried}){last}") from None
         return self
 
     @property
@@ -165,6 +167,7 @@ class AsyncClient(QuenchClient, CacheClient):
             try:
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
+                self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
                 retry = peers.record_failure(endpoint, time.monotonic())
                 log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
                          exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
@@ -209,7 +212,7 @@ class AsyncClient(QuenchClient, CacheClient):
 
     async def _open(self, endpoint: str) -> Link:
         link, welcome = await open_router(
-            endpoint, Hello(client_id=self.client_id, name=self.config.name), self._on_message, self._schedule_flush
+            endpoint, Hello(client_id=self.client_id, name=self.config.name), self._on_message, self._schedule_flush, config=self.config
         )
         self.router = (welcome.router_id, welcome.router_name, endpoint)
         self._learn(welcome.alternatives)

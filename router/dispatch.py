@@ -46,6 +46,10 @@ from .seams import Sink
 
 __all__ = ["Dispatcher", "Writable"]
 
+#: The user who published an event (Å §4.6): aa.mesh.event.META_USER, which aa.mesh does not
+#: export (see the security report).
+META_USER = "user"
+
 log = logging.getLogger("aa.router")
 
 
@@ -78,8 +82,9 @@ class Dispatcher:
         """A fresh id, unique in the mesh (for events and control messages alike)."""
         return self.ids()
 
-    def accept(self, events: Sequence[Event], client_id: str, address: str) -> list[Event]:
-        """Stamp events from a client (Å §4.2), drop retried ones, dispatch and forward them.
+    def accept(self, events: Sequence[Event], client_id: str, address: str, user: str | None = None) -> list[Event]:
+        """Stamp events from a client (Å §4.2; and *user*, the user its certificate names or
+        "anonymous", Å §4.6), drop retried ones, dispatch and forward them.
         Returns the stamped events (a retried one is left out)."""
         now = time.monotonic()
         stamp_time = datetime.now(timezone.utc)  # one clock read per batch, not per event
@@ -103,6 +108,8 @@ class Dispatcher:
             else:
                 meta = {META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
                         META_ROUTER: router_id, META_TTL: hop.ttl, META_PATH: hop.path}
+            if user is not None:
+                meta[META_USER] = user  # a publisher's own "user" was dropped with ROUTER_META_KEYS
             stamped = Event.trusted(ev.values, ev.type, meta, eid)
             self.dispatch(stamped)
             for forward in forwarders:

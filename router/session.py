@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError
 from aa.mesh.protocol import GetMesh, MeshInfo
 from aa.mesh.protocol import STORAGE_REQUESTS
 from aa.mesh.protocol import QUENCH_REQUESTS
+from aa.mesh.protocol import CacheRegister, Quench
 from aa.mesh.protocol import (
     Ack,
     Bye,
@@ -38,8 +39,13 @@ from aa.mesh.protocol import (
     Welcome,
 )
 
+from .security import Identity
+
 if TYPE_CHECKING:
     from .router import Router
+
+#: The identity of a connection without TLS or without a certificate.
+_ANONYMOUS = Identity()
 
 __all__ = ["ClientSession", "SessionSubscriber", "PartialFrames", "MAX_PARTIAL_TOTAL"]
 
@@ -88,15 +94,19 @@ class PartialFrames:
 class SessionSubscriber:
     """The pattern engine's key for one subscription of one TCP client."""
 
-    __slots__ = ("session", "sub_id", "held", "__weakref__")
+    __slots__ = ("session", "sub_id", "held", "receives", "__weakref__")
 
-    def __init__(self, session: "ClientSession", sub_id: int) -> None:
+    def __init__(self, session: "ClientSession", sub_id: int, receives: Callable[[str | None], bool] | None = None) -> None:
         self.session = session
         self.sub_id = sub_id
         #: Live events held while this subscription's history is replayed (`aa.router.store.history`).
         self.held: Any = None
+        #: The event types its user may receive (permissions, `aa.router.security`); None: any.
+        self.receives = receives
 
     def deliver(self, event: Event) -> None:
+        if self.receives is not None and not self.receives(event.type):
+            return
         if self.held is not None:
             self.held.append(event)
             return
@@ -104,7 +114,8 @@ class SessionSubscriber:
 
     def deliver_now(self, event: Event) -> None:
         """Deliver past any hold (history replay)."""
-        self.session.queue_delivery(self.sub_id, event)
+        if self.receives is None or self.receives(event.type):
+            self.session.queue_delivery(self.sub_id, event)
 
     @property
     def active(self) -> bool:
@@ -137,6 +148,9 @@ class ClientSession(asyncio.Protocol):
         self.client_id: str | None = None
         self.name: str | None = None
         self.address = "?"
+        self.host = "?"
+        #: Who is calling: the user of a verified certificate, or anonymous (`aa.router.security`).
+        self.identity = _ANONYMOUS
         self.subscriptions: dict[int, SessionSubscriber] = {}
         self._pending: list[list[Any]] = []  # [[sub_ids], event] awaiting flush
         self._dirty = False
@@ -158,6 +172,9 @@ class ClientSession(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.address = f"{peer[0]}:{peer[1]}"
+            self.host = peer[0]
+        if self.router.security.server_tls is not None:
+            self.identity = self.router.security.identity(transport)
         self.router.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
@@ -256,15 +273,45 @@ class ClientSession(asyncio.Protocol):
         elif kind is GetMesh:
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
-            self.router.caches.handle_request(self, msg)
+            if kind is not CacheRegister or self._may("client_caches", "own client caches", msg.req):  # type: ignore[attr-defined]
+                self.router.caches.handle_request(self, msg)
         elif kind in QUENCH_REQUESTS:
-            self.router.quench.handle_request(self, msg)
+            if kind is not Quench or self._may("quench", "register quench prototypes", msg.reg):  # type: ignore[attr-defined]
+                self.router.quench.handle_request(self, msg)
         elif kind is Bye:
             self.close()
         else:
             raise ProtocolError(f"a client may not send {msg.kind!r}")
 
+    def _may(self, rule: str, what: str, ref: int) -> bool:
+        """Whether this client's user may do *what* (permission *rule*); tells it why not."""
+        rules = self.router.security.rules_for(self.identity)
+        if rules is not None and getattr(rules, rule):
+            return True
+        message = rules.refusal(rule, what) if rules is not None else "not allowed anything (no rule covers this user)"
+        self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {message}", ref=ref))
+        return False
+
+    def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
+        """The events this client's user may publish; tells it about the others, once per
+        frame, naming the rule (the rest of the frame is published and acknowledged)."""
+        gate = self.router.security
+        rules = gate.rules_for(self.identity)
+        if rules is not None and rules.publish_any and rules.persist:
+            return events
+        allowed, reason = gate.screen(rules, events, "persist")
+        if reason is not None:
+            self.router.counters["refused_permission"] += len(events) - len(allowed)
+            self.send(Error(code="permission-denied", message=f"{len(events) - len(allowed)} event(s) refused: "
+                            f"user {self.identity.user!r} is {reason}"))  # fmt: skip
+        return allowed
+
     def _hello(self, msg: Hello) -> None:
+        refusal = self.router.security.admit_client(self.identity, self.host)
+        if refusal is not None:
+            log.info("refusing client %s from %s: %s", msg.client_id, self.address, refusal)
+            self.fail("forbidden", refusal)
+            return
         self.client_id = msg.client_id
         self.name = msg.name
         self.send(
@@ -284,7 +331,13 @@ class ClientSession(asyncio.Protocol):
         if len(self.subscriptions) >= limit:
             self.send(Error(code="limit", message=f"at most {limit} subscriptions per client", ref=msg.sub_id))
             return
-        sub = SessionSubscriber(self, msg.sub_id)
+        rules = self.router.security.rules_for(self.identity)
+        refusal = rules.pattern_refusal(msg.pattern) if rules is not None else "not allowed to subscribe (no rule covers this user)"
+        if refusal is not None:
+            self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {refusal}", ref=msg.sub_id))
+            return
+        assert rules is not None
+        sub = SessionSubscriber(self, msg.sub_id, None if rules.subscribe_any else rules.may_receive)
         try:
             self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:

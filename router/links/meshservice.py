@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -114,6 +115,9 @@ class MeshService:
         #: Our mesh endpoint as we tell it ("0.0.0.0:port" when listening on every address:
         #: receivers put the address they see in its place).
         self.advertised = "0.0.0.0:0"
+        #: TLS and peer admission (`aa.router.security.Gate`), set by the router: dialled
+        #: links use its context and must show the certificate their id claims. None: plain.
+        self.security: Any = None
         #: Called when links may have written what acks wait for, or went away.
         self.on_drained: Callable[[], None] = lambda: None
         self._link_list: list[PeerLink] = []
@@ -291,6 +295,16 @@ class MeshService:
             )
             link.fail("protocol", f"mesh protocol {MESH_PROTOCOL_VERSION} only")
             return
+        gate = self.security
+        if gate is not None and link.outgoing and link.transport is not None:
+            refusal = gate.admit_peer(gate.identity(link.transport), None, rid)
+            if refusal is not None:  # the router we dialled is not who it says
+                log.warning("refusing peer %s at %s: %s", rid, link.address, refusal)
+                if link.address is not None:
+                    gate.guard.refused(link.address, now)
+                link.fail("forbidden", refusal)
+                link.settle(False)
+                return
         host = link.remote_host
         link.mark_up(
             hello,
@@ -302,6 +316,8 @@ class MeshService:
             self.dialer.add(link.address, Source.TOLD, now, rid)
         if link.address is not None:
             self.table.record_success(link.address, now, router_id=rid)
+            if gate is not None:
+                gate.guard.succeeded(link.address)
         self.dialer.learn(hello.routers, rid, host)
         existing = self.links.get(rid)
         if existing is not None and existing is not link:
@@ -373,12 +389,22 @@ class MeshService:
         duplicate); raise for a refusal, a timeout or a bad hello."""
         assert self._loop is not None
         link: PeerLink | None = None
+        gate = self.security
+        tls = gate.dial_tls if gate is not None else None
         try:
             host, port = parse_endpoint(address)
+            if gate is not None and not gate.may_dial(address, host, time.monotonic()):
+                raise ConnectionRefusedError("refused its handshake lately, or not in --allow-peers")
             async with asyncio.timeout(self.config.connect_timeout):
-                _, link = await self._loop.create_connection(
-                    lambda: PeerLink(self, address=address, outgoing=True), host, port
-                )
+                try:
+                    _, link = await self._loop.create_connection(
+                        lambda: PeerLink(self, address=address, outgoing=True), host, port, ssl=tls,
+                        server_hostname=host if tls is not None else None,
+                    )
+                except ssl.SSLError:  # another CA, expired, no TLS: one handshake per back-off
+                    if gate is not None:
+                        gate.guard.refused(address, time.monotonic())
+                    raise
                 self._all_links.add(link)
                 link.send(self._hello())
                 await link.ready
