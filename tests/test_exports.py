@@ -94,6 +94,12 @@ PUBLIC: dict[str, list[str]] = {
     "aa.tools": [
 
     ],
+    "aa.router.security": [
+        "ALLOW_ALL", "ANONYMOUS", "AllowList", "Gate", "HANDSHAKE_TIMEOUT", "HandshakeGuard",
+        "Identity", "Listener", "NAME_RE", "Permissions", "Rules", "SecurityConfig", "TLS_REQUIRED",
+        "check_cert_file", "check_key_file", "client_context", "id_matches", "identity_of",
+        "router_id_for", "server_context"
+    ],
 }
 PACKAGES = list(PUBLIC)
 ROOT = pathlib.Path(__file__).resolve().parent.parent
