@@ -392,7 +392,7 @@ class Router:
         client_id, address, user = session.client_id or "?", session.address, session.identity.user
         if not slice or len(events) <= slice:
             try:
-                self.dispatcher.accept(events, client_id, address, user)
+                self.dispatcher.accept(events, client_id, address, user, session.id_scope)
             finally:
                 self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
             if done is not None:
@@ -402,7 +402,7 @@ class Router:
 
         def step(start: int) -> None:
             try:
-                self.dispatcher.accept(events[start:start + slice], client_id, address, user)
+                self.dispatcher.accept(events[start:start + slice], client_id, address, user, session.id_scope)
                 self.dispatcher.flush()
                 if start + slice < len(events) and session.is_open:
                     loop.call_soon(step, start + slice)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError
+from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
 from aa.mesh.protocol import GetMesh, MeshInfo
 from aa.mesh.protocol import STORAGE_REQUESTS
 from aa.mesh.protocol import QUENCH_REQUESTS
@@ -146,6 +147,8 @@ class ClientSession(asyncio.Protocol):
         self.codec = Connection(max_items=MAX_FRAME_ITEMS)
         self.transport: asyncio.Transport | None = None
         self.client_id: str | None = None
+        #: The prefix of the event ids this client may propose as they are (`aa.mesh.id_scope`).
+        self.id_scope: str | None = None
         self.name: str | None = None
         self.address = "?"
         self.host = "?"
@@ -314,12 +317,16 @@ class ClientSession(asyncio.Protocol):
             return
         self.client_id = msg.client_id
         self.name = msg.name
+        # The client's own scope when it proves it holds the secret; a scope of this
+        # connection alone otherwise (its retries are then recognised on this router only).
+        self.id_scope = id_scope(msg.secret if msg.secret is not None else os.urandom(16).hex())
         self.send(
             Welcome(
                 router_id=self.router.id,
                 router_name=self.router.name,
                 client_id=msg.client_id,
                 alternatives=self.router.alternatives(),
+                id_scope=self.id_scope,
             )
         )
 
