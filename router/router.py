@@ -281,15 +281,18 @@ class Router:
         client_id: str | None = None,
         address: str = "local",
         user: str | None = None,
+        scope: str | None = None,
     ) -> Event | None:
         """Publish from inside this process; returns the stamped event, or None if *id* was
         already seen (a retried publish). *user* is stamped as `meta["user"]` (for the HTTP
-        endpoint to pass a token's owner). Raises `InvalidValue` for values outside the model,
-        `InvalidPolicy` for a malformed store policy in *meta* (`aa.router.store`)."""
+        endpoint to pass a token's owner); *scope* is the id scope a proposed *id* must
+        carry (`aa.mesh.id_scope`; the HTTP endpoint passes its client's). Raises
+        `InvalidValue` for values outside the model, `InvalidPolicy` for a malformed store
+        policy in *meta* (`aa.router.store`)."""
         event = Event(values=dict(values), type=type, meta=dict(meta or {}), id=id)
         if meta:
             check_persistable(event)
-        stamped = self.dispatcher.accept([event], client_id or self._local_client, address, user)
+        stamped = self.dispatcher.accept([event], client_id or self._local_client, address, user, scope)
         self.dispatcher.flush()
         return stamped[0] if stamped else None
 
