@@ -121,8 +121,12 @@ class Router:
             matches_prototype=self.engine.matches_prototype,
             dispatch=self.dispatcher,
             counters=self.counters,
+            router_id=self.id,
+            router_name=lambda: self.name,
             flush_cache=self._flush_sinks,
         )
+        self.storage.sync.attach(self.mesh)
+        self.mesh.on_link_up.append(self.storage.sync.link_up)
         #: When a client's publish is acknowledged (`aa.router.acks`).
         self.acks = Acknowledgements(self.mesh, stall_after=config.mesh.keepalive)
         self.mesh.on_drained = self.acks.release

@@ -120,6 +120,8 @@ class MeshService:
         self.security: Any = None
         #: Called when links may have written what acks wait for, or went away.
         self.on_drained: Callable[[], None] = lambda: None
+        #: Called with a peer's router id when a link with it comes up (store sync).
+        self.on_link_up: list[Callable[[str], None]] = []
         self._link_list: list[PeerLink] = []
         self._all_links: set[PeerLink] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -194,6 +196,18 @@ class MeshService:
     def flood_control(self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None) -> str:
         """See `Relay.flood_control`."""
         return self.relay.flood_control(topic, body, to=to)
+
+    def send_control(self, peer_id: str, topic: str, body: Mapping[str, Any]) -> bool:
+        """Send a control message to the linked peer *peer_id* only (ttl 0: it goes no
+        further). False when there is no link with it. Raises `InvalidValue` for a body
+        outside the value model."""
+        link = self.links.get(peer_id)
+        if link is None:
+            return False
+        msg = Control(id=self.relay.new_id(), ttl=0, path=(self.id,), topic=topic, body=dict(body), to=peer_id)
+        link.send(msg)
+        self.counters["controls_out"] += 1
+        return True
 
     def originated(self, event: Event) -> None:
         """A client's event stamped here: flood it (a forwarder of dispatch)."""
@@ -342,6 +356,8 @@ class MeshService:
         )
         self._info_soon(now)
         self.dialer.save_soon()
+        for hook in self.on_link_up:
+            hook(rid)
 
     def link_lost(self, link: PeerLink, previous: str, exc: Exception | None) -> None:
         self._all_links.discard(link)
