@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from datetime import datetime
 from typing import Any, TextIO
-
-from aa.client import AsyncClient, ClientConfig
-from aa.mesh import AaError
 
 from .common import add_router_option, fail, router_endpoints
 
@@ -35,6 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def show(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from aa.mesh import AaError
+
     try:
         info = asyncio.run(_ask(router_endpoints(args), args.timeout))
     except AaError as exc:
@@ -51,6 +51,8 @@ def show(args: argparse.Namespace) -> int:
 
 
 async def _ask(endpoints: list[str], timeout: float) -> dict[str, Any]:
+    from aa.client import AsyncClient, ClientConfig
+
     config = ClientConfig(routers=tuple(endpoints), name="aa mesh", connect_timeout=timeout, request_timeout=timeout)
     client = AsyncClient(config=config)
     try:

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
-
-from aa.client import Client
-from aa.mesh import AaError, PatternSpec, UsageError
+from typing import TYPE_CHECKING, Any
 
 from .common import (
     add_router_option,
@@ -19,6 +16,9 @@ from .common import (
     print_event,
     router_endpoints,
 )
+
+if TYPE_CHECKING:
+    from aa.mesh import PatternSpec
 
 __all__ = ["add_parsers"]
 
@@ -76,6 +76,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def send(args: argparse.Namespace) -> int:
+    from aa.client import Client
+    from aa.mesh import AaError, UsageError
+
     try:
         values: dict[str, Any] = parse_json_object(args.json) if args.json else {}
         values.update(parse_assignments(args.values))
@@ -94,7 +97,9 @@ def send(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pattern(args: argparse.Namespace) -> PatternSpec:
+def _pattern(args: argparse.Namespace) -> "PatternSpec":
+    from aa.mesh import PatternSpec
+
     chosen = [x for x in (args.expr, args.script, args.xpath) if x]
     if len(chosen) > 1:
         raise SystemExit(fail("give one of EXPR, --script or --xpath", 2))
@@ -108,6 +113,9 @@ def _pattern(args: argparse.Namespace) -> PatternSpec:
 def subscribe(args: argparse.Namespace) -> int:
     if args.count is not None and args.count <= 0:
         return fail("--count must be positive", 2)
+    from aa.client import Client
+    from aa.mesh import AaError
+
     try:
         spec = _pattern(args)
         params = parse_assignments(args.param, "param")
@@ -124,6 +132,8 @@ def subscribe(args: argparse.Namespace) -> int:
                 return fail(f"the router stopped the pattern: {sub.failure}")
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # quiet: see aa.tools.cli
     except OSError as exc:
         return fail(str(exc))
     except AaError as exc:
@@ -134,7 +144,7 @@ def subscribe(args: argparse.Namespace) -> int:
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
     """The meta keys --persist, --max-age, --max-count and --no-mesh-cache ask for, checked
     here so that a bad policy is refused before anything is sent."""
-    from aa.mesh import Event
+    from aa.mesh import Event, UsageError
     from aa.router.policy import META_MESH_CACHE, ExpiryPolicy, persist_policy
 
     meta: dict[str, Any] = {}
