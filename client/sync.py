@@ -145,6 +145,10 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         try:
             self._call(self._async.connect(timeout))
         except BaseException:
+            try:  # end the connecting task before the loop: no "Task was destroyed" at exit
+                self._call(self._async.aclose(0), timeout=5)
+            except Exception:
+                pass
             self._stop_loop()
             raise
         with _open_lock:

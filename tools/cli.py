@@ -76,7 +76,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version)
     parser.add_argument("-v", "--verbose", dest="traceback", action="store_true",
                         help="show the traceback of an unexpected error")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="aa_command", metavar="COMMAND", required=True)
     wanted = COMMANDS[command][0] if command in COMMANDS else None
     loaded: set[str] = set()
     for name, (module, help) in COMMANDS.items():
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
-        common.set_program(f"aa {args.command}")
+        common.set_program(f"aa {args.aa_command}")
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

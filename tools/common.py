@@ -22,6 +22,7 @@ __all__ = [
     "print_event",
     "fail",
     "report",
+    "explain",
     "set_program",
     "parse_since",
     "add_client_id_option",
@@ -140,6 +141,14 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
+def explain(exc: BaseException) -> str:
+    """An error's message, with what to do where the message does not say it."""
+    text = str(exc)
+    if text.startswith("no router answered"):
+        text += "; is a router running there? ('aa router' starts one; --router H:P or $AA_ROUTER names another)"
+    return text
+
+
 def report(exc: BaseException) -> int:
     """One line for an exception no command handled, and the exit status: 2 for a usage
     mistake, 1 otherwise. The traceback is for `aa -v`."""
@@ -148,7 +157,7 @@ def report(exc: BaseException) -> int:
     if isinstance(exc, UsageError):
         return fail(str(exc), 2)
     if isinstance(exc, AaError):
-        return fail(str(exc))
+        return fail(explain(exc))
     if isinstance(exc, PermissionError):
         where = f" on {exc.filename}" if exc.filename else ""
         return fail(f"permission denied{where}: give a folder you may write to, or fix its permissions")

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from typing import Any, TextIO
 
-from .common import add_router_option, fail, router_endpoints
+from .common import explain, add_router_option, fail, router_endpoints
 
 __all__ = ["add_parser", "show", "format_mesh"]
 
@@ -38,7 +38,7 @@ def show(args: argparse.Namespace) -> int:
     try:
         info = asyncio.run(_ask(router_endpoints(args), args.timeout))
     except AaError as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     except OSError as exc:
         return fail(f"cannot reach a router: {exc}")
     if args.json:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .common import (
+    explain,
     add_router_option,
     fail,
     parse_assignments,
@@ -21,6 +24,13 @@ if TYPE_CHECKING:
     from aa.mesh import PatternSpec
 
 __all__ = ["add_parsers"]
+
+#: Seconds `aa send` waits for a router's acknowledgement.
+SEND_TIMEOUT = 10.0
+#: Seconds `aa send` gives its client to close (say goodbye) once the event was acknowledged.
+CLOSE_TIMEOUT = 2.0
+#: Seconds between two looks, while waiting, at errors the router sent about the event.
+ERROR_POLL = 0.1
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -77,8 +87,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 def send(args: argparse.Namespace) -> int:
     from aa.client import Client
-    from aa.mesh import AaError, UsageError
+    from aa.mesh import AaError, AaTimeout, UsageError
 
+    refused = _RouterErrors()
     try:
         values: dict[str, Any] = parse_json_object(args.json) if args.json else {}
         values.update(parse_assignments(args.values))
@@ -86,25 +97,72 @@ def send(args: argparse.Namespace) -> int:
         if not values:
             return fail("nothing to send: give NAME=VALUE pairs or --json", 2)
         meta.update(_storage_meta(args))
-        with Client(router_endpoints(args), name="aa send") as client:
-            event_id = client.publish(values, type=args.type, meta=meta)
-            client.flush(timeout=10)
+        with refused:
+            client = Client(router_endpoints(args), name="aa send", exit_timeout=0)
+            try:
+                event_id = client.publish(values, type=args.type, meta=meta)
+                deadline = time.monotonic() + SEND_TIMEOUT
+                while not refused.errors:  # an error ends the wait: its ack may be far behind
+                    try:
+                        client.flush(timeout=min(ERROR_POLL, max(0.0, deadline - time.monotonic())))
+                        break
+                    except AaTimeout:
+                        if time.monotonic() >= deadline:
+                            raise
+            finally:
+                client.close(timeout=0 if refused.errors else CLOSE_TIMEOUT)
     except UsageError as exc:
         return fail(str(exc), 2)
     except AaError as exc:
-        return fail(str(exc))
+        if not refused.errors:
+            return fail(explain(exc))
+    if refused.errors:  # an ack came, but the router said what it did not do
+        code, message = refused.errors[0]
+        what = "keep" if code in ("not-persisted", "no-store") else "take"
+        return fail(f"the router did not {what} event {event_id}: {message}", 2 if code == "invalid-policy" else 1)
     print(event_id)
     return 0
 
 
+class _RouterErrors(logging.Handler):
+    """Collects the errors a router sends about a publish (a persisted event it could not
+    keep, a policy it refused). The client logs them, as warnings of ``aa.client``, since no
+    request waits for them; `aa send` must not return 0 after one."""
+
+    PREFIX = "router error "
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors: list[tuple[str, str]] = []
+        self._logger = logging.getLogger("aa.client")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # The client's other warnings (a fail-over, closing with events unacknowledged after
+        # an error) are its internals: `aa send` says what matters in one line of its own.
+        if isinstance(record.msg, str) and record.msg.startswith(self.PREFIX) and len(record.args or ()) == 2:
+            code, message = record.args  # type: ignore[misc]
+            self.errors.append((str(code), str(message)))
+
+    def __enter__(self) -> "_RouterErrors":
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+
+
 def _pattern(args: argparse.Namespace) -> "PatternSpec":
-    from aa.mesh import PatternSpec
+    from aa.mesh import PatternSpec, UsageError
 
     chosen = [x for x in (args.expr, args.script, args.xpath) if x]
     if len(chosen) > 1:
         raise SystemExit(fail("give one of EXPR, --script or --xpath", 2))
     if args.script:
-        return PatternSpec(format="script", source=args.script.read_text())
+        try:
+            source = args.script.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read the script {args.script}: {getattr(exc, 'strerror', None) or exc}") from None
+        return PatternSpec(format="script", source=source)
     if args.xpath:
         return PatternSpec(kernel="xpath", source=args.xpath)
     return PatternSpec(source=args.expr or "True")
@@ -114,7 +172,7 @@ def subscribe(args: argparse.Namespace) -> int:
     if args.count is not None and args.count <= 0:
         return fail("--count must be positive", 2)
     from aa.client import Client
-    from aa.mesh import AaError
+    from aa.mesh import AaError, UsageError
 
     try:
         spec = _pattern(args)
@@ -134,16 +192,20 @@ def subscribe(args: argparse.Namespace) -> int:
         return 130
     except BrokenPipeError:
         raise  # quiet: see aa.tools.cli
+    except UsageError as exc:
+        return fail(str(exc), 2)
     except OSError as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     except AaError as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     return 0
 
 
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
     """The meta keys --persist, --max-age, --max-count and --no-mesh-cache ask for, checked
     here so that a bad policy is refused before anything is sent."""
+    if not (args.persist or args.no_mesh_cache or args.max_age is not None or args.max_count is not None):
+        return {}  # the common case: aa.router (slow to import) is not needed
     from aa.mesh import Event, UsageError
     from aa.router.policy import META_MESH_CACHE, ExpiryPolicy, persist_policy
 
