@@ -170,7 +170,7 @@ async def test_a_data_folder_without_permission_is_one_line(tmp_path):
     )
     assert code != 0
     one_line(err, "aa router: ")
-    assert str(folder) in err and "Permission denied" in err
+    assert str(folder) in err and "Permission denied" in err and "give a folder this user may write to" in err
 
 
 # -- clients: no router, bad input ---------------------------------------------------------------

@@ -186,13 +186,24 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     except StoreError as exc:  # a wrong --store-url, an unreachable database
-        print(f"aa router: {exc}", file=sys.stderr)
+        print(f"aa router: {exc}{_permission_hint(exc)}", file=sys.stderr)
         return 1
+    except UsageError as exc:  # e.g. a data folder this user may not write to
+        hint = _permission_hint(exc)
+        if hint:
+            raise UsageError(f"{exc}{hint}") from None
+        raise
     except OSError as exc:  # taken between the check and the bind
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise UsageError(f"cannot listen: {exc.strerror}; pick another port with --port or --http-port") from None
         raise
     return 0
+
+
+def _permission_hint(exc: BaseException) -> str:
+    if isinstance(exc.__cause__, PermissionError) or isinstance(exc.__context__, PermissionError):
+        return "; give a folder this user may write to with --data-dir (or fix its permissions)"
+    return ""
 
 
 #: Allocations between two young-generation collections of a router process (Python's default
