@@ -75,7 +75,7 @@ def free_port_pair() -> int:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["send", "--help"], ["subscribe", "--help"],
-                                  ["mesh", "--help"]])
+                                  ["mesh", "--help"], ["router", "--help"], ["container", "--help"]])
 def test_help_imports_nothing_heavy(argv):
     """`aa --help` and a simple command's --help import neither Aa's client, router, HTTP API
     nor asyncio: the subcommand's module is imported only when chosen, and lazily inside."""
@@ -86,6 +86,33 @@ def test_help_imports_nothing_heavy(argv):
     heavy = {m for m in imported if m.split(".")[0] in ("asyncio", "fastapi", "msgpack", "sqlalchemy")
              or m.startswith(("aa.mesh", "aa.client", "aa.router", "aa.http_api", "aa.addins"))}
     assert not heavy, sorted(heavy)
+
+
+def test_the_defaults_help_shows_are_the_librarys():
+    """`aa router --help` shows defaults without importing the router (aa.tools.defaults)."""
+    from dataclasses import fields
+
+    from aa.addins import ContainerConfig
+    from aa.http_api import DEFAULT_HTTP_PORT
+    from aa.mesh import DiscoveryConfig
+    from aa.mesh.interfaces import ENV_INTERFACES
+    from aa.mesh.peers import RETRY_BASE, RETRY_MAX
+    from aa.router import DEFAULT_PORT, CacheConfig, MeshConfig
+    from aa.tools import defaults
+
+    def default(cls, name):
+        return next(f.default for f in fields(cls) if f.name == name)
+
+    assert (defaults.DEFAULT_PORT, defaults.DEFAULT_HTTP_PORT) == (DEFAULT_PORT, DEFAULT_HTTP_PORT) == (7447, 7448)
+    assert defaults.DISCOVERY_PORT == default(DiscoveryConfig, "port")
+    assert defaults.BROADCAST_INTERVAL == default(DiscoveryConfig, "broadcast_interval")
+    assert defaults.ENV_INTERFACES == ENV_INTERFACES
+    assert (defaults.RETRY_BASE, defaults.RETRY_MAX) == (RETRY_BASE, RETRY_MAX)
+    assert defaults.PEER_KEEPALIVE == default(MeshConfig, "keepalive")
+    assert defaults.ROUTER_INFO_INTERVAL == default(MeshConfig, "info_interval")
+    assert defaults.MESH_CACHE_MAX_EVENTS == default(CacheConfig, "mesh_cache_events")
+    assert defaults.CACHE_SWEEP_INTERVAL == default(CacheConfig, "sweep_interval")
+    assert defaults.DEFAULT_POLL_INTERVAL == default(ContainerConfig, "poll_interval")
 
 
 def test_help_starts_in_under_300_ms():

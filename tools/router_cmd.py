@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
 import gc
 import logging
@@ -12,18 +11,16 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from aa.http_api import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, HttpEndpoint
-from aa.mesh import DISCOVERY_PORT, DiscoveryConfig, StoreError, UsageError
-from aa.mesh.discovery import BROADCAST_INTERVAL
-from aa.mesh.interfaces import ENV_INTERFACES
-from aa.mesh.peers import RETRY_BASE, RETRY_MAX
-from aa.router import DEFAULT_PORT, MeshConfig, Router, RouterConfig
-from aa.router.meshconfig import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
-
+from .defaults import (BROADCAST_INTERVAL, DEFAULT_HTTP_PORT, DEFAULT_PORT, DISCOVERY_PORT, ENV_INTERFACES,
+                       PEER_KEEPALIVE, RETRY_BASE, RETRY_MAX, ROUTER_INFO_INTERVAL)
 from .container_cmd import add_hosting_options, hosted_container
 from .storage_opts import add_storage_options, storage_config
+
+if TYPE_CHECKING:
+    from aa.http_api import HttpEndpoint
+    from aa.router import RouterConfig
 
 __all__ = ["add_parser", "run", "config_from_args", "http_port", "check_listen"]
 
@@ -92,8 +89,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RouterConfig:
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "RouterConfig":
     """The `RouterConfig` the flags (and `AA_…` variables) ask for. Raises `UsageError`."""
+    from aa.mesh import DiscoveryConfig, UsageError
+    from aa.router import MeshConfig, RouterConfig
+
     env = os.environ if environ is None else environ
     port = args.discovery_port
     if port is None:
@@ -142,6 +142,8 @@ def check_listen(host: str, port: int, what: str, flag: str) -> None:
     """Raise `UsageError` with what to do if *port* cannot be listened on at *host* (taken,
     privileged, an address not of this machine). Checked before the router binds anything,
     so a mistake leaves nothing behind (no beacon announcing a router about to die)."""
+    from aa.mesh import UsageError
+
     if not 0 <= port < 65536:
         raise UsageError(f"{what} {port} is not a TCP port (1–65535); pick another with {flag}")
     try:
@@ -169,6 +171,11 @@ def _bind_message(exc: OSError, host: str, port: int, what: str, flag: str) -> s
 
 
 def run(args: argparse.Namespace) -> int:
+    from aa.http_api import DEFAULT_ALLOW, HttpEndpoint
+    from aa.mesh import StoreError, UsageError
+
+    import asyncio
+
     level = logging.WARNING - 10 * min(args.verbose + 1, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = config_from_args(args)
@@ -219,7 +226,11 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
-async def _serve(config: RouterConfig, endpoints: list[HttpEndpoint], args: argparse.Namespace | None = None) -> None:
+async def _serve(config: "RouterConfig", endpoints: "list[HttpEndpoint]", args: argparse.Namespace | None = None) -> None:
+    from aa.router import Router
+
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
