@@ -51,8 +51,11 @@ _open_lock = threading.Lock()
 def _at_exit() -> None:
     with _open_lock:
         clients = list(_open)
-    for client in clients:
-        client._exit()
+    try:
+        for client in clients:
+            client._exit()
+    except KeyboardInterrupt:  # Ctrl-C while the exit waits: the user chose not to wait
+        pass
 
 
 atexit.register(_at_exit)
