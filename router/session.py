@@ -14,10 +14,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.storage_messages import STORAGE_REQUESTS
-from aa.mesh.quench_messages import QUENCH_REQUESTS
-from aa.mesh.messages import (
+from aa.mesh.protocol import GetMesh, MeshInfo
+from aa.mesh.protocol import STORAGE_REQUESTS
+from aa.mesh.protocol import QUENCH_REQUESTS
+from aa.mesh.protocol import (
     Ack,
     Bye,
     Deliver,
@@ -41,13 +41,48 @@ from aa.mesh.messages import (
 if TYPE_CHECKING:
     from .router import Router
 
-__all__ = ["ClientSession", "SessionSubscriber"]
+__all__ = ["ClientSession", "SessionSubscriber", "PartialFrames", "MAX_PARTIAL_TOTAL"]
 
 log = logging.getLogger("aa.router.session")
 
 #: Bytes waiting in a client's transport above which a bulk sender (history replay) waits for
 #: the client to catch up: a few frames of events, so the client always has one to decode.
 DRAIN_ABOVE = 1024 * 1024
+
+#: Most items in one list or map of a client's frame: at most this many events per publish
+#: frame (the client library sends 1,000), and per value list or map. A frame is decoded in
+#: one call that holds the event loop; a 400,000-event frame held every other client for
+#: seconds. Larger values travel as `bytes`.
+MAX_FRAME_ITEMS = 10_000
+#: Events of one publish frame dispatched per turn of the event loop: a big frame is
+#: dispatched in slices, other connections served between them.
+PUBLISH_SLICE = 1_000
+
+#: Bytes of partly received frames the router holds for all its clients together. The frame
+#: cap bounds one connection (16 MiB); twenty connections each sending 15 MiB of a frame and
+#: then nothing would hold 300 MiB. Past this total, a connection that holds at least
+#: `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy"); small frames in flight
+#: are never the reason.
+MAX_PARTIAL_TOTAL = 64 * 1024 * 1024
+PARTIAL_BLAME = 1024 * 1024
+
+
+class PartialFrames:
+    """The bytes of unfinished frames each connection holds, and their total."""
+
+    def __init__(self, limit: int = MAX_PARTIAL_TOTAL) -> None:
+        self.limit = limit
+        self.total = 0
+        self._held: dict[object, int] = {}
+
+    def hold(self, owner: object, n: int) -> bool:
+        """*owner* now holds *n* bytes; False when it must let go (over the total, and
+        holding a large part of it)."""
+        before = self._held.pop(owner, 0)
+        self.total += n - before
+        if n:
+            self._held[owner] = n
+        return not (self.total > self.limit and n >= PARTIAL_BLAME)
 
 
 class SessionSubscriber:
@@ -58,7 +93,7 @@ class SessionSubscriber:
     def __init__(self, session: "ClientSession", sub_id: int) -> None:
         self.session = session
         self.sub_id = sub_id
-        #: Live events held while this subscription's history is replayed (`aa.router.history`).
+        #: Live events held while this subscription's history is replayed (`aa.router.store.history`).
         self.held: Any = None
 
     def deliver(self, event: Event) -> None:
@@ -75,7 +110,7 @@ class SessionSubscriber:
     def active(self) -> bool:
         """Still subscribed, on an open connection."""
         s = self.session
-        return s.subscriptions.get(self.sub_id) is self and not s._closing
+        return s.subscriptions.get(self.sub_id) is self and s.is_open
 
     async def drained(self) -> None:
         """Wait while the connection's write buffer is over its high-water mark."""
@@ -97,7 +132,7 @@ class ClientSession(asyncio.Protocol):
 
     def __init__(self, router: "Router") -> None:
         self.router = router
-        self.codec = Connection()
+        self.codec = Connection(max_items=MAX_FRAME_ITEMS)
         self.transport: asyncio.Transport | None = None
         self.client_id: str | None = None
         self.name: str | None = None
@@ -106,9 +141,15 @@ class ClientSession(asyncio.Protocol):
         self._pending: list[list[Any]] = []  # [[sub_ids], event] awaiting flush
         self._dirty = False
         self._closing = False
+        self._slicing = False  # a big publish is being dispatched in slices
         self.closed = asyncio.get_running_loop().create_future()
         self.dropped = 0  # deliveries dropped because this client did not keep up
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection still takes frames (not closing, not handed over)."""
+        return not self._closing
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -117,17 +158,29 @@ class ClientSession(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.address = f"{peer[0]}:{peer[1]}"
-        self.router._session_opened(self)
+        self.router.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
         self.codec.receive_data(data)
+        if not self._slicing:
+            self._process()
+
+    def _process(self) -> None:
+        """Handle every whole frame buffered, until a big publish is dispatched in slices
+        (the rest waits for it: `_sliced_done`)."""
         try:
             while True:
                 msg = self.codec.next_message()
                 if not isinstance(msg, Message):
                     break
+                if type(msg) is Publish and self.client_id is not None and len(msg.events) > PUBLISH_SLICE:  # type: ignore[attr-defined]
+                    self._slicing = True
+                    if self.transport is not None:
+                        self.transport.pause_reading()
+                    self.router.accept_publish(self, msg, slice=PUBLISH_SLICE, done=self._sliced_done)  # type: ignore[arg-type]
+                    return
                 self.handle(msg)
                 if self._closing:
                     break
@@ -135,11 +188,25 @@ class ClientSession(asyncio.Protocol):
             log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
             self.fail(exc.code, str(exc))
         finally:
-            self.router._flush_dirty()
+            self.router.dispatcher.flush()
+        if not self._closing and not self.router.partial_frames.hold(self, self.codec.buffered):
+            log.warning("closing %s: %d bytes of an unfinished frame while the router holds %d for all",
+                        self.client_id or self.address, self.codec.buffered, self.router.partial_frames.total)
+            self.router.counters["busy_closed"] += 1
+            self.fail("busy", "the router holds too many partly received frames; send smaller frames or retry")
+
+    def _sliced_done(self) -> None:
+        self._slicing = False
+        if self._closing:
+            return
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.router._session_closed(self)
+        self.router.partial_frames.hold(self, 0)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         self.resume_writing()
@@ -168,19 +235,18 @@ class ClientSession(asyncio.Protocol):
             if type(msg) is Hello:
                 self._hello(msg)
                 return
-            handoff = self.router._handoff(self, msg)
-            if handoff:
+            if self.router.handoff(self, msg):
                 return
             raise ProtocolError(f"expected 'hello' first, got {msg.kind!r}")
         kind = type(msg)
         if kind is Publish:
-            self.router._publish_from(self, msg)
+            self.router.accept_publish(self, msg)  # type: ignore[arg-type]
         elif kind is Subscribe:
             self._subscribe(msg)  # type: ignore[arg-type]
         elif kind is Unsubscribe:
             sub = self.subscriptions.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
-                self.router._unsubscribe(sub)
+                self.router.remove_subscription(sub)
         elif kind is Update:
             self._update(msg)  # type: ignore[arg-type]
         elif kind is Ping:
@@ -190,7 +256,7 @@ class ClientSession(asyncio.Protocol):
         elif kind is GetMesh:
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
-            self.router.storage.handle_request(self, msg)
+            self.router.caches.handle_request(self, msg)
         elif kind in QUENCH_REQUESTS:
             self.router.quench.handle_request(self, msg)
         elif kind is Bye:
@@ -220,14 +286,14 @@ class ClientSession(asyncio.Protocol):
             return
         sub = SessionSubscriber(self, msg.sub_id)
         try:
-            self.router._subscribe(sub, msg.pattern, msg.params, msg.history)
+            self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
             code = getattr(exc, "code", "pattern-refused")
             self.send(Error(code=code, message=str(exc), ref=msg.sub_id))
             return
         self.subscriptions[msg.sub_id] = sub
         self.send(Subscribed(sub_id=msg.sub_id))
-        self.router._after_subscribe(sub, msg.history)
+        self.router.subscription_added(sub, msg.history)
 
     def _update(self, msg: Update) -> None:
         sub = self.subscriptions.get(msg.sub_id)
@@ -235,7 +301,7 @@ class ClientSession(asyncio.Protocol):
             self.send(Error(code="unknown-subscription", message=f"no subscription {msg.sub_id}", ref=msg.sub_id))
             return
         try:
-            self.router._update(sub, msg.params)
+            self.router.update_subscription(sub, msg.params)
         except (PatternError, UsageError) as exc:
             self.send(Error(code=getattr(exc, "code", "bad-params"), message=str(exc), ref=msg.sub_id))
             return
@@ -259,7 +325,7 @@ class ClientSession(asyncio.Protocol):
         pending.append([[sub_id], event])
         if not self._dirty:
             self._dirty = True
-            self.router._dirty_sessions.append(self)
+            self.router.dispatcher.queued(self)
 
     def flush(self) -> None:
         """Write queued deliveries as one frame (or several, if one would be too large)."""
@@ -303,7 +369,8 @@ class ClientSession(asyncio.Protocol):
             raise UsageError("only an open session can be detached")
         self._closing = True
         self.transport = None
-        self.router._session_closed(self)
+        self.router.partial_frames.hold(self, 0)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         return transport, self.codec

@@ -24,7 +24,7 @@ from aa.client import AsyncClient
 from aa.mesh import StoreUnavailable
 from aa.router import Router, RouterConfig, StoreConfig
 
-from util import wait_for
+from support import wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 
@@ -94,9 +94,7 @@ def test_the_defaults_help_shows_are_the_librarys():
 
     from aa.addins import ContainerConfig
     from aa.http_api import DEFAULT_HTTP_PORT
-    from aa.mesh import DiscoveryConfig
-    from aa.mesh.interfaces import ENV_INTERFACES
-    from aa.mesh.peers import RETRY_BASE, RETRY_MAX
+    from aa.mesh import ENV_INTERFACES, RETRY_BASE, RETRY_MAX, DiscoveryConfig
     from aa.router import DEFAULT_PORT, CacheConfig, MeshConfig
     from aa.tools import defaults
 

@@ -14,7 +14,7 @@ from aa.client import Client
 from aa.mesh import AaTimeout, PatternError
 from aa.router import Router, RouterConfig
 
-from util import next_event
+from support import next_event
 
 
 @pytest.fixture

@@ -71,7 +71,7 @@ def parse_assignments(items: list[str], what: str = "value") -> dict[str, Any]:
 
 def parse_json_object(text: str, what: str = "--json") -> dict[str, Any]:
     from aa.mesh import InvalidValue, UsageError
-    from aa.mesh.jsonvalues import from_json
+    from aa.mesh import from_json
 
     try:
         data = json.loads(text)
@@ -114,7 +114,7 @@ def _human(value: Any) -> str:
 
 def print_event(event: "Event", as_json: bool, out: Any = None) -> None:
     """One line per event: JSON (`--json`) or `[type] Name=Value …` for people."""
-    from aa.mesh.jsonvalues import event_to_json
+    from aa.mesh import event_to_json
 
     out = out or sys.stdout
     if as_json:
@@ -177,7 +177,7 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     '2030-01-02T03:04:05+00:00'
     """
     from aa.mesh import UsageError
-    from aa.router.policy import parse_duration
+    from aa.router import parse_duration
 
     text = text.strip()
     try:

@@ -207,7 +207,8 @@ def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
     if not (args.persist or args.no_mesh_cache or args.max_age is not None or args.max_count is not None):
         return {}  # the common case: aa.router (slow to import) is not needed
     from aa.mesh import Event, UsageError
-    from aa.router.policy import META_MESH_CACHE, ExpiryPolicy, persist_policy
+    from aa.router import ExpiryPolicy
+    from aa.router.store import META_MESH_CACHE, persist_policy
 
     meta: dict[str, Any] = {}
     if args.max_age is not None or args.max_count is not None:

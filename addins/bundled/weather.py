@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from aa.addins import AddIn, Context
-from aa.addins.office.feed import WorldClock
-from aa.addins.office.world import OfficeWorld
+from aa.addins.office import OfficeWorld, WorldClock
 
 SETTINGS = {"seed": 0, "speed": 1.0, "every": 2.0}
 
