@@ -339,3 +339,29 @@ async def test_send_persist_to_a_router_without_a_store_is_not_silent(router):
     assert code == 1 and out == ""
     one_line(err, "aa send: the router did not keep event ")
     assert "no store" in err
+
+
+# -- an error nobody foresaw ------------------------------------------------------------------------
+
+
+def test_an_error_no_command_handled_is_one_line(capsys):
+    """What `aa` says for an exception that escaped its command (the traceback is for -v)."""
+    from aa.mesh import AaTimeout, UsageError
+    from aa.tools import common
+
+    common.set_program("aa demo")
+    try:
+        cases = [
+            (RuntimeError("boom"), 1, "aa demo: unexpected error: RuntimeError: boom (run 'aa -v demo …' for the traceback)"),
+            (UsageError("--limit must be positive"), 2, "aa demo: --limit must be positive"),
+            (AaTimeout("no router answered within 6.0 s (tried 127.0.0.1:1)"), 1,
+             "aa demo: no router answered within 6.0 s (tried 127.0.0.1:1); is a router running there? ('aa router' "
+             "starts one; --router H:P or $AA_ROUTER names another)"),
+            (PermissionError(13, "Permission denied", "/srv/aa"), 1,
+             "aa demo: permission denied on /srv/aa: give a folder you may write to, or fix its permissions"),
+        ]
+        for exc, code, line in cases:
+            assert common.report(exc) == code
+            assert capsys.readouterr().err == line + "\n"
+    finally:
+        common.set_program("aa")
