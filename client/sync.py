@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
+import logging
 import queue
 import sys
 import threading
@@ -269,21 +270,28 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         if self._closed:
             return
         unsent = 0
+        connected = self._async.connected
         started = time.monotonic()
         try:
             self.flush(self.exit_timeout)
         except Exception:
             unsent = len(self._pending) + self._async.pending
         left = max(0.0, self.exit_timeout - (time.monotonic() - started))
+        quiet = logging.getLogger("aa.client")
+        was = quiet.disabled
+        quiet.disabled = bool(unsent)  # its "closing with N unacknowledged" would say it twice
         try:
-            self.close(timeout=min(left, 1.0))
+            self.close(timeout=0.0 if unsent else min(left, 1.0))
         except Exception:
             self._stop_loop()
+        finally:
+            quiet.disabled = was
         if unsent:
+            where = ", ".join(self._async.config.routers) or "a discovered address"
+            why = (f"the router at {where} did not acknowledge them" if connected else
+                   f"is a router running at {where}?")  # fmt: skip
             print(f"aa.client: {unsent} event(s) not acknowledged by a router within {self.exit_timeout:g} s "
-                  f"of the program's exit; they are lost (is a router running at "
-                  f"{', '.join(self._async.config.routers) or 'a discovered address'}?)",
-                  file=sys.stderr, flush=True)
+                  f"of the program's exit; they are lost ({why})", file=sys.stderr, flush=True)
 
     def _stop_loop(self) -> None:
         self._closed = True

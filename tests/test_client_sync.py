@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from aa.client import Client
-from aa.mesh import AaTimeout, PatternError
-from aa.router import Router, RouterConfig
+from aa.mesh import AaTimeout, PatternError, StoreUnavailable
+from aa.router import Router, RouterConfig, StoreConfig
 
 from support import next_event
 
@@ -147,3 +147,36 @@ async def test_exit_says_what_it_could_not_send():
     assert "1 event(s) not acknowledged by a router within 1 s" in text, text
     assert "Traceback" not in text and len(text.strip().splitlines()) == 1, text
     assert took < 8, f"exit took {took:.1f} s"
+
+
+async def test_exit_says_once_what_a_connected_router_did_not_acknowledge(tmp_path):
+    """Connected, but the router never acknowledges (its store cannot write a persisted
+    event): the exit waits `exit_timeout`, then one line on stderr, nothing more."""
+    async with Router(RouterConfig(port=0, data_dir=tmp_path)):
+        pass  # makes the database and its tables
+    url = f"sqlite:///file:{tmp_path / 'events.db'}?mode=ro&uri=true"
+    router = Router(RouterConfig(port=0, store=StoreConfig(url=url, retry_max=0.1)))
+    await router.start()
+    code = (
+        "import sys\n"
+        "from aa.client import Client\n"
+        "c = Client(sys.argv[1], exit_timeout=1.0)\n"
+        'c.publish({"Temperature": 101}, type="reading", meta={"persist": True})\n'
+    )
+    try:
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, router.endpoint,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        async with asyncio.timeout(30):
+            _, err = await proc.communicate()
+        took = time.monotonic() - started
+    finally:
+        if router.storage.store is not None:  # it would wait 30 s for the write that cannot be
+            with pytest.raises(StoreUnavailable):
+                await router.storage.store.aclose(timeout=0.1)
+        await router.aclose()
+    assert proc.returncode == 0
+    text = err.decode()
+    assert text.startswith("aa.client: 1 event(s) not acknowledged by a router within 1 s"), text
+    assert len(text.splitlines()) == 1, text
+    assert took < 10, f"exit took {took:.1f} s"
