@@ -8,13 +8,7 @@ Publishing never talks to the network directly: events join an *outbox* and are 
 batches; each stays there until a router acknowledged it, so a router lost mid-way costs
 nothing — the events are resent to the next router under the same ids, and the mesh drops
 the ones it had already seen. Subscriptions are registered again on every new router.
-
-Finding routers (Å §4.1, as routers do): the endpoints given, the alternatives each router
-tells about (asked for every `ClientConfig.alternatives_interval`), and — when no endpoint is
-given, or `ClientConfig.discover` says so — the routers heard on the network (beacons,
-zeroconf). They go into a `PeerTable`: a router that fails, or whose connection breaks, is
-poisoned and tried again after exponentially growing intervals, so a client fails over to a
-working router first and comes back to a faulty one less and less often.
+How it finds routers and fails over is told in `aa.client.dial`.
 """
 
 from __future__ import annotations
@@ -61,7 +55,10 @@ class AsyncClient(QuenchClient, CacheClient):
         config: ClientConfig | None = None,
         client_id: str | None = None,
         name: str | None = None,
+        on_error: Callable[[RemoteError], None] | None = None,
     ) -> None:
+        #: Called with a router's error outside any request (a publish not kept); else logged.
+        self.on_error = on_error
         if config is None:
             if isinstance(routers, str):
                 routers = [routers]
@@ -300,7 +297,10 @@ class AsyncClient(QuenchClient, CacheClient):
         if msg.ref is not None and msg.ref in self._subs:  # a re-subscription was refused
             self._subs.pop(msg.ref)._fail(PatternError(msg.message, code=msg.code))
             return
-        log.warning("router error %s: %s", msg.code, msg.message)
+        if self.on_error is None:
+            log.warning("router error %s: %s", msg.code, msg.message)
+        else:
+            self.on_error(RemoteError(msg.message, code=msg.code))
 
     # -- publishing -------------------------------------------------------------------------
 

@@ -1,4 +1,12 @@
-"""Opening a connection to one router: the TCP connection, our hello, its welcome."""
+"""Opening a connection to one router: the TCP connection, our hello, its welcome.
+
+Which router a client tries (Å §4.1, as routers do): the endpoints given, the alternatives
+each router tells about (asked for every `ClientConfig.alternatives_interval`), and — when no
+endpoint is given, or `ClientConfig.discover` says so — the routers heard on the network
+(beacons, zeroconf). They go into a `PeerTable`: a router that fails, or whose connection
+breaks, is poisoned and tried again after exponentially growing intervals, so a client fails
+over to a working router first and comes back to a faulty one less and less often.
+"""
 
 from __future__ import annotations
 

@@ -217,3 +217,49 @@ async def test_bundled_laptops_and_phones_publish_their_own_nodes(router: Router
         position = await next_event(phone_positions, timeout=20)
         assert {"Node", "Building", "Floor", "X", "Y"} == set(position.values)
     assert strays._queue is not None and strays._queue.qsize() == 0  # laptops report no positions
+
+
+async def test_a_start_failure_is_one_clear_message(router: Router, tmp_path: Path, caplog) -> None:
+    """`start` raises before setting up what `stop` then trips over: the log says "failed to
+    start", with the exception and where it happened, once per attempt; not "failed to stop
+    cleanly", and no traceback above debug level."""
+    folder = tmp_path / "addins"
+    write(folder / "halfway.py", """
+        from aa.addins import AddIn
+
+        class Halfway(AddIn):
+            async def start(self, ctx):
+                raise ValueError("no database at db.example")
+                self.conn = object()
+
+            async def stop(self):
+                self.conn.close()
+    """)
+    caplog.set_level("INFO", logger="aa.addins")
+    async with Container(config(router, folder)) as container:
+        await wait_for(lambda: container.runners["halfway"].starts >= 2)
+        status = container.status()["halfway"]
+    assert status["last_error"] == "failed to start: ValueError: no database at db.example (halfway.py:6)"
+    loud = [r for r in caplog.records if r.levelno >= 30 and "halfway" in r.getMessage()]
+    assert loud and all(r.exc_info is None for r in loud)
+    assert all(r.getMessage().startswith("add-in halfway failed to start: ValueError: no database at db.example "
+                                         "(halfway.py:6); restarting in ") for r in loud), [r.getMessage() for r in loud]
+
+
+async def test_the_context_names_match_the_docs(router: Router, tmp_path: Path) -> None:
+    """README: `ctx` gives a connected client, settings, a logger (`ctx.log`, alias
+    `ctx.logger`) and a data folder."""
+    folder = tmp_path / "addins"
+    write(folder / "names.py", """
+        from aa.addins import AddIn
+
+        class Names(AddIn):
+            async def start(self, ctx):
+                assert ctx.logger is ctx.log and ctx.log.name == "aa.addins.names"
+                await ctx.client.publish({"Names": sorted(k for k in ("client", "settings", "log", "logger",
+                                          "data_dir") if hasattr(ctx, k)), "Dir": ctx.data_dir.is_dir()})
+    """)
+    sub = router.subscribe("Names")
+    async with Container(config(router, folder)):
+        got = await next_event(sub)
+    assert got.values == {"Names": ["client", "data_dir", "log", "logger", "settings"], "Dir": True}

@@ -158,3 +158,17 @@ def test_bad_world_arguments() -> None:
         OfficeWorld(buildings=0)
     with pytest.raises(ValueError):
         list(OfficeWorld().events(MONDAY, MONDAY + timedelta(hours=1), step=timedelta(0)))
+
+
+def test_weather_now_is_each_citys_latest_reading(day) -> None:
+    """The weather station's current conditions (published every few seconds, so that a
+    newcomer sees weather at once) are exactly the readings the world's events carry."""
+    world, events = day
+    readings = [(t, v) for t, kind, v in events if kind == "weather"]
+    assert len({v["City"] for _, v in readings}) == 2
+    for at in (DAY[0] + timedelta(minutes=17, seconds=3), DAY[0] + timedelta(hours=5, minutes=10, seconds=5.05)):
+        latest = {}
+        for t, v in readings:
+            if t <= at:
+                latest[v["City"]] = (t, v)
+        assert sorted(world.weather_now(at), key=lambda tv: tv[1]["City"]) == [latest[c] for c in sorted(latest)]

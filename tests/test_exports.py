@@ -74,9 +74,10 @@ PUBLIC: dict[str, list[str]] = {
     "aa.router.store": [
         "EventStore", "ExpiryPolicy", "HistoryReplay", "Hold", "MAX_HELD", "MAX_STORED_TYPE_LENGTH",
         "META_MAX_AGE", "META_MAX_COUNT", "META_MESH_CACHE", "META_PERSIST", "STORE_FILE",
-        "StoreConfig", "StoreService", "StoreStats", "as_spec", "check_history",
-        "check_persistable", "check_since", "event_order", "event_time", "mark_historical",
-        "parse_duration", "persist_policy", "send_paged", "wants_mesh_cache"
+        "SYNC_TOPIC", "StoreConfig", "StoreService", "StoreStats", "StoreSync", "as_spec",
+        "check_history", "check_persistable", "check_since", "digest_of", "event_order",
+        "event_time", "mark_historical", "parse_duration", "persist_policy", "send_paged",
+        "wants_mesh_cache"
     ],
     "aa.client": [
         "AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "Quench",

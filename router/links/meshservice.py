@@ -198,9 +198,8 @@ class MeshService:
         return self.relay.flood_control(topic, body, to=to)
 
     def send_control(self, peer_id: str, topic: str, body: Mapping[str, Any]) -> bool:
-        """Send a control message to the linked peer *peer_id* only (ttl 0: it goes no
-        further). False when there is no link with it. Raises `InvalidValue` for a body
-        outside the value model."""
+        """Send a control message to the peer *peer_id* only (ttl 0: it goes no further);
+        False without a link to it. Raises `InvalidValue` for a body outside the model."""
         link = self.links.get(peer_id)
         if link is None:
             return False
@@ -216,17 +215,9 @@ class MeshService:
     def flush(self) -> None:
         """Write every link's queued floods now."""
         self.relay.flush()
-
     def alternatives(self) -> tuple[str, ...]:
         """Client endpoints of other routers: our peers first, then the rest of the mesh."""
-        out: list[str] = []
-        for link in self._link_list:
-            if link.client_endpoint and link.client_endpoint not in out:
-                out.append(link.client_endpoint)
-        for endpoint in self.view.remote_clients():
-            if endpoint not in out and endpoint != self.advertised:
-                out.append(endpoint)
-        return tuple(out[:MAX_ALTERNATIVES])
+        return self.view.alternatives(MAX_ALTERNATIVES)
 
     def info(self) -> dict[str, Any]:
         """The mesh as this router knows it (see `aa.mesh.MeshInfo`)."""

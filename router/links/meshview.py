@@ -79,6 +79,18 @@ class MeshView:
                     out.append(client)
         return out
 
+    def alternatives(self, limit: int) -> tuple[str, ...]:
+        """Client endpoints of other routers, for clients to fail over to: our peers first,
+        then the rest of the mesh; at most *limit*."""
+        out: list[str] = []
+        for link in self.mesh.links.values():
+            if link.client_endpoint and link.client_endpoint not in out:
+                out.append(link.client_endpoint)
+        for endpoint in self.remote_clients():
+            if endpoint not in out and endpoint != self.mesh.advertised:
+                out.append(endpoint)
+        return tuple(out[:limit])
+
     def summary(self) -> dict[str, Any]:
         """This router's own summary (what it floods as router-info)."""
         mesh = self.mesh

@@ -43,7 +43,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import AsyncIterator, Callable, Final, Literal
+from typing import Any, AsyncIterator, Callable, Final, Literal, TypeVar
 
 import sqlalchemy as sa
 
@@ -51,7 +51,7 @@ from aa.mesh import Event, InvalidPolicy, UsageError
 from aa.mesh import MAX_ID_LENGTH
 
 from .expiry import ExpiryPolicy, event_time
-from .storesql import Row, delete_expired, make_engine, metadata, read_by_ids, read_chunk, read_keys
+from .storesql import Row, delete_expired, make_engine, metadata, read_chunk
 from .storewriter import StoreError, StoreFull, StoreStats, StoreUnavailable, Writer, to_us
 
 __all__ = [
@@ -96,6 +96,7 @@ MAX_STORED_TYPE_LENGTH: Final = 256
 #: blocked on an unreachable server may hang in the driver; the thread is a daemon).
 JOIN_TIMEOUT: Final = 10.0
 _US = timedelta(microseconds=1)
+T = TypeVar("T")
 
 
 #: Seconds between anti-entropy exchanges with each peer: a store that missed events (a
@@ -448,35 +449,22 @@ class EventStore:
                 return
             after = rows[-1][0]
 
-    async def keys(self, now: datetime | None = None) -> list[tuple[str, str | None, int]]:
-        """(id, type, time in µs) of every event stored or queued and not expired at *now*:
-        what anti-entropy compares (`aa.router.store.sync`). Raises `StoreUnavailable`."""
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`fn(engine, *args, **kwargs)` on a worker thread (a statement of `storesql`).
+        Raises `StoreUnavailable` when it fails."""
         engine = self._need_engine()
-        now_us = to_us(now if now is not None else self._clock())
         try:
-            rows = await asyncio.to_thread(read_keys, engine, now_us=now_us)
+            return await asyncio.to_thread(fn, engine, *args, **kwargs)
         except Exception as exc:
             raise StoreUnavailable(f"cannot read the event store: {exc}") from exc
-        assert self._writer is not None
-        seen = {i for i, _, _ in rows}
-        for r in self._writer.snapshot():
-            eid = r.event.id
-            if eid not in seen and (r.expires_us is None or r.expires_us > now_us):
-                seen.add(eid)  # type: ignore[arg-type]
-                rows.append((eid, r.event.type, r.time_us))  # type: ignore[arg-type]
-        return rows
 
-    async def fetch(self, ids: list[str]) -> list[Event]:
-        """The stored (or queued) events with these *ids*. Raises `StoreUnavailable`."""
-        engine = self._need_engine()
-        wanted = set(ids)
-        assert self._writer is not None
-        queued = {r.event.id: r.event for r in self._writer.snapshot() if r.event.id in wanted}
-        try:
-            stored = await asyncio.to_thread(read_by_ids, engine, [i for i in ids if i not in queued])
-        except Exception as exc:
-            raise StoreUnavailable(f"cannot read the event store: {exc}") from exc
-        return stored + list(queued.values())
+    def queued(self) -> list[Row]:
+        """The events put and not yet written (a query must see them too)."""
+        return [] if self._writer is None else self._writer.snapshot()
+
+    def now_us(self) -> int:
+        """The store's clock, in µs since the epoch (expiry is measured with it)."""
+        return to_us(self._clock())
 
     # -- health -------------------------------------------------------------------------------
 

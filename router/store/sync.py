@@ -44,6 +44,9 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, Protocol
 from aa.mesh import Control, Event, StoreError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
+from .eventstore import EventStore
+from .storesql import read_by_ids, read_keys
+
 if TYPE_CHECKING:
     from .storeservice import StoreService
 
@@ -87,6 +90,26 @@ def digest_of(keys: list[tuple[str, str | None, int]]) -> dict[Bucket, tuple[int
         entry[0] += 1
         entry[1] ^= _hash(eid)
     return {k: (c, x) for k, (c, x) in out.items()}
+
+
+async def store_keys(store: EventStore) -> list[tuple[str, str | None, int]]:
+    """(id, type, time in µs) of every event stored or queued and not expired now."""
+    now_us = store.now_us()
+    rows = await store.read(read_keys, now_us=now_us)
+    seen = {i for i, _, _ in rows}
+    for r in store.queued():
+        eid = r.event.id
+        if eid is not None and eid not in seen and (r.expires_us is None or r.expires_us > now_us):
+            seen.add(eid)
+            rows.append((eid, r.event.type, r.time_us))
+    return rows
+
+
+async def store_fetch(store: EventStore, ids: list[str]) -> list[Event]:
+    """The stored (or queued) events with these *ids*."""
+    wanted = set(ids)
+    queued = {r.event.id: r.event for r in store.queued() if r.event.id in wanted}
+    return await store.read(read_by_ids, [i for i in ids if i not in queued]) + list(queued.values())
 
 
 class StoreSync:
@@ -147,7 +170,7 @@ class StoreSync:
         store = self._storage.store
         if store is None:
             return {}
-        return digest_of(await store.keys())
+        return digest_of(await store_keys(store))
 
     async def _send_digest(self, peer_id: str) -> None:
         try:
@@ -189,7 +212,7 @@ class StoreSync:
         store = self._storage.store
         if store is None:
             return
-        ids = [eid for eid, t, us in await store.keys() if (t, us // BUCKET_US) in buckets]
+        ids = [eid for eid, t, us in await store_keys(store) if (t, us // BUCKET_US) in buckets]
         self._send(peer_id, {"op": "ids", "reply": reply, "buckets": [list(b) for b in sorted(buckets, key=str)],
                              "ids": ids[:MAX_SYNC_IDS]})  # fmt: skip
 
@@ -199,10 +222,10 @@ class StoreSync:
             return
         buckets = {(b[0], int(b[1])) for b in body.get("buckets") or ()}
         theirs = set(body.get("ids") or ())
-        mine = [eid for eid, t, us in await store.keys() if (t, us // BUCKET_US) in buckets]
+        mine = [eid for eid, t, us in await store_keys(store) if (t, us // BUCKET_US) in buckets]
         missing = [eid for eid in mine if eid not in theirs]
         for start in range(0, len(missing), SYNC_EVENTS_PER_MESSAGE):
-            events = await store.fetch(missing[start:start + SYNC_EVENTS_PER_MESSAGE])
+            events = await store_fetch(store, missing[start:start + SYNC_EVENTS_PER_MESSAGE])
             self._send(peer_id, {"op": "events", "events": [event_to_wire(e) for e in events]})
         if body.get("reply"):
             await self._send_ids(peer_id, buckets, reply=False)
