@@ -254,7 +254,7 @@ class AsyncClient(QuenchClient, CacheClient):
                 for sid in sub_ids:
                     sub = subs.get(sid)
                     if sub is not None:
-                        sub._deliver(event)
+                        sub.deliver(event)
         elif kind is Ack:
             self._acked(msg.seq)  # type: ignore[attr-defined]
         elif kind in (Subscribed, Updated):
@@ -270,7 +270,7 @@ class AsyncClient(QuenchClient, CacheClient):
         elif kind is PatternFailed:
             sub = self._subs.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
-                sub._fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+                sub.fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
         elif kind is Routers:
             self._learn(msg.addresses)  # type: ignore[attr-defined]
         elif kind is Ping:
@@ -295,7 +295,7 @@ class AsyncClient(QuenchClient, CacheClient):
                 fut.set_exception(PatternError(msg.message, code=msg.code))
             return
         if msg.ref is not None and msg.ref in self._subs:  # a re-subscription was refused
-            self._subs.pop(msg.ref)._fail(PatternError(msg.message, code=msg.code))
+            self._subs.pop(msg.ref).fail(PatternError(msg.message, code=msg.code))
             return
         if self.on_error is None:
             log.warning("router error %s: %s", msg.code, msg.message)
@@ -407,18 +407,18 @@ class AsyncClient(QuenchClient, CacheClient):
             await self._request(sub_id, Subscribe(sub_id=sub_id, pattern=spec, params=sub.params, history=sub.history))
         except BaseException:
             self._subs.pop(sub_id, None)
-            sub._finish()
+            sub.finish()
             raise
         return sub
 
-    async def _update(self, sub: Subscription, params: Mapping[str, Any]) -> None:
+    async def update_subscription(self, sub: Subscription, params: Mapping[str, Any]) -> None:
         if sub.closed:
             raise ConnectionClosed("subscription is closed")
         merged = {**sub.params, **params}
         await self._request(sub.id, Update(sub_id=sub.id, params=dict(params)))
         sub.params = merged
 
-    async def _unsubscribe(self, sub: Subscription) -> None:
+    async def remove_subscription(self, sub: Subscription) -> None:
         if self._subs.pop(sub.id, None) is not None and self.connected:
             self._send(Unsubscribe(sub_id=sub.id))
 
@@ -481,7 +481,7 @@ class AsyncClient(QuenchClient, CacheClient):
             await self._discovery.aclose()
             self._discovery = None
         for sub in list(self._subs.values()):
-            sub._finish()
+            sub.finish()
         self._subs.clear()
         if self._link is not None:
             self._send(Bye())

@@ -59,7 +59,7 @@ class Subscription:
 
     # -- from the connection ----------------------------------------------------------------
 
-    def _deliver(self, event: Event) -> None:
+    def deliver(self, event: Event) -> None:
         if self.closed:
             return
         if self._queue is None:
@@ -70,12 +70,12 @@ class Subscription:
             return
         self._queue.put(event)
 
-    def _fail(self, error: PatternError) -> None:
+    def fail(self, error: PatternError) -> None:
         self.failure = error
         log.warning("subscription %d stopped by the router: %s", self.id, error)
-        self._finish()
+        self.finish()
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         self.closed = True
         if self._queue is not None:
             self._queue.close(self.failure)
@@ -101,13 +101,13 @@ class Subscription:
     async def update(self, **params: Any) -> None:
         """Change named parameters of the pattern without re-subscribing; returns once the
         router applied them. No event is missed or delivered twice across the change."""
-        await self.client._update(self, params)
+        await self.client.update_subscription(self, params)
 
     async def aclose(self) -> None:
         """Unsubscribe (idempotent)."""
         if not self.closed:
-            self._finish()
-            await self.client._unsubscribe(self)
+            self.finish()
+            await self.client.remove_subscription(self)
 
     async def get(self) -> Event:
         """The next event. Raises `PatternError` if the router stopped the pattern,

@@ -54,7 +54,7 @@ def _at_exit() -> None:
         clients = list(_open)
     try:
         for client in clients:
-            client._exit()
+            client.exit_now()
     except KeyboardInterrupt:  # Ctrl-C while the exit waits: the user chose not to wait
         pass
 
@@ -267,7 +267,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         finally:
             self._stop_loop()
 
-    def _exit(self) -> None:
+    def exit_now(self) -> None:
         """At the program's exit: send what is queued (up to `exit_timeout`), say on stderr
         what could not be sent, close."""
         if self._closed:
