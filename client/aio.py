@@ -25,7 +25,7 @@ from aa.mesh import (
 )
 from aa.mesh.protocol import (
     QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello, MeshInfo, Message,
-    PatternFailed, Ping, Pong, Publish, Routers, Subscribe, Subscribed, Unsubscribe, Update, Updated, with_needs,
+    Missed, PatternFailed, Ping, Pong, Publish, Routers, Subscribed, Unsubscribe, Update, Updated, with_needs,
 )
 
 from .caching import CacheClient
@@ -80,7 +80,6 @@ class AsyncClient(QuenchClient, CacheClient):
         self._connected = asyncio.Event()
         self._closing = False
         self._runner: asyncio.Task[None] | None = None
-        self._first: asyncio.Future[None] | None = None
         self._outbox = Outbox(config.max_outbox)
         self._delivered = SeenIds(max_ids=DELIVERED_IDS_MAX, max_age=DELIVERED_IDS_MAX_AGE)
         self._flush_scheduled = False
@@ -104,19 +103,12 @@ class AsyncClient(QuenchClient, CacheClient):
         if not len(self.peers) and not discovering:
             raise UsageError("no router endpoint given, and discovery is off")
         if discovering and self._discovery is None:
-            self._discovery = Discovery(self.config.discovery, on_found=self._found)
-            try:
-                await self._discovery.start()
-            except BaseException:
-                self._discovery = None
-                raise
+            discovery = Discovery(self.config.discovery, on_found=self._found)
+            await discovery.start()  # OSError: nothing kept
+            self._discovery = discovery
         if self._runner is None:
-            self._first = asyncio.get_running_loop().create_future()
             self._runner = asyncio.create_task(self._run(), name=f"aa-client-{self.client_id}")
-        if timeout is None:
-            timeout = self.config.connect_timeout * max(1, len(self.peers)) + 1
-            if discovering:
-                timeout += self.config.discovery.broadcast_interval
+        timeout = self.config.connect_wait(len(self.peers)) if timeout is None else timeout
         try:
             async with asyncio.timeout(timeout):
                 await self._connected.wait()
@@ -230,12 +222,10 @@ class AsyncClient(QuenchClient, CacheClient):
         # duplicates, so only what a dead router took with it is new (`aa.client.outbox`).
         self._outbox.reconnected(time.monotonic())
         for sub in list(self._subs.values()):
-            self._send(Subscribe(sub_id=sub.id, pattern=sub.pattern, params=sub.params, history=None))
+            self._send(sub.subscribe_message(with_history=False))
         self._connected.set()
         self._caching_connected()
         self._quench_connected()
-        if self._first is not None and not self._first.done():
-            self._first.set_result(None)
         self._schedule_flush()
 
     # -- messages from the router -----------------------------------------------------------
@@ -271,6 +261,10 @@ class AsyncClient(QuenchClient, CacheClient):
             sub = self._subs.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
                 sub.fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+        elif kind is Missed:
+            sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
+            if sub is not None:
+                sub.missed_events(msg.count)  # type: ignore[attr-defined]
         elif kind is Routers:
             self._learn(msg.addresses)  # type: ignore[attr-defined]
         elif kind is Ping:
@@ -391,20 +385,23 @@ class AsyncClient(QuenchClient, CacheClient):
         kernel: str = "python",
         history: Mapping[str, Any] | None = None,
         needs: Sequence[str] = (),
+        overflow: str = "notify",
+        on_missed: Callable[[int], None] | None = None,
     ) -> Subscription:
-        """Register a pattern; events go to *callback* (a function or coroutine function),
-        or iterate the returned `Subscription`. *needs* declares the value names the pattern
-        needs, so quenching publishers whose prototypes carry them hear of it however narrow
-        the pattern (`aa.mesh.protocol.quench_messages`). Raises `PatternError` if the router refuses
-        the pattern (with the router's reason), `AaTimeout` if no router answers."""
+        """Register a pattern; events go to *callback* (a function or coroutine function), or
+        iterate the `Subscription`. *needs*: the value names the pattern needs, for quenching
+        (`aa.mesh.protocol.quench_messages`). *overflow*: when this client reads too slowly,
+        "notify" (events dropped, `on_missed(n)` told) or "disconnect". Raises `PatternError`
+        (the router's reason), `AaTimeout` if no router answers."""
         spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
         spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.protocol.quench_messages)
         sub_id = self._next_sub
         self._next_sub += 1
-        sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None)
+        sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None,
+                           overflow=overflow, on_missed=on_missed)
         self._subs[sub_id] = sub
         try:
-            await self._request(sub_id, Subscribe(sub_id=sub_id, pattern=spec, params=sub.params, history=sub.history))
+            await self._request(sub_id, sub.subscribe_message())
         except BaseException:
             self._subs.pop(sub_id, None)
             sub.finish()
@@ -422,8 +419,8 @@ class AsyncClient(QuenchClient, CacheClient):
         if self._subs.pop(sub.id, None) is not None and self.connected:
             self._send(Unsubscribe(sub_id=sub.id))
 
-    async def unsubscribe(self, sub: Subscription) -> None:
-        await sub.aclose()  # the same as sub.aclose()
+    async def unsubscribe(self, sub: Subscription) -> None:  # the same as sub.aclose()
+        await sub.aclose()
 
     async def _request(self, sub_id: int, msg: Message) -> Message:
         await self.wait_connected(self.config.request_timeout)

@@ -101,6 +101,12 @@ class ClientConfig:
             return False
         return not self.routers if self.discover is None else self.discover
 
+    def connect_wait(self, routers: int) -> float:
+        """How long `connect()` waits by default with *routers* known: each one's connect
+        timeout, a second more, and a beacon interval when discovering."""
+        wait = self.connect_timeout * max(1, routers) + 1
+        return wait + self.discovery.broadcast_interval if self.discovering else wait
+
     def __post_init__(self) -> None:
         if isinstance(self.routers, str):
             object.__setattr__(self, "routers", (self.routers,))

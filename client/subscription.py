@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from aa.mesh import ConnectionClosed, Event, PatternError, PatternSpec
 from aa.mesh import EventQueue
+from aa.mesh.protocol import Subscribe
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
@@ -40,8 +41,17 @@ class Subscription:
         params: dict[str, Any],
         callback: Callable[[Event], Any] | None,
         history: dict[str, Any] | None,
+        *,
+        overflow: str = "notify",
+        on_missed: Callable[[int], None] | None = None,
     ) -> None:
         self.client = client
+        #: "notify" (the router drops what this client cannot take, and says how many) or
+        #: "disconnect" (it closes the connection instead; the client reconnects).
+        self.overflow = overflow
+        #: Events the router dropped for this subscription because the client read too slowly.
+        self.missed = 0
+        self._on_missed = on_missed
         self.id = sub_id
         self.pattern = spec
         self.params = params
@@ -69,6 +79,25 @@ class Subscription:
                 log.exception("subscription %d: callback failed", self.id)
             return
         self._queue.put(event)
+
+    def subscribe_message(self, *, with_history: bool = True) -> Subscribe:
+        """The frame that registers this subscription (again, after a fail-over: without
+        its history)."""
+        return Subscribe(sub_id=self.id, pattern=self.pattern, params=self.params,
+                         history=self.history if with_history else None, overflow=self.overflow)
+
+    def missed_events(self, count: int) -> None:
+        """The router dropped *count* events of this subscription: the client read too
+        slowly. Counted in `missed`; `on_missed(count)` is called, or a warning logged."""
+        self.missed += count
+        if self._on_missed is not None:
+            try:
+                self._on_missed(count)
+            except Exception:
+                log.exception("subscription %d: on_missed failed", self.id)
+        else:
+            log.warning("subscription %d: the router dropped %d events this client did not read in time "
+                        "(%d in all)", self.id, count, self.missed)
 
     def fail(self, error: PatternError) -> None:
         self.failure = error

@@ -27,6 +27,7 @@ from aa.mesh.protocol import (
     GetRouters,
     Hello,
     Message,
+    Missed,
     PatternFailed,
     Ping,
     Pong,
@@ -95,11 +96,21 @@ class PartialFrames:
 class SessionSubscriber:
     """The pattern engine's key for one subscription of one TCP client."""
 
-    __slots__ = ("session", "sub_id", "held", "receives", "__weakref__")
+    __slots__ = ("session", "sub_id", "held", "receives", "overflow", "missed", "__weakref__")
 
-    def __init__(self, session: "ClientSession", sub_id: int, receives: Callable[[str | None], bool] | None = None) -> None:
+    def __init__(
+        self,
+        session: "ClientSession",
+        sub_id: int,
+        receives: Callable[[str | None], bool] | None = None,
+        overflow: str = "notify",
+    ) -> None:
         self.session = session
         self.sub_id = sub_id
+        #: What to do when the client does not keep up: "notify" or "disconnect".
+        self.overflow = overflow
+        #: Deliveries dropped since the client was last told (`Missed`).
+        self.missed = 0
         #: Live events held while this subscription's history is replayed (`aa.router.store.history`).
         self.held: Any = None
         #: The event types its user may receive (permissions, `aa.router.security`); None: any.
@@ -161,6 +172,7 @@ class ClientSession(asyncio.Protocol):
         self._slicing = False  # a big publish is being dispatched in slices
         self.closed = asyncio.get_running_loop().create_future()
         self.dropped = 0  # deliveries dropped because this client did not keep up
+        self._missed = False  # some subscription has drops to tell
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
 
     @property
@@ -344,7 +356,7 @@ class ClientSession(asyncio.Protocol):
             self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {refusal}", ref=msg.sub_id))
             return
         assert rules is not None
-        sub = SessionSubscriber(self, msg.sub_id, None if rules.subscribe_any else rules.may_receive)
+        sub = SessionSubscriber(self, msg.sub_id, None if rules.subscribe_any else rules.may_receive, msg.overflow)
         try:
             self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
@@ -394,9 +406,10 @@ class ClientSession(asyncio.Protocol):
         if not pending or self.transport is None or self._closing:
             return
         if self.transport.get_write_buffer_size() > self.router.config.max_session_backlog:
-            self.dropped += len(pending)
-            self.router.counters["dropped_slow"] += len(pending)
+            self._overflow(pending)
             return
+        if self._missed:
+            self._tell_missed()
         try:
             self.transport.write(self.codec.send(Deliver(items=pending)))  # type: ignore[arg-type]
         except UsageError:  # over the frame cap: split and retry
@@ -407,6 +420,32 @@ class ClientSession(asyncio.Protocol):
             for part in (pending[:half], pending[half:]):
                 self._pending = part
                 self.flush()
+
+    def _overflow(self, pending: list[list[Any]]) -> None:
+        """The client does not read: drop these deliveries, and tell it (`Missed`, when
+        it reads again) or close it, as each subscription asked."""
+        self.dropped += len(pending)
+        self.router.counters["dropped_slow"] += len(pending)
+        subs = self.subscriptions
+        for sub_ids, _event in pending:
+            for sid in sub_ids:
+                sub = subs.get(sid)
+                if sub is None:
+                    continue
+                if sub.overflow == "disconnect":
+                    log.info("closing %s: it does not read its deliveries (overflow=disconnect)", self.client_id)
+                    self.fail("overflow", f"subscription {sid} asked to be disconnected rather than miss events, "
+                              f"and this client did not read fast enough: {self.dropped} events dropped")  # fmt: skip
+                    return
+                sub.missed += 1
+                self._missed = True
+
+    def _tell_missed(self) -> None:
+        self._missed = False
+        for sub in self.subscriptions.values():
+            if sub.missed:
+                n, sub.missed = sub.missed, 0
+                self.transport.write(self.codec.send(Missed(sub_id=sub.sub_id, count=n)))  # type: ignore[union-attr]
 
     def ack(self, seq: int) -> None:
         self.send(Ack(seq=seq))

@@ -34,12 +34,12 @@ PUBLIC: dict[str, list[str]] = {
         "MAX_ANSWER_EVENTS", "MAX_CACHE_TIMEOUT", "MAX_FRAME_BYTES", "MAX_GROUP_EVENTS",
         "MAX_KNOWN_ROUTERS", "MAX_NAME_LENGTH", "MAX_NOTICE_CHANGES", "MAX_PATTERN_SOURCE",
         "MAX_TOPIC_LENGTH", "MESH_INFO_FORMAT", "MESH_PROTOCOL_VERSION", "MESSAGE_KINDS",
-        "MeshInfo", "Message", "NEED_DATA", "PROTOCOL_VERSION", "PatternFailed", "PatternSpec",
-        "PeerHello", "PeerRouters", "Ping", "Pong", "Publish", "QUENCH_ANSWERS", "QUENCH_REQUESTS",
-        "Quench", "QuenchNotice", "Quenched", "Routers", "STORAGE_ANSWERS", "STORAGE_REQUESTS",
-        "Subscribe", "Subscribed", "Unquench", "Unsubscribe", "Update", "Updated", "Welcome",
-        "declared_needs", "event_from_wire", "event_to_wire", "pack", "register", "unpack",
-        "with_needs"
+        "MeshInfo", "Message", "Missed", "NEED_DATA", "OVERFLOW_MODES", "PROTOCOL_VERSION",
+        "PatternFailed", "PatternSpec", "PeerHello", "PeerRouters", "Ping", "Pong", "Publish",
+        "QUENCH_ANSWERS", "QUENCH_REQUESTS", "Quench", "QuenchNotice", "Quenched", "Routers",
+        "STORAGE_ANSWERS", "STORAGE_REQUESTS", "Subscribe", "Subscribed", "Unquench", "Unsubscribe",
+        "Update", "Updated", "Welcome", "declared_needs", "event_from_wire", "event_to_wire",
+        "pack", "register", "unpack", "with_needs"
     ],
     "aa.router": [
         "Acknowledgements", "CacheConfig", "CacheInfo", "ClientCacheService", "DEFAULT_PORT",

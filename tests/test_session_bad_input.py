@@ -8,7 +8,7 @@ import struct
 import msgpack
 import pytest
 
-from aa.mesh import Connection, PatternError
+from aa.mesh import Connection, PatternError, PatternSpec
 from aa.mesh.protocol import Error, Hello, Message, Publish
 
 from support import next_event
@@ -231,3 +231,75 @@ async def test_a_big_publish_is_dispatched_in_slices_while_others_are_served(rou
     assert got == list(range(n))
     b_writer.close()
     o_writer.close()
+
+
+async def test_a_subscriber_that_does_not_read_is_told_how_many_events_it_missed(router) -> None:
+    """overflow="notify": the router drops what the client cannot take and says how many
+    once it reads again; overflow="disconnect": it closes the connection instead."""
+    from aa.mesh.protocol import Missed, Subscribe, Subscribed
+
+    from aa.client import AsyncClient
+
+    router_limit = router.config.max_session_backlog
+    slow = Connection()
+    reader, writer = await asyncio.open_connection(*router.address)
+    writer.write(slow.send(Hello(client_id="slow")) + slow.send(Subscribe(sub_id=1, pattern=PatternSpec(source="True"))))
+    got: list[Message] = []
+    async with asyncio.timeout(10):
+        while not any(type(m) is Subscribed for m in got):
+            slow.receive_data(await reader.read(65536))
+            got += slow.next_messages()
+    blob = "x" * 10_000
+    n = 0
+    async with AsyncClient(router.endpoint) as pub:  # until the router had to drop some
+        while router.counters["dropped_slow"] == 0 and n < 20 * router_limit // len(blob):
+            await pub.publish({"i": n, "pad": blob})
+            n += 1
+            if n % 100 == 0:
+                await pub.flush()
+    assert router.counters["dropped_slow"] > 0
+    dropped = router.counters["dropped_slow"]
+    missed = 0
+    async with asyncio.timeout(60):  # the client reads everything; one more event brings the notice
+        while missed == 0:
+            data = await reader.read(1 << 20)
+            assert data
+            slow.receive_data(data)
+            for m in slow.next_messages():
+                if type(m) is Missed:
+                    missed += m.count  # type: ignore[attr-defined]
+            if not missed:
+                router.publish({"i": -1})
+    assert missed == router.counters["dropped_slow"] >= dropped  # every drop told, once
+    writer.close()
+
+
+async def test_a_subscriber_that_asked_for_disconnect_is_closed_with_the_reason(router) -> None:
+    from aa.client import AsyncClient
+    from aa.mesh.protocol import Subscribe, Subscribed
+
+    slow = Connection()
+    reader, writer = await asyncio.open_connection(*router.address)
+    writer.write(slow.send(Hello(client_id="slow"))
+                 + slow.send(Subscribe(sub_id=1, pattern=PatternSpec(source="True"), overflow="disconnect")))
+    got: list[Message] = []
+    async with asyncio.timeout(10):
+        while not any(type(m) is Subscribed for m in got):
+            slow.receive_data(await reader.read(65536))
+            got += slow.next_messages()
+    blob = "x" * 10_000
+    session = next(s for s in router.sessions if s.client_id == "slow")
+    async with AsyncClient(router.endpoint) as pub:
+        n = 0
+        while session.is_open and n < 20_000:
+            await pub.publish({"i": n, "pad": blob})
+            n += 1
+            if n % 100 == 0:
+                await pub.flush()
+    assert not session.is_open  # closed by the router: it writes what it has, then the error
+    async with asyncio.timeout(60):
+        while data := await reader.read(1 << 20):
+            slow.receive_data(data)
+    errors = [m for m in slow.next_messages() if type(m) is Error]
+    assert errors and errors[-1].code == "overflow"  # type: ignore[attr-defined]
+    writer.close()

@@ -25,7 +25,7 @@ Client ⇄ router conversation::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Final, Mapping, TypeVar
 
 from ..errors import InvalidValue, MalformedFrame, UsageError
 from ..event import MAX_ID_LENGTH, Event
@@ -42,6 +42,8 @@ __all__ = [
     "Ack",
     "Subscribe",
     "Subscribed",
+    "Missed",
+    "OVERFLOW_MODES",
     "Unsubscribe",
     "Update",
     "Updated",
@@ -288,9 +290,15 @@ class Subscribe(Message):
     params: Values = field(default_factory=dict)
     #: History wanted from the store: None for none, else {"since": datetime | None}.
     history: Values | None = None
+    #: When the client reads too slowly for the router to buffer its deliveries: "notify"
+    #: (the events are dropped and the client told how many, `Missed`) or "disconnect"
+    #: (the router closes the connection with error "overflow").
+    overflow: str = "notify"
 
     def __post_init__(self) -> None:
         _need(self.sub_id, int, "sub_id")
+        if self.overflow not in OVERFLOW_MODES:
+            raise InvalidValue(f"overflow must be one of {', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
         if isinstance(self.pattern, dict):
             object.__setattr__(self, "pattern", PatternSpec.from_wire(self.pattern))
         _need(self.pattern, PatternSpec, "pattern")
@@ -305,7 +313,26 @@ class Subscribe(Message):
             "pattern": self.pattern.to_wire(),
             "params": self.params,
             "history": self.history,
+            "overflow": self.overflow,
         }
+
+
+#: What a subscription asks the router to do when its client does not keep up.
+OVERFLOW_MODES: Final = ("notify", "disconnect")
+
+
+@register("missed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Missed(Message):
+    """Events of subscription *sub_id* the router dropped because the client did not read
+    them fast enough (its connection's backlog was over the router's bound)."""
+
+    sub_id: int
+    count: int
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+        _need(self.count, int, "count")
 
 
 @register("subscribed")
