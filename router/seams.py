@@ -58,6 +58,10 @@ class ClientPort(Protocol):
     def fail(self, code: str, message: str) -> None:
         """Tell the client why, then close its connection (only this one)."""
 
+    @property
+    def backlog(self) -> int:
+        """Bytes written to the client and not yet taken by it (its unread answers)."""
+
 
 class Subscriber(Protocol):
     """The pattern engine's key for one subscription: a TCP client's, or an in-process one."""

@@ -176,6 +176,11 @@ class ClientSession(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
 
     @property
+    def backlog(self) -> int:
+        """Bytes written to this client and not yet taken by it."""
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+
+    @property
     def is_open(self) -> bool:
         """Whether the connection still takes frames (not closing, not handed over)."""
         return not self._closing

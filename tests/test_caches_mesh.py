@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from aa.mesh import Event, UsageError
+from aa.mesh import Event, PatternSpec, UsageError
 from aa.router.caches import MESH_CACHE_MAX_BYTES, MESH_CACHE_MAX_EVENTS, approx_size
 from aa.router import MeshCache
 
@@ -84,3 +84,29 @@ def test_clear_and_bad_bounds() -> None:
         MeshCache(max_events=0)
     with pytest.raises(UsageError):
         MeshCache(max_bytes=-1)
+
+
+async def test_a_client_that_asks_for_the_mesh_cache_and_never_reads_is_refused_busy(router) -> None:
+    """Answers are written only while the client takes them: past a few MiB of unread
+    answers, the next request gets error 'busy' instead of more of the router's memory."""
+    import asyncio
+
+    from aa.mesh import Connection
+    from aa.mesh.protocol import GetCached, Hello
+    from aa.router.caches.cacheservice import MAX_ANSWER_BACKLOG
+
+    blob = "x" * 2000
+    for i in range(5000):
+        router.publish({"i": i, "pad": blob})
+    reader, writer = await asyncio.open_connection(*router.address)
+    codec = Connection()
+    writer.write(codec.send(Hello(client_id="greedy")))
+    for req in range(1, 200):
+        writer.write(codec.send(GetCached(req=req, pattern=PatternSpec(source="True"))))
+    await writer.drain()
+    from support import wait_for
+
+    await wait_for(lambda: router.caches.counters["busy"] > 0, timeout=30)
+    session = next(s for s in router.sessions if s.client_id == "greedy")
+    assert session.backlog < MAX_ANSWER_BACKLOG + 32 * 1024 * 1024  # at most one answer more
+    writer.close()

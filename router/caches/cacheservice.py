@@ -84,6 +84,9 @@ log = logging.getLogger("aa.router.caches")
 
 #: Control topic of client-cache floods.
 CACHE_TOPIC: Final = "client-cache"
+#: Bytes of unread answers (and deliveries) a client may have waiting before its next cache
+#: request is refused with "busy": a few answer pages.
+MAX_ANSWER_BACKLOG: Final = 4 * 1024 * 1024
 #: A cache's keep-alive is flooded at most once per this fraction of its timeout.
 KEEPALIVE_FLOOD_FRACTION: Final = 0.25
 
@@ -370,6 +373,12 @@ class ClientCacheService:
         """A storage request of *session*'s client: the mesh cache (`GetCached`), or its own
         client cache (the session's id)."""
         req: int = msg.req  # type: ignore[attr-defined]
+        if session.backlog > MAX_ANSWER_BACKLOG:
+            # A client that asks and does not read must not make us hold its answers: each
+            # is up to thousands of events (the issue: 199 unread answers, 2.3 GB).
+            self.counters["busy"] += 1
+            session.send(Error(code="busy", message="read the answers already sent before asking again", ref=req))
+            return
         if type(msg) is GetCached:
             try:
                 events = self.cached(msg.pattern, since=msg.since, limit=msg.limit)  # type: ignore[attr-defined]
