@@ -75,6 +75,9 @@ class Event:
     meta: Values = field(default_factory=dict)
     #: Globally unique id; None until a router (or the publishing client) assigns one.
     id: str | None = None
+    #: The event's msgpack encoding, made once by `aa.mesh.protocol.packed_event` and then
+    #: shared by every frame, cache and log that carries the event (encode once).
+    packed: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_values(self.values)
@@ -92,6 +95,7 @@ class Event:
         _set(ev, "type", type)
         _set(ev, "meta", meta)
         _set(ev, "id", id)
+        _set(ev, "packed", None)
         return ev
 
     def with_meta(self, **changes: Any) -> "Event":

@@ -416,7 +416,7 @@ class ClientSession(asyncio.Protocol):
         if self._missed:
             self._tell_missed()
         try:
-            self.transport.write(self.codec.send(Deliver(items=pending)))  # type: ignore[arg-type]
+            self.transport.write(self.codec.send_deliver(pending))  # each event packed once for all
         except UsageError:  # over the frame cap: split and retry
             if len(pending) == 1:
                 log.warning("dropping an event too large to deliver to %s", self.client_id)

@@ -46,6 +46,8 @@ from .codec import (
     MAX_FRAME_BYTES,
     pack,
     unpack,
+    packed_event,
+    pack_events,
 )
 from .peering import (
     KnownRouter,
@@ -166,6 +168,8 @@ __all__ = [
     "event_from_wire",
     "event_to_wire",
     "pack",
+    "pack_events",
+    "packed_event",
     "register",
     "unpack",
     "with_needs",

@@ -16,15 +16,17 @@ text and decode naive, so a naive datetime is never silently given a zone.
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Sequence
 
 import msgpack
 
 from ..errors import FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
+from ..event import Event
 from .messages import MESSAGE_KINDS, Message
 
-__all__ = ["Connection", "NEED_DATA", "MAX_FRAME_BYTES", "pack", "unpack"]
+__all__ = ["Connection", "NEED_DATA", "MAX_FRAME_BYTES", "pack", "unpack", "packed_event", "pack_events"]
 
 #: Largest frame accepted or sent, in bytes (payload, without the 4-byte header). A batch of
 #: a few thousand typical events fits in well under 1 MiB; 16 MiB leaves room for bulky
@@ -67,9 +69,44 @@ def _packer() -> msgpack.Packer:
     return msgpack.Packer(use_bin_type=True, datetime=True, default=_default)
 
 
+#: The start of every `Deliver` frame: a map of two, its kind, and the key of its items.
+_DELIVER_HEAD: Final = _packer().pack_map_header(2) + _packer().pack("kind") + _packer().pack("deliver") + _packer().pack("items")
+
+
 def pack(obj: Any) -> bytes:
     """msgpack bytes of *obj* with Aa's conventions (for files and stores, not frames)."""
     return _packer().pack(obj)
+
+
+_local = threading.local()
+
+
+def _thread_packer() -> msgpack.Packer:
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = _packer()
+    return packer
+
+
+def packed_event(event: Event) -> bytes:
+    """*event* as msgpack ``[id, type, values, meta]`` (the array every frame, cache and log
+    carries), made once per event object and kept on it (`Event.packed`): a router delivers,
+    caches, floods and logs the same bytes. Raises `UsageError` outside the value model."""
+    data = event.packed
+    if data is None:
+        try:
+            data = _thread_packer().pack([event.id, event.type, event.values, event.meta])
+        except (TypeError, ValueError, OverflowError) as exc:
+            _local.packer = _packer()  # a failed pack may leave it dirty
+            raise UsageError(f"cannot encode event {event.id}: {exc}") from None
+        object.__setattr__(event, "packed", data)
+    return data
+
+
+def pack_events(events: Sequence[Event]) -> bytes:
+    """*events* as one msgpack array of ``[id, type, values, meta]`` — the bytes `pack`
+    makes of that list, from each event's `packed_event`. Raises `UsageError`."""
+    return _thread_packer().pack_array_header(len(events)) + b"".join(map(packed_event, events))
 
 
 def unpack(data: bytes) -> Any:
@@ -200,6 +237,25 @@ class Connection:
         return cls.from_wire(data)
 
     # -- sending ----------------------------------------------------------------------------
+
+    def send_deliver(self, items: Sequence[Sequence[Any]]) -> bytes:
+        """The `Deliver` frame of *items* (``[sub_ids, event]`` each), built from each event's
+        `packed_event` rather than packed again: what `send(Deliver(items=...))` makes.
+        Raises `UsageError` if it would exceed the cap."""
+        packer = self._packer
+        parts = [_DELIVER_HEAD, packer.pack_array_header(len(items))]
+        try:
+            for sub_ids, event in items:
+                parts.append(b"\x92")  # a 2-element array: [sub_ids, event]
+                parts.append(packer.pack(sub_ids))
+                parts.append(packed_event(event))
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer = _packer()
+            raise UsageError(f"cannot encode 'deliver' message: {exc}") from None
+        payload = b"".join(parts)
+        if len(payload) > self.max_frame:
+            raise UsageError(f"'deliver' frame of {len(payload)} bytes is over the cap of {self.max_frame}")
+        return len(payload).to_bytes(_HEADER, "big") + payload
 
     def send(self, message: Message) -> bytes:
         """The frame for *message*. Raises `UsageError` if it would exceed the cap."""

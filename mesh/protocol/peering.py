@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Mapping
 
-from .codec import pack, unpack
+from .codec import pack, pack_events, unpack
 from ..endpoints import check_endpoint
 from ..errors import InvalidValue, MalformedFrame, UsageError
 from ..event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
@@ -278,8 +278,8 @@ class FloodGroup:
         if None in ids:
             raise UsageError("a flooded event needs an id")
         try:
-            blob = pack([event_to_wire(e) for e in events])
-        except (TypeError, ValueError, OverflowError) as exc:
+            blob = pack_events(events)  # each event's own bytes, shared with its deliveries
+        except UsageError as exc:
             raise UsageError(f"cannot encode flooded events: {exc}") from None
         return cls(ttl=ttl, path=tuple(path), ids=tuple(ids), blob=blob)  # type: ignore[arg-type]
 

@@ -28,13 +28,11 @@ from __future__ import annotations
 
 from collections import deque
 from datetime import datetime, timezone
-from operator import attrgetter
 from typing import Any, Callable, Final, Sequence
 
-import msgpack
 
 from aa.mesh import Event, UsageError
-from aa.mesh.protocol import pack, unpack
+from aa.mesh.protocol import pack_events, packed_event, unpack
 
 __all__ = ["MeshCache", "approx_size", "encode_events", "MESH_CACHE_MAX_EVENTS", "MESH_CACHE_MAX_BYTES"]
 
@@ -50,48 +48,26 @@ MESH_CACHE_MAX_BYTES: Final = 32 * 1024 * 1024
 _ENTRY_OVERHEAD: Final = 120
 
 
-def _new_packer() -> msgpack.Packer:
-    return msgpack.Packer(use_bin_type=True, datetime=True)
-
-
-# One packer, reused (on the event loop only): cheaper than `aa.mesh.protocol.codec.pack`, which
-# makes one per call. What it cannot take alone (a naive datetime) goes through `pack`,
-# whose conventions `unpack` reverses.
-_packer = _new_packer()
-
-
-def _encode(items: list[Any]) -> bytes | None:
-    global _packer
-    try:
-        return _packer.pack(items)  # type: ignore[no-any-return]
-    except Exception:
-        _packer = _new_packer()  # a failed pack may leave it dirty
-    try:
-        return pack(items)
-    except Exception:  # outside the value model (never for a checked event)
-        return None
-
-
-def _item(event: Event) -> list[Any]:
-    return [event.id, event.type, event.values, event.meta]
-
-
-_row = attrgetter("id", "type", "values", "meta")  # the same array as _item, in C
 _Encoded = bytes  # (MeshCache.bytes hides the name inside the class)
 
 
 def encode_events(events: Sequence[Event]) -> bytes | None:
-    """*events* as the cache keeps a block of them: one msgpack array (`aa.mesh.protocol.codec`) of
-    ``[id, type, values, meta]``; None if one is outside the value model. The event log
-    takes the same encoding (`aa.router.eventlog`): the router's storage encodes a
-    dispatched batch once for both."""
-    return _encode(list(map(_row, events)))
+    """*events* as the cache keeps a block of them: one msgpack array (`aa.mesh.protocol`) of
+    ``[id, type, values, meta]``, from each event's own encoding (`packed_event`: made once
+    and shared with the deliveries and floods of the event); None if one is outside the
+    value model. The event log takes the same bytes (`aa.router.eventlog`)."""
+    try:
+        return pack_events(events)
+    except UsageError:  # outside the value model (never for a checked event)
+        return None
 
 
 def approx_size(event: Event) -> int:
     """How many bytes of memory *event* takes in the cache (its encoding and its entry)."""
-    data = _encode([_item(event)])
-    return _ENTRY_OVERHEAD + (len(data) if data is not None else 0)
+    try:
+        return _ENTRY_OVERHEAD + 1 + len(packed_event(event))  # in a block of one: 1 byte of array header
+    except UsageError:
+        return _ENTRY_OVERHEAD
 
 
 def _utcnow() -> datetime:
