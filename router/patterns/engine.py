@@ -17,6 +17,7 @@ instance after the walk, so the callback may freely call back into the engine.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 from typing import Any, Callable, Hashable, Mapping
@@ -27,11 +28,12 @@ from .budget import SandboxStop
 from .limits import Delivery, HostFacts, SandboxLimits
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
+from .workers import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, RemoteProgram, WorkerConfig, WorkerPool, deliver_each, runs_in_router
 from .xpath_kernel import XmlCache, XPathProgram
 
 __all__ = ["PatternEngine", "Bucket", "Matcher"]
 
-Program = ExprProgram | ScriptProgram | XPathProgram
+Program = ExprProgram | ScriptProgram | XPathProgram | RemoteProgram
 
 
 class _Subscription:
@@ -45,12 +47,14 @@ class _Subscription:
 
 
 class _Instance:
-    __slots__ = ("spec_key", "program", "buckets")
+    __slots__ = ("spec_key", "program", "buckets", "remote")
 
-    def __init__(self, spec_key: tuple[str, str, str], program: Program) -> None:
+    def __init__(self, spec_key: tuple[str, str, str], program: Program, remote: bool = False) -> None:
         self.spec_key = spec_key
         self.program = program
         self.buckets: dict[Any, Bucket] = {}
+        #: Matched in a worker process (`workers`): `match` skips it here.
+        self.remote = remote
 
 
 class Bucket:
@@ -69,7 +73,7 @@ class Bucket:
         self.state_countdown = 1
         self.stamp = 0
         self.result: Any = None
-        self.run = instance.program.run
+        self.run = _nothing if instance.remote else instance.program.run
 
 
 class PatternEngine:
@@ -89,9 +93,21 @@ class PatternEngine:
         host: HostFacts,
         limits: SandboxLimits = SandboxLimits(),
         on_failure: Callable[[list[Hashable], str, str], None],
+        isolation: str = "auto",
+        workers: WorkerConfig = WorkerConfig(),
+        on_deliveries: Callable[[list[Delivery]], None] = deliver_each,
+        on_compiled: Callable[[PatternSpec, Program], None] | None = None,
     ) -> None:
+        # isolation: "workers" runs patterns outside the closed grammar in worker processes
+        # (`workers`), "in-process" runs every pattern here, "auto" uses workers when the
+        # engine lives in an event loop (a router) and in-process otherwise.
+        if isolation not in ("auto", "workers", "in-process"):
+            raise UsageError(f"isolation must be 'auto', 'workers' or 'in-process', not {isolation!r}")
         self.limits = limits
-        self._sandbox = Sandbox(host, limits)
+        self._host, self._isolation, self._workers_config = host, isolation, workers
+        self._on_deliveries, self._on_compiled = on_deliveries, on_compiled
+        self._pool: WorkerPool | None = None
+        self._sandbox = self.sandbox = Sandbox(host, limits)
         self._xml = XmlCache()
         self._on_failure = on_failure
         self._subs: dict[Hashable, _Subscription] = {}
@@ -115,17 +131,23 @@ class PatternEngine:
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
         if instance is None:
-            instance = _Instance(spec_key, self._compile(spec))
+            remote = self._in_worker(spec)
+            program = RemoteProgram(spec) if remote and len(spec.source) > PRECHECK_MAX_SOURCE else self._compile(spec)
+            instance = _Instance(spec_key, program, remote)
             self._instances[spec_key] = instance
         sub = _Subscription(key, own, None, next(self._seq))  # type: ignore[arg-type]
         self._subs[key] = sub
         self._join(sub, instance, _freeze(own), None)
+        if instance.remote:
+            self._workers().subscribe(key, spec, own, str(getattr(key, "client_id", None) or key))
 
     def unsubscribe(self, key: Hashable) -> None:
         """Remove subscriber *key* (no-op if unknown). A script's state goes with the last
         subscriber of its bucket."""
         sub = self._subs.pop(key, None)
         if sub is not None:
+            if sub.bucket.instance.remote and self._pool is not None:
+                self._pool.unsubscribe(key)
             self._leave(sub)
 
     def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
@@ -143,6 +165,8 @@ class PatternEngine:
         merged = {**sub.params, **params}
         new_key = _freeze(merged)
         old = sub.bucket
+        if old.instance.remote and self._pool is not None:
+            self._pool.update(key, params)
         if new_key == old.params_key:
             sub.params = merged
             return
@@ -195,13 +219,54 @@ class PatternEngine:
             program.prepare(bucket)
 
     def _compile(self, spec: PatternSpec) -> Program:
+        program: Program
         if spec.kernel == "python" and spec.format == "expr":
-            return ExprProgram(self._sandbox, spec.source)
-        if spec.kernel == "python" and spec.format == "script":
-            return ScriptProgram(self._sandbox, spec.source)
-        if spec.kernel == "xpath":
-            return XPathProgram(self._sandbox, spec.source, self._xml)
-        raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+            program = ExprProgram(self._sandbox, spec.source)
+        elif spec.kernel == "python" and spec.format == "script":
+            program = ScriptProgram(self._sandbox, spec.source)
+        elif spec.kernel == "xpath":
+            program = XPathProgram(self._sandbox, spec.source, self._xml)
+        else:
+            raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+        if self._on_compiled is not None:
+            self._on_compiled(spec, program)
+        return program
+
+    # -- the worker tier (`workers`) -------------------------------------------------------
+
+    def _in_worker(self, spec: PatternSpec) -> bool:
+        if self._isolation == "in-process" or runs_in_router(spec):
+            return False
+        if self._isolation == "auto":
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return False
+        return True
+
+    def _workers(self) -> WorkerPool:
+        if self._pool is None or self._pool.closed:
+            self._pool = WorkerPool(
+                host=self._host,
+                limits=self.limits,
+                config=self._workers_config,
+                deliver=self._on_deliveries,
+                on_stop=self._remote_stopped,
+            )
+        return self._pool
+
+    def _remote_stopped(self, keys: list[Hashable], code: str, message: str) -> None:
+        """A worker stopped these subscribers' pattern (or it was killed running it)."""
+        for key in keys:
+            sub = self._subs.pop(key, None)
+            if sub is not None:
+                self._leave(sub)
+        self._on_failure(keys, code, message)
+
+    async def aclose(self) -> None:
+        """Stop the worker processes (subscribers stay registered). Idempotent."""
+        if self._pool is not None:
+            await self._pool.aclose()
 
     # -- matching --------------------------------------------------------------------------
 
@@ -211,6 +276,8 @@ class PatternEngine:
         Patterns the sandbox stops are removed and reported through `on_failure`."""
         self._stamp += 1
         stamp = self._stamp
+        if self._pool is not None and len(self._pool):
+            self._pool.dispatch(event)  # deliveries come back through on_deliveries
         out: list[Delivery] = []
         append = out.append
         failures: list[tuple[_Instance, SandboxStop]] | None = None
@@ -307,10 +374,12 @@ class PatternEngine:
             keys = [k for k, s in self._subs.items() if s.bucket.instance is instance]
             for k in keys:
                 del self._subs[k]
+                if instance.remote and self._pool is not None:
+                    self._pool.unsubscribe(k)
             self._instances.pop(instance.spec_key, None)
             instance.buckets.clear()
             stopped.update(keys)
-            reports.append((keys, stop.code, stop.message))
+            reports.append((keys, stop.code, stop.message[:MAX_STOP_MESSAGE]))
         if stopped:
             out = [d for d in out if d[0] not in stopped]
         for keys, code, message in reports:
@@ -380,3 +449,7 @@ def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def _mentioned(program: Program) -> frozenset[str]:
     return program.mentions
+
+
+def _nothing(bucket: Bucket, event: Event) -> None:
+    return None

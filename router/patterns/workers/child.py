@@ -1,0 +1,298 @@
+"""The worker process: patterns of the worker tier run here, under RestrictedPython as in
+the router (defence in depth) and inside limits the operating system enforces.
+
+Lock-down, in this order, before the first pattern is compiled: everything is imported;
+the shared slot is mapped and its descriptor closed; every descriptor but the pipe (0 and 1)
+is closed; then `setrlimit` caps the address space (`RLIMIT_AS`: a pattern that allocates
+past it gets MemoryError, and is stopped), the CPU time (`RLIMIT_CPU`, re-armed before each
+batch: the kernel kills a worker that outruns it even if the router's watchdog did not),
+open files at 2 (`RLIMIT_NOFILE`: no new socket, file or pipe can be opened, so no network
+even if the sandbox were broken), file size 0, core dumps 0, and processes (`RLIMIT_NPROC`,
+for an unprivileged user: no fork).
+
+A worker is one `PatternEngine` (in-process mode) whose keys are the router's small ints.
+Every evaluation goes through `Worker.run_wrapper`, which writes the shared slot (whom the
+router blames if the evaluation never returns), gives the sandbox's random module the
+pattern instance's own `random.Random`, has the state measured on every run, and charges
+the evaluation's time to its client's CPU share (see the package docstring).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import resource
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from aa.mesh import Event, PatternError, PatternSpec
+from aa.mesh.protocol import event_to_wire, pack, unpack
+
+from ..budget import TIMEOUT, SandboxStop
+from ..engine import PatternEngine
+from ..limits import HostFacts, SandboxLimits
+from .limits import MAX_STOP_MESSAGE
+from .wire import SLOT, SLOT_BYTES, FrameReader, encode
+
+__all__ = ["child_main", "Worker"]
+
+#: Shortest tick budget an evaluation gets when its client's share is spent, in seconds.
+_MIN_LIMIT = 0.0005
+#: CPU seconds a worker may use for one batch before the kernel kills it (RLIMIT_CPU is in
+#: whole seconds and counts since the process started, so it is re-armed per batch).
+_BATCH_CPU = 5
+_perf = time.perf_counter
+_mono_ns = time.monotonic_ns
+_pack_slot = SLOT.pack_into
+
+
+class _Client:
+    __slots__ = ("tokens", "active")
+
+    def __init__(self, burst: float) -> None:
+        self.tokens = burst
+        self.active = False
+
+
+class Worker:
+    """One worker's patterns and the handling of the router's messages."""
+
+    def __init__(self, facts: dict[str, Any], slot: Any, write: Callable[[bytes], None]) -> None:
+        self.slot = slot
+        self.write = write
+        self.peer_count = 0
+        self.time_budget = float(facts["time_budget"])
+        self.burst = float(facts["client_burst"])
+        self.kill_ns = int(facts["kill_after"] * 1e9)
+        self.compile_ns = int(facts["compile_deadline"] * 1e9)
+        host = HostFacts(
+            router_id=facts["router_id"],
+            router_name=facts["router_name"],
+            clock=lambda: datetime.now(timezone.utc),
+            peer_count=lambda: self.peer_count,
+        )
+        limits = SandboxLimits(
+            time_budget=self.time_budget,
+            max_state_bytes=facts["max_state_bytes"],
+            max_sequence=facts["max_sequence"],
+        )
+        self.engine = PatternEngine(
+            host=host, limits=limits, on_failure=self._failed, isolation="in-process", on_compiled=self._compiled
+        )
+        self.budget = self.engine.sandbox.budget
+        self.random = self.engine.sandbox.random
+        self.clients: dict[str, _Client] = {}
+        self.client_of: dict[int, str] = {}  # wkey → client
+        self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
+        self.stops: list[list[Any]] = []
+        self.last_refill = _perf()
+        self.idle = True
+
+    # -- messages --------------------------------------------------------------------------
+
+    def handle(self, msg: list[Any]) -> None:
+        op = msg[0]
+        if op == "batch":
+            self.batch(msg[1], msg[2], msg[3])
+        elif op == "sub":
+            self.subscribe(*msg[1:])
+        elif op == "update":
+            try:
+                self.engine.update(msg[1], msg[2])
+            except Exception:
+                pass  # unknown key: stopped already, the router hears of it separately
+        elif op == "unsub":
+            self.engine.unsubscribe(msg[1])
+            self.client_of.pop(msg[1], None)
+
+    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str) -> None:
+        self._placing = (iid, client)
+        self.clients.setdefault(client, _Client(self.burst))
+        _pack_slot(self.slot, 0, iid, _mono_ns(), self.compile_ns)
+        try:
+            self.engine.subscribe(wkey, PatternSpec(kernel=kernel, format=fmt, source=source), params)
+        except PatternError as exc:
+            self.write(encode(["refused", wkey, exc.code, _short(str(exc))]))
+            return
+        except Exception as exc:  # MemoryError, RecursionError while compiling
+            self.write(encode(["refused", wkey, "pattern-refused", _short(f"pattern refused: {type(exc).__name__} while compiling")]))
+            return
+        finally:
+            _pack_slot(self.slot, 0, 0, 0, 0)
+            self.budget.violation = None
+        self.client_of[wkey] = client
+
+    def _compiled(self, spec: PatternSpec, program: Any) -> None:
+        """Wrap a newly compiled program's `run` (before any bucket takes it)."""
+        iid, client = self._placing
+        program.run = self.run_wrapper(program.run, iid, self.clients[client])
+
+    def run_wrapper(self, run: Callable[..., Any], iid: int, client: _Client) -> Callable[..., Any]:
+        slot, budget, time_budget, kill_ns = self.slot, self.budget, self.time_budget, self.kill_ns
+        switch, rng = self.random, random.Random()
+
+        def evaluate(bucket: Any, event: Event, *rest: Any) -> Any:
+            tokens = client.tokens
+            limit = time_budget if tokens >= time_budget else max(tokens, _MIN_LIMIT)
+            budget.limit = limit
+            switch.current = rng
+            bucket.state_countdown = 1  # `state` measured after every run
+            client.active = True
+            start = _perf()
+            _pack_slot(slot, 0, iid, _mono_ns(), kill_ns)
+            try:
+                result = run(bucket, event, *rest)
+            except SandboxStop as stop:
+                if stop.code == TIMEOUT and limit < time_budget:
+                    raise SandboxStop(TIMEOUT, _SHARE_MESSAGE) from None
+                raise
+            finally:
+                _pack_slot(slot, 0, 0, 0, 0)
+                budget.limit = time_budget
+                client.tokens -= _perf() - start
+            if client.tokens < 0:
+                budget.violation = None
+                raise SandboxStop(TIMEOUT, _SHARE_MESSAGE)
+            return result
+
+        return evaluate
+
+    def _failed(self, keys: list[Any], code: str, message: str) -> None:
+        for k in keys:
+            self.client_of.pop(k, None)
+        self.stops.append([list(keys), code, _short(message)])
+
+    def refill(self) -> None:
+        """Give every client its share of the time since the last refill; a worker that
+        was idle (nothing waiting) tops every client up to its burst."""
+        now = _perf()
+        clients = self.clients
+        if self.idle:
+            for c in clients.values():
+                c.tokens = self.burst
+        else:
+            active = [c for c in clients.values() if c.active] or list(clients.values())
+            share = (now - self.last_refill) / max(len(active), 1)
+            for c in active:
+                c.tokens = min(self.burst, c.tokens + share)
+        for c in clients.values():
+            c.active = False
+        self.last_refill = now
+        self.idle = False
+
+    def batch(self, seq: int, peer_count: int, blob: bytes) -> None:
+        self.peer_count = peer_count
+        self.refill()
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = int(used.ru_utime + used.ru_stime) + _BATCH_CPU
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
+        trusted = Event.trusted
+        events = [trusted(v, t, m, i) for i, t, v, m in unpack(blob)]
+        deliveries: list[Any] = []
+        derived: list[Any] = []
+        derived_at: dict[int, int] = {}
+        match = self.engine.match
+        for index, event in enumerate(events):
+            for key, ev in match(event):
+                if ev is event:
+                    deliveries += (key, index)
+                    continue
+                ref = derived_at.get(id(ev))
+                if ref is None:
+                    ref = derived_at[id(ev)] = -1 - len(derived)
+                    derived.append(event_to_wire(ev))
+                deliveries += (key, ref)
+        stops, self.stops = self.stops, []
+        self.write(encode(["done", seq, deliveries, pack(derived), stops]))
+
+
+_SHARE_MESSAGE = "pattern stopped: its client's patterns together used more than their share of the worker's CPU"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_STOP_MESSAGE else text[: MAX_STOP_MESSAGE - 3] + "..."
+
+
+def _lock_down(memory: int) -> None:
+    """Close every descriptor but the pipe, then set the OS limits (module docstring)."""
+    try:
+        os.close(2)
+    except OSError:
+        pass
+    os.closerange(3, 65536)
+    here = _address_space()
+    limits = [
+        (resource.RLIMIT_AS, here + memory),
+        (resource.RLIMIT_NOFILE, 2),
+        (resource.RLIMIT_FSIZE, 0),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if os.geteuid() != 0:
+        limits.append((resource.RLIMIT_NPROC, 0))
+    for which, value in limits:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass  # a limit the platform refuses; the others still hold
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_main(slot_fd: int) -> None:
+    """The worker's main loop: serve the router on fds 0/1 until the pipe closes."""
+    slot = mmap.mmap(slot_fd, SLOT_BYTES)
+    os.close(slot_fd)
+    sys.stderr = sys.__stderr__ = _Null()  # type: ignore[assignment,misc]  # fd 2 is closed below
+    reader = FrameReader()
+    hello = _read_until(reader, lambda m: m[0] == "hello")
+    if hello is None:
+        return
+    facts = hello[1]
+    out = os.fdopen(1, "wb", buffering=0)
+
+    def write(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = out.write(view)
+            view = view[n or 0 :]
+
+    worker = Worker(facts, slot, write)
+    _lock_down(int(facts["memory"]))
+    write(encode(["ready"]))
+    while True:
+        msg = reader.next()
+        if msg is None:
+            worker.idle = True
+            data = os.read(0, 1 << 20)
+            if not data:
+                return
+            reader.feed(data)
+            continue
+        worker.handle(msg)
+
+
+def _read_until(reader: FrameReader, want: Callable[[list[Any]], bool]) -> list[Any] | None:
+    while True:
+        msg = reader.next()
+        if msg is not None:
+            if want(msg):
+                return msg
+            continue
+        data = os.read(0, 1 << 20)
+        if not data:
+            return None
+        reader.feed(data)
+
+
+class _Null:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass

@@ -1,0 +1,49 @@
+"""What the engine needs from the worker tier besides the pool: the stand-in program of a
+pattern compiled only in its worker, and the default way a worker's deliveries reach their
+subscribers."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Hashable
+
+from aa.mesh import Event, PatternSpec
+
+__all__ = ["RemoteProgram", "deliver_each"]
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class RemoteProgram:
+    """A worker-tier pattern too long to pre-compile in the router (`PRECHECK_MAX_SOURCE`).
+    Matching happens in its worker; the router's own uses (quench dry-runs, history replay,
+    client caches) get the cautious answer "may match"."""
+
+    def __init__(self, spec: PatternSpec) -> None:
+        self.kind = spec.format if spec.kernel == "python" else "xpath"
+        self.mentions = frozenset(_WORD.findall(spec.source[:65536]))
+
+    def prepare(self, bucket: Any) -> None:
+        bucket.context = None
+
+    def run(self, bucket: Any, event: Event, state: Any = None) -> bool:
+        return True
+
+
+def deliver_each(items: list[tuple[Hashable, Event]]) -> None:
+    """Hand each (subscriber key, event) to `key.deliver`, then write what that queued.
+
+    The router's `_flush_dirty` is reached through the key (a session's subscriber or a
+    local subscription); a router that passes its own `on_deliveries` to the engine makes
+    this unnecessary."""
+    routers: dict[int, Any] = {}
+    for key, event in items:
+        key.deliver(event)  # type: ignore[attr-defined]
+        session = getattr(key, "session", None)
+        router = getattr(session, "router", None) or getattr(key, "_router", None)
+        if router is not None:
+            routers[id(router)] = router
+    for router in routers.values():
+        flush = getattr(router, "_flush_dirty", None)
+        if flush is not None:
+            flush()
