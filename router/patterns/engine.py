@@ -263,6 +263,11 @@ class PatternEngine:
                 self._leave(sub)
         self._on_failure(keys, code, message)
 
+    @property
+    def workers(self) -> WorkerPool | None:
+        """The worker pool, once a pattern went to the worker tier (else None)."""
+        return self._pool
+
     async def aclose(self) -> None:
         """Stop the worker processes (subscribers stay registered). Idempotent."""
         if self._pool is not None:

@@ -194,6 +194,7 @@ class Worker:
         deliveries: list[Any] = []
         derived: list[Any] = []
         derived_at: dict[int, int] = {}
+        keep: list[Event] = []  # alive until the reply is built: ids must not be reused
         match = self.engine.match
         for index, event in enumerate(events):
             for key, ev in match(event):
@@ -204,6 +205,7 @@ class Worker:
                 if ref is None:
                     ref = derived_at[id(ev)] = -1 - len(derived)
                     derived.append(event_to_wire(ev))
+                    keep.append(ev)
                 deliveries += (key, ref)
         stops, self.stops = self.stops, []
         self.write(encode(["done", seq, deliveries, pack(derived), stops]))

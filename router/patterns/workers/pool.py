@@ -33,6 +33,9 @@ log = logging.getLogger("aa.router.patterns.workers")
 
 Deliveries = list[tuple[Hashable, Event]]
 
+#: Deliveries handed on per turn of the router's loop (about 1 ms of work).
+DELIVERY_CHUNK = 2000
+
 
 class _Sub:
     __slots__ = ("key", "wkey", "spec", "params", "client", "inst")
@@ -65,6 +68,7 @@ class _Slot:
         self.dropped = 0
         self.suspect: tuple[int, int, float] | None = None
         self.replacing = False
+        self.delivering = False  # a reply's deliveries are still being handed on
 
 
 class WorkerPool:
@@ -268,7 +272,7 @@ class WorkerPool:
     def _pump_slot(self, slot: _Slot) -> None:
         """Send *slot*'s control messages up to and including its next batch."""
         proc = slot.proc
-        if proc is None or proc.gone or slot.in_flight is not None:
+        if proc is None or proc.gone or slot.in_flight is not None or slot.delivering:
             return
         queue = slot.queue
         while queue:
@@ -304,15 +308,31 @@ class WorkerPool:
                     out.append((sub.key, events[ref] if ref >= 0 else derived[-1 - ref]))
             for wkeys, code, message in stops:
                 self._stop_wkeys(wkeys, code, message)
-            if out:
-                self._deliver(out)
-            self._pump_slot(slot)
+            self._deliver_chunks(slot, out, 0)
         elif op == "refused":
             sub = self._by_wkey.get(msg[1])
             if sub is not None:
                 self._stop_inst(sub.inst, msg[2], msg[3])
         elif op == "stop":
             self._stop_wkeys(msg[1], msg[2], msg[3])
+
+    def _deliver_chunks(self, slot: _Slot, out: Deliveries, start: int) -> None:
+        """Deliver *out* a chunk per turn of the loop (a script may forward thousands of
+        copies per event to its own subscriber: that must not hold up anybody else), then
+        send the worker its next batch."""
+        end = start + DELIVERY_CHUNK
+        if start or end < len(out):
+            part = out[start:end]
+        else:
+            part = out
+        if part:
+            self._deliver(part)
+        if end < len(out):
+            slot.delivering = True
+            self._loop.call_soon(self._deliver_chunks, slot, out, end)
+            return
+        slot.delivering = False
+        self._pump_slot(slot)
 
     # -- stops, kills and replacements -----------------------------------------------------
 
