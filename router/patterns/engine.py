@@ -28,7 +28,7 @@ from .budget import SandboxStop
 from .limits import Delivery, HostFacts, SandboxLimits
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
-from .workers import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, RemoteProgram, WorkerConfig, WorkerPool, deliver_each, runs_in_router
+from .workers import MAX_STOP_MESSAGE, RemoteProgram, WorkerConfig, WorkerPool, deliver_each, prechecked, runs_in_router
 from .xpath_kernel import XmlCache, XPathProgram
 
 __all__ = ["PatternEngine", "Bucket", "Matcher"]
@@ -132,7 +132,7 @@ class PatternEngine:
         instance = self._instances.get(spec_key)
         if instance is None:
             remote = self._in_worker(spec)
-            program = RemoteProgram(spec) if remote and len(spec.source) > PRECHECK_MAX_SOURCE else self._compile(spec)
+            program = RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
             instance = _Instance(spec_key, program, remote)
             self._instances[spec_key] = instance
         sub = _Subscription(key, own, None, next(self._seq))  # type: ignore[arg-type]

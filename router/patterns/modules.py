@@ -79,9 +79,16 @@ class ModuleProxy:
 
     __slots__ = ("_members", "_label")
 
-    def __init__(self, label: str, members: dict[str, Any]) -> None:
-        object.__setattr__(self, "_members", members)
-        object.__setattr__(self, "_label", label)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # `type(math)` hands a pattern this class: it must not build modules of its own.
+        raise TypeError("modules cannot be built in patterns")
+
+    @classmethod
+    def _make(cls, label: str, members: dict[str, Any]) -> "ModuleProxy":
+        proxy = object.__new__(cls)
+        object.__setattr__(proxy, "_members", members)
+        object.__setattr__(proxy, "_label", label)
+        return proxy
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -288,7 +295,7 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
             "UTC": datetime.timezone.utc,
         },
     }
-    return {name: ModuleProxy(name, members) for name, members in modules.items()}
+    return {name: ModuleProxy._make(name, members) for name, members in modules.items()}
 
 
 def guarded_sub(g: Guards) -> Callable[..., Any]:

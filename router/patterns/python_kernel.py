@@ -102,6 +102,8 @@ class ScriptProgram:
         compiled = sandbox.compile(source, expression=False)
         self.code = compiled.code
         self.mentions = compiled.mentions
+        #: Estimated bytes of the distinct derived events the last run forwarded.
+        self.last_derived_bytes = 0
 
     def prepare(self, bucket: "Bucket") -> None:
         """The bucket's fixed names: builtins, params as bare names, and the group's views."""
@@ -188,6 +190,7 @@ class ScriptProgram:
             out = {}
         if budget.violation is not None or budget.overran():
             raise budget.violation  # type: ignore[misc]
+        self.last_derived_bytes = derived_bytes  # what the run sends back (the worker tier charges it)
         if state is None:
             bucket.state_countdown -= 1
             if bucket.state_countdown <= 0:

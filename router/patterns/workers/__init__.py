@@ -13,7 +13,8 @@ How the engine uses it::
 
     PatternEngine.subscribe ─► tier? (`runs_in_router`)
         router:  compiled and matched in-process, as before
-        worker:  pre-compiled in the router if short (immediate refusal), then
+        worker:  pre-compiled in the router if short Python (`prechecked`: an
+                 immediate refusal), then
                  WorkerPool.subscribe(key, spec, params, client)
     PatternEngine.match(event) ─► WorkerPool.dispatch(event)   (queued, never waited on)
         … a worker's reply ─► deliver([(key, event), ...]) ─► key.deliver(ev), flushed
@@ -30,15 +31,17 @@ worker, and each of its patterns could cost every other client a kill and re-cre
 with affinity it reaches one worker, and fairness inside that worker bounds even that.
 
 Fairness inside a worker: each client has a CPU allowance (a token bucket of
-`WorkerConfig.client_burst` seconds, 50 ms by default). Every evaluation is charged to the
-client that placed the pattern; a client's evaluations get a tick budget of no more than its
-allowance left, and a pattern whose client's allowance runs out is stopped
-("its client's patterns together used more than their share of the worker's CPU"). While
-the worker is busy, allowances refill at an equal share of the time passing for each client
-that ran something; a worker that goes idle tops every client up. So a client's patterns
-together use at most their share of a busy worker, and one client's hostile pattern
-delays the other clients on its worker by at most the burst plus one kill deadline
-(50 ms + 50 ms): never more than about 100 ms, whatever the number of its patterns.
+`WorkerConfig.client_burst` seconds, 50 ms by default), and every evaluation is charged to
+the client that placed the pattern (timed with the wall clock, scaled by the share of the
+last batch the worker was on a CPU, so a machine busy with other processes charges nobody).
+While the worker works, each client is credited an equal share of the time passing among
+the clients that needed the worker in the last batch; time the worker waits for the router
+is credited to everybody whole. A client's evaluations get a tick budget of no more than
+its allowance left (a loop stops as soon as its client's share is spent), and a pattern
+whose client runs a debt of one more burst is stopped ("its client's patterns together
+used more than their share of the worker's CPU"). So a client's patterns together use at
+most their share of a busy worker, whatever their number, and one client's hostile pattern
+delays the other clients on its worker by about the burst plus one kill deadline at most.
 
 A killed or crashed worker: the pattern it was running (named in the shared slot) is
 stopped with the reason, to its own subscribers only; every other pattern of that worker is
@@ -52,7 +55,7 @@ Limits of this version: client-cache matching, quench dry-runs and history repla
 router's own sandbox, as before this tier existed.
 """
 
-from .hooks import RemoteProgram, deliver_each
+from .hooks import RemoteProgram, deliver_each, prechecked
 from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .pool import WorkerPool
 from .tiering import runs_in_router
@@ -64,5 +67,6 @@ __all__ = [
     "WorkerConfig",
     "WorkerPool",
     "deliver_each",
+    "prechecked",
     "runs_in_router",
 ]

@@ -19,6 +19,7 @@ the evaluation's time to its client's CPU share (see the package docstring).
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import random
@@ -31,7 +32,7 @@ from typing import Any, Callable
 from aa.mesh import Event, PatternError, PatternSpec
 from aa.mesh.protocol import event_to_wire, pack, unpack
 
-from ..budget import TIMEOUT, SandboxStop
+from ..budget import MEMORY, TIMEOUT, SandboxStop
 from ..engine import PatternEngine
 from ..limits import HostFacts, SandboxLimits
 from .limits import MAX_STOP_MESSAGE
@@ -41,20 +42,43 @@ __all__ = ["child_main", "Worker"]
 
 #: Shortest tick budget an evaluation gets when its client's share is spent, in seconds.
 _MIN_LIMIT = 0.0005
-#: CPU seconds a worker may use for one batch before the kernel kills it (RLIMIT_CPU is in
+#: CPU seconds a worker may use past its last re-arming before the kernel kills it: the
+#: backstop behind the router's watchdog, re-armed before each batch and every
+#: `_REARM_EVERY` evaluations (RLIMIT_CPU is in
 #: whole seconds and counts since the process started, so it is re-armed per batch).
-_BATCH_CPU = 5
+_BATCH_CPU = 10
+_REARM_EVERY = 256
+#: What a client's patterns may send back, per second, beyond their CPU share: deliveries
+#: (each costs the router about a microsecond on its loop) and bytes of derived events
+#: (each byte is decoded, checked and written again by the router). The bucket of each holds
+#: one second's worth. A pattern whose client runs past either is stopped.
+CLIENT_DELIVERIES_PER_S = 100_000
+CLIENT_DERIVED_BYTES_PER_S = 16_000_000
+#: Seconds a worker must wait for its next message to count as idle (keeping up), which
+#: tops every client's CPU allowance up. A busy router sends the next batch at once.
+_IDLE_GAP = 0.005
+#: Allocations after which the worker collects garbage, between two batches. Automatic
+#: collection is off: it would run inside some evaluation and be charged to its client.
+_GC_AFTER = 50_000
+#: The clients dividing a busy worker's time are those that ran something in the last
+#: `_SHARE_WINDOW` seconds, counted again every `_SHARE_EVERY` seconds.
+_SHARE_WINDOW = 1.0
+_SHARE_EVERY = 0.01
 _perf = time.perf_counter
 _mono_ns = time.monotonic_ns
 _pack_slot = SLOT.pack_into
 
 
+
+
 class _Client:
-    __slots__ = ("tokens", "active")
+    __slots__ = ("tokens", "stamp", "ran", "deliveries", "bytes")
 
     def __init__(self, burst: float) -> None:
         self.tokens = burst
-        self.active = False
+        self.deliveries = float(CLIENT_DELIVERIES_PER_S)
+        self.bytes = float(CLIENT_DERIVED_BYTES_PER_S)
+        self.stamp = self.ran = _perf()  # when tokens were last credited; last evaluation
 
 
 class Worker:
@@ -88,8 +112,16 @@ class Worker:
         self.client_of: dict[int, str] = {}  # wkey → client
         self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
         self.stops: list[list[Any]] = []
-        self.last_refill = _perf()
-        self.idle = True
+        self.share = 1.0
+        self.next_share = 0.0
+        #: Share of wall time the worker was on a CPU in its last batch: evaluations are
+        #: timed with the cheap wall clock and charged this fraction of it, so time the
+        #: machine gave to other processes is not charged to a client.
+        self.on_cpu = 1.0
+        #: Seconds the worker just waited for the router (0 while it is kept busy), and
+        #: since when.
+        self.idle = 0.0
+        self.idle_from = _perf()
 
     # -- messages --------------------------------------------------------------------------
 
@@ -134,14 +166,29 @@ class Worker:
         slot, budget, time_budget, kill_ns = self.slot, self.budget, self.time_budget, self.kill_ns
         switch, rng = self.random, random.Random()
 
+        worker, burst = self, self.burst
+
+        program = getattr(run, "__self__", None)
+        counter = [0]
+
         def evaluate(bucket: Any, event: Event, *rest: Any) -> Any:
-            tokens = client.tokens
+            start = _perf()
+            if start > worker.next_share:
+                worker.update_share(start)
+            elapsed = start - client.stamp
+            tokens = client.tokens + elapsed * worker.share * worker.on_cpu  # CPU seconds, as charged
+            client.stamp = client.ran = start
+            client.deliveries = min(CLIENT_DELIVERIES_PER_S, client.deliveries + elapsed * CLIENT_DELIVERIES_PER_S)
+            client.bytes = min(CLIENT_DERIVED_BYTES_PER_S, client.bytes + elapsed * CLIENT_DERIVED_BYTES_PER_S)
+            counter[0] += 1
+            if counter[0] % _REARM_EVERY == 0:
+                _rearm()
+            if tokens > burst:
+                tokens = burst
             limit = time_budget if tokens >= time_budget else max(tokens, _MIN_LIMIT)
             budget.limit = limit
             switch.current = rng
             bucket.state_countdown = 1  # `state` measured after every run
-            client.active = True
-            start = _perf()
             _pack_slot(slot, 0, iid, _mono_ns(), kill_ns)
             try:
                 result = run(bucket, event, *rest)
@@ -152,10 +199,18 @@ class Worker:
             finally:
                 _pack_slot(slot, 0, 0, 0, 0)
                 budget.limit = time_budget
-                client.tokens -= _perf() - start
-            if client.tokens < 0:
+                used = (_perf() - start) * worker.on_cpu
+                client.tokens = tokens - used
+            if client.tokens < -burst:
                 budget.violation = None
                 raise SandboxStop(TIMEOUT, _SHARE_MESSAGE)
+            if result:
+                client.deliveries -= len(bucket.members) if result is True else sum(map(len, result.values()))
+                client.bytes -= getattr(program, "last_derived_bytes", 0)
+                if client.deliveries < 0:
+                    raise SandboxStop(MEMORY, _DELIVERIES_MESSAGE)
+                if client.bytes < 0:
+                    raise SandboxStop(MEMORY, _BYTES_MESSAGE)
             return result
 
         return evaluate
@@ -166,29 +221,31 @@ class Worker:
         self.stops.append([list(keys), code, _short(message)])
 
     def refill(self) -> None:
-        """Give every client its share of the time since the last refill; a worker that
-        was idle (nothing waiting) tops every client up to its burst."""
+        """Before a batch: time the worker spent idle (waiting for the router) is credited
+        to every client whole, since nobody needed it; time it worked is credited at the
+        share (`update_share`), here and before each evaluation."""
         now = _perf()
-        clients = self.clients
-        if self.idle:
-            for c in clients.values():
-                c.tokens = self.burst
-        else:
-            active = [c for c in clients.values() if c.active] or list(clients.values())
-            share = (now - self.last_refill) / max(len(active), 1)
-            for c in active:
-                c.tokens = min(self.burst, c.tokens + share)
-        for c in clients.values():
-            c.active = False
-        self.last_refill = now
-        self.idle = False
+        clients = self.clients.values()
+        self.update_share(now)
+        idle, burst = self.idle, self.burst
+        for c in clients:
+            if idle:
+                c.tokens = min(burst, c.tokens + idle + (self.idle_from - c.stamp) * self.share)
+                c.stamp = now
+        self.idle = 0.0
+
+    def update_share(self, now: float) -> None:
+        """One over the clients that ran something in the last `_SHARE_WINDOW` seconds."""
+        since = now - _SHARE_WINDOW
+        needing = sum(1 for c in self.clients.values() if c.ran > since)
+        self.share = 1.0 / max(needing, 1)
+        self.next_share = now + _SHARE_EVERY
 
     def batch(self, seq: int, peer_count: int, blob: bytes) -> None:
         self.peer_count = peer_count
         self.refill()
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = int(used.ru_utime + used.ru_stime) + _BATCH_CPU
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
+        wall, cpu_start = _perf(), time.thread_time()
+        _rearm()
         trusted = Event.trusted
         events = [trusted(v, t, m, i) for i, t, v, m in unpack(blob)]
         deliveries: list[Any] = []
@@ -209,9 +266,22 @@ class Worker:
                 deliveries += (key, ref)
         stops, self.stops = self.stops, []
         self.write(encode(["done", seq, deliveries, pack(derived), stops]))
+        wall = _perf() - wall
+        if wall > 0.001:  # long enough for the CPU clock to say something
+            self.on_cpu = min(1.0, max(0.05, (time.thread_time() - cpu_start) / wall))
+        if gc.get_count()[0] > _GC_AFTER:
+            gc.collect()  # between batches, charged to nobody (automatic collection is off)
 
 
 _SHARE_MESSAGE = "pattern stopped: its client's patterns together used more than their share of the worker's CPU"
+_DELIVERIES_MESSAGE = f"pattern stopped: its client's patterns together made more than {CLIENT_DELIVERIES_PER_S:,} deliveries a second"
+_BYTES_MESSAGE = f"pattern stopped: its client's patterns together derived more than {CLIENT_DERIVED_BYTES_PER_S:,} bytes of events a second"
+
+
+def _rearm() -> None:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(used.ru_utime + used.ru_stime) + _BATCH_CPU
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
 
 
 def _short(text: str) -> str:
@@ -265,13 +335,18 @@ def child_main(slot_fd: int) -> None:
             view = view[n or 0 :]
 
     worker = Worker(facts, slot, write)
+    gc.collect()
+    gc.freeze()  # what start-up built is never garbage: keep it out of every collection
+    gc.disable()
     _lock_down(int(facts["memory"]))
     write(encode(["ready"]))
     while True:
         msg = reader.next()
         if msg is None:
-            worker.idle = True
+            waited = _perf()
             data = os.read(0, 1 << 20)
+            if _perf() - waited > _IDLE_GAP:  # the router had nothing for us
+                worker.idle, worker.idle_from = _perf() - waited, waited
             if not data:
                 return
             reader.feed(data)

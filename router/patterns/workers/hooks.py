@@ -9,9 +9,18 @@ from typing import Any, Hashable
 
 from aa.mesh import Event, PatternSpec
 
-__all__ = ["RemoteProgram", "deliver_each"]
+from .limits import PRECHECK_MAX_SOURCE
+
+__all__ = ["RemoteProgram", "deliver_each", "prechecked"]
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def prechecked(spec: PatternSpec) -> bool:
+    """Is a worker-tier *spec* also compiled in the router, for an immediate refusal?
+    Python sources up to `PRECHECK_MAX_SOURCE` characters (compiling them is bounded work);
+    never XPath, whose parser evaluates constant sub-expressions while it parses."""
+    return spec.kernel == "python" and len(spec.source) <= PRECHECK_MAX_SOURCE
 
 
 class RemoteProgram:

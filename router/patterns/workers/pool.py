@@ -69,6 +69,7 @@ class _Slot:
         self.suspect: tuple[int, int, float] | None = None
         self.replacing = False
         self.delivering = False  # a reply's deliveries are still being handed on
+        self.retried = False  # the batch in flight was already resent after a crash
 
 
 class WorkerPool:
@@ -170,6 +171,14 @@ class WorkerPool:
 
     def __len__(self) -> int:
         return len(self._subs)
+
+    @property
+    def warm(self) -> bool:
+        """Every worker has a live process with nothing queued, and the spare is ready."""
+        spare = self._spare
+        return (spare is None or spare.done()) and all(
+            s.proc is not None and not s.proc.gone and s.in_flight is None and not s.queue for s in self._slots
+        )
 
     def __contains__(self, key: object) -> bool:
         return key in self._subs
@@ -294,6 +303,7 @@ class WorkerPool:
         if op == "done":
             _, seq, flat, derived_blob, stops = msg
             flight, slot.in_flight = slot.in_flight, None
+            slot.retried = False
             if flight is None or flight[0] != seq:
                 proc.kill("protocol")
                 return
@@ -411,10 +421,13 @@ class WorkerPool:
         if inst is not None:
             self._stop_inst(inst, code, f"pattern stopped: {why}; its worker process was replaced")
         elif slot.in_flight is not None:
-            # No culprit known: do not feed the same batch to the next worker (it may be
-            # what killed this one); its events are dropped for this worker's patterns.
-            self._notice(slot, len(slot.in_flight[1]), "its worker process failed")
-            slot.in_flight = None
+            # No culprit known (killed from outside, or between two evaluations): the batch
+            # is sent to the next worker once; if that one dies on it too, the batch may be
+            # what kills them, and its events are dropped for this worker's patterns.
+            if slot.retried:
+                self._notice(slot, len(slot.in_flight[1]), "its worker process failed")
+                slot.in_flight = None
+            slot.retried = not slot.retried
         self.counters["replaced"] += 1
         self._rebuild(slot)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import mmap
 import os
 import sys
@@ -20,6 +21,8 @@ from typing import Any, Callable, Final
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
 
 __all__ = ["WorkerProcess"]
+
+log = logging.getLogger("aa.router.patterns.workers")
 
 _BOOT: Final = """\
 import importlib.machinery, importlib.util, json, sys
@@ -154,6 +157,7 @@ class WorkerProcess:
                     continue
                 self.on_message(self, msg)
         except Exception:  # a worker that breaks the pipe's protocol is broken: replace it
+            log.warning("pattern worker %d broke the pipe's protocol: replacing it", self.number, exc_info=True)
             self.kill("protocol")
 
     def _exited(self) -> None:
