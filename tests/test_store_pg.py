@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import pytest
-from pg import PgServer, pg_server, pg_url  # noqa: F401  (fixtures)
+from support.postgres import PgServer
 
 from aa.mesh import Event
 from aa.router.store import EventStore
 from aa.router import StoreConfig
-from util import wait_for
+from support import wait_for
 
 pytestmark = pytest.mark.postgres
 

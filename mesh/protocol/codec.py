@@ -89,12 +89,18 @@ class Connection:
     NEED_DATA
     """
 
-    __slots__ = ("max_frame", "_buf", "_pos", "_packer", "_broken")
+    __slots__ = ("max_frame", "max_items", "_buf", "_pos", "_packer", "_broken")
 
-    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES, max_items: int | None = None) -> None:
         if max_frame <= 0:
             raise UsageError("max_frame must be positive")
+        if max_items is not None and max_items <= 0:
+            raise UsageError("max_items must be positive or None")
         self.max_frame = max_frame
+        #: Most items in one list or map of a received frame (None: only the frame cap). A
+        #: frame is decoded in one C call that holds the event loop; this bounds what one
+        #: frame costs to decode and dispatch (a router's client sessions set it).
+        self.max_items = max_items
         self._buf = bytearray()
         self._pos = 0
         self._packer = _packer()
@@ -103,33 +109,62 @@ class Connection:
     # -- receiving ---------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        """Buffer bytes read from the peer."""
+        """Buffer bytes read from the peer (dropped once the stream is broken)."""
+        if self._broken is not None:
+            return
         if self._pos and self._pos >= len(self._buf) // 2:
             del self._buf[: self._pos]  # compact now and then, not per frame
             self._pos = 0
         self._buf += data
 
     def next_message(self) -> Message | _NeedData:
-        """The next whole message, or `NEED_DATA`. Raises `ProtocolError` on a bad frame."""
+        """The next whole message, or `NEED_DATA`. Raises `ProtocolError` on a bad frame, and
+        the same error again on every later call: the stream cannot be resynchronised."""
         if self._broken is not None:
-            raise self._broken
+            raise self._fresh_error()
         buf, pos = self._buf, self._pos
         if len(buf) - pos < _HEADER:
             return NEED_DATA
         size = int.from_bytes(buf[pos : pos + _HEADER], "big")
         if size > self.max_frame:
-            self._broken = FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}")
-            raise self._broken
+            self._break(FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}"))
+            raise self._fresh_error()
         end = pos + _HEADER + size
         if len(buf) < end:
             return NEED_DATA
         payload = bytes(memoryview(buf)[pos + _HEADER : end])
         self._pos = end
         try:
-            return self._decode(payload)
+            return self._decode(payload, self.max_items)
         except (MalformedFrame, UnknownMessage) as exc:
-            self._broken = exc
-            raise
+            self._break(exc)
+            raise self._fresh_error() from None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet handed out as messages (a partial frame, mostly)."""
+        return len(self._buf) - self._pos
+
+    def _break(self, exc: Exception) -> None:
+        # Keep what the error says, not the error: its traceback (and its __context__'s)
+        # would hold this codec's frames, and through them its buffer and whoever owns it,
+        # in a reference cycle that only a full garbage collection frees. The buffer goes
+        # at once.
+        self._broken = type(exc)(*exc.args)
+        self._buf = bytearray()
+        self._pos = 0
+
+    def _fresh_error(self) -> Exception:
+        broken = self._broken
+        assert broken is not None
+        err = type(broken)(*broken.args)
+        code = getattr(broken, "code", None)
+        if code is not None:
+            try:
+                err.code = code  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+        return err
 
     def next_messages(self) -> list[Message]:
         """Every whole message buffered now (possibly none)."""
@@ -141,13 +176,19 @@ class Connection:
             out.append(msg)
 
     @staticmethod
-    def _decode(payload: bytes) -> Message:
+    def _decode(payload: bytes, max_items: int | None = None) -> Message:
+        limits = {} if max_items is None else {"max_array_len": max_items, "max_map_len": max_items}
         try:
             data = msgpack.unpackb(
-                payload, raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False
+                payload, raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False, **limits
             )
         except MalformedFrame:
             raise
+        except ValueError as exc:
+            if max_items is not None and "exceeds max_" in str(exc):
+                raise MalformedFrame(f"frame has a list or map of more than {max_items} items "
+                                     f"(at most {max_items} per frame: send smaller batches)") from None
+            raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
         except Exception as exc:  # msgpack raises several unrelated types for bad input
             raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
         if type(data) is not dict:

@@ -53,7 +53,7 @@ Validation happens in two steps. Decoding a frame (`Flood.from_wire`) checks the
 (ttl, path, ids and that the blob is bytes: everything the dedup decision reads), so a
 malformed header closes the link before anything is acted on. The blob is checked lazily,
 by `FloodGroup.decode`, only when a router needs the events — and before it records their
-ids as seen (`aa.router.mesh`), so a bad blob marks nothing and the same events arriving
+ids as seen (`aa.router.links.meshservice`), so a bad blob marks nothing and the same events arriving
 intact by another route are still dispatched.
 """
 

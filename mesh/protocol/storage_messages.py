@@ -24,7 +24,7 @@ Client ⇄ router::
 
 Policies travel as the publisher or user wrote them (`max_age` in seconds or as text such as
 ``"3h"``, `max_count` an int): the router parses them and refuses bad ones with the reason
-(`aa.router.policy`), so every client, in any language, gets the same rules and messages.
+(`aa.router.store.expiry`), so every client, in any language, gets the same rules and messages.
 
 `info` (in `CacheDone`) is a map: ``{"client_id", "max_age": seconds | None, "max_count":
 int | None, "timeout": seconds, "size": events waiting}``, or ``{"client_id", "removed":
@@ -66,7 +66,7 @@ __all__ = [
 #: day, so a phone that is off overnight still finds its events in the morning.
 DEFAULT_CACHE_TIMEOUT: Final = 24 * 3600.0
 #: Longest keep-alive timeout a client may ask for, in seconds (7 days; routers enforce it
-#: too, `aa.router.clientcache.MAX_KEEPALIVE_TIMEOUT`): a forgotten cache goes at last.
+#: too, `aa.router.caches.clientcaches.MAX_KEEPALIVE_TIMEOUT`): a forgotten cache goes at last.
 MAX_CACHE_TIMEOUT: Final = 7 * 24 * 3600.0
 #: Most events in one answer frame. A thousand typical events are ~100 KiB: far below the
 #: frame cap, and the client starts decoding while the router still sends.
@@ -256,7 +256,7 @@ class CacheFetch(Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CacheEvents(Message):
     """Events answering a `CacheFetch`. `cursor` (this router's) and `more` are those of the
-    whole answer (`aa.router.clientcache.Fetched`); more frames follow while `partial`."""
+    whole answer (`aa.router.caches.clientcaches.Fetched`); more frames follow while `partial`."""
 
     req: int
     events: tuple[Event, ...] = ()

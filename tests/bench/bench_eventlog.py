@@ -6,7 +6,7 @@ router, ttl, path), handed to an `EventLog` a batch at a time as the router's st
     python tests/bench/bench_eventlog.py --events 200000
     python tests/bench/bench_eventlog.py --shared   # the mesh cache's encoding, as a router has it
 
-With --shared each batch comes encoded already (`aa.router.meshcache.encode_events`, done
+With --shared each batch comes encoded already (`aa.router.caches.meshcache.encode_events`, done
 outside the figures): what the log adds to a router whose mesh cache is on, the default.
 Reports CPU µs per event, each from the kernel's per-thread and per-process clocks:
 
@@ -78,10 +78,10 @@ def process_cpu(pid: int | None) -> float:
 
 
 async def run(events: list, batch: int, data: str, shared: bool) -> dict:
-    from aa.router.eventlog import EventLog
+    from aa.router import EventLog
 
     if shared:
-        from aa.router.meshcache import encode_events
+        from aa.router.caches import encode_events
 
     elog = EventLog(data_dir=data, router_id="bench")
     await elog.start()
