@@ -91,6 +91,9 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
             noise.append(time.perf_counter() - t - 0.002)
 
     prober = asyncio.get_running_loop().create_task(probe())
+
+    def machine_p50() -> float:
+        return sorted(noise)[len(noise) // 2] if noise else 0.0
     outcomes: dict[str, Any] = {}
     subs: dict[str, Any] = {}
     got: dict[str, list[Event]] = {}
@@ -142,6 +145,10 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
             assert set(ev.values) <= {"Seq", "t", "Name", "Temperature", "Readings", "r"}, where
     assert sorted(bystander) == list(range(EVENTS)) and bystander == sorted(bystander)
     bystander_lat.sort()
+    # The bystander shares a worker with some attacks: while they are being throttled and
+    # stopped it waits (issue 11's bound is 100 ms; its p99 on a loaded machine is printed,
+    # not asserted); its median must not notice them.
+    assert bystander_lat[len(bystander_lat) // 2] < 0.100 + machine_p50(), "bystander median"
     print(f"bystander p50 {bystander_lat[len(bystander_lat) // 2] * 1000:.1f} ms, p99 {bystander_lat[int(len(bystander_lat) * 0.99) - 1] * 1000:.1f} ms, max {bystander_lat[-1] * 1000:.1f} ms")
     probing = False
     await prober

@@ -31,7 +31,7 @@ worker, and each of its patterns could cost every other client a kill and re-cre
 with affinity it reaches one worker, and fairness inside that worker bounds even that.
 
 Fairness inside a worker: each client has a CPU allowance (a token bucket of
-`WorkerConfig.client_burst` seconds, 50 ms by default), and every evaluation is charged to
+`WorkerConfig.client_burst` seconds, 30 ms by default), and every evaluation is charged to
 the client that placed the pattern (timed with the wall clock, scaled by the share of the
 last batch the worker was on a CPU, so a machine busy with other processes charges nobody).
 While the worker works, each client is credited an equal share of the time passing among
@@ -41,7 +41,8 @@ its allowance left (a loop stops as soon as its client's share is spent), and a 
 whose client runs a debt of one more burst is stopped ("its client's patterns together
 used more than their share of the worker's CPU"). So a client's patterns together use at
 most their share of a busy worker, whatever their number, and one client's hostile pattern
-delays the other clients on its worker by about the burst plus one kill deadline at most.
+delays the other clients on its worker by the burst and the debt plus one evaluation
+(30 + 30 + 20 ms of CPU), or by one kill deadline and a re-creation if it is stuck in C.
 
 A killed or crashed worker: the pattern it was running (named in the shared slot) is
 stopped with the reason, to its own subscribers only; every other pattern of that worker is

@@ -51,9 +51,11 @@ _REARM_EVERY = 256
 #: What a client's patterns may send back, per second, beyond their CPU share: deliveries
 #: (each costs the router about a microsecond on its loop) and bytes of derived events
 #: (each byte is decoded, checked and written again by the router). The bucket of each holds
-#: one second's worth. A pattern whose client runs past either is stopped.
+#: a fifth of a second's worth (so a burst costs the router's loop about 20 ms at most). A
+#: pattern whose client runs past either is stopped.
 CLIENT_DELIVERIES_PER_S = 100_000
 CLIENT_DERIVED_BYTES_PER_S = 16_000_000
+_RATE_BURST = 0.2
 #: Seconds a worker must wait for its next message to count as idle (keeping up), which
 #: tops every client's CPU allowance up. A busy router sends the next batch at once.
 _IDLE_GAP = 0.005
@@ -76,8 +78,8 @@ class _Client:
 
     def __init__(self, burst: float) -> None:
         self.tokens = burst
-        self.deliveries = float(CLIENT_DELIVERIES_PER_S)
-        self.bytes = float(CLIENT_DERIVED_BYTES_PER_S)
+        self.deliveries = CLIENT_DELIVERIES_PER_S * _RATE_BURST
+        self.bytes = CLIENT_DERIVED_BYTES_PER_S * _RATE_BURST
         self.stamp = self.ran = _perf()  # when tokens were last credited; last evaluation
 
 
@@ -178,8 +180,8 @@ class Worker:
             elapsed = start - client.stamp
             tokens = client.tokens + elapsed * worker.share * worker.on_cpu  # CPU seconds, as charged
             client.stamp = client.ran = start
-            client.deliveries = min(CLIENT_DELIVERIES_PER_S, client.deliveries + elapsed * CLIENT_DELIVERIES_PER_S)
-            client.bytes = min(CLIENT_DERIVED_BYTES_PER_S, client.bytes + elapsed * CLIENT_DERIVED_BYTES_PER_S)
+            client.deliveries = min(CLIENT_DELIVERIES_PER_S * _RATE_BURST, client.deliveries + elapsed * CLIENT_DELIVERIES_PER_S)
+            client.bytes = min(CLIENT_DERIVED_BYTES_PER_S * _RATE_BURST, client.bytes + elapsed * CLIENT_DERIVED_BYTES_PER_S)
             counter[0] += 1
             if counter[0] % _REARM_EVERY == 0:
                 _rearm()

@@ -73,9 +73,10 @@ class WorkerConfig:
     #: Address space one worker may use beyond what it holds after start-up, in bytes
     #: (RLIMIT_AS): past it allocations fail and the pattern running is stopped.
     memory: int = 512 * 1024 * 1024
-    #: Share of one worker's CPU a client's patterns may use together when others need it,
-    #: and the burst they may take at once (seconds of CPU): see the package docstring.
-    client_burst: float = 0.05
+    #: CPU seconds a client's patterns may use at once beyond their share of a busy worker
+    #: (and again as debt before they are stopped): see the package docstring. With the
+    #: 20 ms evaluation budget, another client on the worker waits at most ~80 ms of CPU.
+    client_burst: float = 0.03
     #: Seconds a spare worker may take to start before it counts as failed.
     start_timeout: float = 20.0
 
