@@ -17,7 +17,6 @@ instance after the walk, so the callback may freely call back into the engine.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 from typing import Any, Callable, Hashable, Mapping
@@ -28,7 +27,7 @@ from .budget import SandboxStop
 from .limits import Delivery, HostFacts, SandboxLimits
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
-from .workers import MAX_STOP_MESSAGE, RemoteProgram, WorkerConfig, WorkerPool, deliver_each, prechecked, runs_in_router
+from .workers import MAX_STOP_MESSAGE, RemoteProgram, WorkerConfig, WorkerPool, WorkerTier, deliver_each, prechecked
 from .xpath_kernel import XmlCache, XPathProgram
 
 __all__ = ["PatternEngine", "Bucket", "Matcher"]
@@ -98,15 +97,10 @@ class PatternEngine:
         on_deliveries: Callable[[list[Delivery]], None] = deliver_each,
         on_compiled: Callable[[PatternSpec, Program], None] | None = None,
     ) -> None:
-        # isolation: "workers" runs patterns outside the closed grammar in worker processes
-        # (`workers`), "in-process" runs every pattern here, "auto" uses workers when the
-        # engine lives in an event loop (a router) and in-process otherwise.
-        if isolation not in ("auto", "workers", "in-process"):
-            raise UsageError(f"isolation must be 'auto', 'workers' or 'in-process', not {isolation!r}")
         self.limits = limits
-        self._host, self._isolation, self._workers_config = host, isolation, workers
-        self._on_deliveries, self._on_compiled = on_deliveries, on_compiled
-        self._pool: WorkerPool | None = None
+        # Patterns outside the closed grammar run in worker processes (`workers.tier`).
+        self._tier = WorkerTier(isolation=isolation, host=host, limits=limits, config=workers, deliver=on_deliveries, on_stop=self._remote_stopped)
+        self._on_compiled = on_compiled
         self._sandbox = self.sandbox = Sandbox(host, limits)
         self._xml = XmlCache()
         self._on_failure = on_failure
@@ -131,7 +125,7 @@ class PatternEngine:
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
         if instance is None:
-            remote = self._in_worker(spec)
+            remote = self._tier.wants(spec)
             program = RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
             instance = _Instance(spec_key, program, remote)
             self._instances[spec_key] = instance
@@ -139,15 +133,15 @@ class PatternEngine:
         self._subs[key] = sub
         self._join(sub, instance, _freeze(own), None)
         if instance.remote:
-            self._workers().subscribe(key, spec, own, str(getattr(key, "client_id", None) or key))
+            self._tier.subscribe(key, spec, own)
 
     def unsubscribe(self, key: Hashable) -> None:
         """Remove subscriber *key* (no-op if unknown). A script's state goes with the last
         subscriber of its bucket."""
         sub = self._subs.pop(key, None)
         if sub is not None:
-            if sub.bucket.instance.remote and self._pool is not None:
-                self._pool.unsubscribe(key)
+            if sub.bucket.instance.remote:
+                self._tier.unsubscribe(key)
             self._leave(sub)
 
     def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
@@ -165,8 +159,8 @@ class PatternEngine:
         merged = {**sub.params, **params}
         new_key = _freeze(merged)
         old = sub.bucket
-        if old.instance.remote and self._pool is not None:
-            self._pool.update(key, params)
+        if old.instance.remote:
+            self._tier.update(key, params)
         if new_key == old.params_key:
             sub.params = merged
             return
@@ -234,27 +228,6 @@ class PatternEngine:
 
     # -- the worker tier (`workers`) -------------------------------------------------------
 
-    def _in_worker(self, spec: PatternSpec) -> bool:
-        if self._isolation == "in-process" or runs_in_router(spec):
-            return False
-        if self._isolation == "auto":
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                return False
-        return True
-
-    def _workers(self) -> WorkerPool:
-        if self._pool is None or self._pool.closed:
-            self._pool = WorkerPool(
-                host=self._host,
-                limits=self.limits,
-                config=self._workers_config,
-                deliver=self._on_deliveries,
-                on_stop=self._remote_stopped,
-            )
-        return self._pool
-
     def _remote_stopped(self, keys: list[Hashable], code: str, message: str) -> None:
         """A worker stopped these subscribers' pattern (or it was killed running it)."""
         for key in keys:
@@ -266,12 +239,11 @@ class PatternEngine:
     @property
     def workers(self) -> WorkerPool | None:
         """The worker pool, once a pattern went to the worker tier (else None)."""
-        return self._pool
+        return self._tier.pool
 
     async def aclose(self) -> None:
         """Stop the worker processes (subscribers stay registered). Idempotent."""
-        if self._pool is not None:
-            await self._pool.aclose()
+        await self._tier.aclose()
 
     # -- matching --------------------------------------------------------------------------
 
@@ -281,8 +253,9 @@ class PatternEngine:
         Patterns the sandbox stops are removed and reported through `on_failure`."""
         self._stamp += 1
         stamp = self._stamp
-        if self._pool is not None and len(self._pool):
-            self._pool.dispatch(event)  # deliveries come back through on_deliveries
+        pool = self._tier.pool
+        if pool is not None and len(pool):
+            pool.dispatch(event)  # deliveries come back through on_deliveries
         out: list[Delivery] = []
         append = out.append
         failures: list[tuple[_Instance, SandboxStop]] | None = None
@@ -379,8 +352,8 @@ class PatternEngine:
             keys = [k for k, s in self._subs.items() if s.bucket.instance is instance]
             for k in keys:
                 del self._subs[k]
-                if instance.remote and self._pool is not None:
-                    self._pool.unsubscribe(k)
+                if instance.remote:
+                    self._tier.unsubscribe(k)
             self._instances.pop(instance.spec_key, None)
             instance.buckets.clear()
             stopped.update(keys)

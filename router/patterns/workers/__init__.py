@@ -59,14 +59,17 @@ router's own sandbox, as before this tier existed.
 from .hooks import RemoteProgram, deliver_each, prechecked
 from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .pool import WorkerPool
+from .tier import ISOLATIONS, WorkerTier
 from .tiering import runs_in_router
 
 __all__ = [
+    "ISOLATIONS",
     "MAX_STOP_MESSAGE",
     "PRECHECK_MAX_SOURCE",
     "RemoteProgram",
     "WorkerConfig",
     "WorkerPool",
+    "WorkerTier",
     "deliver_each",
     "prechecked",
     "runs_in_router",
