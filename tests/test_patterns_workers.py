@@ -171,3 +171,20 @@ async def test_a_stuck_pattern_is_stopped_and_its_neighbours_recreated(router, m
     assert info.value.code == "pattern-timeout"
     await until(lambda: len(got) == 4)
     assert [e.values["i"] for e in got] == [0, 1, 2, 3]
+
+
+async def test_a_worker_that_falls_behind_gets_a_capped_backlog(router, monkeypatch):
+    import aa.router.patterns.workers.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "MAX_BACKLOG_EVENTS", 50)
+    got: list[Event] = []
+    router.subscribe("for i in range(2000):\n    pass\nforward()", got.append, format="script")
+    router.publish({"i": -1})
+    await until(lambda: got)  # the worker is up
+    for i in range(500):  # dispatched in one go: the worker cannot have answered meanwhile
+        router.publish({"i": i})
+    pool = router.engine.workers
+    assert pool.counters["dropped"] >= 500 - 50 - pool_module.MAX_BATCH_EVENTS
+    await until(lambda: pool.warm, timeout=30)
+    kept = [e.values["i"] for e in got[1:]]
+    assert kept == sorted(kept) and len(kept) == 500 - pool.counters["dropped"]
