@@ -67,7 +67,6 @@ class _Slot:
         self.instances: dict[int, _Inst] = {}
         self.dropped = 0
         self.suspect: tuple[int, int, float] | None = None
-        self.replacing = False
         self.delivering = False  # a reply's deliveries are still being handed on
         self.retried = False  # the batch in flight was already resent after a crash
 
@@ -180,9 +179,6 @@ class WorkerPool:
             s.proc is not None and not s.proc.gone and s.in_flight is None and not s.queue for s in self._slots
         )
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._subs
-
     def _sub_frame(self, sub: _Sub) -> bytes:
         s = sub.spec
         return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client])
@@ -230,7 +226,6 @@ class WorkerPool:
         proc.on_exit = lambda p: self._exited(slot, p)
         proc.on_message = lambda p, m: self._message(slot, p, m)
         slot.proc = proc
-        slot.replacing = False
         if proc.gone:  # died between ready and now
             self._exited(slot, proc)
             return
@@ -329,8 +324,13 @@ class WorkerPool:
     def _deliver_chunks(self, slot: _Slot, out: Deliveries, start: int) -> None:
         """Deliver *out* a chunk per turn of the loop (a script may forward thousands of
         copies per event to its own subscriber: that must not hold up anybody else), then
-        send the worker its next batch."""
+        send the worker its next batch. A chunk ends between two events: the router writes
+        between chunks, and a client drops a second frame holding the same event."""
         end = start + DELIVERY_CHUNK
+        if end < len(out):  # never split one event's deliveries: a client takes each once
+            last = out[end - 1][1]
+            while end < len(out) and out[end][1] is last:
+                end += 1
         if start or end < len(out):
             part = out[start:end]
         else:
@@ -448,7 +448,6 @@ class WorkerPool:
         for start in range(0, len(events), MAX_BATCH_EVENTS):
             slot.queue.append(events[start : start + MAX_BATCH_EVENTS])
         slot.queued_events = len(events)
-        slot.replacing = True
         if not slot.instances:
             slot.queue.clear()
             slot.queued_events = 0
