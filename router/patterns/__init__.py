@@ -52,11 +52,12 @@ Decisions
 
 The sandbox, and what it does not cover, is described in `budget.py` (time), `guards.py`
 (memory), `policy.py` (compile-time rules), `calls.py` and `modules.py` (what is reachable).
-Known limits: a single C-level call on adversarial but size-capped data (sorting a million
-big equal strings, a catastrophic regular expression in `re` or XPath `matches()`,
-`str()` of a container reached through an alias such as `map(str, ...)`) runs to its end
-before the pattern is stopped; running untrusted scripts in a worker process is the remedy
-if that ever matters.
+Known limits of the sandbox alone: a single C-level call on adversarial but size-capped
+data (sorting a million big equal strings, a catastrophic regular expression in `re` or
+XPath `matches()`, `str()` of a container reached through an alias such as `map(str, ...)`)
+runs to its end before the pattern is stopped. That is why, in a router, every pattern
+outside the closed grammar runs in a worker process (`workers`), where the operating
+system bounds memory and the router kills a call that does not return.
 """
 
 from .engine import Matcher, PatternEngine

@@ -27,11 +27,12 @@ from .budget import SandboxStop
 from .limits import Delivery, HostFacts, SandboxLimits
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
+from .workers import MAX_STOP_MESSAGE, RemoteProgram, WorkerConfig, WorkerPool, WorkerTier, deliver_each, prechecked
 from .xpath_kernel import XmlCache, XPathProgram
 
 __all__ = ["PatternEngine", "Bucket", "Matcher"]
 
-Program = ExprProgram | ScriptProgram | XPathProgram
+Program = ExprProgram | ScriptProgram | XPathProgram | RemoteProgram
 
 
 class _Subscription:
@@ -45,12 +46,14 @@ class _Subscription:
 
 
 class _Instance:
-    __slots__ = ("spec_key", "program", "buckets")
+    __slots__ = ("spec_key", "program", "buckets", "remote")
 
-    def __init__(self, spec_key: tuple[str, str, str], program: Program) -> None:
+    def __init__(self, spec_key: tuple[str, str, str], program: Program, remote: bool = False) -> None:
         self.spec_key = spec_key
         self.program = program
         self.buckets: dict[Any, Bucket] = {}
+        #: Matched in a worker process (`workers`): `match` skips it here.
+        self.remote = remote
 
 
 class Bucket:
@@ -69,7 +72,7 @@ class Bucket:
         self.state_countdown = 1
         self.stamp = 0
         self.result: Any = None
-        self.run = instance.program.run
+        self.run = _nothing if instance.remote else instance.program.run
 
 
 class PatternEngine:
@@ -89,9 +92,16 @@ class PatternEngine:
         host: HostFacts,
         limits: SandboxLimits = SandboxLimits(),
         on_failure: Callable[[list[Hashable], str, str], None],
+        isolation: str = "auto",
+        workers: WorkerConfig = WorkerConfig(),
+        on_deliveries: Callable[[list[Delivery]], None] = deliver_each,
+        on_compiled: Callable[[PatternSpec, Program], None] | None = None,
     ) -> None:
         self.limits = limits
-        self._sandbox = Sandbox(host, limits)
+        # Patterns outside the closed grammar run in worker processes (`workers.tier`).
+        self._tier = WorkerTier(isolation=isolation, host=host, limits=limits, config=workers, deliver=on_deliveries, on_stop=self._remote_stopped)
+        self._on_compiled = on_compiled
+        self._sandbox = self.sandbox = Sandbox(host, limits)
         self._xml = XmlCache()
         self._on_failure = on_failure
         self._subs: dict[Hashable, _Subscription] = {}
@@ -115,17 +125,23 @@ class PatternEngine:
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
         if instance is None:
-            instance = _Instance(spec_key, self._compile(spec))
+            remote = self._tier.wants(spec)
+            program = RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
+            instance = _Instance(spec_key, program, remote)
             self._instances[spec_key] = instance
         sub = _Subscription(key, own, None, next(self._seq))  # type: ignore[arg-type]
         self._subs[key] = sub
         self._join(sub, instance, _freeze(own), None)
+        if instance.remote:
+            self._tier.subscribe(key, spec, own)
 
     def unsubscribe(self, key: Hashable) -> None:
         """Remove subscriber *key* (no-op if unknown). A script's state goes with the last
         subscriber of its bucket."""
         sub = self._subs.pop(key, None)
         if sub is not None:
+            if sub.bucket.instance.remote:
+                self._tier.unsubscribe(key)
             self._leave(sub)
 
     def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
@@ -143,6 +159,8 @@ class PatternEngine:
         merged = {**sub.params, **params}
         new_key = _freeze(merged)
         old = sub.bucket
+        if old.instance.remote:
+            self._tier.update(key, params)
         if new_key == old.params_key:
             sub.params = merged
             return
@@ -195,13 +213,37 @@ class PatternEngine:
             program.prepare(bucket)
 
     def _compile(self, spec: PatternSpec) -> Program:
+        program: Program
         if spec.kernel == "python" and spec.format == "expr":
-            return ExprProgram(self._sandbox, spec.source)
-        if spec.kernel == "python" and spec.format == "script":
-            return ScriptProgram(self._sandbox, spec.source)
-        if spec.kernel == "xpath":
-            return XPathProgram(self._sandbox, spec.source, self._xml)
-        raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+            program = ExprProgram(self._sandbox, spec.source)
+        elif spec.kernel == "python" and spec.format == "script":
+            program = ScriptProgram(self._sandbox, spec.source)
+        elif spec.kernel == "xpath":
+            program = XPathProgram(self._sandbox, spec.source, self._xml)
+        else:
+            raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+        if self._on_compiled is not None:
+            self._on_compiled(spec, program)
+        return program
+
+    # -- the worker tier (`workers`) -------------------------------------------------------
+
+    def _remote_stopped(self, keys: list[Hashable], code: str, message: str) -> None:
+        """A worker stopped these subscribers' pattern (or it was killed running it)."""
+        for key in keys:
+            sub = self._subs.pop(key, None)
+            if sub is not None:
+                self._leave(sub)
+        self._on_failure(keys, code, message)
+
+    @property
+    def workers(self) -> WorkerPool | None:
+        """The worker pool, once a pattern went to the worker tier (else None)."""
+        return self._tier.pool
+
+    async def aclose(self) -> None:
+        """Stop the worker processes (subscribers stay registered). Idempotent."""
+        await self._tier.aclose()
 
     # -- matching --------------------------------------------------------------------------
 
@@ -211,6 +253,9 @@ class PatternEngine:
         Patterns the sandbox stops are removed and reported through `on_failure`."""
         self._stamp += 1
         stamp = self._stamp
+        pool = self._tier.pool
+        if pool is not None and len(pool):
+            pool.dispatch(event)  # deliveries come back through on_deliveries
         out: list[Delivery] = []
         append = out.append
         failures: list[tuple[_Instance, SandboxStop]] | None = None
@@ -307,10 +352,12 @@ class PatternEngine:
             keys = [k for k, s in self._subs.items() if s.bucket.instance is instance]
             for k in keys:
                 del self._subs[k]
+                if instance.remote:
+                    self._tier.unsubscribe(k)
             self._instances.pop(instance.spec_key, None)
             instance.buckets.clear()
             stopped.update(keys)
-            reports.append((keys, stop.code, stop.message))
+            reports.append((keys, stop.code, stop.message[:MAX_STOP_MESSAGE]))
         if stopped:
             out = [d for d in out if d[0] not in stopped]
         for keys, code, message in reports:
@@ -380,3 +427,7 @@ def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def _mentioned(program: Program) -> frozenset[str]:
     return program.mentions
+
+
+def _nothing(bucket: Bucket, event: Event) -> None:
+    return None
