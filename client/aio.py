@@ -239,7 +239,8 @@ class AsyncClient(QuenchClient, CacheClient):
             for sub_ids, event in msg.items:  # type: ignore[attr-defined]
                 # A second copy of a live event (possible around a fail-over) is dropped;
                 # replayed history is the subscription's own business.
-                if not fresh(event.id, now) and not event.meta.get("historical"):  # type: ignore[arg-type]
+                eid = event.id  # (a script's derived event may have none: never a copy)
+                if eid is not None and not fresh(eid, now) and not event.meta.get("historical"):
                     continue
                 for sid in sub_ids:
                     sub = subs.get(sid)

@@ -89,6 +89,7 @@ class Router:
             ),
             limits=SandboxLimits(time_budget=config.pattern_time_budget),
             on_failure=self._pattern_failed,
+            on_deliveries=self._worker_deliveries,
         )
         rules = FloodRules(self.id, initial_ttl=config.mesh.ttl)
         #: Stamping, matching, sinks and forwarding of each event (`aa.router.dispatch`).
@@ -253,6 +254,7 @@ class Router:
         except Exception:
             log.exception("the store failed to close")
         self.acks.close()
+        await self.engine.aclose()  # the pattern workers
         self.dispatcher.flush()
         sessions = list(self.sessions)
         for s in sessions:
@@ -477,6 +479,12 @@ class Router:
         return True
 
     # -- inside -----------------------------------------------------------------------------
+
+    def _worker_deliveries(self, items: list[tuple[Hashable, Event]]) -> None:
+        """Deliveries a pattern worker sent back: queue them, write them (one frame per client)."""
+        for key, event in items:
+            key.deliver(event)  # type: ignore[attr-defined]
+        self.dispatcher.flush()
 
     def _flush_sinks(self) -> None:
         if self._sinks is not None:

@@ -40,18 +40,7 @@ class RemoteProgram:
 
 
 def deliver_each(items: list[tuple[Hashable, Event]]) -> None:
-    """Hand each (subscriber key, event) to `key.deliver`, then write what that queued.
-
-    The router's dispatcher (whose `flush` writes every client's queued deliveries) is
-    reached through the key, a session's subscriber or a local subscription; a router that
-    passes its own `on_deliveries` to the engine makes this unnecessary."""
-    flushes: dict[int, Any] = {}
+    """Hand each (subscriber key, event) to `key.deliver`. A router passes its own
+    `on_deliveries` to the engine, which also writes what that queued (`Router`)."""
     for key, event in items:
         key.deliver(event)  # type: ignore[attr-defined]
-        session = getattr(key, "session", None)
-        router = getattr(session, "router", None) or getattr(key, "_router", None)
-        flush = getattr(getattr(router, "dispatcher", None), "flush", None)
-        if flush is not None:
-            flushes[id(router)] = flush
-    for flush in flushes.values():
-        flush()
