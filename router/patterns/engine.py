@@ -24,14 +24,22 @@ from typing import Any, Callable, Hashable, Mapping
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .budget import SandboxStop
+from .grammar import parse_predicate
+from .index import PredicateIndex
 from .limits import Delivery, HostFacts, SandboxLimits
+from .predicates import PredicateProgram
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
 from .xpath_kernel import XmlCache, XPathProgram
 
-__all__ = ["PatternEngine", "Bucket", "Matcher"]
+__all__ = ["PatternEngine", "Bucket", "Matcher", "PREDICATE_TIER", "SANDBOX_TIER"]
 
-Program = ExprProgram | ScriptProgram | XPathProgram
+Program = PredicateProgram | ExprProgram | ScriptProgram | XPathProgram
+
+#: The tier a pattern lands in: "predicate" (compiled to predicates the router evaluates
+#: itself, indexed) or "sandbox" (pattern code: scripts, XPath, expressions outside the
+#: predicate grammar).
+PREDICATE_TIER, SANDBOX_TIER = "predicate", "sandbox"
 
 
 class _Subscription:
@@ -92,6 +100,10 @@ class PatternEngine:
     ) -> None:
         self.limits = limits
         self._sandbox = Sandbox(host, limits)
+        budget = self._sandbox.budget
+        #: Predicate-tier buckets, indexed; every other bucket is on `_scan` (run per event).
+        self._index = PredicateIndex(lambda: setattr(budget, "allocated", 0))
+        self._scan: dict[Bucket, None] = {}
         self._xml = XmlCache()
         self._on_failure = on_failure
         self._subs: dict[Hashable, _Subscription] = {}
@@ -150,28 +162,34 @@ class PatternEngine:
         del old.members[key]
         if not old.members and new_key not in instance.buckets:
             del instance.buckets[old.params_key]  # alone: the bucket moves, state and all
+            self._unplace(old)
             old.params, old.params_key = merged, new_key
             instance.buckets[new_key] = old
             old.members[key] = sub
             sub.params = merged
             self._prepare(old, force=True)
+            self._place(old)
             return
         state = None if new_key in instance.buckets else _copy_state(old.state)
         if old.members:
             self._prepare(old)
         else:
             del instance.buckets[old.params_key]
+            self._unplace(old)
         sub.params = merged
         self._join(sub, instance, new_key, state)
 
     def _join(self, sub: _Subscription, instance: _Instance, params_key: Any, state: dict[str, Any] | None) -> None:
         bucket = instance.buckets.get(params_key)
+        new = bucket is None
         if bucket is None:
             bucket = Bucket(instance, sub.params, params_key, state)
             instance.buckets[params_key] = bucket
         bucket.members[sub.key] = sub
         sub.bucket = bucket
         self._prepare(bucket)
+        if new:
+            self._place(bucket)
 
     def _leave(self, sub: _Subscription) -> None:
         bucket = sub.bucket
@@ -181,8 +199,21 @@ class PatternEngine:
             self._prepare(bucket)
             return
         del instance.buckets[bucket.params_key]
+        self._unplace(bucket)
         if not instance.buckets:
             del self._instances[instance.spec_key]
+
+    def _place(self, bucket: Bucket) -> None:
+        """Index a predicate-tier bucket; put any other on the scan list."""
+        program = bucket.instance.program
+        if isinstance(program, PredicateProgram):
+            self._index.add(bucket, program.plan(bucket.params, self._index.posting))
+        else:
+            self._scan[bucket] = None
+
+    def _unplace(self, bucket: Bucket) -> None:
+        self._index.remove(bucket)
+        self._scan.pop(bucket, None)
 
     def _prepare(self, bucket: Bucket, force: bool = False) -> None:
         """(Re)build the kernel's context of *bucket*: expressions depend on the params only,
@@ -196,7 +227,11 @@ class PatternEngine:
 
     def _compile(self, spec: PatternSpec) -> Program:
         if spec.kernel == "python" and spec.format == "expr":
-            return ExprProgram(self._sandbox, spec.source)
+            sandbox = self._sandbox
+            grammar = parse_predicate(spec.source, sandbox.expr_builtins, sandbox.guards)
+            if grammar is not None:
+                return PredicateProgram(sandbox, grammar)
+            return ExprProgram(sandbox, spec.source)
         if spec.kernel == "python" and spec.format == "script":
             return ScriptProgram(self._sandbox, spec.source)
         if spec.kernel == "xpath":
@@ -208,34 +243,55 @@ class PatternEngine:
     def match(self, event: Event) -> list[Delivery]:
         """All deliveries for *event*, in subscription order: (subscriber key, event). For
         expressions the delivered event is *event* itself; for scripts, what they forwarded.
-        Patterns the sandbox stops are removed and reported through `on_failure`."""
+        Patterns the sandbox stops are removed and reported through `on_failure`.
+
+        Predicate-tier buckets come from the index (`index.py`): only the candidates the
+        event's fields select are evaluated. Every other bucket is run once per event."""
         self._stamp += 1
-        stamp = self._stamp
-        out: list[Delivery] = []
-        append = out.append
-        failures: list[tuple[_Instance, SandboxStop]] | None = None
-        for sub in self._subs.values():  # not changed during the walk: stops are deferred
-            bucket = sub.bucket
-            if bucket.stamp != stamp:
-                bucket.stamp = stamp
-                try:
-                    bucket.result = bucket.run(bucket, event)
-                except SandboxStop as stop:
-                    failures = failures or []
-                    failures.append((bucket.instance, stop))
-                    for other in bucket.instance.buckets.values():
-                        other.stamp, other.result = stamp, None
-                    self._sandbox.budget.violation = None
-                    continue
-            result = bucket.result
+        matched, stops = self._index.match(event, self._stamp)
+        failures = [(b.instance, stop) for b, stop in stops]
+        budget = self._sandbox.budget
+        if failures:
+            budget.violation = None
+        scripted: list[tuple[Bucket, Any]] = []
+        for bucket in self._scan:  # not changed during the walk: stops are deferred
+            try:
+                result = bucket.run(bucket, event)
+            except SandboxStop as stop:
+                failures.append((bucket.instance, stop))
+                budget.violation = None
+                continue
             if result is True:
-                append((sub.key, event))
+                matched.append(bucket)
             elif result:
-                for ev in result.get(sub.key, ()):
-                    append((sub.key, ev))
+                scripted.append((bucket, result))
+        hits: list[tuple[int, Hashable, Event]] = []
+        append = hits.append
+        for bucket in matched:
+            for sub in bucket.members.values():
+                append((sub.seq, sub.key, event))
+        for bucket, forwards in scripted:
+            for sub in bucket.members.values():
+                for ev in forwards.get(sub.key, ()):
+                    append((sub.seq, sub.key, ev))
+        if len(matched) + len(scripted) > 1:
+            hits.sort(key=_first)  # stable: a script's forwards keep their order
+        out: list[Delivery] = [(key, ev) for _, key, ev in hits]
         if failures:
             out = self._stop_all(failures, out)
         return out
+
+    def tier(self, spec: PatternSpec) -> str:
+        """The tier *spec* lands in: `PREDICATE_TIER` ("predicate": evaluated by the router
+        itself and indexed) or `SANDBOX_TIER` ("sandbox": pattern code). Does not subscribe;
+        a pattern that does not compile is "sandbox" (subscribing it raises)."""
+        instance = self._instances.get((spec.kernel, spec.format, spec.source))
+        if instance is not None:
+            return PREDICATE_TIER if isinstance(instance.program, PredicateProgram) else SANDBOX_TIER
+        if spec.kernel == "python" and spec.format == "expr":
+            if parse_predicate(spec.source, self._sandbox.expr_builtins, self._sandbox.guards) is not None:
+                return PREDICATE_TIER
+        return SANDBOX_TIER
 
     def matches_prototype(self, key: Hashable, prototype: Event, needs_names: bool = False) -> bool:
         """Would subscriber *key*'s pattern let *prototype* through (quenching, Å §4.4)?
@@ -303,7 +359,13 @@ class PatternEngine:
     def _stop_all(self, failures: list[tuple[_Instance, SandboxStop]], out: list[Delivery]) -> list[Delivery]:
         reports = []
         stopped: set[Hashable] = set()
+        done: set[int] = set()
         for instance, stop in failures:
+            if id(instance) in done:
+                continue  # several buckets of one instance stopped: one report
+            done.add(id(instance))
+            for bucket in instance.buckets.values():
+                self._unplace(bucket)
             keys = [k for k, s in self._subs.items() if s.bucket.instance is instance]
             for k in keys:
                 del self._subs[k]
@@ -359,6 +421,10 @@ class Matcher:
 
     def __repr__(self) -> str:
         return f"<Matcher {self.spec_key[0]}/{self.spec_key[1]} {self.spec_key[2][:40]!r}>"
+
+
+def _first(hit: tuple[int, Hashable, Event]) -> int:
+    return hit[0]
 
 
 def _freeze(value: Any) -> Any:
