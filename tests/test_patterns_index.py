@@ -102,8 +102,11 @@ def conjunctions(draw: Any) -> str:
     for _ in range(draw(st.integers(1, 3))):
         f = draw(st.sampled_from(["A", "B", "type", 'meta["m"]']))
         rhs = draw(st.one_of(pool.map(repr), st.sampled_from(["p", "q", 'params["p"]'])))
-        op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "startswith", "is"]))
-        if op == "in":
+        op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "startswith", "is", "between"]))
+        if op == "between":
+            lo, hi = draw(st.sampled_from([-1, 0, 1, 1.5, 2])), draw(st.sampled_from([0, 1, 2, 2.5, 1e300]))
+            parts.append(f"{lo} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {hi}")
+        elif op == "in":
             parts.append(f"{f} in ({rhs}, {draw(pool)!r})")
         elif op == "startswith":
             parts.append(f"{f}.startswith({draw(st.sampled_from(['a', 'b', '', 'ab']))!r})")
@@ -183,3 +186,40 @@ def test_predicate_tier_answers_like_the_python_kernel(source: str, params: dict
         reference = make_engine().matcher(PatternSpec(source=source), params)
     ours = engine.matcher(PatternSpec(source=source), params)
     assert [ours(e) for e in evs] == [reference(e) for e in evs]
+
+
+@st.composite
+def pool_events(draw: Any) -> Event:
+    vals = draw(st.dictionaries(st.sampled_from(["A", "B", "p"]), pool, max_size=3))
+    meta = draw(st.dictionaries(st.just("m"), pool, max_size=1))
+    return Event(values=vals, type=draw(st.sampled_from([None, "a", "ab"])), meta=meta)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(conjunctions(), pool_params), min_size=1, max_size=6), st.lists(pool_events(), min_size=1, max_size=8))
+def test_index_on_conjunctions_of_constants_and_params(subs: list[tuple[str, dict[str, Any]]], evs: list[Event]) -> None:
+    indexed = make_engine()
+    naive = []
+    for i, (source, params) in enumerate(subs):
+        indexed.subscribe(i, PatternSpec(source=source), params)
+        naive.append((i, indexed.matcher(PatternSpec(source=source), params)))
+    for e in evs:
+        assert keys(indexed.match(e)) == [i for i, m in naive if m(e)], (subs, e)
+
+
+BOUNDARY_VALUES = [-1, 0, 0.5, 1, 1.0, True, 1.5, 2, 3, math.inf, math.nan, "1", "a", "b", None, [1]]
+
+
+def test_range_and_interval_boundaries_exhaustively() -> None:
+    """Every bound form, strict or not, against values at, between and beyond the bounds."""
+    indexed = make_engine()
+    sources = [f"A {op} {c}" for op in ("<", "<=", ">", ">=", "==", "!=") for c in ("0", "1", "2", "'a'", "1.5")]
+    sources += [f"{lo} {a} A {b} {hi}" for lo in (0, 1) for hi in (1, 2) for a in ("<", "<=") for b in ("<", "<=")]
+    sources += ["A.startswith('a')", "A.endswith('')", "A in (0, 'a', 1.5)", "A is None", "'A' in event"]
+    naive = []
+    for i, source in enumerate(sources):
+        indexed.subscribe(i, PatternSpec(source=source))
+        naive.append((i, indexed.matcher(PatternSpec(source=source))))
+    for v in BOUNDARY_VALUES:
+        e = Event(values={"A": v})
+        assert keys(indexed.match(e)) == [i for i, m in naive if m(e)], v

@@ -22,6 +22,9 @@ Per event field (an event value, the event type, a meta field):
   and True agree as in Python; an unhashable event value equals no constant);
 - ranges `< <= > >=`: for numbers and for strings, two sorted lists of bounds (lower and
   upper); an event value takes the prefix (or suffix) of bounds it satisfies by bisection;
+- intervals (a lower and an upper numeric bound on one field, `lo <= X < hi`): sorted by lo
+  within classes of width (powers of two, as BE-Tree partitions its value space); an event
+  value probes each class once, so mostly intervals that contain it are visited;
 - `startswith` / `endswith`: a dict prefix → posting, probed once per distinct prefix length;
 - presence: the conjunctions that only need the field to exist.
 
@@ -33,6 +36,7 @@ subscriptions.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
 
 from sortedcontainers import SortedList
@@ -40,7 +44,7 @@ from sortedcontainers import SortedList
 from aa.mesh import Event
 
 from .budget import SandboxStop
-from .predicates import EQ, META, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
+from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["PredicateIndex"]
 
 _MISSING: Any = object()
+_INF = math.inf
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 #: A posting list: one entry, or an ordered set of them (most postings hold one).
 Posting = Any
@@ -93,13 +98,17 @@ def _size(posting: Posting) -> int:
 class _Field:
     """The index of one event field."""
 
-    __slots__ = ("eq", "ranges", "prefix", "prefix_lens", "suffix", "suffix_lens", "present")
+    __slots__ = ("eq", "ranges", "intervals", "prefix", "prefix_lens", "suffix", "suffix_lens", "present")
 
     def __init__(self) -> None:
         self.eq: dict[Any, Posting] = {}
         #: (family, side) → SortedList of (bound, flag, key, entry); family "n" or "s",
         #: side "lo" (X > b, X >= b) or "hi" (X < b, X <= b).
         self.ranges: dict[tuple[str, str], Any] = {}
+        #: Width class e (width < 2**e) → (2.0**e, SortedList of (lo, key, hi, lo strict,
+        #: hi strict, entry)): a value v is in an interval of the class only if its lo lies in
+        #: (v - 2**e, v], one bisection per class (intervals of equal order of width).
+        self.intervals: dict[int, tuple[float, Any]] = {}
         self.prefix: dict[str, Posting] = {}
         self.prefix_lens: dict[int, int] = {}
         self.suffix: dict[str, Posting] = {}
@@ -107,7 +116,7 @@ class _Field:
         self.present: dict[_Entry, None] = {}
 
     def empty(self) -> bool:
-        return not (self.eq or self.ranges or self.prefix or self.suffix or self.present)
+        return not (self.eq or self.ranges or self.intervals or self.prefix or self.suffix or self.present)
 
     def add(self, e: _Entry, a: Access) -> None:
         kind = a.kind
@@ -119,6 +128,12 @@ class _Field:
             if sl is None:
                 sl = self.ranges[_side(a)] = SortedList()
             sl.add(_bound(a, e))
+        elif kind == INTERVAL:
+            cls = _width_class(a)
+            got = self.intervals.get(cls)
+            if got is None:
+                got = self.intervals[cls] = (2.0**cls, SortedList())
+            got[1].add(_interval(a, e))
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
             for k in a.keys:
@@ -139,6 +154,12 @@ class _Field:
             sl.remove(_bound(a, e))
             if not sl:
                 del self.ranges[side]
+        elif kind == INTERVAL:
+            cls = _width_class(a)
+            sl = self.intervals[cls][1]
+            sl.remove(_interval(a, e))
+            if not sl:
+                del self.intervals[cls]
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
             for k in a.keys:
@@ -157,6 +178,8 @@ class _Field:
             return sum(_size(self.eq.get(k)) for k in a.keys)
         if a.kind == RANGE:
             return len(self.ranges.get(_side(a), ()))
+        if a.kind == INTERVAL:
+            return sum(len(sl) for _, sl in self.intervals.values())
         if a.kind == PREFIX:
             return sum(_size(self.prefix.get(k)) for k in a.keys)
         if a.kind == SUFFIX:
@@ -175,6 +198,12 @@ class _Field:
                     out.append(p)
                 else:
                     out.extend(p)
+        if self.intervals and isinstance(v, (int, float)) and -MAX_INTERVAL_BOUND < v < MAX_INTERVAL_BOUND:
+            top = (v, _INF)
+            for width, sl in self.intervals.values():
+                for lo, _, hi, lo_strict, hi_strict, entry in sl.irange((v - 2 * width,), top):
+                    if (lo < v or lo == v and not lo_strict) and (v < hi or v == hi and not hi_strict):
+                        out.append(entry)
         if self.ranges:
             family = "s" if isinstance(v, str) else "n" if isinstance(v, (int, float)) and v == v else None
             if family is not None:
@@ -212,6 +241,15 @@ def _bound(a: Access, e: _Entry) -> tuple[Any, int, int, _Entry]:
     op, bound = a.keys
     flag = 1 if op in (">", "<=") else 0
     return (bound, flag, e.key, e)
+
+
+def _width_class(a: Access) -> int:
+    return math.frexp(float(a.keys[3] - a.keys[1]))[1]
+
+
+def _interval(a: Access, e: _Entry) -> tuple[Any, ...]:
+    lo_op, lo, hi_op, hi = a.keys
+    return (lo, e.key, hi, lo_op == ">", hi_op == "<", e)
 
 
 class PredicateIndex:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .engine import Bucket
     from .sandbox import Sandbox
 
-__all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE"]
+__all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT"]
 
 #: Where a flat check reads its operand: an event value, the event type, a meta field; or
 #: CLOSURE: the check is `fn(values, event, params)` itself.
@@ -41,8 +41,11 @@ VALUE, TYPE, META, CLOSURE = 0, 1, 2, 3
 #: A check: (where, key, fn, constant). Flat: `fn(operand, constant)` must be true.
 Check = tuple[int, Any, Any, Any]
 #: Access kinds, best first (for equal kinds, the shorter posting list wins).
-EQ, PREFIX, SUFFIX, RANGE, PRESENT = "eq", "prefix", "suffix", "range", "present"
-_RANK = {EQ: 0, PREFIX: 1, SUFFIX: 2, RANGE: 3, PRESENT: 4}
+EQ, INTERVAL, PREFIX, SUFFIX, RANGE, PRESENT = "eq", "interval", "prefix", "suffix", "range", "present"
+_RANK = {EQ: 0, INTERVAL: 1, PREFIX: 2, SUFFIX: 3, RANGE: 4, PRESENT: 5}
+#: Interval bounds are indexed only below this magnitude, where ints are exact as floats
+#: (the interval index probes `v - 2 * width` in floating point).
+MAX_INTERVAL_BOUND = 2**52
 _MISSING: Any = object()
 _DEAD = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
@@ -128,18 +131,14 @@ class PredicateProgram:
                     checks.append(got)
             if dead:
                 continue
-            best: tuple[int, int, int, Access] | None = None
-            for i, (_, accesses) in enumerate(checks):
-                for acc in accesses:
-                    cost = (_RANK[acc.kind], posting(acc), i, acc)
-                    if best is None or cost[:3] < best[:3]:
-                        best = cost
-            if best is None:
+            options: list[tuple[Access, tuple[int, ...]]] = [(acc, (i,)) for i, (_, accesses) in enumerate(checks) for acc in accesses]
+            options += _intervals(options)
+            if not options:
                 scan = True
                 conjs.append(Conj(None, tuple(c for c, _ in checks)))
                 continue
-            access, at = best[3], best[2]
-            rest = tuple(c for j, (c, _) in enumerate(checks) if not (j == at and access.exact))
+            access, covered = min(options, key=lambda o: (_RANK[o[0].kind], posting(o[0]), o[1]))
+            rest = tuple(c for j, (c, _) in enumerate(checks) if not (j in covered and access.exact))
             conjs.append(Conj(access, rest))
         return Plan(conjs, g.exact, frozenset(shadow), scan)
 
@@ -260,6 +259,22 @@ def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
         if keys and type(keys[0]) is str and all(type(k) is str for k in keys):
             return [Access(PREFIX if op == "startswith" else SUFFIX, src, tuple(dict.fromkeys(keys)), True)]
     return []
+
+
+def _intervals(options: list[tuple[Access, tuple[int, ...]]]) -> list[tuple[Access, tuple[int, ...]]]:
+    """A lower and an upper numeric bound on one field, as one INTERVAL access."""
+    lows = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == ">" and _bounded(a.keys[1])]
+    highs = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == "<" and _bounded(a.keys[1])]
+    out = []
+    for lo, i in lows:
+        for hi, j in highs:
+            if lo.src == hi.src and hi.keys[1] >= lo.keys[1]:
+                out.append((Access(INTERVAL, lo.src, lo.keys + hi.keys, True), i + j))
+    return out
+
+
+def _bounded(c: Any) -> bool:
+    return isinstance(c, (int, float)) and not isinstance(c, str) and -MAX_INTERVAL_BOUND < c < MAX_INTERVAL_BOUND
 
 
 def _hashable(c: Any) -> bool:
