@@ -228,9 +228,9 @@ class PatternEngine:
     def _compile(self, spec: PatternSpec) -> Program:
         if spec.kernel == "python" and spec.format == "expr":
             sandbox = self._sandbox
-            grammar = parse_predicate(spec.source, sandbox.expr_builtins, sandbox.guards)
+            grammar = parse_predicate(spec.source, sandbox.expr_builtins, sandbox.guards, closures=False)
             if grammar is not None:
-                return PredicateProgram(sandbox, grammar)
+                return PredicateProgram(sandbox, spec.source, grammar)
             return ExprProgram(sandbox, spec.source)
         if spec.kernel == "python" and spec.format == "script":
             return ScriptProgram(self._sandbox, spec.source)
@@ -289,7 +289,7 @@ class PatternEngine:
         if instance is not None:
             return PREDICATE_TIER if isinstance(instance.program, PredicateProgram) else SANDBOX_TIER
         if spec.kernel == "python" and spec.format == "expr":
-            if parse_predicate(spec.source, self._sandbox.expr_builtins, self._sandbox.guards) is not None:
+            if parse_predicate(spec.source, self._sandbox.expr_builtins, self._sandbox.guards, closures=False) is not None:
                 return PREDICATE_TIER
         return SANDBOX_TIER
 

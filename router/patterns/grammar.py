@@ -99,7 +99,7 @@ class Atom:
     left: Ref
     right: Ref
     negated: bool
-    fn: Fn
+    fn: Fn | None
     reads: frozenset[str]
 
 
@@ -107,7 +107,7 @@ class Atom:
 class Grammar:
     """A source inside the grammar."""
 
-    fn: Fn
+    fn: Fn | None
     exact: bool
     #: exact: one conjunction, the pattern itself; else an over-approximation (may be [[]]).
     dnf: list[list[Atom]]
@@ -117,8 +117,12 @@ class Grammar:
     arithmetic: bool = False
 
 
-def parse_predicate(source: str, builtins: Mapping[str, Any], guards: Guards) -> Grammar | None:
-    """The predicate form of *source*, or None if it is outside the grammar (or invalid)."""
+def parse_predicate(source: str, builtins: Mapping[str, Any], guards: Guards, closures: bool = True) -> Grammar | None:
+    """The predicate form of *source*, or None if it is outside the grammar (or invalid).
+
+    Without *closures*, `fn` and the atoms' `fn` are None: that is all the index needs for
+    a pattern whose atoms are all flat checks, and closures cost memory (the program builds
+    them when first needed)."""
     if len(source) > MAX_PREDICATE_SOURCE:
         return None
     try:
@@ -126,13 +130,14 @@ def parse_predicate(source: str, builtins: Mapping[str, Any], guards: Guards) ->
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the python kernel reports it
     try:
-        return _Compiler(builtins, guards).grammar(tree.body)
+        return _Compiler(builtins, guards, closures).grammar(tree.body)
     except (_Outside, RecursionError):
         return None
 
 
 class _Compiler:
-    def __init__(self, builtins: Mapping[str, Any], guards: Guards) -> None:
+    def __init__(self, builtins: Mapping[str, Any], guards: Guards, closures: bool) -> None:
+        self.closures = closures
         self.builtins = builtins
         self.guards = guards
         self.nodes = 0
@@ -141,7 +146,7 @@ class _Compiler:
         self.arithmetic = False
 
     def grammar(self, body: ast.expr) -> Grammar:
-        fn = self.expr(body, 0)
+        fn: Any = self.expr(body, 0) if self.closures else None
         leaves = _and_leaves(body)
         if leaves is not None:
             dnf = [[a for leaf in leaves for a in self.atoms(leaf)]]
@@ -305,16 +310,21 @@ class _Compiler:
                 left, right = operands[i], operands[i + 1]
                 link = ast.Compare(left=left, ops=[o], comparators=[right])
                 fn = self.compare(link, 0)
-                out.append(Atom(_op(o), _ref(left), _ref(right, _op(o) in ("in", "not in")), negated, _negate(fn, negated), _reads(link)))
+                lr, rr = _ref(left), _ref(right, _op(o) in ("in", "not in"))
+                reads = _ref_names(lr, rr) if lr[0] != "other" and rr[0] != "other" else _reads(link)
+                out.append(Atom(_op(o), lr, rr, negated, self._keep(fn, negated), reads))
             return out
         fn = self.expr(node, 0)
         call = _method_call(node)
         if call is not None and call[0] in ("startswith", "endswith"):
-            return [Atom(call[0], _ref(call[1]), _ref(call[2]), negated, _negate(fn, negated), _reads(node))]
+            return [Atom(call[0], _ref(call[1]), _ref(call[2]), negated, self._keep(fn, negated), _reads(node))]
         ref = _ref(node)
         if ref[0] != "other":
-            return [Atom("truthy", ref, ("const", None), negated, _negate(fn, negated), _reads(node))]
-        return [Atom("other", ("other", None), ("const", None), negated, _negate(fn, negated), _reads(node))]
+            return [Atom("truthy", ref, ("const", None), negated, self._keep(fn, negated), _ref_names(ref))]
+        return [Atom("other", ("other", None), ("const", None), negated, self._keep(fn, negated), _reads(node))]
+
+    def _keep(self, fn: Fn, negated: bool) -> Any:
+        return _negate(fn, negated) if self.closures else None
 
     def dnf(self, node: ast.expr, negated: bool) -> list[list[Atom]]:
         """A disjunction of conjunctions implied by *node* being true (false if *negated*)."""
@@ -443,6 +453,16 @@ def _ref(node: ast.expr, in_right: bool = False) -> Ref:
         if all(r[0] in ("const", "name", "params") for r in refs):
             return ("consts", (type(node).__name__, tuple(refs)))
     return ("other", None)
+
+
+def _ref_names(*refs: Ref) -> frozenset[str]:
+    out = set()
+    for kind, x in refs:
+        if kind == "name":
+            out.add(x)
+        elif kind == "consts":
+            out.update(r[1] for r in x[1] if r[0] == "name")
+    return frozenset(out)
 
 
 def _reads(node: ast.expr) -> frozenset[str]:

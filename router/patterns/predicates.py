@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from aa.mesh import Event
 
 from .budget import SandboxStop
-from .grammar import OPS, Atom, Grammar, Ref
+from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -47,6 +47,12 @@ _RANK = {EQ: 0, INTERVAL: 1, PREFIX: 2, SUFFIX: 3, RANGE: 4, PRESENT: 5}
 #: (the interval index probes `v - 2 * width` in floating point).
 MAX_INTERVAL_BOUND = 2**52
 _MISSING: Any = object()
+
+
+class _NeedClosures(Exception):
+    """A plan needs an atom's closure: parse again with closures."""
+
+
 _DEAD = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 
@@ -87,22 +93,41 @@ class PredicateProgram:
     kind = "expr"
     tier = "predicate"
 
-    def __init__(self, sandbox: "Sandbox", grammar: Grammar) -> None:
+    def __init__(self, sandbox: "Sandbox", source: str, grammar: Grammar) -> None:
         self.sandbox = sandbox
-        self.grammar = grammar
-        self.fn = grammar.fn
-        self.names = grammar.names
-        self.mentions = grammar.mentions
+        self.source = source
         self.builtins: Mapping[str, Any] = sandbox.expr_builtins
+        self.arithmetic = grammar.arithmetic
+        #: The atoms (without closures unless needed); None once planned for the only
+        #: bucket a pattern without params can have (parsed again if ever needed).
+        self._grammar: Grammar | None = grammar if grammar.fn is None else None
+        self._fn = grammar.fn
+        self._mentions: frozenset[str] | None = None
+
+    def _parse(self, closures: bool) -> Grammar:
+        g = parse_predicate(self.source, self.builtins, self.sandbox.guards, closures)
+        assert g is not None  # it parsed before
+        return g
+
+    @property
+    def mentions(self) -> frozenset[str]:
+        """Names, method names and string constants in the source (quenching)."""
+        if self._mentions is None:
+            self._mentions = self._parse(False).mentions
+        return self._mentions
 
     def prepare(self, bucket: "Bucket") -> None:
         bucket.context = True  # closures take the params at run time: nothing to build
 
     def run(self, bucket: "Bucket", event: Event) -> bool:
-        if self.grammar.arithmetic:
+        fn = self._fn
+        if fn is None:
+            fn = self._fn = self._parse(True).fn
+            assert fn is not None
+        if self.arithmetic:
             self.sandbox.budget.allocated = 0
         try:
-            return bool(self.fn(event.values, event, bucket.params))
+            return bool(fn(event.values, event, bucket.params))
         except SandboxStop:
             raise
         except _PASS_THROUGH:
@@ -115,8 +140,17 @@ class PredicateProgram:
     def plan(self, params: Mapping[str, Any], posting: Any) -> Plan:
         """Where a bucket with *params* goes. *posting(access)* tells how many entries an
         access would share its posting list with (the selectivity estimate)."""
+        g = self._grammar or self._parse(False)
+        try:
+            plan = self._plan(g, params, posting)
+        except _NeedClosures:
+            g = self._parse(True)
+            plan = self._plan(g, params, posting)
+        self._grammar = g if params else None
+        return plan
+
+    def _plan(self, g: Grammar, params: Mapping[str, Any], posting: Any) -> Plan:
         shadow: set[str] = set()
-        g = self.grammar
         conjs: list[Conj] = []
         scan = False
         for conj in g.dnf:
@@ -137,7 +171,9 @@ class PredicateProgram:
                 scan = True
                 conjs.append(Conj(None, tuple(c for c, _ in checks)))
                 continue
-            access, covered = min(options, key=lambda o: (_RANK[o[0].kind], posting(o[0]), o[1]))
+            top = min(_RANK[o[0].kind] for o in options)
+            options = [o for o in options if _RANK[o[0].kind] == top]
+            access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
             rest = tuple(c for j, (c, _) in enumerate(checks) if not (j in covered and access.exact))
             conjs.append(Conj(access, rest))
         return Plan(conjs, g.exact, frozenset(shadow), scan)
@@ -223,6 +259,8 @@ class PredicateProgram:
     def _closure(self, atom: Atom, params: Mapping[str, Any], shadow: set[str]) -> tuple[Check, list[Access]]:
         # A closure resolves names itself, exactly: only the accesses derived here rely on
         # the resolution (a read name that is no param or builtin must be in the event).
+        if atom.fn is None:
+            raise _NeedClosures
         values = [n for n in atom.reads if n not in params and n not in self.builtins]
         return (CLOSURE, None, atom.fn, None), [a for n in sorted(values) for a in self._presence((VALUE, n), exact=False)]
 
