@@ -70,7 +70,10 @@ def keys(deliveries: list[tuple[Hashable, Event]]) -> list[Hashable]:
 
 
 def test_public_api() -> None:
-    assert sorted(patterns.__all__) == ["Delivery", "HostFacts", "Matcher", "PatternEngine", "SandboxLimits"]
+    assert sorted(patterns.__all__) == [
+        "Delivery", "HostFacts", "Matcher", "PREDICATE_TIER", "PatternEngine", "PatternSet", "SANDBOX_TIER",
+        "SandboxLimits", "pattern_warnings",
+    ]  # fmt: skip
 
 
 def test_standalone_matcher_is_no_subscriber(engine: PatternEngine, failures: Recorder) -> None:

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Collection, Hashable, Mapping
 
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
+from .advice import pattern_warnings
 from .budget import SandboxStop
 from .grammar import parse_predicate
 from .index import PredicateIndex
 from .limits import Delivery, HostFacts, SandboxLimits
+from .patternset import prototype_keys
 from .predicates import PredicateProgram
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
@@ -321,6 +323,17 @@ class PatternEngine:
             self._sandbox.budget.violation = None
             self._stop_all([(bucket.instance, stop)], [])
             return False
+
+    def keys_matching(self, prototype: Event, needs_names: bool = False) -> list[Hashable]:
+        """The subscribers whose pattern would let *prototype* through (quenching, Å §4.4), in
+        subscription order: `matches_prototype` for every key at once, through the index."""
+        return prototype_keys(self, prototype, needs_names)
+
+    def pattern_warnings(self, spec: PatternSpec, seen: Collection[str], params: Mapping[str, Any] | None = None) -> list[str]:
+        """Why *spec* may never match, given the value names *seen* on the mesh: unseen names
+        (with the closest seen one) and bare names meant as text (`advice.py`)."""
+        known = self._sandbox.expr_builtins.keys() | self._sandbox.script_builtins.keys()
+        return pattern_warnings(spec, seen, params, known)
 
     def pattern_of(self, key: Hashable) -> PatternSpec:
         """Subscriber *key*'s pattern (quenching reads its declared needs). Raises

@@ -1,0 +1,137 @@
+"""`PatternSet`: patterns that are no subscribers (client caches, HTTP-registered patterns,
+history queries), matched against an event all at once through the predicate index.
+
+    >>> # caches = PatternSet(router.engine)
+    >>> # caches.add("phone-7", PatternSpec(source='Device == "phone-7"'))   -> "predicate"
+    >>> # caches.match(event)                                               -> ["phone-7", ...]
+
+The general case of what `aa.router.cacheindex` did for `Name == constant` only: every
+predicate-tier pattern is found through its access predicate (equality, `in`, ranges,
+intervals, prefixes, presence; see `index.py`), any other pattern is evaluated per event by
+its standalone matcher (`PatternEngine.matcher`). Same answers as calling each matcher.
+A pattern the sandbox stops answers no more and is listed in `stopped`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Hashable, Mapping
+
+from aa.mesh import Event, PatternSpec, UsageError
+
+from .index import PredicateIndex
+from .predicates import PredicateProgram
+
+if TYPE_CHECKING:
+    from .engine import Bucket, Matcher, PatternEngine
+
+__all__ = ["PatternSet", "prototype_keys"]
+
+
+class PatternSet:
+    """Patterns under keys of the caller's choice; `match(event)` → the keys that accept it."""
+
+    def __init__(self, engine: "PatternEngine") -> None:
+        self._engine = engine
+        budget = engine._sandbox.budget  # noqa: SLF001 (same package)
+        self._index = PredicateIndex(lambda: setattr(budget, "allocated", 0))
+        self._matchers: dict[Hashable, "Matcher"] = {}
+        self._scan: dict[Hashable, "Matcher"] = {}
+        self._keys: dict["Bucket", Hashable] = {}
+        self._order: dict[Hashable, int] = {}
+        self._seq = 0
+        self._stamp = 0
+        #: Key → why the sandbox stopped its pattern (it then accepts nothing).
+        self.stopped: dict[Hashable, str] = {}
+
+    def add(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> str:
+        """Add pattern *spec* under *key*; returns its tier ("predicate" or "sandbox").
+        Raises `UsageError` if *key* is taken, and `PatternError`/`InvalidValue` like
+        `PatternEngine.subscribe`."""
+        if key in self._matchers:
+            raise UsageError(f"pattern {key!r} is already in the set")
+        m = self._engine.matcher(spec, params)
+        self._matchers[key] = m
+        self._seq += 1
+        self._order[key] = self._seq
+        self._place(key, m)
+        return "predicate" if isinstance(m._bucket.instance.program, PredicateProgram) else "sandbox"
+
+    def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
+        """Merge *params* into *key*'s params: the pattern moves in the index."""
+        m = self._matchers.get(key)
+        if m is None:
+            raise UsageError(f"no pattern {key!r} to update")
+        bucket = m._bucket
+        self._unplace(key, m)
+        bucket.params = {**bucket.params, **params}
+        bucket.instance.program.prepare(bucket)
+        self._place(key, m)
+
+    def remove(self, key: Hashable) -> None:
+        """Remove *key* (no-op if absent)."""
+        m = self._matchers.pop(key, None)
+        if m is not None:
+            self._unplace(key, m)
+            del self._order[key]
+            self.stopped.pop(key, None)
+
+    def match(self, event: Event) -> list[Hashable]:
+        """The keys whose pattern accepts *event*, in the order they were added."""
+        self._stamp += 1
+        buckets, stops = self._index.match(event, self._stamp)
+        keys = [self._keys[b] for b in buckets]
+        for b, stop in stops:
+            key = self._keys[b]
+            self._engine._sandbox.budget.violation = None  # noqa: SLF001
+            self.stopped[key] = stop.message
+            self._unplace(key, self._matchers[key])
+        for key, m in self._scan.items():
+            if m(event):
+                keys.append(key)
+            elif m.stopped is not None:
+                self.stopped[key] = m.stopped
+        if len(keys) > 1:
+            keys.sort(key=self._order.__getitem__)
+        return keys
+
+    def __len__(self) -> int:
+        return len(self._matchers)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._matchers
+
+    def _place(self, key: Hashable, m: "Matcher") -> None:
+        bucket = m._bucket
+        program = bucket.instance.program
+        if isinstance(program, PredicateProgram):
+            self._index.add(bucket, program.plan(bucket.params, self._index.posting))
+            self._keys[bucket] = key
+        else:
+            self._scan[key] = m
+
+    def _unplace(self, key: Hashable, m: "Matcher") -> None:
+        self._index.remove(m._bucket)
+        self._keys.pop(m._bucket, None)
+        self._scan.pop(key, None)
+
+
+def prototype_keys(engine: "PatternEngine", prototype: Event, needs_names: bool = False) -> list[Hashable]:
+    """`PatternEngine.keys_matching`: the subscribers whose pattern lets *prototype* through,
+    in subscription order; the same set as `matches_prototype` on every key."""
+    engine._stamp += 1  # noqa: SLF001 (same package): a fresh evaluation mark
+    buckets, stops = engine._index.match(prototype, engine._stamp)  # noqa: SLF001
+    if stops:
+        engine._sandbox.budget.violation = None  # noqa: SLF001
+        engine._stop_all([(b.instance, stop) for b, stop in stops], [])  # noqa: SLF001
+    stopped = {id(b.instance) for b, _ in stops}
+    found = {sub.key for b in buckets if id(b.instance) not in stopped for sub in b.members.values()}
+    scan = list(engine._scan)  # noqa: SLF001 (dry runs below may stop patterns)
+    for bucket in scan:
+        key = next(iter(bucket.members), None)
+        if key is not None and key in engine._subs and engine.matches_prototype(key, prototype):  # noqa: SLF001
+            found.update(bucket.members)
+    keys = [k for k in engine.keys() if k in found]
+    if needs_names:
+        names = prototype.values.keys()
+        keys = [k for k in keys if engine._subs[k].bucket.instance.program.mentions & names]  # noqa: SLF001
+    return keys
