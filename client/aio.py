@@ -24,64 +24,23 @@ import asyncio
 import logging
 import os
 import time
-from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from aa.mesh import (
-    AaTimeout,
-    ConnectionClosed,
-    ConnectionLost,
-    Discovery,
-    Event,
-    IdGenerator,
-    OutboxFull,
-    PatternError,
-    PatternSpec,
-    PeerTable,
-    RemoteError,
-    RouterInfo,
-    SeenIds,
-    Source,
-    UsageError,
-    parse_endpoint,
+    AaTimeout, ConnectionClosed, ConnectionLost, Discovery, Event, IdGenerator, OutboxFull, PatternError,
+    PatternSpec, PeerTable, RemoteError, RouterInfo, SeenIds, Source, UsageError,
 )
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.messages import (
-    Ack,
-    Bye,
-    Deliver,
-    Error,
-    GetRouters,
-    Hello,
-    Message,
-    PatternFailed,
-    Ping,
-    Pong,
-    Publish,
-    Routers,
-    Subscribe,
-    Subscribed,
-    Unsubscribe,
-    Update,
-    Updated,
-    Welcome,
+from aa.mesh.protocol import (
+    QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello, MeshInfo, Message,
+    PatternFailed, Ping, Pong, Publish, Routers, Subscribe, Subscribed, Unsubscribe, Update, Updated, with_needs,
 )
-
-from aa.mesh.storage_messages import STORAGE_ANSWERS
-from aa.mesh.quench_messages import QUENCH_ANSWERS, with_needs
 
 from .caching import CacheClient
 from .quench import QuenchClient
-from .config import (
-    BATCH_EVENTS,
-    DELIVERED_IDS_MAX,
-    DELIVERED_IDS_MAX_AGE,
-    MAX_INFLIGHT_FRAMES,
-    REPLAY_WINDOW_EVENTS,
-    REPLAY_WINDOW_SECONDS,
-    ClientConfig,
-)
+from .config import DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE, ClientConfig
+from .dial import open_router
 from .link import Link
+from .outbox import Outbox
 from .subscription import Subscription
 
 __all__ = ["AsyncClient"]
@@ -124,17 +83,9 @@ class AsyncClient(QuenchClient, CacheClient):
         self._closing = False
         self._runner: asyncio.Task[None] | None = None
         self._first: asyncio.Future[None] | None = None
-        self._outbox: deque[Event] = deque()
-        self._inflight: deque[tuple[int, list[Event]]] = deque()
-        self._inflight_events = 0
-        self._recent: deque[tuple[float, list[Event]]] = deque()  # acked: (when, batch)
-        self._recent_events = 0
+        self._outbox = Outbox(config.max_outbox)
         self._delivered = SeenIds(max_ids=DELIVERED_IDS_MAX, max_age=DELIVERED_IDS_MAX_AGE)
-        self._seq = 0
         self._flush_scheduled = False
-        self._room = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
         self._subs: dict[int, Subscription] = {}
         self._next_sub = 1
         self._requests: dict[int, asyncio.Future[Message]] = {}
@@ -257,31 +208,11 @@ class AsyncClient(QuenchClient, CacheClient):
             self._wake.set()
 
     async def _open(self, endpoint: str) -> Link:
-        host, port = parse_endpoint(endpoint)
-        loop = asyncio.get_running_loop()
-        welcome: asyncio.Future[Welcome] = loop.create_future()
-
-        def on_message(link: Link, msg: Message) -> None:
-            if not welcome.done():
-                if type(msg) is Welcome:
-                    welcome.set_result(msg)
-                elif type(msg) is Error:
-                    welcome.set_exception(RemoteError(msg.message, code=msg.code))  # type: ignore[attr-defined]
-                return
-            self._on_message(msg)
-
-        _, link = await loop.create_connection(lambda: Link(on_message, self._schedule_flush), host, port)
-        try:
-            link.send(Hello(client_id=self.client_id, name=self.config.name))
-            done, _ = await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)
-            if not welcome.done():
-                raise ConnectionLost(f"router {endpoint} closed before welcoming us")
-            w = welcome.result()
-        except BaseException:
-            link.close()
-            raise
-        self.router = (w.router_id, w.router_name, endpoint)
-        self._learn(w.alternatives)
+        link, welcome = await open_router(
+            endpoint, Hello(client_id=self.client_id, name=self.config.name), self._on_message, self._schedule_flush
+        )
+        self.router = (welcome.router_id, welcome.router_name, endpoint)
+        self._learn(welcome.alternatives)
         return link
 
     def _learn(self, endpoints: Sequence[str]) -> None:
@@ -293,20 +224,10 @@ class AsyncClient(QuenchClient, CacheClient):
                 log.debug("router told an endpoint that is not one: %r", e)
 
     def _on_connected(self) -> None:
-        # Resend what no router acknowledged, and what was acknowledged only moments ago
-        # (see REPLAY_WINDOW_SECONDS), first and under the same ids: a router that already
-        # has them drops them as duplicates, so only what a dead router took with it is new.
-        while self._inflight:
-            _, events = self._inflight.pop()
-            self._outbox.extendleft(reversed(events))
-        self._inflight_events = 0
-        self._trim_recent(time.monotonic())
-        while self._recent:
-            _, events = self._recent.pop()
-            self._outbox.extendleft(reversed(events))
-        self._recent_events = 0
-        if self._outbox:
-            self._drained.clear()
+        # Resend what no router acknowledged, and what was acknowledged only moments ago,
+        # first and under the same ids: a router that already has them drops them as
+        # duplicates, so only what a dead router took with it is new (`aa.client.outbox`).
+        self._outbox.reconnected(time.monotonic())
         for sub in list(self._subs.values()):
             self._send(Subscribe(sub_id=sub.id, pattern=sub.pattern, params=sub.params, history=None))
         self._connected.set()
@@ -391,11 +312,10 @@ class AsyncClient(QuenchClient, CacheClient):
         outside the model, `OutboxFull` when the outbox is at its cap."""
         if self._closing:
             raise ConnectionClosed("client is closed")
-        if len(self._outbox) + self._inflight_events >= self.config.max_outbox:
+        if self._outbox.full:
             raise OutboxFull(f"{self.config.max_outbox} events wait for a router already")
         event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=id or self._ids())
-        self._outbox.append(event)
-        self._drained.clear()
+        self._outbox.add(event)
         self._schedule_flush()
         return event.id  # type: ignore[return-value]
 
@@ -409,23 +329,27 @@ class AsyncClient(QuenchClient, CacheClient):
     ) -> str:
         """Queue an event for publishing, waiting while the outbox is full; returns its id.
         Use `flush()` to wait until routers acknowledged everything published."""
-        while len(self._outbox) + self._inflight_events >= self.config.max_outbox:
-            self._room.clear()
-            await self._room.wait()
+        await self.wait_for_room()
         return self.publish_nowait(values, type=type, meta=meta, id=id)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until a router acknowledged every event published so far."""
         try:
             async with asyncio.timeout(timeout):
-                await self._drained.wait()
+                await self._outbox.drained.wait()
         except TimeoutError:
             raise AaTimeout(f"{self.pending} events still unacknowledged") from None
 
     @property
     def pending(self) -> int:
         """Events published and not yet acknowledged by a router."""
-        return len(self._outbox) + self._inflight_events
+        return self._outbox.pending
+
+    async def wait_for_room(self) -> None:
+        """Return once the outbox takes another event (at once if it does now)."""
+        while self._outbox.full:
+            self._outbox.room.clear()
+            await self._outbox.room.wait()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and self._link is not None:
@@ -436,39 +360,20 @@ class AsyncClient(QuenchClient, CacheClient):
         self._flush_scheduled = False
         link = self._link
         outbox = self._outbox
-        while outbox and link is not None and not link.paused and len(self._inflight) < MAX_INFLIGHT_FRAMES:
-            n = min(len(outbox), BATCH_EVENTS)
-            batch = [outbox.popleft() for _ in range(n)]
-            self._seq += 1
-            self._inflight.append((self._seq, batch))
-            self._inflight_events += n
+        while link is not None and not link.paused:
+            batch = outbox.next_batch()
+            if batch is None:
+                return
+            seq, events = batch
             try:
-                link.send(Publish(seq=self._seq, events=tuple(batch)))
+                link.send(Publish(seq=seq, events=tuple(events)))
             except ConnectionLost:
                 return  # resent after reconnection
 
     def _acked(self, seq: int) -> None:
-        inflight = self._inflight
-        now = time.monotonic()
-        while inflight and inflight[0][0] <= seq:
-            _, events = inflight.popleft()
-            self._inflight_events -= len(events)
-            self._recent.append((now, events))
-            self._recent_events += len(events)
-        self._trim_recent(now)
-        self._room.set()
-        if not inflight and not self._outbox:
-            self._drained.set()
-        elif self._outbox:
+        self._outbox.acked(seq, time.monotonic())
+        if self._outbox.waiting:
             self._schedule_flush()
-
-    def _trim_recent(self, now: float) -> None:
-        recent = self._recent
-        while recent and (
-            self._recent_events - len(recent[0][1]) >= REPLAY_WINDOW_EVENTS
-            or now - recent[0][0] > REPLAY_WINDOW_SECONDS
-        ):
-            self._recent_events -= len(recent.popleft()[1])
 
     # -- subscribing ------------------------------------------------------------------------
 
@@ -486,10 +391,10 @@ class AsyncClient(QuenchClient, CacheClient):
         """Register a pattern; events go to *callback* (a function or coroutine function),
         or iterate the returned `Subscription`. *needs* declares the value names the pattern
         needs, so quenching publishers whose prototypes carry them hear of it however narrow
-        the pattern (`aa.mesh.quench_messages`). Raises `PatternError` if the router refuses
+        the pattern (`aa.mesh.protocol.quench_messages`). Raises `PatternError` if the router refuses
         the pattern (with the router's reason), `AaTimeout` if no router answers."""
         spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
-        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.quench_messages)
+        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.protocol.quench_messages)
         sub_id = self._next_sub
         self._next_sub += 1
         sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None)

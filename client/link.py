@@ -7,7 +7,7 @@ import logging
 from typing import Callable
 
 from aa.mesh import ConnectionLost, Connection, ProtocolError
-from aa.mesh.messages import Message
+from aa.mesh.protocol import Message
 
 __all__ = ["Link"]
 

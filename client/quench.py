@@ -17,7 +17,7 @@ registers it again on its new router; the subscriptions it knew are kept until t
 confirms them, and those not confirmed within `STALE_GRACE` seconds are reported gone.
 
 Subscribers help quenching by declaring the value names their pattern needs
-(``subscribe("SnowDepth == 80", needs=["SnowDepth"])``): see `aa.mesh.quench_messages`.
+(``subscribe("SnowDepth == 80", needs=["SnowDepth"])``): see `aa.mesh.protocol.quench_messages`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Mapping
 
 from aa.mesh import AaTimeout, ConnectionClosed, RemoteError, check_values
-from aa.mesh.messages import Error, Message
-from aa.mesh.quench_messages import Quench as QuenchRequest
-from aa.mesh.quench_messages import Quenched, QuenchNotice, Unquench
+from aa.mesh.protocol import Error, Message
+from aa.mesh.protocol import Quench as QuenchRequest
+from aa.mesh.protocol import Quenched, QuenchNotice, Unquench
 
 if TYPE_CHECKING:
     from .aio import AsyncClient

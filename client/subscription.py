@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from aa.mesh import ConnectionClosed, Event, PatternError, PatternSpec
-from aa.mesh.eventqueue import EventQueue
+from aa.mesh import EventQueue
 
 if TYPE_CHECKING:
     from .aio import AsyncClient

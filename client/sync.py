@@ -173,8 +173,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
                 self._drain()
                 if not self._pending:
                     break
-                self._async._room.clear()  # outbox full: wait for an acknowledgement
-                await self._async._room.wait()
+                await self._async.wait_for_room()  # outbox full: wait for an acknowledgement
             await self._async.flush(timeout)
 
         self._call(go())

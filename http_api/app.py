@@ -45,7 +45,7 @@ from swagger_ui_bundle import swagger_ui_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
-from aa.mesh.jsonvalues import event_to_json, from_json, to_json
+from aa.mesh import event_to_json, from_json, to_json
 from aa.router import parse_duration
 
 from .atom import ATOM_TYPE, render_atom

@@ -36,8 +36,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 from aa.mesh import Event
-from aa.mesh.event import META_CLIENT, META_TIME
-from aa.mesh.jsonvalues import event_from_json, event_to_json
+from aa.mesh import META_CLIENT, META_TIME
+from aa.mesh import event_from_json, event_to_json
 
 __all__ = [
     "ATOM_TYPE",

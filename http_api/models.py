@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aa.mesh.event import MAX_ID_LENGTH
-from aa.mesh.messages import MAX_PATTERN_SOURCE
+from aa.mesh import MAX_ID_LENGTH
+from aa.mesh.protocol import MAX_PATTERN_SOURCE
 
 from .limits import MAX_NAME_LENGTH, MAX_PATTERNS_PER_CLIENT
 

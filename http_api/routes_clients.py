@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from aa.mesh import PatternSpec, UsageError
-from aa.mesh.event import META_TIME
+from aa.mesh import META_TIME
 from aa.router import ExpiryPolicy, parse_duration
 
 from .atom import ATOM_TYPE, render_atom, render_json

@@ -5,6 +5,7 @@ Environment variables (`AA_…`) and command-line flags only fill these in (see 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
@@ -12,10 +13,10 @@ from pathlib import Path
 
 from aa.mesh import DiscoveryConfig, UsageError, check_endpoint
 
-from .cacheconfig import CacheConfig
+from .caches import CacheConfig
 from .eventlog import EventLogConfig
-from .meshconfig import MeshConfig
-from .quenchconfig import QuenchConfig
+from .links import MeshConfig
+from .quench import QuenchConfig
 from .store import StoreConfig
 
 __all__ = ["RouterConfig", "DEFAULT_PORT", "MAX_SUBSCRIPTIONS_PER_CLIENT", "MAX_SESSION_BACKLOG"]
@@ -118,6 +119,10 @@ class RouterConfig:
 
     def display_name(self, port: int) -> str:
         return self.name or f"{socket.gethostname()}:{port}"
+
+    def discovery_with_peers(self) -> DiscoveryConfig:
+        """The discovery settings with `peers` added to its well-known endpoints."""
+        return dataclasses.replace(self.discovery, peers=self.discovery.peers + self.peers)
 
 
 def env_default(name: str, default: str | None = None) -> str | None:

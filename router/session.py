@@ -14,10 +14,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.storage_messages import STORAGE_REQUESTS
-from aa.mesh.quench_messages import QUENCH_REQUESTS
-from aa.mesh.messages import (
+from aa.mesh.protocol import GetMesh, MeshInfo
+from aa.mesh.protocol import STORAGE_REQUESTS
+from aa.mesh.protocol import QUENCH_REQUESTS
+from aa.mesh.protocol import (
     Ack,
     Bye,
     Deliver,
@@ -58,7 +58,7 @@ class SessionSubscriber:
     def __init__(self, session: "ClientSession", sub_id: int) -> None:
         self.session = session
         self.sub_id = sub_id
-        #: Live events held while this subscription's history is replayed (`aa.router.history`).
+        #: Live events held while this subscription's history is replayed (`aa.router.store.history`).
         self.held: Any = None
 
     def deliver(self, event: Event) -> None:
@@ -75,7 +75,7 @@ class SessionSubscriber:
     def active(self) -> bool:
         """Still subscribed, on an open connection."""
         s = self.session
-        return s.subscriptions.get(self.sub_id) is self and not s._closing
+        return s.subscriptions.get(self.sub_id) is self and s.is_open
 
     async def drained(self) -> None:
         """Wait while the connection's write buffer is over its high-water mark."""
@@ -110,6 +110,11 @@ class ClientSession(asyncio.Protocol):
         self.dropped = 0  # deliveries dropped because this client did not keep up
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection still takes frames (not closing, not handed over)."""
+        return not self._closing
+
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,7 +122,7 @@ class ClientSession(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.address = f"{peer[0]}:{peer[1]}"
-        self.router._session_opened(self)
+        self.router.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -135,11 +140,11 @@ class ClientSession(asyncio.Protocol):
             log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
             self.fail(exc.code, str(exc))
         finally:
-            self.router._flush_dirty()
+            self.router.dispatcher.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.router._session_closed(self)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         self.resume_writing()
@@ -168,19 +173,18 @@ class ClientSession(asyncio.Protocol):
             if type(msg) is Hello:
                 self._hello(msg)
                 return
-            handoff = self.router._handoff(self, msg)
-            if handoff:
+            if self.router.handoff(self, msg):
                 return
             raise ProtocolError(f"expected 'hello' first, got {msg.kind!r}")
         kind = type(msg)
         if kind is Publish:
-            self.router._publish_from(self, msg)
+            self.router.accept_publish(self, msg)  # type: ignore[arg-type]
         elif kind is Subscribe:
             self._subscribe(msg)  # type: ignore[arg-type]
         elif kind is Unsubscribe:
             sub = self.subscriptions.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
-                self.router._unsubscribe(sub)
+                self.router.remove_subscription(sub)
         elif kind is Update:
             self._update(msg)  # type: ignore[arg-type]
         elif kind is Ping:
@@ -190,7 +194,7 @@ class ClientSession(asyncio.Protocol):
         elif kind is GetMesh:
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
-            self.router.storage.handle_request(self, msg)
+            self.router.caches.handle_request(self, msg)
         elif kind in QUENCH_REQUESTS:
             self.router.quench.handle_request(self, msg)
         elif kind is Bye:
@@ -220,14 +224,14 @@ class ClientSession(asyncio.Protocol):
             return
         sub = SessionSubscriber(self, msg.sub_id)
         try:
-            self.router._subscribe(sub, msg.pattern, msg.params, msg.history)
+            self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
             code = getattr(exc, "code", "pattern-refused")
             self.send(Error(code=code, message=str(exc), ref=msg.sub_id))
             return
         self.subscriptions[msg.sub_id] = sub
         self.send(Subscribed(sub_id=msg.sub_id))
-        self.router._after_subscribe(sub, msg.history)
+        self.router.subscription_added(sub, msg.history)
 
     def _update(self, msg: Update) -> None:
         sub = self.subscriptions.get(msg.sub_id)
@@ -235,7 +239,7 @@ class ClientSession(asyncio.Protocol):
             self.send(Error(code="unknown-subscription", message=f"no subscription {msg.sub_id}", ref=msg.sub_id))
             return
         try:
-            self.router._update(sub, msg.params)
+            self.router.update_subscription(sub, msg.params)
         except (PatternError, UsageError) as exc:
             self.send(Error(code=getattr(exc, "code", "bad-params"), message=str(exc), ref=msg.sub_id))
             return
@@ -259,7 +263,7 @@ class ClientSession(asyncio.Protocol):
         pending.append([[sub_id], event])
         if not self._dirty:
             self._dirty = True
-            self.router._dirty_sessions.append(self)
+            self.router.dispatcher.queued(self)
 
     def flush(self) -> None:
         """Write queued deliveries as one frame (or several, if one would be too large)."""
@@ -303,7 +307,7 @@ class ClientSession(asyncio.Protocol):
             raise UsageError("only an open session can be detached")
         self._closing = True
         self.transport = None
-        self.router._session_closed(self)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         return transport, self.codec

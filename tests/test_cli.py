@@ -16,7 +16,7 @@ import pytest
 from aa.client import AsyncClient
 from aa.tools.common import parse_scalar
 
-from util import wait_for
+from support import wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 

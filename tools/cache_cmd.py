@@ -118,7 +118,7 @@ def _show(info: dict[str, Any]) -> None:
 
 
 def _timeout(text: str) -> float:
-    from aa.router.policy import parse_duration
+    from aa.router import parse_duration
 
     try:
         return float(text)

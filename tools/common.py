@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aa.mesh import Event, InvalidValue, UsageError
-from aa.mesh.jsonvalues import event_to_json, from_json
+from aa.mesh import event_to_json, from_json
 
 __all__ = [
     "parse_scalar",
@@ -129,7 +129,7 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     >>> parse_since("2030-01-02T03:04:05Z").isoformat()
     '2030-01-02T03:04:05+00:00'
     """
-    from aa.router.policy import parse_duration
+    from aa.router import parse_duration
 
     text = text.strip()
     try:

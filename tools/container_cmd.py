@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
 import aa.addins.bundled
-from aa.addins import Container, ContainerConfig
-from aa.addins.container import DEFAULT_POLL_INTERVAL, default_data_dir
+from aa.addins import DEFAULT_POLL_INTERVAL, Container, ContainerConfig, default_data_dir
 
 from .common import add_router_option, fail, router_endpoints
 

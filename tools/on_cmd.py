@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from aa.client import Client
 from aa.mesh import AaError, Event, PatternSpec, UsageError
-from aa.mesh.jsonvalues import event_to_json, to_json
+from aa.mesh import event_to_json, to_json
 
 from .common import add_router_option, fail, router_endpoints
 

@@ -135,7 +135,8 @@ def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
     """The meta keys --persist, --max-age, --max-count and --no-mesh-cache ask for, checked
     here so that a bad policy is refused before anything is sent."""
     from aa.mesh import Event
-    from aa.router.policy import META_MESH_CACHE, ExpiryPolicy, persist_policy
+    from aa.router.store import META_MESH_CACHE, persist_policy
+    from aa.router import ExpiryPolicy
 
     meta: dict[str, Any] = {}
     if args.max_age is not None or args.max_count is not None:

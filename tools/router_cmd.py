@@ -14,11 +14,11 @@ from typing import Mapping
 
 from aa.http_api import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, HttpEndpoint
 from aa.mesh import DISCOVERY_PORT, DiscoveryConfig, StoreError, UsageError
-from aa.mesh.discovery import BROADCAST_INTERVAL
-from aa.mesh.interfaces import ENV_INTERFACES
-from aa.mesh.peers import RETRY_BASE, RETRY_MAX
+from aa.mesh import BROADCAST_INTERVAL
+from aa.mesh import ENV_INTERFACES
+from aa.mesh import RETRY_BASE, RETRY_MAX
 from aa.router import DEFAULT_PORT, MeshConfig, Router, RouterConfig
-from aa.router.meshconfig import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
+from aa.router.links import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
 
 from .container_cmd import add_hosting_options, hosted_container
 from .storage_opts import add_storage_options, storage_config

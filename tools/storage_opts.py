@@ -8,8 +8,8 @@ from typing import Any, Mapping
 
 from aa.mesh import UsageError
 from aa.router import CacheConfig, EventLogConfig, StoreConfig
-from aa.router.cacheconfig import CACHE_SWEEP_INTERVAL
-from aa.router.meshcache import MESH_CACHE_MAX_EVENTS
+from aa.router.caches import CACHE_SWEEP_INTERVAL
+from aa.router.caches import MESH_CACHE_MAX_EVENTS
 
 __all__ = ["add_storage_options", "storage_config"]
 
