@@ -68,7 +68,7 @@ Decisions
   mention one of the prototype's value names.
 
 The sandbox, and what it does not cover, is described in `budget.py` (time), `guards.py`
-(memory), `policy.py` (compile-time rules), `calls.py` and `modules.py` (what is reachable).
+(memory), `compiler.py` (compile-time rules), `calls.py` and `modules.py` (what is reachable).
 Known limits: a single C-level call on adversarial but size-capped data (sorting a million
 big equal strings, a catastrophic regular expression in `re` or XPath `matches()`,
 `str()` of a container reached through an alias such as `map(str, ...)`) runs to its end

@@ -19,7 +19,7 @@ from .calls import make_builtins, make_routed_getattr
 from .guards import Guards
 from .limits import MAX_STATE_DEPTH, HostFacts, SandboxLimits
 from .modules import make_modules
-from .policy import CompiledPython, compile_python
+from .compiler import CompiledPython, compile_python
 from .views import RouterView
 
 __all__ = ["Sandbox", "measure_state"]
