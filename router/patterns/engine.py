@@ -66,7 +66,7 @@ class _Instance:
 class Bucket:
     """The subscribers of one instance with equal params (and, for scripts, their state)."""
 
-    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "result", "run")
+    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "result", "run", "placed")
 
     def __init__(self, instance: _Instance, params: dict[str, Any], params_key: Any, state: dict[str, Any] | None = None) -> None:
         self.instance = instance
@@ -80,6 +80,8 @@ class Bucket:
         self.stamp = 0
         self.result: Any = None
         self.run = instance.program.run
+        #: The bucket's entries in the predicate index (`index.py`), or None.
+        self.placed: Any = None
 
 
 class PatternEngine:
@@ -440,13 +442,23 @@ def _first(hit: tuple[int, Hashable, Event]) -> int:
     return hit[0]
 
 
-def _freeze(value: Any) -> Any:
-    """A hashable form of params that tells 1, 1.0 and True apart."""
+def _freeze(params: dict[str, Any]) -> tuple[Any, ...]:
+    """A hashable form of params that tells 1, 1.0 and True apart: one flat tuple (name,
+    type, value, ...) — a million parametric subscribers keep one each."""
+    out: list[Any] = []
+    for k in sorted(params):
+        v = params[k]
+        t = type(v)
+        out += (k, "c", _freeze_value(v)) if t is dict or t is list or t is tuple else (k, t.__name__, v)
+    return tuple(out)
+
+
+def _freeze_value(value: Any) -> Any:
     t = type(value)
     if t is dict:
-        return ("map", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
+        return ("map", tuple(sorted((k, _freeze_value(v)) for k, v in value.items())))
     if t is list or t is tuple:
-        return ("list", tuple(_freeze(v) for v in value))
+        return ("list", tuple(_freeze_value(v) for v in value))
     return (t.__name__, value)
 
 

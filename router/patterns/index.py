@@ -37,7 +37,7 @@ subscriptions.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from sortedcontainers import SortedList
 
@@ -261,13 +261,13 @@ class PredicateIndex:
         self._meta: dict[str, _Field] = {}
         self._scan: dict[_Entry, None] = {}
         self._shadow: dict[str, dict[_Entry, None]] = {}
-        self._placed: dict[Any, tuple[list[_Entry], frozenset[str]]] = {}
+        self._count = 0
         self._keys = 0
         self._reset = verify_budget or (lambda: None)
 
     def __len__(self) -> int:
         """Number of buckets placed."""
-        return len(self._placed)
+        return self._count
 
     def _field(self, src: tuple[int, Any], create: bool) -> _Field | None:
         where, key = src
@@ -308,13 +308,16 @@ class PredicateIndex:
             for name in plan.shadow:
                 self._shadow.setdefault(name, {})[e] = None
             entries.append(e)
-        self._placed[bucket] = (entries, plan.shadow)
+        bucket.placed = (entries, plan.shadow)
+        self._count += 1
 
     def remove(self, bucket: "Bucket") -> None:
         """Take *bucket* out (no-op if it is not placed)."""
-        placed = self._placed.pop(bucket, None)
+        placed = bucket.placed
         if placed is None:
             return
+        bucket.placed = None
+        self._count -= 1
         entries, shadow = placed
         last = len(entries) - 1
         for i, e in enumerate(entries):
@@ -391,9 +394,6 @@ class PredicateIndex:
                 except SandboxStop as stop:
                     stops.append((b, stop))
         return matched, stops
-
-    def buckets(self) -> Iterable[Hashable]:
-        return self._placed.keys()
 
 
 def _holds(rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset: Callable[[], None]) -> bool:

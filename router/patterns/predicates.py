@@ -57,16 +57,22 @@ _DEAD = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 
 
-@dataclass(slots=True, frozen=True)
 class Access:
     """How a conjunction is found: `kind` on field `src` ((VALUE, name), (TYPE, None) or
     (META, key)) with `keys` (eq: constants; prefix/suffix: strings; range: (op, bound);
-    present: ()). `exact`: a hit means the atom holds."""
+    interval: (op, lo, op, hi); present: ()). `exact`: a hit means the atom holds.
+    (A plain slotted class: one is built per atom per subscribe.)"""
 
-    kind: str
-    src: tuple[int, Any]
-    keys: tuple[Any, ...]
-    exact: bool
+    __slots__ = ("kind", "src", "keys", "exact")
+
+    def __init__(self, kind: str, src: tuple[int, Any], keys: tuple[Any, ...], exact: bool) -> None:
+        self.kind = kind
+        self.src = src
+        self.keys = keys
+        self.exact = exact
+
+    def __repr__(self) -> str:
+        return f"Access({self.kind!r}, {self.src!r}, {self.keys!r}, exact={self.exact})"
 
 
 @dataclass(slots=True)
@@ -92,6 +98,7 @@ class PredicateProgram:
 
     kind = "expr"
     tier = "predicate"
+    __slots__ = ("sandbox", "source", "builtins", "arithmetic", "_grammar", "_fn", "_mentions")
 
     def __init__(self, sandbox: "Sandbox", source: str, grammar: Grammar) -> None:
         self.sandbox = sandbox
@@ -176,7 +183,7 @@ class PredicateProgram:
             access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
             rest = tuple(c for j, (c, _) in enumerate(checks) if not (j in covered and access.exact))
             conjs.append(Conj(access, rest))
-        return Plan(conjs, g.exact, frozenset(shadow), scan)
+        return Plan(conjs, g.exact, _intern(shadow), scan)
 
     def _resolve_atom(self, atom: Atom, params: Mapping[str, Any], shadow: set[str]) -> Any:
         """(check, accesses) for *atom* in this bucket; None if it always holds; _DEAD if it
@@ -297,6 +304,25 @@ def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
         if keys and type(keys[0]) is str and all(type(k) is str for k in keys):
             return [Access(PREFIX if op == "startswith" else SUFFIX, src, tuple(dict.fromkeys(keys)), True)]
     return []
+
+
+_NO_NAMES: frozenset[str] = frozenset()
+_SHADOWS: dict[frozenset[str], frozenset[str]] = {}
+#: Distinct shadow sets kept for sharing; past this, new ones are simply not shared.
+_MAX_SHARED_SHADOWS = 10_000
+
+
+def _intern(names: set[str]) -> frozenset[str]:
+    """One frozenset per distinct set of names (every bucket keeps its own otherwise)."""
+    if not names:
+        return _NO_NAMES
+    key = frozenset(names)
+    got = _SHADOWS.get(key)
+    if got is None:
+        got = key
+        if len(_SHADOWS) < _MAX_SHARED_SHADOWS:
+            _SHADOWS[key] = key
+    return got
 
 
 def _intervals(options: list[tuple[Access, tuple[int, ...]]]) -> list[tuple[Access, tuple[int, ...]]]:
