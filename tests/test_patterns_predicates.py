@@ -8,6 +8,8 @@ from datetime import datetime, timezone
 from typing import Any, Hashable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aa.mesh import Event, PatternSpec
 from aa.router.patterns import PREDICATE_TIER, SANDBOX_TIER, HostFacts, PatternEngine, PatternSet
@@ -185,3 +187,39 @@ def test_keys_matching_is_matches_prototype_for_every_key(engine: PatternEngine)
         expected = [k for k in engine.keys() if engine.matches_prototype(k, proto, needs_names=needs)]
         assert engine.keys_matching(proto, needs_names=needs) == expected
     assert engine.keys_matching(proto) == ["sensor", "all", "script", "kernel"]
+
+
+def mostly(valid: list[str], tricky: list[str]) -> st.SearchStrategy[str]:
+    return st.sampled_from(valid * 4 + tricky)
+
+
+literals = mostly(["0", "-0", "7", "-12", "1.5", "-0.0", "1e3", "2.5E-2", "1.", "'a'", '"b c"', "''", "True", "None"], ["007", "0x1F", "1_000", "1j", "r'a'", "'\\n'"])
+fast_names = mostly(["A", "b2", "len"], ["type", "_x", "and", "Xﬁ", "in"])
+fast_ops = mostly(["==", "!=", "<", "<=", ">", ">="], ["=<", "is"])
+
+
+@st.composite
+def fast_sources(draw: Any) -> str:
+    parts = []
+    for _ in range(draw(st.integers(1, 3))):
+        items = [draw(st.one_of(literals, fast_names)) for _ in range(draw(st.integers(1, 3)))]
+        parts.append(f" {draw(fast_ops)} ".join(items))
+    space = draw(mostly(["", " "], ["\t", "\n", "  "]))
+    return space.join(["", " and ".join(parts)]) if draw(st.booleans()) else " and ".join(parts) + space
+
+
+@settings(max_examples=500, deadline=None)
+@given(fast_sources())
+def test_the_fast_path_reads_what_the_ast_path_reads(source: str) -> None:
+    from aa.router.patterns.fastpath import parse_conjunction
+    from aa.router.patterns.grammar import parse_predicate
+
+    engine = PatternEngine(host=HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0), on_failure=lambda *a: None)
+    fast = parse_conjunction(source)
+    if fast is None:
+        return  # the general path decides
+    slow = parse_predicate(source, engine._sandbox.expr_builtins, engine._sandbox.guards, closures=False)
+    assert slow is not None and slow.exact
+    shape = [[(a.op, a.left, a.right, a.negated, a.reads) for a in c] for c in fast.dnf]
+    assert shape == [[(a.op, a.left, a.right, a.negated, a.reads) for a in c] for c in slow.dnf]
+    assert (fast.names, fast.mentions) == (slow.names, slow.mentions)

@@ -25,6 +25,7 @@ from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
 from .budget import SandboxStop
+from .fastpath import parse_conjunction
 from .grammar import parse_predicate
 from .index import PredicateIndex
 from .limits import Delivery, HostFacts, SandboxLimits
@@ -232,7 +233,7 @@ class PatternEngine:
     def _compile(self, spec: PatternSpec) -> Program:
         if spec.kernel == "python" and spec.format == "expr":
             sandbox = self._sandbox
-            grammar = parse_predicate(spec.source, sandbox.expr_builtins, sandbox.guards, closures=False)
+            grammar = parse_conjunction(spec.source) or parse_predicate(spec.source, sandbox.expr_builtins, sandbox.guards, closures=False)
             if grammar is not None:
                 return PredicateProgram(sandbox, spec.source, grammar)
             return ExprProgram(sandbox, spec.source)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from aa.mesh import Event
 
 from .budget import SandboxStop
+from .fastpath import parse_conjunction
 from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
 
 if TYPE_CHECKING:
@@ -112,7 +113,8 @@ class PredicateProgram:
         self._mentions: frozenset[str] | None = None
 
     def _parse(self, closures: bool) -> Grammar:
-        g = parse_predicate(self.source, self.builtins, self.sandbox.guards, closures)
+        g = None if closures else parse_conjunction(self.source)
+        g = g or parse_predicate(self.source, self.builtins, self.sandbox.guards, closures)
         assert g is not None  # it parsed before
         return g
 
