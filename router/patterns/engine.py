@@ -8,11 +8,15 @@ Structure (see the package docstring for the decisions)::
                        ├─ members: subscriber keys               (scripts: own `state`)
                        └─ context: kernel-prepared globals/variables
 
-`match` walks the subscribers in subscription order; the first subscriber of a bucket
-evaluates it for this event (a stamp per match call marks it done) and every other member
-reuses the result. A `SandboxStop` from any bucket stops the whole instance: its subscribers
-are removed, their deliveries for this event dropped, and `on_failure` is called once per
-instance after the walk, so the callback may freely call back into the engine.
+Each bucket is *placed* when created and unplaced when dropped: a predicate-tier bucket in
+the index (`index.py`, its plan from `predicates.py`), any other on the scan list. `match`
+asks the index for the predicate buckets the event matches (each evaluated at most once per
+event: a stamp per match call), runs every scan-list bucket, and delivers to the members of
+the matching buckets sorted by subscription order. A parametric `update` unplaces and
+re-places one bucket between two `match` calls. A `SandboxStop` from any bucket stops the
+whole instance: its subscribers are removed, their deliveries for this event dropped, and
+`on_failure` is called once per instance after the walk, so the callback may freely call
+back into the engine.
 """
 
 from __future__ import annotations

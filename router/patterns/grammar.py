@@ -44,8 +44,9 @@ from typing import Any, Callable, Mapping
 
 from .calls import FORBIDDEN_NAMES
 from .guards import Guards
+from .shapes import _CONTEXT, MAX_DNF_TERMS, Ref, _and_leaves, _method_call, _product, _ref, _ref_names, _reads, _union
 
-__all__ = ["Atom", "Grammar", "Ref", "parse_predicate", "MAX_PREDICATE_SOURCE", "MAX_PREDICATE_NODES", "MAX_DNF_TERMS", "MAX_PREDICATE_INT_BITS"]
+__all__ = ["Atom", "Grammar", "Ref", "OPS", "parse_predicate", "MAX_PREDICATE_SOURCE", "MAX_PREDICATE_NODES", "MAX_DNF_TERMS", "MAX_PREDICATE_INT_BITS"]
 
 #: Longest source (characters) considered for the predicate tier. Real predicates are a line;
 #: a longer source goes to the python kernel, whose compilation is budgeted.
@@ -54,19 +55,12 @@ MAX_PREDICATE_SOURCE = 4096
 MAX_PREDICATE_NODES = 600
 #: Deepest nesting of a predicate's AST (the compiler and the closures recurse).
 MAX_PREDICATE_DEPTH = 40
-#: Most conjunctions kept for the index per pattern. A disjunction of more terms leaves the
-#: pattern on the scan list: normalising must never stall a subscribe.
-MAX_DNF_TERMS = 64
 #: Largest integer (bits) arithmetic may produce in this tier. Division of two 4,096-bit
 #: integers takes microseconds; 65,536-bit ones (the kernel's cap) take milliseconds.
 MAX_PREDICATE_INT_BITS = 4096
 
 Fn = Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any]
-#: An operand as the index sees it: ("name", X), ("type", None), ("meta", k), ("event", X),
-#: ("params", k), ("const", c), ("consts", (kind, refs)) or ("other", None).
-Ref = tuple[str, Any]
 _MISSING: Any = object()
-_CONTEXT = frozenset({"type", "meta", "event", "params"})
 _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
         ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}  # fmt: skip
 OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -411,93 +405,3 @@ def _capped_pow(g: Guards) -> Callable[[Any, Any], Any]:
         return g.pow(a, b)
 
     return pow_
-
-
-def _and_leaves(node: ast.expr) -> list[ast.expr] | None:
-    """The leaves of a top-level `and` tree, or None if a leaf is an `or` (not exact)."""
-    if isinstance(node, ast.BoolOp):
-        if not isinstance(node.op, ast.And):
-            return None
-        out: list[ast.expr] = []
-        for v in node.values:
-            sub = _and_leaves(v)
-            if sub is None:
-                return None
-            out.extend(sub)
-        return out
-    return [node]
-
-
-def _method_call(node: ast.expr) -> tuple[str, ast.expr, ast.expr] | None:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1 and node.func.attr in ("startswith", "endswith"):
-        return node.func.attr, node.func.value, node.args[0]
-    return None
-
-
-def _ref(node: ast.expr, in_right: bool = False) -> Ref:
-    """*node* as an operand the index can resolve per bucket, or ("other", None)."""
-    if isinstance(node, ast.Constant):
-        return ("const", node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
-        return ("const", -node.operand.value)  # type: ignore[operator]
-    if isinstance(node, ast.Name):
-        if node.id in ("meta", "event", "params"):
-            return ("ctx", node.id) if in_right else ("other", None)
-        return ("type", None) if node.id == "type" else ("name", node.id)
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant):
-        base, key = node.value.id, node.slice.value
-        if base in ("meta", "event", "params") and isinstance(key, str):
-            return (base, key)
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        refs = [_ref(e) for e in node.elts]
-        if all(r[0] in ("const", "name", "params") for r in refs):
-            return ("consts", (type(node).__name__, tuple(refs)))
-    return ("other", None)
-
-
-def _ref_names(*refs: Ref) -> frozenset[str]:
-    out = set()
-    for kind, x in refs:
-        if kind == "name":
-            out.add(x)
-        elif kind == "consts":
-            out.update(r[1] for r in x[1] if r[0] == "name")
-    return frozenset(out)
-
-
-def _reads(node: ast.expr) -> frozenset[str]:
-    """Bare names that are read whenever *node* evaluates to a true value: everything but
-    the operands after the first of an `and`/`or`."""
-    out: set[str] = set()
-    stack: list[ast.AST] = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.Name):
-            if n.id not in _CONTEXT:
-                out.add(n.id)
-        elif isinstance(n, ast.BoolOp):
-            stack.append(n.values[0])
-        elif isinstance(n, ast.Call):
-            stack.extend(n.args)
-            if isinstance(n.func, ast.Attribute):
-                stack.append(n.func.value)
-        else:
-            stack.extend(ast.iter_child_nodes(n))
-    out.discard("len")
-    return frozenset(out)
-
-
-def _product(parts: list[list[list[Atom]]]) -> list[list[Atom]]:
-    """AND of disjunctions; factors that would push past MAX_DNF_TERMS are dropped (the result
-    stays implied by the pattern, only less precise)."""
-    out: list[list[Atom]] = [[]]
-    for dis in sorted(parts, key=len):
-        if len(out) * len(dis) > MAX_DNF_TERMS:
-            continue
-        out = [c + d for c in out for d in dis]
-    return out
-
-
-def _union(parts: list[list[list[Atom]]]) -> list[list[Atom]]:
-    out = [c for dis in parts for c in dis]
-    return out if len(out) <= MAX_DNF_TERMS else [[]]  # [[]]: implies nothing: scan list

@@ -10,15 +10,18 @@ Workloads:
 - `betree` (BE-Tree, Sadoghi and Jacobsen 2011; PADRES): N subscriptions of 1-5 predicates
   over `--names` attributes (10-50), constants Zipf-distributed (exponent `--zipf`) over
   `--domain` values; each predicate an equality (`--eq` of them) or a range `lo <= aK <= hi`
-  a few hundredths of the domain wide. Events carry a value for every attribute, drawn from
-  the same Zipf distribution (`--event-dist uniform` for uniform values).
+  up to `--width` of the domain wide. Events carry a value for every attribute, uniform over
+  the domain (`--event-dist zipf`: the constants' distribution, where the hot values make
+  about 1% of all subscriptions match every event: the figure is then the deliveries').
 - `trading` (Jayaram, Jayalath and Eugster, parametric subscriptions): N traders subscribe
   `Symbol == sym and Price < limit` (a third `>`, a third `<`, a third `==`, as the paper's
   operator mix) with params; the benchmark then moves `limit` by `update()` and measures
   updates/s and the reaction time: an update followed by the first event that matches only
   the new limit, delivered.
 
-Per size: events/s is not the figure; per-event match time is (median per run, then the
+Each run prints the deliveries per event: the cost of an event is the index lookups plus
+the verification of its candidates plus its deliveries, so a workload's selectivity decides
+what is reachable. Per size: events/s is not the figure; per-event match time is (median per run, then the
 median and min-max over `--runs` runs), with the number of deliveries per event; subscribe
 rate; update rate (trading); memory per subscription (RSS growth of this process while
 subscribing, after a collection). Targets (issue 12): 1 M subscriptions ≤ 1 ms per event and
@@ -71,7 +74,7 @@ class Zipf:
 
 def betree(args: argparse.Namespace, n: int, rng: random.Random) -> tuple[Iterator[tuple[str, dict[str, Any]]], Callable[[], Event]]:
     z = Zipf(args.domain, args.zipf, rng)
-    width = max(1, args.domain // 100)
+    width = max(1, int(args.domain * args.width))
 
     def subs() -> Iterator[tuple[str, dict[str, Any]]]:
         for _ in range(n):
@@ -180,7 +183,8 @@ def main() -> int:
     ap.add_argument("--domain", type=int, default=10_000, help="values per attribute (betree)")
     ap.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of the constants")
     ap.add_argument("--eq", type=float, default=0.6, help="share of equality predicates (betree)")
-    ap.add_argument("--event-dist", choices=["zipf", "uniform"], default="zipf")
+    ap.add_argument("--width", type=float, default=0.001, help="widest range, as a share of the domain (betree)")
+    ap.add_argument("--event-dist", choices=["zipf", "uniform"], default="uniform", help="event values (betree)")
     ap.add_argument("--events", type=int, default=500, help="events per run")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--updates", type=int, default=50_000, help="parametric updates (trading)")
@@ -195,8 +199,9 @@ def main() -> int:
     for workload in workloads:
         for n in args.sizes.split(","):
             # One process per size: the RSS growth is then this size's alone.
-            argv = [a for a in sys.argv[1:] if not a.startswith("--workload")]
-            failed |= subprocess.call([sys.executable, __file__, *argv, "--workload", workload, "--one", n])
+            opts = {**vars(args), "workload": workload, "one": n, "sizes": n}
+            argv = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
+            failed |= subprocess.call([sys.executable, __file__, *argv])
     return failed
 
 
