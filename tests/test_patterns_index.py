@@ -208,6 +208,7 @@ def test_index_on_conjunctions_of_constants_and_params(subs: list[tuple[str, dic
 
 
 BOUNDARY_VALUES = [-1, 0, 0.5, 1, 1.0, True, 1.5, 2, 3, math.inf, math.nan, "1", "a", "b", None, [1]]
+BOUNDARY_VALUES += [-0.5, 0.25, 0.3, 1e-30, 2e-30, 3e-30, -1e15, 1e15, 2**52 - 1, 2**52, 2**52 + 1, 3.0]
 
 
 def test_range_and_interval_boundaries_exhaustively() -> None:
@@ -215,6 +216,8 @@ def test_range_and_interval_boundaries_exhaustively() -> None:
     indexed = make_engine()
     sources = [f"A {op} {c}" for op in ("<", "<=", ">", ">=", "==", "!=") for c in ("0", "1", "2", "'a'", "1.5")]
     sources += [f"{lo} {a} A {b} {hi}" for lo in (0, 1) for hi in (1, 2) for a in ("<", "<=") for b in ("<", "<=")]
+    pairs = [(-0.5, 0.25), (0.25, 0.5), (1e-30, 3e-30), (-1e15, 1e15), (2**52 - 2, 2**52 + 2), (3, 3)]
+    sources += [f"{lo} {a} A {b} {hi}" for lo, hi in pairs for a in ("<", "<=") for b in ("<", "<=")]
     sources += ["A.startswith('a')", "A.endswith('')", "A in (0, 'a', 1.5)", "A is None", "'A' in event"]
     naive = []
     for i, source in enumerate(sources):

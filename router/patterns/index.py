@@ -22,9 +22,10 @@ Per event field (an event value, the event type, a meta field):
   and True agree as in Python; an unhashable event value equals no constant);
 - ranges `< <= > >=`: for numbers and for strings, two sorted lists of bounds (lower and
   upper); an event value takes the prefix (or suffix) of bounds it satisfies by bisection;
-- intervals (a lower and an upper numeric bound on one field, `lo <= X < hi`): sorted by lo
-  within classes of width (powers of two, as BE-Tree partitions its value space); an event
-  value probes each class once, so mostly intervals that contain it are visited;
+- intervals (a lower and an upper numeric bound on one field, `lo <= X < hi`): in classes
+  of width (powers of two, as BE-Tree partitions its value space), each a grid of cells one
+  class-width wide keyed by the cell of lo; an event value probes two cells per class, so
+  mostly intervals that contain it are visited;
 - `startswith` / `endswith`: a dict prefix → posting, probed once per distinct prefix length;
 - presence: the conjunctions that only need the field to exist.
 
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["PredicateIndex"]
 
 _MISSING: Any = object()
-_INF = math.inf
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 #: A posting list: one entry, or an ordered set of them (most postings hold one).
 Posting = Any
@@ -105,10 +105,11 @@ class _Field:
         #: (family, side) → SortedList of (bound, flag, key, entry); family "n" or "s",
         #: side "lo" (X > b, X >= b) or "hi" (X < b, X <= b).
         self.ranges: dict[tuple[str, str], Any] = {}
-        #: Width class e (width < 2**e) → (2.0**e, SortedList of (lo, key, hi, lo strict,
-        #: hi strict, entry)): a value v is in an interval of the class only if its lo lies in
-        #: (v - 2**e, v], one bisection per class (intervals of equal order of width).
-        self.intervals: dict[int, tuple[float, Any]] = {}
+        #: Width class e (width < 2**e) → (2.0**e, cell → posting), the cell of an interval
+        #: being floor(lo / 2**e): v lies in an interval of the class only if its lo lies in
+        #: (v - 2**e, v], that is in the cell of v or the one before (exact: powers of two
+        #: scale floats exactly, and bounds stay under MAX_INTERVAL_BOUND).
+        self.intervals: dict[int, tuple[float, dict[int, Posting]]] = {}
         self.prefix: dict[str, Posting] = {}
         self.prefix_lens: dict[int, int] = {}
         self.suffix: dict[str, Posting] = {}
@@ -132,8 +133,8 @@ class _Field:
             cls = _width_class(a)
             got = self.intervals.get(cls)
             if got is None:
-                got = self.intervals[cls] = (2.0**cls, SortedList())
-            got[1].add(_interval(a, e))
+                got = self.intervals[cls] = (2.0**cls, {})
+            _post(got[1], math.floor(a.keys[1] / got[0]), e)
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
             for k in a.keys:
@@ -156,9 +157,9 @@ class _Field:
                 del self.ranges[side]
         elif kind == INTERVAL:
             cls = _width_class(a)
-            sl = self.intervals[cls][1]
-            sl.remove(_interval(a, e))
-            if not sl:
+            width, cells = self.intervals[cls]
+            _unpost(cells, math.floor(a.keys[1] / width), e)
+            if not cells:
                 del self.intervals[cls]
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
@@ -179,7 +180,7 @@ class _Field:
         if a.kind == RANGE:
             return len(self.ranges.get(_side(a), ()))
         if a.kind == INTERVAL:
-            return sum(len(sl) for _, sl in self.intervals.values())
+            return sum(len(cells) for _, cells in self.intervals.values())
         if a.kind == PREFIX:
             return sum(_size(self.prefix.get(k)) for k in a.keys)
         if a.kind == SUFFIX:
@@ -199,11 +200,15 @@ class _Field:
                 else:
                     out.extend(p)
         if self.intervals and isinstance(v, (int, float)) and -MAX_INTERVAL_BOUND < v < MAX_INTERVAL_BOUND:
-            top = (v, _INF)
-            for width, sl in self.intervals.values():
-                for lo, _, hi, lo_strict, hi_strict, entry in sl.irange((v - 2 * width,), top):
-                    if (lo < v or lo == v and not lo_strict) and (v < hi or v == hi and not hi_strict):
-                        out.append(entry)
+            for width, cells in self.intervals.values():
+                cell = math.floor(v / width)
+                for p in (cells.get(cell), cells.get(cell - 1)):
+                    if p is None:
+                        continue
+                    for e in (p,) if type(p) is _Entry else p:
+                        lo_op, lo, hi_op, hi = e.access.keys  # type: ignore[union-attr]
+                        if (lo < v or lo == v and lo_op == ">=") and (v < hi or v == hi and hi_op == "<="):
+                            out.append(e)
         if self.ranges:
             family = "s" if isinstance(v, str) else "n" if isinstance(v, (int, float)) and v == v else None
             if family is not None:
@@ -244,12 +249,8 @@ def _bound(a: Access, e: _Entry) -> tuple[Any, int, int, _Entry]:
 
 
 def _width_class(a: Access) -> int:
-    return math.frexp(float(a.keys[3] - a.keys[1]))[1]
-
-
-def _interval(a: Access, e: _Entry) -> tuple[Any, ...]:
-    lo_op, lo, hi_op, hi = a.keys
-    return (lo, e.key, hi, lo_op == ">", hi_op == "<", e)
+    """e with width < 2**e; at least -64, so lo / 2**e stays a finite float."""
+    return max(math.frexp(float(a.keys[3] - a.keys[1]))[1], -64)
 
 
 class PredicateIndex:
