@@ -167,7 +167,7 @@ def _apply(engine: PatternEngine, op: tuple[Any, ...]) -> Any:
     return None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations)
 def test_index_delivers_what_evaluating_every_pattern_delivers(ops: list[tuple[Any, ...]]) -> None:
     indexed = make_engine()
@@ -195,7 +195,7 @@ def pool_events(draw: Any) -> Event:
     return Event(values=vals, type=draw(st.sampled_from([None, "a", "ab"])), meta=meta)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(conjunctions(), pool_params), min_size=1, max_size=6), st.lists(pool_events(), min_size=1, max_size=8))
 def test_index_on_conjunctions_of_constants_and_params(subs: list[tuple[str, dict[str, Any]]], evs: list[Event]) -> None:
     indexed = make_engine()

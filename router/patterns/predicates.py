@@ -47,6 +47,9 @@ _RANK = {EQ: 0, INTERVAL: 1, PREFIX: 2, SUFFIX: 3, RANGE: 4, PRESENT: 5}
 #: Interval bounds are indexed only below this magnitude, where ints are exact as floats
 #: (the interval index probes `v - 2 * width` in floating point).
 MAX_INTERVAL_BOUND = 2**52
+#: Lower and upper bounds considered for pairing into intervals, per conjunction: pairing is
+#: quadratic, and a conjunction of hundreds of bounds is an attack, not a subscription.
+MAX_BOUNDS_PAIRED = 8
 _MISSING: Any = object()
 
 
@@ -329,8 +332,8 @@ def _intern(names: set[str]) -> frozenset[str]:
 
 def _intervals(options: list[tuple[Access, tuple[int, ...]]]) -> list[tuple[Access, tuple[int, ...]]]:
     """A lower and an upper numeric bound on one field, as one INTERVAL access."""
-    lows = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == ">" and _bounded(a.keys[1])]
-    highs = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == "<" and _bounded(a.keys[1])]
+    lows = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == ">" and _bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
+    highs = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == "<" and _bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
     out = []
     for lo, i in lows:
         for hi, j in highs:
