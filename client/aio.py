@@ -2,8 +2,7 @@
 
     async with AsyncClient("127.0.0.1:7447") as client:
         await client.publish({"Temperature": 101}, type="reading")
-        async for event in await client.subscribe("Temperature > 100"):
-            print(event.values)
+        async for event in await client.subscribe("Temperature > 100"): print(event.values)
 
 Publishing never talks to the network directly: events join an *outbox* and are sent in
 batches; each stays there until a router acknowledged it, so a router lost mid-way costs
@@ -28,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from aa.mesh import (
     AaTimeout, ConnectionClosed, ConnectionLost, Discovery, Event, IdGenerator, OutboxFull, PatternError,
-    PatternSpec, PeerTable, RemoteError, RouterInfo, SeenIds, Source, UsageError,
+    PatternSpec, PeerTable, RemoteError, RouterInfo, SeenIds, Source, UsageError, id_scope,
 )
 from aa.mesh.protocol import (
     QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello, MeshInfo, Message,
@@ -69,7 +68,9 @@ class AsyncClient(QuenchClient, CacheClient):
             config = ClientConfig(routers=tuple(routers or ()), client_id=client_id, name=name)
         self.config = config
         self.client_id = config.client_id or os.urandom(8).hex()
-        self._ids = IdGenerator(self.client_id)
+        # Our ids' proof (`aa.mesh.id_scope`), for life: a resent publish is known anywhere.
+        self._secret = os.urandom(16).hex()
+        self._ids = IdGenerator(id_scope(self._secret))
         #: The routers this client may connect to, with their poison back-off.
         self.peers = PeerTable(retry_base=config.retry_base, retry_max=config.retry_max)
         for endpoint in (*config.routers, *config.discovery.peers):
@@ -91,6 +92,7 @@ class AsyncClient(QuenchClient, CacheClient):
         self._requests: dict[int, asyncio.Future[Message]] = {}
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
+        self._last_error: str | None = None  # why the last connection attempt failed, for connect()
         self._init_caching()
         self._init_quench()
 
@@ -123,7 +125,8 @@ class AsyncClient(QuenchClient, CacheClient):
                 await self._connected.wait()
         except TimeoutError:
             tried = ", ".join(e.address for e in self.peers) or "none found"
-            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried})") from None
+            last = f"; last refusal: {self._last_error}" if self._last_error else ""  # TLS, permissions
+            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried}){last}") from None
         return self
 
     @property
@@ -165,6 +168,7 @@ class AsyncClient(QuenchClient, CacheClient):
             try:
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
+                self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
                 retry = peers.record_failure(endpoint, time.monotonic())
                 log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
                          exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
@@ -209,7 +213,7 @@ class AsyncClient(QuenchClient, CacheClient):
 
     async def _open(self, endpoint: str) -> Link:
         link, welcome = await open_router(
-            endpoint, Hello(client_id=self.client_id, name=self.config.name), self._on_message, self._schedule_flush
+            endpoint, Hello(client_id=self.client_id, name=self.config.name, secret=self._secret), self._on_message, self._schedule_flush, config=self.config
         )
         self.router = (welcome.router_id, welcome.router_name, endpoint)
         self._learn(welcome.alternatives)
@@ -419,7 +423,7 @@ class AsyncClient(QuenchClient, CacheClient):
             self._send(Unsubscribe(sub_id=sub.id))
 
     async def unsubscribe(self, sub: Subscription) -> None:
-        await sub.aclose()
+        await sub.aclose()  # the same as sub.aclose()
 
     async def _request(self, sub_id: int, msg: Message) -> Message:
         await self.wait_connected(self.config.request_timeout)

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from aa.mesh import ConnectionLost, RemoteError, parse_endpoint
 from aa.mesh.protocol import Error, Hello, Message, Welcome
 
-from .link import Link
+from .link import Link, open_link
+
+if TYPE_CHECKING:
+    from .config import ClientConfig
 
 __all__ = ["open_router"]
 
 
 async def open_router(
-    endpoint: str, hello: Hello, on_message: Callable[[Message], None], on_writable: Callable[[], None]
+    endpoint: str, hello: Hello, on_message: Callable[[Message], None], on_writable: Callable[[], None],
+    config: "ClientConfig | None" = None,
 ) -> tuple[Link, Welcome]:
     """Connect to the router at *endpoint*, say *hello*, and return the link and the
     router's welcome once it came; every later frame goes to *on_message*. Raises `OSError`
     (refused, unreachable), `RemoteError` (the router refused us with an error frame),
-    `ConnectionLost` (it closed before welcoming us). The caller bounds the wait."""
+    `ConnectionLost` (it closed before welcoming us, or TLS failed: `aa.client.link`). With
+    *config*'s CA the connection is TLS. The caller bounds the wait."""
     host, port = parse_endpoint(endpoint)
     loop = asyncio.get_running_loop()
     welcome: asyncio.Future[Welcome] = loop.create_future()
@@ -33,7 +38,7 @@ async def open_router(
             return
         on_message(msg)
 
-    _, link = await loop.create_connection(lambda: Link(first_then_rest, on_writable), host, port)
+    link = await open_link(config, lambda: Link(first_then_rest, on_writable), host, port)
     try:
         link.send(hello)
         await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)

@@ -40,8 +40,10 @@ from .event import (
     META_TIME,
     META_TTL,
     ROUTER_META_KEYS,
+    ID_SCOPE_LENGTH,
     Event,
     IdGenerator,
+    id_scope,
 )
 from .eventqueue import EventQueue
 from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
@@ -122,6 +124,8 @@ __all__ = [
     "RETRY_JITTER",
     "RETRY_MAX",
     "ROUTER_META_KEYS",
+    "ID_SCOPE_LENGTH",
+    "id_scope",
     "RemoteError",
     "RouterInfo",
     "STABLE_AFTER",

@@ -17,7 +17,10 @@ A client's `Publish` frame (sequence number *seq*) is acknowledged once, in this
 
 A session with nothing waiting takes the direct path: no queue, no task, no timer. While a
 peer's socket is congested, acks wait: the publisher's window of unacknowledged frames is
-the mesh's backpressure. A frame whose events the store refused (full, gone) is still
+the mesh's backpressure. But no peer may hold every publisher's acks: a link whose bytes an
+ack has waited on for `stall_after` seconds (the mesh keep-alive window) is cut — a peer
+that does not read, or a cable cut that TCP has not noticed — and tried again later with the
+poison list's back-off; the ack then goes, the events having reached every other peer. A frame whose events the store refused (full, gone) is still
 acknowledged — they were delivered and flooded — after an ``Error(code="not-persisted")``
 that says what was not kept. A store flush that fails closes the session, so the client
 publishes again elsewhere.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import Any, Final, Protocol, Sequence
 
@@ -59,6 +63,9 @@ class FloodMarks(Protocol):
     def unsent(self, link: Any, mark: int) -> bool:
         """Whether some of the first *mark* bytes written on *link* are still ours to send."""
 
+    def cut(self, link: Any, reason: str) -> None:
+        """Break *link* (it is tried again later): it held acknowledgements too long."""
+
 
 class Durable(Protocol):
     """The persistent store, as the ack rule sees it (`aa.router.store.StoreService`)."""
@@ -70,11 +77,13 @@ class Durable(Protocol):
 class Acknowledgements:
     """The acknowledgement rule of one router (see the module docstring)."""
 
-    def __init__(self, floods: FloodMarks, store: Durable | None = None) -> None:
+    def __init__(self, floods: FloodMarks, store: Durable | None = None, *, stall_after: float = 5.0) -> None:
         self._floods = floods
         self._store = store
-        # Acks waiting for the links' bytes to leave: (session, seq, [(link, mark)]), in order.
-        self._held: deque[tuple[ClientPort, int, Sequence[tuple[Any, int]]]] = deque()
+        self.stall_after = stall_after
+        # Acks waiting for the links' bytes to leave: (session, seq, [(link, mark)], since),
+        # in order.
+        self._held: deque[tuple[ClientPort, int, Sequence[tuple[Any, int]], float]] = deque()
         # Per session: [seq, ready] of frames waiting for a store flush, in order.
         self._durable: dict[ClientPort, deque[list[Any]]] = {}
         self._poll: asyncio.TimerHandle | None = None
@@ -132,7 +141,7 @@ class Acknowledgements:
             if not marks:
                 session.ack(seq)
                 return
-        self._held.append((session, seq, marks))
+        self._held.append((session, seq, marks, time.monotonic()))
         self.release()
         self._arm_poll()
 
@@ -141,11 +150,23 @@ class Acknowledgements:
         held = self._held
         unsent = self._floods.unsent
         while held:
-            session, seq, marks = held[0]
+            session, seq, marks, _ = held[0]
             if not force and any(unsent(link, mark) for link, mark in marks):
                 return
             held.popleft()
             session.ack(seq)
+
+    def _cut_stalled(self, now: float) -> None:
+        """Cut every link the oldest held ack has waited on for `stall_after` seconds."""
+        if not self._held:
+            return
+        _, _, marks, since = self._held[0]
+        if now - since < self.stall_after:
+            return
+        unsent = self._floods.unsent
+        for link, mark in marks:
+            if unsent(link, mark):
+                self._floods.cut(link, f"it has not taken our floods for {now - since:.1f} s")
 
     def _arm_poll(self) -> None:
         if self._held and self._poll is None:
@@ -154,6 +175,7 @@ class Acknowledgements:
     def _on_poll(self) -> None:
         self._poll = None
         self.release()
+        self._cut_stalled(time.monotonic())
         self._arm_poll()
 
     def waiting_for_store(self) -> bool:

@@ -22,6 +22,7 @@ cost one system call per client, not N.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol, Sequence
 
 from aa.mesh import (
+    MAX_ID_LENGTH,
     META_ADDRESS,
     META_CLIENT,
     META_PATH,
@@ -46,7 +48,20 @@ from .seams import Sink
 
 __all__ = ["Dispatcher", "Writable"]
 
+#: The user who published an event (Å §4.6): aa.mesh.event.META_USER, which aa.mesh does not
+#: export (see the security report).
+META_USER = "user"
+
 log = logging.getLogger("aa.router")
+
+
+def scoped_id(own: str, proposed: str) -> str:
+    """*proposed* under the prefix *own* ("scope-"), within `MAX_ID_LENGTH` (a long id is
+    hashed, which keeps it the same for every retry)."""
+    eid = own + proposed
+    if len(eid) > MAX_ID_LENGTH:
+        eid = own + hashlib.blake2b(proposed.encode(), digest_size=16).hexdigest()
+    return eid
 
 
 class Writable(Protocol):
@@ -78,19 +93,31 @@ class Dispatcher:
         """A fresh id, unique in the mesh (for events and control messages alike)."""
         return self.ids()
 
-    def accept(self, events: Sequence[Event], client_id: str, address: str) -> list[Event]:
-        """Stamp events from a client (Å §4.2), drop retried ones, dispatch and forward them.
-        Returns the stamped events (a retried one is left out)."""
+    def accept(
+        self, events: Sequence[Event], client_id: str, address: str, user: str | None = None, scope: str | None = None
+    ) -> list[Event]:
+        """Stamp events from a client (Å §4.2; and *user*, the user its certificate names or
+        "anonymous", Å §4.6), drop retried ones, dispatch and forward them.
+        Returns the stamped events (a retried one is left out).
+
+        *scope* is the publisher's id scope (`aa.mesh.id_scope`): an id it proposes that
+        does not carry it travels under it (``scope-id``, or a hash of a long id), so an
+        id can only ever be a duplicate of one the same publisher sent. Without that, a
+        client that publishes the next ids of another publisher (ids show their prefix and
+        counter) made the mesh drop that publisher's real events as duplicates."""
         now = time.monotonic()
         stamp_time = datetime.now(timezone.utc)  # one clock read per batch, not per event
         originate = self.rules.originate
         router_id = self.rules.router_id
         forwarders = self.forwarders
         out = []
+        own = None if scope is None else scope + "-"
         for ev in events:
             eid = ev.id
             if eid is None:
                 eid = self.ids()
+            elif own is not None and not eid.startswith(own):
+                eid = scoped_id(own, eid)
             hop = originate(eid, now)
             if hop is None:
                 self.counters["duplicates"] += 1  # a retried publish: already in the mesh
@@ -103,6 +130,8 @@ class Dispatcher:
             else:
                 meta = {META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
                         META_ROUTER: router_id, META_TTL: hop.ttl, META_PATH: hop.path}
+            if user is not None:
+                meta[META_USER] = user  # a publisher's own "user" was dropped with ROUTER_META_KEYS
             stamped = Event.trusted(ev.values, ev.type, meta, eid)
             self.dispatch(stamped)
             for forward in forwarders:

@@ -25,7 +25,7 @@ import logging
 import time
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence, cast
 
 from aa.mesh import Event, FloodRules, IdGenerator, PatternSpec, StoreError, UsageError, check_values
 from aa.mesh.protocol import Bye, GetMesh, MeshInfo, Message, PeerHello, Publish
@@ -39,7 +39,8 @@ from .links import MeshService
 from .local import LocalSubscription
 from .patterns import HostFacts, PatternEngine, SandboxLimits
 from .quench import QuenchService
-from .session import ClientSession
+from .security import Gate, router_id_for
+from .session import ClientSession, PartialFrames
 from .sinks import LocalSinks
 from .store import StoreService, check_history, check_persistable
 
@@ -61,7 +62,12 @@ class Router:
 
     def __init__(self, config: RouterConfig | None = None, *, endpoints: Sequence[Endpoint] = ()) -> None:
         self.config = config = config or RouterConfig()
-        ids = IdGenerator(config.id_prefix)
+        #: TLS, users, permissions (`aa.router.security`); raises UsageError for bad files.
+        self.security = Gate(config.security)
+        prefix = config.id_prefix
+        if prefix is None and self.security.name is not None:
+            prefix = router_id_for(self.security.name)  # peers check our id against our certificate
+        ids = IdGenerator(prefix)
         #: This router's id: random per start of the process, unique in the mesh.
         self.id = ids.prefix
         self.name = config.name or "router"
@@ -69,6 +75,8 @@ class Router:
         self.counters: Counter[str] = Counter()
         self.started_at: float | None = None
         self.sessions: set[ClientSession] = set()
+        #: Bytes of unfinished frames held for all clients together (`aa.router.session`).
+        self.partial_frames = PartialFrames()
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
         self._local_client = f"local:{self.id}"
@@ -96,6 +104,7 @@ class Router:
             data_dir=config.data_dir,
             shutdown_grace=config.shutdown_grace,
         )
+        self.mesh.security = self.security  # mutual TLS on dialled links, ids bound to certificates
         self.dispatcher.forwarders.append(self.mesh.originated)
         cc = config.caches
         #: The mesh cache (None when `CacheConfig.mesh_cache` is off).
@@ -112,10 +121,14 @@ class Router:
             matches_prototype=self.engine.matches_prototype,
             dispatch=self.dispatcher,
             counters=self.counters,
+            router_id=self.id,
+            router_name=lambda: self.name,
             flush_cache=self._flush_sinks,
         )
+        self.storage.sync.attach(self.mesh)
+        self.mesh.on_link_up.append(self.storage.sync.link_up)
         #: When a client's publish is acknowledged (`aa.router.acks`).
-        self.acks = Acknowledgements(self.mesh)
+        self.acks = Acknowledgements(self.mesh, stall_after=config.mesh.keepalive)
         self.mesh.on_drained = self.acks.release
         #: The mesh cache's requests and the client caches, kept in step across the mesh.
         self.caches = ClientCacheService(
@@ -150,9 +163,13 @@ class Router:
         loop = asyncio.get_running_loop()
         await self._open_storage()  # raises StoreUnavailable before anything is bound
         try:
-            self._server = await loop.create_server(
-                lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True
-            )
+            if self.config.security.active:  # TLS and address ranges: our own accept loop
+                self._server = cast(asyncio.Server, await self.security.serve(  # duck-types a Server
+                    lambda: ClientSession(self), self.config.host, self.config.port, self.counters))
+            else:
+                self._server = await loop.create_server(
+                    lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True
+                )
         except BaseException:
             await self._close_storage()
             raise
@@ -267,14 +284,19 @@ class Router:
         id: str | None = None,
         client_id: str | None = None,
         address: str = "local",
+        user: str | None = None,
+        scope: str | None = None,
     ) -> Event | None:
         """Publish from inside this process; returns the stamped event, or None if *id* was
-        already seen (a retried publish). Raises `InvalidValue` for values outside the model,
-        `InvalidPolicy` for a malformed store policy in *meta* (`aa.router.store`)."""
+        already seen (a retried publish). *user* is stamped as `meta["user"]` (for the HTTP
+        endpoint to pass a token's owner); *scope* is the id scope a proposed *id* must
+        carry (`aa.mesh.id_scope`; the HTTP endpoint passes its client's). Raises
+        `InvalidValue` for values outside the model, `InvalidPolicy` for a malformed store
+        policy in *meta* (`aa.router.store`)."""
         event = Event(values=dict(values), type=type, meta=dict(meta or {}), id=id)
         if meta:
             check_persistable(event)
-        stamped = self.dispatcher.accept([event], client_id or self._local_client, address)
+        stamped = self.dispatcher.accept([event], client_id or self._local_client, address, user, scope)
         self.dispatcher.flush()
         return stamped[0] if stamped else None
 
@@ -363,16 +385,42 @@ class Router:
 
     # -- what a client session asks (aa.router.session) -------------------------------------
 
-    def accept_publish(self, session: ClientSession, msg: Publish) -> None:
+    def accept_publish(
+        self, session: ClientSession, msg: Publish, *, slice: int = 0, done: Callable[[], None] | None = None
+    ) -> None:
         """A client's publish frame: screen its store policies, dispatch and flood its
-        events, then acknowledge it when the rule allows (`aa.router.acks`)."""
+        events, then acknowledge it when the rule allows (`aa.router.acks`). With *slice*,
+        at most that many events are dispatched per turn of the event loop, so one client's
+        big frame delays the others by one slice; *done* is called after the last."""
         storage = self.storage
-        events, persisted = storage.screen(session, msg.events)  # bad store policies refused
+        events = session.permitted(msg.events)  # what the user may not publish is refused
+        events, persisted = storage.screen(session, events)  # bad store policies refused
         refused = storage.refused
-        try:
-            self.dispatcher.accept(events, session.client_id or "?", session.address)
-        finally:
+        client_id, address, user = session.client_id or "?", session.address, session.identity.user
+        if not slice or len(events) <= slice:
+            try:
+                self.dispatcher.accept(events, client_id, address, user, session.id_scope)
+            finally:
+                self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
+            return
+        loop = asyncio.get_running_loop()
+
+        def step(start: int) -> None:
+            try:
+                self.dispatcher.accept(events[start:start + slice], client_id, address, user, session.id_scope)
+                self.dispatcher.flush()
+                if start + slice < len(events) and session.is_open:
+                    loop.call_soon(step, start + slice)
+                    return
+            except Exception:  # never for events the codec checked; the frame is still acked
+                log.exception("dispatching a publish of %s failed", client_id)
             self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
+
+        step(0)
 
     def add_subscription(
         self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], history: Mapping[str, Any] | None
@@ -418,6 +466,12 @@ class Router:
             return True
         if type(msg) is not PeerHello or not self.mesh.takes_peer(msg):  # type: ignore[arg-type]
             return False
+        refusal = self.security.admit_peer(session.identity, session.host, msg.router_id)  # type: ignore[attr-defined]
+        if refusal is not None:  # mutual TLS, ids bound to certificates, --allow-peers
+            log.warning("refusing peer %s from %s: %s", msg.router_id, session.address, refusal)  # type: ignore[attr-defined]
+            self.mesh.counters["refused_peers"] += 1
+            session.fail("forbidden", refusal)
+            return True
         transport, codec = session.detach()
         self.mesh.handoff(transport, codec, msg)  # type: ignore[arg-type]
         return True

@@ -13,18 +13,18 @@ PUBLIC: dict[str, list[str]] = {
         "ConnectionClosed", "ConnectionLost", "Control", "DEFAULT_ROUTER_PORT", "DEFAULT_TTL",
         "DISCOVERY_PORT", "DatagramNetwork", "Discovery", "DiscoveryConfig", "ENV_INTERFACES",
         "Event", "EventQueue", "Flood", "FloodRules", "FrameTooLarge", "GetMesh", "Hop",
-        "IdGenerator", "Interface", "InvalidPattern", "InvalidPolicy", "InvalidValue",
-        "KnownRouter", "MAX_FRAME_BYTES", "MAX_ID_LENGTH", "MAX_PEERS", "MAX_TTL", "META_ADDRESS",
-        "META_CLIENT", "META_HISTORICAL", "META_PATH", "META_ROUTER", "META_TIME", "META_TTL",
-        "MalformedFrame", "MeshInfo", "NEED_DATA", "OutboxFull", "PatternError", "PatternSpec",
-        "PeerEntry", "PeerHello", "PeerRouters", "PeerState", "PeerTable", "ProtocolError",
-        "RETRY_BASE", "RETRY_JITTER", "RETRY_MAX", "ROUTER_META_KEYS", "RemoteError", "RouterInfo",
-        "STABLE_AFTER", "SeenIds", "Source", "StoreError", "StoreFull", "StoreUnavailable",
-        "TOPOLOGY_FILE", "UdpNetwork", "UnknownCache", "UnknownMessage", "UsageError", "Value",
-        "Values", "ZeroconfDiscovery", "check_endpoint", "check_value", "check_values",
-        "event_from_json", "event_to_json", "format_endpoint", "from_json", "is_unspecified",
-        "load_topology", "parse_endpoint", "save_topology", "select_targets", "selected_addresses",
-        "selection_from_env", "to_json"
+        "ID_SCOPE_LENGTH", "IdGenerator", "Interface", "InvalidPattern", "InvalidPolicy",
+        "InvalidValue", "KnownRouter", "MAX_FRAME_BYTES", "MAX_ID_LENGTH", "MAX_PEERS", "MAX_TTL",
+        "META_ADDRESS", "META_CLIENT", "META_HISTORICAL", "META_PATH", "META_ROUTER", "META_TIME",
+        "META_TTL", "MalformedFrame", "MeshInfo", "NEED_DATA", "OutboxFull", "PatternError",
+        "PatternSpec", "PeerEntry", "PeerHello", "PeerRouters", "PeerState", "PeerTable",
+        "ProtocolError", "RETRY_BASE", "RETRY_JITTER", "RETRY_MAX", "ROUTER_META_KEYS",
+        "RemoteError", "RouterInfo", "STABLE_AFTER", "SeenIds", "Source", "StoreError", "StoreFull",
+        "StoreUnavailable", "TOPOLOGY_FILE", "UdpNetwork", "UnknownCache", "UnknownMessage",
+        "UsageError", "Value", "Values", "ZeroconfDiscovery", "check_endpoint", "check_value",
+        "check_values", "event_from_json", "event_to_json", "format_endpoint", "from_json",
+        "id_scope", "is_unspecified", "load_topology", "parse_endpoint", "save_topology",
+        "select_targets", "selected_addresses", "selection_from_env", "to_json"
     ],
     "aa.mesh.protocol": [
         "Ack", "Bye", "CacheAck", "CacheClear", "CacheDone", "CacheEvents", "CacheFetch",
@@ -93,6 +93,12 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "aa.tools": [
 
+    ],
+    "aa.router.security": [
+        "ALLOW_ALL", "ANONYMOUS", "AllowList", "Gate", "HANDSHAKE_TIMEOUT", "HandshakeGuard",
+        "Identity", "Listener", "NAME_RE", "Permissions", "Rules", "SecurityConfig", "TLS_REQUIRED",
+        "check_cert_file", "check_key_file", "client_context", "id_matches", "identity_of",
+        "router_id_for", "server_context"
     ],
 }
 PACKAGES = list(PUBLIC)

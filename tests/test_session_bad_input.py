@@ -140,3 +140,94 @@ async def test_a_bad_frame_leaves_nothing_that_only_the_garbage_collector_frees(
         await wait_for(lambda: session() is None, timeout=5)
     finally:
         gc.enable()
+
+
+async def test_connections_holding_big_unfinished_frames_are_closed_past_a_total(router) -> None:
+    """One connection may hold up to a frame's cap; many of them together may not hold the
+    router's memory: past `MAX_PARTIAL_TOTAL` the ones holding big partial frames go, and a
+    client sending normal frames goes on."""
+    from aa.mesh.protocol import Ack
+    from aa.router.session import MAX_PARTIAL_TOTAL
+
+    from support import wait_for
+
+    part = 15 * 1024 * 1024
+    header = struct.pack(">I", part + 1)  # never finished
+    hogs = []
+    try:
+        for i in range(MAX_PARTIAL_TOTAL // part + 2):
+            reader, writer = await asyncio.open_connection(*router.address)
+            writer.write(HELLO + header + b"\0" * part)
+            hogs.append(writer)
+        await wait_for(lambda: router.counters["busy_closed"] >= 1, timeout=30)
+        assert router.partial_frames.total <= MAX_PARTIAL_TOTAL
+        reader, writer = await asyncio.open_connection(*router.address)  # an ordinary client
+        codec = Connection()
+        writer.write(codec.send(Hello(client_id="ordinary")) + codec.send(Publish(seq=1, events=())))
+        got: list[Message] = []
+        async with asyncio.timeout(10):
+            while not any(type(m) is Ack for m in got):
+                codec.receive_data(await reader.read(65536))
+                got += codec.next_messages()
+        writer.close()
+    finally:
+        for w in hogs:
+            w.close()
+
+
+async def test_a_frame_with_too_many_items_is_refused_with_the_cap_in_the_error(router) -> None:
+    from aa.mesh import Event
+    from aa.router.session import MAX_FRAME_ITEMS
+
+    events = tuple(Event(values={"i": i}, id=f"big-{i}") for i in range(MAX_FRAME_ITEMS + 1))
+    got = await raw_exchange(router, HELLO + Connection().send(Publish(seq=1, events=events)))
+    errors = [m for m in got if type(m) is Error]
+    assert errors and errors[-1].code == "malformed" and str(MAX_FRAME_ITEMS) in errors[-1].message  # type: ignore[attr-defined]
+
+
+async def test_a_big_publish_is_dispatched_in_slices_while_others_are_served(router) -> None:
+    """Another client's ping is answered while a 9,000-event frame is being dispatched,
+    and the big frame's events all arrive, in order, acknowledged once."""
+    from aa.mesh import Event
+    from aa.mesh.protocol import Ack, Ping, Pong
+
+    got: list[int] = []
+    router.subscribe("True", lambda e: got.append(e.values["i"]))
+    n = 9_000
+    events = tuple(Event(values={"i": i}, id=f"slice-{i}") for i in range(n))
+    big = Connection()
+    b_reader, b_writer = await asyncio.open_connection(*router.address)
+    o_reader, o_writer = await asyncio.open_connection(*router.address)
+    other = Connection()
+    o_writer.write(other.send(Hello(client_id="other")))
+    b_writer.write(big.send(Hello(client_id="big")) + big.send(Publish(seq=1, events=events)))
+    await b_writer.drain()
+    from support import wait_for
+
+    await wait_for(lambda: any(s.client_id == "other" for s in router.sessions), timeout=10)
+    session = next(s for s in router.sessions if s.client_id == "other")
+    dispatched_at_pong: list[int] = []
+    send = session.send
+
+    def noting_send(msg: Message) -> None:  # when the router answers, how far is the big frame?
+        if type(msg) is Pong:
+            dispatched_at_pong.append(len(got))
+        send(msg)
+
+    session.send = noting_send  # type: ignore[method-assign]
+    await wait_for(lambda: 0 < len(got) < n, timeout=10)  # the big frame is under way
+    o_writer.write(other.send(Ping(token=1)))
+    answers: list[Message] = []
+    async with asyncio.timeout(10):
+        while not any(type(m) is Pong for m in answers):
+            other.receive_data(await o_reader.read(65536))
+            answers += other.next_messages()
+    assert dispatched_at_pong and dispatched_at_pong[0] < n  # answered between two slices
+    acks: list[Message] = []
+    async with asyncio.timeout(20):
+        while not any(type(m) is Ack for m in acks):
+            big.receive_data(await b_reader.read(65536))
+            acks += big.next_messages()
+    assert got == list(range(n))
+    b_writer.close()
+    o_writer.close()

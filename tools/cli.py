@@ -8,7 +8,7 @@ from typing import Sequence
 
 from aa.mesh import UsageError
 
-from . import cache_cmd, container_cmd, mesh_cmd, mine_cmd, on_cmd, pubsub_cmd, quench_cmd, router_cmd, service_cmd
+from . import cache_cmd, certs_cmd, container_cmd, mesh_cmd, mine_cmd, on_cmd, pubsub_cmd, quench_cmd, router_cmd, service_cmd
 
 __all__ = ["main", "build_parser"]
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     quench_cmd.add_parser(sub)
     container_cmd.add_parser(sub)
     service_cmd.add_parser(sub)
+    certs_cmd.add_parser(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from aa.mesh import RETRY_BASE, RETRY_MAX
 from aa.router import DEFAULT_PORT, MeshConfig, Router, RouterConfig
 from aa.router.links import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
 
+from .certs_cmd import add_security_options, security_config
 from .container_cmd import add_hosting_options, hosted_container
 from .storage_opts import add_storage_options, storage_config
 
@@ -84,6 +85,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                       "repeatable (default: loopback only)")
     http.add_argument("--no-http", action="store_true", help="no HTTP endpoint")
     add_storage_options(p)
+    add_security_options(p)
     add_hosting_options(p)
     p.set_defaults(func=run)
 
@@ -123,6 +125,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         discovery=discovery,
         peers=tuple(args.peer),
         mesh=mesh,
+        security=security_config(args, env),
         **storage_config(args, env),
     )
 
@@ -135,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.http_host or args.host,
         port=args.http_port if args.http_port is not None else (0 if args.port == 0 else DEFAULT_HTTP_PORT),
         allow=tuple(args.http_allow) or DEFAULT_ALLOW,
+        cert=args.http_cert or config.security.cert, key=args.http_key or config.security.key,
     )]
     _tune_gc()
     try:
@@ -166,6 +170,7 @@ async def _serve(config: RouterConfig, endpoints: list[HttpEndpoint], args: argp
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with Router(config, endpoints=endpoints) as router:
+        loop.add_signal_handler(signal.SIGHUP, lambda: print(f"aa router: {router.security.reload()}", file=sys.stderr))
         print(f"aa router {router.name!r} ({router.id}) listening on {router.endpoint}", flush=True)
         for endpoint in endpoints:
             print(f"aa router: HTTP endpoint and monitor on {endpoint.url}", flush=True)

@@ -89,12 +89,18 @@ class Connection:
     NEED_DATA
     """
 
-    __slots__ = ("max_frame", "_buf", "_pos", "_packer", "_broken")
+    __slots__ = ("max_frame", "max_items", "_buf", "_pos", "_packer", "_broken")
 
-    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES, max_items: int | None = None) -> None:
         if max_frame <= 0:
             raise UsageError("max_frame must be positive")
+        if max_items is not None and max_items <= 0:
+            raise UsageError("max_items must be positive or None")
         self.max_frame = max_frame
+        #: Most items in one list or map of a received frame (None: only the frame cap). A
+        #: frame is decoded in one C call that holds the event loop; this bounds what one
+        #: frame costs to decode and dispatch (a router's client sessions set it).
+        self.max_items = max_items
         self._buf = bytearray()
         self._pos = 0
         self._packer = _packer()
@@ -129,7 +135,7 @@ class Connection:
         payload = bytes(memoryview(buf)[pos + _HEADER : end])
         self._pos = end
         try:
-            return self._decode(payload)
+            return self._decode(payload, self.max_items)
         except (MalformedFrame, UnknownMessage) as exc:
             self._break(exc)
             raise self._fresh_error() from None
@@ -170,13 +176,19 @@ class Connection:
             out.append(msg)
 
     @staticmethod
-    def _decode(payload: bytes) -> Message:
+    def _decode(payload: bytes, max_items: int | None = None) -> Message:
+        limits = {} if max_items is None else {"max_array_len": max_items, "max_map_len": max_items}
         try:
             data = msgpack.unpackb(
-                payload, raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False
+                payload, raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False, **limits
             )
         except MalformedFrame:
             raise
+        except ValueError as exc:
+            if max_items is not None and "exceeds max_" in str(exc):
+                raise MalformedFrame(f"frame has a list or map of more than {max_items} items "
+                                     f"(at most {max_items} per frame: send smaller batches)") from None
+            raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
         except Exception as exc:  # msgpack raises several unrelated types for bad input
             raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
         if type(data) is not dict:

@@ -203,11 +203,15 @@ class PatternSpec:
 @register("hello")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hello(Message):
-    """First frame of a connection: who is calling."""
+    """First frame of a connection: who is calling. *secret* (16 to 128 characters, kept by
+    the client across fail-overs and never shown to anyone) gives the client its id scope
+    (`aa.mesh.id_scope`): the ids it proposes are its own, so a retried publish is
+    recognised on any router, and nobody else can claim them."""
 
     client_id: str
     name: str | None = None
     protocol: int = PROTOCOL_VERSION
+    secret: str | None = None
 
     def __post_init__(self) -> None:
         _need(self.client_id, str, "client_id")
@@ -215,6 +219,9 @@ class Hello(Message):
             raise InvalidValue(f"client_id must have 1 to {MAX_ID_LENGTH} characters")
         _need(self.name, (str, type(None)), "name")
         _need(self.protocol, int, "protocol")
+        _need(self.secret, (str, type(None)), "secret")
+        if self.secret is not None and not 16 <= len(self.secret) <= 128:
+            raise InvalidValue("secret must have 16 to 128 characters")
 
 
 @register("welcome")
@@ -226,6 +233,9 @@ class Welcome(Message):
     protocol: int = PROTOCOL_VERSION
     #: Other routers' client endpoints ("host:port"), to fail over to.
     alternatives: tuple[str, ...] = ()
+    #: The prefix ("scope-") of the event ids this connection may propose as they are;
+    #: any other id it proposes travels the mesh under this scope (`aa.router.dispatch`).
+    id_scope: str | None = None
 
     def __post_init__(self) -> None:
         _need(self.router_id, str, "router_id")

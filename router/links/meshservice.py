@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -114,8 +115,13 @@ class MeshService:
         #: Our mesh endpoint as we tell it ("0.0.0.0:port" when listening on every address:
         #: receivers put the address they see in its place).
         self.advertised = "0.0.0.0:0"
+        #: TLS and peer admission (`aa.router.security.Gate`), set by the router: dialled
+        #: links use its context and must show the certificate their id claims. None: plain.
+        self.security: Any = None
         #: Called when links may have written what acks wait for, or went away.
         self.on_drained: Callable[[], None] = lambda: None
+        #: Called with a peer's router id when a link with it comes up (store sync).
+        self.on_link_up: list[Callable[[str], None]] = []
         self._link_list: list[PeerLink] = []
         self._all_links: set[PeerLink] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -191,6 +197,18 @@ class MeshService:
         """See `Relay.flood_control`."""
         return self.relay.flood_control(topic, body, to=to)
 
+    def send_control(self, peer_id: str, topic: str, body: Mapping[str, Any]) -> bool:
+        """Send a control message to the linked peer *peer_id* only (ttl 0: it goes no
+        further). False when there is no link with it. Raises `InvalidValue` for a body
+        outside the value model."""
+        link = self.links.get(peer_id)
+        if link is None:
+            return False
+        msg = Control(id=self.relay.new_id(), ttl=0, path=(self.id,), topic=topic, body=dict(body), to=peer_id)
+        link.send(msg)
+        self.counters["controls_out"] += 1
+        return True
+
     def originated(self, event: Event) -> None:
         """A client's event stamped here: flood it (a forwarder of dispatch)."""
         self.relay.originated(event)
@@ -227,6 +245,15 @@ class MeshService:
     def unsent(link: PeerLink, mark: int) -> bool:
         """Whether some of the first *mark* bytes written on *link* are still ours to send."""
         return link.unsent(mark)
+
+    def cut(self, link: PeerLink, reason: str) -> None:
+        """Break *link* because *reason*: it is lost (poisoned, dialled again later with
+        growing back-off) and what waited on it goes on."""
+        if link.state == "closed":
+            return
+        self.counters["links_cut"] += 1
+        log.warning("cutting the link with peer %s: %s", link.label, reason)
+        link.abort()
 
     # -- what a link tells us (aa.router.links.peerlink) ------------------------------------
 
@@ -282,6 +309,16 @@ class MeshService:
             )
             link.fail("protocol", f"mesh protocol {MESH_PROTOCOL_VERSION} only")
             return
+        gate = self.security
+        if gate is not None and link.outgoing and link.transport is not None:
+            refusal = gate.admit_peer(gate.identity(link.transport), None, rid)
+            if refusal is not None:  # the router we dialled is not who it says
+                log.warning("refusing peer %s at %s: %s", rid, link.address, refusal)
+                if link.address is not None:
+                    gate.guard.refused(link.address, now)
+                link.fail("forbidden", refusal)
+                link.settle(False)
+                return
         host = link.remote_host
         link.mark_up(
             hello,
@@ -293,6 +330,8 @@ class MeshService:
             self.dialer.add(link.address, Source.TOLD, now, rid)
         if link.address is not None:
             self.table.record_success(link.address, now, router_id=rid)
+            if gate is not None:
+                gate.guard.succeeded(link.address)
         self.dialer.learn(hello.routers, rid, host)
         existing = self.links.get(rid)
         if existing is not None and existing is not link:
@@ -317,6 +356,8 @@ class MeshService:
         )
         self._info_soon(now)
         self.dialer.save_soon()
+        for hook in self.on_link_up:
+            hook(rid)
 
     def link_lost(self, link: PeerLink, previous: str, exc: Exception | None) -> None:
         self._all_links.discard(link)
@@ -364,12 +405,22 @@ class MeshService:
         duplicate); raise for a refusal, a timeout or a bad hello."""
         assert self._loop is not None
         link: PeerLink | None = None
+        gate = self.security
+        tls = gate.dial_tls if gate is not None else None
         try:
             host, port = parse_endpoint(address)
+            if gate is not None and not gate.may_dial(address, host, time.monotonic()):
+                raise ConnectionRefusedError("refused its handshake lately, or not in --allow-peers")
             async with asyncio.timeout(self.config.connect_timeout):
-                _, link = await self._loop.create_connection(
-                    lambda: PeerLink(self, address=address, outgoing=True), host, port
-                )
+                try:
+                    _, link = await self._loop.create_connection(
+                        lambda: PeerLink(self, address=address, outgoing=True), host, port, ssl=tls,
+                        server_hostname=host if tls is not None else None,
+                    )
+                except ssl.SSLError:  # another CA, expired, no TLS: one handshake per back-off
+                    if gate is not None:
+                        gate.guard.refused(address, time.monotonic())
+                    raise
                 self._all_links.add(link)
                 link.send(self._hello())
                 await link.ready

@@ -86,7 +86,7 @@ class Relay:
     ) -> None:
         self.rules = rules
         self._dispatch = dispatch
-        self._new_id = new_id
+        self.new_id = new_id
         self._links = links  # the links in use, one per peer
         self.counters = counters
         self._controls: dict[str, list[ControlCallback]] = {}
@@ -114,7 +114,7 @@ class Relay:
     def flood_control(self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None) -> str:
         """Send a control message to every router of the mesh; returns its id. Raises
         `InvalidValue` for a bad topic or a body outside the value model."""
-        cid = self._new_id()
+        cid = self.new_id()
         hop = self.rules.originate(cid, time.monotonic())
         assert hop is not None  # a fresh id
         msg = Control(id=cid, ttl=hop.ttl, path=tuple(hop.path), topic=topic, body=dict(body or {}), to=to)

@@ -3,8 +3,9 @@ routers to keep, with per-type expiry, replayed as history to new subscriptions.
 
 Owns: the SQL store and its writer thread (`EventStore`, SQLite in the data folder or any
 SQLAlchemy URL), expiry policies (`ExpiryPolicy`, also used by the caches), history on
-subscribe (`HistoryReplay`) and history queries (`StoreService.history`), and the shape of
-answers to queries (paged frames, the historical mark).
+subscribe (`HistoryReplay`) and history queries (`StoreService.history`), anti-entropy between the
+stores of linked routers (`StoreSync`), and the shape of answers to queries (paged frames,
+the historical mark).
 
 Does not own: the mesh cache and the client caches (`aa.router.caches`), the event log
 (`aa.router.eventlog`), when a persisted publish is acknowledged (`aa.router.acks`).
@@ -25,6 +26,7 @@ from .expiry import (
 )
 from .history import MAX_HELD, HistoryReplay, Hold, check_history
 from .storeservice import StoreService, check_persistable
+from .sync import SYNC_TOPIC, StoreSync, digest_of
 
 __all__ = [
     "EventStore",
@@ -41,10 +43,13 @@ __all__ = [
     "StoreConfig",
     "StoreService",
     "StoreStats",
+    "StoreSync",
+    "SYNC_TOPIC",
     "as_spec",
     "check_history",
     "check_persistable",
     "check_since",
+    "digest_of",
     "event_order",
     "event_time",
     "mark_historical",

@@ -51,7 +51,7 @@ from aa.mesh import Event, InvalidPolicy, UsageError
 from aa.mesh import MAX_ID_LENGTH
 
 from .expiry import ExpiryPolicy, event_time
-from .storesql import Row, delete_expired, make_engine, metadata, read_chunk
+from .storesql import Row, delete_expired, make_engine, metadata, read_by_ids, read_chunk, read_keys
 from .storewriter import StoreError, StoreFull, StoreStats, StoreUnavailable, Writer, to_us
 
 __all__ = [
@@ -98,6 +98,11 @@ JOIN_TIMEOUT: Final = 10.0
 _US = timedelta(microseconds=1)
 
 
+#: Seconds between anti-entropy exchanges with each peer: a store that missed events (a
+#: restart, a partition) has them within this long even if no link went down and up.
+DEFAULT_SYNC_INTERVAL: Final = 30.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreConfig:
     """How the persistent store is kept.
@@ -122,6 +127,9 @@ class StoreConfig:
     retry_max: float = DEFAULT_RETRY_MAX
     #: SQLite only: FULL survives power loss, NORMAL only a crashed process (see storesql).
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    #: Seconds between two anti-entropy exchanges with each peer router (also run when a
+    #: link comes up; `aa.router.store.sync`); 0 for only when links come up.
+    sync_interval: float = DEFAULT_SYNC_INTERVAL
 
     def __post_init__(self) -> None:
         if self.url is not None and (type(self.url) is not str or not self.url):
@@ -130,6 +138,8 @@ class StoreConfig:
             v = getattr(self, name)
             if type(v) is not int or v < 1:
                 raise UsageError(f"StoreConfig.{name} must be a positive int, not {v!r}")
+        if type(self.sync_interval) not in (int, float) or not self.sync_interval >= 0:
+            raise UsageError(f"StoreConfig.sync_interval must be a number of seconds ≥ 0, not {self.sync_interval!r}")
         for name in ("flush_interval", "expire_interval", "retry_min", "retry_max"):
             v = getattr(self, name)
             if type(v) not in (int, float) or not v > 0:
@@ -437,6 +447,36 @@ class EventStore:
             if last:
                 return
             after = rows[-1][0]
+
+    async def keys(self, now: datetime | None = None) -> list[tuple[str, str | None, int]]:
+        """(id, type, time in µs) of every event stored or queued and not expired at *now*:
+        what anti-entropy compares (`aa.router.store.sync`). Raises `StoreUnavailable`."""
+        engine = self._need_engine()
+        now_us = to_us(now if now is not None else self._clock())
+        try:
+            rows = await asyncio.to_thread(read_keys, engine, now_us=now_us)
+        except Exception as exc:
+            raise StoreUnavailable(f"cannot read the event store: {exc}") from exc
+        assert self._writer is not None
+        seen = {i for i, _, _ in rows}
+        for r in self._writer.snapshot():
+            eid = r.event.id
+            if eid not in seen and (r.expires_us is None or r.expires_us > now_us):
+                seen.add(eid)  # type: ignore[arg-type]
+                rows.append((eid, r.event.type, r.time_us))  # type: ignore[arg-type]
+        return rows
+
+    async def fetch(self, ids: list[str]) -> list[Event]:
+        """The stored (or queued) events with these *ids*. Raises `StoreUnavailable`."""
+        engine = self._need_engine()
+        wanted = set(ids)
+        assert self._writer is not None
+        queued = {r.event.id: r.event for r in self._writer.snapshot() if r.event.id in wanted}
+        try:
+            stored = await asyncio.to_thread(read_by_ids, engine, [i for i in ids if i not in queued])
+        except Exception as exc:
+            raise StoreUnavailable(f"cannot read the event store: {exc}") from exc
+        return stored + list(queued.values())
 
     # -- health -------------------------------------------------------------------------------
 

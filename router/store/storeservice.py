@@ -38,6 +38,7 @@ from .answers import as_spec, check_since, event_order, mark_historical
 from .eventstore import MAX_STORED_TYPE_LENGTH, EventStore, StoreConfig
 from .expiry import META_MAX_AGE, META_MAX_COUNT, META_PERSIST, persist_policy
 from .history import HistoryReplay
+from .sync import StoreSync
 
 if TYPE_CHECKING:
     from ..caches import MeshCache  # the caches room imports this one: no cycle at run time
@@ -66,6 +67,8 @@ class StoreService:
         matches_prototype: Callable[[Hashable, Event], bool],
         dispatch: Dispatch,
         counters: Counter[str],
+        router_id: str = "router",
+        router_name: Callable[[], str] | None = None,
         flush_cache: Callable[[], None] = lambda: None,
     ) -> None:
         self._config = config
@@ -73,6 +76,7 @@ class StoreService:
         self._mesh_cache = mesh_cache
         self._matcher = matcher
         self._flush_cache = flush_cache
+        self._name: Callable[[], str] = router_name or (lambda: router_id)
         #: The persistent store, once started (None: this router keeps none).
         self.store: EventStore | None = None
         self.counters: Counter[str] = Counter()
@@ -80,6 +84,8 @@ class StoreService:
         self.refused = 0
         self._last_refused_log = -REFUSED_LOG_INTERVAL
         self.replay = HistoryReplay(self, matches_prototype=matches_prototype, dispatch=dispatch, counters=counters)
+        #: Anti-entropy with the peer routers' stores (`aa.router.store.sync`).
+        self.sync = StoreSync(self, router_id, interval=config.sync_interval if config is not None else 0.0)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -98,9 +104,11 @@ class StoreService:
             where = f"the store URL {config.url!r}" if config.url else f"the data folder {data_dir}"
             raise UsageError(f"cannot use {where} for the event store: {exc}") from exc
         self.store = store
+        await self.sync.start()
 
     async def aclose(self) -> None:
-        """Stop replays, write what is queued, close the store. Idempotent."""
+        """Stop replays and syncs, write what is queued, close the store. Idempotent."""
+        await self.sync.aclose()
         await self.replay.aclose()
         store, self.store = self.store, None
         if store is not None:
@@ -139,6 +147,23 @@ class StoreService:
                 self._last_refused_log = now
                 log.error("the store refused event %s (%d refused so far): %s", event.id, self.refused, exc)
 
+    def keep(self, event: Event) -> bool:
+        """Store *event* as its policy asks, without dispatching it (an event another
+        router's store had and this one lacked). False if it is not kept (no store, no
+        policy, a bad policy, the store refused it)."""
+        store = self.store
+        if store is None:
+            return False
+        try:
+            policy = persist_policy(event)
+            if policy is None:
+                return False
+            store.put_nowait(event, policy)
+        except (StoreError, UsageError):
+            self.counters["sync_refused"] += 1
+            return False
+        return True
+
     def screen(self, session: ClientPort, events: Sequence[Event]) -> tuple[Sequence[Event], bool]:
         """Check the store policies a client's events ask for: drop (and tell the client
         about) those that are malformed. Returns the events to accept, and whether one of
@@ -162,9 +187,12 @@ class StoreService:
             drop = set(bad)
             events = [e for i, e in enumerate(events) if i not in drop]
         if persisted and self.store is None:
-            self.counters["no_store"] += 1
-            session.send(Error(code="not-persisted", message="this router keeps no event store (start it with a "
-                               "data folder or a store URL): the event was delivered but is not kept"))  # fmt: skip
+            asked = [e.id for e in events if e.meta.get(META_PERSIST) is True]
+            self.counters["no_store"] += len(asked)
+            more = f" (and {len(asked) - 1} more)" if len(asked) > 1 else ""
+            session.send(Error(code="not-persisted", message=f"router {self._name()} has no store: event "
+                               f"{asked[0]}{more} was delivered but not kept; start it with --data-dir or "
+                               f"--store-url"))  # fmt: skip
         return events, persisted and self.store is not None
 
     # -- queries ----------------------------------------------------------------------------

@@ -58,6 +58,8 @@ __all__ = [
     "write_rows_one_by_one",
     "delete_expired",
     "read_chunk",
+    "read_keys",
+    "read_by_ids",
 ]
 
 log = logging.getLogger("aa.router.store")
@@ -262,3 +264,22 @@ def read_chunk(
     return [
         ((t, i), trusted(unpack(v), ty, unpack(m), i)) for t, i, ty, v, m in rows
     ]
+
+
+def read_keys(engine: sa.Engine, *, now_us: int) -> list[tuple[str, str | None, int]]:
+    """(id, type, time_us) of every stored event not expired at *now_us* (anti-entropy)."""
+    q = sa.select(_T.c.id, _T.c.type, _T.c.time_us)
+    q = q.where(sa.or_(_T.c.expires_us.is_(None), _T.c.expires_us > now_us))
+    with engine.connect() as conn:
+        return [(i, ty, t) for i, ty, t in conn.execute(q).all()]
+
+
+def read_by_ids(engine: sa.Engine, ids: Sequence[str]) -> list[Event]:
+    """The stored events with these *ids* (those that are stored), in no order."""
+    trusted = Event.trusted
+    out: list[Event] = []
+    with engine.connect() as conn:
+        for start in range(0, len(ids), 500):
+            q = sa.select(_T.c.id, _T.c.type, _T.c.vals, _T.c.meta).where(_T.c.id.in_(ids[start:start + 500]))
+            out += [trusted(unpack(v), ty, unpack(m), i) for i, ty, v, m in conn.execute(q).all()]
+    return out

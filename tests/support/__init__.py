@@ -7,7 +7,7 @@ mesh, wait_for``."""
 from .clock import Clock
 from .meshes import FAST, Collector, full, line, lo_discovery, mesh, neighbours, random_graph, ring, wait_shape
 from .ports import free_tcp_port, free_udp_port
-from .waits import next_event, wait_for
+from .waits import next_event, wait_for, wait_until
 
 __all__ = [
     "Clock",
@@ -25,4 +25,5 @@ __all__ = [
     "ring",
     "wait_for",
     "wait_shape",
+    "wait_until",
 ]

@@ -28,6 +28,8 @@ from typing import Iterator
 
 import pytest
 
+from .ports import free_tcp_port
+
 __all__ = ["PgServer", "find_pg_bindir", "pg_server", "pg_url"]
 
 #: Seconds `pg_ctl` waits for the server to start or stop.
