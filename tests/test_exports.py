@@ -64,7 +64,8 @@ PUBLIC: dict[str, list[str]] = {
         "PEER_KEEPALIVE", "PeerLink", "ROUTER_INFO_INTERVAL", "ROUTER_INFO_TOPIC", "Relay"
     ],
     "aa.router.patterns": [
-        "Delivery", "HostFacts", "Matcher", "PatternEngine", "SandboxLimits"
+        "Delivery", "HostFacts", "Matcher", "PREDICATE_TIER", "PatternEngine", "PatternSet", "SANDBOX_TIER",
+        "SandboxLimits", "pattern_warnings"
     ],
     "aa.router.quench": [
         "Change", "MAX_QUENCHES_PER_CLIENT", "MAX_QUENCH_TIMEOUT", "MAX_REGISTRATIONS",
