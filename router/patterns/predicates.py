@@ -178,7 +178,9 @@ class PredicateProgram:
             if dead:
                 continue
             options: list[tuple[Access, tuple[int, ...]]] = [(acc, (i,)) for i, (_, accesses) in enumerate(checks) for acc in accesses]
-            options += _intervals(options)
+            ranges = [o for o in options if o[0].kind == RANGE]
+            if len(ranges) > 1:
+                options += _intervals(ranges)
             if not options:
                 scan = True
                 conjs.append(Conj(None, tuple(c for c, _ in checks)))
