@@ -26,6 +26,7 @@ _TOKEN = re.compile(
     | (?P<str>'[^'\\\n]*'|"[^"\\\n]*")
     | (?P<op>==|!=|<=|>=|<|>)
     | (?P<name>[A-Za-z][A-Za-z0-9_]*)(?![^\x00-\x7f])
+    | (?P<bad>[\s\S])
     )""",
     re.VERBOSE,
 )
@@ -41,64 +42,42 @@ def parse_conjunction(source: str) -> Grammar | None:
     names and literals; None otherwise."""
     if len(source) > MAX_FAST_SOURCE or not source or source[0].isspace():
         return None
-    tokens: list[tuple[str, Any]] = []
-    pos, end = 0, len(source.rstrip())
-    while pos < end:
-        m = _TOKEN.match(source, pos)
-        if m is None:
-            return None
-        pos = m.end()
-        kind = m.lastgroup
-        text = m.group(kind)  # type: ignore[arg-type]
-        if kind == "num":
-            tokens.append(("const", float(text) if any(c in text for c in ".eE") else int(text)))
-        elif kind == "str":
-            tokens.append(("const", text[1:-1]))
-        elif kind == "op":
-            tokens.append(("op", text))
-        elif text in _CONSTANT_WORDS:
-            tokens.append(("const", _CONSTANT_WORDS[text]))
-        elif text == "and":
-            tokens.append(("and", None))
-        elif keyword.iskeyword(text) or keyword.issoftkeyword(text) or text in _SPECIAL:
-            return None
-        else:
-            tokens.append(("name", text))
-    if not tokens:
-        return None
     atoms: list[Atom] = []
     names: set[str] = set()
     mentions: set[str] = set()
-    i, n = 0, len(tokens)
-    while True:
-        # comparison := operand (op operand)+ ; operand := name | const
-        operands: list[Ref] = []
-        ops: list[str] = []
-        while True:
-            if i >= n or tokens[i][0] not in ("name", "const"):
-                return None
-            operands.append(tokens[i])
-            i += 1
-            if i < n and tokens[i][0] == "op":
-                ops.append(tokens[i][1])
-                i += 1
-                continue
-            break
-        if not ops:
-            return None  # a bare operand: the general path makes it a truthiness atom
-        for k, op in enumerate(ops):
-            left, right = operands[k], operands[k + 1]
-            reads = frozenset(x for kind, x in (left, right) if kind == "name")
-            atoms.append(Atom(op, left, right, False, None, reads))
-        for kind, x in operands:
-            if kind == "name":
-                names.add(x)
-                mentions.add(x)
-            elif isinstance(x, str):
-                mentions.add(x)
-        if i == n:
-            break
-        if tokens[i][0] != "and":
+    prev: Ref | None = None  # the operand before the pending operator
+    op: str | None = None
+    chained = False  # the current comparison has an operator
+    want_operand = True
+    for num, text, cmp, name, bad in _TOKEN.findall(source.rstrip()):  # the scan runs in C
+        if bad:
             return None
-        i += 1
+        if want_operand:
+            ref: Ref
+            if num:
+                ref = ("const", float(num) if "." in num or "e" in num or "E" in num else int(num))
+            elif text:
+                ref = ("const", text[1:-1])
+                mentions.add(text[1:-1])
+            elif name in _CONSTANT_WORDS:
+                ref = ("const", _CONSTANT_WORDS[name])
+            elif name and not (keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in _SPECIAL):
+                ref = ("name", name)
+                names.add(name)
+                mentions.add(name)
+            else:
+                return None
+            if op is not None:
+                assert prev is not None
+                reads = frozenset(str(x) for kind, x in (prev, ref) if kind == "name")
+                atoms.append(Atom(op, prev, ref, False, None, reads))
+            prev, op, want_operand = ref, None, False
+        elif cmp:
+            op, chained, want_operand = cmp, True, True
+        elif name == "and" and chained:
+            prev, chained, want_operand = None, False, True
+        else:
+            return None
+    if want_operand or not chained:
+        return None  # ends on an operator or "and", or a bare operand (truthiness)
     return Grammar(None, True, [atoms], frozenset(names), frozenset(mentions), False)
