@@ -39,7 +39,7 @@ PUBLIC: dict[str, list[str]] = {
         "QUENCH_ANSWERS", "QUENCH_REQUESTS", "Quench", "QuenchNotice", "Quenched", "Routers",
         "STORAGE_ANSWERS", "STORAGE_REQUESTS", "Subscribe", "Subscribed", "Unquench", "Unsubscribe",
         "Update", "Updated", "Welcome", "declared_needs", "event_from_wire", "event_to_wire",
-        "pack", "register", "unpack", "with_needs"
+        "pack", "pack_events", "packed_event", "register", "unpack", "with_needs"
     ],
     "aa.router": [
         "Acknowledgements", "CacheConfig", "CacheInfo", "ClientCacheService", "DEFAULT_PORT",
@@ -64,7 +64,8 @@ PUBLIC: dict[str, list[str]] = {
         "PEER_KEEPALIVE", "PeerLink", "ROUTER_INFO_INTERVAL", "ROUTER_INFO_TOPIC", "Relay"
     ],
     "aa.router.patterns": [
-        "Delivery", "HostFacts", "Matcher", "PatternEngine", "SandboxLimits"
+        "Delivery", "HostFacts", "Matcher", "PREDICATE_TIER", "PatternEngine", "PatternSet",
+        "SANDBOX_TIER", "SandboxLimits", "WORKER_TIER", "pattern_warnings"
     ],
     "aa.router.quench": [
         "Change", "MAX_QUENCHES_PER_CLIENT", "MAX_QUENCH_TIMEOUT", "MAX_REGISTRATIONS",

@@ -18,8 +18,8 @@ from .budget import MEMORY, Budget
 from .calls import make_builtins, make_routed_getattr
 from .guards import Guards
 from .limits import MAX_STATE_DEPTH, HostFacts, SandboxLimits
+from .compiler import CompiledPython, compile_python
 from .modules import RandomSwitch, make_modules
-from .policy import CompiledPython, compile_python
 from .views import RouterView
 
 __all__ = ["Sandbox", "measure_state"]

@@ -7,7 +7,7 @@ subscriber, so a script never gets its containers. `private_values` copies the l
 maps among an event's values (scalars are immutable and shared) once per script run; the
 bare names, `event["X"]`, `event.X` and `event.values` all read that private copy, so a
 script may sort or append to what it read without anybody else seeing it. Expressions get
-the router's own objects (no copy: they are the hot path), which is why `policy.py` refuses
+the router's own objects (no copy: they are the hot path), which is why `compiler.py` refuses
 mutating methods in expressions.
 """
 

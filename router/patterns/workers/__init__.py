@@ -11,7 +11,7 @@ stuck past it (`pool.py`).
 
 How the engine uses it::
 
-    PatternEngine.subscribe ─► tier? (`runs_in_router`)
+    PatternEngine.subscribe ─► tier? (outside the predicate grammar: `grammar.py`)
         router:  compiled and matched in-process, as before
         worker:  pre-compiled in the router if short Python (`prechecked`: an
                  immediate refusal), then
@@ -60,7 +60,6 @@ from .hooks import RemoteProgram, deliver_each, prechecked
 from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .pool import WorkerPool
 from .tier import ISOLATIONS, WorkerTier
-from .tiering import runs_in_router
 
 __all__ = [
     "ISOLATIONS",
@@ -72,5 +71,4 @@ __all__ = [
     "WorkerTier",
     "deliver_each",
     "prechecked",
-    "runs_in_router",
 ]

@@ -11,7 +11,6 @@ from aa.mesh import PatternSpec, UsageError
 from ..limits import HostFacts, SandboxLimits
 from .limits import WorkerConfig
 from .pool import Deliveries, WorkerPool
-from .tiering import runs_in_router
 
 __all__ = ["WorkerTier", "ISOLATIONS"]
 
@@ -40,8 +39,9 @@ class WorkerTier:
         self.pool: WorkerPool | None = None
 
     def wants(self, spec: PatternSpec) -> bool:
-        """Does *spec* run in a worker?"""
-        if self.isolation == "in-process" or runs_in_router(spec):
+        """Does *spec* — pattern code, outside the predicate grammar (the engine asks only
+        for those) — run in a worker?"""
+        if self.isolation == "in-process":
             return False
         if self.isolation == "auto":
             try:
