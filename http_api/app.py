@@ -5,6 +5,7 @@ Routes (OpenAPI at ``/docs``)::
 
     GET    /                                 the web monitor (static/index.html)
     GET    /static/…                         monitor files and the JS client (aa.js)
+    GET    /docs, /redoc, /openapi.json      the API's documentation (Swagger UI, ReDoc), local files
     GET    /health                           liveness and the router's counters
     GET    /mesh                             routers and links of the mesh
     POST   /events                           publish
@@ -38,10 +39,8 @@ from typing import Any, Callable, Iterable
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
@@ -50,6 +49,7 @@ from aa.router import parse_duration
 
 from .atom import ATOM_TYPE, render_atom
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
+from .docs import add_docs
 from .guard import Guard
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
 from .models import ErrorOut, Published, PublishIn
@@ -98,7 +98,7 @@ def create_app(
         description="The RESTful endpoint of an Aa router (Å §4.8): publish, register HTTP "
         "clients whose events the mesh keeps, poll their Atom feeds, watch the mesh.",
         responses=_ERRORS,
-        docs_url=None,  # served below from local files: the default loads them from a CDN
+        docs_url=None,  # served by add_docs from local files: the default loads them from a CDN
         redoc_url=None,
     )
     app.state.router = router
@@ -167,19 +167,7 @@ def create_app(
     app.include_router(clients_api)
     app.include_router(stream_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
-    # Swagger UI ships inside a wheel (swagger-ui-bundle), so /docs works on a machine that
-    # reaches no CDN — the usual case for a router on a plant or lab network.
-    app.mount("/docs-static", StaticFiles(directory=swagger_ui_path), name="docs-static")
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json",
-            title="Aa router — API",
-            swagger_js_url="/docs-static/swagger-ui-bundle.js",
-            swagger_css_url="/docs-static/swagger-ui.css",
-            swagger_favicon_url="/docs-static/favicon-32x32.png",
-        )
+    add_docs(app, title="Aa router")
     return Guard(app, allow=allow, max_body=max_body)
 
 
