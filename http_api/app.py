@@ -47,7 +47,7 @@ from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
 from aa.mesh.jsonvalues import event_to_json, from_json, to_json
 from aa.router import parse_duration
 
-from .atom import ATOM_TYPE, render_atom
+from .atom import ATOM_TYPE, HTTP_PUBLISHER, render_atom
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
 from .docs import add_docs
 from .guard import Guard
@@ -136,7 +136,7 @@ def create_app(
         values, meta = from_json(body.values), from_json(body.meta)
         peer = request.client
         address = f"{peer.host}:{peer.port}" if peer else "http"
-        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id="http", address=address)
+        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id=HTTP_PUBLISHER, address=address)
         if event is None:  # a retried publish: the id is already in the mesh
             response.status_code = 200
             return Published(id=body.id or "", duplicate=True)

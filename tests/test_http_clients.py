@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -57,8 +58,11 @@ async def test_feedparser_reads_the_feed_and_conditional_get() -> None:
         first = d.entries[0]
         assert first.updated_parsed is not None
         assert {t.term for t in first.tags} == {"reading", "p1"}
-        values = from_json(json.loads(first.content[0].value)["values"])  # feedparser undid the Base64
+        values = from_json(json.loads(first.aa_event)["values"])  # the typed event, for programs
         assert values == {"kind": "reading", "n": 0, "x": 0.0} and type(values["x"]) is float
+        assert first.content[0].type == "application/xhtml+xml"  # for people
+        assert "<b>x</b>: 0.0 <i>(float)</i>" in first.content[0].value
+        assert first.link == f"{endpoint.url}clients/{c['id']}/events/{ids[0]}" and first.author == f"local:{router.id}"
         again = await asyncio.to_thread(feedparser.parse, url, request_headers=auth, etag=d.etag)
         assert again.status == 304
         again = await asyncio.to_thread(feedparser.parse, url, request_headers=auth, modified=d.modified)
@@ -110,6 +114,9 @@ async def test_newsboat_reloads_the_feed_into_its_cache(tmp_path: Path) -> None:
         async with httpx.AsyncClient(base_url=endpoint.url) as http:
             c = await registered(http, "True", name="newsboat")
         ids = [router.publish({"n": i, "text": f"event {i}"}, type="note").id for i in range(4)]
+        async with httpx.AsyncClient(base_url=endpoint.url) as http:  # and one over HTTP
+            r = await http.post("/events", json={"values": {"Temperature": 21.5, "Sensor": "lab-1"}, "type": "reading"})
+            ids.append(r.json()["id"])
         host, port = endpoint.address
         (tmp_path / "urls").write_text(f"http://{c['id']}:{c['token']}@{host}:{port}/clients/{c['id']}/feed\n")
         (tmp_path / "config").write_text("")
@@ -122,10 +129,23 @@ async def test_newsboat_reloads_the_feed_into_its_cache(tmp_path: Path) -> None:
             out, err = await proc.communicate()
         assert proc.returncode == 0, (out, err)
     with sqlite3.connect(tmp_path / "cache.db") as db:
-        rows = db.execute("SELECT guid, title FROM rss_item ORDER BY guid").fetchall()
+        db.row_factory = sqlite3.Row
+        rows = {r["guid"]: r for r in db.execute("SELECT guid, title, author, url, content FROM rss_item")}
         feeds = db.execute("SELECT title FROM rss_feed").fetchall()
-    assert sorted(guid for guid, _ in rows) == sorted(f"urn:aa:event:{i}" for i in ids)
-    assert any("event 2" in title for _, title in rows) and feeds == [("Aa events for newsboat",)]
+    assert sorted(rows) == sorted(f"urn:aa:event:{i}" for i in ids)
+    assert [tuple(f) for f in feeds] == [("Aa events for newsboat",)]
+    note = rows[f"urn:aa:event:{ids[2]}"]
+    assert "event 2" in note["title"] and note["author"] == f"local:{router.id}"
+    assert note["url"] == f"http://{host}:{port}/clients/{c['id']}/events/{ids[2]}"
+    # What newsboat shows as the body: the values with their types, the type, the time and
+    # the publisher as text, not a base64 blob.
+    reading = rows[f"urn:aa:event:{ids[4]}"]
+    body = reading["content"]
+    for words in ("<b>Temperature</b>: 21.5 <i>(float)</i>", "<b>Sensor</b>: lab-1 <i>(str)</i>",
+                  "Type <b>reading</b>", "published by HTTP client at 127.0.0.1:"):
+        assert words in body, (words, body)
+    assert not re.search(r"[A-Za-z0-9+/=]{60,}", body), body  # no base64 blob
+    assert reading["author"].startswith("HTTP client at 127.0.0.1:")
 
 
 def _drive_monitor(url: str, out: Path) -> dict[str, Any]:
