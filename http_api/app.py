@@ -35,13 +35,14 @@ import logging
 import time
 from datetime import datetime, timezone
 from importlib.resources import files
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
 from aa.mesh.jsonvalues import event_to_json, from_json, to_json
@@ -52,7 +53,7 @@ from .clients import BadToken, Capacity, HttpClients, UnknownClient
 from .docs import add_docs
 from .guard import Guard
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
-from .models import ErrorOut, Published, PublishIn
+from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
 from .routes_clients import api as clients_api
 from .stream import api as stream_api
 from .web import error as _error
@@ -67,6 +68,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 403: {"model": ErrorOut},
     404: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut},
 }
+
+
+#: What ``GET /events?since=`` reads: nothing, an ISO 8601 instant, or a duration of at most
+#: a few digits (parse_duration reads more, but a longer one reaches past year 1).
+_SINCE = "|".join(("^$", ISO_INSTANT, r"^[1-9][0-9]{0,3}(ms|s|m|h|d|w)$"))
 
 
 def _parse_since(text: str, now: datetime) -> datetime:
@@ -101,6 +107,7 @@ def create_app(
         docs_url=None,  # served by add_docs from local files: the default loads them from a CDN
         redoc_url=None,
     )
+    _typed_values_schema(app)
     app.state.router = router
     app.state.clients = HttpClients(router.caches)
     app.state.clock = clock
@@ -131,8 +138,14 @@ def create_app(
         info["links"] = [list(p) for p in sorted(pairs)]
         return info
 
-    @app.post("/events", status_code=201, response_model=Published, summary="Publish an event")
+    @app.post(
+        "/events", status_code=201, response_model=Published, summary="Publish an event",
+        responses={200: {"model": Published, "description": "A retried publish: an event with this `id` is "
+                         "already in the mesh, so nothing was sent (`duplicate: true`)"}},
+    )
     async def publish(body: PublishIn, request: Request, response: Response) -> Published:
+        """201 with the new event's id; 200 with ``duplicate: true`` when the ``id`` given was
+        already seen (the mesh has the event: a retry after a lost answer is safe)."""
         values, meta = from_json(body.values), from_json(body.meta)
         peer = request.client
         address = f"{peer.host}:{peer.port}" if peer else "http"
@@ -146,14 +159,16 @@ def create_app(
     async def history(
         request: Request,
         pattern: str = Query("True", description="Pattern source (default: every event)"),
-        kernel: str = "python",
-        format: str = "expr",
-        since: str | None = Query(None, description="ISO 8601 instant, or a duration back: '1h'"),
+        kernel: Literal["python", "xpath"] = "python",
+        format: Literal["expr", "script"] = "expr",
+        since: str | None = Query(
+            None, json_schema_extra={"pattern": _SINCE}, description="ISO 8601 instant (UTC unless it says), or a duration back: "
+            "'90s', '1h'; empty: no limit"),
         limit: int = Query(100, ge=1, le=MAX_HISTORY),
         include_cache: bool = True,
     ) -> Response:
         spec = PatternSpec(kernel=kernel, format=format, source=pattern)
-        start = None if since is None else _parse_since(since, datetime.now(timezone.utc))
+        start = _parse_since(since, datetime.now(timezone.utc)) if since else None
         events = await router.history(spec, since=start, limit=limit, include_cache=include_cache)
         if negotiate(request.headers.get("accept"), ("application/json", ATOM_TYPE)) == ATOM_TYPE:
             body = render_atom(
@@ -169,6 +184,31 @@ def create_app(
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
     add_docs(app, title="Aa router")
     return Guard(app, allow=allow, max_body=max_body)
+
+
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """The methods some route of *app* answers on the request's path."""
+    methods: set[str] = set()
+    # Routes of included routers (no prefix) are listed on their own routers, not the app's.
+    for route in (*app.routes, *clients_api.routes, *stream_api.routes):
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
+
+
+def _typed_values_schema(app: FastAPI) -> None:
+    """Add the recursive ``TypedValue`` schema (`models.TYPED_VALUE`), which the models'
+    schemas refer to, to the OpenAPI document FastAPI builds."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("schemas", {})["TypedValue"] = TYPED_VALUE
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _handlers(app: FastAPI) -> None:
@@ -189,7 +229,12 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        return _error(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route that matched the path; FastAPI makes one
+            # route per method, so the Allow header must gather them all (RFC 9110 §15.5.6).
+            headers["Allow"] = ", ".join(_allowed(app, request))
+        return _error(exc.status_code, code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(BadToken)
     async def bad_token(request: Request, exc: BadToken) -> JSONResponse:

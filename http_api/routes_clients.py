@@ -24,7 +24,7 @@ from aa.router import ExpiryPolicy, parse_duration
 
 from .atom import ATOM_TYPE, render_atom, render_json
 from .clients import HttpClient, HttpClients
-from .limits import DEFAULT_KEEPALIVE, DEFAULT_MAX_COUNT, DEFAULT_PAGE, MAX_KEEPALIVE, MAX_PAGE
+from .limits import DEFAULT_KEEPALIVE, DEFAULT_MAX_COUNT, DEFAULT_PAGE, MAX_KEEPALIVE, MAX_PAGE, MIN_KEEPALIVE
 from .models import AckIn, AckOut, ClientIn, ClientOut, PatternIn, PatternOut, PolicyIn, Registered
 from .web import error, etag_matches, http_date, negotiate, parse_http_date, token_of
 
@@ -63,8 +63,8 @@ def _keepalive(value: float | int | str | None) -> float:
     if value is None:
         return DEFAULT_KEEPALIVE
     seconds = parse_duration(value).total_seconds() if type(value) is str else float(value)
-    if not 0 < seconds <= MAX_KEEPALIVE:
-        raise UsageError(f"keepalive must be more than 0 and at most {MAX_KEEPALIVE:.0f} seconds")
+    if not MIN_KEEPALIVE <= seconds <= MAX_KEEPALIVE:
+        raise UsageError(f"keepalive must be {MIN_KEEPALIVE:.0f} to {MAX_KEEPALIVE:.0f} seconds, not {seconds:g}")
     return seconds
 
 

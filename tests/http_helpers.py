@@ -3,8 +3,6 @@ router, a real uvicorn server, a clock tests move."""
 
 from __future__ import annotations
 
-import base64
-import json
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, AsyncIterator, Iterator
 
@@ -68,12 +66,6 @@ async def register(http: httpx.AsyncClient, *patterns: str, **body: Any) -> dict
     r = await http.post("/clients", json={"patterns": [{"source": p} for p in patterns], **body})
     assert r.status_code == 201, r.text
     return r.json()  # type: ignore[no-any-return]
-
-
-def decode_content(text: str) -> dict[str, Any]:
-    """The typed JSON in an Atom entry's Base64 content."""
-    return json.loads(base64.b64decode(text))  # type: ignore[no-any-return]
-
 
 
 @contextmanager
