@@ -48,7 +48,7 @@ from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
 from aa.mesh.jsonvalues import event_to_json, from_json, to_json
 from aa.router import parse_duration
 
-from .atom import ATOM_TYPE, HTTP_PUBLISHER, render_atom
+from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
 from .docs import add_docs
 from .guard import Guard
@@ -113,6 +113,7 @@ def create_app(
     app.state.clock = clock
     app.state.wall = wall
     app.state.streams = set()
+    app.state.entries = EntryCache()  # rendered Atom entries, shared by every feed
     app.state.closing = None  # set by HttpEndpoint: an asyncio.Event, set on shutdown
     _handlers(app)
 
@@ -174,7 +175,7 @@ def create_app(
             body = render_atom(
                 feed_id=f"urn:aa:history:{router.id}", title=f"Aa history: {pattern}",
                 updated=datetime.now(timezone.utc), author=router.name,
-                links=[("self", str(request.url))], entries=[(e, ()) for e in events],
+                links=[("self", str(request.url))], entries=[(e, ()) for e in events], cache=app.state.entries,
             )
             return Response(body, media_type=ATOM_TYPE)
         return JSONResponse({"events": [event_to_json(e) for e in events]})

@@ -14,7 +14,6 @@ An entry per event, readable in a feed reader and exact for a program::
       <content type="xhtml"><div xmlns="http://www.w3.org/1999/xhtml">
         <ul><li><b>Temperature</b>: 101 <i>(int)</i></li>…</ul>       for people: values,
         <p>type reading · 2026-… · from lab-sensor (…) via router …</p>  type, time, publisher
-        <p><a href="…">the event as JSON</a></p>
       </div></content>
       <aa:event>{"id":…,"type":…,"values":…,"meta":…}</aa:event>      for programs
     </entry>
@@ -55,6 +54,7 @@ __all__ = [
     "event_from_content",
     "render_atom",
     "render_json",
+    "EntryCache",
     "summary",
     "HTTP_PUBLISHER",
 ]
@@ -71,6 +71,9 @@ _TITLE_LENGTH = 120  # characters of an entry title; the whole event is in the c
 _LABEL_LENGTH = 200  # characters of a pattern's source shown as its category label
 _VALUE_LENGTH = 200  # characters of one value shown to people; the whole event is in aa:event
 _XHTML = "http://www.w3.org/1999/xhtml"
+#: Events whose rendered entry parts `EntryCache` keeps: phones poll within seconds of an
+#: event's arrival, and at 200 events/s this is the last 20 s; some 1.5 kB each, so a few MB.
+MAX_CACHED_ENTRIES = 4096
 #: The client id the HTTP endpoint publishes under (`app`): such a publisher is named by address.
 HTTP_PUBLISHER = "http"
 # Characters XML 1.0 cannot carry (control characters, lone surrogates, U+FFFE/U+FFFF).
@@ -165,10 +168,11 @@ def render_atom(
     patterns: Mapping[str, str] | None = None,
     cursor: int | None = None,
     event_url: Callable[[Event], str] | None = None,
+    cache: EntryCache | None = None,
 ) -> bytes:
     """An Atom feed document. *links* are (rel, href); *entries* (event, pattern ids);
     *patterns* maps pattern ids to their source, shown as category labels; *event_url*
-    gives the URL of an event's JSON, each entry's link."""
+    gives the URL of an event's JSON, each entry's link; *cache* keeps entries' shared parts."""
     labels = patterns or {}
     out = [
         '<?xml version="1.0" encoding="utf-8"?>\n',
@@ -181,46 +185,86 @@ def render_atom(
     if cursor is not None:
         out.append(f"<aa:cursor>{cursor}</aa:cursor>")
     for event, pids in entries:
-        _entry(out, event, pids, labels, updated, event_url)
+        _entry(out, event, pids, labels, updated, event_url, cache)
     out.append("</feed>\n")
     return "".join(out).encode("utf-8", "surrogatepass")
 
 
-def _entry(
-    out: list[str], event: Event, pids: Sequence[str], labels: Mapping[str, str], updated: datetime,
-    event_url: Callable[[Event], str] | None,
-) -> None:
+class EntryCache:
+    """The parts of an event's entry that do not depend on the feed it is in, rendered once.
+
+    A busy router's event goes to many phones' feeds (every client whose pattern takes it),
+    each polled within a second or two of its arrival; rendering the entry anew for each
+    was most of a poll's cost. Only the link and the pattern categories are the client's
+    own. Keyed by event id, and the event object checked too (an id names one event in the
+    mesh, but a cache must never answer for another object); the oldest go first."""
+
+    __slots__ = ("size", "_parts")
+
+    def __init__(self, size: int = MAX_CACHED_ENTRIES) -> None:
+        self.size = size
+        self._parts: dict[str, tuple[Event, str, str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def parts(self, event: Event, updated: datetime) -> tuple[str, str]:
+        """(head, body) of *event*'s entry; *updated* stands in for a missing time stamp."""
+        key = event.id
+        got = self._parts.get(key) if key else None
+        if got is not None and got[0] is event:
+            return got[1], got[2]
+        stamped = type(event.meta.get(META_TIME)) is datetime
+        head, body = _parts(event, updated)
+        if key and stamped:  # an entry dated by its feed is that feed's own
+            parts = self._parts
+            if len(parts) >= self.size:
+                del parts[next(iter(parts))]
+            parts[key] = (event, head, body)
+        return head, body
+
+
+def _parts(event: Event, updated: datetime) -> tuple[str, str]:
+    """An entry but for its link and pattern categories: what goes before them, and after."""
     stamp = _stamp(event, updated)
     when = _date(stamp)
     who = _text(publisher(event))
-    out.append(f"<entry><id>{_text(entry_id(event))}</id><title>{_text(_title(event))}</title>")
-    out.append(f"<updated>{when}</updated><published>{when}</published><author><name>{who}</name></author>")
-    url = _attr(event_url(event)) if event_url is not None else None
-    if url is not None:
-        out.append(f'<link rel="alternate" href={url}/>')  # untyped: readers take it as the entry's link
+    head = [
+        f"<entry><id>{_text(entry_id(event))}</id><title>{_text(_title(event))}</title>",
+        f"<updated>{when}</updated><published>{when}</published><author><name>{who}</name></author>",
+    ]
     if event.type:
-        out.append(f'<category scheme="{TYPE_SCHEME}" term={_attr(event.type)}/>')
+        head.append(f'<category scheme="{TYPE_SCHEME}" term={_attr(event.type)}/>')
+    # For people: what a feed reader shows. Every piece of text is escaped (_text): values
+    # are strangers' strings, and this is markup a reader renders.
+    body = [f'<summary type="text">{_text(summary(event))}</summary>',
+            f'<content type="xhtml"><div xmlns="{_XHTML}"><ul>']
+    for name, value in event.values.items():
+        body.append(f"<li><b>{_text(name)}</b>: {_text(_shown(value))} <i>({type(value).__name__})</i></li>")
+    body.append("</ul><p>")
+    if event.type:
+        body.append(f"Type <b>{_text(event.type)}</b> · ")
+    via = event.meta.get(META_ROUTER)
+    body.append(f"{_text(stamp.isoformat())} · published by {who}")
+    if type(via) is str and via:
+        body.append(f" via router {_text(via)}")
+    body.append(f"</p></div></content><aa:event>{escape(event_content(event))}</aa:event></entry>")
+    return "".join(head), "".join(body)
+
+
+def _entry(
+    out: list[str], event: Event, pids: Sequence[str], labels: Mapping[str, str], updated: datetime,
+    event_url: Callable[[Event], str] | None, cache: EntryCache | None,
+) -> None:
+    head, body = cache.parts(event, updated) if cache is not None else _parts(event, updated)
+    out.append(head)
+    if event_url is not None:  # untyped: feed readers take it as the entry's link
+        out.append(f'<link rel="alternate" href={_attr(event_url(event))}/>')
     for pid in pids:
         label = labels.get(pid)
         extra = f" label={_attr(label[:_LABEL_LENGTH])}" if label else ""
         out.append(f'<category scheme="{PATTERN_SCHEME}" term={_attr(pid)}{extra}/>')
-    out.append(f'<summary type="text">{_text(summary(event))}</summary>')
-    # For people: what a feed reader shows. Every piece of text is escaped (_text): values
-    # are strangers' strings, and this is markup a reader renders.
-    out.append(f'<content type="xhtml"><div xmlns="{_XHTML}"><ul>')
-    for name, value in event.values.items():
-        out.append(f"<li><b>{_text(name)}</b>: {_text(_shown(value))} <i>({type(value).__name__})</i></li>")
-    out.append("</ul><p>")
-    if event.type:
-        out.append(f"Type <b>{_text(event.type)}</b> · ")
-    via = event.meta.get(META_ROUTER)
-    out.append(f"{_text(stamp.isoformat())} · published by {who}")
-    if type(via) is str and via:
-        out.append(f" via router {_text(via)}")
-    out.append("</p>")
-    if url is not None:
-        out.append(f"<p><a href={url}>The event as JSON</a></p>")
-    out.append(f"</div></content><aa:event>{escape(event_content(event))}</aa:event></entry>")
+    out.append(body)
 
 
 def render_json(

@@ -256,6 +256,7 @@ async def feed(
         patterns={pid: s.source for pid, s in client.patterns.items()},
         cursor=page.cursor,
         event_url=lambda e: f"{events}/{quote(e.id or '', safe='')}",
+        cache=state.entries,
     )
     return Response(body, media_type=ATOM_TYPE, headers=headers)
 
