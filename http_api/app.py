@@ -51,6 +51,7 @@ from aa.router import parse_duration
 from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
 from .docs import add_docs
+from .fastfeed import FeedFastPath
 from .guard import Guard
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
 from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
@@ -184,7 +185,7 @@ def create_app(
     app.include_router(stream_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
     add_docs(app, title="Aa router")
-    return Guard(app, allow=allow, max_body=max_body)
+    return Guard(FeedFastPath(app), allow=allow, max_body=max_body)
 
 
 def _allowed(app: FastAPI, request: Request) -> list[str]:

@@ -28,12 +28,12 @@ from .limits import DEFAULT_KEEPALIVE, DEFAULT_MAX_COUNT, DEFAULT_PAGE, MAX_KEEP
 from .models import AckIn, AckOut, ClientIn, ClientOut, PatternIn, PatternOut, PolicyIn, Registered
 from .web import error, etag_matches, http_date, negotiate, parse_http_date, token_of
 
-__all__ = ["api"]
+__all__ = ["api", "answer_feed", "FEED_FORMATS"]
 
 api = APIRouter(tags=["clients"])
 
 _FEED_TYPES = (ATOM_TYPE, "application/json")
-_FORMATS = {"atom": ATOM_TYPE, "json": "application/json"}
+FEED_FORMATS = {"atom": ATOM_TYPE, "json": "application/json"}
 
 
 def _clients(request: Request) -> HttpClients:
@@ -205,13 +205,18 @@ async def feed(
 ) -> Response:
     """The events kept for the client, oldest first. Polling is the client's keep-alive and
     removes nothing: acknowledge with ``POST /clients/{id}/ack``."""
+    return answer_feed(request, client_id, after=after, limit=limit, format=format)
+
+
+def answer_feed(request: Request, client_id: str, *, after: int | None, limit: int, format: str | None) -> Response:
+    """The feed route's work, also called by `fastfeed` (which parses the query itself)."""
     state = request.app.state
     clients = _clients(request)
     now = state.clock()
     client = clients.get(client_id, token_of(request, client_id), now=now)
     clients.touch(client, now)
     page = clients.page(client, after=after, limit=limit)
-    kind = _FORMATS[format] if format else negotiate(request.headers.get("accept"), _FEED_TYPES)
+    kind = FEED_FORMATS[format] if format else negotiate(request.headers.get("accept"), _FEED_TYPES)
     base = _feed_url(request, client)
 
     digest = hashlib.blake2b(digest_size=12)

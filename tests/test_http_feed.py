@@ -303,3 +303,19 @@ def test_entry_cache_keeps_a_bounded_number_and_never_answers_for_another_event(
     impostor = Event(values={"i": "other"}, id="e-4", meta={"time": now})  # same id, another object
     head, body = cache.parts(impostor, now)
     assert "other" in body and "other" not in cache.parts(events[3], now)[1]
+
+
+async def test_bad_feed_queries_get_the_routes_422() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "True")
+        url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
+        for query in ({"after": "-1"}, {"after": "x"}, {"after": "9" * 30}, {"limit": "0"}, {"limit": "1001"},
+                      {"format": "xml"}, {"limit": ""}):
+            r = await http.get(url, params=query, headers=auth)
+            assert r.status_code == 422 and r.json()["error"] == "invalid-request", (query, r.text)
+            assert next(iter(query)) in r.json()["message"]
+        ok = await http.get(url, params={"after": "0", "limit": "1000", "format": "atom", "other": "x"}, headers=auth)
+        assert ok.status_code == 200
+        assert (await http.head(url, headers=auth)).status_code == 200
+        r = await http.get(f"/clients/{c['id']}/feed/x", headers=auth)  # not the feed: FastAPI's 404
+        assert r.status_code == 404 and r.json()["error"] == "not-found"
