@@ -38,7 +38,8 @@ import base64
 import json
 import re
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
 
 from aa.mesh import Event
@@ -74,6 +75,7 @@ _XHTML = "http://www.w3.org/1999/xhtml"
 #: Events whose rendered entry parts `EntryCache` keeps: phones poll within seconds of an
 #: event's arrival, and at 200 events/s this is the last 20 s; some 1.5 kB each, so a few MB.
 MAX_CACHED_ENTRIES = 4096
+_QUOTE = {'"': "&quot;"}
 #: The client id the HTTP endpoint publishes under (`app`): such a publisher is named by address.
 HTTP_PUBLISHER = "http"
 # Characters XML 1.0 cannot carry (control characters, lone surrogates, U+FFFE/U+FFFF).
@@ -167,12 +169,13 @@ def render_atom(
     entries: Iterable[tuple[Event, Sequence[str]]],
     patterns: Mapping[str, str] | None = None,
     cursor: int | None = None,
-    event_url: Callable[[Event], str] | None = None,
+    event_url: str | None = None,
     cache: EntryCache | None = None,
 ) -> bytes:
     """An Atom feed document. *links* are (rel, href); *entries* (event, pattern ids);
-    *patterns* maps pattern ids to their source, shown as category labels; *event_url*
-    gives the URL of an event's JSON, each entry's link; *cache* keeps entries' shared parts."""
+    *patterns* maps pattern ids to their source, shown as category labels; *event_url* is
+    the URL an event's id is appended to for its JSON, each entry's link; *cache* keeps
+    entries' shared parts."""
     labels = patterns or {}
     out = [
         '<?xml version="1.0" encoding="utf-8"?>\n',
@@ -184,8 +187,20 @@ def render_atom(
     out.extend(f'<link rel="{rel}" href={_attr(href)}/>' for rel, href in links)
     if cursor is not None:
         out.append(f"<aa:cursor>{cursor}</aa:cursor>")
+    parts = cache.parts if cache is not None else _parts
+    categories: dict[Sequence[str], str] = {}  # most entries of a feed share their patterns
+    # The link's URL is escaped once per feed (its host comes from the request: anyone's text).
+    prefix = '"' + escape(_NOT_XML.sub("\ufffd", event_url), _QUOTE) if event_url is not None else None
     for event, pids in entries:
-        _entry(out, event, pids, labels, updated, event_url, cache)
+        head, body = parts(event, updated)
+        out.append(head)
+        if prefix is not None:  # untyped: feed readers take it as the entry's link
+            out.append(f"<link rel=\"alternate\" href={prefix}{quote(event.id or '', safe='')}\"/>")
+        tags = categories.get(pids)
+        if tags is None:
+            tags = categories[pids] = "".join(_category(pid, labels.get(pid)) for pid in pids)
+        out.append(tags)
+        out.append(body)
     out.append("</feed>\n")
     return "".join(out).encode("utf-8", "surrogatepass")
 
@@ -252,19 +267,9 @@ def _parts(event: Event, updated: datetime) -> tuple[str, str]:
     return "".join(head), "".join(body)
 
 
-def _entry(
-    out: list[str], event: Event, pids: Sequence[str], labels: Mapping[str, str], updated: datetime,
-    event_url: Callable[[Event], str] | None, cache: EntryCache | None,
-) -> None:
-    head, body = cache.parts(event, updated) if cache is not None else _parts(event, updated)
-    out.append(head)
-    if event_url is not None:  # untyped: feed readers take it as the entry's link
-        out.append(f'<link rel="alternate" href={_attr(event_url(event))}/>')
-    for pid in pids:
-        label = labels.get(pid)
-        extra = f" label={_attr(label[:_LABEL_LENGTH])}" if label else ""
-        out.append(f'<category scheme="{PATTERN_SCHEME}" term={_attr(pid)}{extra}/>')
-    out.append(body)
+def _category(pid: str, label: str | None) -> str:
+    extra = f" label={_attr(label[:_LABEL_LENGTH])}" if label else ""
+    return f'<category scheme="{PATTERN_SCHEME}" term={_attr(pid)}{extra}/>'
 
 
 def render_json(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -260,7 +259,7 @@ def answer_feed(request: Request, client_id: str, *, after: int | None, limit: i
         entries=page.entries,
         patterns={pid: s.source for pid, s in client.patterns.items()},
         cursor=page.cursor,
-        event_url=lambda e: f"{events}/{quote(e.id or '', safe='')}",
+        event_url=f"{events}/",
         cache=state.entries,
     )
     return Response(body, media_type=ATOM_TYPE, headers=headers)

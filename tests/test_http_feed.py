@@ -319,3 +319,17 @@ async def test_bad_feed_queries_get_the_routes_422() -> None:
         assert (await http.head(url, headers=auth)).status_code == 200
         r = await http.get(f"/clients/{c['id']}/feed/x", headers=auth)  # not the feed: FastAPI's 404
         assert r.status_code == 404 and r.json()["error"] == "not-found"
+
+
+def test_a_hostile_host_in_the_links_cannot_break_the_feed_markup() -> None:
+    from aa.http_api.atom import render_atom
+    from aa.mesh import Event
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    event = Event(values={"i": 1}, id="r-1", meta={"time": now})
+    base = "http://h\"'<x>&y/clients/c/events/"  # the Host header is the caller's text
+    body = render_atom(feed_id="f", title="t", updated=now, author="a", links=[("self", base)],
+                       entries=[(event, ("p1",))], event_url=base)
+    feed = etree.fromstring(body)  # well-formed
+    assert feed.find(f"{ATOM}entry/{ATOM}link").get("href") == base + "r-1"
+    assert feed.find(f"{ATOM}entry/x") is None
