@@ -75,6 +75,11 @@ _XHTML = "http://www.w3.org/1999/xhtml"
 #: Events whose rendered entry parts `EntryCache` keeps: phones poll within seconds of an
 #: event's arrival, and at 200 events/s this is the last 20 s; some 1.5 kB each, so a few MB.
 MAX_CACHED_ENTRIES = 4096
+#: Characters `EntryCache` holds in all, and the largest entry it keeps: a publisher of big
+#: events (up to the 1 MiB body cap) must not make the cache hold gigabytes; a big entry is
+#: rendered anew each time, as before the cache.
+MAX_CACHED_CHARS = 32 * 1024 * 1024
+MAX_CACHED_ENTRY_CHARS = 64 * 1024
 _QUOTE = {'"': "&quot;"}
 #: The client id the HTTP endpoint publishes under (`app`): such a publisher is named by address.
 HTTP_PUBLISHER = "http"
@@ -214,10 +219,11 @@ class EntryCache:
     own. Keyed by event id, and the event object checked too (an id names one event in the
     mesh, but a cache must never answer for another object); the oldest go first."""
 
-    __slots__ = ("size", "_parts")
+    __slots__ = ("size", "chars", "_parts")
 
     def __init__(self, size: int = MAX_CACHED_ENTRIES) -> None:
         self.size = size
+        self.chars = 0  # held in all
         self._parts: dict[str, tuple[Event, str, str]] = {}
 
     def __len__(self) -> int:
@@ -231,11 +237,17 @@ class EntryCache:
             return got[1], got[2]
         stamped = type(event.meta.get(META_TIME)) is datetime
         head, body = _parts(event, updated)
-        if key and stamped:  # an entry dated by its feed is that feed's own
+        length = len(head) + len(body)
+        if key and stamped and length <= MAX_CACHED_ENTRY_CHARS:  # one dated by its feed is that feed's
             parts = self._parts
-            if len(parts) >= self.size:
-                del parts[next(iter(parts))]
+            old = parts.pop(key, None)
+            if old is not None:
+                self.chars -= len(old[1]) + len(old[2])
+            while parts and (len(parts) >= self.size or self.chars + length > MAX_CACHED_CHARS):
+                _, h, b = parts.pop(next(iter(parts)))
+                self.chars -= len(h) + len(b)
             parts[key] = (event, head, body)
+            self.chars += length
         return head, body
 
 

@@ -303,6 +303,9 @@ def test_entry_cache_keeps_a_bounded_number_and_never_answers_for_another_event(
     impostor = Event(values={"i": "other"}, id="e-4", meta={"time": now})  # same id, another object
     head, body = cache.parts(impostor, now)
     assert "other" in body and "other" not in cache.parts(events[3], now)[1]
+    big = Event(values={"s": "x" * 100_000}, id="big", meta={"time": now})  # rendered, not kept
+    assert "x" * 1000 in cache.parts(big, now)[1] and len(cache) == 3
+    assert cache.chars == sum(len(h) + len(b) for _, h, b in cache._parts.values()) < 20_000
 
 
 async def test_bad_feed_queries_get_the_routes_422() -> None:
