@@ -45,7 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
-from aa.mesh.jsonvalues import event_to_json, from_json, to_json
+from aa.mesh import event_to_json, from_json, to_json
 from aa.router import parse_duration
 
 from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom

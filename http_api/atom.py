@@ -42,9 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
 
-from aa.mesh import Event
-from aa.mesh.event import META_ADDRESS, META_CLIENT, META_ROUTER, META_TIME
-from aa.mesh.jsonvalues import event_from_json, event_to_json, to_json
+from aa.mesh import META_ADDRESS, META_CLIENT, META_ROUTER, META_TIME, Event, event_from_json, event_to_json, to_json
 
 __all__ = [
     "ATOM_TYPE",

@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Protocol
 
 from aa.mesh import AaError, Event, PatternSpec, UsageError
-from aa.mesh.event import META_TIME
+from aa.mesh import META_TIME
 
 from .limits import DEFAULT_KEEPALIVE, MAX_CONDITIONAL_VARIANTS, MAX_HTTP_CLIENTS, MAX_PATTERNS_PER_CLIENT
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -57,6 +58,9 @@ class HttpConfig:
     max_body: int = MAX_BODY_BYTES
     #: Seconds a closing endpoint waits for requests in flight.
     shutdown_grace: float = 2.0
+    #: HTTPS certificate and key (PEM); None: plain HTTP. `aa router` passes its own.
+    cert: Path | None = None
+    key: Path | None = None
 
     def __post_init__(self) -> None:
         if type(self.port) is not int or not 0 <= self.port <= 65535:
@@ -67,6 +71,8 @@ class HttpConfig:
         parse_ranges(self.allow)  # raises UsageError for a bad range
         if type(self.max_body) is not int or self.max_body < 1:
             raise UsageError("max_body must be a positive number of bytes")
+        if (self.cert is None) != (self.key is None):
+            raise UsageError("give the HTTPS certificate and its key together")
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -134,7 +140,8 @@ class HttpEndpoint:
     @property
     def url(self) -> str:
         host, port = self.address
-        return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+        scheme = "https" if self.config.cert else "http"
+        return f"{scheme}://[{host}]:{port}/" if ":" in host else f"{scheme}://{host}:{port}/"
 
     async def start(self, router: Any) -> None:
         """Bind, start serving *router*, return once requests are answered. Raises OSError
@@ -154,6 +161,8 @@ class HttpEndpoint:
                 ws="none",
                 http="httptools",
                 timeout_graceful_shutdown=int(cfg.shutdown_grace) or 1,
+                ssl_certfile=str(cfg.cert) if cfg.cert else None,
+                ssl_keyfile=str(cfg.key) if cfg.key else None,
             )
         )
         task = asyncio.create_task(server.serve(sockets=[sock]), name="aa-http")

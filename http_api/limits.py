@@ -42,7 +42,7 @@ DEFAULT_ALLOW: Final = ("127.0.0.0/8", "::1/128")
 MAX_BODY_BYTES: Final = 1024 * 1024
 
 #: HTTP clients one router keeps. Each holds a token hash and a client cache per pattern,
-#: and the router's caches are capped too (`aa.router.clientcache.MAX_CLIENT_CACHES`).
+#: and the router's caches are capped too (`aa.router.caches.clientcaches.MAX_CLIENT_CACHES`).
 MAX_HTTP_CLIENTS: Final = 5_000
 
 #: Patterns one HTTP client may hold: each is a client cache the router offers every event

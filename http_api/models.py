@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from aa.mesh.event import MAX_ID_LENGTH
-from aa.mesh.messages import MAX_PATTERN_SOURCE
+from aa.mesh import MAX_ID_LENGTH
+from aa.mesh.protocol import MAX_PATTERN_SOURCE
 
 from .limits import (
     MAX_KEEPALIVE,

@@ -16,9 +16,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from aa.mesh import PatternSpec, UsageError
-from aa.mesh.event import META_TIME
-from aa.mesh.jsonvalues import event_to_json
+from aa.mesh import META_TIME, PatternSpec, UsageError, event_to_json
 from aa.router import ExpiryPolicy, parse_duration
 
 from .atom import ATOM_TYPE, render_atom, render_json

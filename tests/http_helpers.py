@@ -1,5 +1,5 @@
 """Helpers of the HTTP endpoint's tests (test_http*.py): an in-process app over a real
-router, a real uvicorn server, a clock tests move."""
+router, a real uvicorn server (the clock tests move is `support.Clock`)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,9 @@ import httpx
 from aa.http_api import HttpEndpoint, create_app
 from aa.router import Router, RouterConfig
 
+from support import Clock
+
 PEER = ("127.0.0.1", 40000)
-
-
-class Clock:
-    """A clock tests move: monotonic seconds and wall seconds together."""
-
-    def __init__(self, start: float = 1_000.0, wall: float = 1_800_000_000.0) -> None:
-        self.t = start
-        self.w = wall
-
-    def __call__(self) -> float:
-        return self.t
-
-    def wall(self) -> float:
-        return self.w
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-        self.w += seconds
 
 
 @asynccontextmanager

@@ -10,9 +10,9 @@ import pytest
 
 from aa.http_api import HttpConfig, HttpEndpoint
 from aa.mesh import UsageError
-from aa.mesh.jsonvalues import to_json
+from aa.mesh import to_json
 from http_helpers import bearer, open_api, register
-from util import next_event
+from support import next_event
 
 
 async def test_publish_keeps_value_types_end_to_end() -> None:

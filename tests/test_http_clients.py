@@ -20,11 +20,11 @@ import feedparser
 import httpx
 import pytest
 
-from aa.mesh.jsonvalues import from_json
+from aa.mesh import from_json
 from aa.router import Router, RouterConfig
-from aa.router.meshconfig import MeshConfig
+from aa.router import MeshConfig
 from http_helpers import open_server
-from util import wait_for
+from support import wait_for
 
 #: Where the monitor's screenshot is also left for people to look at.
 SCREENSHOT = Path(tempfile.gettempdir()) / "aa-monitor.png"

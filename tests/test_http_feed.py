@@ -11,7 +11,7 @@ import httpx
 from lxml import etree
 
 from aa.http_api import event_from_content
-from aa.mesh.jsonvalues import to_json
+from aa.mesh import to_json
 from http_helpers import Clock, bearer, open_api, register
 
 ATOM = "{http://www.w3.org/2005/Atom}"

@@ -20,7 +20,7 @@ from lxml import etree
 from aa.http_api import HttpEndpoint
 from aa.router import Router, RouterConfig
 from http_helpers import bearer, open_server
-from util import wait_for
+from support import wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 ATOM_NS = {"a": "http://www.w3.org/2005/Atom"}

@@ -110,7 +110,7 @@ def _spark_conf(items: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def _find_world(inputs: list[str]) -> str | None:
-    from aa.tools.mining.simulate import WORLD_FILE
+    from aa.tools.mining import WORLD_FILE
 
     for p in inputs:
         for folder in (Path(p), Path(p).parent, Path(p).parent.parent):
@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write_report(adapters: str, world: str, out: str | None) -> None:
-    from aa.tools.mining.accuracy import accuracy_report, format_report, write_report
+    from aa.tools.mining import accuracy_report, format_report, write_report
 
     report = accuracy_report(adapters, world)
     print(format_report(report))

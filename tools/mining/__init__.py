@@ -11,10 +11,10 @@ from .location import LocationConfig
 from .presence import PresenceConfig
 from .progress import Progress
 from .schema import SchemaConfig
-from .simulate import SimulateConfig, SimulateResult, load_world, simulate
+from .accuracy import accuracy_report, format_report, write_report
+from .simulate import WORLD_FILE, SimulateConfig, SimulateResult, load_world, simulate
 
 __all__ = [
-    "TASKS",
     "Artefact",
     "ArtefactError",
     "LocationConfig",
@@ -26,6 +26,10 @@ __all__ = [
     "SimulateConfig",
     "SimulateResult",
     "SparkConfig",
+    "TASKS",
+    "WORLD_FILE",
+    "accuracy_report",
+    "format_report",
     "list_versions",
     "load_world",
     "open_session",
@@ -36,4 +40,5 @@ __all__ = [
     "run_mining",
     "simulate",
     "write_artefact",
+    "write_report",
 ]
