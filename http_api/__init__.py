@@ -25,6 +25,12 @@ Decisions (details in the module named):
   JSON in an ``<aa:event>`` extension element, and a link to the event's JSON
   (``GET /clients/{id}/events/{event id}``); the whole page is JSON by ``Accept`` or
   ``?format=json`` (`atom`).
+- A poll is cheap: ``GET /clients/{id}/feed`` skips FastAPI's routing and parameter
+  machinery (`fastfeed`), an event's entry is rendered once for every feed it is on
+  (`atom.EntryCache`), and uvicorn parses HTTP with httptools.
+- ``/docs`` and ``/redoc`` read the OpenAPI 3.1 document from local files (`docs`); the
+  schema says what the router accepts (bounds, 64-bit ints, the duplicate answer), checked
+  by schemathesis in the tests.
 - Only loopback may call by default; other ranges are the operator's choice
   (``HttpEndpoint(allow=...)``, ``aa router --http-allow``); bodies are capped at 1 MiB
   (`guard`, `limits`).

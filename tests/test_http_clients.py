@@ -23,7 +23,7 @@ import pytest
 from aa.mesh import from_json
 from aa.router import Router, RouterConfig
 from aa.router import MeshConfig
-from http_helpers import open_server
+from http_helpers import chromium, open_server
 from support import wait_for
 
 #: Where the monitor's screenshot is also left for people to look at.
@@ -151,20 +151,10 @@ async def test_newsboat_reloads_the_feed_into_its_cache(tmp_path: Path) -> None:
 def _drive_monitor(url: str, out: Path) -> dict[str, Any]:
     """Open the monitor in headless Chromium, wait for the mesh picture, publish from the
     form, wait for the event to flow past, take a screenshot."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "chromium"
-    profile = tempfile.mkdtemp(prefix="aa-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={profile}", "--window-size=1280,1000", "--proxy-server=direct://"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
-    try:
+    with chromium() as driver:
         driver.get(url)
         wait = WebDriverWait(driver, 20)
         body = driver.find_element(By.TAG_NAME, "body")
@@ -183,9 +173,6 @@ def _drive_monitor(url: str, out: Path) -> dict[str, Any]:
             "result": driver.find_element(By.ID, "publish-result").text,
             "errors": [e for e in driver.get_log("browser") if e["level"] == "SEVERE"],
         }
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 async def test_monitor_in_headless_chromium_draws_the_mesh_and_publishes(tmp_path: Path) -> None:
@@ -261,21 +248,7 @@ async def test_js_client_module_works_on_its_own_page(tmp_path: Path) -> None:
 
 
 def _run_script(url: str, script: str) -> dict[str, Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "chromium"
-    profile = tempfile.mkdtemp(prefix="aa-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={profile}", "--proxy-server=direct://"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
-    try:
+    with chromium() as driver:
         driver.set_script_timeout(20)
         driver.get(url + "health")
         return driver.execute_async_script(script)  # type: ignore[no-any-return]
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
