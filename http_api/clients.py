@@ -279,6 +279,24 @@ class HttpClients:
         floors = [self.caches.ack(client.cache_key(pid), upto) for pid in client.patterns]
         return min(floors) if floors else (upto if type(upto) is int else 0)
 
+    def find(self, client: HttpClient, event_id: str) -> tuple[Event, tuple[str, ...]] | None:
+        """The event with id *event_id* among those kept for the client, and the patterns
+        that took it; None when none holds it (never taken, acknowledged, or expired).
+
+        Linear in what the client's caches hold (at most `MAX_PATTERNS_PER_CLIENT` caches of
+        the router's per-cache cap), searched newest first: this answers a person following
+        an entry's link, not a program's poll (the router's caches offer no lookup by id)."""
+        found: Event | None = None
+        pids: list[str] = []
+        for pid in client.patterns:
+            events = self.caches.fetch(client.cache_key(pid)).events
+            for event in reversed(events):
+                if event.id == event_id:
+                    found = found or event
+                    pids.append(pid)
+                    break
+        return None if found is None else (found, tuple(pids))
+
     def clear(self, client: HttpClient) -> None:
         for pid in client.patterns:
             self.caches.clear(client.cache_key(pid))

@@ -13,7 +13,10 @@ __all__ = [
     "MAX_PATTERNS_PER_CLIENT",
     "MAX_NAME_LENGTH",
     "DEFAULT_KEEPALIVE",
+    "MIN_KEEPALIVE",
     "MAX_KEEPALIVE",
+    "MAX_POLICY_AGE_S",
+    "MAX_POLICY_COUNT",
     "DEFAULT_MAX_COUNT",
     "DEFAULT_PAGE",
     "MAX_PAGE",
@@ -53,6 +56,11 @@ MAX_NAME_LENGTH: Final = 200
 #: so a phone switched off over a weekend still finds what it missed.
 DEFAULT_KEEPALIVE: Final = 3 * 24 * 3600.0
 
+#: Shortest keep-alive a client may ask for, in seconds: one poll's round trip must fit in
+#: it, or the client expires between two polls (1e-276 s was once accepted, and the client
+#: was gone at once).
+MIN_KEEPALIVE: Final = 1.0
+
 #: Longest keep-alive a client may ask for, in seconds: a week, as the router's client caches
 #: accept (a forgotten registration goes at last).
 MAX_KEEPALIVE: Final = 7 * 24 * 3600.0
@@ -83,3 +91,9 @@ STREAM_HEARTBEAT: Final = 10.0
 #: Feed variants (format, cursor, limit) per client whose validators are remembered for
 #: If-Modified-Since; a client polling more URLs gets fresh dates, never wrong 304s.
 MAX_CONDITIONAL_VARIANTS: Final = 4
+
+#: Bounds of a cache policy, as the router's `ExpiryPolicy` checks them (its MAX_POLICY_AGE,
+#: 100 years, and MAX_POLICY_COUNT, which aa.router does not export): written into the
+#: OpenAPI schema so that a request the schema calls valid is one the router accepts.
+MAX_POLICY_AGE_S: Final = 36_500 * 86_400.0
+MAX_POLICY_COUNT: Final = 1_000_000_000
