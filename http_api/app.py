@@ -45,7 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
-from aa.mesh import event_to_json, from_json, to_json
+from aa.mesh import event_to_json, from_json, id_scope, to_json
 from aa.router import parse_duration
 
 from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
@@ -151,7 +151,12 @@ def create_app(
         values, meta = from_json(body.values), from_json(body.meta)
         peer = request.client
         address = f"{peer.host}:{peer.port}" if peer else "http"
-        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id=HTTP_PUBLISHER, address=address)
+        # The id scope of this publisher (`aa.mesh.id_scope`): its bearer token, else its host,
+        # so an id it proposes can only be a duplicate of its own, never of someone else's.
+        who = request.headers.get("authorization") or (peer.host if peer else "http")
+        scope = id_scope("http:" + who)
+        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id=HTTP_PUBLISHER,
+                               address=address, scope=scope)
         if event is None:  # a retried publish: the id is already in the mesh
             response.status_code = 200
             return Published(id=body.id or "", duplicate=True)
