@@ -402,7 +402,8 @@ class AsyncClient(QuenchClient, CacheClient):
                            overflow=overflow, on_missed=on_missed)
         self._subs[sub_id] = sub
         try:
-            await self._request(sub_id, sub.subscribe_message())
+            reply = await self._request(sub_id, sub.subscribe_message())
+            sub.tier, sub.warnings = reply.tier, reply.warnings  # type: ignore[attr-defined]
         except BaseException:
             self._subs.pop(sub_id, None)
             sub.finish()

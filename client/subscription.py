@@ -51,6 +51,10 @@ class Subscription:
         self.overflow = overflow
         #: Events the router dropped for this subscription because the client read too slowly.
         self.missed = 0
+        #: Where the router runs the pattern ("predicate", "worker", "sandbox"), and why it
+        #: may never match (a name no event has had), as the router said at subscribe.
+        self.tier: str | None = None
+        self.warnings: tuple[str, ...] = ()
         self._on_missed = on_missed
         self.id = sub_id
         self.pattern = spec

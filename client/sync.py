@@ -80,6 +80,16 @@ class Subscription:
     def failure(self) -> PatternError | None:
         return self._inner.failure
 
+    @property
+    def tier(self) -> str | None:
+        """Where the router runs the pattern: "predicate", "worker" or "sandbox"."""
+        return self._inner.tier
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Why the pattern may never match, as the router said at subscribe."""
+        return self._inner.warnings
+
     def update(self, **params: Any) -> None:
         """Change the pattern's parameters; returns once the router applied them."""
         self._client._call(self._inner.update(**params))

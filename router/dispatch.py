@@ -46,7 +46,11 @@ from aa.mesh import (
 from .patterns import PatternEngine
 from .seams import Sink
 
-__all__ = ["Dispatcher", "Writable"]
+__all__ = ["Dispatcher", "Writable", "MAX_NAMES_SEEN"]
+
+#: Value names a router remembers for its warnings at subscribe, in names: the names of a
+#: mesh's event types, not its values (a publisher that puts values in names is capped).
+MAX_NAMES_SEEN = 10_000
 
 #: The user who published an event (Å §4.6): aa.mesh.event.META_USER, which aa.mesh does not
 #: export (see the security report).
@@ -88,6 +92,9 @@ class Dispatcher:
         #: Called with each event this router accepted from a client: its floods (links room).
         self.forwarders: list[Sink] = []
         self._dirty: list[Writable] = []
+        #: Value names of the events dispatched here (at most `MAX_NAMES_SEEN`): a pattern
+        #: that reads a name none of them had is warned about at subscribe.
+        self.names_seen: set[str] = set()
 
     def new_id(self) -> str:
         """A fresh id, unique in the mesh (for events and control messages alike)."""
@@ -142,6 +149,9 @@ class Dispatcher:
 
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks (once per router per event)."""
+        names = self.names_seen
+        if len(names) < MAX_NAMES_SEEN:
+            names.update(event.values)
         for key, ev in self.engine.match(event):
             key.deliver(ev)  # type: ignore[attr-defined]
         for sink in self.sinks:

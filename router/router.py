@@ -438,6 +438,15 @@ class Router:
         self.storage.on_subscribe(key, history)
         self.quench.subscribed(key)
 
+    def subscription_notes(self, spec: PatternSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+        """What a subscriber is told of its pattern: its tier, and why it may never match
+        (value names no event dispatched here has had, a bare name meant as text)."""
+        try:
+            warnings = self.engine.pattern_warnings(spec, self.dispatcher.names_seen, params)
+        except Exception:  # advice must never fail a subscribe
+            warnings = []
+        return {"tier": self.engine.tier(spec), "warnings": tuple(warnings)}
+
     def remove_subscription(self, key: Hashable) -> None:
         self.engine.unsubscribe(key)
         self.quench.unsubscribed(key)

@@ -369,7 +369,7 @@ class ClientSession(asyncio.Protocol):
             self.send(Error(code=code, message=str(exc), ref=msg.sub_id))
             return
         self.subscriptions[msg.sub_id] = sub
-        self.send(Subscribed(sub_id=msg.sub_id))
+        self.send(Subscribed(sub_id=msg.sub_id, **self.router.subscription_notes(msg.pattern, msg.params)))
         self.router.subscription_added(sub, msg.history)
 
     def _update(self, msg: Update) -> None:

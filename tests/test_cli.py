@@ -129,3 +129,24 @@ async def test_subscribe_needs_lets_a_quenching_publisher_see_a_narrow_pattern(r
             out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
         assert "SnowDepth=80" in out.decode()
+
+
+async def test_subscribe_warns_of_a_name_no_event_has_had_and_says_the_tier(router) -> None:
+    """Issue 14: `Temprature > 100` is accepted and would never match: the router says so."""
+    import asyncio
+    import sys
+    from pathlib import Path
+
+    router.publish({"Temperature": 20, "Sensor": "lab-1"})
+    aa = str(Path(sys.executable).with_name("aa"))
+    proc = await asyncio.create_subprocess_exec(
+        aa, "subscribe", "--router", router.endpoint, "--tier", "--count", "1", "Temprature > 100",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    async with asyncio.timeout(30):
+        warning = (await proc.stderr.readline()).decode()
+        tier = (await proc.stderr.readline()).decode()
+    proc.kill()
+    await proc.wait()
+    assert "no event has had `Temprature`; did you mean `Temperature`?" in warning
+    assert "predicate tier" in tier

@@ -75,6 +75,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="a value name the pattern needs, repeatable: lets quenching publishers "
                    "whose prototype carries the names see this narrow pattern (see aa quench)")
     p.add_argument("--count", type=int, metavar="N", help="exit after N events")
+    p.add_argument("--tier", dest="verbose_tier", action="store_true",
+                   help="say which tier the router runs the pattern in (predicate: no code run; worker: a sandbox "
+                   "process)")
     p.add_argument("--json", action="store_true", help='one JSON object per line: {"id", "type", "values", "meta"}')
     p.add_argument("--history", action="store_true",
                    help="first print the stored events the pattern matches, oldest first, marked "
@@ -165,6 +168,10 @@ def subscribe(args: argparse.Namespace) -> int:
         history = {"since": parse_since(args.since)} if args.since else {"since": None} if args.history else None
         with Client(router_endpoints(args), name="aa subscribe") as client:
             sub = client.subscribe(spec, params=params, history=history, needs=args.needs)
+            for warning in sub.warnings:  # a name no event has had, a bare name meant as text
+                print(f"aa subscribe: warning: {warning}", file=sys.stderr, flush=True)
+            if args.verbose_tier:
+                print(f"aa subscribe: the pattern runs in the {sub.tier} tier", file=sys.stderr, flush=True)
             seen = 0
             for event in sub:
                 print_event(event, args.json)

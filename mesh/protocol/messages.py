@@ -338,10 +338,19 @@ class Missed(Message):
 @register("subscribed")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Subscribed(Message):
+    """The router took the pattern. *tier*: where it runs ("predicate": evaluated by the
+    router itself, no code run; "worker": in a sandbox worker process; "sandbox": in the
+    router's own sandbox). *warnings*: why it may never match (a name no event has had)."""
+
     sub_id: int
+    tier: str | None = None
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _need(self.sub_id, int, "sub_id")
+        _need(self.tier, (str, type(None)), "tier")
+        _need(self.warnings, (list, tuple), "warnings")
+        object.__setattr__(self, "warnings", tuple(str(w)[:500] for w in self.warnings[:20]))
 
 
 @register("unsubscribe")
