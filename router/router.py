@@ -196,23 +196,16 @@ class Router:
         log.info("router %s (%s) listening on %s:%d", self.name, self.id, host, port)
 
     async def _open_storage(self) -> None:
-        config = self.config
         await self.storage.start()
-        if config.event_log is not None and config.data_dir is not None:
-            elog = EventLog(config.event_log, data_dir=config.data_dir, router_id=self.id)
-            try:
-                await elog.start()
-            except BaseException:
-                await self.storage.aclose()
-                raise
-            self.event_log = elog
         store = self.storage.store
+        try:
+            self._sinks = await LocalSinks.open(self.config, self.id, persist=self.storage.persist if store else None,
+                                                mesh_cache=self.mesh_cache)  # fmt: skip
+        except BaseException:
+            await self.storage.aclose()
+            raise
+        self.event_log = self._sinks.event_log
         self.acks.use_store(self.storage if store is not None else None)
-        self._sinks = LocalSinks(
-            persist=self.storage.persist if store is not None else None,
-            mesh_cache=self.mesh_cache,
-            event_log=self.event_log,
-        )
         sink = self._sinks.sink()
         if sink is not None:
             self.dispatcher.sinks.append(sink)
@@ -230,9 +223,9 @@ class Router:
                     pass
             await self.storage.aclose()
         finally:
-            elog, self.event_log = self.event_log, None
-            if elog is not None:
-                await elog.aclose()
+            self.event_log = None
+            if self._sinks is not None:
+                await self._sinks.aclose()
 
     async def aclose(self) -> None:
         """Stop accepting, deliver what is in flight, say goodbye, close. Idempotent."""

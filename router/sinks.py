@@ -23,7 +23,7 @@ batch); the event log under 1 µs per event on the router (its own process does 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Any, Callable
 
 from aa.mesh import Event
 
@@ -49,6 +49,25 @@ class LocalSinks:
         self.event_log = event_log
         self._cache_pending: list[Event] = []  # for the mesh cache, at the end of the batch
         self._log_pending: list[Event] = []  # for the event log, at the end of the batch
+
+    @classmethod
+    async def open(
+        cls, config: Any, router_id: str, *, persist: Callable[[Event], None] | None, mesh_cache: MeshCache | None
+    ) -> "LocalSinks":
+        """The sinks of a router with *config* (`RouterConfig`): the event log is started
+        when it has a data folder and a log config. Raises what `EventLog.start` raises."""
+        elog = None
+        if config.event_log is not None and config.data_dir is not None:
+            elog = EventLog(config.event_log, data_dir=config.data_dir, router_id=router_id)
+            await elog.start()
+        return cls(persist=persist, mesh_cache=mesh_cache, event_log=elog)
+
+    async def aclose(self) -> None:
+        """Hand over what was collected, then close the event log."""
+        self.flush()
+        elog, self.event_log = self.event_log, None
+        if elog is not None:
+            await elog.aclose()
 
     def sink(self) -> Callable[[Event], None] | None:
         """One function for the three, specialised on which of them exist (None: none)."""
