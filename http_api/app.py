@@ -58,7 +58,7 @@ from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
 from .routes_clients import api as clients_api
 from .stream import api as stream_api
 from .web import error as _error
-from .web import negotiate
+from .web import negotiate, token_of
 
 __all__ = ["create_app"]
 
@@ -155,8 +155,11 @@ def create_app(
         # so an id it proposes can only be a duplicate of its own, never of someone else's.
         who = request.headers.get("authorization") or (peer.host if peer else "http")
         scope = id_scope("http:" + who)
+        # The user (Å §4.6, `meta["user"]`): the HTTP client whose token the request carries.
+        owner = request.app.state.clients.owner_of(token_of(request, ""), now=request.app.state.clock())
+        user = f"http:{owner.id}" if owner is not None else "anonymous"
         event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id=HTTP_PUBLISHER,
-                               address=address, scope=scope)
+                               address=address, scope=scope, user=user)
         if event is None:  # a retried publish: the id is already in the mesh
             response.status_code = 200
             return Published(id=body.id or "", duplicate=True)

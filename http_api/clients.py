@@ -150,6 +150,7 @@ class HttpClients:
         self.caches = caches
         self.max_clients = max_clients
         self._clients: dict[str, HttpClient] = {}
+        self._by_hash: dict[bytes, HttpClient] = {}  # token hash → client
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -187,6 +188,7 @@ class HttpClients:
             last_seen=now,
         )
         self._clients[client.id] = client
+        self._by_hash[client.token_hash] = client
         try:
             for spec in specs:
                 self.add_pattern(client, spec)
@@ -205,6 +207,15 @@ class HttpClients:
             raise UnknownClient(f"HTTP client {client_id!r} expired: no poll for {client.keepalive:.0f} s")
         if token is None or not hmac.compare_digest(_hash(token), client.token_hash):
             raise BadToken("this resource needs the client's token: 'Authorization: Bearer <token>'")
+        return client
+
+    def owner_of(self, token: str | None, *, now: float) -> HttpClient | None:
+        """The live client whose token *token* is (None: no token, or no such client)."""
+        if not token:
+            return None
+        client = self._by_hash.get(_hash(token))  # a hash of the secret: the look-up leaks nothing
+        if client is None or now - client.last_seen > client.keepalive:
+            return None
         return client
 
     def add_pattern(self, client: HttpClient, spec: PatternSpec) -> str:
@@ -231,6 +242,7 @@ class HttpClients:
 
     def remove(self, client: HttpClient) -> None:
         """Forget the client and remove its caches."""
+        self._by_hash.pop(client.token_hash, None)
         if self._clients.pop(client.id, None) is None:
             return
         for pid in client.patterns:

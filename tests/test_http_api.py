@@ -253,3 +253,16 @@ def test_guard_reads_ipv6_and_mapped_addresses() -> None:
     assert guard.allowed("127.0.0.1") and guard.allowed("::1") and guard.allowed("::ffff:127.0.0.1")
     assert not guard.allowed("10.0.0.1") and not guard.allowed("fe80::1%lo") and not guard.allowed(None)
     assert not guard.allowed("not-an-address")
+
+
+async def test_an_http_publish_is_stamped_with_the_user_whose_token_it_carries() -> None:
+    """Issue 13: the token's owner is a user, stamped as `meta["user"]` like a certificate's."""
+    async with open_api() as (router, http):
+        got: list = []
+        router.subscribe("True", got.append)
+        reg = await register(http)
+        client_id, token = reg["id"], reg["token"]
+        assert (await http.post("/events", json={"values": {"x": 1}})).status_code == 201
+        assert (await http.post("/events", json={"values": {"x": 2}}, headers=bearer(token))).status_code == 201
+        users = {e.values["x"]: e.meta["user"] for e in got}
+        assert users == {1: "anonymous", 2: f"http:{client_id}"}
