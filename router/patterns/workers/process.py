@@ -51,10 +51,10 @@ class _Pipe(asyncio.SubprocessProtocol):
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
-            self.owner._received(data)
+            self.owner.received(data)
 
     def process_exited(self) -> None:
-        self.owner._exited()
+        self.owner.exited()
 
 
 class WorkerProcess:
@@ -144,7 +144,7 @@ class WorkerProcess:
 
     # -- from the pipe ---------------------------------------------------------------------
 
-    def _received(self, data: bytes) -> None:
+    def received(self, data: bytes) -> None:
         reader = self._reader
         reader.feed(data)
         try:
@@ -160,7 +160,7 @@ class WorkerProcess:
             log.warning("pattern worker %d broke the pipe's protocol: replacing it", self.number, exc_info=True)
             self.kill("protocol")
 
-    def _exited(self) -> None:
+    def exited(self) -> None:
         if self.gone:
             return
         self.gone = True
