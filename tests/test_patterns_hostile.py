@@ -27,6 +27,8 @@ import pytest
 from aa.mesh import Event, PatternError
 from aa.router import Router
 
+from support import wait_for
+
 #: Events the publisher sends per test, at `RATE` per second.
 EVENTS = 300
 RATE = 200
@@ -51,10 +53,9 @@ def rss() -> int:
 
 
 async def until(condition: Any, timeout: float) -> bool:
+    """Whether *condition()* became true within *timeout* s (`support.wait_for`)."""
     try:
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await asyncio.sleep(0.01)
+        await wait_for(condition, timeout)
     except TimeoutError:
         return False
     return True

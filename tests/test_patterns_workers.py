@@ -14,12 +14,12 @@ from aa.mesh import Event, PatternError, PatternSpec, UsageError
 from aa.router import Router
 from aa.router.patterns.workers import WorkerConfig
 
+from support import wait_for
+
 
 async def until(condition: Any, timeout: float = 10.0) -> None:
-    """Await *condition()* becoming true, polling the loop (no fixed sleep)."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
+    """Await *condition()* becoming true (`support.wait_for`)."""
+    await wait_for(condition, timeout)
 
 
 def worker_pids(router: Router) -> list[int]:
