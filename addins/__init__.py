@@ -9,8 +9,18 @@
 """
 
 from .api import AddIn, Context
-from .container import Container, ContainerConfig
+from .container import DEFAULT_POLL_INTERVAL, Container, ContainerConfig, default_data_dir
 from .loader import ENTRY_POINT_GROUP, AddInLoadError
 from .runner import Backoff
 
-__all__ = ["AddIn", "AddInLoadError", "Backoff", "Container", "ContainerConfig", "Context", "ENTRY_POINT_GROUP"]
+__all__ = [
+    "AddIn",
+    "AddInLoadError",
+    "Backoff",
+    "Container",
+    "ContainerConfig",
+    "Context",
+    "DEFAULT_POLL_INTERVAL",
+    "ENTRY_POINT_GROUP",
+    "default_data_dir",
+]

@@ -34,7 +34,7 @@ What the context holds:
   ``settings.toml`` or ``settings.json`` in it; for a module ``NAME.py``, ``NAME.toml`` or
   ``NAME.json`` beside it (the same beside-file works for entry-point add-ins, in the first
   folder). Read-only.
-- ``log``: a logger named ``aa.addins.<name>``.
+- ``log`` (also ``logger``): a `logging.Logger` named ``aa.addins.<name>``.
 - ``data_dir``: a folder of the add-in's own that survives restarts.
 
 Add-ins run in the container's event loop: code that blocks (``time.sleep``, a slow
@@ -79,6 +79,11 @@ class Context:
         self.data_dir = data_dir
         self.tasks: set[asyncio.Task[Any]] = set()
         self._on_failure = on_failure
+
+    @property
+    def logger(self) -> logging.Logger:
+        """The same as `log`."""
+        return self.log
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> "asyncio.Task[Any]":
         """Run *coro* as a task of this add-in. If it raises, the add-in is restarted; if it

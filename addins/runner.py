@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -73,6 +74,21 @@ class RunnerSettings:
 
 
 ClientFactory = Callable[[str], Awaitable["AsyncClient"]]
+
+
+class StartFailed(Exception):
+    """An add-in's `start` raised (or outlived its timeout); the cause is `__cause__`."""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message (file.py:line)``: one line naming where in the add-in it happened (the
+    traceback itself is logged at debug level)."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    if frames:
+        last = frames[-1]
+        text += f" ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+    return text
 
 
 class AddInRunner:
@@ -135,9 +151,17 @@ class AddInRunner:
             try:
                 await self._run_once()
             except Exception as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
                 delay = self.backoff.failed(time.monotonic())
-                log.warning("add-in %s failed (%s); restarting in %.2f s", self.name, self.last_error, delay)
+                if isinstance(exc, StartFailed) and exc.__cause__ is not None:
+                    cause = exc.__cause__
+                    self.last_error = f"failed to start: {describe(cause)}"
+                else:
+                    cause = exc
+                    self.last_error = describe(exc)
+                log.warning("add-in %s %s; restarting in %.2f s", self.name,
+                            self.last_error if self.last_error.startswith("failed to start") else
+                            f"failed: {self.last_error}", delay)  # fmt: skip
+                log.debug("add-in %s: the traceback", self.name, exc_info=(type(cause), cause, cause.__traceback__))
                 self._set("failed")
                 try:
                     async with asyncio.timeout(delay):
@@ -165,8 +189,13 @@ class AddInRunner:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             ctx = Context(name=self.name, client=client, settings=self.settings, data_dir=self.data_dir,
                           on_failure=on_failure)
-            async with asyncio.timeout(self._timing.start_timeout):
-                await addin.start(ctx)
+            try:
+                async with asyncio.timeout(self._timing.start_timeout):
+                    await addin.start(ctx)
+            except TimeoutError:
+                raise StartFailed() from TimeoutError(f"start() took longer than {self._timing.start_timeout:g} s")
+            except Exception as exc:
+                raise StartFailed() from exc
             self.backoff.started(time.monotonic())
             self._set("running")
             log.info("add-in %s running", self.name)
@@ -176,18 +205,22 @@ class AddInRunner:
             finally:
                 stop_wait.cancel()
             if failed.done():
-                exc = failed.result()
-                raise exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+                error = failed.result()
+                raise error if isinstance(error, Exception) else RuntimeError(repr(error))
         finally:
-            await self._teardown(addin, ctx, client)
+            await self._teardown(addin, ctx, client, started=self.state == "running")
 
-    async def _teardown(self, addin: AddIn | None, ctx: Context | None, client: "AsyncClient | None") -> None:
+    async def _teardown(self, addin: AddIn | None, ctx: Context | None, client: "AsyncClient | None",
+                        started: bool = True) -> None:
         if addin is not None:
             try:
                 async with asyncio.timeout(self._timing.stop_timeout):
                     await addin.stop()
-            except Exception:
-                log.exception("add-in %s failed to stop cleanly", self.name)
+            except Exception as exc:
+                # After a failed start, stop() meets what start left half done: that it fails
+                # too is no news (the start failure is what gets reported).
+                log.log(logging.WARNING if started else logging.DEBUG, "add-in %s failed to stop cleanly: %s",
+                        self.name, describe(exc))
         if ctx is not None:
             await ctx.cancel_tasks()
         if client is not None:

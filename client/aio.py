@@ -2,20 +2,13 @@
 
     async with AsyncClient("127.0.0.1:7447") as client:
         await client.publish({"Temperature": 101}, type="reading")
-        async for event in await client.subscribe("Temperature > 100"):
-            print(event.values)
+        async for event in await client.subscribe("Temperature > 100"): print(event.values)
 
 Publishing never talks to the network directly: events join an *outbox* and are sent in
 batches; each stays there until a router acknowledged it, so a router lost mid-way costs
 nothing — the events are resent to the next router under the same ids, and the mesh drops
 the ones it had already seen. Subscriptions are registered again on every new router.
-
-Finding routers (Å §4.1, as routers do): the endpoints given, the alternatives each router
-tells about (asked for every `ClientConfig.alternatives_interval`), and — when no endpoint is
-given, or `ClientConfig.discover` says so — the routers heard on the network (beacons,
-zeroconf). They go into a `PeerTable`: a router that fails, or whose connection breaks, is
-poisoned and tried again after exponentially growing intervals, so a client fails over to a
-working router first and comes back to a faulty one less and less often.
+How it finds routers and fails over is told in `aa.client.dial`.
 """
 
 from __future__ import annotations
@@ -24,64 +17,23 @@ import asyncio
 import logging
 import os
 import time
-from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from aa.mesh import (
-    AaTimeout,
-    ConnectionClosed,
-    ConnectionLost,
-    Discovery,
-    Event,
-    IdGenerator,
-    OutboxFull,
-    PatternError,
-    PatternSpec,
-    PeerTable,
-    RemoteError,
-    RouterInfo,
-    SeenIds,
-    Source,
-    UsageError,
-    parse_endpoint,
+    AaTimeout, ConnectionClosed, ConnectionLost, Discovery, Event, IdGenerator, OutboxFull, PatternError,
+    PatternSpec, PeerTable, RemoteError, RouterInfo, SeenIds, Source, UsageError, id_scope,
 )
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.messages import (
-    Ack,
-    Bye,
-    Deliver,
-    Error,
-    GetRouters,
-    Hello,
-    Message,
-    PatternFailed,
-    Ping,
-    Pong,
-    Publish,
-    Routers,
-    Subscribe,
-    Subscribed,
-    Unsubscribe,
-    Update,
-    Updated,
-    Welcome,
+from aa.mesh.protocol import (
+    QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello, MeshInfo, Message,
+    Missed, PatternFailed, Ping, Pong, Publish, Routers, Subscribed, Unsubscribe, Update, Updated, with_needs,
 )
-
-from aa.mesh.storage_messages import STORAGE_ANSWERS
-from aa.mesh.quench_messages import QUENCH_ANSWERS, with_needs
 
 from .caching import CacheClient
 from .quench import QuenchClient
-from .config import (
-    BATCH_EVENTS,
-    DELIVERED_IDS_MAX,
-    DELIVERED_IDS_MAX_AGE,
-    MAX_INFLIGHT_FRAMES,
-    REPLAY_WINDOW_EVENTS,
-    REPLAY_WINDOW_SECONDS,
-    ClientConfig,
-)
+from .config import DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE, ClientConfig
+from .dial import open_router
 from .link import Link
+from .outbox import Outbox
 from .subscription import Subscription
 
 __all__ = ["AsyncClient"]
@@ -103,14 +55,19 @@ class AsyncClient(QuenchClient, CacheClient):
         config: ClientConfig | None = None,
         client_id: str | None = None,
         name: str | None = None,
+        on_error: Callable[[RemoteError], None] | None = None,
     ) -> None:
+        #: Called with a router's error outside any request (a publish not kept); else logged.
+        self.on_error = on_error
         if config is None:
             if isinstance(routers, str):
                 routers = [routers]
             config = ClientConfig(routers=tuple(routers or ()), client_id=client_id, name=name)
         self.config = config
         self.client_id = config.client_id or os.urandom(8).hex()
-        self._ids = IdGenerator(self.client_id)
+        # Our ids' proof (`aa.mesh.id_scope`), for life: a resent publish is known anywhere.
+        self._secret = os.urandom(16).hex()
+        self._ids = IdGenerator(id_scope(self._secret))
         #: The routers this client may connect to, with their poison back-off.
         self.peers = PeerTable(retry_base=config.retry_base, retry_max=config.retry_max)
         for endpoint in (*config.routers, *config.discovery.peers):
@@ -123,23 +80,15 @@ class AsyncClient(QuenchClient, CacheClient):
         self._connected = asyncio.Event()
         self._closing = False
         self._runner: asyncio.Task[None] | None = None
-        self._first: asyncio.Future[None] | None = None
-        self._outbox: deque[Event] = deque()
-        self._inflight: deque[tuple[int, list[Event]]] = deque()
-        self._inflight_events = 0
-        self._recent: deque[tuple[float, list[Event]]] = deque()  # acked: (when, batch)
-        self._recent_events = 0
+        self._outbox = Outbox(config.max_outbox)
         self._delivered = SeenIds(max_ids=DELIVERED_IDS_MAX, max_age=DELIVERED_IDS_MAX_AGE)
-        self._seq = 0
         self._flush_scheduled = False
-        self._room = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
         self._subs: dict[int, Subscription] = {}
         self._next_sub = 1
         self._requests: dict[int, asyncio.Future[Message]] = {}
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
+        self._last_error: str | None = None  # why the last connection attempt failed, for connect()
         self._init_caching()
         self._init_quench()
 
@@ -154,25 +103,19 @@ class AsyncClient(QuenchClient, CacheClient):
         if not len(self.peers) and not discovering:
             raise UsageError("no router endpoint given, and discovery is off")
         if discovering and self._discovery is None:
-            self._discovery = Discovery(self.config.discovery, on_found=self._found)
-            try:
-                await self._discovery.start()
-            except BaseException:
-                self._discovery = None
-                raise
+            discovery = Discovery(self.config.discovery, on_found=self._found)
+            await discovery.start()  # OSError: nothing kept
+            self._discovery = discovery
         if self._runner is None:
-            self._first = asyncio.get_running_loop().create_future()
             self._runner = asyncio.create_task(self._run(), name=f"aa-client-{self.client_id}")
-        if timeout is None:
-            timeout = self.config.connect_timeout * max(1, len(self.peers)) + 1
-            if discovering:
-                timeout += self.config.discovery.broadcast_interval
+        timeout = self.config.connect_wait(len(self.peers)) if timeout is None else timeout
         try:
             async with asyncio.timeout(timeout):
                 await self._connected.wait()
         except TimeoutError:
             tried = ", ".join(e.address for e in self.peers) or "none found"
-            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried})") from None
+            last = f"; last refusal: {self._last_error}" if self._last_error else ""  # TLS, permissions
+            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried}){last}") from None
         return self
 
     @property
@@ -214,6 +157,7 @@ class AsyncClient(QuenchClient, CacheClient):
             try:
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
+                self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
                 retry = peers.record_failure(endpoint, time.monotonic())
                 log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
                          exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
@@ -257,31 +201,11 @@ class AsyncClient(QuenchClient, CacheClient):
             self._wake.set()
 
     async def _open(self, endpoint: str) -> Link:
-        host, port = parse_endpoint(endpoint)
-        loop = asyncio.get_running_loop()
-        welcome: asyncio.Future[Welcome] = loop.create_future()
-
-        def on_message(link: Link, msg: Message) -> None:
-            if not welcome.done():
-                if type(msg) is Welcome:
-                    welcome.set_result(msg)
-                elif type(msg) is Error:
-                    welcome.set_exception(RemoteError(msg.message, code=msg.code))  # type: ignore[attr-defined]
-                return
-            self._on_message(msg)
-
-        _, link = await loop.create_connection(lambda: Link(on_message, self._schedule_flush), host, port)
-        try:
-            link.send(Hello(client_id=self.client_id, name=self.config.name))
-            done, _ = await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)
-            if not welcome.done():
-                raise ConnectionLost(f"router {endpoint} closed before welcoming us")
-            w = welcome.result()
-        except BaseException:
-            link.close()
-            raise
-        self.router = (w.router_id, w.router_name, endpoint)
-        self._learn(w.alternatives)
+        link, welcome = await open_router(
+            endpoint, Hello(client_id=self.client_id, name=self.config.name, secret=self._secret), self._on_message, self._schedule_flush, config=self.config
+        )
+        self.router = (welcome.router_id, welcome.router_name, endpoint)
+        self._learn(welcome.alternatives)
         return link
 
     def _learn(self, endpoints: Sequence[str]) -> None:
@@ -293,27 +217,15 @@ class AsyncClient(QuenchClient, CacheClient):
                 log.debug("router told an endpoint that is not one: %r", e)
 
     def _on_connected(self) -> None:
-        # Resend what no router acknowledged, and what was acknowledged only moments ago
-        # (see REPLAY_WINDOW_SECONDS), first and under the same ids: a router that already
-        # has them drops them as duplicates, so only what a dead router took with it is new.
-        while self._inflight:
-            _, events = self._inflight.pop()
-            self._outbox.extendleft(reversed(events))
-        self._inflight_events = 0
-        self._trim_recent(time.monotonic())
-        while self._recent:
-            _, events = self._recent.pop()
-            self._outbox.extendleft(reversed(events))
-        self._recent_events = 0
-        if self._outbox:
-            self._drained.clear()
+        # Resend what no router acknowledged, and what was acknowledged only moments ago,
+        # first and under the same ids: a router that already has them drops them as
+        # duplicates, so only what a dead router took with it is new (`aa.client.outbox`).
+        self._outbox.reconnected(time.monotonic())
         for sub in list(self._subs.values()):
-            self._send(Subscribe(sub_id=sub.id, pattern=sub.pattern, params=sub.params, history=None))
+            self._send(sub.subscribe_message(with_history=False))
         self._connected.set()
         self._caching_connected()
         self._quench_connected()
-        if self._first is not None and not self._first.done():
-            self._first.set_result(None)
         self._schedule_flush()
 
     # -- messages from the router -----------------------------------------------------------
@@ -327,12 +239,13 @@ class AsyncClient(QuenchClient, CacheClient):
             for sub_ids, event in msg.items:  # type: ignore[attr-defined]
                 # A second copy of a live event (possible around a fail-over) is dropped;
                 # replayed history is the subscription's own business.
-                if not fresh(event.id, now) and not event.meta.get("historical"):  # type: ignore[arg-type]
+                eid = event.id  # (a script's derived event may have none: never a copy)
+                if eid is not None and not fresh(eid, now) and not event.meta.get("historical"):
                     continue
                 for sid in sub_ids:
                     sub = subs.get(sid)
                     if sub is not None:
-                        sub._deliver(event)
+                        sub.deliver(event)
         elif kind is Ack:
             self._acked(msg.seq)  # type: ignore[attr-defined]
         elif kind in (Subscribed, Updated):
@@ -348,7 +261,11 @@ class AsyncClient(QuenchClient, CacheClient):
         elif kind is PatternFailed:
             sub = self._subs.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
-                sub._fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+                sub.fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+        elif kind is Missed:
+            sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
+            if sub is not None:
+                sub.missed_events(msg.count)  # type: ignore[attr-defined]
         elif kind is Routers:
             self._learn(msg.addresses)  # type: ignore[attr-defined]
         elif kind is Ping:
@@ -373,9 +290,12 @@ class AsyncClient(QuenchClient, CacheClient):
                 fut.set_exception(PatternError(msg.message, code=msg.code))
             return
         if msg.ref is not None and msg.ref in self._subs:  # a re-subscription was refused
-            self._subs.pop(msg.ref)._fail(PatternError(msg.message, code=msg.code))
+            self._subs.pop(msg.ref).fail(PatternError(msg.message, code=msg.code))
             return
-        log.warning("router error %s: %s", msg.code, msg.message)
+        if self.on_error is None:
+            log.warning("router error %s: %s", msg.code, msg.message)
+        else:
+            self.on_error(RemoteError(msg.message, code=msg.code))
 
     # -- publishing -------------------------------------------------------------------------
 
@@ -391,11 +311,10 @@ class AsyncClient(QuenchClient, CacheClient):
         outside the model, `OutboxFull` when the outbox is at its cap."""
         if self._closing:
             raise ConnectionClosed("client is closed")
-        if len(self._outbox) + self._inflight_events >= self.config.max_outbox:
+        if self._outbox.full:
             raise OutboxFull(f"{self.config.max_outbox} events wait for a router already")
         event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=id or self._ids())
-        self._outbox.append(event)
-        self._drained.clear()
+        self._outbox.add(event)
         self._schedule_flush()
         return event.id  # type: ignore[return-value]
 
@@ -409,23 +328,27 @@ class AsyncClient(QuenchClient, CacheClient):
     ) -> str:
         """Queue an event for publishing, waiting while the outbox is full; returns its id.
         Use `flush()` to wait until routers acknowledged everything published."""
-        while len(self._outbox) + self._inflight_events >= self.config.max_outbox:
-            self._room.clear()
-            await self._room.wait()
+        await self.wait_for_room()
         return self.publish_nowait(values, type=type, meta=meta, id=id)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until a router acknowledged every event published so far."""
         try:
             async with asyncio.timeout(timeout):
-                await self._drained.wait()
+                await self._outbox.drained.wait()
         except TimeoutError:
             raise AaTimeout(f"{self.pending} events still unacknowledged") from None
 
     @property
     def pending(self) -> int:
         """Events published and not yet acknowledged by a router."""
-        return len(self._outbox) + self._inflight_events
+        return self._outbox.pending
+
+    async def wait_for_room(self) -> None:
+        """Return once the outbox takes another event (at once if it does now)."""
+        while self._outbox.full:
+            self._outbox.room.clear()
+            await self._outbox.room.wait()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and self._link is not None:
@@ -436,39 +359,20 @@ class AsyncClient(QuenchClient, CacheClient):
         self._flush_scheduled = False
         link = self._link
         outbox = self._outbox
-        while outbox and link is not None and not link.paused and len(self._inflight) < MAX_INFLIGHT_FRAMES:
-            n = min(len(outbox), BATCH_EVENTS)
-            batch = [outbox.popleft() for _ in range(n)]
-            self._seq += 1
-            self._inflight.append((self._seq, batch))
-            self._inflight_events += n
+        while link is not None and not link.paused:
+            batch = outbox.next_batch()
+            if batch is None:
+                return
+            seq, events = batch
             try:
-                link.send(Publish(seq=self._seq, events=tuple(batch)))
+                link.send(Publish(seq=seq, events=tuple(events)))
             except ConnectionLost:
                 return  # resent after reconnection
 
     def _acked(self, seq: int) -> None:
-        inflight = self._inflight
-        now = time.monotonic()
-        while inflight and inflight[0][0] <= seq:
-            _, events = inflight.popleft()
-            self._inflight_events -= len(events)
-            self._recent.append((now, events))
-            self._recent_events += len(events)
-        self._trim_recent(now)
-        self._room.set()
-        if not inflight and not self._outbox:
-            self._drained.set()
-        elif self._outbox:
+        self._outbox.acked(seq, time.monotonic())
+        if self._outbox.waiting:
             self._schedule_flush()
-
-    def _trim_recent(self, now: float) -> None:
-        recent = self._recent
-        while recent and (
-            self._recent_events - len(recent[0][1]) >= REPLAY_WINDOW_EVENTS
-            or now - recent[0][0] > REPLAY_WINDOW_SECONDS
-        ):
-            self._recent_events -= len(recent.popleft()[1])
 
     # -- subscribing ------------------------------------------------------------------------
 
@@ -482,38 +386,42 @@ class AsyncClient(QuenchClient, CacheClient):
         kernel: str = "python",
         history: Mapping[str, Any] | None = None,
         needs: Sequence[str] = (),
+        overflow: str = "notify",
+        on_missed: Callable[[int], None] | None = None,
     ) -> Subscription:
-        """Register a pattern; events go to *callback* (a function or coroutine function),
-        or iterate the returned `Subscription`. *needs* declares the value names the pattern
-        needs, so quenching publishers whose prototypes carry them hear of it however narrow
-        the pattern (`aa.mesh.quench_messages`). Raises `PatternError` if the router refuses
-        the pattern (with the router's reason), `AaTimeout` if no router answers."""
+        """Register a pattern; events go to *callback* (a function or coroutine function), or
+        iterate the `Subscription`. *needs*: the value names the pattern needs, for quenching
+        (`aa.mesh.protocol.quench_messages`). *overflow*: when this client reads too slowly,
+        "notify" (events dropped, `on_missed(n)` told) or "disconnect". Raises `PatternError`
+        (the router's reason), `AaTimeout` if no router answers."""
         spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
-        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.quench_messages)
+        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.protocol.quench_messages)
         sub_id = self._next_sub
         self._next_sub += 1
-        sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None)
+        sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None,
+                           overflow=overflow, on_missed=on_missed)
         self._subs[sub_id] = sub
         try:
-            await self._request(sub_id, Subscribe(sub_id=sub_id, pattern=spec, params=sub.params, history=sub.history))
+            reply = await self._request(sub_id, sub.subscribe_message())
+            sub.tier, sub.warnings = reply.tier, reply.warnings  # type: ignore[attr-defined]
         except BaseException:
             self._subs.pop(sub_id, None)
-            sub._finish()
+            sub.finish()
             raise
         return sub
 
-    async def _update(self, sub: Subscription, params: Mapping[str, Any]) -> None:
+    async def update_subscription(self, sub: Subscription, params: Mapping[str, Any]) -> None:
         if sub.closed:
             raise ConnectionClosed("subscription is closed")
         merged = {**sub.params, **params}
         await self._request(sub.id, Update(sub_id=sub.id, params=dict(params)))
         sub.params = merged
 
-    async def _unsubscribe(self, sub: Subscription) -> None:
+    async def remove_subscription(self, sub: Subscription) -> None:
         if self._subs.pop(sub.id, None) is not None and self.connected:
             self._send(Unsubscribe(sub_id=sub.id))
 
-    async def unsubscribe(self, sub: Subscription) -> None:
+    async def unsubscribe(self, sub: Subscription) -> None:  # the same as sub.aclose()
         await sub.aclose()
 
     async def _request(self, sub_id: int, msg: Message) -> Message:
@@ -572,7 +480,7 @@ class AsyncClient(QuenchClient, CacheClient):
             await self._discovery.aclose()
             self._discovery = None
         for sub in list(self._subs.values()):
-            sub._finish()
+            sub.finish()
         self._subs.clear()
         if self._link is not None:
             self._send(Bye())

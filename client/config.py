@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aa.mesh import DiscoveryConfig, UsageError, parse_endpoint
 
-__all__ = ["ClientConfig", "MAX_OUTBOX", "BATCH_EVENTS", "MAX_INFLIGHT_FRAMES", "REPLAY_WINDOW_EVENTS", "REPLAY_WINDOW_SECONDS"]
+from .link import client_tls
+
+__all__ = ["ClientConfig", "ENV_CERT", "ENV_KEY", "ENV_CA", "MAX_OUTBOX", "BATCH_EVENTS", "MAX_INFLIGHT_FRAMES", "REPLAY_WINDOW_EVENTS", "REPLAY_WINDOW_SECONDS"]
 
 #: Events a client keeps while no router has acknowledged them. Past it `publish` waits and
 #: `publish_nowait` raises `OutboxFull`: an hour offline at 25 events/s fits.
@@ -31,6 +35,18 @@ REPLAY_WINDOW_SECONDS = 10.0
 #: a fail-over an event may reach the new router and this client again.
 DELIVERED_IDS_MAX = 200_000
 DELIVERED_IDS_MAX_AGE = 60.0
+
+
+#: Environment variables every `aa` command (and any client built without these fields) takes
+#: its TLS files from: the user's certificate and key, and the mesh CA.
+ENV_CERT = "AA_CERT"
+ENV_KEY = "AA_KEY"
+ENV_CA = "AA_CA"
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value) if value else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +80,19 @@ class ClientConfig:
     #: Where and how to listen (port, interfaces; `AA_DISCOVERY_INTERFACES` as for routers).
     #: Its `peers` are tried as if given in `routers`.
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    #: The mesh CA (PEM). With it the client speaks TLS and talks only to routers whose
+    #: certificate this CA signed. Default: `$AA_CA`.
+    ca: Path | None = field(default_factory=lambda: _env_path(ENV_CA))
+    #: This user's certificate and key (PEM, from `aa certs client`), presented to the
+    #: router, which stamps the user's name on what the client publishes (`meta["user"]`).
+    #: Without them the client is "anonymous". Default: `$AA_CERT`, `$AA_KEY`.
+    cert: Path | None = field(default_factory=lambda: _env_path(ENV_CERT))
+    key: Path | None = field(default_factory=lambda: _env_path(ENV_KEY))
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections use TLS (a CA is configured)."""
+        return self.ca is not None
 
     @property
     def discovering(self) -> bool:
@@ -71,6 +100,12 @@ class ClientConfig:
         if not self.discovery.enabled:
             return False
         return not self.routers if self.discover is None else self.discover
+
+    def connect_wait(self, routers: int) -> float:
+        """How long `connect()` waits by default with *routers* known: each one's connect
+        timeout, a second more, and a beacon interval when discovering."""
+        wait = self.connect_timeout * max(1, routers) + 1
+        return wait + self.discovery.broadcast_interval if self.discovering else wait
 
     def __post_init__(self) -> None:
         if isinstance(self.routers, str):
@@ -89,3 +124,12 @@ class ClientConfig:
             raise UsageError("discover must be True, False or None")
         if type(self.discovery) is not DiscoveryConfig:
             raise UsageError("discovery must be a DiscoveryConfig")
+        for name in ("ca", "cert", "key"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value))
+        if (self.cert is None) != (self.key is None):
+            raise UsageError("give a certificate and its key together (cert/key, or $AA_CERT/$AA_KEY)")
+        if self.cert is not None and self.ca is None:
+            raise UsageError("a client certificate needs the mesh CA too (ca, or $AA_CA)")
+        client_tls(self)  # UsageError now, for a missing, unreadable or expired file

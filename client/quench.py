@@ -17,7 +17,7 @@ registers it again on its new router; the subscriptions it knew are kept until t
 confirms them, and those not confirmed within `STALE_GRACE` seconds are reported gone.
 
 Subscribers help quenching by declaring the value names their pattern needs
-(``subscribe("SnowDepth == 80", needs=["SnowDepth"])``): see `aa.mesh.quench_messages`.
+(``subscribe("SnowDepth == 80", needs=["SnowDepth"])``): see `aa.mesh.protocol.quench_messages`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Mapping
 
 from aa.mesh import AaTimeout, ConnectionClosed, RemoteError, check_values
-from aa.mesh.messages import Error, Message
-from aa.mesh.quench_messages import Quench as QuenchRequest
-from aa.mesh.quench_messages import Quenched, QuenchNotice, Unquench
+from aa.mesh.protocol import Error, Message
+from aa.mesh.protocol import Quench as QuenchRequest
+from aa.mesh.protocol import Quenched, QuenchNotice, Unquench
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
@@ -110,8 +110,8 @@ class AsyncQuench:
     async def aclose(self) -> None:
         """Unregister, mesh-wide (idempotent)."""
         if not self.closed:
-            self._finish()
-            await self.client._unquench(self)
+            self.finish()
+            await self.client.remove_quench(self)
 
     async def __aenter__(self) -> "AsyncQuench":
         return self
@@ -124,7 +124,7 @@ class AsyncQuench:
 
     # -- from the client --------------------------------------------------------------------
 
-    def _apply(self, changes: tuple[tuple[str, str, bool], ...]) -> None:
+    def apply(self, changes: tuple[tuple[str, str, bool], ...]) -> None:
         if self.closed:
             return
         for router_id, sub_id, interested in changes:
@@ -141,7 +141,7 @@ class AsyncQuench:
                 self._tell(sub_id, router_id, False)
         self._flags()
 
-    def _reconnected(self, grace: float) -> None:
+    def reconnected(self, grace: float) -> None:
         """Registered again on a (new) router: what we knew must be confirmed in *grace* s."""
         self._stale = set(self._interest)
         if self._stale_timer is not None:
@@ -152,14 +152,14 @@ class AsyncQuench:
     def _drop_stale(self) -> None:
         self._stale_timer = None
         stale, self._stale = self._stale, set()
-        self._apply(tuple((r, s, False) for r, s in sorted(stale)))
+        self.apply(tuple((r, s, False) for r, s in sorted(stale)))
 
-    def _fail(self, error: RemoteError) -> None:
+    def fail(self, error: RemoteError) -> None:
         self.failure = error
         log.warning("quench registration %d refused by the router: %s", self.id, error)
-        self._finish()
+        self.finish()
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         self.closed = True
         if self._stale_timer is not None:
             self._stale_timer.cancel()
@@ -245,7 +245,7 @@ class QuenchClient:
                 await fut
         except BaseException as exc:
             self._quenches.pop(reg, None)
-            q._finish()
+            q.finish()
             if isinstance(exc, TimeoutError) and not isinstance(exc, AaTimeout):
                 raise AaTimeout("router did not answer 'quench' in time") from None
             raise
@@ -253,13 +253,13 @@ class QuenchClient:
             self._quench_waiters.pop(reg, None)
         return q
 
-    async def _unquench(self: "AsyncClient", q: AsyncQuench) -> None:  # type: ignore[misc]
+    async def remove_quench(self: "AsyncClient", q: AsyncQuench) -> None:  # type: ignore[misc]
         if self._quenches.pop(q.id, None) is not None and self.connected:
             self._send(Unquench(reg=q.id))
 
     def _quench_connected(self: "AsyncClient") -> None:  # type: ignore[misc]
         for q in list(self._quenches.values()):
-            q._reconnected(self.quench_stale_grace)
+            q.reconnected(self.quench_stale_grace)
             self._send(_request(q))
 
     def _quench_answer(self: "AsyncClient", msg: Message) -> None:  # type: ignore[misc]
@@ -270,7 +270,7 @@ class QuenchClient:
         elif type(msg) is QuenchNotice:
             q = self._quenches.get(msg.reg)
             if q is not None:
-                q._apply(msg.changes)
+                q.apply(msg.changes)
 
     def _quench_error(self: "AsyncClient", msg: Error) -> bool:  # type: ignore[misc]
         """Route a refusal of a quench registration; False if it is not one."""
@@ -281,12 +281,12 @@ class QuenchClient:
         if fut is not None and not fut.done():
             fut.set_exception(error)
         else:
-            self._quenches.pop(msg.ref)._fail(error)
+            self._quenches.pop(msg.ref).fail(error)
         return True
 
     def _quench_close(self: "AsyncClient") -> None:  # type: ignore[misc]
         for q in self._quenches.values():
-            q._finish()
+            q.finish()
         self._quenches.clear()
 
 

@@ -8,7 +8,8 @@ import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from aa.mesh import ConnectionClosed, Event, PatternError, PatternSpec
-from aa.mesh.eventqueue import EventQueue
+from aa.mesh import EventQueue
+from aa.mesh.protocol import Subscribe
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
@@ -40,8 +41,21 @@ class Subscription:
         params: dict[str, Any],
         callback: Callable[[Event], Any] | None,
         history: dict[str, Any] | None,
+        *,
+        overflow: str = "notify",
+        on_missed: Callable[[int], None] | None = None,
     ) -> None:
         self.client = client
+        #: "notify" (the router drops what this client cannot take, and says how many) or
+        #: "disconnect" (it closes the connection instead; the client reconnects).
+        self.overflow = overflow
+        #: Events the router dropped for this subscription because the client read too slowly.
+        self.missed = 0
+        #: Where the router runs the pattern ("predicate", "worker", "sandbox"), and why it
+        #: may never match (a name no event has had), as the router said at subscribe.
+        self.tier: str | None = None
+        self.warnings: tuple[str, ...] = ()
+        self._on_missed = on_missed
         self.id = sub_id
         self.pattern = spec
         self.params = params
@@ -59,7 +73,7 @@ class Subscription:
 
     # -- from the connection ----------------------------------------------------------------
 
-    def _deliver(self, event: Event) -> None:
+    def deliver(self, event: Event) -> None:
         if self.closed:
             return
         if self._queue is None:
@@ -70,12 +84,31 @@ class Subscription:
             return
         self._queue.put(event)
 
-    def _fail(self, error: PatternError) -> None:
+    def subscribe_message(self, *, with_history: bool = True) -> Subscribe:
+        """The frame that registers this subscription (again, after a fail-over: without
+        its history)."""
+        return Subscribe(sub_id=self.id, pattern=self.pattern, params=self.params,
+                         history=self.history if with_history else None, overflow=self.overflow)
+
+    def missed_events(self, count: int) -> None:
+        """The router dropped *count* events of this subscription: the client read too
+        slowly. Counted in `missed`; `on_missed(count)` is called, or a warning logged."""
+        self.missed += count
+        if self._on_missed is not None:
+            try:
+                self._on_missed(count)
+            except Exception:
+                log.exception("subscription %d: on_missed failed", self.id)
+        else:
+            log.warning("subscription %d: the router dropped %d events this client did not read in time "
+                        "(%d in all)", self.id, count, self.missed)
+
+    def fail(self, error: PatternError) -> None:
         self.failure = error
         log.warning("subscription %d stopped by the router: %s", self.id, error)
-        self._finish()
+        self.finish()
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         self.closed = True
         if self._queue is not None:
             self._queue.close(self.failure)
@@ -101,13 +134,13 @@ class Subscription:
     async def update(self, **params: Any) -> None:
         """Change named parameters of the pattern without re-subscribing; returns once the
         router applied them. No event is missed or delivered twice across the change."""
-        await self.client._update(self, params)
+        await self.client.update_subscription(self, params)
 
     async def aclose(self) -> None:
         """Unsubscribe (idempotent)."""
         if not self.closed:
-            self._finish()
-            await self.client._unsubscribe(self)
+            self.finish()
+            await self.client.remove_subscription(self)
 
     async def get(self) -> Event:
         """The next event. Raises `PatternError` if the router stopped the pattern,

@@ -6,18 +6,27 @@
 
 An event loop runs the `AsyncClient` in a background thread. Callbacks are called in that
 thread, in order; keep them quick or hand work to your own threads.
+
+A client that is never closed still sends what it was given: when the program exits, each
+open client waits (up to its *exit_timeout*, `EXIT_TIMEOUT` seconds by default) until a
+router acknowledged its events, then closes; what it could not send is reported on stderr.
+The thread is a daemon, so nothing else keeps the program alive.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
+import logging
 import queue
+import sys
 import threading
+import time
 from concurrent.futures import Future
-from typing import Any, Callable, Coroutine, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Coroutine, Final, Iterator, Mapping, Sequence, TypeVar
 
-from aa.mesh import AaTimeout, ConnectionClosed, Event, PatternError, PatternSpec
+from aa.mesh import AaTimeout, ConnectionClosed, Event, PatternError, PatternSpec, RemoteError
 
 from .aio import AsyncClient
 from .caching import BlockingCacheClient
@@ -25,9 +34,32 @@ from .quench import BlockingQuenchClient
 from .config import ClientConfig
 from .subscription import Subscription as AsyncSubscription
 
-__all__ = ["Client", "Subscription"]
+__all__ = ["Client", "Subscription", "EXIT_TIMEOUT"]
 
 T = TypeVar("T")
+
+#: Seconds a program's exit waits, per client, for a router to acknowledge what the client
+#: was given: long enough for a reconnection (the first retry comes after a second), short
+#: enough that a program without a router still ends promptly.
+EXIT_TIMEOUT: Final = 5.0
+
+#: Clients not closed yet; the exit handler flushes and closes them (strong references: an
+#: open client's thread lives anyway, and `Client(...).publish(...)` keeps no reference).
+_open: "set[Client]" = set()
+_open_lock = threading.Lock()
+
+
+def _at_exit() -> None:
+    with _open_lock:
+        clients = list(_open)
+    try:
+        for client in clients:
+            client.exit_now()
+    except KeyboardInterrupt:  # Ctrl-C while the exit waits: the user chose not to wait
+        pass
+
+
+atexit.register(_at_exit)
 
 
 class Subscription:
@@ -47,6 +79,16 @@ class Subscription:
     @property
     def failure(self) -> PatternError | None:
         return self._inner.failure
+
+    @property
+    def tier(self) -> str | None:
+        """Where the router runs the pattern: "predicate", "worker" or "sandbox"."""
+        return self._inner.tier
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Why the pattern may never match, as the router said at subscribe."""
+        return self._inner.warnings
 
     def update(self, **params: Any) -> None:
         """Change the pattern's parameters; returns once the router applied them."""
@@ -98,7 +140,14 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         client_id: str | None = None,
         name: str | None = None,
         timeout: float | None = None,
+        exit_timeout: float = EXIT_TIMEOUT,
+        on_error: Callable[[RemoteError], None] | None = None,
     ) -> None:
+        """*exit_timeout*: seconds the program's exit waits for a router to acknowledge what
+        this client was given, if it was not closed (0: do not wait; see the module docstring).
+        *on_error*: called (in the client's thread) with what a router says went wrong outside
+        any request, such as a persisted event it did not keep; without it, logged."""
+        self.exit_timeout = exit_timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="aa-client", daemon=True)
         self._thread.start()
@@ -107,14 +156,20 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         self._closed = False
 
         async def make() -> AsyncClient:
-            return AsyncClient(routers, config=config, client_id=client_id, name=name)
+            return AsyncClient(routers, config=config, client_id=client_id, name=name, on_error=on_error)
 
         self._async = self._call(make())
         try:
             self._call(self._async.connect(timeout))
         except BaseException:
+            try:  # end the connecting task before the loop: no "Task was destroyed" at exit
+                self._call(self._async.aclose(0), timeout=5)
+            except Exception:
+                pass
             self._stop_loop()
             raise
+        with _open_lock:
+            _open.add(self)
 
     @property
     def client_id(self) -> str:
@@ -173,8 +228,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
                 self._drain()
                 if not self._pending:
                     break
-                self._async._room.clear()  # outbox full: wait for an acknowledgement
-                await self._async._room.wait()
+                await self._async.wait_for_room()  # outbox full: wait for an acknowledgement
             await self._async.flush(timeout)
 
         self._call(go())
@@ -223,8 +277,39 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         finally:
             self._stop_loop()
 
+    def exit_now(self) -> None:
+        """At the program's exit: send what is queued (up to `exit_timeout`), say on stderr
+        what could not be sent, close."""
+        if self._closed:
+            return
+        unsent = 0
+        connected = self._async.connected
+        started = time.monotonic()
+        try:
+            self.flush(self.exit_timeout)
+        except Exception:
+            unsent = len(self._pending) + self._async.pending
+        left = max(0.0, self.exit_timeout - (time.monotonic() - started))
+        quiet = logging.getLogger("aa.client")
+        was = quiet.disabled
+        quiet.disabled = bool(unsent)  # its "closing with N unacknowledged" would say it twice
+        try:
+            self.close(timeout=0.0 if unsent else min(left, 1.0))
+        except Exception:
+            self._stop_loop()
+        finally:
+            quiet.disabled = was
+        if unsent:
+            where = ", ".join(self._async.config.routers) or "a discovered address"
+            why = (f"the router at {where} did not acknowledge them" if connected else
+                   f"is a router running at {where}?")  # fmt: skip
+            print(f"aa.client: {unsent} event(s) not acknowledged by a router within {self.exit_timeout:g} s "
+                  f"of the program's exit; they are lost ({why})", file=sys.stderr, flush=True)
+
     def _stop_loop(self) -> None:
         self._closed = True
+        with _open_lock:
+            _open.discard(self)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._loop.is_running():

@@ -20,9 +20,17 @@ Decisions (details in the module named):
 - Polling (``GET /clients/{id}/feed``, ``?after=<cursor>`` for only what is newer) is safe
   and is the keep-alive; acknowledgement is explicit, ``POST /clients/{id}/ack`` with a
   cursor or an event id, and drops what it covers (`clients`).
-- Atom entries carry the event's typed JSON Base64-encoded in ``<content
-  type="application/json">``, as RFC 4287 requires for that type, plus a text summary for
-  people (`atom`).
+- Atom entries are for people and programs at once: XHTML content a feed reader shows (the
+  values with their types, the event type, time and publisher), the event's exact typed
+  JSON in an ``<aa:event>`` extension element, and a link to the event's JSON
+  (``GET /clients/{id}/events/{event id}``); the whole page is JSON by ``Accept`` or
+  ``?format=json`` (`atom`).
+- A poll is cheap: ``GET /clients/{id}/feed`` skips FastAPI's routing and parameter
+  machinery (`fastfeed`), an event's entry is rendered once for every feed it is on
+  (`atom.EntryCache`), and uvicorn parses HTTP with httptools.
+- ``/docs`` and ``/redoc`` read the OpenAPI 3.1 document from local files (`docs`); the
+  schema says what the router accepts (bounds, 64-bit ints, the duplicate answer), checked
+  by schemathesis in the tests.
 - Only loopback may call by default; other ranges are the operator's choice
   (``HttpEndpoint(allow=...)``, ``aa router --http-allow``); bodies are capped at 1 MiB
   (`guard`, `limits`).

@@ -5,6 +5,7 @@ Routes (OpenAPI at ``/docs``)::
 
     GET    /                                 the web monitor (static/index.html)
     GET    /static/…                         monitor files and the JS client (aa.js)
+    GET    /docs, /redoc, /openapi.json      the API's documentation (Swagger UI, ReDoc), local files
     GET    /health                           liveness and the router's counters
     GET    /mesh                             routers and links of the mesh
     POST   /events                           publish
@@ -34,29 +35,30 @@ import logging
 import time
 from datetime import datetime, timezone
 from importlib.resources import files
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
-from aa.mesh.jsonvalues import event_to_json, from_json, to_json
+from aa.mesh import event_to_json, from_json, id_scope, to_json
 from aa.router import parse_duration
 
-from .atom import ATOM_TYPE, render_atom
+from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
+from .docs import add_docs
+from .fastfeed import FeedFastPath
 from .guard import Guard
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
-from .models import ErrorOut, Published, PublishIn
+from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
 from .routes_clients import api as clients_api
 from .stream import api as stream_api
 from .web import error as _error
-from .web import negotiate
+from .web import negotiate, token_of
 
 __all__ = ["create_app"]
 
@@ -67,6 +69,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 403: {"model": ErrorOut},
     404: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut},
 }
+
+
+#: What ``GET /events?since=`` reads: nothing, an ISO 8601 instant, or a duration of at most
+#: a few digits (parse_duration reads more, but a longer one reaches past year 1).
+_SINCE = "|".join(("^$", ISO_INSTANT, r"^[1-9][0-9]{0,3}(ms|s|m|h|d|w)$"))
 
 
 def _parse_since(text: str, now: datetime) -> datetime:
@@ -98,14 +105,16 @@ def create_app(
         description="The RESTful endpoint of an Aa router (Å §4.8): publish, register HTTP "
         "clients whose events the mesh keeps, poll their Atom feeds, watch the mesh.",
         responses=_ERRORS,
-        docs_url=None,  # served below from local files: the default loads them from a CDN
+        docs_url=None,  # served by add_docs from local files: the default loads them from a CDN
         redoc_url=None,
     )
+    _typed_values_schema(app)
     app.state.router = router
     app.state.clients = HttpClients(router.caches)
     app.state.clock = clock
     app.state.wall = wall
     app.state.streams = set()
+    app.state.entries = EntryCache()  # rendered Atom entries, shared by every feed
     app.state.closing = None  # set by HttpEndpoint: an asyncio.Event, set on shutdown
     _handlers(app)
 
@@ -131,12 +140,26 @@ def create_app(
         info["links"] = [list(p) for p in sorted(pairs)]
         return info
 
-    @app.post("/events", status_code=201, response_model=Published, summary="Publish an event")
+    @app.post(
+        "/events", status_code=201, response_model=Published, summary="Publish an event",
+        responses={200: {"model": Published, "description": "A retried publish: an event with this `id` is "
+                         "already in the mesh, so nothing was sent (`duplicate: true`)"}},
+    )
     async def publish(body: PublishIn, request: Request, response: Response) -> Published:
+        """201 with the new event's id; 200 with ``duplicate: true`` when the ``id`` given was
+        already seen (the mesh has the event: a retry after a lost answer is safe)."""
         values, meta = from_json(body.values), from_json(body.meta)
         peer = request.client
         address = f"{peer.host}:{peer.port}" if peer else "http"
-        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id="http", address=address)
+        # The id scope of this publisher (`aa.mesh.id_scope`): its bearer token, else its host,
+        # so an id it proposes can only be a duplicate of its own, never of someone else's.
+        who = request.headers.get("authorization") or (peer.host if peer else "http")
+        scope = id_scope("http:" + who)
+        # The user (Å §4.6, `meta["user"]`): the HTTP client whose token the request carries.
+        owner = request.app.state.clients.owner_of(token_of(request, ""), now=request.app.state.clock())
+        user = f"http:{owner.id}" if owner is not None else "anonymous"
+        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id=HTTP_PUBLISHER,
+                               address=address, scope=scope, user=user)
         if event is None:  # a retried publish: the id is already in the mesh
             response.status_code = 200
             return Published(id=body.id or "", duplicate=True)
@@ -146,20 +169,22 @@ def create_app(
     async def history(
         request: Request,
         pattern: str = Query("True", description="Pattern source (default: every event)"),
-        kernel: str = "python",
-        format: str = "expr",
-        since: str | None = Query(None, description="ISO 8601 instant, or a duration back: '1h'"),
+        kernel: Literal["python", "xpath"] = "python",
+        format: Literal["expr", "script"] = "expr",
+        since: str | None = Query(
+            None, json_schema_extra={"pattern": _SINCE}, description="ISO 8601 instant (UTC unless it says), or a duration back: "
+            "'90s', '1h'; empty: no limit"),
         limit: int = Query(100, ge=1, le=MAX_HISTORY),
         include_cache: bool = True,
     ) -> Response:
         spec = PatternSpec(kernel=kernel, format=format, source=pattern)
-        start = None if since is None else _parse_since(since, datetime.now(timezone.utc))
+        start = _parse_since(since, datetime.now(timezone.utc)) if since else None
         events = await router.history(spec, since=start, limit=limit, include_cache=include_cache)
         if negotiate(request.headers.get("accept"), ("application/json", ATOM_TYPE)) == ATOM_TYPE:
             body = render_atom(
                 feed_id=f"urn:aa:history:{router.id}", title=f"Aa history: {pattern}",
                 updated=datetime.now(timezone.utc), author=router.name,
-                links=[("self", str(request.url))], entries=[(e, ()) for e in events],
+                links=[("self", str(request.url))], entries=[(e, ()) for e in events], cache=app.state.entries,
             )
             return Response(body, media_type=ATOM_TYPE)
         return JSONResponse({"events": [event_to_json(e) for e in events]})
@@ -167,20 +192,33 @@ def create_app(
     app.include_router(clients_api)
     app.include_router(stream_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
-    # Swagger UI ships inside a wheel (swagger-ui-bundle), so /docs works on a machine that
-    # reaches no CDN — the usual case for a router on a plant or lab network.
-    app.mount("/docs-static", StaticFiles(directory=swagger_ui_path), name="docs-static")
+    add_docs(app, title="Aa router")
+    return Guard(FeedFastPath(app), allow=allow, max_body=max_body)
 
-    @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json",
-            title="Aa router — API",
-            swagger_js_url="/docs-static/swagger-ui-bundle.js",
-            swagger_css_url="/docs-static/swagger-ui.css",
-            swagger_favicon_url="/docs-static/favicon-32x32.png",
-        )
-    return Guard(app, allow=allow, max_body=max_body)
+
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """The methods some route of *app* answers on the request's path."""
+    methods: set[str] = set()
+    # Routes of included routers (no prefix) are listed on their own routers, not the app's.
+    for route in (*app.routes, *clients_api.routes, *stream_api.routes):
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
+
+
+def _typed_values_schema(app: FastAPI) -> None:
+    """Add the recursive ``TypedValue`` schema (`models.TYPED_VALUE`), which the models'
+    schemas refer to, to the OpenAPI document FastAPI builds."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("schemas", {})["TypedValue"] = TYPED_VALUE
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _handlers(app: FastAPI) -> None:
@@ -201,7 +239,12 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        return _error(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route that matched the path; FastAPI makes one
+            # route per method, so the Allow header must gather them all (RFC 9110 §15.5.6).
+            headers["Allow"] = ", ".join(_allowed(app, request))
+        return _error(exc.status_code, code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(BadToken)
     async def bad_token(request: Request, exc: BadToken) -> JSONResponse:

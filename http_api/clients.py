@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Protocol
 
 from aa.mesh import AaError, Event, PatternSpec, UsageError
-from aa.mesh.event import META_TIME
+from aa.mesh import META_TIME
 
 from .limits import DEFAULT_KEEPALIVE, MAX_CONDITIONAL_VARIANTS, MAX_HTTP_CLIENTS, MAX_PATTERNS_PER_CLIENT
 
@@ -150,6 +150,7 @@ class HttpClients:
         self.caches = caches
         self.max_clients = max_clients
         self._clients: dict[str, HttpClient] = {}
+        self._by_hash: dict[bytes, HttpClient] = {}  # token hash → client
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -187,6 +188,7 @@ class HttpClients:
             last_seen=now,
         )
         self._clients[client.id] = client
+        self._by_hash[client.token_hash] = client
         try:
             for spec in specs:
                 self.add_pattern(client, spec)
@@ -205,6 +207,15 @@ class HttpClients:
             raise UnknownClient(f"HTTP client {client_id!r} expired: no poll for {client.keepalive:.0f} s")
         if token is None or not hmac.compare_digest(_hash(token), client.token_hash):
             raise BadToken("this resource needs the client's token: 'Authorization: Bearer <token>'")
+        return client
+
+    def owner_of(self, token: str | None, *, now: float) -> HttpClient | None:
+        """The live client whose token *token* is (None: no token, or no such client)."""
+        if not token:
+            return None
+        client = self._by_hash.get(_hash(token))  # a hash of the secret: the look-up leaks nothing
+        if client is None or now - client.last_seen > client.keepalive:
+            return None
         return client
 
     def add_pattern(self, client: HttpClient, spec: PatternSpec) -> str:
@@ -231,6 +242,7 @@ class HttpClients:
 
     def remove(self, client: HttpClient) -> None:
         """Forget the client and remove its caches."""
+        self._by_hash.pop(client.token_hash, None)
         if self._clients.pop(client.id, None) is None:
             return
         for pid in client.patterns:
@@ -278,6 +290,24 @@ class HttpClients:
         (the smallest of its caches')."""
         floors = [self.caches.ack(client.cache_key(pid), upto) for pid in client.patterns]
         return min(floors) if floors else (upto if type(upto) is int else 0)
+
+    def find(self, client: HttpClient, event_id: str) -> tuple[Event, tuple[str, ...]] | None:
+        """The event with id *event_id* among those kept for the client, and the patterns
+        that took it; None when none holds it (never taken, acknowledged, or expired).
+
+        Linear in what the client's caches hold (at most `MAX_PATTERNS_PER_CLIENT` caches of
+        the router's per-cache cap), searched newest first: this answers a person following
+        an entry's link, not a program's poll (the router's caches offer no lookup by id)."""
+        found: Event | None = None
+        pids: list[str] = []
+        for pid in client.patterns:
+            events = self.caches.fetch(client.cache_key(pid)).events
+            for event in reversed(events):
+                if event.id == event_id:
+                    found = found or event
+                    pids.append(pid)
+                    break
+        return None if found is None else (found, tuple(pids))
 
     def clear(self, client: HttpClient) -> None:
         for pid in client.patterns:

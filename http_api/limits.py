@@ -13,7 +13,10 @@ __all__ = [
     "MAX_PATTERNS_PER_CLIENT",
     "MAX_NAME_LENGTH",
     "DEFAULT_KEEPALIVE",
+    "MIN_KEEPALIVE",
     "MAX_KEEPALIVE",
+    "MAX_POLICY_AGE_S",
+    "MAX_POLICY_COUNT",
     "DEFAULT_MAX_COUNT",
     "DEFAULT_PAGE",
     "MAX_PAGE",
@@ -39,7 +42,7 @@ DEFAULT_ALLOW: Final = ("127.0.0.0/8", "::1/128")
 MAX_BODY_BYTES: Final = 1024 * 1024
 
 #: HTTP clients one router keeps. Each holds a token hash and a client cache per pattern,
-#: and the router's caches are capped too (`aa.router.clientcache.MAX_CLIENT_CACHES`).
+#: and the router's caches are capped too (`aa.router.caches.clientcaches.MAX_CLIENT_CACHES`).
 MAX_HTTP_CLIENTS: Final = 5_000
 
 #: Patterns one HTTP client may hold: each is a client cache the router offers every event
@@ -52,6 +55,11 @@ MAX_NAME_LENGTH: Final = 200
 #: Seconds an HTTP client's registration (and its caches) lives without a poll: three days,
 #: so a phone switched off over a weekend still finds what it missed.
 DEFAULT_KEEPALIVE: Final = 3 * 24 * 3600.0
+
+#: Shortest keep-alive a client may ask for, in seconds: one poll's round trip must fit in
+#: it, or the client expires between two polls (1e-276 s was once accepted, and the client
+#: was gone at once).
+MIN_KEEPALIVE: Final = 1.0
 
 #: Longest keep-alive a client may ask for, in seconds: a week, as the router's client caches
 #: accept (a forgotten registration goes at last).
@@ -83,3 +91,9 @@ STREAM_HEARTBEAT: Final = 10.0
 #: Feed variants (format, cursor, limit) per client whose validators are remembered for
 #: If-Modified-Since; a client polling more URLs gets fresh dates, never wrong 304s.
 MAX_CONDITIONAL_VARIANTS: Final = 4
+
+#: Bounds of a cache policy, as the router's `ExpiryPolicy` checks them (its MAX_POLICY_AGE,
+#: 100 years, and MAX_POLICY_COUNT, which aa.router does not export): written into the
+#: OpenAPI schema so that a request the schema calls valid is one the router accepts.
+MAX_POLICY_AGE_S: Final = 36_500 * 86_400.0
+MAX_POLICY_COUNT: Final = 1_000_000_000

@@ -11,25 +11,26 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 
-from aa.mesh import PatternSpec, UsageError
-from aa.mesh.event import META_TIME
+from aa.mesh import META_TIME, PatternSpec, UsageError, event_to_json
 from aa.router import ExpiryPolicy, parse_duration
 
 from .atom import ATOM_TYPE, render_atom, render_json
 from .clients import HttpClient, HttpClients
-from .limits import DEFAULT_KEEPALIVE, DEFAULT_MAX_COUNT, DEFAULT_PAGE, MAX_KEEPALIVE, MAX_PAGE
+from .limits import DEFAULT_KEEPALIVE, DEFAULT_MAX_COUNT, DEFAULT_PAGE, MAX_KEEPALIVE, MAX_PAGE, MIN_KEEPALIVE
 from .models import AckIn, AckOut, ClientIn, ClientOut, PatternIn, PatternOut, PolicyIn, Registered
 from .web import error, etag_matches, http_date, negotiate, parse_http_date, token_of
 
-__all__ = ["api"]
+__all__ = ["api", "answer_feed", "FEED_FORMATS"]
 
 api = APIRouter(tags=["clients"])
 
 _FEED_TYPES = (ATOM_TYPE, "application/json")
+FEED_FORMATS = {"atom": ATOM_TYPE, "json": "application/json"}
 
 
 def _clients(request: Request) -> HttpClients:
@@ -59,8 +60,8 @@ def _keepalive(value: float | int | str | None) -> float:
     if value is None:
         return DEFAULT_KEEPALIVE
     seconds = parse_duration(value).total_seconds() if type(value) is str else float(value)
-    if not 0 < seconds <= MAX_KEEPALIVE:
-        raise UsageError(f"keepalive must be more than 0 and at most {MAX_KEEPALIVE:.0f} seconds")
+    if not MIN_KEEPALIVE <= seconds <= MAX_KEEPALIVE:
+        raise UsageError(f"keepalive must be {MIN_KEEPALIVE:.0f} to {MAX_KEEPALIVE:.0f} seconds, not {seconds:g}")
     return seconds
 
 
@@ -72,10 +73,12 @@ def _feed_url(request: Request, client: HttpClient) -> str:
     return f"{str(request.base_url).rstrip('/')}/clients/{client.id}/feed"
 
 
-def _page_url(base: str, after: int | None, limit: int) -> str:
+def _page_url(base: str, after: int | None, limit: int, format: str | None = None) -> str:
     query = [f"after={after}"] if after is not None else []
     if limit != DEFAULT_PAGE:
         query.append(f"limit={limit}")
+    if format is not None:
+        query.append(f"format={format}")
     return f"{base}?{'&'.join(query)}" if query else base
 
 
@@ -169,6 +172,21 @@ async def clear(client: Authenticated, request: Request) -> Response:
     return Response(status_code=204)
 
 
+@api.get(
+    "/clients/{client_id}/events/{event_id}",
+    summary="One event kept for the client, as typed JSON (each feed entry links here)",
+    responses={200: {"content": {"application/json": {}}}, 404: {"description": "Not kept for this client"}},
+)
+async def event(client: Authenticated, event_id: str, request: Request) -> Response:
+    """``{"patterns": [...], "event": {"id", "type", "values", "meta"}}`` while the client's
+    caches hold the event (until acknowledged or expired)."""
+    found = _clients(request).find(client, event_id)
+    if found is None:
+        return error(404, "unknown-event", f"no event {event_id!r} is kept for client {client.id!r}")
+    e, pids = found
+    return JSONResponse({"patterns": list(pids), "event": event_to_json(e)})
+
+
 @api.head("/clients/{client_id}/feed", include_in_schema=False)
 @api.get(
     "/clients/{client_id}/feed",
@@ -180,24 +198,30 @@ async def feed(
     request: Request,
     after: int | None = Query(None, ge=0, description="Only events after this cursor"),
     limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Events per pattern on this page"),
+    format: Literal["atom", "json"] | None = Query(None, description="Atom or JSON, whatever Accept says"),
 ) -> Response:
     """The events kept for the client, oldest first. Polling is the client's keep-alive and
     removes nothing: acknowledge with ``POST /clients/{id}/ack``."""
+    return answer_feed(request, client_id, after=after, limit=limit, format=format)
+
+
+def answer_feed(request: Request, client_id: str, *, after: int | None, limit: int, format: str | None) -> Response:
+    """The feed route's work, also called by `fastfeed` (which parses the query itself)."""
     state = request.app.state
     clients = _clients(request)
     now = state.clock()
     client = clients.get(client_id, token_of(request, client_id), now=now)
     clients.touch(client, now)
     page = clients.page(client, after=after, limit=limit)
-    kind = negotiate(request.headers.get("accept"), _FEED_TYPES)
+    kind = FEED_FORMATS[format] if format else negotiate(request.headers.get("accept"), _FEED_TYPES)
     base = _feed_url(request, client)
 
     digest = hashlib.blake2b(digest_size=12)
-    digest.update(f"{kind}|{base}|{after}|{limit}|{page.cursor}|{page.more}|{','.join(client.patterns)}".encode())
+    digest.update(f"{kind}|{format}|{base}|{after}|{limit}|{page.cursor}|{page.more}|{','.join(client.patterns)}".encode())
     for event, pids in page.entries:
         digest.update(f"|{event.id}:{','.join(pids)}".encode())
     etag = f'"{digest.hexdigest()}"'
-    modified = clients.conditional(client, (kind, base, after, limit), etag, state.wall())
+    modified = clients.conditional(client, (kind, format, base, after, limit), etag, state.wall())
     headers = {
         "ETag": etag,
         "Last-Modified": http_date(modified),
@@ -215,12 +239,13 @@ async def feed(
         if since is not None and modified <= since:
             return Response(status_code=304, headers=headers)
 
-    links = {"self": _page_url(base, after, limit), "first": _page_url(base, None, limit)}
+    links = {"self": _page_url(base, after, limit, format), "first": _page_url(base, None, limit, format)}
     if page.more:
-        links["next"] = _page_url(base, page.cursor, limit)
+        links["next"] = _page_url(base, page.cursor, limit, format)
     if kind == "application/json":
         body = render_json(links=links, entries=page.entries, cursor=page.cursor, more=page.more, client=client.id)
         return Response(body, media_type="application/json", headers=headers)
+    events = f"{base.removesuffix('/feed')}/events"
     stamps = [t for e, _ in page.entries if type(t := e.meta.get(META_TIME)) is datetime]
     updated = max(stamps) if stamps else client.created
     body = render_atom(
@@ -232,6 +257,8 @@ async def feed(
         entries=page.entries,
         patterns={pid: s.source for pid, s in client.patterns.items()},
         cursor=page.cursor,
+        event_url=f"{events}/",
+        cache=state.entries,
     )
     return Response(body, media_type=ATOM_TYPE, headers=headers)
 

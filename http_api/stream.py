@@ -24,7 +24,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from aa.mesh import Event, PatternSpec
-from aa.mesh.jsonvalues import event_to_json
+from aa.mesh import event_to_json
 
 from .limits import MAX_STREAM_BACKLOG, MAX_STREAMS, STREAM_HEARTBEAT
 from .web import error

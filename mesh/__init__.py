@@ -1,18 +1,14 @@
 """aa.mesh — the foundation: events, the wire protocol, flooding, peers, discovery.
 
 Imports nothing else of Aa. Routers and clients both use it (Å §4.1: clients discover the
-mesh the way routers do).
+mesh the way routers do). The wire protocol — the codec and every message kind — is the
+subpackage `aa.mesh.protocol`; the names most code needs are re-exported here.
 """
 
-from . import peering as _peering  # noqa: F401  (registers the router-to-router kinds)
-from . import meshinfo as _meshinfo  # noqa: F401  (registers get-mesh / mesh-info)
-from . import storage_messages as _storage_messages  # noqa: F401  (registers the store/cache kinds)
-from . import quench_messages as _quench_messages  # noqa: F401  (registers the quench kinds)
 from .beacon import Beacon, RouterInfo
-from .codec import MAX_FRAME_BYTES, NEED_DATA, Connection
 from .datagram import DatagramNetwork, UdpNetwork
-from .discovery import DISCOVERY_PORT, BroadcastDiscovery, Discovery, DiscoveryConfig
-from .endpoints import DEFAULT_ROUTER_PORT, check_endpoint, format_endpoint, parse_endpoint
+from .discovery import BROADCAST_INTERVAL, DISCOVERY_PORT, BroadcastDiscovery, Discovery, DiscoveryConfig
+from .endpoints import DEFAULT_ROUTER_PORT, check_endpoint, format_endpoint, is_unspecified, parse_endpoint
 from .errors import (
     AaError,
     AaTimeout,
@@ -34,19 +30,47 @@ from .errors import (
     UnknownMessage,
     UsageError,
 )
-from .event import Event, IdGenerator
-from .flood import DEFAULT_TTL, FloodRules, Hop, SeenIds
+from .event import (
+    MAX_ID_LENGTH,
+    META_ADDRESS,
+    META_CLIENT,
+    META_HISTORICAL,
+    META_PATH,
+    META_ROUTER,
+    META_TIME,
+    META_TTL,
+    ROUTER_META_KEYS,
+    ID_SCOPE_LENGTH,
+    Event,
+    IdGenerator,
+    id_scope,
+)
+from .eventqueue import EventQueue
+from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
 from .mdns import ZeroconfDiscovery
-from .meshinfo import GetMesh, MeshInfo
-from .messages import PatternSpec
-from .peering import Control, Flood, KnownRouter, PeerHello, PeerRouters
-from .peers import PeerEntry, PeerState, PeerTable, Source
-from .topology import load_topology, save_topology
+from .interfaces import ENV_INTERFACES, Interface, select_targets, selected_addresses, selection_from_env
+from .jsonvalues import event_from_json, event_to_json, from_json, to_json
+from .peers import MAX_PEERS, RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER, PeerEntry, PeerState, PeerTable, Source
+from .protocol import (
+    MAX_FRAME_BYTES,
+    NEED_DATA,
+    Connection,
+    Control,
+    Flood,
+    GetMesh,
+    KnownRouter,
+    MeshInfo,
+    PatternSpec,
+    PeerHello,
+    PeerRouters,
+)
+from .topology import TOPOLOGY_FILE, load_topology, save_topology
 from .values import Value, Values, check_value, check_values
 
 __all__ = [
     "AaError",
     "AaTimeout",
+    "BROADCAST_INTERVAL",
     "Beacon",
     "BroadcastDiscovery",
     "Connection",
@@ -59,18 +83,31 @@ __all__ = [
     "DatagramNetwork",
     "Discovery",
     "DiscoveryConfig",
+    "ENV_INTERFACES",
     "Event",
+    "EventQueue",
     "Flood",
     "FloodRules",
     "FrameTooLarge",
     "GetMesh",
     "Hop",
     "IdGenerator",
+    "Interface",
     "InvalidPattern",
     "InvalidPolicy",
     "InvalidValue",
     "KnownRouter",
     "MAX_FRAME_BYTES",
+    "MAX_ID_LENGTH",
+    "MAX_PEERS",
+    "MAX_TTL",
+    "META_ADDRESS",
+    "META_CLIENT",
+    "META_HISTORICAL",
+    "META_PATH",
+    "META_ROUTER",
+    "META_TIME",
+    "META_TTL",
     "MalformedFrame",
     "MeshInfo",
     "NEED_DATA",
@@ -83,13 +120,21 @@ __all__ = [
     "PeerState",
     "PeerTable",
     "ProtocolError",
+    "RETRY_BASE",
+    "RETRY_JITTER",
+    "RETRY_MAX",
+    "ROUTER_META_KEYS",
+    "ID_SCOPE_LENGTH",
+    "id_scope",
     "RemoteError",
     "RouterInfo",
+    "STABLE_AFTER",
     "SeenIds",
     "Source",
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
+    "TOPOLOGY_FILE",
     "UdpNetwork",
     "UnknownCache",
     "UnknownMessage",
@@ -100,8 +145,16 @@ __all__ = [
     "check_endpoint",
     "check_value",
     "check_values",
+    "event_from_json",
+    "event_to_json",
     "format_endpoint",
+    "from_json",
+    "is_unspecified",
     "load_topology",
     "parse_endpoint",
     "save_topology",
+    "select_targets",
+    "selected_addresses",
+    "selection_from_env",
+    "to_json",
 ]

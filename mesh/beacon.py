@@ -20,7 +20,7 @@ import msgpack
 from .endpoints import check_endpoint, format_endpoint, is_unspecified, parse_endpoint
 from .errors import InvalidValue, MalformedFrame
 from .event import MAX_ID_LENGTH
-from .messages import PROTOCOL_VERSION
+from .protocol import PROTOCOL_VERSION
 from .peers import Source
 
 __all__ = [

@@ -7,6 +7,7 @@ stamp the keys named by the `META_*` constants below; a publisher may not forge 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from .values import Values, check_values
 __all__ = [
     "Event",
     "IdGenerator",
+    "id_scope",
+    "ID_SCOPE_LENGTH",
     "META_TIME",
     "META_CLIENT",
     "META_ADDRESS",
@@ -72,6 +75,9 @@ class Event:
     meta: Values = field(default_factory=dict)
     #: Globally unique id; None until a router (or the publishing client) assigns one.
     id: str | None = None
+    #: The event's msgpack encoding, made once by `aa.mesh.protocol.packed_event` and then
+    #: shared by every frame, cache and log that carries the event (encode once).
+    packed: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_values(self.values)
@@ -89,6 +95,7 @@ class Event:
         _set(ev, "type", type)
         _set(ev, "meta", meta)
         _set(ev, "id", id)
+        _set(ev, "packed", None)
         return ev
 
     def with_meta(self, **changes: Any) -> "Event":
@@ -114,6 +121,19 @@ class Event:
 
 
 _set = object.__setattr__
+
+
+#: Characters of an id scope (hex of 64 bits).
+ID_SCOPE_LENGTH = 16
+
+
+def id_scope(secret: str) -> str:
+    """The id scope of a publisher that holds *secret*: the prefix every id it proposes
+    must carry (`aa.router.dispatch`). A keyed hash, so knowing a scope (every event id
+    shows one) gives no way to the secret; without the secret nobody can publish under
+    another publisher's ids, so nobody can make the mesh drop its events as duplicates."""
+    digest = hashlib.blake2b(secret.encode(), digest_size=ID_SCOPE_LENGTH // 2, person=b"aa.event-id")
+    return digest.hexdigest()
 
 
 class IdGenerator:

@@ -235,17 +235,45 @@ class FloodRules:
 
         Dispatch the copy locally with the hop's ttl and path, then forward it to
         `forward_to(hop, peers)`. *ttl* and *path* must have passed `check_flood_meta`.
+        This is `hop` (rules 2 and 3) then `first` (rule 1): the router's relay calls the
+        same two for a whole flood group, with `all_seen` between them to drop a group of
+        duplicates unread.
         """
-        if self.router_id in path:
+        hop = self.hop(ttl, path)
+        if hop is None or not self.first(id, now):
+            return None
+        return hop
+
+    def hop(self, ttl: int, path: Sequence[str]) -> Hop | None:
+        """Rules 2 and 3 for a copy (or a group of copies) from a peer: None if it went
+        round a cycle back to us, else the ttl and path to dispatch and forward it with.
+
+        Rule 3 counts the hop just made. A peer that sent an exhausted copy (ttl <= 0)
+        broke the rule; the copy may still be a first one, so it is dispatched, but goes no
+        further (ttl 0). A ttl over `MAX_TTL` is clamped.
+        """
+        me = self.router_id
+        if me in path:
             return None  # went round a cycle back to us (rule 2); also caught by rule 1
-        if not self.seen.check(id, now):
-            return None  # rule 1: not the first copy
-        # Rule 3: count the hop just made. A peer that sent an exhausted copy (ttl <= 0) broke
-        # the rule; the copy is still the first one, so it is dispatched, but goes no further.
         left = (ttl if ttl <= MAX_TTL else MAX_TTL) - 1
         new_path = list(path)
-        new_path.append(self.router_id)
+        new_path.append(me)
         return Hop(left if left > 0 else 0, new_path)
+
+    def first(self, id: str, now: float) -> bool:
+        """Rule 1: record *id* and say whether this is the first copy met (dispatch it) or a
+        later one (drop it). The only place an id is recorded for a peer's copy."""
+        return self.seen.check(id, now)
+
+    def all_seen(self, ids: Iterable[str]) -> bool:
+        """Whether every one of *ids* was met before: a group of copies to drop without
+        reading it. Records nothing, so it can only ever drop ids `first` recorded (at worst
+        it treats an id about to age out as still seen, as a check a moment earlier would)."""
+        seen = self.seen
+        for eid in ids:
+            if eid not in seen:
+                return False
+        return True
 
     @staticmethod
     def forward_to(hop: Hop, peers: Iterable[str], came_from: str | None = None) -> list[str]:

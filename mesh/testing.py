@@ -53,11 +53,11 @@ class FakeSocket:
 
     def sendto(self, data: bytes, address: tuple[str, int]) -> None:
         if not self.closed:
-            self.host.lan._send(self, bytes(data), address)
+            self.host.lan.carry(self, bytes(data), address)
 
     def close(self) -> None:
         self.closed = True
-        self.host.lan._sockets.discard(self)
+        self.host.lan.unplug(self)
 
 
 class FakeHost:
@@ -84,7 +84,7 @@ class FakeHost:
         if port == 0:
             port = next(self._ports)
         sock = FakeSocket(self, ("0.0.0.0" if host == "" else host, port), on_datagram)
-        self.lan._sockets.add(sock)
+        self.lan.plug(sock)
         return sock
 
 
@@ -110,7 +110,15 @@ class FakeLan:
         for sock in self._receivers(None, to):
             self._deliver(sock, data, source)
 
-    def _send(self, sender: FakeSocket, data: bytes, to: tuple[str, int]) -> None:
+    def plug(self, sock: FakeSocket) -> None:
+        """*sock* is bound on a host of this LAN."""
+        self._sockets.add(sock)
+
+    def unplug(self, sock: FakeSocket) -> None:
+        """*sock* was closed."""
+        self._sockets.discard(sock)
+
+    def carry(self, sender: FakeSocket, data: bytes, to: tuple[str, int]) -> None:
         source = (self._source_address(sender.host, to[0]), sender.bind[1])
         self.sent.append(SentDatagram(source, to, data))
         for sock in self._receivers(sender.host, to):

@@ -5,6 +5,7 @@ Environment variables (`AA_…`) and command-line flags only fill these in (see 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
@@ -12,10 +13,11 @@ from pathlib import Path
 
 from aa.mesh import DiscoveryConfig, UsageError, check_endpoint
 
-from .cacheconfig import CacheConfig
+from .caches import CacheConfig
 from .eventlog import EventLogConfig
-from .meshconfig import MeshConfig
-from .quenchconfig import QuenchConfig
+from .links import MeshConfig
+from .quench import QuenchConfig
+from .security import SecurityConfig
 from .store import StoreConfig
 
 __all__ = ["RouterConfig", "DEFAULT_PORT", "MAX_SUBSCRIPTIONS_PER_CLIENT", "MAX_SESSION_BACKLOG"]
@@ -86,6 +88,8 @@ class RouterConfig:
     caches: CacheConfig = field(default_factory=CacheConfig)
     #: Quenching: how often registrations are re-flooded as keep-alives, and limits.
     quench: QuenchConfig = field(default_factory=QuenchConfig)
+    #: TLS, users, permissions, address ranges (`aa.router.security`); all off by default.
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -109,6 +113,8 @@ class RouterConfig:
             raise UsageError("store must be a StoreConfig or None")
         if self.event_log is not None and type(self.event_log) is not EventLogConfig:
             raise UsageError("event_log must be an EventLogConfig or None")
+        if type(self.security) is not SecurityConfig:
+            raise UsageError("security must be a SecurityConfig")
         if type(self.caches) is not CacheConfig:
             raise UsageError("caches must be a CacheConfig")
         peers = (self.peers,) if isinstance(self.peers, str) else tuple(self.peers)
@@ -118,6 +124,10 @@ class RouterConfig:
 
     def display_name(self, port: int) -> str:
         return self.name or f"{socket.gethostname()}:{port}"
+
+    def discovery_with_peers(self) -> DiscoveryConfig:
+        """The discovery settings with `peers` added to its well-known endpoints."""
+        return dataclasses.replace(self.discovery, peers=self.discovery.peers + self.peers)
 
 
 def env_default(name: str, default: str | None = None) -> str | None:

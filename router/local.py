@@ -7,10 +7,10 @@ import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from aa.mesh import ConnectionClosed, Event, PatternError
-from aa.mesh.eventqueue import EventQueue
+from aa.mesh import EventQueue
 
 if TYPE_CHECKING:
-    from .router import Router
+    from .seams import SubscriptionHost
 
 __all__ = ["LocalSubscription"]
 
@@ -24,15 +24,15 @@ class LocalSubscription:
     it quick). Without one, iterate: ``async for event in sub``. Close with `close()`.
     """
 
-    def __init__(self, router: "Router", callback: Callable[[Event], Any] | None) -> None:
-        self._router = router
+    def __init__(self, host: "SubscriptionHost", callback: Callable[[Event], Any] | None, *, client_id: str) -> None:
+        self._host = host
         self._callback = callback
         self._queue = None if callback else EventQueue()
         self.closed = False
         #: Why the router stopped this subscription's pattern, if it did.
         self.failure: PatternError | None = None
-        self.client_id = f"local:{router.id}"
-        #: Live events held while this subscription's history is replayed (`aa.router.history`).
+        self.client_id = client_id
+        #: Live events held while this subscription's history is replayed (`aa.router.store.HistoryReplay`).
         self.held: Any = None
 
     # -- called by the router ---------------------------------------------------------------
@@ -68,11 +68,11 @@ class LocalSubscription:
         """Change named parameters of the pattern; takes effect for the next event."""
         if self.closed:
             raise ConnectionClosed("subscription is closed")
-        self._router._update(self, params)
+        self._host.update_subscription(self, params)
 
     def close(self) -> None:
         if not self.closed:
-            self._router._unsubscribe(self)
+            self._host.remove_subscription(self)
             self._finish()
 
     def _finish(self) -> None:

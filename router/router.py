@@ -1,4 +1,4 @@
-"""The router: client sessions, dispatch, and the hooks the mesh and stores attach to.
+"""The router: its rooms composed, its life cycle, and the embedding program's API.
 
 Embed it in any asyncio program::
 
@@ -7,10 +7,15 @@ Embed it in any asyncio program::
         sub = router.subscribe("Temperature > 100", print)
         router.publish({"Temperature": 101})
 
-An event's way (DESIGN.md): stamp metadata → local dispatch (pattern engine, then the sinks:
-store, caches, event log) → flood to peer routers. Dispatch is synchronous inside the event
-loop: a batch of events read from one socket is dispatched whole, then every client that got
-deliveries is written to once (`_flush_dirty`).
+An event's way (the README's Architecture section draws it): a client's `Publish` reaches
+its `ClientSession`, which hands it here (`accept_publish`): the store screens its policies,
+the dispatcher stamps, matches and sinks it and the links flood it (`aa.router.dispatch`),
+and the ack rule acknowledges it once durable and flooded (`aa.router.acks`). A peer's flood
+reaches the links room, which dispatches each event once through the same dispatcher.
+
+The rooms get only what they use (`aa.router.seams`): the dispatcher, the control-message
+API of the links, the pattern engine's matchers, the store for the ack rule. This class is
+the one place that knows them all.
 """
 
 from __future__ import annotations
@@ -20,30 +25,24 @@ import logging
 import time
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence, cast
 
-from aa.mesh import Event, IdGenerator, PatternSpec, UsageError, check_values
-from aa.mesh.event import (
-    META_ADDRESS,
-    META_CLIENT,
-    META_PATH,
-    META_ROUTER,
-    META_TIME,
-    META_TTL,
-    ROUTER_META_KEYS,
-)
-from aa.mesh.flood import SeenIds
-from aa.mesh.messages import Message, Publish
+from aa.mesh import Event, FloodRules, IdGenerator, PatternSpec, StoreError, UsageError, check_values
+from aa.mesh.protocol import Bye, GetMesh, MeshInfo, Message, PeerHello, Publish
 
-from .caching import ClientCacheService
+from .acks import Acknowledgements
+from .caches import ClientCacheService, MeshCache
 from .config import RouterConfig
-from .history import check_history
+from .dispatch import Dispatcher
+from .eventlog import EventLog
+from .links import MeshService
 from .local import LocalSubscription
-from .mesh import MeshService
 from .patterns import HostFacts, PatternEngine, SandboxLimits
 from .quench import QuenchService
-from .session import ClientSession
-from .storage import StorageService, check_persistable
+from .security import Gate, router_id_for
+from .session import ClientSession, PartialFrames
+from .sinks import LocalSinks
+from .store import StoreService, check_history, check_persistable
 
 __all__ = ["Router", "Endpoint"]
 
@@ -62,19 +61,24 @@ class Router:
     """A broker, embeddable in any asyncio program. See the module docstring."""
 
     def __init__(self, config: RouterConfig | None = None, *, endpoints: Sequence[Endpoint] = ()) -> None:
-        self.config = config or RouterConfig()
-        self._ids = IdGenerator(self.config.id_prefix)
+        self.config = config = config or RouterConfig()
+        #: TLS, users, permissions (`aa.router.security`); raises UsageError for bad files.
+        self.security = Gate(config.security)
+        prefix = config.id_prefix
+        if prefix is None and self.security.name is not None:
+            prefix = router_id_for(self.security.name)  # peers check our id against our certificate
+        ids = IdGenerator(prefix)
         #: This router's id: random per start of the process, unique in the mesh.
-        self.id = self._ids.prefix
-        self.name = self.config.name or "router"
+        self.id = ids.prefix
+        self.name = config.name or "router"
         self.endpoints = list(endpoints)
         self.counters: Counter[str] = Counter()
         self.started_at: float | None = None
         self.sessions: set[ClientSession] = set()
-        self._dirty_sessions: list[ClientSession] = []
+        #: Bytes of unfinished frames held for all clients together (`aa.router.session`).
+        self.partial_frames = PartialFrames()
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
-        self._seen = SeenIds()
         self._local_client = f"local:{self.id}"
         self.engine = PatternEngine(
             host=HostFacts(
@@ -83,25 +87,63 @@ class Router:
                 clock=lambda: datetime.now(timezone.utc),
                 peer_count=self.peer_count,
             ),
-            limits=SandboxLimits(time_budget=self.config.pattern_time_budget),
+            limits=SandboxLimits(time_budget=config.pattern_time_budget),
             on_failure=self._pattern_failed,
+            on_deliveries=self._worker_deliveries,
         )
-        #: Called with each event dispatched here (store, caches, event log attach here).
-        self.sinks: list[Callable[[Event], None]] = []
-        #: Called with each event to pass on to peer routers (the mesh attaches here).
-        self.forwarders: list[Callable[[Event], None]] = []
-        #: Called when a TCP connection's first frame is not a client hello: a peer router.
-        self.handoffs: list[Callable[[ClientSession, Message], bool]] = []
-        #: Called after a subscription is registered (history replay attaches here).
-        self.on_subscribe: list[Callable[[Hashable, Mapping[str, Any] | None], None]] = []
-        #: Peer links, flooding, control messages, discovery (attaches to forwarders/handoffs).
-        self.mesh = MeshService(self)
-        #: The persistent store, the mesh cache, the event log (`aa.router.storage`).
-        self.storage = StorageService(self)
-        #: Client caches, kept in step across the mesh (`aa.router.caching`).
-        self.caches = ClientCacheService(self)
+        rules = FloodRules(self.id, initial_ttl=config.mesh.ttl)
+        #: Stamping, matching, sinks and forwarding of each event (`aa.router.dispatch`).
+        self.dispatcher = Dispatcher(ids=ids, rules=rules, engine=self.engine, counters=self.counters)
+        #: Peer links, flooding, control messages, discovery (`aa.router.links`).
+        self.mesh = MeshService(
+            self,
+            config.mesh,
+            config.discovery_with_peers(),
+            rules=rules,
+            dispatch=self.dispatcher,
+            new_id=self.dispatcher.new_id,
+            data_dir=config.data_dir,
+            shutdown_grace=config.shutdown_grace,
+        )
+        self.mesh.security = self.security  # mutual TLS on dialled links, ids bound to certificates
+        self.dispatcher.forwarders.append(self.mesh.originated)
+        cc = config.caches
+        #: The mesh cache (None when `CacheConfig.mesh_cache` is off).
+        self.mesh_cache = MeshCache(max_events=cc.mesh_cache_events, max_bytes=cc.mesh_cache_bytes) if cc.mesh_cache else None
+        #: The event log, once started (None: off).
+        self.event_log: EventLog | None = None
+        self._sinks: LocalSinks | None = None
+        #: The persistent store and history (`aa.router.store`).
+        self.storage = StoreService(
+            config.store,
+            data_dir=config.data_dir,
+            mesh_cache=self.mesh_cache,
+            matcher=self.engine.matcher,
+            matches_prototype=self.engine.matches_prototype,
+            dispatch=self.dispatcher,
+            counters=self.counters,
+            router_id=self.id,
+            router_name=lambda: self.name,
+            flush_cache=self._flush_sinks,
+        )
+        self.storage.sync.attach(self.mesh)
+        self.mesh.on_link_up.append(self.storage.sync.link_up)
+        #: When a client's publish is acknowledged (`aa.router.acks`).
+        self.acks = Acknowledgements(self.mesh, stall_after=config.mesh.keepalive)
+        self.mesh.on_drained = self.acks.release
+        #: The mesh cache's requests and the client caches, kept in step across the mesh.
+        self.caches = ClientCacheService(
+            cc,
+            controls=self.mesh,
+            matcher=self.engine.matcher,
+            sinks=self.dispatcher.sinks,
+            mesh_cache=self.mesh_cache,
+            flush_cache=self._flush_sinks,
+        )
         #: Quench registrations and notifications across the mesh (`aa.router.quench`).
-        self.quench = QuenchService(self)
+        self.quench = QuenchService(
+            self.id, config.quench, engine=self.engine, controls=self.mesh, info_interval=config.mesh.info_interval
+        )
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -120,13 +162,17 @@ class Router:
     async def start(self) -> None:
         """Bind every socket, then return. Raises OSError if the port is taken."""
         loop = asyncio.get_running_loop()
-        await self.storage.start()  # raises StoreUnavailable before anything is bound
+        await self._open_storage()  # raises StoreUnavailable before anything is bound
         try:
-            self._server = await loop.create_server(
-                lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True
-            )
+            if self.config.security.active:  # TLS and address ranges: our own accept loop
+                self._server = cast(asyncio.Server, await self.security.serve(  # duck-types a Server
+                    lambda: ClientSession(self), self.config.host, self.config.port, self.counters))
+            else:
+                self._server = await loop.create_server(
+                    lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True
+                )
         except BaseException:
-            await self.storage.aclose()
+            await self._close_storage()
             raise
         await self.caches.start()
         await self.quench.start()
@@ -137,17 +183,49 @@ class Router:
             self.name = self.config.display_name(port)
         self.started_at = time.monotonic()
         try:
-            await self.mesh.start()
+            await self.mesh.start(self._address)
         except BaseException:
             self._server.close()
             self._server = None
             await self.quench.aclose()
             await self.caches.aclose()
-            await self.storage.aclose()
+            await self._close_storage()
             raise
         for endpoint in self.endpoints:
             await endpoint.start(self)
         log.info("router %s (%s) listening on %s:%d", self.name, self.id, host, port)
+
+    async def _open_storage(self) -> None:
+        await self.storage.start()
+        store = self.storage.store
+        try:
+            self._sinks = await LocalSinks.open(self.config, self.id, persist=self.storage.persist if store else None,
+                                                mesh_cache=self.mesh_cache)  # fmt: skip
+        except BaseException:
+            await self.storage.aclose()
+            raise
+        self.event_log = self._sinks.event_log
+        self.acks.use_store(self.storage if store is not None else None)
+        sink = self._sinks.sink()
+        if sink is not None:
+            self.dispatcher.sinks.append(sink)
+
+    async def _close_storage(self) -> None:
+        """Write what is queued (acks waiting for the store go out first), close the store
+        and the event log."""
+        self._flush_sinks()
+        try:
+            if self.acks.waiting_for_store():
+                try:
+                    async with asyncio.timeout(self.config.shutdown_grace):
+                        await self.storage.flush()  # wakes the waiting acks first (same seq order)
+                except (TimeoutError, StoreError):
+                    pass
+            await self.storage.aclose()
+        finally:
+            self.event_log = None
+            if self._sinks is not None:
+                await self._sinks.aclose()
 
     async def aclose(self) -> None:
         """Stop accepting, deliver what is in flight, say goodbye, close. Idempotent."""
@@ -156,6 +234,7 @@ class Router:
         server, self._server = self._server, None
         server.close()
         await self.mesh.aclose()
+        self.acks.release(force=True)  # the links are flushed and closed: nothing waits on them
         for endpoint in reversed(self.endpoints):
             try:
                 await endpoint.aclose()
@@ -164,19 +243,19 @@ class Router:
         await self.quench.aclose()
         await self.caches.aclose()
         try:
-            await self.storage.aclose()  # writes what is queued: waiting acks go before the byes
+            await self._close_storage()  # writes what is queued: waiting acks go before the byes
         except Exception:
             log.exception("the store failed to close")
-        self._flush_dirty()
-        from aa.mesh.messages import Bye
-
+        self.acks.close()
+        await self.engine.aclose()  # the pattern workers
+        self.dispatcher.flush()
         sessions = list(self.sessions)
         for s in sessions:
             s.send(Bye())
             s.close()
         waits = [s.closed for s in sessions]
         if waits:
-            done, pending = await asyncio.wait(waits, timeout=self.config.shutdown_grace)
+            await asyncio.wait(waits, timeout=self.config.shutdown_grace)
             for s in sessions:
                 if s.transport is not None and not s.closed.done():
                     s.transport.abort()
@@ -200,15 +279,20 @@ class Router:
         id: str | None = None,
         client_id: str | None = None,
         address: str = "local",
+        user: str | None = None,
+        scope: str | None = None,
     ) -> Event | None:
         """Publish from inside this process; returns the stamped event, or None if *id* was
-        already seen (a retried publish). Raises `InvalidValue` for values outside the model,
-        `InvalidPolicy` for a malformed store policy in *meta* (`aa.router.policy`)."""
+        already seen (a retried publish). *user* is stamped as `meta["user"]` (for the HTTP
+        endpoint to pass a token's owner); *scope* is the id scope a proposed *id* must
+        carry (`aa.mesh.id_scope`; the HTTP endpoint passes its client's). Raises
+        `InvalidValue` for values outside the model, `InvalidPolicy` for a malformed store
+        policy in *meta* (`aa.router.store`)."""
         event = Event(values=dict(values), type=type, meta=dict(meta or {}), id=id)
         if meta:
             check_persistable(event)
-        stamped = self._accept([event], client_id or self._local_client, address)
-        self._flush_dirty()
+        stamped = self.dispatcher.accept([event], client_id or self._local_client, address, user, scope)
+        self.dispatcher.flush()
         return stamped[0] if stamped else None
 
     def subscribe(
@@ -223,12 +307,12 @@ class Router:
     ) -> LocalSubscription:
         """Subscribe from inside this process. With *history* (``{"since": datetime | None}``)
         the stored events the pattern matches come first, oldest first, marked historical,
-        then the live ones (`aa.router.history`). Raises `PatternError` for a refused
-        pattern, `UsageError` for a bad *history*."""
+        then the live ones (`aa.router.store.HistoryReplay`). Raises `PatternError` for a
+        refused pattern, `UsageError` for a bad *history*."""
         spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
-        sub = LocalSubscription(self, callback)
-        self._subscribe(sub, spec, dict(params or {}), history)
-        self._after_subscribe(sub, history)
+        sub = LocalSubscription(self, callback, client_id=self._local_client)
+        self.add_subscription(sub, spec, dict(params or {}), history)
+        self.subscription_added(sub, history)
         return sub
 
     async def history(
@@ -263,8 +347,25 @@ class Router:
         (layout: `aa.mesh.MeshInfo`; served by `aa mesh` and `GET /mesh`)."""
         return self.mesh.info()
 
+    def summary(self) -> dict[str, Any]:
+        """What the mesh picture says of this router (`aa.router.seams.RouterFacts`)."""
+        counters = self.counters
+        return {
+            "uptime": time.monotonic() - self.started_at if self.started_at else 0.0,
+            "clients": len(self.sessions),
+            "dispatched": counters.get("dispatched", 0),
+            "published": counters.get("published", 0),
+            "client_duplicates": counters.get("duplicates", 0),
+        }
+
     def stats(self) -> dict[str, Any]:
         """Counters and sizes, for `aa mesh` and the monitor."""
+        storage = self.storage.stats()
+        if self.mesh_cache is not None:
+            storage["mesh_cache"] = {"events": len(self.mesh_cache), "bytes": self.mesh_cache.bytes}
+        if self.event_log is not None:
+            e = self.event_log.stats()
+            storage["event_log"] = {"rows": e.rows, "files": e.files, "dropped": e.dropped}
         return {
             "id": self.id,
             "name": self.name,
@@ -274,88 +375,122 @@ class Router:
             "subscriptions": len(self.engine),
             "patterns": self.engine.instance_count,
             "counters": dict(self.counters),
-            "storage": {**self.storage.stats(), "client_caches": len(self.caches)},
+            "storage": {**storage, "client_caches": len(self.caches)},
         }
 
-    # -- dispatch ---------------------------------------------------------------------------
+    # -- what a client session asks (aa.router.session) -------------------------------------
 
-    def _accept(self, events: Sequence[Event], client_id: str, address: str) -> list[Event]:
-        """Stamp events from a client (Å §4.2), drop retried ones, dispatch and flood them."""
-        now = time.monotonic()
-        stamp_time = datetime.now(timezone.utc)  # one clock read per batch, not per event
-        originate = self.mesh.rules.originate  # shares self._seen with the mesh's floods
-        out = []
-        for ev in events:
-            eid = ev.id
-            if eid is None:
-                eid = self._ids()
-            hop = originate(eid, now)
-            if hop is None:
-                self.counters["duplicates"] += 1  # a retried publish: already in the mesh
-                continue
-            meta = ev.meta
-            if meta:
-                meta = {k: v for k, v in meta.items() if k not in ROUTER_META_KEYS}
-                meta.update({META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
-                             META_ROUTER: self.id, META_TTL: hop.ttl, META_PATH: hop.path})
-            else:
-                meta = {META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
-                        META_ROUTER: self.id, META_TTL: hop.ttl, META_PATH: hop.path}
-            stamped = Event.trusted(ev.values, ev.type, meta, eid)
-            self.dispatch(stamped)
-            for forward in self.forwarders:
-                forward(stamped)
-            out.append(stamped)
-        self.counters["published"] += len(out)
-        return out
-
-    def dispatch(self, event: Event) -> None:
-        """Deliver *event* to local subscribers and sinks (once per router per event)."""
-        for key, ev in self.engine.match(event):
-            key.deliver(ev)  # type: ignore[attr-defined]
-        for sink in self.sinks:
-            try:
-                sink(event)
-            except Exception:
-                log.exception("event sink %r failed", sink)
-        self.counters["dispatched"] += 1
-
-    def _publish_from(self, session: ClientSession, msg: Publish) -> None:
+    def accept_publish(
+        self, session: ClientSession, msg: Publish, *, slice: int = 0, done: Callable[[], None] | None = None
+    ) -> None:
+        """A client's publish frame: screen its store policies, dispatch and flood its
+        events, then acknowledge it when the rule allows (`aa.router.acks`). With *slice*,
+        at most that many events are dispatched per turn of the event loop, so one client's
+        big frame delays the others by one slice; *done* is called after the last."""
         storage = self.storage
-        events, persisted = storage.screen(session, msg.events)  # bad store policies refused
+        events = session.permitted(msg.events)  # what the user may not publish is refused
+        events, persisted = storage.screen(session, events)  # bad store policies refused
         refused = storage.refused
-        try:
-            self._accept(events, session.client_id or "?", session.address)
-        finally:
-            # The ack follows the floods out, and a persisted event's commit (aa.router.storage).
-            storage.ack_publish(session, msg.seq, persisted, refused)
+        client_id, address, user = session.client_id or "?", session.address, session.identity.user
+        if not slice or len(events) <= slice:
+            try:
+                self.dispatcher.accept(events, client_id, address, user, session.id_scope)
+            finally:
+                self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
+            return
+        loop = asyncio.get_running_loop()
 
-    def _flush_dirty(self) -> None:
-        dirty = self._dirty_sessions
-        if dirty:
-            self._dirty_sessions = []
-            for s in dirty:
-                s.flush()
+        def step(start: int) -> None:
+            try:
+                self.dispatcher.accept(events[start:start + slice], client_id, address, user, session.id_scope)
+                self.dispatcher.flush()
+                if start + slice < len(events) and session.is_open:
+                    loop.call_soon(step, start + slice)
+                    return
+            except Exception:  # never for events the codec checked; the frame is still acked
+                log.exception("dispatching a publish of %s failed", client_id)
+            self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            if done is not None:
+                done()
 
-    # -- subscriptions ----------------------------------------------------------------------
+        step(0)
 
-    def _subscribe(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], history: Any) -> None:
+    def add_subscription(
+        self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], history: Mapping[str, Any] | None
+    ) -> None:
+        """Register *key*'s pattern. Raises `PatternError`, `UsageError` (bad params or
+        history); nothing is registered then."""
         check_values(params, "params")
         check_history(history)
         self.engine.subscribe(key, spec, params)
 
-    def _after_subscribe(self, key: Hashable, history: Mapping[str, Any] | None) -> None:
-        for hook in self.on_subscribe:
-            hook(key, history)
+    def subscription_added(self, key: Hashable, history: Mapping[str, Any] | None) -> None:
+        """*key* was registered and told so: replay its history, tell quenching."""
+        self.storage.on_subscribe(key, history)
+        self.quench.subscribed(key)
 
-    def _unsubscribe(self, key: Hashable) -> None:
+    def subscription_notes(self, spec: PatternSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+        """What a subscriber is told of its pattern: its tier, and why it may never match
+        (value names no event dispatched here has had, a bare name meant as text)."""
+        try:
+            warnings = self.engine.pattern_warnings(spec, self.dispatcher.names_seen, params)
+        except Exception:  # advice must never fail a subscribe
+            warnings = []
+        return {"tier": self.engine.tier(spec), "warnings": tuple(warnings)}
+
+    def remove_subscription(self, key: Hashable) -> None:
         self.engine.unsubscribe(key)
         self.quench.unsubscribed(key)
 
-    def _update(self, key: Hashable, params: Mapping[str, Any]) -> None:
+    def update_subscription(self, key: Hashable, params: Mapping[str, Any]) -> None:
         check_values(params, "params")
         self.engine.update(key, params)
         self.quench.updated(key)
+
+    def session_opened(self, session: ClientSession) -> None:
+        self.sessions.add(session)
+
+    def session_closed(self, session: ClientSession) -> None:
+        self.sessions.discard(session)
+        self.acks.session_closed(session)
+        self.dispatcher.forget(session)
+        subscriptions = list(session.subscriptions.values())
+        for sub in subscriptions:
+            self.engine.unsubscribe(sub)
+        self.quench.session_closed(session, subscriptions)  # its subscriptions and registrations
+        session.subscriptions.clear()
+
+    def handoff(self, session: ClientSession, msg: Message) -> bool:
+        """A connection's first frame was not a client hello: a tool asking about the mesh
+        (answered), or a peer router calling (the links room takes the connection)."""
+        if type(msg) is GetMesh:
+            session.send(MeshInfo(info=self.mesh.info()))
+            return True
+        if type(msg) is not PeerHello or not self.mesh.takes_peer(msg):  # type: ignore[arg-type]
+            return False
+        refusal = self.security.admit_peer(session.identity, session.host, msg.router_id)  # type: ignore[attr-defined]
+        if refusal is not None:  # mutual TLS, ids bound to certificates, --allow-peers
+            log.warning("refusing peer %s from %s: %s", msg.router_id, session.address, refusal)  # type: ignore[attr-defined]
+            self.mesh.counters["refused_peers"] += 1
+            session.fail("forbidden", refusal)
+            return True
+        transport, codec = session.detach()
+        self.mesh.handoff(transport, codec, msg)  # type: ignore[arg-type]
+        return True
+
+    # -- inside -----------------------------------------------------------------------------
+
+    def _worker_deliveries(self, items: list[tuple[Hashable, Event]]) -> None:
+        """Deliveries a pattern worker sent back: queue them, write them (one frame per client)."""
+        for key, event in items:
+            key.deliver(event)  # type: ignore[attr-defined]
+        self.dispatcher.flush()
+
+    def _flush_sinks(self) -> None:
+        if self._sinks is not None:
+            self._sinks.flush()
 
     def _pattern_failed(self, keys: list[Hashable], code: str, message: str) -> None:
         self.counters["patterns_stopped"] += 1
@@ -363,21 +498,3 @@ class Router:
         for key in keys:
             self.quench.unsubscribed(key)
             key.pattern_failed(code, message)  # type: ignore[attr-defined]
-
-    # -- sessions ---------------------------------------------------------------------------
-
-    def _session_opened(self, session: ClientSession) -> None:
-        self.sessions.add(session)
-
-    def _session_closed(self, session: ClientSession) -> None:
-        self.sessions.discard(session)
-        self.storage.session_closed(session)
-        if session in self._dirty_sessions:
-            self._dirty_sessions.remove(session)
-        for sub in list(session.subscriptions.values()):
-            self.engine.unsubscribe(sub)
-        self.quench.session_closed(session)  # its subscriptions and its registrations
-        session.subscriptions.clear()
-
-    def _handoff(self, session: ClientSession, msg: Message) -> bool:
-        return any(h(session, msg) for h in self.handoffs)

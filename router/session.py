@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+import os
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError
-from aa.mesh.meshinfo import GetMesh, MeshInfo
-from aa.mesh.storage_messages import STORAGE_REQUESTS
-from aa.mesh.quench_messages import QUENCH_REQUESTS
-from aa.mesh.messages import (
+from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
+from aa.mesh.protocol import GetMesh, MeshInfo
+from aa.mesh.protocol import STORAGE_REQUESTS
+from aa.mesh.protocol import QUENCH_REQUESTS
+from aa.mesh.protocol import CacheRegister, Quench
+from aa.mesh.protocol import (
     Ack,
     Bye,
     Deliver,
@@ -25,6 +27,7 @@ from aa.mesh.messages import (
     GetRouters,
     Hello,
     Message,
+    Missed,
     PatternFailed,
     Ping,
     Pong,
@@ -38,10 +41,15 @@ from aa.mesh.messages import (
     Welcome,
 )
 
+from .security import Identity
+
 if TYPE_CHECKING:
     from .router import Router
 
-__all__ = ["ClientSession", "SessionSubscriber"]
+#: The identity of a connection without TLS or without a certificate.
+_ANONYMOUS = Identity()
+
+__all__ = ["ClientSession", "SessionSubscriber", "PartialFrames", "MAX_PARTIAL_TOTAL"]
 
 log = logging.getLogger("aa.router.session")
 
@@ -49,19 +57,68 @@ log = logging.getLogger("aa.router.session")
 #: the client to catch up: a few frames of events, so the client always has one to decode.
 DRAIN_ABOVE = 1024 * 1024
 
+#: Most items in one list or map of a client's frame: at most this many events per publish
+#: frame (the client library sends 1,000), and per value list or map. A frame is decoded in
+#: one call that holds the event loop; a 400,000-event frame held every other client for
+#: seconds. Larger values travel as `bytes`.
+MAX_FRAME_ITEMS = 10_000
+#: Events of one publish frame dispatched per turn of the event loop: a big frame is
+#: dispatched in slices, other connections served between them.
+PUBLISH_SLICE = 1_000
+
+#: Bytes of partly received frames the router holds for all its clients together. The frame
+#: cap bounds one connection (16 MiB); twenty connections each sending 15 MiB of a frame and
+#: then nothing would hold 300 MiB. Past this total, a connection that holds at least
+#: `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy"); small frames in flight
+#: are never the reason.
+MAX_PARTIAL_TOTAL = 64 * 1024 * 1024
+PARTIAL_BLAME = 1024 * 1024
+
+
+class PartialFrames:
+    """The bytes of unfinished frames each connection holds, and their total."""
+
+    def __init__(self, limit: int = MAX_PARTIAL_TOTAL) -> None:
+        self.limit = limit
+        self.total = 0
+        self._held: dict[object, int] = {}
+
+    def hold(self, owner: object, n: int) -> bool:
+        """*owner* now holds *n* bytes; False when it must let go (over the total, and
+        holding a large part of it)."""
+        before = self._held.pop(owner, 0)
+        self.total += n - before
+        if n:
+            self._held[owner] = n
+        return not (self.total > self.limit and n >= PARTIAL_BLAME)
+
 
 class SessionSubscriber:
     """The pattern engine's key for one subscription of one TCP client."""
 
-    __slots__ = ("session", "sub_id", "held", "__weakref__")
+    __slots__ = ("session", "sub_id", "held", "receives", "overflow", "missed", "__weakref__")
 
-    def __init__(self, session: "ClientSession", sub_id: int) -> None:
+    def __init__(
+        self,
+        session: "ClientSession",
+        sub_id: int,
+        receives: Callable[[str | None], bool] | None = None,
+        overflow: str = "notify",
+    ) -> None:
         self.session = session
         self.sub_id = sub_id
-        #: Live events held while this subscription's history is replayed (`aa.router.history`).
+        #: What to do when the client does not keep up: "notify" or "disconnect".
+        self.overflow = overflow
+        #: Deliveries dropped since the client was last told (`Missed`).
+        self.missed = 0
+        #: Live events held while this subscription's history is replayed (`aa.router.store.history`).
         self.held: Any = None
+        #: The event types its user may receive (permissions, `aa.router.security`); None: any.
+        self.receives = receives
 
     def deliver(self, event: Event) -> None:
+        if self.receives is not None and not self.receives(event.type):
+            return
         if self.held is not None:
             self.held.append(event)
             return
@@ -69,13 +126,14 @@ class SessionSubscriber:
 
     def deliver_now(self, event: Event) -> None:
         """Deliver past any hold (history replay)."""
-        self.session.queue_delivery(self.sub_id, event)
+        if self.receives is None or self.receives(event.type):
+            self.session.queue_delivery(self.sub_id, event)
 
     @property
     def active(self) -> bool:
         """Still subscribed, on an open connection."""
         s = self.session
-        return s.subscriptions.get(self.sub_id) is self and not s._closing
+        return s.subscriptions.get(self.sub_id) is self and s.is_open
 
     async def drained(self) -> None:
         """Wait while the connection's write buffer is over its high-water mark."""
@@ -97,18 +155,35 @@ class ClientSession(asyncio.Protocol):
 
     def __init__(self, router: "Router") -> None:
         self.router = router
-        self.codec = Connection()
+        self.codec = Connection(max_items=MAX_FRAME_ITEMS)
         self.transport: asyncio.Transport | None = None
         self.client_id: str | None = None
+        #: The prefix of the event ids this client may propose as they are (`aa.mesh.id_scope`).
+        self.id_scope: str | None = None
         self.name: str | None = None
         self.address = "?"
+        self.host = "?"
+        #: Who is calling: the user of a verified certificate, or anonymous (`aa.router.security`).
+        self.identity = _ANONYMOUS
         self.subscriptions: dict[int, SessionSubscriber] = {}
         self._pending: list[list[Any]] = []  # [[sub_ids], event] awaiting flush
         self._dirty = False
         self._closing = False
+        self._slicing = False  # a big publish is being dispatched in slices
         self.closed = asyncio.get_running_loop().create_future()
         self.dropped = 0  # deliveries dropped because this client did not keep up
+        self._missed = False  # some subscription has drops to tell
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
+
+    @property
+    def backlog(self) -> int:
+        """Bytes written to this client and not yet taken by it."""
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection still takes frames (not closing, not handed over)."""
+        return not self._closing
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -117,17 +192,32 @@ class ClientSession(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.address = f"{peer[0]}:{peer[1]}"
-        self.router._session_opened(self)
+            self.host = peer[0]
+        if self.router.security.server_tls is not None:
+            self.identity = self.router.security.identity(transport)
+        self.router.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
         self.codec.receive_data(data)
+        if not self._slicing:
+            self._process()
+
+    def _process(self) -> None:
+        """Handle every whole frame buffered, until a big publish is dispatched in slices
+        (the rest waits for it: `_sliced_done`)."""
         try:
             while True:
                 msg = self.codec.next_message()
                 if not isinstance(msg, Message):
                     break
+                if type(msg) is Publish and self.client_id is not None and len(msg.events) > PUBLISH_SLICE:  # type: ignore[attr-defined]
+                    self._slicing = True
+                    if self.transport is not None:
+                        self.transport.pause_reading()
+                    self.router.accept_publish(self, msg, slice=PUBLISH_SLICE, done=self._sliced_done)  # type: ignore[arg-type]
+                    return
                 self.handle(msg)
                 if self._closing:
                     break
@@ -135,11 +225,25 @@ class ClientSession(asyncio.Protocol):
             log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
             self.fail(exc.code, str(exc))
         finally:
-            self.router._flush_dirty()
+            self.router.dispatcher.flush()
+        if not self._closing and not self.router.partial_frames.hold(self, self.codec.buffered):
+            log.warning("closing %s: %d bytes of an unfinished frame while the router holds %d for all",
+                        self.client_id or self.address, self.codec.buffered, self.router.partial_frames.total)
+            self.router.counters["busy_closed"] += 1
+            self.fail("busy", "the router holds too many partly received frames; send smaller frames or retry")
+
+    def _sliced_done(self) -> None:
+        self._slicing = False
+        if self._closing:
+            return
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.router._session_closed(self)
+        self.router.partial_frames.hold(self, 0)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         self.resume_writing()
@@ -168,19 +272,18 @@ class ClientSession(asyncio.Protocol):
             if type(msg) is Hello:
                 self._hello(msg)
                 return
-            handoff = self.router._handoff(self, msg)
-            if handoff:
+            if self.router.handoff(self, msg):
                 return
             raise ProtocolError(f"expected 'hello' first, got {msg.kind!r}")
         kind = type(msg)
         if kind is Publish:
-            self.router._publish_from(self, msg)
+            self.router.accept_publish(self, msg)  # type: ignore[arg-type]
         elif kind is Subscribe:
             self._subscribe(msg)  # type: ignore[arg-type]
         elif kind is Unsubscribe:
             sub = self.subscriptions.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
-                self.router._unsubscribe(sub)
+                self.router.remove_subscription(sub)
         elif kind is Update:
             self._update(msg)  # type: ignore[arg-type]
         elif kind is Ping:
@@ -190,23 +293,57 @@ class ClientSession(asyncio.Protocol):
         elif kind is GetMesh:
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
-            self.router.storage.handle_request(self, msg)
+            if kind is not CacheRegister or self._may("client_caches", "own client caches", msg.req):  # type: ignore[attr-defined]
+                self.router.caches.handle_request(self, msg)
         elif kind in QUENCH_REQUESTS:
-            self.router.quench.handle_request(self, msg)
+            if kind is not Quench or self._may("quench", "register quench prototypes", msg.reg):  # type: ignore[attr-defined]
+                self.router.quench.handle_request(self, msg)
         elif kind is Bye:
             self.close()
         else:
             raise ProtocolError(f"a client may not send {msg.kind!r}")
 
+    def _may(self, rule: str, what: str, ref: int) -> bool:
+        """Whether this client's user may do *what* (permission *rule*); tells it why not."""
+        rules = self.router.security.rules_for(self.identity)
+        if rules is not None and getattr(rules, rule):
+            return True
+        message = rules.refusal(rule, what) if rules is not None else "not allowed anything (no rule covers this user)"
+        self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {message}", ref=ref))
+        return False
+
+    def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
+        """The events this client's user may publish; tells it about the others, once per
+        frame, naming the rule (the rest of the frame is published and acknowledged)."""
+        gate = self.router.security
+        rules = gate.rules_for(self.identity)
+        if rules is not None and rules.publish_any and rules.persist:
+            return events
+        allowed, reason = gate.screen(rules, events, "persist")
+        if reason is not None:
+            self.router.counters["refused_permission"] += len(events) - len(allowed)
+            self.send(Error(code="permission-denied", message=f"{len(events) - len(allowed)} event(s) refused: "
+                            f"user {self.identity.user!r} is {reason}"))  # fmt: skip
+        return allowed
+
     def _hello(self, msg: Hello) -> None:
+        refusal = self.router.security.admit_client(self.identity, self.host)
+        if refusal is not None:
+            log.info("refusing client %s from %s: %s", msg.client_id, self.address, refusal)
+            self.fail("forbidden", refusal)
+            return
         self.client_id = msg.client_id
         self.name = msg.name
+        # The client's own scope when it proves it holds the secret; a scope of this
+        # connection alone otherwise (its retries are then recognised on this router only).
+        self.id_scope = id_scope(msg.secret if msg.secret is not None else os.urandom(16).hex())
         self.send(
             Welcome(
                 router_id=self.router.id,
                 router_name=self.router.name,
                 client_id=msg.client_id,
                 alternatives=self.router.alternatives(),
+                id_scope=self.id_scope,
             )
         )
 
@@ -218,16 +355,22 @@ class ClientSession(asyncio.Protocol):
         if len(self.subscriptions) >= limit:
             self.send(Error(code="limit", message=f"at most {limit} subscriptions per client", ref=msg.sub_id))
             return
-        sub = SessionSubscriber(self, msg.sub_id)
+        rules = self.router.security.rules_for(self.identity)
+        refusal = rules.pattern_refusal(msg.pattern) if rules is not None else "not allowed to subscribe (no rule covers this user)"
+        if refusal is not None:
+            self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {refusal}", ref=msg.sub_id))
+            return
+        assert rules is not None
+        sub = SessionSubscriber(self, msg.sub_id, None if rules.subscribe_any else rules.may_receive, msg.overflow)
         try:
-            self.router._subscribe(sub, msg.pattern, msg.params, msg.history)
+            self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
             code = getattr(exc, "code", "pattern-refused")
             self.send(Error(code=code, message=str(exc), ref=msg.sub_id))
             return
         self.subscriptions[msg.sub_id] = sub
-        self.send(Subscribed(sub_id=msg.sub_id))
-        self.router._after_subscribe(sub, msg.history)
+        self.send(Subscribed(sub_id=msg.sub_id, **self.router.subscription_notes(msg.pattern, msg.params)))
+        self.router.subscription_added(sub, msg.history)
 
     def _update(self, msg: Update) -> None:
         sub = self.subscriptions.get(msg.sub_id)
@@ -235,7 +378,7 @@ class ClientSession(asyncio.Protocol):
             self.send(Error(code="unknown-subscription", message=f"no subscription {msg.sub_id}", ref=msg.sub_id))
             return
         try:
-            self.router._update(sub, msg.params)
+            self.router.update_subscription(sub, msg.params)
         except (PatternError, UsageError) as exc:
             self.send(Error(code=getattr(exc, "code", "bad-params"), message=str(exc), ref=msg.sub_id))
             return
@@ -259,7 +402,7 @@ class ClientSession(asyncio.Protocol):
         pending.append([[sub_id], event])
         if not self._dirty:
             self._dirty = True
-            self.router._dirty_sessions.append(self)
+            self.router.dispatcher.queued(self)
 
     def flush(self) -> None:
         """Write queued deliveries as one frame (or several, if one would be too large)."""
@@ -268,11 +411,12 @@ class ClientSession(asyncio.Protocol):
         if not pending or self.transport is None or self._closing:
             return
         if self.transport.get_write_buffer_size() > self.router.config.max_session_backlog:
-            self.dropped += len(pending)
-            self.router.counters["dropped_slow"] += len(pending)
+            self._overflow(pending)
             return
+        if self._missed:
+            self._tell_missed()
         try:
-            self.transport.write(self.codec.send(Deliver(items=pending)))  # type: ignore[arg-type]
+            self.transport.write(self.codec.send_deliver(pending))  # each event packed once for all
         except UsageError:  # over the frame cap: split and retry
             if len(pending) == 1:
                 log.warning("dropping an event too large to deliver to %s", self.client_id)
@@ -281,6 +425,32 @@ class ClientSession(asyncio.Protocol):
             for part in (pending[:half], pending[half:]):
                 self._pending = part
                 self.flush()
+
+    def _overflow(self, pending: list[list[Any]]) -> None:
+        """The client does not read: drop these deliveries, and tell it (`Missed`, when
+        it reads again) or close it, as each subscription asked."""
+        self.dropped += len(pending)
+        self.router.counters["dropped_slow"] += len(pending)
+        subs = self.subscriptions
+        for sub_ids, _event in pending:
+            for sid in sub_ids:
+                sub = subs.get(sid)
+                if sub is None:
+                    continue
+                if sub.overflow == "disconnect":
+                    log.info("closing %s: it does not read its deliveries (overflow=disconnect)", self.client_id)
+                    self.fail("overflow", f"subscription {sid} asked to be disconnected rather than miss events, "
+                              f"and this client did not read fast enough: {self.dropped} events dropped")  # fmt: skip
+                    return
+                sub.missed += 1
+                self._missed = True
+
+    def _tell_missed(self) -> None:
+        self._missed = False
+        for sub in self.subscriptions.values():
+            if sub.missed:
+                n, sub.missed = sub.missed, 0
+                self.transport.write(self.codec.send(Missed(sub_id=sub.sub_id, count=n)))  # type: ignore[union-attr]
 
     def ack(self, seq: int) -> None:
         self.send(Ack(seq=seq))
@@ -303,7 +473,8 @@ class ClientSession(asyncio.Protocol):
             raise UsageError("only an open session can be detached")
         self._closing = True
         self.transport = None
-        self.router._session_closed(self)
+        self.router.partial_frames.hold(self, 0)
+        self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         return transport, self.codec

@@ -3,61 +3,17 @@
 from __future__ import annotations
 
 import os
-import socket
 
 # Before anything imports aa: discovery stays on loopback in every test (the issue's rule).
 os.environ["AA_DISCOVERY_INTERFACES"] = "lo"
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from support import free_udp_port  # noqa: E402  (imports no aa)
 
 # ... and on a beacon port of this test run's own: the `aa router` processes tests start find
 # each other as they should, never a router someone runs on this machine (`make run`).
-os.environ["AA_DISCOVERY_PORT"] = str(_free_udp_port())
-
-import asyncio
-from typing import AsyncIterator, Awaitable, Callable
-
-import pytest
-
-from aa.client import AsyncClient
-from aa.router import Router, RouterConfig
+os.environ["AA_DISCOVERY_PORT"] = str(free_udp_port())
 
 
-@pytest.fixture
-async def router() -> AsyncIterator[Router]:
-    async with Router(RouterConfig(port=0, name="test")) as r:
-        yield r
-
-
-@pytest.fixture
-async def client(router: Router) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(router.endpoint, name="test-client") as c:
-        yield c
-
-
-@pytest.fixture
-async def open_client() -> AsyncIterator[Callable[..., Awaitable[AsyncClient]]]:
-    """Open clients on any router: ``await open_client(router, client_id=None, **kwargs)``;
-    all are closed at the end of the test."""
-    clients: list[AsyncClient] = []
-
-    async def make(router: Router, client_id: str | None = None, **kwargs: object) -> AsyncClient:
-        c = AsyncClient(router.endpoint, client_id=client_id, **kwargs)  # type: ignore[arg-type]
-        await c.connect()
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await c.aclose()
-
-
-@pytest.fixture
-def make_client(router: Router, open_client: Callable[..., Awaitable[AsyncClient]]) -> Callable[..., Awaitable[AsyncClient]]:
-    """Open more clients on the test's router (see `open_client`)."""
-    return lambda **kwargs: open_client(router, **kwargs)
+# The shared fixtures (a router, clients, a PostgreSQL server): tests/support/.
+pytest_plugins = ["support.fixtures", "support.postgres"]

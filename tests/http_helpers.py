@@ -1,37 +1,19 @@
 """Helpers of the HTTP endpoint's tests (test_http*.py): an in-process app over a real
-router, a real uvicorn server, a clock tests move."""
+router, a real uvicorn server (the clock tests move is `support.Clock`)."""
 
 from __future__ import annotations
 
-import base64
-import json
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
 from aa.http_api import HttpEndpoint, create_app
 from aa.router import Router, RouterConfig
 
+from support import Clock
+
 PEER = ("127.0.0.1", 40000)
-
-
-class Clock:
-    """A clock tests move: monotonic seconds and wall seconds together."""
-
-    def __init__(self, start: float = 1_000.0, wall: float = 1_800_000_000.0) -> None:
-        self.t = start
-        self.w = wall
-
-    def __call__(self) -> float:
-        return self.t
-
-    def wall(self) -> float:
-        return self.w
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-        self.w += seconds
 
 
 @asynccontextmanager
@@ -70,7 +52,31 @@ async def register(http: httpx.AsyncClient, *patterns: str, **body: Any) -> dict
     return r.json()  # type: ignore[no-any-return]
 
 
-def decode_content(text: str) -> dict[str, Any]:
-    """The typed JSON in an Atom entry's Base64 content."""
-    return json.loads(base64.b64decode(text))  # type: ignore[no-any-return]
+@contextmanager
+def chromium(*, window: str = "1280,1000") -> Iterator[Any]:
+    """A headless Chromium driven through chromedriver (selenium); skips when either is
+    missing. No proxy, no background traffic: the browser talks to loopback only."""
+    import shutil
+    import tempfile
 
+    import pytest
+
+    for program, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
+        if shutil.which(program) is None:
+            pytest.skip(f"{program} is not installed (Debian package {package}; see tests/setup/system-deps.sh)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    profile = tempfile.mkdtemp(prefix="aa-chromium-")
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={profile}", f"--window-size={window}", "--proxy-server=direct://"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

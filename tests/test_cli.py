@@ -16,7 +16,7 @@ import pytest
 from aa.client import AsyncClient
 from aa.tools.common import parse_scalar
 
-from util import wait_for
+from support import wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 
@@ -30,8 +30,10 @@ async def run_aa(*args: str, timeout: float = 30) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("command", [[], ["router"], ["send"], ["subscribe"]])
 async def test_every_command_has_help(command):
-    code, out, _ = await run_aa(*command, "--help")
-    assert code == 0 and "usage: aa" in out and "--router" in out or "--port" in out or "COMMAND" in out
+    code, out, err = await run_aa(*command, "--help")
+    assert (code, err) == (0, "")
+    assert out.startswith(f"usage: aa {' '.join(command)}".rstrip())
+    assert {(): "COMMAND", ("router",): "--port"}.get(tuple(command), "--router") in out
 
 
 def test_value_parsing_rules():
@@ -86,9 +88,9 @@ async def test_subscribe_with_a_script_file(router, tmp_path):
 
 async def test_bad_value_and_bad_pattern_give_clear_errors(router):
     code, _, err = await run_aa("send", "--router", router.endpoint, "novalue")
-    assert code == 2 and "NAME=VALUE" in err
+    assert code == 2 and err.startswith("aa send: value 'novalue' is not NAME=VALUE") and err.count("\n") == 1
     code, _, err = await run_aa("subscribe", "--router", router.endpoint, "x >>> (")
-    assert code == 1 and "aa:" in err
+    assert code == 1 and err.startswith("aa subscribe: pattern does not compile") and err.count("\n") == 1
 
 
 async def test_aa_router_runs_on_the_console_and_stops_on_sigterm(tmp_path):
@@ -127,3 +129,24 @@ async def test_subscribe_needs_lets_a_quenching_publisher_see_a_narrow_pattern(r
             out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
         assert "SnowDepth=80" in out.decode()
+
+
+async def test_subscribe_warns_of_a_name_no_event_has_had_and_says_the_tier(router) -> None:
+    """Issue 14: `Temprature > 100` is accepted and would never match: the router says so."""
+    import asyncio
+    import sys
+    from pathlib import Path
+
+    router.publish({"Temperature": 20, "Sensor": "lab-1"})
+    aa = str(Path(sys.executable).with_name("aa"))
+    proc = await asyncio.create_subprocess_exec(
+        aa, "subscribe", "--router", router.endpoint, "--tier", "--count", "1", "Temprature > 100",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    async with asyncio.timeout(30):
+        warning = (await proc.stderr.readline()).decode()
+        tier = (await proc.stderr.readline()).decode()
+    proc.kill()
+    await proc.wait()
+    assert "no event has had `Temprature`; did you mean `Temperature`?" in warning
+    assert "predicate tier" in tier

@@ -21,7 +21,7 @@ from aa.tools.cli import main
 from aa.tools.on_cmd import event_environment, render_argument
 from aa.tools.service_cmd import systemd_quote
 
-from util import next_event, wait_for
+from support import next_event, wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from aa.client import Client
-from aa.mesh import AaTimeout, PatternError
+from aa.mesh import AaTimeout, PatternError, StoreUnavailable
+from aa.router import Router, RouterConfig, StoreConfig
+
+from support import next_event
 
 
 @pytest.fixture
@@ -77,3 +84,99 @@ async def test_no_router_is_a_clear_timeout():
             Client("127.0.0.1:9", timeout=0.5)
 
     await in_thread(scenario)
+
+
+# -- the README's three lines: a client never closed still sends what it was given ----------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+THREE_LINES = (
+    "from aa.client import Client\n"
+    'c = Client("127.0.0.1:7447")\n'
+    'c.publish({"Temperature": 101}, type="reading")\n'
+)
+
+
+async def _python(code: str, **kwargs):
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **kwargs
+    )
+
+
+def test_the_three_lines_are_the_readmes():
+    assert THREE_LINES in README.read_text()
+
+
+async def test_three_lines_without_close_deliver_before_exit(router, client):
+    sub = await client.subscribe("Temperature > 100")
+    for _ in range(3):  # the issue's report: lost 6 times out of 6
+        proc = await _python(THREE_LINES.replace("127.0.0.1:7447", router.endpoint))
+        async with asyncio.timeout(20):
+            out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        assert err == b"", err.decode()
+        event = await next_event(sub)
+        assert (event.type, event.values) == ("reading", {"Temperature": 101})
+
+
+async def test_exit_says_what_it_could_not_send():
+    """The router goes away after the client connected: the exit waits `exit_timeout`, then
+    says on stderr that the event is lost, and the program still ends."""
+    code = (
+        "import sys\n"
+        "from aa.client import Client\n"
+        f"c = Client(sys.argv[1], exit_timeout=1.0)\n"
+        "print('connected', flush=True)\n"
+        "sys.stdin.readline()\n"
+        'c.publish({"Temperature": 101}, type="reading")\n'
+    )
+    async with Router(RouterConfig(port=0)) as router:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, router.endpoint, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(20):
+            assert await proc.stdout.readline() == b"connected\n"
+    assert proc.stdin is not None
+    proc.stdin.write(b"go\n")
+    started = time.monotonic()
+    async with asyncio.timeout(20):
+        _, err = await proc.communicate()
+    took = time.monotonic() - started
+    assert proc.returncode == 0
+    text = err.decode()
+    assert "1 event(s) not acknowledged by a router within 1 s" in text, text
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1, text
+    assert took < 8, f"exit took {took:.1f} s"
+
+
+async def test_exit_says_once_what_a_connected_router_did_not_acknowledge(tmp_path):
+    """Connected, but the router never acknowledges (its store cannot write a persisted
+    event): the exit waits `exit_timeout`, then one line on stderr, nothing more."""
+    async with Router(RouterConfig(port=0, data_dir=tmp_path)):
+        pass  # makes the database and its tables
+    url = f"sqlite:///file:{tmp_path / 'events.db'}?mode=ro&uri=true"
+    router = Router(RouterConfig(port=0, store=StoreConfig(url=url, retry_max=0.1)))
+    await router.start()
+    code = (
+        "import sys\n"
+        "from aa.client import Client\n"
+        "c = Client(sys.argv[1], exit_timeout=1.0)\n"
+        'c.publish({"Temperature": 101}, type="reading", meta={"persist": True})\n'
+    )
+    try:
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, router.endpoint,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        async with asyncio.timeout(30):
+            _, err = await proc.communicate()
+        took = time.monotonic() - started
+    finally:
+        if router.storage.store is not None:  # it would wait 30 s for the write that cannot be
+            with pytest.raises(StoreUnavailable):
+                await router.storage.store.aclose(timeout=0.1)
+        await router.aclose()
+    assert proc.returncode == 0
+    text = err.decode()
+    assert text.startswith("aa.client: 1 event(s) not acknowledged by a router within 1 s"), text
+    assert len(text.splitlines()) == 1, text
+    assert took < 10, f"exit took {took:.1f} s"

@@ -16,22 +16,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from aa.mesh import Event, UsageError
-from aa.router import eventlogprocess
-from aa.router.eventlog import SCHEMA, EventLog, EventLogConfig
-from aa.router.eventlogprocess import WriterProcess
-from aa.router.logcodec import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
-from aa.router.logtable import build_table
-from aa.router.meshcache import encode_events
+from aa.router.eventlog import logprocess as eventlogprocess
+from aa.router.eventlog import SCHEMA
+from aa.router import EventLog
+from aa.router import EventLogConfig
+from aa.router.eventlog import WriterProcess
+from aa.router.eventlog import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
+from aa.router.eventlog import build_table
+from aa.router.caches import encode_events
+
+from support import Clock
 
 T0 = datetime(2030, 1, 1, 10, 0, tzinfo=timezone.utc)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0.timestamp()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def ev(i: int, **values: object) -> Event:
@@ -49,7 +45,7 @@ def read(root: Path) -> ds.Dataset:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(start=T0.timestamp())  # the log's clock is wall seconds
 
 
 @pytest.fixture
@@ -147,10 +143,10 @@ async def test_rotation_by_hour_age_and_size(tmp_path: Path, clock: Clock) -> No
             elog.append(ev(i))
         await elog.maintain()
         assert read(tmp_path).count_rows() == 0
-        clock.now += 61  # the open file is now too old: housekeeping closes it
+        clock.advance(61)  # the open file is now too old: housekeeping closes it
         await elog.maintain()
         assert read(tmp_path).count_rows() == 100
-        clock.now += 3600  # next hour: a new partition
+        clock.advance(3600)  # next hour: a new partition
         for i in range(100, 120):
             elog.append(ev(i))
         await elog.flush()
@@ -172,7 +168,7 @@ async def test_total_size_and_age_bounds_delete_oldest(tmp_path: Path, clock: Cl
         for h in range(4):  # one file per hour, 10:00 .. 13:00
             elog.append(ev(h))
             await elog.flush()
-            clock.now += 3600
+            clock.advance(3600)
         assert len(files(tmp_path)) == 4
         # now 14:00: hours that ended at or before 12:00 are past the 2 h age bound
         await elog.maintain()
@@ -228,7 +224,7 @@ async def test_append_needs_a_started_log(tmp_path: Path) -> None:
 async def test_event_without_time_stamp_keeps_all_meta(tmp_path: Path, elog: EventLog, clock: Clock) -> None:
     naive = datetime(2030, 1, 1, 9, 0)
     elog.append(Event(values={"v": b"\x01"}, meta={"time": naive}, id="a"))
-    elog.append(Event(values={}, id="b"), now=clock.now + 5)
+    elog.append(Event(values={}, id="b"), now=clock.t + 5)
     await elog.flush()
     rows = {r["id"]: r for r in read(tmp_path).to_table().to_pylist()}
     assert rows["a"]["time"] == T0  # logged at the clock's time
@@ -242,7 +238,7 @@ async def test_event_without_time_stamp_keeps_all_meta(tmp_path: Path, elog: Eve
 
 
 def reference_rows(events: list[Event], logged: float) -> list[dict[str, object]]:
-    """What each row must hold, one event at a time through `aa.router.logcodec`."""
+    """What each row must hold, one event at a time through `aa.router.eventlog.logcodec`."""
     rows = []
     for e in events:
         meta, t = dict(e.meta), e.meta.get("time")
@@ -323,7 +319,7 @@ def test_writer_process_relays_its_log_and_counts_what_it_cannot_read(
 ) -> None:
     writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(), clock)
     try:
-        writer.write([(clock.now, 3, b"\xc1 not msgpack"), chunk([ev(1), ev(2)], clock.now)])
+        writer.write([(clock.t, 3, b"\xc1 not msgpack"), chunk([ev(1), ev(2)], clock.t)])
         assert (writer.rows, writer.dropped, writer.errors) == (2, 3, 1)
         assert "3 rows cannot be decoded" in caplog.text  # logged by the router, for the writer
     finally:
@@ -334,7 +330,7 @@ def test_writer_process_relays_its_log_and_counts_what_it_cannot_read(
 
 def test_writer_process_closes_its_file_when_the_router_dies(tmp_path: Path, clock: Clock) -> None:
     writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(), clock)
-    writer.write([chunk([ev(i) for i in range(100)], clock.now)])
+    writer.write([chunk([ev(i) for i in range(100)], clock.t)])
     assert writer.rows == 100 and read(tmp_path).count_rows() == 0  # written, file still open
     proc = writer._proc
     assert proc is not None and writer._conn is not None
@@ -359,7 +355,7 @@ async def test_a_killed_writer_process_drops_its_rows_and_a_new_one_takes_over(
         elog.append(ev(15))
         await elog.flush()  # too soon to start another one: dropped too
         assert elog.stats().dropped == 6
-        clock.now += eventlogprocess.RESTART_DELAY
+        clock.advance(eventlogprocess.RESTART_DELAY)
         elog.extend([ev(i) for i in range(16, 20)])
         await elog.flush()
         assert elog._w.pid not in (None, pid)
@@ -372,7 +368,7 @@ async def test_a_killed_writer_process_drops_its_rows_and_a_new_one_takes_over(
 async def test_extend_logs_a_batch_at_one_time_and_drops_beyond_the_bound(tmp_path: Path, clock: Clock) -> None:
     config = EventLogConfig(max_pending_rows=5, row_group_rows=1000)
     async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
-        elog.extend([Event(values={"i": i}, id=f"x{i}") for i in range(3)], now=clock.now + 7)
+        elog.extend([Event(values={"i": i}, id=f"x{i}") for i in range(3)], now=clock.t + 7)
         elog.extend([ev(i) for i in range(3, 8)])  # room for two
         assert elog.stats().dropped == 3
         await elog.flush()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aa.mesh import Event
-from aa.router.eventlog import EventLog
+from aa.router import EventLog
 
 pytestmark = pytest.mark.spark
 

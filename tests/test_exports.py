@@ -1,18 +1,151 @@
-"""Each package names its public API in __all__, and everything named there exists."""
+"""Each package names its public API in __all__, exactly as listed here, and everything named
+there exists. Changing a public face means changing this list on purpose."""
 
+import ast
 import importlib
+import pathlib
 
 import pytest
 
-PACKAGES = ["aa.mesh", "aa.router", "aa.client", "aa.tools", "aa.http_api", "aa.addins"]
+PUBLIC: dict[str, list[str]] = {
+    "aa.mesh": [
+        "AaError", "AaTimeout", "BROADCAST_INTERVAL", "Beacon", "BroadcastDiscovery", "Connection",
+        "ConnectionClosed", "ConnectionLost", "Control", "DEFAULT_ROUTER_PORT", "DEFAULT_TTL",
+        "DISCOVERY_PORT", "DatagramNetwork", "Discovery", "DiscoveryConfig", "ENV_INTERFACES",
+        "Event", "EventQueue", "Flood", "FloodRules", "FrameTooLarge", "GetMesh", "Hop",
+        "ID_SCOPE_LENGTH", "IdGenerator", "Interface", "InvalidPattern", "InvalidPolicy",
+        "InvalidValue", "KnownRouter", "MAX_FRAME_BYTES", "MAX_ID_LENGTH", "MAX_PEERS", "MAX_TTL",
+        "META_ADDRESS", "META_CLIENT", "META_HISTORICAL", "META_PATH", "META_ROUTER", "META_TIME",
+        "META_TTL", "MalformedFrame", "MeshInfo", "NEED_DATA", "OutboxFull", "PatternError",
+        "PatternSpec", "PeerEntry", "PeerHello", "PeerRouters", "PeerState", "PeerTable",
+        "ProtocolError", "RETRY_BASE", "RETRY_JITTER", "RETRY_MAX", "ROUTER_META_KEYS",
+        "RemoteError", "RouterInfo", "STABLE_AFTER", "SeenIds", "Source", "StoreError", "StoreFull",
+        "StoreUnavailable", "TOPOLOGY_FILE", "UdpNetwork", "UnknownCache", "UnknownMessage",
+        "UsageError", "Value", "Values", "ZeroconfDiscovery", "check_endpoint", "check_value",
+        "check_values", "event_from_json", "event_to_json", "format_endpoint", "from_json",
+        "id_scope", "is_unspecified", "load_topology", "parse_endpoint", "save_topology",
+        "select_targets", "selected_addresses", "selection_from_env", "to_json"
+    ],
+    "aa.mesh.protocol": [
+        "Ack", "Bye", "CacheAck", "CacheClear", "CacheDone", "CacheEvents", "CacheFetch",
+        "CacheKeepalive", "CachePolicy", "CacheRegister", "CacheRemove", "Cached", "Connection",
+        "Control", "DEFAULT_CACHE_TIMEOUT", "Deliver", "Error", "Flood", "FloodGroup",
+        "GetCacheInfo", "GetCached", "GetMesh", "GetRouters", "Hello", "KnownRouter",
+        "MAX_ANSWER_EVENTS", "MAX_CACHE_TIMEOUT", "MAX_FRAME_BYTES", "MAX_GROUP_EVENTS",
+        "MAX_KNOWN_ROUTERS", "MAX_NAME_LENGTH", "MAX_NOTICE_CHANGES", "MAX_PATTERN_SOURCE",
+        "MAX_TOPIC_LENGTH", "MESH_INFO_FORMAT", "MESH_PROTOCOL_VERSION", "MESSAGE_KINDS",
+        "MeshInfo", "Message", "Missed", "NEED_DATA", "OVERFLOW_MODES", "PROTOCOL_VERSION",
+        "PatternFailed", "PatternSpec", "PeerHello", "PeerRouters", "Ping", "Pong", "Publish",
+        "QUENCH_ANSWERS", "QUENCH_REQUESTS", "Quench", "QuenchNotice", "Quenched", "Routers",
+        "STORAGE_ANSWERS", "STORAGE_REQUESTS", "Subscribe", "Subscribed", "Unquench", "Unsubscribe",
+        "Update", "Updated", "Welcome", "declared_needs", "event_from_wire", "event_to_wire",
+        "pack", "pack_events", "packed_event", "register", "unpack", "with_needs"
+    ],
+    "aa.router": [
+        "Acknowledgements", "CacheConfig", "CacheInfo", "ClientCacheService", "DEFAULT_PORT",
+        "Dispatcher", "Endpoint", "EventLog", "EventLogConfig", "ExpiryPolicy", "Fetched",
+        "LocalSubscription", "MeshCache", "MeshConfig", "MeshService", "QuenchConfig",
+        "QuenchService", "Router", "RouterConfig", "StoreConfig", "StoreService", "parse_duration"
+    ],
+    "aa.router.caches": [
+        "CACHE_SWEEP_INTERVAL", "CACHE_TOPIC", "CacheConfig", "CacheIndex", "CacheInfo",
+        "ClientCacheService", "ClientCaches", "Fetched", "MAX_CLIENT_CACHES",
+        "MAX_EVENTS_PER_CACHE", "MESH_CACHE_MAX_BYTES", "MESH_CACHE_MAX_EVENTS", "MeshCache",
+        "approx_size", "encode_events", "equality_of"
+    ],
+    "aa.router.eventlog": [
+        "Chunk", "EVENTLOG_DIR", "EventLog", "EventLogConfig", "EventLogStats", "RESTART_DELAY",
+        "SCHEMA", "STOP_TIMEOUT", "TYPE_NAMES", "WRITER_NICE", "Writer", "WriterProcess",
+        "build_table", "decode_json", "decode_value", "encode_json", "encode_value", "safe_name"
+    ],
+    "aa.router.links": [
+        "ControlCallback", "Dialer", "LinkOwner", "MAX_ALTERNATIVES", "MAX_CONCURRENT_DIALS",
+        "MAX_PEER_BACKLOG", "MAX_PEER_LINKS", "MeshConfig", "MeshService", "MeshView",
+        "PEER_KEEPALIVE", "PeerLink", "ROUTER_INFO_INTERVAL", "ROUTER_INFO_TOPIC", "Relay"
+    ],
+    "aa.router.patterns": [
+        "Delivery", "HostFacts", "Matcher", "PREDICATE_TIER", "PatternEngine", "PatternSet",
+        "SANDBOX_TIER", "SandboxLimits", "WORKER_TIER", "pattern_warnings"
+    ],
+    "aa.router.quench": [
+        "Change", "MAX_QUENCHES_PER_CLIENT", "MAX_QUENCH_TIMEOUT", "MAX_REGISTRATIONS",
+        "QUENCH_TOPIC", "QuenchConfig", "QuenchService", "QuenchTable", "Registration",
+        "parse_registrations", "parse_report"
+    ],
+    "aa.router.store": [
+        "EventStore", "ExpiryPolicy", "HistoryReplay", "Hold", "MAX_HELD", "MAX_STORED_TYPE_LENGTH",
+        "META_MAX_AGE", "META_MAX_COUNT", "META_MESH_CACHE", "META_PERSIST", "STORE_FILE",
+        "SYNC_TOPIC", "StoreConfig", "StoreService", "StoreStats", "StoreSync", "as_spec",
+        "check_history", "check_persistable", "check_since", "digest_of", "event_order",
+        "event_time", "mark_historical", "parse_duration", "persist_policy", "send_paged",
+        "wants_mesh_cache"
+    ],
+    "aa.client": [
+        "AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "Quench",
+        "Subscription"
+    ],
+    "aa.http_api": [
+        "ATOM_TYPE", "BadToken", "Capacity", "DEFAULT_ALLOW", "DEFAULT_HTTP_PORT", "HttpConfig",
+        "HttpEndpoint", "MAX_BODY_BYTES", "UnknownClient", "create_app", "entry_id",
+        "event_from_content"
+    ],
+    "aa.addins": [
+        "AddIn", "AddInLoadError", "Backoff", "Container", "ContainerConfig", "Context",
+        "DEFAULT_POLL_INTERVAL", "ENTRY_POINT_GROUP", "default_data_dir"
+    ],
+    "aa.tools": [
+
+    ],
+    "aa.router.security": [
+        "ALLOW_ALL", "ANONYMOUS", "AllowList", "Gate", "HANDSHAKE_TIMEOUT", "HandshakeGuard",
+        "Identity", "Listener", "NAME_RE", "Permissions", "Rules", "SecurityConfig", "TLS_REQUIRED",
+        "check_cert_file", "check_key_file", "client_context", "id_matches", "identity_of",
+        "router_id_for", "server_context"
+    ],
+}
+PACKAGES = list(PUBLIC)
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("name", PACKAGES)
-def test_all_names_exist(name):
+def test_all_is_exactly_the_public_face(name):
     module = importlib.import_module(name)
-    assert isinstance(module.__all__, list)
+    assert sorted(module.__all__) == PUBLIC[name]
     for attr in module.__all__:
         assert hasattr(module, attr), f"{name}.{attr} is in __all__ but missing"
+
+
+def test_no_module_imports_another_packages_submodule():
+    """Across packages (aa.mesh, aa.mesh.protocol, aa.router and its rooms, …), code imports a
+    package's public face, never a module inside it: `from aa.router.store import X`, not
+    `from aa.router.store.eventstore import X`."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = set(config["packages"])
+    offenders = []
+    for top, folder in config["package-dir"].items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder)
+            own = ".".join([top, *rel.parent.parts]) if rel.parent.parts else top
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ImportFrom) or node.module is None:
+                    continue
+                if node.level:  # relative: resolve against the module's own package
+                    base = own.split(".")[: len(own.split(".")) - (node.level - 1)]
+                    target = ".".join(base + node.module.split("."))
+                else:
+                    target = node.module
+                if not target.startswith("aa.") or target in packages:
+                    continue
+                package = target.rsplit(".", 1)[0]
+                # A room may use its enclosing package's modules (aa.router.seams, aa.mesh.errors):
+                # the enclosing package's face imports the room, so it cannot import that face.
+                ancestor = own == package or own.startswith(package + ".")
+                if not ancestor and package in packages:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+    assert not offenders, "\n".join(offenders)
 
 
 def test_core_public_api():
@@ -26,11 +159,28 @@ def test_core_public_api():
 
 
 def test_py_typed_markers_ship():
-    import pathlib
-
-    for name in PACKAGES:
+    for name in ["aa.mesh", "aa.router", "aa.client", "aa.tools", "aa.http_api", "aa.addins"]:
         module = importlib.import_module(name)
         assert (pathlib.Path(module.__file__).parent / "py.typed").exists(), name
+
+
+def test_no_module_of_the_packages_is_over_500_lines():
+    """Small files with one job (STYLE.md): a module past 500 lines holds two ideas."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    long = []
+    for folder in config["package-dir"].values():
+        for path in (ROOT / folder).rglob("*.py"):
+            n = len(path.read_text().splitlines())
+            if n > 500:
+                long.append(f"{path.relative_to(ROOT)}: {n} lines")
+    assert not long, long
+
+
+def test_the_router_keeps_at_most_ten_modules_at_its_top():
+    top = [p.name for p in (ROOT / "router").glob("*.py")]
+    assert len(top) <= 10, top
 
 
 def test_every_subpackage_is_listed_for_non_editable_installs():

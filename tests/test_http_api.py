@@ -10,9 +10,9 @@ import pytest
 
 from aa.http_api import HttpConfig, HttpEndpoint
 from aa.mesh import UsageError
-from aa.mesh.jsonvalues import to_json
+from aa.mesh import to_json
 from http_helpers import bearer, open_api, register
-from util import next_event
+from support import next_event
 
 
 async def test_publish_keeps_value_types_end_to_end() -> None:
@@ -184,6 +184,28 @@ async def test_unknown_routes_and_methods_answer_in_the_error_shape() -> None:
         assert r.status_code == 405 and r.json()["error"] == "method-not-allowed"
 
 
+async def test_edges_schemathesis_found_are_accepted_or_refused_by_the_schema() -> None:
+    async with open_api() as (router, http):
+        assert (await http.get("/events", params={"since": ""})).status_code == 200  # empty: no limit
+        r = await http.post("/clients", json={"keepalive": "1h30m", "policy": {"max_age": "2w"}})  # beyond the
+        assert r.status_code == 201 and r.json()["keepalive"] == 5400.0  # schema's simple pattern, still read
+        r = await http.post("/clients", json={"keepalive": 1, "policy": {"max_count": 5.0}})  # 5.0 is a count
+        assert r.status_code == 201 and r.json()["keepalive"] == 1.0 and r.json()["policy"]["max_count"] == 5
+        r = await http.post("/events", json={"values": {"big": 2**64}})
+        assert r.status_code == 422 and "64-bit" in r.json()["message"]
+        schema = (await http.get("/openapi.json")).json()
+        big = schema["components"]["schemas"]["TypedValue"]["anyOf"][3]
+        assert big == {"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1}  # …and the schema says so
+        keepalive = schema["components"]["schemas"]["ClientIn"]["properties"]["keepalive"]["anyOf"][0]
+        assert keepalive["minimum"] >= 1
+        assert "200" in schema["paths"]["/events"]["post"]["responses"]  # the duplicate answer
+        for method, path, allow in [("OPTIONS", "/events", "GET, POST"), ("PUT", "/events", "GET, POST"),
+                                    ("POST", "/mesh", "GET"), ("PATCH", "/clients/x", "DELETE, GET"),
+                                    ("PUT", "/clients/x/feed", "DELETE, GET, HEAD")]:
+            r = await http.request(method, path)
+            assert r.status_code == 405 and r.headers["allow"] == allow, (method, path, r.headers.get("allow"))
+
+
 async def test_client_registration_refuses_bad_patterns_and_policies() -> None:
     async with open_api() as (router, http):
         cases = [
@@ -191,9 +213,14 @@ async def test_client_registration_refuses_bad_patterns_and_policies() -> None:
             ({"patterns": [{"source": "x", "kernel": "cobol"}]}, "invalid-request"),
             ({"patterns": [{"source": "x", "kernel": "xpath", "format": "script"}]}, "InvalidValue"),
             ({"policy": {"max_age": "3 fortnights"}}, "InvalidPolicy"),
-            ({"policy": {"max_count": 0}}, "InvalidPolicy"),
+            ({"policy": {"max_count": 0}}, "invalid-request"),
             ({"policy": {"max_count": "5"}}, "invalid-request"),
-            ({"keepalive": 10**9}, "UsageError"),
+            ({"keepalive": 10**9}, "invalid-request"),
+            ({"keepalive": 0}, "invalid-request"),
+            ({"keepalive": 1e-276}, "invalid-request"),  # the client would expire at once
+            ({"keepalive": "0s"}, "UsageError"),
+            ({"keepalive": "1 fortnight"}, "InvalidPolicy"),
+            ({"policy": {"max_count": 2**70}}, "invalid-request"),
             ({"patterns": [{"source": "True"}] * 17}, "invalid-request"),
             ({"nickname": "x"}, "invalid-request"),
         ]
@@ -226,3 +253,16 @@ def test_guard_reads_ipv6_and_mapped_addresses() -> None:
     assert guard.allowed("127.0.0.1") and guard.allowed("::1") and guard.allowed("::ffff:127.0.0.1")
     assert not guard.allowed("10.0.0.1") and not guard.allowed("fe80::1%lo") and not guard.allowed(None)
     assert not guard.allowed("not-an-address")
+
+
+async def test_an_http_publish_is_stamped_with_the_user_whose_token_it_carries() -> None:
+    """Issue 13: the token's owner is a user, stamped as `meta["user"]` like a certificate's."""
+    async with open_api() as (router, http):
+        got: list = []
+        router.subscribe("True", got.append)
+        reg = await register(http)
+        client_id, token = reg["id"], reg["token"]
+        assert (await http.post("/events", json={"values": {"x": 1}})).status_code == 201
+        assert (await http.post("/events", json={"values": {"x": 2}}, headers=bearer(token))).status_code == 201
+        users = {e.values["x"]: e.meta["user"] for e in got}
+        assert users == {1: "anonymous", 2: f"http:{client_id}"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -19,11 +20,11 @@ import feedparser
 import httpx
 import pytest
 
-from aa.mesh.jsonvalues import from_json
+from aa.mesh import from_json
 from aa.router import Router, RouterConfig
-from aa.router.meshconfig import MeshConfig
-from http_helpers import open_server
-from util import wait_for
+from aa.router import MeshConfig
+from http_helpers import chromium, open_server
+from support import wait_for
 
 #: Where the monitor's screenshot is also left for people to look at.
 SCREENSHOT = Path(tempfile.gettempdir()) / "aa-monitor.png"
@@ -57,8 +58,11 @@ async def test_feedparser_reads_the_feed_and_conditional_get() -> None:
         first = d.entries[0]
         assert first.updated_parsed is not None
         assert {t.term for t in first.tags} == {"reading", "p1"}
-        values = from_json(json.loads(first.content[0].value)["values"])  # feedparser undid the Base64
+        values = from_json(json.loads(first.aa_event)["values"])  # the typed event, for programs
         assert values == {"kind": "reading", "n": 0, "x": 0.0} and type(values["x"]) is float
+        assert first.content[0].type == "application/xhtml+xml"  # for people
+        assert "<b>x</b>: 0.0 <i>(float)</i>" in first.content[0].value
+        assert first.link == f"{endpoint.url}clients/{c['id']}/events/{ids[0]}" and first.author == f"local:{router.id}"
         again = await asyncio.to_thread(feedparser.parse, url, request_headers=auth, etag=d.etag)
         assert again.status == 304
         again = await asyncio.to_thread(feedparser.parse, url, request_headers=auth, modified=d.modified)
@@ -110,6 +114,9 @@ async def test_newsboat_reloads_the_feed_into_its_cache(tmp_path: Path) -> None:
         async with httpx.AsyncClient(base_url=endpoint.url) as http:
             c = await registered(http, "True", name="newsboat")
         ids = [router.publish({"n": i, "text": f"event {i}"}, type="note").id for i in range(4)]
+        async with httpx.AsyncClient(base_url=endpoint.url) as http:  # and one over HTTP
+            r = await http.post("/events", json={"values": {"Temperature": 21.5, "Sensor": "lab-1"}, "type": "reading"})
+            ids.append(r.json()["id"])
         host, port = endpoint.address
         (tmp_path / "urls").write_text(f"http://{c['id']}:{c['token']}@{host}:{port}/clients/{c['id']}/feed\n")
         (tmp_path / "config").write_text("")
@@ -122,29 +129,32 @@ async def test_newsboat_reloads_the_feed_into_its_cache(tmp_path: Path) -> None:
             out, err = await proc.communicate()
         assert proc.returncode == 0, (out, err)
     with sqlite3.connect(tmp_path / "cache.db") as db:
-        rows = db.execute("SELECT guid, title FROM rss_item ORDER BY guid").fetchall()
+        db.row_factory = sqlite3.Row
+        rows = {r["guid"]: r for r in db.execute("SELECT guid, title, author, url, content FROM rss_item")}
         feeds = db.execute("SELECT title FROM rss_feed").fetchall()
-    assert sorted(guid for guid, _ in rows) == sorted(f"urn:aa:event:{i}" for i in ids)
-    assert any("event 2" in title for _, title in rows) and feeds == [("Aa events for newsboat",)]
+    assert sorted(rows) == sorted(f"urn:aa:event:{i}" for i in ids)
+    assert [tuple(f) for f in feeds] == [("Aa events for newsboat",)]
+    note = rows[f"urn:aa:event:{ids[2]}"]
+    assert "event 2" in note["title"] and note["author"] == f"local:{router.id}"
+    assert note["url"] == f"http://{host}:{port}/clients/{c['id']}/events/{ids[2]}"
+    # What newsboat shows as the body: the values with their types, the type, the time and
+    # the publisher as text, not a base64 blob.
+    reading = rows[f"urn:aa:event:{ids[4]}"]
+    body = reading["content"]
+    for words in ("<b>Temperature</b>: 21.5 <i>(float)</i>", "<b>Sensor</b>: lab-1 <i>(str)</i>",
+                  "Type <b>reading</b>", "published by HTTP client at 127.0.0.1:"):
+        assert words in body, (words, body)
+    assert not re.search(r"[A-Za-z0-9+/=]{60,}", body), body  # no base64 blob
+    assert reading["author"].startswith("HTTP client at 127.0.0.1:")
 
 
 def _drive_monitor(url: str, out: Path) -> dict[str, Any]:
     """Open the monitor in headless Chromium, wait for the mesh picture, publish from the
     form, wait for the event to flow past, take a screenshot."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "chromium"
-    profile = tempfile.mkdtemp(prefix="aa-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={profile}", "--window-size=1280,1000", "--proxy-server=direct://"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
-    try:
+    with chromium() as driver:
         driver.get(url)
         wait = WebDriverWait(driver, 20)
         body = driver.find_element(By.TAG_NAME, "body")
@@ -163,9 +173,6 @@ def _drive_monitor(url: str, out: Path) -> dict[str, Any]:
             "result": driver.find_element(By.ID, "publish-result").text,
             "errors": [e for e in driver.get_log("browser") if e["level"] == "SEVERE"],
         }
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 async def test_monitor_in_headless_chromium_draws_the_mesh_and_publishes(tmp_path: Path) -> None:
@@ -241,21 +248,7 @@ async def test_js_client_module_works_on_its_own_page(tmp_path: Path) -> None:
 
 
 def _run_script(url: str, script: str) -> dict[str, Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "chromium"
-    profile = tempfile.mkdtemp(prefix="aa-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={profile}", "--proxy-server=direct://"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
-    try:
+    with chromium() as driver:
         driver.set_script_timeout(20)
         driver.get(url + "health")
         return driver.execute_async_script(script)  # type: ignore[no-any-return]
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)

@@ -3,6 +3,7 @@ paging, acknowledgement, conditional requests, tokens and keep-alive."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -10,10 +11,12 @@ import httpx
 from lxml import etree
 
 from aa.http_api import event_from_content
-from aa.mesh.jsonvalues import to_json
+from aa.mesh import to_json
 from http_helpers import Clock, bearer, open_api, register
 
 ATOM = "{http://www.w3.org/2005/Atom}"
+AA = "{urn:aa:atom:1}"
+XHTML = "{http://www.w3.org/1999/xhtml}"
 JSON = {"Accept": "application/json"}
 
 
@@ -38,9 +41,7 @@ async def test_feed_holds_the_matching_events_as_atom_with_exact_values() -> Non
         feed = etree.fromstring(r.content)
         assert feed.findtext(f"{ATOM}title") == "Aa events for phone"
         (entry,) = feed.findall(f"{ATOM}entry")
-        content = entry.find(f"{ATOM}content")
-        event = event_from_content(content.text)
-        assert content.get("type") == "application/json"
+        event = event_from_content(entry.findtext(f"{AA}event"))
         assert event.values == {"Temperature": 101, "x": 1.0, "b": b"\x00\x01", "t": when}
         assert type(event.values["x"]) is float and event.type == "reading"
         assert entry.findtext(f"{ATOM}id") == f"urn:aa:event:{event.id}"
@@ -48,6 +49,37 @@ async def test_feed_holds_the_matching_events_as_atom_with_exact_values() -> Non
         assert cats == {("urn:aa:type", "reading"), ("urn:aa:pattern", "p1")}
         assert entry.findtext(f"{ATOM}updated").endswith("Z")
         assert "Temperature = 101 (int)" in entry.findtext(f"{ATOM}summary")
+        # For people: the values, the type, the time and the publisher, as XHTML.
+        content = entry.find(f"{ATOM}content")
+        assert content.get("type") == "xhtml"
+        text = "".join(content.itertext())
+        for words in ("Temperature: 101 (int)", "x: 1.0 (float)", "b: <2 bytes> (bytes)", "t: 2026-03-01T08:00:00",
+                      "Type reading", f"published by local:{router.id}"):
+            assert words in text, (words, text)
+        assert entry.findtext(f"{ATOM}author/{ATOM}name") == f"local:{router.id}"
+        # For programs: the entry's link is the event as typed JSON.
+        link = entry.find(f"{ATOM}link[@rel='alternate']").get("href")
+        one = await http.get(link, headers=bearer(c["token"]))
+        assert one.status_code == 200 and one.json()["event"]["id"] == event.id and one.json()["patterns"] == ["p1"]
+        assert (await http.get(link)).status_code == 401
+        await http.post(f"/clients/{c['id']}/ack", json={"event": event.id}, headers=bearer(c["token"]))
+        gone = await http.get(link, headers=bearer(c["token"]))
+        assert gone.status_code == 404 and gone.json()["error"] == "unknown-event"
+
+
+async def test_http_publishers_are_named_by_address_and_strange_values_stay_exact() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "True")
+        odd = "<b>&amp;</b> \x01 \ud800 é"
+        body = json.dumps({"values": {"s": odd}, "type": "<script>"})  # ASCII: \ud800 escaped
+        r = await http.post("/events", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 201
+        feed = etree.fromstring((await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).content)
+        (entry,) = feed.findall(f"{ATOM}entry")
+        assert entry.findtext(f"{ATOM}author/{ATOM}name") == "HTTP client at 127.0.0.1:40000"
+        assert event_from_content(entry.findtext(f"{AA}event")).values == {"s": odd}  # exact, surrogate and all
+        div = entry.find(f"{ATOM}content/{XHTML}div")
+        assert div.find(f".//{XHTML}script") is None and "<script>" in "".join(div.itertext())  # text, not markup
 
 
 async def test_several_patterns_make_one_feed_in_arrival_order_tagged_by_pattern() -> None:
@@ -74,7 +106,7 @@ async def test_pages_chain_by_next_links_and_lose_or_repeat_nothing() -> None:
             r = await http.get(url, headers=bearer(c["token"]))
             feed = etree.fromstring(r.content)
             for entry in feed.findall(f"{ATOM}entry"):
-                seen.append(event_from_content(entry.findtext(f"{ATOM}content")).values["i"])
+                seen.append(event_from_content(entry.findtext(f"{AA}event")).values["i"])
             links = {ln.get("rel"): ln.get("href") for ln in feed.findall(f"{ATOM}link")}
             assert links["first"].endswith("/feed?limit=3")
             url = links.get("next")
@@ -219,6 +251,9 @@ async def test_json_feed_carries_typed_values_and_the_cursor() -> None:
         assert entry["event"]["values"] == to_json({"i": 1, "b": b"\xff", "f": 2.0})
         r = await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))
         assert r.headers["aa-cursor"] == str(page["cursor"])
+        by_url = await http.get(f"/clients/{c['id']}/feed", params={"format": "json"}, headers=bearer(c["token"]))
+        assert by_url.headers["content-type"] == "application/json" and by_url.json()["entries"] == page["entries"]
+        assert by_url.json()["links"]["self"].endswith("?format=json")
 
 
 def test_last_modified_never_repeats_a_date_for_changed_content() -> None:
@@ -235,3 +270,69 @@ def test_last_modified_never_repeats_a_date_for_changed_content() -> None:
         HttpClients.conditional(client, ("atom", k), f'"{k}"', when)
     again = HttpClients.conditional(client, ("atom", 0), '"c"', when)
     assert again > second  # a forgotten variant is dated after every date given out
+
+
+async def test_an_event_rendered_once_serves_every_feed_with_its_own_links_and_patterns() -> None:
+    async with open_api() as (router, http):
+        a = await register(http, "True")
+        b = await register(http, "i > 0", "True")
+        router.publish({"i": 1})
+        entries = []
+        for c in (a, b):
+            feed = etree.fromstring((await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).content)
+            (entry,) = feed.findall(f"{ATOM}entry")
+            entries.append(entry)
+        body = [etree.tostring(e.find(f"{ATOM}content")) for e in entries]
+        assert body[0] == body[1]  # the shared part
+        links = [e.find(f"{ATOM}link").get("href") for e in entries]
+        assert f"/clients/{a['id']}/" in links[0] and f"/clients/{b['id']}/" in links[1]  # each client's own
+        terms = [[k.get("term") for k in e.findall(f"{ATOM}category[@scheme='urn:aa:pattern']")] for e in entries]
+        assert terms == [["p1"], ["p1", "p2"]]
+
+
+def test_entry_cache_keeps_a_bounded_number_and_never_answers_for_another_event() -> None:
+    from aa.http_api.atom import EntryCache
+    from aa.mesh import Event
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    cache = EntryCache(size=3)
+    events = [Event(values={"i": i}, id=f"e-{i}", meta={"time": now}) for i in range(5)]
+    for e in events:
+        cache.parts(e, now)
+    assert len(cache) == 3
+    impostor = Event(values={"i": "other"}, id="e-4", meta={"time": now})  # same id, another object
+    head, body = cache.parts(impostor, now)
+    assert "other" in body and "other" not in cache.parts(events[3], now)[1]
+    big = Event(values={"s": "x" * 100_000}, id="big", meta={"time": now})  # rendered, not kept
+    assert "x" * 1000 in cache.parts(big, now)[1] and len(cache) == 3
+    assert cache.chars == sum(len(h) + len(b) for _, h, b in cache._parts.values()) < 20_000
+
+
+async def test_bad_feed_queries_get_the_routes_422() -> None:
+    async with open_api() as (router, http):
+        c = await register(http, "True")
+        url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
+        for query in ({"after": "-1"}, {"after": "x"}, {"after": "9" * 30}, {"limit": "0"}, {"limit": "1001"},
+                      {"format": "xml"}, {"limit": ""}):
+            r = await http.get(url, params=query, headers=auth)
+            assert r.status_code == 422 and r.json()["error"] == "invalid-request", (query, r.text)
+            assert next(iter(query)) in r.json()["message"]
+        ok = await http.get(url, params={"after": "0", "limit": "1000", "format": "atom", "other": "x"}, headers=auth)
+        assert ok.status_code == 200
+        assert (await http.head(url, headers=auth)).status_code == 200
+        r = await http.get(f"/clients/{c['id']}/feed/x", headers=auth)  # not the feed: FastAPI's 404
+        assert r.status_code == 404 and r.json()["error"] == "not-found"
+
+
+def test_a_hostile_host_in_the_links_cannot_break_the_feed_markup() -> None:
+    from aa.http_api.atom import render_atom
+    from aa.mesh import Event
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    event = Event(values={"i": 1}, id="r-1", meta={"time": now})
+    base = "http://h\"'<x>&y/clients/c/events/"  # the Host header is the caller's text
+    body = render_atom(feed_id="f", title="t", updated=now, author="a", links=[("self", base)],
+                       entries=[(event, ("p1",))], event_url=base)
+    feed = etree.fromstring(body)  # well-formed
+    assert feed.find(f"{ATOM}entry/{ATOM}link").get("href") == base + "r-1"
+    assert feed.find(f"{ATOM}entry/x") is None

@@ -20,10 +20,11 @@ from lxml import etree
 from aa.http_api import HttpEndpoint
 from aa.router import Router, RouterConfig
 from http_helpers import bearer, open_server
-from util import wait_for
+from support import wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 ATOM_NS = {"a": "http://www.w3.org/2005/Atom"}
+XHTML_NS = {**ATOM_NS, "x": "http://www.w3.org/1999/xhtml"}
 SCHEMA = etree.RelaxNG(etree.parse(str(Path(__file__).with_name("atom.rng"))))
 
 
@@ -96,6 +97,7 @@ async def test_the_feed_validates_against_the_rfc_4287_schema() -> None:
             assert doc.xpath("a:author or not(a:entry[not(a:author)])", namespaces=ATOM_NS)
             for entry in doc.xpath("a:entry", namespaces=ATOM_NS):
                 assert entry.xpath("a:link[@rel='alternate'] or a:link[not(@rel)] or a:content", namespaces=ATOM_NS)
+                assert entry.xpath("a:content[@type='xhtml']/x:div", namespaces=XHTML_NS)
             assert doc.xpath("a:link[@rel='next']/@href", namespaces=ATOM_NS)
 
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 import aa.mesh.discovery as discovery_module
-from aa.mesh.beacon import Beacon, RouterInfo
-from aa.mesh.discovery import BroadcastDiscovery, Discovery, DiscoveryConfig
-from aa.mesh.errors import UsageError
-from aa.mesh.interfaces import Interface, select_targets, selected_addresses, selection_from_env
+from aa.mesh import Beacon, RouterInfo
+from aa.mesh import BroadcastDiscovery, Discovery, DiscoveryConfig
+from aa.mesh import UsageError
+from aa.mesh import Interface, select_targets, selected_addresses, selection_from_env
 from aa.mesh.testing import FakeLan
 
 PORT = 47474

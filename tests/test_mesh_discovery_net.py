@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from aa.mesh.beacon import Beacon, RouterInfo, encode_beacon
-from aa.mesh.discovery import BroadcastDiscovery, Discovery, DiscoveryConfig
-from aa.mesh.mdns import ZeroconfDiscovery
+from aa.mesh import Beacon, RouterInfo
+from aa.mesh.beacon import encode_beacon
+from aa.mesh import BroadcastDiscovery, Discovery, DiscoveryConfig
+from aa.mesh import ZeroconfDiscovery
 
 
 class Found:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from aa.mesh.errors import MalformedFrame, UsageError
-from aa.mesh.flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds, check_flood_meta
+from aa.mesh import MalformedFrame, UsageError
+from aa.mesh import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
+from aa.mesh.flood import check_flood_meta
 
 
 # -- SeenIds -------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from aa.mesh.errors import UsageError
-from aa.mesh.peers import PeerState, PeerTable, Source
+from aa.mesh import UsageError
+from aa.mesh import PeerState, PeerTable, Source
 
 A = "10.0.0.2:7447"
 B = "10.0.0.3:7447"

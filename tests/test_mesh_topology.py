@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aa.mesh.peers import PeerState, PeerTable, Source
-from aa.mesh.topology import TOPOLOGY_FILE, load_topology, save_topology
+from aa.mesh import PeerState, PeerTable, Source
+from aa.mesh import TOPOLOGY_FILE, load_topology, save_topology
 
 A, B, C = "10.0.0.2:7447", "10.0.0.3:7447", "10.0.0.4:7447"
 

@@ -11,7 +11,7 @@ from aa.client import AsyncClient
 from aa.mesh import AaTimeout, Event
 from aa.router import Router, RouterConfig
 
-from util import next_event, wait_for
+from support import next_event, wait_for
 
 
 async def test_publish_reaches_a_matching_subscriber_with_types_kept(client, make_client):

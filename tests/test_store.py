@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
-from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from sqlalchemy.exc import OperationalError
 
-import aa.router.storewriter as writer_mod
+import aa.router.store.storewriter as writer_mod
 from aa.mesh import Event, InvalidPolicy, UsageError
-from aa.router.policy import ExpiryPolicy
-from aa.router.store import EventStore, StoreConfig, StoreFull, StoreUnavailable
-from util import wait_for
+from aa.router import ExpiryPolicy
+from aa.router.store import EventStore
+from aa.mesh import StoreFull, StoreUnavailable
+from aa.router import StoreConfig
+from support import wait_for
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 NO_LIMIT = ExpiryPolicy()
@@ -289,7 +290,7 @@ async def test_close_gives_up_loudly_when_the_database_stays_away(
 async def test_refused_rows_are_reported_and_the_rest_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import aa.router.storesql as sql
+    import aa.router.store.storesql as sql
 
     real_pack = sql.pack
 

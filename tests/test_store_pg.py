@@ -8,11 +8,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import pytest
-from pg import PgServer, pg_server, pg_url  # noqa: F401  (fixtures)
+from support.postgres import PgServer
 
 from aa.mesh import Event
-from aa.router.store import EventStore, StoreConfig
-from util import wait_for
+from aa.router.store import EventStore
+from aa.router import StoreConfig
+from support import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -55,7 +56,7 @@ async def test_lost_connection_is_reported_and_queued_events_written_after_recon
 
 
 async def test_postgres_store_round_trip_and_counts(pg_url: str) -> None:  # noqa: F811
-    from aa.router.policy import ExpiryPolicy
+    from aa.router import ExpiryPolicy
 
     async with EventStore(StoreConfig(url=pg_url)) as store:
         for i in range(10):

@@ -7,17 +7,16 @@ from datetime import timedelta
 import pytest
 
 from aa.mesh import Event, InvalidPolicy, UsageError
-from aa.router.policy import (
-    MAX_POLICY_AGE,
+from aa.router.store.expiry import MAX_POLICY_AGE
+from aa.router.store import (
     META_MAX_AGE,
     META_MAX_COUNT,
     META_MESH_CACHE,
     META_PERSIST,
-    ExpiryPolicy,
-    parse_duration,
     persist_policy,
     wants_mesh_cache,
 )
+from aa.router import ExpiryPolicy, parse_duration
 
 
 @pytest.mark.parametrize(

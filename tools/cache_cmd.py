@@ -9,7 +9,7 @@ from typing import Any, Callable
 from aa.client import Client
 from aa.mesh import AaError, PatternSpec, RemoteError, UsageError
 
-from .common import add_client_id_option, add_router_option, client_id, fail, parse_since, print_event, router_endpoints
+from .common import explain, add_client_id_option, add_router_option, client_id, fail, parse_since, print_event, router_endpoints
 
 __all__ = ["add_parser"]
 
@@ -64,8 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     a.add_argument("--json", action="store_true", help='one JSON object per line: {"id", "type", "values", "meta"}')
     a.set_defaults(func=_run, go=_get)
 
-    a = action("policy", "change the cache's expiry policy", "Change how long and how many events the cache keeps.")
-    _policy_options(a)
+    a = action("policy", "change the cache's expiry policy",
+               "Change how long and how many events the cache keeps. A limit not given stays as it "
+               "is; 'none' removes it.")  # fmt: skip
+    _policy_options(a, removable=True)
     a.set_defaults(func=_run, go=_policy)
 
     a = action("clear", "empty the cache (it stays registered)", "Drop every event the cache holds, everywhere.")
@@ -89,9 +91,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     a.set_defaults(func=_run, go=_mesh)
 
 
-def _policy_options(a: argparse.ArgumentParser) -> None:
-    a.add_argument("--max-age", metavar="DURATION", help="drop events older than this: 90s, 3h, 2d")
-    a.add_argument("--max-count", metavar="N", help="keep only the newest N events")
+def _policy_options(a: argparse.ArgumentParser, removable: bool = False) -> None:
+    none = " ('none': no limit)" if removable else ""
+    a.add_argument("--max-age", metavar="DURATION", help=f"drop events older than this: 90s, 3h, 2d{none}")
+    a.add_argument("--max-count", metavar="N", help=f"keep only the newest N events{none}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -107,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         return fail(str(exc), 2)
     except AaError as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     except KeyboardInterrupt:
         return 130
     return 0
@@ -118,7 +121,7 @@ def _show(info: dict[str, Any]) -> None:
 
 
 def _timeout(text: str) -> float:
-    from aa.router.policy import parse_duration
+    from aa.router import parse_duration
 
     try:
         return float(text)
@@ -131,8 +134,19 @@ def _register(client: Client, args: argparse.Namespace) -> None:
     _show(client.cache_register(spec, max_age=args.max_age, max_count=args.max_count, timeout=_timeout(args.timeout)))
 
 
-def _policy(client: Client, args: argparse.Namespace) -> None:
-    _show(client.cache_policy(max_age=args.max_age, max_count=args.max_count))
+def _policy(client: "Client", args: argparse.Namespace) -> None:
+    """Change the limits given, keep the others (the router's request replaces the whole
+    policy, so the current one is asked for first)."""
+    if args.max_age is None and args.max_count is None:
+        raise UsageError("give --max-age, --max-count or both (see aa cache info for the current policy)")
+    current = client.cache_info()
+
+    def chosen(given: str | None, key: str) -> Any:
+        if given is None:
+            return current.get(key)
+        return None if given.strip().lower() == "none" else given
+
+    _show(client.cache_policy(max_age=chosen(args.max_age, "max_age"), max_count=chosen(args.max_count, "max_count")))
 
 
 def _get(client: Client, args: argparse.Namespace) -> None:

@@ -9,10 +9,10 @@ import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aa.mesh import Event, InvalidValue, UsageError
-from aa.mesh.jsonvalues import event_to_json, from_json
+if TYPE_CHECKING:  # aa.mesh is imported when needed: `aa --help` stays quick
+    from aa.mesh import Event
 
 __all__ = [
     "parse_scalar",
@@ -21,6 +21,9 @@ __all__ = [
     "router_endpoints",
     "print_event",
     "fail",
+    "report",
+    "explain",
+    "set_program",
     "parse_since",
     "add_client_id_option",
     "client_id",
@@ -55,16 +58,21 @@ def parse_scalar(text: str) -> Any:
 
 def parse_assignments(items: list[str], what: str = "value") -> dict[str, Any]:
     """`["A=1", "B=x"]` → `{"A": 1, "B": "x"}`; raises `UsageError` for an item without `=`."""
+    from aa.mesh import UsageError
+
     out: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name:
-            raise UsageError(f"{what} {item!r} is not NAME=VALUE")
+            raise UsageError(f"{what} {item!r} is not NAME=VALUE: write it as Temperature=21 (no spaces around =)")
         out[name] = parse_scalar(text)
     return out
 
 
 def parse_json_object(text: str, what: str = "--json") -> dict[str, Any]:
+    from aa.mesh import InvalidValue, UsageError
+    from aa.mesh import from_json
+
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -104,8 +112,10 @@ def _human(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (bool, type(None))) else repr(value) if isinstance(value, (bytes,)) else str(value)
 
 
-def print_event(event: Event, as_json: bool, out: Any = None) -> None:
+def print_event(event: "Event", as_json: bool, out: Any = None) -> None:
     """One line per event: JSON (`--json`) or `[type] Name=Value …` for people."""
+    from aa.mesh import event_to_json
+
     out = out or sys.stdout
     if as_json:
         out.write(json.dumps(event_to_json(event), ensure_ascii=False) + "\n")
@@ -116,9 +126,46 @@ def print_event(event: Event, as_json: bool, out: Any = None) -> None:
     out.flush()
 
 
+#: How messages on stderr start: ``aa send: …`` once `main` knows the subcommand.
+_program = "aa"
+
+
+def set_program(name: str) -> None:
+    global _program
+    _program = name
+
+
 def fail(message: str, code: int = 1) -> int:
-    print(f"aa: {message}", file=sys.stderr)
+    """Say *message* on stderr as one line (``aa COMMAND: message``); return *code*."""
+    print(f"{_program}: {message}", file=sys.stderr, flush=True)
     return code
+
+
+def explain(exc: BaseException) -> str:
+    """An error's message, with what to do where the message does not say it."""
+    text = str(exc)
+    if text.startswith("no router answered"):
+        text += "; is a router running there? ('aa router' starts one; --router H:P or $AA_ROUTER names another)"
+    return text
+
+
+def report(exc: BaseException) -> int:
+    """One line for an exception no command handled, and the exit status: 2 for a usage
+    mistake, 1 otherwise. The traceback is for `aa -v`."""
+    from aa.mesh import AaError, UsageError
+
+    if isinstance(exc, UsageError):
+        return fail(str(exc), 2)
+    if isinstance(exc, AaError):
+        return fail(explain(exc))
+    if isinstance(exc, PermissionError):
+        where = f" on {exc.filename}" if exc.filename else ""
+        return fail(f"permission denied{where}: give a folder you may write to, or fix its permissions")
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return fail(f"{exc.strerror or exc}{where}")
+    return fail(f"unexpected error: {type(exc).__name__}: {exc} (run 'aa -v {_program[3:] or 'COMMAND'} …' for "
+                "the traceback)")
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -129,7 +176,8 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     >>> parse_since("2030-01-02T03:04:05Z").isoformat()
     '2030-01-02T03:04:05+00:00'
     """
-    from aa.router.policy import parse_duration
+    from aa.mesh import UsageError
+    from aa.router import parse_duration
 
     text = text.strip()
     try:
@@ -172,6 +220,8 @@ def client_id(args: argparse.Namespace) -> str:
             return kept
     except OSError:
         pass
+    from aa.mesh import UsageError
+
     new = f"aa-{secrets.token_hex(8)}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

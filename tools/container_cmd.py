@@ -5,27 +5,35 @@ its own process (`aa router --container DIR`, `aa router --bundled`)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator
-
-import aa.addins.bundled
-from aa.addins import Container, ContainerConfig
-from aa.addins.container import DEFAULT_POLL_INTERVAL, default_data_dir
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from .common import add_router_option, fail, router_endpoints
+from .defaults import DEFAULT_POLL_INTERVAL
 
 if TYPE_CHECKING:
+    from aa.addins import Container, ContainerConfig
     from aa.router import Router
 
 __all__ = ["add_parser", "add_hosting_options", "hosted_container", "BUNDLED"]
 
-#: The folder of the bundled add-ins (`aa.addins.bundled`).
-BUNDLED = Path(aa.addins.bundled.__file__).parent
+
+
+def bundled_folder() -> Path:
+    """The folder of the bundled add-ins (`aa.addins.bundled`)."""
+    import aa.addins.bundled
+
+    return Path(aa.addins.bundled.__file__).parent
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BUNDLED":  # imported only when asked: `aa router --help` stays quick
+        return bundled_folder()
+    raise AttributeError(name)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,7 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("folders", nargs="*", type=Path, metavar="DIR", help="folders of add-ins")
     p.add_argument("--bundled", action="store_true", help="also host the bundled office add-ins")
     p.add_argument("--data-dir", type=Path, metavar="DIR",
-                   help=f"parent of the add-ins' data folders (default: {default_data_dir()})")
+                   help="parent of the add-ins' data folders (default: $XDG_DATA_HOME/aa/addins, "
+                   "~/.local/share/aa/addins)")
     p.add_argument("--poll", type=float, default=DEFAULT_POLL_INTERVAL, metavar="S",
                    help=f"seconds between two looks for new or changed add-ins (default: {DEFAULT_POLL_INTERVAL:g})")
     p.add_argument("--no-entry-points", action="store_true", help="ignore add-ins of installed packages")
@@ -61,13 +70,15 @@ def add_hosting_options(parser: argparse.ArgumentParser) -> None:
 def _folders(args: argparse.Namespace, attr: str) -> tuple[Path, ...]:
     folders = list(getattr(args, attr, None) or [])
     if getattr(args, "bundled", False):
-        folders.append(BUNDLED)
+        folders.append(bundled_folder())
     return tuple(folders)
 
 
 @contextlib.asynccontextmanager
-async def hosted_container(args: argparse.Namespace | None, router: "Router") -> AsyncIterator[Container | None]:
+async def hosted_container(args: argparse.Namespace | None, router: "Router") -> "AsyncIterator[Container | None]":
     """A container in the router's process, if --container or --bundled asked for one."""
+    from aa.addins import Container, ContainerConfig
+
     folders = _folders(args, "container") if args is not None else ()
     if not folders:
         yield None
@@ -80,6 +91,10 @@ async def hosted_container(args: argparse.Namespace | None, router: "Router") ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from aa.addins import ContainerConfig
+
+    import asyncio
+
     level = logging.WARNING - 10 * min(args.verbose + 1, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     folders = _folders(args, "folders")
@@ -94,7 +109,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(config: ContainerConfig) -> None:
+async def _serve(config: "ContainerConfig") -> None:
+    from aa.addins import Container
+
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

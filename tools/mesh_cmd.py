@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from datetime import datetime
 from typing import Any, TextIO
 
-from aa.client import AsyncClient, ClientConfig
-from aa.mesh import AaError
-
-from .common import add_router_option, fail, router_endpoints
+from .common import explain, add_router_option, fail, router_endpoints
 
 __all__ = ["add_parser", "show", "format_mesh"]
 
@@ -35,10 +31,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def show(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from aa.mesh import AaError
+
     try:
         info = asyncio.run(_ask(router_endpoints(args), args.timeout))
     except AaError as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     except OSError as exc:
         return fail(f"cannot reach a router: {exc}")
     if args.json:
@@ -51,6 +51,8 @@ def show(args: argparse.Namespace) -> int:
 
 
 async def _ask(endpoints: list[str], timeout: float) -> dict[str, Any]:
+    from aa.client import AsyncClient, ClientConfig
+
     config = ClientConfig(routers=tuple(endpoints), name="aa mesh", connect_timeout=timeout, request_timeout=timeout)
     client = AsyncClient(config=config)
     try:

@@ -114,7 +114,7 @@ def _spark_conf(items: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def _find_world(inputs: list[str]) -> str | None:
-    from aa.tools.mining.simulate import WORLD_FILE
+    from aa.tools.mining import WORLD_FILE
 
     for p in inputs:
         for folder in (Path(p), Path(p).parent, Path(p).parent.parent):
@@ -124,15 +124,11 @@ def _find_world(inputs: list[str]) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.verbose = args.verbose or getattr(args, "traceback", False)  # `aa mine -v` or `aa -v mine`
     try:
         return _mine(args)
     except UsageError:
-        raise  # one line, from `aa.tools.cli.main`
-    except KeyboardInterrupt:
-        if args.verbose:
-            raise
-        print("aa mine: interrupted", file=sys.stderr)
-        return 130
+        raise  # one line, from `aa.tools.cli.main` (and Ctrl-C is quiet there)
     except Exception as exc:  # Spark failed (the JVM, a job): one line unless -v
         if args.verbose:
             raise
@@ -190,7 +186,7 @@ def _mine(args: argparse.Namespace) -> int:
 
 
 def _write_report(adapters: str, world: str, out: str | None) -> None:
-    from aa.tools.mining.accuracy import accuracy_report, format_report, write_report
+    from aa.tools.mining import accuracy_report, format_report, write_report
 
     report = accuracy_report(adapters, world)
     print(format_report(report))

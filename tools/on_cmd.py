@@ -40,9 +40,9 @@ from typing import Any, Final
 
 from aa.client import Client
 from aa.mesh import AaError, Event, PatternSpec, UsageError
-from aa.mesh.jsonvalues import event_to_json, to_json
+from aa.mesh import event_to_json, to_json
 
-from .common import add_router_option, fail, router_endpoints
+from .common import explain, add_router_option, fail, router_endpoints
 
 __all__ = ["add_parser", "render_argument", "event_environment", "ENV_LOG_SOCKET"]
 
@@ -140,8 +140,11 @@ def run(args: argparse.Namespace) -> int:
     if args.log:
         try:
             syslog = _syslog(args)
+        except UsageError as exc:
+            return fail(str(exc), 2)
         except OSError as exc:
-            return fail(f"cannot open the system log: {exc}")
+            return fail(f"cannot open the system log {exc.filename or ''}: {exc.strerror or exc}; give another "
+                        "socket with --log-socket (or $AA_LOG_SOCKET)")
     spec = PatternSpec(kernel="xpath", source=args.pattern) if args.xpath else PatternSpec(source=args.pattern)
     try:
         with Client(router_endpoints(args), name="aa on") as client:
@@ -159,8 +162,10 @@ def run(args: argparse.Namespace) -> int:
                 return fail(f"the router stopped the pattern: {sub.failure}")
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # quiet: see aa.tools.cli
     except (OSError, AaError) as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     finally:
         if syslog is not None:
             for h in syslog.handlers:
@@ -196,10 +201,28 @@ def _syslog(args: argparse.Namespace) -> logging.Logger:
     if not path:
         path = next((p for p in _LOG_SOCKETS if os.path.exists(p)), None)
         if path is None:
-            raise UsageError("no system log socket found (/dev/log): give --log-socket")
+            raise UsageError(f"no system log on this machine (no {' or '.join(_LOG_SOCKETS)}): give its socket "
+                             "with --log-socket (or $AA_LOG_SOCKET), or use --exec instead")
+    _reach(path)  # SysLogHandler defers a failed connection to each record: say it now, once
     handler = logging.handlers.SysLogHandler(address=path, facility=logging.handlers.SysLogHandler.LOG_USER)
     handler.ident = f"{args.log_tag}[{os.getpid()}]: "
     logger = logging.Logger("aa.on.syslog")
     logger.addHandler(handler)
     logger.propagate = False
     return logger
+
+
+def _reach(path: str) -> None:
+    """Raise `OSError` if nothing listens on the system log socket *path*."""
+    import socket
+
+    last: OSError | None = None
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(socket.AF_UNIX, kind) as s:
+            try:
+                s.connect(path)
+                return
+            except OSError as exc:
+                last = exc
+    assert last is not None
+    raise OSError(last.errno, last.strerror, path)

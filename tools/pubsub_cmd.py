@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from pathlib import Path
-from typing import Any
-
-from aa.client import Client
-from aa.mesh import AaError, PatternSpec, UsageError
+from typing import TYPE_CHECKING, Any
 
 from .common import (
+    explain,
     add_router_option,
     fail,
     parse_assignments,
@@ -20,7 +20,17 @@ from .common import (
     router_endpoints,
 )
 
+if TYPE_CHECKING:
+    from aa.mesh import PatternSpec, RemoteError
+
 __all__ = ["add_parsers"]
+
+#: Seconds `aa send` waits for a router's acknowledgement.
+SEND_TIMEOUT = 10.0
+#: Seconds `aa send` gives its client to close (say goodbye) once the event was acknowledged.
+CLOSE_TIMEOUT = 2.0
+#: Seconds between two looks, while waiting, at errors the router sent about the event.
+ERROR_POLL = 0.1
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -65,6 +75,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="a value name the pattern needs, repeatable: lets quenching publishers "
                    "whose prototype carries the names see this narrow pattern (see aa quench)")
     p.add_argument("--count", type=int, metavar="N", help="exit after N events")
+    p.add_argument("--tier", dest="verbose_tier", action="store_true",
+                   help="say which tier the router runs the pattern in (predicate: no code run; worker: a sandbox "
+                   "process)")
     p.add_argument("--json", action="store_true", help='one JSON object per line: {"id", "type", "values", "meta"}')
     p.add_argument("--history", action="store_true",
                    help="first print the stored events the pattern matches, oldest first, marked "
@@ -76,6 +89,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def send(args: argparse.Namespace) -> int:
+    from aa.client import Client
+    from aa.mesh import AaError, AaTimeout, UsageError
+
+    refused = _RouterErrors()
+    logging.getLogger("aa.client").addHandler(logging.NullHandler())  # aa send says what matters, in one line
     try:
         values: dict[str, Any] = parse_json_object(args.json) if args.json else {}
         values.update(parse_assignments(args.values))
@@ -83,23 +101,56 @@ def send(args: argparse.Namespace) -> int:
         if not values:
             return fail("nothing to send: give NAME=VALUE pairs or --json", 2)
         meta.update(_storage_meta(args))
-        with Client(router_endpoints(args), name="aa send") as client:
+        client = Client(router_endpoints(args), name="aa send", exit_timeout=0, on_error=refused)
+        try:
             event_id = client.publish(values, type=args.type, meta=meta)
-            client.flush(timeout=10)
+            deadline = time.monotonic() + SEND_TIMEOUT
+            while not refused.errors:  # an error ends the wait: its ack may be far behind
+                try:
+                    client.flush(timeout=min(ERROR_POLL, max(0.0, deadline - time.monotonic())))
+                    break
+                except AaTimeout:
+                    if time.monotonic() >= deadline:
+                        raise
+        finally:
+            client.close(timeout=0 if refused.errors else CLOSE_TIMEOUT)
     except UsageError as exc:
         return fail(str(exc), 2)
     except AaError as exc:
-        return fail(str(exc))
+        if not refused.errors:
+            return fail(explain(exc))
+    if refused.errors:  # an ack came, but the router said what it did not do
+        code, message = refused.errors[0]
+        what = "keep" if code in ("not-persisted", "no-store") else "take"
+        return fail(f"the router did not {what} event {event_id}: {message}", 2 if code == "invalid-policy" else 1)
     print(event_id)
     return 0
 
 
-def _pattern(args: argparse.Namespace) -> PatternSpec:
+class _RouterErrors:
+    """Collects the errors a router sends about a publish (a persisted event it could not
+    keep, a policy it refused): no request waits for them, so the client hands them to its
+    `on_error`; `aa send` must not return 0 after one. Called in the client's thread."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def __call__(self, exc: "RemoteError") -> None:
+        self.errors.append((exc.code, str(exc)))
+
+
+def _pattern(args: argparse.Namespace) -> "PatternSpec":
+    from aa.mesh import PatternSpec, UsageError
+
     chosen = [x for x in (args.expr, args.script, args.xpath) if x]
     if len(chosen) > 1:
         raise SystemExit(fail("give one of EXPR, --script or --xpath", 2))
     if args.script:
-        return PatternSpec(format="script", source=args.script.read_text())
+        try:
+            source = args.script.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read the script {args.script}: {getattr(exc, 'strerror', None) or exc}") from None
+        return PatternSpec(format="script", source=source)
     if args.xpath:
         return PatternSpec(kernel="xpath", source=args.xpath)
     return PatternSpec(source=args.expr or "True")
@@ -108,12 +159,19 @@ def _pattern(args: argparse.Namespace) -> PatternSpec:
 def subscribe(args: argparse.Namespace) -> int:
     if args.count is not None and args.count <= 0:
         return fail("--count must be positive", 2)
+    from aa.client import Client
+    from aa.mesh import AaError, UsageError
+
     try:
         spec = _pattern(args)
         params = parse_assignments(args.param, "param")
         history = {"since": parse_since(args.since)} if args.since else {"since": None} if args.history else None
         with Client(router_endpoints(args), name="aa subscribe") as client:
             sub = client.subscribe(spec, params=params, history=history, needs=args.needs)
+            for warning in sub.warnings:  # a name no event has had, a bare name meant as text
+                print(f"aa subscribe: warning: {warning}", file=sys.stderr, flush=True)
+            if args.verbose_tier:
+                print(f"aa subscribe: the pattern runs in the {sub.tier} tier", file=sys.stderr, flush=True)
             seen = 0
             for event in sub:
                 print_event(event, args.json)
@@ -124,18 +182,25 @@ def subscribe(args: argparse.Namespace) -> int:
                 return fail(f"the router stopped the pattern: {sub.failure}")
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # quiet: see aa.tools.cli
+    except UsageError as exc:
+        return fail(str(exc), 2)
     except OSError as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     except AaError as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     return 0
 
 
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
     """The meta keys --persist, --max-age, --max-count and --no-mesh-cache ask for, checked
     here so that a bad policy is refused before anything is sent."""
-    from aa.mesh import Event
-    from aa.router.policy import META_MESH_CACHE, ExpiryPolicy, persist_policy
+    if not (args.persist or args.no_mesh_cache or args.max_age is not None or args.max_count is not None):
+        return {}  # the common case: aa.router (slow to import) is not needed
+    from aa.mesh import Event, UsageError
+    from aa.router import ExpiryPolicy
+    from aa.router.store import META_MESH_CACHE, persist_policy
 
     meta: dict[str, Any] = {}
     if args.max_age is not None or args.max_count is not None:

@@ -21,7 +21,7 @@ import sys
 from aa.client import Client
 from aa.mesh import AaError, AaTimeout, UsageError
 
-from .common import add_router_option, fail, parse_assignments, parse_json_object, router_endpoints
+from .common import explain, add_router_option, fail, parse_assignments, parse_json_object, router_endpoints
 
 __all__ = ["add_parser"]
 
@@ -79,8 +79,10 @@ def run(args: argparse.Namespace) -> int:
                 seen += 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # quiet: see aa.tools.cli
     except (OSError, AaError) as exc:
-        return fail(str(exc))
+        return fail(explain(exc))
     return 0
 
 

@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import errno
 import gc
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from aa.http_api import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, HttpEndpoint
-from aa.mesh import DISCOVERY_PORT, DiscoveryConfig, StoreError, UsageError
-from aa.mesh.discovery import BROADCAST_INTERVAL
-from aa.mesh.interfaces import ENV_INTERFACES
-from aa.mesh.peers import RETRY_BASE, RETRY_MAX
-from aa.router import DEFAULT_PORT, MeshConfig, Router, RouterConfig
-from aa.router.meshconfig import PEER_KEEPALIVE, ROUTER_INFO_INTERVAL
-
+from .defaults import (BROADCAST_INTERVAL, DEFAULT_HTTP_PORT, DEFAULT_PORT, DISCOVERY_PORT, ENV_INTERFACES,
+                       PEER_KEEPALIVE, RETRY_BASE, RETRY_MAX, ROUTER_INFO_INTERVAL)
+from .security_opts import add_security_options, security_config
 from .container_cmd import add_hosting_options, hosted_container
 from .storage_opts import add_storage_options, storage_config
 
-__all__ = ["add_parser", "run", "config_from_args"]
+if TYPE_CHECKING:
+    from aa.http_api import HttpEndpoint
+    from aa.router import RouterConfig
+
+__all__ = ["add_parser", "run", "config_from_args", "http_port", "check_listen"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "clients and peer routers on one TCP port, bound to loopback unless --host says otherwise.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default: {DEFAULT_PORT})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default: {DEFAULT_PORT}); "
+                   "the HTTP endpoint takes the next one unless --http-port says otherwise")
     p.add_argument("--data-dir", type=Path, help="folder for the store, the event log (on with a data folder "
                    "unless --no-event-log) and the topology (default: keep nothing)")
     p.add_argument("--name", help="name shown in the mesh (default: host name and port)")
@@ -76,20 +77,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "http", "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at /docs)."
     )
     http.add_argument("--http-port", type=int, metavar="N",
-                      help=f"TCP port of the HTTP endpoint, 0 for any free one (default: {DEFAULT_HTTP_PORT}, "
-                      "or any free one when --port is 0)")
+                      help=f"TCP port of the HTTP endpoint, 0 for any free one (default: --port + 1, so "
+                      f"{DEFAULT_HTTP_PORT} beside the default port and several routers share a machine; any "
+                      "free one when --port is 0)")
     http.add_argument("--http-host", metavar="ADDR", help="address of the HTTP endpoint (default: --host)")
     http.add_argument("--http-allow", metavar="CIDR", action="append", default=[],
                       help="address range allowed to call the HTTP endpoint, e.g. 192.168.0.0/16; "
                       "repeatable (default: loopback only)")
     http.add_argument("--no-http", action="store_true", help="no HTTP endpoint")
     add_storage_options(p)
+    add_security_options(p)
     add_hosting_options(p)
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RouterConfig:
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "RouterConfig":
     """The `RouterConfig` the flags (and `AA_…` variables) ask for. Raises `UsageError`."""
+    from aa.mesh import DiscoveryConfig, UsageError
+    from aa.router import MeshConfig, RouterConfig
+
     env = os.environ if environ is None else environ
     port = args.discovery_port
     if port is None:
@@ -123,28 +129,92 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         discovery=discovery,
         peers=tuple(args.peer),
         mesh=mesh,
+        security=security_config(args, env),
         **storage_config(args, env),
     )
 
 
+def http_port(args: argparse.Namespace) -> int:
+    """--http-port, else the port after --port (0 stays 0: any free one)."""
+    if args.http_port is not None:
+        return int(args.http_port)
+    return 0 if args.port == 0 else int(args.port) + 1
+
+
+def check_listen(host: str, port: int, what: str, flag: str) -> None:
+    """Raise `UsageError` with what to do if *port* cannot be listened on at *host* (taken,
+    privileged, an address not of this machine). Checked before the router binds anything,
+    so a mistake leaves nothing behind (no beacon announcing a router about to die)."""
+    from aa.mesh import UsageError
+
+    if not 0 <= port < 65536:
+        raise UsageError(f"{what} {port} is not a TCP port (1–65535); pick another with {flag}")
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"cannot listen on {host!r} ({exc.strerror}); give an address of this machine with "
+                         "--host") from None  # fmt: skip
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+            try:
+                s.bind(address)
+            except OSError as exc:
+                raise UsageError(_bind_message(exc, host, port, what, flag)) from None
+
+
+def _bind_message(exc: OSError, host: str, port: int, what: str, flag: str) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"{what} {port} is in use (another router, or another program); pick another with {flag}"
+    if exc.errno == errno.EACCES:
+        return f"{what} {port} needs privileges this user lacks; pick one above 1023 with {flag}"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {host} (not an address of this machine); give another with --host"
+    return f"cannot listen on {host}:{port} ({exc.strerror}); pick another with {flag}"
+
+
 def run(args: argparse.Namespace) -> int:
+    from aa.http_api import DEFAULT_ALLOW, HttpEndpoint
+    from aa.mesh import StoreError, UsageError
+
+    import asyncio
+
     level = logging.WARNING - 10 * min(args.verbose + 1, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = config_from_args(args)
     endpoints = [] if args.no_http else [HttpEndpoint(
         host=args.http_host or args.host,
-        port=args.http_port if args.http_port is not None else (0 if args.port == 0 else DEFAULT_HTTP_PORT),
+        port=http_port(args),
         allow=tuple(args.http_allow) or DEFAULT_ALLOW,
+        cert=args.http_cert or config.security.cert, key=args.http_key or config.security.key,
     )]
+    check_listen(args.host, args.port, "port", "--port")
+    for endpoint in endpoints:
+        check_listen(endpoint.config.host, endpoint.config.port, "HTTP port", "--http-port (or --no-http)")
     _tune_gc()
     try:
         asyncio.run(_serve(config, endpoints, args))
     except KeyboardInterrupt:
         pass
     except StoreError as exc:  # a wrong --store-url, an unreachable database
-        print(f"aa router: {exc}", file=sys.stderr)
+        print(f"aa router: {exc}{_permission_hint(exc)}", file=sys.stderr)
         return 1
+    except UsageError as exc:  # e.g. a data folder this user may not write to
+        hint = _permission_hint(exc)
+        if hint:
+            raise UsageError(f"{exc}{hint}") from None
+        raise
+    except OSError as exc:  # taken between the check and the bind
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise UsageError(f"cannot listen: {exc.strerror}; pick another port with --port or --http-port") from None
+        raise
     return 0
+
+
+def _permission_hint(exc: BaseException) -> str:
+    if isinstance(exc.__cause__, PermissionError) or isinstance(exc.__context__, PermissionError):
+        return "; give a folder this user may write to with --data-dir (or fix its permissions)"
+    return ""
 
 
 #: Allocations between two young-generation collections of a router process (Python's default
@@ -160,15 +230,28 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
-async def _serve(config: RouterConfig, endpoints: list[HttpEndpoint], args: argparse.Namespace | None = None) -> None:
+async def _serve(config: "RouterConfig", endpoints: "list[HttpEndpoint]", args: argparse.Namespace | None = None) -> None:
+    from aa.router import Router
+
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Router(config, endpoints=endpoints) as router:
+    router = Router(config, endpoints=endpoints)
+    try:
+        await router.start()
+    except BaseException:
+        await router.aclose()  # what was bound before the failure (the mesh, its beacons)
+        raise
+    loop.add_signal_handler(signal.SIGHUP, lambda: print(f"aa router: {router.security.reload()}", file=sys.stderr))
+    try:
         print(f"aa router {router.name!r} ({router.id}) listening on {router.endpoint}", flush=True)
         for endpoint in endpoints:
             print(f"aa router: HTTP endpoint and monitor on {endpoint.url}", flush=True)
         async with hosted_container(args, router):  # --container / --bundled: add-ins in-process
             await stop.wait()
             print("aa router: shutting down", file=sys.stderr, flush=True)
+    finally:
+        await router.aclose()

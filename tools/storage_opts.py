@@ -6,10 +6,7 @@ import argparse
 import os
 from typing import Any, Mapping
 
-from aa.mesh import UsageError
-from aa.router import CacheConfig, EventLogConfig, StoreConfig
-from aa.router.cacheconfig import CACHE_SWEEP_INTERVAL
-from aa.router.meshcache import MESH_CACHE_MAX_EVENTS
+from .defaults import CACHE_SWEEP_INTERVAL, MESH_CACHE_MAX_EVENTS
 
 __all__ = ["add_storage_options", "storage_config"]
 
@@ -40,6 +37,9 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
 
 def storage_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """`RouterConfig` fields from the storage options. Raises `UsageError`."""
+    from aa.mesh import UsageError
+    from aa.router import CacheConfig, EventLogConfig, StoreConfig
+
     env = os.environ if environ is None else environ
     url = args.store_url or env.get(ENV_STORE_URL) or None
     if args.no_store and args.store_url:

@@ -8,7 +8,17 @@ changes; `AdapterRunner` runs one on a connected client, and the add-ins of
 """
 
 from .addin import LocationAdapterAddIn, PresenceAdapterAddIn, SchemaAdapterAddIn
-from .artefact import Artefact, ArtefactError, ArtefactWatch, read_artefact
+from .artefact import (
+    ARTEFACT_FORMAT,
+    POINTER,
+    VERSION_NAME,
+    Artefact,
+    ArtefactError,
+    ArtefactWatch,
+    list_versions,
+    read_artefact,
+    read_pointer,
+)
 from .base import ADAPTED_BY, ADAPTED_FROM, Adapter, adapted_meta
 from .location import LOCATION_TYPE, LocationAdapter
 from .presence import PRESENCE_TYPE, PresenceAdapter
@@ -18,6 +28,7 @@ from .schema import SchemaAdapter
 __all__ = [
     "ADAPTED_BY",
     "ADAPTED_FROM",
+    "ARTEFACT_FORMAT",
     "Adapter",
     "AdapterRunner",
     "Artefact",
@@ -26,11 +37,15 @@ __all__ = [
     "LOCATION_TYPE",
     "LocationAdapter",
     "LocationAdapterAddIn",
+    "POINTER",
     "PRESENCE_TYPE",
     "PresenceAdapter",
     "PresenceAdapterAddIn",
     "SchemaAdapter",
     "SchemaAdapterAddIn",
+    "VERSION_NAME",
     "adapted_meta",
+    "list_versions",
     "read_artefact",
+    "read_pointer",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from aa.addins.api import AddIn, Context
+from aa.addins import AddIn, Context
 
 from .base import Adapter
 from .location import LocationAdapter

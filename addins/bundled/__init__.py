@@ -5,7 +5,8 @@ driven by `aa.addins.office.OfficeWorld`, and a schema adapter. Host them with
 ==============  ===============================================================================
 add-in          publishes
 ==============  ===============================================================================
-``weather``     ``weather`` events, always (cheap, and what everyone looks at)
+``weather``     ``weather`` events, always (cheap, and what everyone looks at): each city's
+                current conditions every ``every`` seconds (2), so a subscriber sees them at once
 ``quotes``      ``quote`` events {StockSymbol, Price, Currency} — only while some subscription
                 in the mesh matches its quench prototype: market data costs money
 ``ticker``      an adapter: ``quote`` events republished as ``ticker`` events {Symbol, Last,
@@ -17,7 +18,7 @@ add-in          publishes
 
 Settings (module ``SETTINGS``, overridden by ``NAME.toml`` beside the module): ``seed`` (the
 world; keep it the same across add-ins), ``speed`` (world seconds per wall second), ``tick``
-(seconds between two publishing rounds).
+(seconds between two publishing rounds; ``every`` for the weather).
 
 This package's modules are loaded by the container from their files; the package itself
 exports nothing.

@@ -3,7 +3,7 @@ Node, Radios [{Id, Name, Rssi}]), from the simulated office world."""
 
 from __future__ import annotations
 
-from aa.addins.office.publisher import WorldPublisher
+from aa.addins.office import WorldPublisher
 
 SETTINGS = {"seed": 0, "speed": 1.0, "tick": 1.0, "people": 12}
 

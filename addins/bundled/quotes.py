@@ -7,8 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from aa.addins import AddIn, Context
-from aa.addins.office.feed import WorldClock, feed
-from aa.addins.office.world import QUOTE_INTERVAL, OfficeWorld
+from aa.addins.office import QUOTE_INTERVAL, OfficeWorld, WorldClock, feed
 
 SETTINGS = {"seed": 0, "speed": 1.0, "tick": 1.0}
 #: What a quote looks like, for quenching.

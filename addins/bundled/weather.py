@@ -1,15 +1,21 @@
-"""Bundled add-in: the office's weather (``weather`` events: City, TemperatureC, Humidity,
-Condition), from the simulated office world, always published."""
+"""Bundled add-in: the office's weather station (``weather`` events: City, TemperatureC,
+Humidity, Condition), from the simulated office world, always published.
+
+The world takes a reading per city every ten minutes (`WEATHER_INTERVAL`); the station
+publishes the current conditions — each city's latest reading — every ``every`` seconds, as
+a real station's display does, so that a newcomer's ``aa subscribe 'type == "weather"'``
+prints events at once rather than after up to ten minutes. ``meta["sim_time"]`` is the time
+of the reading.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
 
 from aa.addins import AddIn, Context
-from aa.addins.office.feed import WorldClock, feed
-from aa.addins.office.world import WEATHER_INTERVAL, OfficeWorld
+from aa.addins.office import OfficeWorld, WorldClock
 
-SETTINGS = {"seed": 0, "speed": 1.0, "tick": 1.0}
+SETTINGS = {"seed": 0, "speed": 1.0, "every": 2.0}
 
 
 class Weather(AddIn):
@@ -20,8 +26,8 @@ class Weather(AddIn):
         s = ctx.settings
         world = OfficeWorld(seed=int(s["seed"]))
         clock = WorldClock(speed=float(s["speed"]))
-        # Reach one reading back, so a subscriber sees the weather at once.
-        async for batch in feed(world, clock, {"weather"}, tick=float(s["tick"]),
-                                backfill=timedelta(seconds=WEATHER_INTERVAL)):
-            for when, kind, values in batch:
-                await ctx.client.publish(values, type=kind, meta={"sim_time": when})
+        every = float(s["every"])
+        while True:
+            for when, values in world.weather_now(clock.now()):
+                await ctx.client.publish(values, type="weather", meta={"sim_time": when})
+            await asyncio.sleep(every)

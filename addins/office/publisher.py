@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from aa.addins import AddIn, Context
-from aa.addins.office.feed import WorldClock, feed
-from aa.addins.office.world import OfficeWorld
+from .feed import WorldClock, feed
+from .world import OfficeWorld
 
 __all__ = ["WorldPublisher"]
 

@@ -272,6 +272,23 @@ class OfficeWorld:
         y = min(max(at.y + rng.gauss(0.0, POSITION_NOISE), 0.0), FLOOR_DEPTH)
         return {"Node": node, "Building": at.building, "Floor": at.floor, "X": round(x, 1), "Y": round(y, 1)}
 
+    def weather_now(self, at: datetime) -> list[tuple[datetime, dict[str, Any]]]:
+        """The current conditions at *at*: each city's latest reading (time, values), the
+        same values `events()` gave for that reading.
+
+        >>> world = OfficeWorld(seed=1)
+        >>> at = datetime(2030, 1, 7, 9, 7, tzinfo=timezone.utc)
+        >>> [(t.strftime("%H:%M:%S"), v["City"]) for t, v in world.weather_now(at)]
+        [('09:00:05', 'Oslo'), ('09:00:05', 'Zurich')]
+        """
+        ts = (_utc(at) - _EPOCH).total_seconds()
+        out = []
+        for c, city in enumerate(CITIES):
+            offset = 5 + c * 0.1  # as in _step: the reading of instant n comes a little after it
+            n = math.floor((ts - offset) / WEATHER_INTERVAL)
+            out.append((_EPOCH + timedelta(seconds=n * WEATHER_INTERVAL + offset), self._weather(city, n)))
+        return out
+
     def _weather(self, city: str, n: int) -> dict[str, Any]:
         t = n * WEATHER_INTERVAL
         rng = random.Random((self.seed * 1_000_003 + n) * 11 + len(city))

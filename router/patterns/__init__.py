@@ -10,6 +10,23 @@ shared pattern instances.
 >>> [key for key, ev in engine.match(Event(values={"Temperature": 101, "Sensor": "lab3"}))]
 ['alice']
 
+Two tiers
+---------
+- **predicate**: a `python`/`expr` pattern inside the closed grammar of `grammar.py`
+  (comparisons of event values, `type`, `meta["k"]` and params with constants, chained;
+  `and`/`or`/`not`; `in` over constants; bounded arithmetic; `startswith`, `endswith`,
+  `lower`, `upper`, `len`; `"X" in event`) is compiled from the AST into closures the
+  router evaluates itself, with the kernel's semantics, and filed in the index of
+  `index.py` (access predicates, Fabret et al. 2001 / BE-Tree): an event costs the
+  candidates its fields select, not one evaluation per distinct pattern.
+- **sandbox**: scripts, XPath and expressions outside the grammar: pattern code, run in
+  the sandbox for every event. `PatternEngine.tier(spec)` tells which.
+
+`PatternSet` matches non-subscriber patterns (client caches, HTTP patterns) through the same
+index; `PatternEngine.keys_matching(prototype)` finds the subscribers a quench prototype
+matches; `PatternEngine.pattern_warnings(spec, seen)` (`advice.py`) says why a pattern may
+never match.
+
 Kernels and formats
 -------------------
 - `python`/`expr`: a boolean expression; the event's values are its names, then the
@@ -51,15 +68,29 @@ Decisions
   mention one of the prototype's value names.
 
 The sandbox, and what it does not cover, is described in `budget.py` (time), `guards.py`
-(memory), `policy.py` (compile-time rules), `calls.py` and `modules.py` (what is reachable).
-Known limits: a single C-level call on adversarial but size-capped data (sorting a million
-big equal strings, a catastrophic regular expression in `re` or XPath `matches()`,
-`str()` of a container reached through an alias such as `map(str, ...)`) runs to its end
-before the pattern is stopped; running untrusted scripts in a worker process is the remedy
-if that ever matters.
+(memory), `compiler.py` (compile-time rules), `calls.py` and `modules.py` (what is reachable).
+Known limits of the sandbox alone: a single C-level call on adversarial but size-capped
+data (sorting a million big equal strings, a catastrophic regular expression in `re` or
+XPath `matches()`, `str()` of a container reached through an alias such as `map(str, ...)`)
+runs to its end before the pattern is stopped. That is why, in a router, every pattern
+outside the closed grammar runs in a worker process (`workers`), where the operating
+system bounds memory and the router kills a call that does not return.
 """
 
-from .engine import Matcher, PatternEngine
+from .advice import pattern_warnings
+from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
 from .limits import Delivery, HostFacts, SandboxLimits
+from .patternset import PatternSet
 
-__all__ = ["Delivery", "HostFacts", "Matcher", "PatternEngine", "SandboxLimits"]
+__all__ = [
+    "Delivery",
+    "HostFacts",
+    "Matcher",
+    "PatternEngine",
+    "PatternSet",
+    "PREDICATE_TIER",
+    "SANDBOX_TIER",
+    "WORKER_TIER",
+    "SandboxLimits",
+    "pattern_warnings",
+]

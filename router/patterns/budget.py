@@ -3,7 +3,7 @@ depth, and the one exception that stops a pattern.
 
 How a runaway pattern is stopped
 --------------------------------
-The pattern's code is rewritten (see `policy.py`) so that every loop iteration, every
+The pattern's code is rewritten (see `compiler.py`) so that every loop iteration, every
 comprehension step and every call of a function the pattern defines calls `tick()`. `tick`
 compares `time.perf_counter()` with the evaluation's deadline and, once it has passed, raises
 `SandboxStop`. Three properties make that exception unstoppable from inside the pattern:

@@ -2,7 +2,7 @@
 that can allocate without bound or read private attributes.
 
 Attribute access in patterns is native (`Sensor.startswith` costs what it costs in plain
-Python) because the names are known at compile time: `policy.py` refuses names starting with
+Python) because the names are known at compile time: `compiler.py` refuses names starting with
 `_` and the frame/code attributes of `inspect`, and routes only the names in
 `ROUTED_ATTRIBUTES` through `getattr_routed` here. That is as strict as RestrictedPython's
 `safer_getattr`, whose checks are by name too, and keeps the hot path free of calls. The

@@ -8,68 +8,47 @@ Structure (see the package docstring for the decisions)::
                        ├─ members: subscriber keys               (scripts: own `state`)
                        └─ context: kernel-prepared globals/variables
 
-`match` walks the subscribers in subscription order; the first subscriber of a bucket
-evaluates it for this event (a stamp per match call marks it done) and every other member
-reuses the result. A `SandboxStop` from any bucket stops the whole instance: its subscribers
-are removed, their deliveries for this event dropped, and `on_failure` is called once per
-instance after the walk, so the callback may freely call back into the engine.
+Each bucket is *placed* when created and unplaced when dropped: a predicate-tier bucket in
+the index (`index.py`, its plan from `predicates.py`), any other on the scan list. `match`
+asks the index for the predicate buckets the event matches (each evaluated at most once per
+event: a stamp per match call), runs every scan-list bucket, and delivers to the members of
+the matching buckets sorted by subscription order. A parametric `update` unplaces and
+re-places one bucket between two `match` calls. A `SandboxStop` from any bucket stops the
+whole instance: its subscribers are removed, their deliveries for this event dropped, and
+`on_failure` is called once per instance after the walk, so the callback may freely call
+back into the engine.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Collection, Hashable, Mapping
 
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
+from .advice import pattern_warnings
 from .budget import SandboxStop
+from .buckets import Bucket, Instance, Matcher, Member, copy_state, first, freeze
+from .fastpath import parse_conjunction
+from .grammar import parse_predicate
+from .index import PredicateIndex
 from .limits import Delivery, HostFacts, SandboxLimits
+from .predicates import PredicateProgram
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
+from .workers import MAX_STOP_MESSAGE, RemoteProgram, WorkerConfig, WorkerPool, WorkerTier, deliver_each, prechecked
 from .xpath_kernel import XmlCache, XPathProgram
 
-__all__ = ["PatternEngine", "Bucket", "Matcher"]
+__all__ = ["PatternEngine", "Bucket", "Matcher", "PREDICATE_TIER", "WORKER_TIER", "SANDBOX_TIER"]
 
-Program = ExprProgram | ScriptProgram | XPathProgram
+Program = PredicateProgram | ExprProgram | ScriptProgram | XPathProgram | RemoteProgram
 
-
-class _Subscription:
-    __slots__ = ("key", "params", "bucket", "seq")
-
-    def __init__(self, key: Hashable, params: dict[str, Any], bucket: "Bucket", seq: int) -> None:
-        self.key = key
-        self.params = params
-        self.bucket = bucket
-        self.seq = seq
-
-
-class _Instance:
-    __slots__ = ("spec_key", "program", "buckets")
-
-    def __init__(self, spec_key: tuple[str, str, str], program: Program) -> None:
-        self.spec_key = spec_key
-        self.program = program
-        self.buckets: dict[Any, Bucket] = {}
-
-
-class Bucket:
-    """The subscribers of one instance with equal params (and, for scripts, their state)."""
-
-    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "result", "run")
-
-    def __init__(self, instance: _Instance, params: dict[str, Any], params_key: Any, state: dict[str, Any] | None = None) -> None:
-        self.instance = instance
-        self.params = params
-        self.params_key = params_key
-        #: Subscriber key → subscription, in joining order.
-        self.members: dict[Hashable, _Subscription] = {}
-        self.state: dict[str, Any] = {} if state is None else state
-        self.context: Any = None
-        self.state_countdown = 1
-        self.stamp = 0
-        self.result: Any = None
-        self.run = instance.program.run
+#: The tier a pattern lands in: "predicate" (compiled to predicates the router evaluates
+#: itself, indexed), "worker" (pattern code — scripts, XPath, expressions outside the
+#: predicate grammar — run in a sandbox worker process, `workers`), or "sandbox" (pattern
+#: code run in the router's own sandbox: an engine without workers, outside an event loop).
+PREDICATE_TIER, WORKER_TIER, SANDBOX_TIER = "predicate", "worker", "sandbox"
 
 
 class PatternEngine:
@@ -89,13 +68,25 @@ class PatternEngine:
         host: HostFacts,
         limits: SandboxLimits = SandboxLimits(),
         on_failure: Callable[[list[Hashable], str, str], None],
+        isolation: str = "auto",
+        workers: WorkerConfig = WorkerConfig(),
+        on_deliveries: Callable[[list[Delivery]], None] = deliver_each,
+        on_compiled: Callable[[PatternSpec, Program], None] | None = None,
     ) -> None:
         self.limits = limits
-        self._sandbox = Sandbox(host, limits)
+        # Patterns outside the predicate grammar run in worker processes (`workers.tier`).
+        self._tier = WorkerTier(isolation=isolation, host=host, limits=limits, config=workers,
+                                deliver=on_deliveries, on_stop=self._remote_stopped)
+        self._on_compiled = on_compiled
+        self._sandbox = self.sandbox = Sandbox(host, limits)
+        budget = self._sandbox.budget
+        #: Predicate-tier buckets, indexed; every other bucket is on `_scan` (run per event).
+        self._index = PredicateIndex(lambda: setattr(budget, "allocated", 0))
+        self._scan: dict[Bucket, None] = {}
         self._xml = XmlCache()
         self._on_failure = on_failure
-        self._subs: dict[Hashable, _Subscription] = {}
-        self._instances: dict[tuple[str, str, str], _Instance] = {}
+        self._subs: dict[Hashable, Member] = {}
+        self._instances: dict[tuple[str, str, str], Instance] = {}
         self._stamp = 0
         self._seq = itertools.count()
 
@@ -115,17 +106,25 @@ class PatternEngine:
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
         if instance is None:
-            instance = _Instance(spec_key, self._compile(spec))
+            program: Program | None = self._predicate(spec)
+            remote = program is None and self._tier.wants(spec)
+            if program is None:
+                program = RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
+            instance = Instance(spec_key, program, remote)
             self._instances[spec_key] = instance
-        sub = _Subscription(key, own, None, next(self._seq))  # type: ignore[arg-type]
+        sub = Member(key, own, None, next(self._seq))  # type: ignore[arg-type]
         self._subs[key] = sub
-        self._join(sub, instance, _freeze(own), None)
+        self._join(sub, instance, freeze(own), None)
+        if instance.remote:
+            self._tier.subscribe(key, spec, own)
 
     def unsubscribe(self, key: Hashable) -> None:
         """Remove subscriber *key* (no-op if unknown). A script's state goes with the last
         subscriber of its bucket."""
         sub = self._subs.pop(key, None)
         if sub is not None:
+            if sub.bucket.instance.remote:
+                self._tier.unsubscribe(key)
             self._leave(sub)
 
     def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
@@ -141,8 +140,10 @@ class PatternEngine:
             raise UsageError(f"no subscriber {key!r} to update")
         check_values(dict(params), "params")
         merged = {**sub.params, **params}
-        new_key = _freeze(merged)
+        new_key = freeze(merged)
         old = sub.bucket
+        if old.instance.remote:
+            self._tier.update(key, params)
         if new_key == old.params_key:
             sub.params = merged
             return
@@ -150,30 +151,36 @@ class PatternEngine:
         del old.members[key]
         if not old.members and new_key not in instance.buckets:
             del instance.buckets[old.params_key]  # alone: the bucket moves, state and all
+            self._unplace(old)
             old.params, old.params_key = merged, new_key
             instance.buckets[new_key] = old
             old.members[key] = sub
             sub.params = merged
             self._prepare(old, force=True)
+            self._place(old)
             return
-        state = None if new_key in instance.buckets else _copy_state(old.state)
+        state = None if new_key in instance.buckets else copy_state(old.state)
         if old.members:
             self._prepare(old)
         else:
             del instance.buckets[old.params_key]
+            self._unplace(old)
         sub.params = merged
         self._join(sub, instance, new_key, state)
 
-    def _join(self, sub: _Subscription, instance: _Instance, params_key: Any, state: dict[str, Any] | None) -> None:
+    def _join(self, sub: Member, instance: Instance, params_key: Any, state: dict[str, Any] | None) -> None:
         bucket = instance.buckets.get(params_key)
+        new = bucket is None
         if bucket is None:
             bucket = Bucket(instance, sub.params, params_key, state)
             instance.buckets[params_key] = bucket
         bucket.members[sub.key] = sub
         sub.bucket = bucket
         self._prepare(bucket)
+        if new:
+            self._place(bucket)
 
-    def _leave(self, sub: _Subscription) -> None:
+    def _leave(self, sub: Member) -> None:
         bucket = sub.bucket
         del bucket.members[sub.key]
         instance = bucket.instance
@@ -181,8 +188,21 @@ class PatternEngine:
             self._prepare(bucket)
             return
         del instance.buckets[bucket.params_key]
+        self._unplace(bucket)
         if not instance.buckets:
             del self._instances[instance.spec_key]
+
+    def _place(self, bucket: Bucket) -> None:
+        """Index a predicate-tier bucket; put any other on the scan list."""
+        program = bucket.instance.program
+        if isinstance(program, PredicateProgram):
+            self._index.add(bucket, program.plan(bucket.params, self._index.posting))
+        elif not bucket.instance.remote:  # a worker's pattern is matched in its worker
+            self._scan[bucket] = None
+
+    def _unplace(self, bucket: Bucket) -> None:
+        self._index.remove(bucket)
+        self._scan.pop(bucket, None)
 
     def _prepare(self, bucket: Bucket, force: bool = False) -> None:
         """(Re)build the kernel's context of *bucket*: expressions depend on the params only,
@@ -194,48 +214,108 @@ class PatternEngine:
         elif force or bucket.context is None:
             program.prepare(bucket)
 
+    def _predicate(self, spec: PatternSpec) -> PredicateProgram | None:
+        """*spec* compiled to predicates, if it is an expression inside the closed grammar."""
+        if spec.kernel != "python" or spec.format != "expr":
+            return None
+        sandbox = self._sandbox
+        grammar = parse_conjunction(spec.source) or parse_predicate(spec.source, sandbox.expr_builtins, sandbox.guards, closures=False)
+        return None if grammar is None else PredicateProgram(sandbox, spec.source, grammar)
+
     def _compile(self, spec: PatternSpec) -> Program:
+        """*spec* as pattern code in the router's sandbox (also the check at subscribe of a
+        pattern that runs in a worker: `workers.prechecked`)."""
+        program: Program
         if spec.kernel == "python" and spec.format == "expr":
-            return ExprProgram(self._sandbox, spec.source)
-        if spec.kernel == "python" and spec.format == "script":
-            return ScriptProgram(self._sandbox, spec.source)
-        if spec.kernel == "xpath":
-            return XPathProgram(self._sandbox, spec.source, self._xml)
-        raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+            program = ExprProgram(self._sandbox, spec.source)
+        elif spec.kernel == "python" and spec.format == "script":
+            program = ScriptProgram(self._sandbox, spec.source)
+        elif spec.kernel == "xpath":
+            program = XPathProgram(self._sandbox, spec.source, self._xml)
+        else:
+            raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+        if self._on_compiled is not None:
+            self._on_compiled(spec, program)
+        return program
+
+    # -- the worker tier (`workers`) -------------------------------------------------------
+
+    def _remote_stopped(self, keys: list[Hashable], code: str, message: str) -> None:
+        """A worker stopped these subscribers' pattern (or it was killed running it)."""
+        for key in keys:
+            sub = self._subs.pop(key, None)
+            if sub is not None:
+                self._leave(sub)
+        self._on_failure(keys, code, message)
+
+    @property
+    def workers(self) -> WorkerPool | None:
+        """The worker pool, once a pattern went to the worker tier (else None)."""
+        return self._tier.pool
+
+    async def aclose(self) -> None:
+        """Stop the worker processes (subscribers stay registered). Idempotent."""
+        await self._tier.aclose()
 
     # -- matching --------------------------------------------------------------------------
 
     def match(self, event: Event) -> list[Delivery]:
         """All deliveries for *event*, in subscription order: (subscriber key, event). For
         expressions the delivered event is *event* itself; for scripts, what they forwarded.
-        Patterns the sandbox stops are removed and reported through `on_failure`."""
+        Patterns the sandbox stops are removed and reported through `on_failure`.
+
+        Predicate-tier buckets come from the index (`index.py`): only the candidates the
+        event's fields select are evaluated. Every other bucket is run once per event."""
         self._stamp += 1
-        stamp = self._stamp
-        out: list[Delivery] = []
-        append = out.append
-        failures: list[tuple[_Instance, SandboxStop]] | None = None
-        for sub in self._subs.values():  # not changed during the walk: stops are deferred
-            bucket = sub.bucket
-            if bucket.stamp != stamp:
-                bucket.stamp = stamp
-                try:
-                    bucket.result = bucket.run(bucket, event)
-                except SandboxStop as stop:
-                    failures = failures or []
-                    failures.append((bucket.instance, stop))
-                    for other in bucket.instance.buckets.values():
-                        other.stamp, other.result = stamp, None
-                    self._sandbox.budget.violation = None
-                    continue
-            result = bucket.result
+        pool = self._tier.pool
+        if pool is not None and len(pool):
+            pool.dispatch(event)  # deliveries come back through on_deliveries
+        matched, stops = self._index.match(event, self._stamp)
+        failures = [(b.instance, stop) for b, stop in stops]
+        budget = self._sandbox.budget
+        if failures:
+            budget.violation = None
+        scripted: list[tuple[Bucket, Any]] = []
+        for bucket in self._scan:  # not changed during the walk: stops are deferred
+            try:
+                result = bucket.run(bucket, event)
+            except SandboxStop as stop:
+                failures.append((bucket.instance, stop))
+                budget.violation = None
+                continue
             if result is True:
-                append((sub.key, event))
+                matched.append(bucket)
             elif result:
-                for ev in result.get(sub.key, ()):
-                    append((sub.key, ev))
+                scripted.append((bucket, result))
+        hits: list[tuple[int, Hashable, Event]] = []
+        append = hits.append
+        for bucket in matched:
+            for sub in bucket.members.values():
+                append((sub.seq, sub.key, event))
+        for bucket, forwards in scripted:
+            for sub in bucket.members.values():
+                for ev in forwards.get(sub.key, ()):
+                    append((sub.seq, sub.key, ev))
+        if len(matched) + len(scripted) > 1:
+            hits.sort(key=first)  # stable: a script's forwards keep their order
+        out: list[Delivery] = [(key, ev) for _, key, ev in hits]
         if failures:
             out = self._stop_all(failures, out)
         return out
+
+    def tier(self, spec: PatternSpec) -> str:
+        """The tier *spec* lands in: `PREDICATE_TIER` ("predicate": evaluated by the router
+        itself and indexed) or `SANDBOX_TIER` ("sandbox": pattern code). Does not subscribe;
+        a pattern that does not compile is "sandbox" (subscribing it raises)."""
+        instance = self._instances.get((spec.kernel, spec.format, spec.source))
+        if instance is not None:
+            if isinstance(instance.program, PredicateProgram):
+                return PREDICATE_TIER
+            return WORKER_TIER if instance.remote else SANDBOX_TIER
+        if spec.kernel == "python" and spec.format == "expr":
+            if parse_predicate(spec.source, self._sandbox.expr_builtins, self._sandbox.guards, closures=False) is not None:
+                return PREDICATE_TIER
+        return WORKER_TIER if self._tier.wants(spec) else SANDBOX_TIER
 
     def matches_prototype(self, key: Hashable, prototype: Event, needs_names: bool = False) -> bool:
         """Would subscriber *key*'s pattern let *prototype* through (quenching, Å §4.4)?
@@ -266,6 +346,35 @@ class PatternEngine:
             self._stop_all([(bucket.instance, stop)], [])
             return False
 
+    def keys_matching(self, prototype: Event, needs_names: bool = False) -> list[Hashable]:
+        """The subscribers whose pattern would let *prototype* through (quenching, Å §4.4), in
+        subscription order: `matches_prototype` for every key at once, through the index."""
+        self._stamp += 1  # a fresh evaluation mark
+        buckets, stops = self._index.match(prototype, self._stamp)
+        if stops:
+            self._sandbox.budget.violation = None
+            self._stop_all([(b.instance, stop) for b, stop in stops], [])
+        stopped = {id(b.instance) for b, _ in stops}
+        found = {sub.key for b in buckets if id(b.instance) not in stopped for sub in b.members.values()}
+        # Pattern code (here, or a worker's, dry-run here) is asked one bucket at a time; the
+        # list is copied first: a dry run may stop a pattern.
+        scan = list(self._scan) + [b for i in self._instances.values() if i.remote for b in i.buckets.values()]
+        for bucket in scan:
+            key = next(iter(bucket.members), None)
+            if key is not None and key in self._subs and self.matches_prototype(key, prototype):
+                found.update(bucket.members)
+        keys = [k for k in self.keys() if k in found]
+        if needs_names:
+            names = prototype.values.keys()
+            keys = [k for k in keys if self._subs[k].bucket.instance.program.mentions & names]
+        return keys
+
+    def pattern_warnings(self, spec: PatternSpec, seen: Collection[str], params: Mapping[str, Any] | None = None) -> list[str]:
+        """Why *spec* may never match, given the value names *seen* on the mesh: unseen names
+        (with the closest seen one) and bare names meant as text (`advice.py`)."""
+        known = self._sandbox.expr_builtins.keys() | self._sandbox.script_builtins.keys()
+        return pattern_warnings(spec, seen, params, known)
+
     def pattern_of(self, key: Hashable) -> PatternSpec:
         """Subscriber *key*'s pattern (quenching reads its declared needs). Raises
         `UsageError` for an unknown key."""
@@ -292,25 +401,33 @@ class PatternEngine:
         check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         existing = self._instances.get(spec_key)
-        instance = existing if existing is not None else _Instance(spec_key, self._compile(spec))
-        bucket = Bucket(instance, own, _freeze(own))  # detached: not in instance.buckets
+        instance = existing if existing is not None else Instance(spec_key, self._predicate(spec) or self._compile(spec))
+        bucket = Bucket(instance, own, freeze(own))  # detached: not in instance.buckets
         m = Matcher(self, bucket)
         # A member to forward to, so scripts (`forward()` reaches members) can accept.
-        bucket.members[m] = _Subscription(m, own, bucket, -1)
+        bucket.members[m] = Member(m, own, bucket, -1)
         instance.program.prepare(bucket)
         return m
 
-    def _stop_all(self, failures: list[tuple[_Instance, SandboxStop]], out: list[Delivery]) -> list[Delivery]:
+    def _stop_all(self, failures: list[tuple[Instance, SandboxStop]], out: list[Delivery]) -> list[Delivery]:
         reports = []
         stopped: set[Hashable] = set()
+        done: set[int] = set()
         for instance, stop in failures:
+            if id(instance) in done:
+                continue  # several buckets of one instance stopped: one report
+            done.add(id(instance))
+            for bucket in instance.buckets.values():
+                self._unplace(bucket)
             keys = [k for k, s in self._subs.items() if s.bucket.instance is instance]
             for k in keys:
                 del self._subs[k]
+                if instance.remote:
+                    self._tier.unsubscribe(k)
             self._instances.pop(instance.spec_key, None)
             instance.buckets.clear()
             stopped.update(keys)
-            reports.append((keys, stop.code, stop.message))
+            reports.append((keys, stop.code, stop.message[:MAX_STOP_MESSAGE]))
         if stopped:
             out = [d for d in out if d[0] not in stopped]
         for keys, code, message in reports:
@@ -331,51 +448,6 @@ class PatternEngine:
     def keys(self) -> list[Hashable]:
         """The subscriber keys, in subscription order."""
         return list(self._subs)
-
-
-class Matcher:
-    """A standalone predicate over events for one pattern (`PatternEngine.matcher`)."""
-
-    __slots__ = ("_engine", "_bucket", "spec_key", "stopped", "__weakref__")
-
-    def __init__(self, engine: PatternEngine, bucket: Bucket) -> None:
-        self._engine = engine
-        self._bucket = bucket
-        #: (kernel, format, source): equal for equal patterns.
-        self.spec_key = bucket.instance.spec_key
-        #: Why the sandbox stopped the pattern (it then accepts nothing), or None.
-        self.stopped: str | None = None
-
-    def __call__(self, event: Event) -> bool:
-        if self.stopped is not None:
-            return False
-        bucket = self._bucket
-        try:
-            return bool(bucket.run(bucket, event))
-        except SandboxStop as stop:
-            self._engine._sandbox.budget.violation = None
-            self.stopped = stop.message
-            return False
-
-    def __repr__(self) -> str:
-        return f"<Matcher {self.spec_key[0]}/{self.spec_key[1]} {self.spec_key[2][:40]!r}>"
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable form of params that tells 1, 1.0 and True apart."""
-    t = type(value)
-    if t is dict:
-        return ("map", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
-    if t is list or t is tuple:
-        return ("list", tuple(_freeze(v) for v in value))
-    return (t.__name__, value)
-
-
-def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return copy.deepcopy(state)
-    except Exception:  # e.g. a generator expression kept in state
-        return dict(state)
 
 
 def _mentioned(program: Program) -> frozenset[str]:

@@ -34,8 +34,12 @@ _SIZED_SCALARS = (str, bytes, bytearray)
 _FIXED = (bool, float, complex, type(None), date, datetime, time, timedelta)
 _CONTAINERS = (list, tuple, set, frozenset, dict, deque)
 _VIEWS = (KeysView, ValuesView, ItemsView)
-# A printf-style conversion: flags, width, precision. Only width and precision make text.
-_PRINTF = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
+# What follows a printf-style conversion's '%' (and its "(key)"): flags, width, precision.
+# Only width and precision make text. Every part is optional and no two adjacent parts can
+# match the same characters but flags and width ('0'), where the greedy flags win at once:
+# so a match never backtracks, and `check_printf` scans in linear time whatever the format
+# (the old pattern's `\([^)]*\)` rescanned to the end for every unclosed "%(").
+_PRINTF_SPEC = re.compile(r"[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _SPEC_NUMBERS = re.compile(r"\d+")
 
 
@@ -192,7 +196,18 @@ class Guards:
     def check_printf(self, fmt: str | bytes, args: Any) -> None:
         text = fmt.decode("latin-1") if isinstance(fmt, bytes) else fmt
         widths = 0
-        for m in _PRINTF.finditer(text):
+        find, spec = text.find, _PRINTF_SPEC.match
+        pos = find("%")
+        while pos >= 0:
+            pos += 1
+            if text.startswith("(", pos):
+                close = find(")", pos)
+                if close < 0:
+                    break  # "incomplete format key": the formatting itself fails
+                pos = close + 1
+            m = spec(text, pos)
+            assert m is not None  # every part is optional
+            pos = find("%", m.end() + 1)
             for part in m.groups():
                 if part == "*":
                     self.refuse("'*' widths in % formatting are not supported")

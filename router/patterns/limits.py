@@ -26,6 +26,8 @@ __all__ = [
     "MAX_FORMAT_WIDTH",
     "MAX_DERIVED_EVENT_BYTES",
     "MAX_FORWARDS",
+    "MAX_DERIVED_EVENTS",
+    "MAX_DERIVED_TOTAL_BYTES",
     "MAX_XPATH_RANGE",
     "COMPILE_TIME_FACTOR",
 ]
@@ -72,6 +74,15 @@ MAX_DERIVED_EVENT_BYTES = 1_000_000
 #: delivery becomes an item in a frame to a client; a script forwarding in a loop must not
 #: flood the router's output queues.
 MAX_FORWARDS = 10_000
+
+#: Most distinct derived events one script run may forward. Each is encoded by the worker
+#: and decoded and checked by the router (a few µs each, on the router's loop); forwarding
+#: the current event to many subscribers costs neither.
+MAX_DERIVED_EVENTS = 1_000
+
+#: Total estimated bytes of the distinct derived events one script run may forward: one
+#: run must not make a worker's reply, or the router's output queues, grow by more.
+MAX_DERIVED_TOTAL_BYTES = 4_000_000
 
 #: Longest integer range (`1 to N`) an XPath pattern may build. elementpath materialises
 #: ranges as Python lists, even at parse time.

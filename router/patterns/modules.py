@@ -11,8 +11,10 @@ that can run forever (`count`, `cycle`, `repeat`) or explode combinatorially (`p
 `permutations`, ...) tick on every item, so a C consumer like `list()` or `sum()` over them
 is still stopped by the time budget.
 
-`random` is backed by one `random.Random` per engine, so a pattern's `seed()` cannot make
-the router's own random numbers predictable.
+`random` is backed by a `RandomSwitch`: its functions call the switch's current
+`random.Random`, which is the engine's own unless the host sets one per pattern instance
+(the worker tier does, before every evaluation), so one pattern's `seed()` fixes neither
+the router's random numbers nor another pattern's.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .budget import MEMORY
 from .guards import Guards, text_size
 from .limits import MAX_INT_BITS
 
-__all__ = ["ModuleProxy", "MODULE_NAMES", "make_modules"]
+__all__ = ["ModuleProxy", "MODULE_NAMES", "RandomSwitch", "make_modules"]
 
 _MATH_PLAIN = (
     "acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh degrees dist e erf erfc exp "
@@ -77,9 +79,16 @@ class ModuleProxy:
 
     __slots__ = ("_members", "_label")
 
-    def __init__(self, label: str, members: dict[str, Any]) -> None:
-        object.__setattr__(self, "_members", members)
-        object.__setattr__(self, "_label", label)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # `type(math)` hands a pattern this class: it must not build modules of its own.
+        raise TypeError("modules cannot be built in patterns")
+
+    @classmethod
+    def _make(cls, label: str, members: dict[str, Any]) -> "ModuleProxy":
+        proxy = object.__new__(cls)
+        object.__setattr__(proxy, "_members", members)
+        object.__setattr__(proxy, "_label", label)
+        return proxy
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -99,8 +108,25 @@ class ModuleProxy:
         return f"<module {self._label!r} (pattern sandbox)>"
 
 
-def make_modules(g: Guards) -> dict[str, ModuleProxy]:
+class RandomSwitch:
+    """The `random.Random` the sandbox's `random` module uses right now (`current`)."""
+
+    __slots__ = ("current",)
+
+    def __init__(self) -> None:
+        self.current = random.Random()
+
+
+def _switched(switch: RandomSwitch, name: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(switch.current, name)(*args, **kwargs)
+
+    return call
+
+
+def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, ModuleProxy]:
     """The importable modules of one engine, by name."""
+    switch = switch or RandomSwitch()
     tick = g.tick
 
     def ticking(factory: Callable[..., Iterable[Any]]) -> Callable[..., Iterator[Any]]:
@@ -167,12 +193,11 @@ def make_modules(g: Guards) -> dict[str, ModuleProxy]:
     stats_members["quantiles"] = quantiles
 
     # -- random ----------------------------------------------------------------------------
-    rng = random.Random()
-    random_members: dict[str, Any] = {n: getattr(rng, n) for n in _RANDOM_METHODS}
+    random_members: dict[str, Any] = {n: _switched(switch, n) for n in _RANDOM_METHODS}
     random_members.update(
-        choices=guarded_method(g, "choices", rng.choices),
-        getrandbits=guarded_method(g, "getrandbits", rng.getrandbits),
-        randbytes=guarded_method(g, "randbytes", rng.randbytes),
+        choices=guarded_method(g, "choices", _switched(switch, "choices")),
+        getrandbits=guarded_method(g, "getrandbits", _switched(switch, "getrandbits")),
+        randbytes=guarded_method(g, "randbytes", _switched(switch, "randbytes")),
         Random=random.Random,
     )
 
@@ -270,7 +295,7 @@ def make_modules(g: Guards) -> dict[str, ModuleProxy]:
             "UTC": datetime.timezone.utc,
         },
     }
-    return {name: ModuleProxy(name, members) for name, members in modules.items()}
+    return {name: ModuleProxy._make(name, members) for name, members in modules.items()}
 
 
 def guarded_sub(g: Guards) -> Callable[..., Any]:

@@ -6,7 +6,8 @@ error is an answer, not a fault: a missing name, comparing a str with an int, a 
 ZeroDivisionError... make an expression not match, and make a script run forward nothing
 for that event (deliveries it made before the error are dropped too, so a run either
 completes or has no effect on deliveries; `state` changes are kept). Only a `SandboxStop`
-(time, memory, forbidden access) stops the pattern; it propagates to the engine.
+(time, memory, forbidden access) stops the pattern; it propagates to the engine, and so
+does MemoryError, as a memory stop (in a worker, the address-space limit raises it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping
 from aa.mesh import Event
 
 from .budget import MEMORY, SandboxStop
-from .limits import MAX_DERIVED_EVENT_BYTES, MAX_FORWARDS
+from aa.mesh import check_values
+
+from .limits import MAX_DERIVED_EVENT_BYTES, MAX_DERIVED_EVENTS, MAX_DERIVED_TOTAL_BYTES, MAX_FORWARDS
 from .sandbox import Sandbox
 from .views import EventView, SubscriberView, event_size, private_values
 
@@ -65,7 +68,7 @@ class ExprProgram:
         if self.uses_meta:
             g["meta"] = event.meta
         if self.uses_event:
-            g["event"] = EventView(event, event.values)
+            g["event"] = EventView._make(event, event.values)
         budget = self.sandbox.budget
         if self.loops:
             budget.start()
@@ -77,6 +80,8 @@ class ExprProgram:
             raise
         except _PASS_THROUGH:
             raise
+        except MemoryError:  # the worker's address-space limit: a stop, not an answer
+            raise SandboxStop(MEMORY, "pattern stopped: it ran out of memory") from None
         except BaseException:
             return False
         if self.loops and (budget.violation is not None or budget.overran()):
@@ -97,6 +102,8 @@ class ScriptProgram:
         compiled = sandbox.compile(source, expression=False)
         self.code = compiled.code
         self.mentions = compiled.mentions
+        #: Estimated bytes of the distinct derived events the last run forwarded.
+        self.last_derived_bytes = 0
 
     def prepare(self, bucket: "Bucket") -> None:
         """The bucket's fixed names: builtins, params as bare names, and the group's views."""
@@ -106,7 +113,7 @@ class ScriptProgram:
         bucket.context = (
             base,
             MappingProxyType(params),
-            [SubscriberView(key, sub.params) for key, sub in bucket.members.items()],
+            [SubscriberView._make(key, sub.params) for key, sub in bucket.members.items()],
         )
 
     def run(self, bucket: "Bucket", event: Event, state: dict[str, Any] | None = None) -> Forwards:
@@ -116,22 +123,37 @@ class ScriptProgram:
         base, params, subscribers = bucket.context
         members = bucket.members
         out: Forwards = {}
-        count = 0
+        count = derived_bytes = 0
+        derived: set[int] = set()
 
         def check(derived: Event) -> None:
             size = event_size(derived, MAX_DERIVED_EVENT_BYTES)
             if size > MAX_DERIVED_EVENT_BYTES:
                 budget.stop(MEMORY, f"pattern stopped: derived an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})")
 
-        view = EventView(event, private_values(event.values), check)
+        view = EventView._make(event, private_values(event.values), check)
 
         def forward(ev: Any = None, to: Any = None) -> None:
             """Forward *ev* (default: this event) to the group, or to the subscriber(s) *to*."""
-            nonlocal count
+            nonlocal count, derived_bytes
             if ev is None or ev is view:
                 chosen = event
-            elif isinstance(ev, EventView) and type(ev._event) is Event:  # views can be forged via type()
+            elif type(ev) is EventView and type(ev._event) is Event:
                 chosen = ev._event
+                if chosen is not event and id(chosen) not in derived:
+                    # Checked and measured again as it leaves, and counted against the run's
+                    # totals: what a derivation checked is not trusted to be what is sent.
+                    check_values(chosen.values)
+                    check_values(chosen.meta, "meta")
+                    size = event_size(chosen, MAX_DERIVED_EVENT_BYTES)
+                    if size > MAX_DERIVED_EVENT_BYTES:
+                        budget.stop(MEMORY, f"pattern stopped: forwarded an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})")
+                    derived.add(id(chosen))
+                    derived_bytes += size
+                    if len(derived) > MAX_DERIVED_EVENTS:
+                        budget.stop(MEMORY, f"pattern stopped: forwarded more than {MAX_DERIVED_EVENTS:,} derived events for one event")
+                    if derived_bytes > MAX_DERIVED_TOTAL_BYTES:
+                        budget.stop(MEMORY, f"pattern stopped: forwarded more than {MAX_DERIVED_TOTAL_BYTES:,} bytes of derived events for one event")
             else:
                 raise TypeError("forward() takes an event: the current one, event.copy(...) or new_event(...)")
             keys = members.keys() if to is None else _targets(to, members)
@@ -162,10 +184,13 @@ class ScriptProgram:
             raise
         except _PASS_THROUGH:
             raise
+        except MemoryError:  # the worker's address-space limit: a stop, not an answer
+            raise SandboxStop(MEMORY, "pattern stopped: it ran out of memory") from None
         except BaseException:
             out = {}
         if budget.violation is not None or budget.overran():
             raise budget.violation  # type: ignore[misc]
+        self.last_derived_bytes = derived_bytes  # what the run sends back (the worker tier charges it)
         if state is None:
             bucket.state_countdown -= 1
             if bucket.state_countdown <= 0:

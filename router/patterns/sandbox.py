@@ -18,8 +18,8 @@ from .budget import MEMORY, Budget
 from .calls import make_builtins, make_routed_getattr
 from .guards import Guards
 from .limits import MAX_STATE_DEPTH, HostFacts, SandboxLimits
-from .modules import make_modules
-from .policy import CompiledPython, compile_python
+from .compiler import CompiledPython, compile_python
+from .modules import RandomSwitch, make_modules
 from .views import RouterView
 
 __all__ = ["Sandbox", "measure_state"]
@@ -37,7 +37,9 @@ class Sandbox:
         self.limits = limits
         self.budget = Budget(limits.time_budget, limits.max_allocation)
         g = self.guards = Guards(self.budget, limits)
-        self.modules = make_modules(g)
+        #: Which `random.Random` the `random` module uses (one per pattern in workers).
+        self.random = RandomSwitch()
+        self.modules = make_modules(g, self.random)
         self.module_members = {name: frozenset(dir(proxy)) for name, proxy in self.modules.items()}
         self.router = RouterView(host)
         #: The names only rewritten code uses (user code cannot name anything starting with

@@ -7,7 +7,7 @@ subscriber, so a script never gets its containers. `private_values` copies the l
 maps among an event's values (scalars are immutable and shared) once per script run; the
 bare names, `event["X"]`, `event.X` and `event.values` all read that private copy, so a
 script may sort or append to what it read without anybody else seeing it. Expressions get
-the router's own objects (no copy: they are the hot path), which is why `policy.py` refuses
+the router's own objects (no copy: they are the hot path), which is why `compiler.py` refuses
 mutating methods in expressions.
 """
 
@@ -59,12 +59,20 @@ class EventView:
     _meta: Mapping[str, Any] | None
     _check: Callable[[Event], None] | None
 
-    def __init__(self, event: Event, values: Mapping[str, Any], check: Callable[[Event], None] | None = None) -> None:
-        object.__setattr__(self, "_event", event)
-        object.__setattr__(self, "_values", values)
-        object.__setattr__(self, "_meta", None)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # `type(event)` hands a pattern this class: it must not be able to build a view of
+        # an event it chose (or of no event), so only `_make` builds them.
+        raise TypeError("events cannot be built in patterns; derive one with event.copy(...) or new_event(...)")
+
+    @classmethod
+    def _make(cls, event: Event, values: Mapping[str, Any], check: Callable[[Event], None] | None = None) -> "EventView":
+        view = object.__new__(cls)
+        object.__setattr__(view, "_event", event)
+        object.__setattr__(view, "_values", values)
+        object.__setattr__(view, "_meta", None)
         #: Called with each derived event (size check); None in expressions (no deriving).
-        object.__setattr__(self, "_check", check)
+        object.__setattr__(view, "_check", check)
+        return view
 
     @property
     def values(self) -> Mapping[str, Any]:
@@ -142,7 +150,7 @@ class EventView:
             base.update(meta)
         event = Event(values=private_values(values), type=type, meta=base)  # validates: InvalidValue
         check(event)
-        return EventView(event, event.values, check)
+        return EventView._make(event, event.values, check)
 
 
 class SubscriberView:
@@ -153,10 +161,16 @@ class SubscriberView:
     id: str
     params: Mapping[str, Any]
 
-    def __init__(self, key: Hashable, params: Mapping[str, Any]) -> None:
-        object.__setattr__(self, "_key", key)
-        object.__setattr__(self, "id", str(key))
-        object.__setattr__(self, "params", MappingProxyType(private_values(params)))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("subscribers cannot be built in patterns; use `subscribers`")
+
+    @classmethod
+    def _make(cls, key: Hashable, params: Mapping[str, Any]) -> "SubscriberView":
+        view = object.__new__(cls)
+        object.__setattr__(view, "_key", key)
+        object.__setattr__(view, "id", str(key))
+        object.__setattr__(view, "params", MappingProxyType(private_values(params)))
+        return view
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("subscribers are read-only in patterns")

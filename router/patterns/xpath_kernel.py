@@ -154,6 +154,8 @@ class XPathProgram:
             return _timed(self.sandbox, lambda: bool(token.boolean_value(token.evaluate(XPathContext(root, variables=variables)))))
         except SandboxStop:
             raise
+        except MemoryError:
+            raise SandboxStop(MEMORY, "pattern stopped: it ran out of memory") from None
         except Exception:
             return False
 

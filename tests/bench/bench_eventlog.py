@@ -6,7 +6,7 @@ router, ttl, path), handed to an `EventLog` a batch at a time as the router's st
     python tests/bench/bench_eventlog.py --events 200000
     python tests/bench/bench_eventlog.py --shared   # the mesh cache's encoding, as a router has it
 
-With --shared each batch comes encoded already (`aa.router.meshcache.encode_events`, done
+With --shared each batch comes encoded already (`aa.router.caches.meshcache.encode_events`, done
 outside the figures): what the log adds to a router whose mesh cache is on, the default.
 Reports CPU µs per event, each from the kernel's per-thread and per-process clocks:
 
@@ -40,7 +40,7 @@ def make_events(n: int, frame: int = 100) -> list:
     """Events as a router dispatches them: values decoded from a client's frame, meta stamped
     per batch (one time stamp; the session's client id and address; a new path per event)."""
     from aa.mesh import Event
-    from aa.mesh.codec import pack, unpack
+    from aa.mesh.protocol import pack, unpack
 
     client, address, router = "c-5f3a9e01d2c4b7a8", "127.0.0.1:54321", "r-0123456789abcdef"
     out = []
@@ -78,10 +78,10 @@ def process_cpu(pid: int | None) -> float:
 
 
 async def run(events: list, batch: int, data: str, shared: bool) -> dict:
-    from aa.router.eventlog import EventLog
+    from aa.router import EventLog
 
     if shared:
-        from aa.router.meshcache import encode_events
+        from aa.router.caches import encode_events
 
     elog = EventLog(data_dir=data, router_id="bench")
     await elog.start()

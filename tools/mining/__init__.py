@@ -5,18 +5,27 @@ simulation that makes logs to mine, and the accuracy report against its ground t
 PySpark is imported only when a job runs (``pip install 'aa-mesh[mining]'``).
 """
 
+from .accuracy import accuracy_report, format_report, write_report
 from .artefacts import TASKS, Artefact, ArtefactError, list_versions, read_artefact, read_pointer, write_artefact
 from .job import MineConfig, MineResult, measure_inputs, read_events, resolve_inputs, run_mining
 from .location import LocationConfig
 from .presence import PresenceConfig
 from .progress import Progress, plan
 from .schema import SchemaConfig
-from .session import SMALL_LOG_BYTES, SparkConfig, SparkStartError, check_java, check_master, open_session, session_settings, spark_error_message
-from .simulate import SimulateConfig, SimulateResult, load_world, simulate
+from .session import (
+    SMALL_LOG_BYTES,
+    SparkConfig,
+    SparkStartError,
+    check_java,
+    check_master,
+    open_session,
+    session_settings,
+    spark_error_message,
+)
+from .simulate import WORLD_FILE, SimulateConfig, SimulateResult, load_world, simulate
 
 __all__ = [
     "SMALL_LOG_BYTES",
-    "TASKS",
     "Artefact",
     "ArtefactError",
     "LocationConfig",
@@ -29,8 +38,12 @@ __all__ = [
     "SimulateResult",
     "SparkConfig",
     "SparkStartError",
+    "TASKS",
+    "WORLD_FILE",
+    "accuracy_report",
     "check_java",
     "check_master",
+    "format_report",
     "list_versions",
     "load_world",
     "measure_inputs",
@@ -45,4 +58,5 @@ __all__ = [
     "simulate",
     "spark_error_message",
     "write_artefact",
+    "write_report",
 ]

@@ -56,7 +56,7 @@ def score_schema(data: Mapping[str, Any], truth: list[tuple[str, str, str, str]]
 
 
 def _room(building: str, floor: int, x: float, y: float) -> str:
-    from aa.addins.office.layout import ROOMS, room_name
+    from aa.addins.office import ROOMS, room_name
 
     for name, (x0, y0, x1, y1) in ROOMS.items():
         if x0 <= x < x1 and y0 <= y < y1:

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, Mapping
 
-from aa.addins.adapters.artefact import (
+from aa.addins.adapters import (
     ARTEFACT_FORMAT,
     POINTER,
     Artefact,

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LocationConfig", "mine_location", "scans", "RADIOS_SCHEMA"]
 
-#: How the ``Radios`` list of a scan is read (typed JSON, see `aa.router.logcodec`).
+#: How the ``Radios`` list of a scan is read (typed JSON, see `aa.router.eventlog.logcodec`).
 RADIOS_SCHEMA = "array<struct<Id:string,Name:string,Rssi:double>>"
 
 

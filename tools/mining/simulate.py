@@ -133,7 +133,7 @@ def simulate(config: SimulateConfig) -> SimulateResult:
 
 
 async def _simulate(cfg: SimulateConfig) -> SimulateResult:
-    from aa.router.eventlog import EventLog  # the real writer
+    from aa.router import EventLog  # the real writer
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

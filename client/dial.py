@@ -1,0 +1,58 @@
+"""Opening a connection to one router: the TCP connection, our hello, its welcome.
+
+Which router a client tries (Å §4.1, as routers do): the endpoints given, the alternatives
+each router tells about (asked for every `ClientConfig.alternatives_interval`), and — when no
+endpoint is given, or `ClientConfig.discover` says so — the routers heard on the network
+(beacons, zeroconf). They go into a `PeerTable`: a router that fails, or whose connection
+breaks, is poisoned and tried again after exponentially growing intervals, so a client fails
+over to a working router first and comes back to a faulty one less and less often.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Callable
+
+from aa.mesh import ConnectionLost, RemoteError, parse_endpoint
+from aa.mesh.protocol import Error, Hello, Message, Welcome
+
+from .link import Link, open_link
+
+if TYPE_CHECKING:
+    from .config import ClientConfig
+
+__all__ = ["open_router"]
+
+
+async def open_router(
+    endpoint: str, hello: Hello, on_message: Callable[[Message], None], on_writable: Callable[[], None],
+    config: "ClientConfig | None" = None,
+) -> tuple[Link, Welcome]:
+    """Connect to the router at *endpoint*, say *hello*, and return the link and the
+    router's welcome once it came; every later frame goes to *on_message*. Raises `OSError`
+    (refused, unreachable), `RemoteError` (the router refused us with an error frame),
+    `ConnectionLost` (it closed before welcoming us, or TLS failed: `aa.client.link`). With
+    *config*'s CA the connection is TLS. The caller bounds the wait."""
+    host, port = parse_endpoint(endpoint)
+    loop = asyncio.get_running_loop()
+    welcome: asyncio.Future[Welcome] = loop.create_future()
+
+    def first_then_rest(link: Link, msg: Message) -> None:
+        if not welcome.done():
+            if type(msg) is Welcome:
+                welcome.set_result(msg)
+            elif type(msg) is Error:
+                welcome.set_exception(RemoteError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+            return
+        on_message(msg)
+
+    link = await open_link(config, lambda: Link(first_then_rest, on_writable), host, port)
+    try:
+        link.send(hello)
+        await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)
+        if not welcome.done():
+            raise ConnectionLost(f"router {endpoint} closed before welcoming us")
+        return link, welcome.result()
+    except BaseException:
+        link.close()
+        raise

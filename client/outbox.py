@@ -1,0 +1,107 @@
+"""The publisher's outbox: events waiting for a router, in flight, and recently acknowledged.
+
+An event stays here until a router acknowledged it, so a router lost mid-way costs nothing:
+what no router acknowledged is resent to the next router under the same ids, and the mesh
+drops the ones it had already seen. What was acknowledged only moments ago is resent too
+(`REPLAY_WINDOW_SECONDS`): an ack means "dispatched and flooded", and a router killed before
+its floods left could still have taken some with it; the mesh drops the second copies.
+
+Pure bookkeeping (no I/O): the `AsyncClient` sends the batches this hands out and reports
+the acks; `room` and `drained` are the events its publishers wait on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from aa.mesh import Event
+
+from .config import BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
+
+__all__ = ["Outbox"]
+
+
+class Outbox:
+    """Events published and not yet acknowledged, and the window of recent acks."""
+
+    def __init__(self, max_events: int) -> None:
+        self.max_events = max_events
+        self._queue: deque[Event] = deque()
+        self._inflight: deque[tuple[int, list[Event]]] = deque()
+        self._inflight_events = 0
+        self._recent: deque[tuple[float, list[Event]]] = deque()  # acked: (when, batch)
+        self._recent_events = 0
+        self._seq = 0
+        #: Set when an ack made room (publishers waiting on a full outbox go on).
+        self.room = asyncio.Event()
+        #: Set while nothing waits for an acknowledgement.
+        self.drained = asyncio.Event()
+        self.drained.set()
+
+    @property
+    def pending(self) -> int:
+        """Events published and not yet acknowledged by a router."""
+        return len(self._queue) + self._inflight_events
+
+    @property
+    def full(self) -> bool:
+        return self.pending >= self.max_events
+
+    @property
+    def waiting(self) -> bool:
+        """Whether events wait to be sent."""
+        return bool(self._queue)
+
+    def add(self, event: Event) -> None:
+        self._queue.append(event)
+        self.drained.clear()
+
+    def next_batch(self) -> tuple[int, list[Event]] | None:
+        """The next frame to send, (seq, events), now counted in flight; None when nothing
+        waits or `MAX_INFLIGHT_FRAMES` frames are unacknowledged already."""
+        queue = self._queue
+        if not queue or len(self._inflight) >= MAX_INFLIGHT_FRAMES:
+            return None
+        n = min(len(queue), BATCH_EVENTS)
+        batch = [queue.popleft() for _ in range(n)]
+        self._seq += 1
+        self._inflight.append((self._seq, batch))
+        self._inflight_events += n
+        return self._seq, batch
+
+    def acked(self, seq: int, now: float) -> None:
+        """A router acknowledged every frame up to *seq* (acks are cumulative)."""
+        inflight = self._inflight
+        while inflight and inflight[0][0] <= seq:
+            _, events = inflight.popleft()
+            self._inflight_events -= len(events)
+            self._recent.append((now, events))
+            self._recent_events += len(events)
+        self._trim_recent(now)
+        self.room.set()
+        if not inflight and not self._queue:
+            self.drained.set()
+
+    def reconnected(self, now: float) -> None:
+        """A new router: what no router acknowledged, and what was acknowledged only moments
+        ago, goes first again, in order and under the same ids."""
+        while self._inflight:
+            _, events = self._inflight.pop()
+            self._queue.extendleft(reversed(events))
+        self._inflight_events = 0
+        self._trim_recent(now)
+        while self._recent:
+            _, events = self._recent.pop()
+            self._queue.extendleft(reversed(events))
+        self._recent_events = 0
+        if self._queue:
+            self.drained.clear()
+
+    def _trim_recent(self, now: float) -> None:
+        recent = self._recent
+        while recent and (
+            self._recent_events - len(recent[0][1]) >= REPLAY_WINDOW_EVENTS
+            or now - recent[0][0] > REPLAY_WINDOW_SECONDS
+        ):
+            self._recent_events -= len(recent.popleft()[1])

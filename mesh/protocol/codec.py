@@ -1,0 +1,271 @@
+"""The frame codec (pure: no sockets, no asyncio).
+
+A frame is a 4-byte big-endian length, then that many bytes of one msgpack map with a
+`kind` (see `aa.mesh.protocol.messages`). `Connection` turns bytes into messages and messages into
+bytes, in the manner of h11: feed `receive_data(data)`, then call `next_message()` until it
+returns `NEED_DATA`; `send(message)` returns the bytes to write.
+
+A frame longer than the cap, or one that does not decode to a known, well-formed message,
+raises a `ProtocolError` subclass. The codec is then broken: the owner answers with an error
+frame and closes that one connection, and nothing else is affected.
+
+Datetimes: aware ones travel as msgpack Timestamps (the C packer handles them, no Python
+call per value) and decode as UTC; naive ones travel as extension type 1 holding the ISO
+text and decode naive, so a naive datetime is never silently given a zone.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any, Final, Sequence
+
+import msgpack
+
+from ..errors import FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
+from ..event import Event
+from .messages import MESSAGE_KINDS, Message
+
+__all__ = ["Connection", "NEED_DATA", "MAX_FRAME_BYTES", "pack", "unpack", "packed_event", "pack_events"]
+
+#: Largest frame accepted or sent, in bytes (payload, without the 4-byte header). A batch of
+#: a few thousand typical events fits in well under 1 MiB; 16 MiB leaves room for bulky
+#: values while bounding what one peer can make a router buffer.
+MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+_HEADER = 4
+_EXT_NAIVE_DATETIME = 1
+
+
+class _NeedData:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+#: Returned by `Connection.next_message()` when no whole frame is buffered yet.
+NEED_DATA: Final = _NeedData()
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, datetime):  # only naive ones reach here: aware ones are Timestamps
+        return msgpack.ExtType(_EXT_NAIVE_DATETIME, obj.isoformat().encode())
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_NAIVE_DATETIME:
+        try:
+            return datetime.fromisoformat(data.decode())
+        except (UnicodeDecodeError, ValueError):
+            raise MalformedFrame("bad datetime extension value") from None
+    raise MalformedFrame(f"unknown msgpack extension type {code}")
+
+
+def _packer() -> msgpack.Packer:
+    return msgpack.Packer(use_bin_type=True, datetime=True, default=_default)
+
+
+#: The start of every `Deliver` frame: a map of two, its kind, and the key of its items.
+_DELIVER_HEAD: Final = _packer().pack_map_header(2) + _packer().pack("kind") + _packer().pack("deliver") + _packer().pack("items")
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack bytes of *obj* with Aa's conventions (for files and stores, not frames)."""
+    return _packer().pack(obj)
+
+
+_local = threading.local()
+
+
+def _thread_packer() -> msgpack.Packer:
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = _packer()
+    return packer
+
+
+def packed_event(event: Event) -> bytes:
+    """*event* as msgpack ``[id, type, values, meta]`` (the array every frame, cache and log
+    carries), made once per event object and kept on it (`Event.packed`): a router delivers,
+    caches, floods and logs the same bytes. Raises `UsageError` outside the value model."""
+    data = event.packed
+    if data is None:
+        try:
+            data = _thread_packer().pack([event.id, event.type, event.values, event.meta])
+        except (TypeError, ValueError, OverflowError) as exc:
+            _local.packer = _packer()  # a failed pack may leave it dirty
+            raise UsageError(f"cannot encode event {event.id}: {exc}") from None
+        object.__setattr__(event, "packed", data)
+    return data
+
+
+def pack_events(events: Sequence[Event]) -> bytes:
+    """*events* as one msgpack array of ``[id, type, values, meta]`` — the bytes `pack`
+    makes of that list, from each event's `packed_event`. Raises `UsageError`."""
+    return _thread_packer().pack_array_header(len(events)) + b"".join(map(packed_event, events))
+
+
+def unpack(data: bytes) -> Any:
+    """The inverse of `pack`."""
+    return msgpack.unpackb(data, raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False)
+
+
+class Connection:
+    """One end of a framed msgpack stream.
+
+    >>> a, b = Connection(), Connection()
+    >>> from aa.mesh.protocol.messages import Ping
+    >>> b.receive_data(a.send(Ping(token=7)))
+    >>> b.next_message()
+    Ping(token=7)
+    >>> b.next_message()
+    NEED_DATA
+    """
+
+    __slots__ = ("max_frame", "max_items", "_buf", "_pos", "_packer", "_broken")
+
+    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES, max_items: int | None = None) -> None:
+        if max_frame <= 0:
+            raise UsageError("max_frame must be positive")
+        if max_items is not None and max_items <= 0:
+            raise UsageError("max_items must be positive or None")
+        self.max_frame = max_frame
+        #: Most items in one list or map of a received frame (None: only the frame cap). A
+        #: frame is decoded in one C call that holds the event loop; this bounds what one
+        #: frame costs to decode and dispatch (a router's client sessions set it).
+        self.max_items = max_items
+        self._buf = bytearray()
+        self._pos = 0
+        self._packer = _packer()
+        self._broken: Exception | None = None
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes read from the peer (dropped once the stream is broken)."""
+        if self._broken is not None:
+            return
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[: self._pos]  # compact now and then, not per frame
+            self._pos = 0
+        self._buf += data
+
+    def next_message(self) -> Message | _NeedData:
+        """The next whole message, or `NEED_DATA`. Raises `ProtocolError` on a bad frame, and
+        the same error again on every later call: the stream cannot be resynchronised."""
+        if self._broken is not None:
+            raise self._fresh_error()
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < _HEADER:
+            return NEED_DATA
+        size = int.from_bytes(buf[pos : pos + _HEADER], "big")
+        if size > self.max_frame:
+            self._break(FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}"))
+            raise self._fresh_error()
+        end = pos + _HEADER + size
+        if len(buf) < end:
+            return NEED_DATA
+        payload = bytes(memoryview(buf)[pos + _HEADER : end])
+        self._pos = end
+        try:
+            return self._decode(payload, self.max_items)
+        except (MalformedFrame, UnknownMessage) as exc:
+            self._break(exc)
+            raise self._fresh_error() from None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet handed out as messages (a partial frame, mostly)."""
+        return len(self._buf) - self._pos
+
+    def _break(self, exc: Exception) -> None:
+        # Keep what the error says, not the error: its traceback (and its __context__'s)
+        # would hold this codec's frames, and through them its buffer and whoever owns it,
+        # in a reference cycle that only a full garbage collection frees. The buffer goes
+        # at once.
+        self._broken = type(exc)(*exc.args)
+        self._buf = bytearray()
+        self._pos = 0
+
+    def _fresh_error(self) -> Exception:
+        broken = self._broken
+        assert broken is not None
+        err = type(broken)(*broken.args)
+        code = getattr(broken, "code", None)
+        if code is not None:
+            try:
+                err.code = code  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+        return err
+
+    def next_messages(self) -> list[Message]:
+        """Every whole message buffered now (possibly none)."""
+        out: list[Message] = []
+        while True:
+            msg = self.next_message()
+            if isinstance(msg, _NeedData):
+                return out
+            out.append(msg)
+
+    @staticmethod
+    def _decode(payload: bytes, max_items: int | None = None) -> Message:
+        limits = {} if max_items is None else {"max_array_len": max_items, "max_map_len": max_items}
+        try:
+            data = msgpack.unpackb(
+                payload, raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False, **limits
+            )
+        except MalformedFrame:
+            raise
+        except ValueError as exc:
+            if max_items is not None and "exceeds max_" in str(exc):
+                raise MalformedFrame(f"frame has a list or map of more than {max_items} items "
+                                     f"(at most {max_items} per frame: send smaller batches)") from None
+            raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
+        if type(data) is not dict:
+            raise MalformedFrame("frame must be a msgpack map")
+        kind = data.get("kind")
+        cls = MESSAGE_KINDS.get(kind) if type(kind) is str else None
+        if cls is None:
+            raise UnknownMessage(f"unknown message kind {kind!r}")
+        return cls.from_wire(data)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send_deliver(self, items: Sequence[Sequence[Any]]) -> bytes:
+        """The `Deliver` frame of *items* (``[sub_ids, event]`` each), built from each event's
+        `packed_event` rather than packed again: what `send(Deliver(items=...))` makes.
+        Raises `UsageError` if it would exceed the cap."""
+        packer = self._packer
+        parts = [_DELIVER_HEAD, packer.pack_array_header(len(items))]
+        try:
+            for sub_ids, event in items:
+                parts.append(b"\x92")  # a 2-element array: [sub_ids, event]
+                parts.append(packer.pack(sub_ids))
+                parts.append(packed_event(event))
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer = _packer()
+            raise UsageError(f"cannot encode 'deliver' message: {exc}") from None
+        payload = b"".join(parts)
+        if len(payload) > self.max_frame:
+            raise UsageError(f"'deliver' frame of {len(payload)} bytes is over the cap of {self.max_frame}")
+        return len(payload).to_bytes(_HEADER, "big") + payload
+
+    def send(self, message: Message) -> bytes:
+        """The frame for *message*. Raises `UsageError` if it would exceed the cap."""
+        try:
+            payload = self._packer.pack(message.to_wire())
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer = _packer()  # a failed pack may leave the buffer dirty
+            raise UsageError(f"cannot encode {message.kind!r} message: {exc}") from None
+        if len(payload) > self.max_frame:
+            raise UsageError(
+                f"{message.kind!r} frame of {len(payload)} bytes is over the cap of {self.max_frame}"
+            )
+        return len(payload).to_bytes(_HEADER, "big") + payload

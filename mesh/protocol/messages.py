@@ -1,0 +1,464 @@
+"""The messages of the wire protocol (pure: no I/O).
+
+Every frame is one msgpack map with a `kind`. Each kind is a frozen, slotted dataclass with a
+keyword-only constructor that validates; `to_wire()` gives the map, `from_wire(map)` checks a
+peer's map and raises `MalformedFrame` with a clear reason. Other modules add kinds with
+`@register` (the router-to-router kinds live beside the flooding rules).
+
+Client ⇄ router conversation::
+
+    client                          router
+    Hello ───────────────────────►
+          ◄─────────────────────── Welcome
+    Publish(seq) ────────────────►              dispatched (and persisted if asked)
+          ◄─────────────────────── Ack(seq)      acks are cumulative: all seq ≤ n are done
+    Subscribe(sub_id) ───────────►
+          ◄─────────────────────── Subscribed(sub_id) | Error(ref=sub_id)
+          ◄─────────────────────── Deliver([(sub_ids, event), ...])
+    Update(sub_id, params) ──────►              applied between two events: none missed,
+          ◄─────────────────────── Updated        none delivered twice
+          ◄─────────────────────── PatternFailed(sub_id)   the sandbox stopped the pattern
+    Unsubscribe(sub_id) ─────────►
+    Ping / Pong, GetRouters / Routers, Bye   either way as listed
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar, Final, Mapping, TypeVar
+
+from ..errors import InvalidValue, MalformedFrame, UsageError
+from ..event import MAX_ID_LENGTH, Event
+from ..values import Values, _valid_map, check_values
+
+__all__ = [
+    "Message",
+    "register",
+    "MESSAGE_KINDS",
+    "PatternSpec",
+    "Hello",
+    "Welcome",
+    "Publish",
+    "Ack",
+    "Subscribe",
+    "Subscribed",
+    "Missed",
+    "OVERFLOW_MODES",
+    "Unsubscribe",
+    "Update",
+    "Updated",
+    "Deliver",
+    "PatternFailed",
+    "Error",
+    "Ping",
+    "Pong",
+    "GetRouters",
+    "Routers",
+    "Bye",
+    "event_to_wire",
+    "event_from_wire",
+    "PROTOCOL_VERSION",
+    "MAX_PATTERN_SOURCE",
+]
+
+PROTOCOL_VERSION = 1
+
+#: Longest pattern source accepted, in characters. Patterns are compiled and kept by every
+#: router that holds the subscription; 64 KiB is far beyond any hand-written pattern.
+MAX_PATTERN_SOURCE = 65536
+
+
+class Message:
+    """Base of every message kind."""
+
+    __slots__ = ()
+    kind: ClassVar[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        for f in fields(self):  # type: ignore[arg-type]
+            out[f.name] = getattr(self, f.name)
+        return out
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> "Message":
+        kwargs = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in data:
+                kwargs[f.name] = data[f.name]
+        try:
+            return cls(**kwargs)
+        except (TypeError, UsageError) as exc:
+            raise MalformedFrame(f"bad {cls.kind!r} message: {exc}") from None
+
+
+MESSAGE_KINDS: dict[str, type[Message]] = {}
+M = TypeVar("M", bound=type[Message])
+
+
+def register(kind: str) -> Callable[[M], M]:
+    """Class decorator: make *kind* decode to the class."""
+
+    def deco(cls: M) -> M:
+        if kind in MESSAGE_KINDS:
+            raise RuntimeError(f"message kind {kind!r} registered twice")
+        cls.kind = kind
+        MESSAGE_KINDS[kind] = cls
+        return cls
+
+    return deco
+
+
+def _need(value: Any, types: type | tuple[type, ...], name: str) -> None:
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
+        expected = " or ".join(t.__name__ for t in _tuple(types))
+        raise InvalidValue(f"{name} must be {expected}, not {type(value).__name__}")
+
+
+def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+# -- events on the wire --------------------------------------------------------------------
+
+
+def event_to_wire(ev: Event) -> list[Any]:
+    """An event as a compact array: [id, type, values, meta]. An array, not a map: no key
+    strings to pack and unpack per event, on every hop."""
+    return [ev.id, ev.type, ev.values, ev.meta]
+
+
+def event_from_wire(data: Any) -> Event:
+    """Check a peer's event array and build the event; `MalformedFrame` when it is wrong."""
+    if type(data) is not list or len(data) != 4:
+        raise MalformedFrame("an event must be an array [id, type, values, meta]")
+    id_, type_, values, meta = data
+    if type(values) is not dict or not _valid_map(values, 0):
+        _bad_event("values", values)
+    if meta is None:
+        meta = {}
+    elif type(meta) is not dict or not _valid_map(meta, 0):
+        _bad_event("meta", meta)
+    if type_ is not None and type(type_) is not str:
+        raise MalformedFrame("event type must be str or nil")
+    if id_ is not None and (type(id_) is not str or not 0 < len(id_) <= MAX_ID_LENGTH):
+        raise MalformedFrame(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+    return Event.trusted(values, type_, meta, id_)
+
+
+def _bad_event(where: str, value: Any) -> None:
+    if type(value) is not dict:
+        raise MalformedFrame(f"event {where} must be a map")
+    try:
+        check_values(value, where)
+    except InvalidValue as exc:
+        raise MalformedFrame(str(exc)) from None
+    raise MalformedFrame(f"event {where} is not valid")
+
+
+# -- patterns --------------------------------------------------------------------------------
+
+KERNEL_FORMATS = {"python": ("expr", "script"), "xpath": ("expr",)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatternSpec:
+    """What a subscriber asks for: a pattern's kernel, format and source (Å §4.3).
+
+    >>> PatternSpec(source="Temperature > 100")
+    PatternSpec(kernel='python', format='expr', source='Temperature > 100')
+    """
+
+    kernel: str = "python"
+    format: str = "expr"
+    source: str
+
+    def __post_init__(self) -> None:
+        _need(self.kernel, str, "pattern kernel")
+        _need(self.format, str, "pattern format")
+        _need(self.source, str, "pattern source")
+        if self.kernel not in KERNEL_FORMATS:
+            raise InvalidValue(f"unknown pattern kernel {self.kernel!r} (known: python, xpath)")
+        if self.format not in KERNEL_FORMATS[self.kernel]:
+            known = ", ".join(KERNEL_FORMATS[self.kernel])
+            raise InvalidValue(f"kernel {self.kernel!r} has no format {self.format!r} (known: {known})")
+        if len(self.source) > MAX_PATTERN_SOURCE:
+            raise InvalidValue(f"pattern source is longer than {MAX_PATTERN_SOURCE} characters")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "format": self.format, "source": self.source}
+
+    @classmethod
+    def from_wire(cls, data: Any) -> "PatternSpec":
+        if type(data) is not dict:
+            raise InvalidValue("pattern must be a map with kernel, format and source")
+        return cls(
+            kernel=data.get("kernel", "python"),
+            format=data.get("format", "expr"),
+            source=data.get("source"),  # type: ignore[arg-type]
+        )
+
+
+# -- the kinds -----------------------------------------------------------------------------
+
+
+@register("hello")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hello(Message):
+    """First frame of a connection: who is calling. *secret* (16 to 128 characters, kept by
+    the client across fail-overs and never shown to anyone) gives the client its id scope
+    (`aa.mesh.id_scope`): the ids it proposes are its own, so a retried publish is
+    recognised on any router, and nobody else can claim them."""
+
+    client_id: str
+    name: str | None = None
+    protocol: int = PROTOCOL_VERSION
+    secret: str | None = None
+
+    def __post_init__(self) -> None:
+        _need(self.client_id, str, "client_id")
+        if not 0 < len(self.client_id) <= MAX_ID_LENGTH:
+            raise InvalidValue(f"client_id must have 1 to {MAX_ID_LENGTH} characters")
+        _need(self.name, (str, type(None)), "name")
+        _need(self.protocol, int, "protocol")
+        _need(self.secret, (str, type(None)), "secret")
+        if self.secret is not None and not 16 <= len(self.secret) <= 128:
+            raise InvalidValue("secret must have 16 to 128 characters")
+
+
+@register("welcome")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Welcome(Message):
+    router_id: str
+    router_name: str
+    client_id: str
+    protocol: int = PROTOCOL_VERSION
+    #: Other routers' client endpoints ("host:port"), to fail over to.
+    alternatives: tuple[str, ...] = ()
+    #: The prefix ("scope-") of the event ids this connection may propose as they are;
+    #: any other id it proposes travels the mesh under this scope (`aa.router.dispatch`).
+    id_scope: str | None = None
+
+    def __post_init__(self) -> None:
+        _need(self.router_id, str, "router_id")
+        _need(self.router_name, str, "router_name")
+        _need(self.client_id, str, "client_id")
+        _need(self.alternatives, (list, tuple), "alternatives")
+        object.__setattr__(self, "alternatives", tuple(self.alternatives))
+
+
+@register("publish")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Publish(Message):
+    """A batch of events, acknowledged as a whole by `Ack(seq)`."""
+
+    seq: int
+    events: tuple[Event, ...]
+
+    def __post_init__(self) -> None:
+        _need(self.seq, int, "seq")
+        _need(self.events, (list, tuple), "events")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "publish", "seq": self.seq, "events": [event_to_wire(e) for e in self.events]}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> "Publish":
+        seq = data.get("seq")
+        events = data.get("events")
+        if type(seq) is not int or type(events) is not list:
+            raise MalformedFrame("bad 'publish' message: needs int seq and a list of events")
+        return cls(seq=seq, events=tuple([event_from_wire(e) for e in events]))
+
+
+@register("ack")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack(Message):
+    """Every `Publish` with a seq up to and including this one has been dispatched."""
+
+    seq: int
+
+    def __post_init__(self) -> None:
+        _need(self.seq, int, "seq")
+
+
+@register("subscribe")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscribe(Message):
+    sub_id: int
+    pattern: PatternSpec
+    params: Values = field(default_factory=dict)
+    #: History wanted from the store: None for none, else {"since": datetime | None}.
+    history: Values | None = None
+    #: When the client reads too slowly for the router to buffer its deliveries: "notify"
+    #: (the events are dropped and the client told how many, `Missed`) or "disconnect"
+    #: (the router closes the connection with error "overflow").
+    overflow: str = "notify"
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+        if self.overflow not in OVERFLOW_MODES:
+            raise InvalidValue(f"overflow must be one of {', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
+        if isinstance(self.pattern, dict):
+            object.__setattr__(self, "pattern", PatternSpec.from_wire(self.pattern))
+        _need(self.pattern, PatternSpec, "pattern")
+        _need(self.params, dict, "params")
+        check_values(self.params, "params")
+        _need(self.history, (dict, type(None)), "history")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": "subscribe",
+            "sub_id": self.sub_id,
+            "pattern": self.pattern.to_wire(),
+            "params": self.params,
+            "history": self.history,
+            "overflow": self.overflow,
+        }
+
+
+#: What a subscription asks the router to do when its client does not keep up.
+OVERFLOW_MODES: Final = ("notify", "disconnect")
+
+
+@register("missed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Missed(Message):
+    """Events of subscription *sub_id* the router dropped because the client did not read
+    them fast enough (its connection's backlog was over the router's bound)."""
+
+    sub_id: int
+    count: int
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+        _need(self.count, int, "count")
+
+
+@register("subscribed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscribed(Message):
+    """The router took the pattern. *tier*: where it runs ("predicate": evaluated by the
+    router itself, no code run; "worker": in a sandbox worker process; "sandbox": in the
+    router's own sandbox). *warnings*: why it may never match (a name no event has had)."""
+
+    sub_id: int
+    tier: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+        _need(self.tier, (str, type(None)), "tier")
+        _need(self.warnings, (list, tuple), "warnings")
+        object.__setattr__(self, "warnings", tuple(str(w)[:500] for w in self.warnings[:20]))
+
+
+@register("unsubscribe")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unsubscribe(Message):
+    sub_id: int
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+
+
+@register("update")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Update(Message):
+    """Change named parameters of a subscription's pattern (parametric subscriptions)."""
+
+    sub_id: int
+    params: Values
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+        _need(self.params, dict, "params")
+        check_values(self.params, "params")
+
+
+@register("updated")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Updated(Message):
+    sub_id: int
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+
+
+@register("deliver")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deliver(Message):
+    """Events for one client: each with the ids of its subscriptions that matched."""
+
+    items: tuple[tuple[tuple[int, ...], Event], ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "deliver", "items": [[list(s), event_to_wire(e)] for s, e in self.items]}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> "Deliver":
+        items = data.get("items")
+        if type(items) is not list:
+            raise MalformedFrame("bad 'deliver' message: items must be a list")
+        out = []
+        for item in items:
+            if type(item) is not list or len(item) != 2 or type(item[0]) is not list:
+                raise MalformedFrame("bad 'deliver' message: each item is [sub_ids, event]")
+            out.append((tuple(item[0]), event_from_wire(item[1])))
+        return cls(items=tuple(out))
+
+
+@register("pattern-failed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatternFailed(Message):
+    """The router stopped this subscription's pattern; the subscription is over."""
+
+    sub_id: int
+    code: str
+    message: str
+
+
+@register("error")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Error(Message):
+    """A request was refused (`ref` names it: a sub_id or a seq), or, if `fatal`, the
+    connection is about to be closed."""
+
+    code: str
+    message: str
+    ref: int | None = None
+    fatal: bool = False
+
+
+@register("ping")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ping(Message):
+    token: int = 0
+
+
+@register("pong")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pong(Message):
+    token: int = 0
+
+
+@register("get-routers")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetRouters(Message):
+    """Ask for the client endpoints of other routers in the mesh."""
+
+
+@register("routers")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Routers(Message):
+    addresses: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _need(self.addresses, (list, tuple), "addresses")
+        object.__setattr__(self, "addresses", tuple(self.addresses))
+
+
+@register("bye")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bye(Message):
+    """An orderly goodbye: the sender closes after this frame."""

@@ -1,0 +1,179 @@
+"""Dispatch of one event: stamp it, deliver it to local subscribers and sinks, pass it on.
+
+An event's way through one router::
+
+    client's Publish ──► accept: stamp (id, time, client, address, router, ttl, path;
+    │                    Å §4.2), drop a retried id (FloodRules.originate)
+    peer's Flood ───────► (links room: FloodRules.hop / first, once per router per id)
+                         │
+                         ▼
+                    dispatch: the pattern engine's matches ──► each subscriber's queue
+                              the sinks (store, mesh cache, client caches, event log)
+                         │
+                         ▼
+    accept only ───► forwarders (the links room floods it to every peer)
+                         │
+    end of batch ──► flush: every client with queued deliveries is written to once
+
+Dispatch is synchronous inside the event loop: a batch of events read from one socket is
+dispatched whole, then `flush` writes one frame per client that got deliveries, so N events
+cost one system call per client, not N.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any, Protocol, Sequence
+
+from aa.mesh import (
+    MAX_ID_LENGTH,
+    META_ADDRESS,
+    META_CLIENT,
+    META_PATH,
+    META_ROUTER,
+    META_TIME,
+    META_TTL,
+    ROUTER_META_KEYS,
+    Event,
+    FloodRules,
+    IdGenerator,
+)
+
+from .patterns import PatternEngine
+from .seams import Sink
+
+__all__ = ["Dispatcher", "Writable", "MAX_NAMES_SEEN"]
+
+#: Value names a router remembers for its warnings at subscribe, in names: the names of a
+#: mesh's event types, not its values (a publisher that puts values in names is capped).
+MAX_NAMES_SEEN = 10_000
+
+#: The user who published an event (Å §4.6): aa.mesh.event.META_USER, which aa.mesh does not
+#: export (see the security report).
+META_USER = "user"
+
+log = logging.getLogger("aa.router")
+
+
+def scoped_id(own: str, proposed: str) -> str:
+    """*proposed* under the prefix *own* ("scope-"), within `MAX_ID_LENGTH` (a long id is
+    hashed, which keeps it the same for every retry)."""
+    eid = own + proposed
+    if len(eid) > MAX_ID_LENGTH:
+        eid = own + hashlib.blake2b(proposed.encode(), digest_size=16).hexdigest()
+    return eid
+
+
+class Writable(Protocol):
+    """A client connection with deliveries queued during a batch (`ClientSession`)."""
+
+    def flush(self) -> None: ...
+
+
+class Dispatcher:
+    """Dispatch of events on one router (see the module docstring).
+
+    It owns the router's id generator and its flood rules (whose seen-id set serves client
+    publishes and peers' floods alike, so an event a client re-publishes after a fail-over
+    is recognised wherever the mesh has carried it).
+    """
+
+    def __init__(self, *, ids: IdGenerator, rules: FloodRules, engine: PatternEngine, counters: Counter[str]) -> None:
+        self.ids = ids
+        self.rules = rules
+        self.engine = engine
+        self.counters = counters
+        #: Called with each event dispatched here (store, caches, event log attach here).
+        self.sinks: list[Sink] = []
+        #: Called with each event this router accepted from a client: its floods (links room).
+        self.forwarders: list[Sink] = []
+        self._dirty: list[Writable] = []
+        #: Value names of the events dispatched here (at most `MAX_NAMES_SEEN`): a pattern
+        #: that reads a name none of them had is warned about at subscribe.
+        self.names_seen: set[str] = set()
+
+    def new_id(self) -> str:
+        """A fresh id, unique in the mesh (for events and control messages alike)."""
+        return self.ids()
+
+    def accept(
+        self, events: Sequence[Event], client_id: str, address: str, user: str | None = None, scope: str | None = None
+    ) -> list[Event]:
+        """Stamp events from a client (Å §4.2; and *user*, the user its certificate names or
+        "anonymous", Å §4.6), drop retried ones, dispatch and forward them.
+        Returns the stamped events (a retried one is left out).
+
+        *scope* is the publisher's id scope (`aa.mesh.id_scope`): an id it proposes that
+        does not carry it travels under it (``scope-id``, or a hash of a long id), so an
+        id can only ever be a duplicate of one the same publisher sent. Without that, a
+        client that publishes the next ids of another publisher (ids show their prefix and
+        counter) made the mesh drop that publisher's real events as duplicates."""
+        now = time.monotonic()
+        stamp_time = datetime.now(timezone.utc)  # one clock read per batch, not per event
+        originate = self.rules.originate
+        router_id = self.rules.router_id
+        forwarders = self.forwarders
+        out = []
+        own = None if scope is None else scope + "-"
+        for ev in events:
+            eid = ev.id
+            if eid is None:
+                eid = self.ids()
+            elif own is not None and not eid.startswith(own):
+                eid = scoped_id(own, eid)
+            hop = originate(eid, now)
+            if hop is None:
+                self.counters["duplicates"] += 1  # a retried publish: already in the mesh
+                continue
+            meta: dict[str, Any] = ev.meta
+            if meta:
+                meta = {k: v for k, v in meta.items() if k not in ROUTER_META_KEYS}
+                meta.update({META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
+                             META_ROUTER: router_id, META_TTL: hop.ttl, META_PATH: hop.path})
+            else:
+                meta = {META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
+                        META_ROUTER: router_id, META_TTL: hop.ttl, META_PATH: hop.path}
+            if user is not None:
+                meta[META_USER] = user  # a publisher's own "user" was dropped with ROUTER_META_KEYS
+            stamped = Event.trusted(ev.values, ev.type, meta, eid)
+            self.dispatch(stamped)
+            for forward in forwarders:
+                forward(stamped)
+            out.append(stamped)
+        self.counters["published"] += len(out)
+        return out
+
+    def dispatch(self, event: Event) -> None:
+        """Deliver *event* to local subscribers and sinks (once per router per event)."""
+        names = self.names_seen
+        if len(names) < MAX_NAMES_SEEN:
+            names.update(event.values)
+        for key, ev in self.engine.match(event):
+            key.deliver(ev)  # type: ignore[attr-defined]
+        for sink in self.sinks:
+            try:
+                sink(event)
+            except Exception:
+                log.exception("event sink %r failed", sink)
+        self.counters["dispatched"] += 1
+
+    def queued(self, client: Writable) -> None:
+        """*client* queued deliveries during this batch: write to it at `flush`."""
+        self._dirty.append(client)
+
+    def forget(self, client: Writable) -> None:
+        """*client* closed: nothing more to write to it."""
+        if client in self._dirty:
+            self._dirty.remove(client)
+
+    def flush(self) -> None:
+        """The batch is handled: write every client's queued deliveries now."""
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for client in dirty:
+                client.flush()

@@ -1,0 +1,208 @@
+"""The event log's writer: Parquet files, their rotation and the log's bounds. Everything
+here runs in the log's writer process, one command at a time (`aa.router.eventlog.logprocess`;
+see `aa.router.eventlog.eventlog` for the layout and the schema, which is `SCHEMA`).
+
+Rows arrive as chunks: ``(logged, count, data)``, *data* the msgpack array of *count*
+rows ``[id, type, values, meta]`` (`aa.router.caches.meshcache.encode_events`), events the router
+logged at *logged* (wall time, seconds). `aa.router.eventlog.logtable` turns them into an Arrow
+table.
+
+Rotation and bounds, the part where data can be lost by mistake:
+
+- A file is written under a hidden name (``.part-….parquet.inprogress``) and renamed only
+  once closed, with its footer: readers (Spark, pyarrow) skip hidden files, so they never
+  see a half-written one. A hidden file found at start-up was left by a crash; it has no
+  footer, cannot be read, and is removed with a warning.
+- A file holds one hour partition: rows are split at hour boundaries, and a file still
+  open when its hour ends is closed by housekeeping.
+- Bounds delete whole files, oldest hour first, and only this router's files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import pyarrow.parquet as pq
+
+from aa.mesh.protocol import unpack
+
+from .logtable import SCHEMA, build_table
+
+if TYPE_CHECKING:
+    from .eventlog import EventLogConfig
+
+__all__ = ["SCHEMA", "Writer", "safe_name", "Chunk"]
+
+log = logging.getLogger("aa.router.eventlog")
+
+#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...])``.
+Chunk = tuple[float, int, bytes]
+
+_PART = re.compile(r"^\.?part-(?P<router>.+)-(?P<seq>\d+)\.parquet(?P<tmp>\.inprogress)?$")
+_HOUR = 3600
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "router"
+
+
+class Writer:
+    """The writer thread's state. Every method runs on that one thread."""
+
+    def __init__(self, root: Path, router: str, config: "EventLogConfig", clock: Callable[[], float]):
+        self.root, self.router, self.config, self.clock = root, router, config, clock
+        self.writer: pq.ParquetWriter | None = None
+        self.tmp: Path | None = None
+        self.final: Path | None = None
+        self.hour = -1  # partition (hours since the epoch) of the open file
+        self.opened = 0.0
+        self.seq = 0
+        self.rows = self.files = self.deleted = self.dropped = self.errors = 0
+
+    def scan(self) -> None:
+        """Continue numbering after this router's files; remove crash leftovers."""
+        for path in self.root.glob("date=*/hour=*/*part-*"):
+            m = _PART.match(path.name)
+            if m is None or m["router"] != self.router:
+                continue
+            self.seq = max(self.seq, int(m["seq"]))
+            if m["tmp"]:
+                # A file a crashed router was writing has no footer: unreadable. Say so.
+                log.warning("event log: removing %s, left unfinished by a crash", path)
+                path.unlink(missing_ok=True)
+
+    def write(self, chunks: list[Chunk]) -> None:
+        """Decode *chunks* and write their rows, one row group per hour partition."""
+        part: list[Sequence[Any]] = []
+        logged: list[float] = []
+        hour = -1
+        for when, count, data in chunks:  # split at hour boundaries: one file per partition
+            try:
+                rows = unpack(data)
+            except Exception:  # never for what the router packed; counted, not fatal
+                self.errors += 1
+                self.dropped += count
+                log.error("event log: %d rows cannot be decoded; they are dropped", count, exc_info=True)
+                continue
+            h = int(when // _HOUR)
+            if part and h != hour:
+                self._write_part(part, logged, hour)
+                part, logged = [], []
+            hour = h
+            part.extend(rows)
+            logged.extend([when] * len(rows))
+        if part:
+            self._write_part(part, logged, hour)
+
+    def _write_part(self, rows: list[Sequence[Any]], logged: list[float], hour: int) -> None:
+        try:
+            ids, types, values, metas = zip(*rows)
+            table = build_table(ids, types, values, metas, logged, self.router)
+            if self.writer is not None and self.hour != hour:
+                self.close()
+            if self.writer is None:
+                self._open(hour)
+            assert self.writer is not None and self.tmp is not None
+            self.writer.write_table(table, row_group_size=len(rows))
+            self.rows += len(rows)
+            if (
+                self.tmp.stat().st_size >= self.config.max_file_bytes
+                or self.clock() - self.opened >= self.config.max_file_age
+            ):
+                self.close()
+        except Exception:
+            self.errors += 1
+            self.dropped += len(rows)
+            log.error("event log: writing %d rows failed; they are dropped", len(rows), exc_info=True)
+            self._discard()
+
+    def _open(self, hour: int) -> None:
+        start = datetime.fromtimestamp(hour * _HOUR, timezone.utc)
+        folder = self.root / f"date={start:%Y-%m-%d}" / f"hour={start:%H}"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.seq += 1
+        name = f"part-{self.router}-{self.seq:06d}.parquet"
+        self.final, self.tmp = folder / name, folder / f".{name}.inprogress"
+        codec = self.config.compression
+        self.writer = pq.ParquetWriter(self.tmp, SCHEMA, compression=None if codec == "none" else codec)
+        self.hour, self.opened = hour, self.clock()
+
+    def close(self) -> None:
+        """Close the open file and move it into view."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.close()
+            assert self.tmp is not None and self.final is not None
+            os.replace(self.tmp, self.final)
+            self.files += 1
+        except Exception:
+            self.errors += 1
+            log.error("event log: closing %s failed", self.tmp, exc_info=True)
+            self._discard()
+        self.writer = None
+
+    def _discard(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception:
+                pass
+            self.writer = None
+        if self.tmp is not None:
+            try:
+                self.tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+    def maintain(self) -> None:
+        """Close a file past its age or hour; delete files past the log's bounds."""
+        try:
+            now = self.clock()
+            if self.writer is not None and (
+                now - self.opened >= self.config.max_file_age or int(now // _HOUR) != self.hour
+            ):
+                self.close()
+            self._bound(now)
+        except Exception:  # housekeeping must not take the writer down; try again next tick
+            self.errors += 1
+            log.error("event log: housekeeping failed", exc_info=True)
+
+    def _bound(self, now: float) -> None:
+        files = []
+        for path in self.root.glob("date=*/hour=*/part-*.parquet"):
+            m = _PART.match(path.name)
+            if m is None or m["router"] != self.router:
+                continue
+            try:
+                hour_start = datetime.strptime(
+                    f"{path.parent.parent.name[5:]} {path.parent.name[5:]}", "%Y-%m-%d %H"
+                ).replace(tzinfo=timezone.utc).timestamp()
+                size = path.stat().st_size
+            except (ValueError, OSError):
+                continue
+            files.append((hour_start, int(m["seq"]), size, path))
+        files.sort()
+        total = sum(f[2] for f in files)
+        for hour_start, _, size, path in files:
+            too_old = hour_start + _HOUR <= now - self.config.max_total_age
+            if not too_old and total <= self.config.max_total_bytes:
+                break
+            try:
+                path.unlink()
+            except OSError:
+                log.warning("event log: cannot delete %s", path, exc_info=True)
+                continue
+            total -= size
+            self.deleted += 1
+            for folder in (path.parent, path.parent.parent):  # drop emptied partitions
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+

@@ -1,0 +1,79 @@
+"""How a router keeps its place in the mesh: timings and caps of peer links (a small frozen
+object, validated on construction; `RouterConfig.mesh` holds one).
+
+Defaults suit a LAN of tens of routers. Tests shorten the intervals instead of sleeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from aa.mesh import UsageError
+from aa.mesh import DEFAULT_TTL, MAX_TTL
+from aa.mesh import RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER
+
+__all__ = ["MeshConfig", "MAX_PEER_BACKLOG", "PEER_KEEPALIVE", "ROUTER_INFO_INTERVAL"]
+
+#: Bytes queued for one peer router before events for it are dropped (and counted) rather
+#: than buffered: a stalled peer must not grow our memory without bound. Some 100,000
+#: typical events, seconds of full-speed traffic: a peer that is only slower catches up.
+MAX_PEER_BACKLOG: Final = 32 * 1024 * 1024
+#: Seconds between pings on an idle peer link. A link that has carried nothing for three of
+#: these is taken as broken (a cable pulled does not close a TCP connection by itself).
+PEER_KEEPALIVE: Final = 5.0
+#: Seconds between two router-info summaries a router floods (what `aa mesh` shows of the
+#: routers it is not connected to). Tens of bytes per router per interval.
+ROUTER_INFO_INTERVAL: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshConfig:
+    """Timings and caps of the router's peer links.
+
+    >>> MeshConfig(keepalive=0.5).link_timeout
+    1.5
+    """
+
+    #: Hops an event may make from the router a client published it on (`aa.mesh.flood`).
+    ttl: int = DEFAULT_TTL
+    #: First retry interval after a peer failed, seconds; doubles with each failure in a row.
+    retry_base: float = RETRY_BASE
+    #: Longest retry interval, seconds.
+    retry_max: float = RETRY_MAX
+    #: Largest fraction by which a retry interval is shortened at random (0: exact).
+    retry_jitter: float = RETRY_JITTER
+    #: Seconds a link must stay up before its peer's failures are forgiven.
+    stable_after: float = STABLE_AFTER
+    #: Seconds to wait for a peer to connect and answer our hello.
+    connect_timeout: float = 5.0
+    #: Seconds between pings on an idle link; three without a frame break the link.
+    keepalive: float = PEER_KEEPALIVE
+    #: Seconds between the router-info summaries this router floods.
+    info_interval: float = ROUTER_INFO_INTERVAL
+    #: Seconds between two saves of the topology file (data folder only). It is also saved
+    #: soon after a link comes up, and on close.
+    save_interval: float = 30.0
+    #: Bytes queued for one peer before its events are dropped.
+    max_backlog: int = MAX_PEER_BACKLOG
+
+    def __post_init__(self) -> None:
+        if type(self.ttl) is not int or not 1 <= self.ttl <= MAX_TTL:
+            raise UsageError(f"ttl must be an int from 1 to {MAX_TTL}")
+        for name in ("retry_base", "retry_max", "connect_timeout", "keepalive", "info_interval", "save_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise UsageError(f"{name} must be a positive number of seconds")
+        if self.retry_base > self.retry_max:
+            raise UsageError("retry_base must not exceed retry_max")
+        if not 0 <= self.retry_jitter < 1:
+            raise UsageError("retry_jitter must be a fraction in [0, 1)")
+        if self.stable_after < 0:
+            raise UsageError("stable_after must not be negative")
+        if type(self.max_backlog) is not int or self.max_backlog <= 0:
+            raise UsageError("max_backlog must be a positive number of bytes")
+
+    @property
+    def link_timeout(self) -> float:
+        """Seconds without a frame after which a link is taken as broken."""
+        return 3 * self.keepalive

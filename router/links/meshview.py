@@ -1,0 +1,161 @@
+"""What a router knows of the mesh, for `aa mesh` and `GET /mesh`: its own summary and the
+latest summary flooded by every other router.
+
+Every router floods a small `Control` with topic ``router-info`` every
+`MeshConfig.info_interval` seconds (and when a link comes up): its id, name, endpoints, peers,
+poison list and counters. Each router keeps the latest one of each origin, so any router can
+answer for the whole mesh. A summary is forgotten three of its sender's intervals after it
+came: the router has left, or is cut off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final
+
+from aa.mesh import Control
+from aa.mesh import is_unspecified, parse_endpoint
+from aa.mesh.protocol import MESH_INFO_FORMAT
+from aa.mesh import MAX_PEERS, PeerState
+
+if TYPE_CHECKING:
+    from .meshservice import MeshService
+
+__all__ = ["MeshView", "ROUTER_INFO_TOPIC", "MAX_LISTED"]
+
+#: Control topic of the periodic router summaries.
+ROUTER_INFO_TOPIC: Final = "router-info"
+#: Most peers and poisoned entries one summary lists, in entries: keeps a summary a few KB.
+MAX_LISTED: Final = 64
+#: Interval assumed when a summary does not say its own, and the bounds put on one that does
+#: (seconds): a peer must not make us keep its summary for ever.
+_DEFAULT_INTERVAL: Final = 10.0
+_MIN_INTERVAL: Final = 0.01
+_MAX_INTERVAL: Final = 3600.0
+
+
+class MeshView:
+    """The summaries of the other routers, and this router's own."""
+
+    def __init__(self, mesh: "MeshService") -> None:
+        self.mesh = mesh
+        # router id -> (summary, monotonic time it came); oldest first.
+        self._remote: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
+
+    def on_info(self, control: Control) -> None:
+        """A router-info control arrived (called once per origin and summary)."""
+        origin = control.path[0]
+        body = control.body
+        if body.get("id") != origin:
+            return  # a summary is only taken from the router it describes
+        self._remote[origin] = (dict(body), time.monotonic())
+        self._remote.move_to_end(origin)
+        while len(self._remote) > MAX_PEERS:
+            self._remote.popitem(last=False)
+
+    def expire(self, now: float) -> None:
+        for rid, (body, at) in list(self._remote.items()):
+            if now - at > 3 * _interval(body):
+                del self._remote[rid]
+
+    def known(self) -> list[str]:
+        """Ids of the routers whose summaries we hold (not counting ourselves)."""
+        return list(self._remote)
+
+    def remote_clients(self) -> list[str]:
+        """Client endpoints of the routers we hold summaries of (unspecified hosts left out:
+        only the router's neighbours know what address reaches it)."""
+        out = []
+        for body, _ in self._remote.values():
+            client = body.get("client")
+            if type(client) is str:
+                try:
+                    host, _port = parse_endpoint(client)
+                except ValueError:
+                    continue
+                if not is_unspecified(host):
+                    out.append(client)
+        return out
+
+    def alternatives(self, limit: int) -> tuple[str, ...]:
+        """Client endpoints of other routers, for clients to fail over to: our peers first,
+        then the rest of the mesh; at most *limit*."""
+        out: list[str] = []
+        for link in self.mesh.links.values():
+            if link.client_endpoint and link.client_endpoint not in out:
+                out.append(link.client_endpoint)
+        for endpoint in self.remote_clients():
+            if endpoint not in out and endpoint != self.mesh.advertised:
+                out.append(endpoint)
+        return tuple(out[:limit])
+
+    def summary(self) -> dict[str, Any]:
+        """This router's own summary (what it floods as router-info)."""
+        mesh = self.mesh
+        facts = mesh.facts.summary()
+        now = time.monotonic()
+        peers = [
+            {
+                "id": link.remote_id,
+                "name": link.remote.name if link.remote is not None else None,
+                "address": link.address,
+                "direction": "out" if link.outgoing else "in",
+                "since": round(now - link.since, 3) if link.since is not None else 0.0,
+            }
+            for link in list(mesh.links.values())[:MAX_LISTED]
+        ]
+        poisoned = [
+            {
+                "address": e.address,
+                "router_id": e.router_id,
+                "failures": e.failures,
+                "retry_in": round(max(0.0, e.next_attempt - now), 3),
+            }
+            for e in mesh.table
+            if e.state is PeerState.POISONED
+        ][:MAX_LISTED]
+        counters = {k: v for k, v in mesh.counters.items()}
+        for k in ("events_in", "events_out", "duplicates"):
+            counters.setdefault(k, 0)
+        counters["dispatched"] = facts["dispatched"]
+        counters["published"] = facts["published"]
+        counters["client_duplicates"] = facts["client_duplicates"]
+        return {
+            "id": mesh.id,
+            "name": mesh.facts.name,
+            "peer": mesh.advertised,
+            "client": mesh.advertised,
+            "uptime": round(facts["uptime"], 3),
+            "interval": mesh.config.info_interval,
+            "clients": facts["clients"],
+            "peers": peers,
+            "poisoned": poisoned,
+            "counters": counters,
+        }
+
+    def info(self) -> dict[str, Any]:
+        """The whole mesh as this router knows it (layout: `aa.mesh.protocol.meshinfo.MeshInfo`)."""
+        now = time.monotonic()
+        self.expire(now)
+        own = self.summary()
+        own["age"] = 0.0
+        routers = [own]
+        for body, at in self._remote.values():
+            entry = dict(body)
+            entry["age"] = round(now - at, 3)
+            routers.append(entry)
+        return {
+            "format": MESH_INFO_FORMAT,
+            "router": own["id"],
+            "at": datetime.now(timezone.utc),
+            "routers": routers,
+        }
+
+
+def _interval(body: dict[str, Any]) -> float:
+    value = body.get("interval")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return _DEFAULT_INTERVAL
+    return min(max(float(value), _MIN_INTERVAL), _MAX_INTERVAL)

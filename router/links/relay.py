@@ -1,0 +1,265 @@
+"""The flood: events and control messages in and out over the peer links.
+
+How an event crosses the mesh
+-----------------------------
+Events travel in flood groups (`aa.mesh.protocol.FloodGroup`: a ttl, a path, the events'
+ids, and the events packed once into an opaque blob; the form and why are in
+`aa.mesh.protocol.peering`).
+
+A client's event is stamped by its router (`aa.router.dispatch`, with
+`FloodRules.originate`: ttl and a path holding this router), dispatched locally, and queued
+once for the whole mesh (`originated`). When the batch is handled (`flush`), the events
+queued since the last flush are packed into one blob, in groups of at most
+`MAX_GROUP_EVENTS`, and every link queues the same group object: N peers cost one
+encoding, not N.
+
+A peer's `Flood` frame is read by its `PeerLink` (the codec checks each group's header) and
+handed to `receive_flood`, which works per group, in this order — the order is the point —
+and applies every rule through `aa.mesh.FloodRules`, the implementation the simulated-mesh
+tests prove:
+
+1. `FloodRules.hop`: a path holding this router means the copy went round a cycle: all of
+   it is a duplicate (rule 2). Otherwise the hop is worked out, once for the group (ttl - 1,
+   and the path with this router appended: rule 3).
+2. `FloodRules.all_seen`: if every id was met before, the group is dropped *without
+   unpacking its blob* (rule 1): where flood fronts meet (two in a ring, n-1 per router in
+   a full mesh) most copies end here, for the price of a set lookup per id.
+3. The blob is unpacked and checked (`FloodGroup.decode`: well-formed events whose ids are
+   exactly the header's; if not, the frame is malformed and the link closed, as for any
+   bad frame). Only then is each id recorded (`FloodRules.first`): an event whose id is
+   already there (or twice in the group) is a duplicate; the others are fresh, dispatched
+   with a meta map carrying the hop's ttl and path (the blob's are stale after the first
+   hop). Checking before recording means a bad blob marks nothing seen, so the same events
+   arriving intact by another route are not lost.
+4. `FloodRules.forward_to`: fresh events are forwarded, while the ttl lasts, to every link
+   whose router is not on the new path and that is not the link they came on. If the whole
+   group was fresh, that is the *same blob bytes* under the new header: relaying encodes
+   nothing. If some were duplicates here (copies racing on a cyclic mesh), only the fresh
+   ones are re-encoded into a new blob: rare, and never the common case of a line or a
+   ring's two arcs.
+
+Exactly-once dispatch rests on step 3 alone: an event is dispatched only by the
+`FloodRules.first` that records its id, so at most once per router, whatever groups, splits
+and routes its copies take. Queued groups are written as one `Flood` frame per link once
+the batch that produced them is handled, so a router relays thousands of events per system
+call. Control messages take the same rules one message at a time (`receive_control`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
+
+from aa.mesh import Control, Event, FloodRules, UsageError
+from aa.mesh.protocol import MAX_GROUP_EVENTS, FloodGroup
+
+from ..seams import Dispatch
+
+if TYPE_CHECKING:
+    from .peerlink import PeerLink
+
+__all__ = ["Relay", "ControlCallback"]
+
+log = logging.getLogger("aa.router.links")
+
+#: Called with each control message of a topic this router receives.
+ControlCallback = Callable[[Control], None]
+
+#: Seconds between two warnings about events dropped for a slow peer.
+DROP_LOG_INTERVAL: Final = 60.0
+
+
+class Relay:
+    """The flood on one router's links (see the module docstring)."""
+
+    def __init__(
+        self,
+        rules: FloodRules,
+        *,
+        dispatch: Dispatch,
+        new_id: Callable[[], str],
+        links: Callable[[], list["PeerLink"]],
+        counters: Counter[str],
+    ) -> None:
+        self.rules = rules
+        self._dispatch = dispatch
+        self.new_id = new_id
+        self._links = links  # the links in use, one per peer
+        self.counters = counters
+        self._controls: dict[str, list[ControlCallback]] = {}
+        #: Events this router originated since the last flush, packed once for all links.
+        self._originated: list[Event] = []
+        self._dirty: list["PeerLink"] = []
+        self._flush_scheduled = False
+        self._last_drop_log = -DROP_LOG_INTERVAL
+
+    # -- control messages -------------------------------------------------------------------
+
+    def on_control(self, topic: str, callback: ControlCallback) -> Callable[[], None]:
+        """Call *callback(control)* for each control message of *topic* this router receives
+        (once per control, whatever the number of copies). Returns a function that undoes
+        the registration. The callback runs in the event loop: keep it quick."""
+        self._controls.setdefault(topic, []).append(callback)
+
+        def cancel() -> None:
+            callbacks = self._controls.get(topic, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+
+        return cancel
+
+    def flood_control(self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None) -> str:
+        """Send a control message to every router of the mesh; returns its id. Raises
+        `InvalidValue` for a bad topic or a body outside the value model."""
+        cid = self.new_id()
+        hop = self.rules.originate(cid, time.monotonic())
+        assert hop is not None  # a fresh id
+        msg = Control(id=cid, ttl=hop.ttl, path=tuple(hop.path), topic=topic, body=dict(body or {}), to=to)
+        links = self._links()
+        for link in links:
+            link.send(msg)
+        self.counters["controls_out"] += len(links)
+        return cid
+
+    def receive_control(self, link: "PeerLink", msg: Control) -> None:
+        """A peer's control message: rules 1-3, the callbacks of its topic, then onwards."""
+        self.counters["controls_in"] += 1
+        hop = self.rules.receive(msg.id, msg.ttl, msg.path, time.monotonic())
+        if hop is None:
+            self.counters["control_duplicates"] += 1
+            return
+        for callback in list(self._controls.get(msg.topic, ())):
+            try:
+                callback(msg)
+            except Exception:
+                log.exception("control callback %r for %r failed", callback, msg.topic)
+        by_id = {other.remote_id: other for other in self._links()}
+        targets = self.rules.forward_to(hop, list(by_id), link.remote_id)
+        if targets:
+            copy_ = msg.forwarded(hop.ttl, hop.path)
+            for rid in targets:
+                by_id[rid].send(copy_)
+            self.counters["controls_out"] += len(targets)
+
+    # -- outgoing events --------------------------------------------------------------------
+
+    def originated(self, event: Event) -> None:
+        """A client's event, stamped here (a forwarder of dispatch): its path holds only
+        this router, so every peer gets it. Queued once for the mesh and packed at the
+        flush, into one blob every link shares."""
+        if self._links():
+            self._originated.append(event)
+            if not self._flush_scheduled:
+                self._schedule_flush()
+
+    def flush_originated(self) -> None:
+        """Pack the events this router originated since the last flush and queue them on
+        every link (the same groups for all). Links call it before a control frame, so a
+        peer sees events and controls in the order we sent them."""
+        if not self._originated:
+            return
+        events, self._originated = self._originated, []
+        links = self._links()
+        if not events or not links:
+            return
+        path = (self.rules.router_id,)  # what `FloodRules.originate` stamped on each of them
+        ttl = self.rules.initial_ttl
+        for start in range(0, len(events), MAX_GROUP_EVENTS):
+            chunk = events[start:start + MAX_GROUP_EVENTS]
+            try:
+                group = FloodGroup.encode(chunk, ttl=ttl, path=path)
+            except UsageError as exc:  # never for events a router accepted and stamped
+                log.error("cannot flood %d events: %s", len(chunk), exc)
+                continue
+            for link in links:
+                link.queue_group(group)
+
+    def link_dirty(self, link: "PeerLink") -> None:
+        """*link* queued groups: write them at the next `flush`."""
+        self._dirty.append(link)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Pack the events this router originated, then write every link's queued groups
+        now (one frame per link)."""
+        self._flush_scheduled = False
+        if self._originated:
+            self.flush_originated()
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for link in dirty:
+                link.flush()
+
+    def dropped(self, link: "PeerLink", n: int) -> None:
+        """*n* events were not queued for *link*: its peer does not keep up."""
+        self.counters["dropped_slow"] += n
+        now = time.monotonic()
+        if now - self._last_drop_log >= DROP_LOG_INTERVAL:
+            self._last_drop_log = now
+            log.warning(
+                "peer %s does not keep up: %d events dropped for it (%d in all so far)",
+                link.label, n, self.counters["dropped_slow"],
+            )
+
+    # -- incoming floods --------------------------------------------------------------------
+
+    def receive_flood(self, link: "PeerLink", groups: list[FloodGroup]) -> None:
+        """A peer's `Flood` frame (steps 1-4 of the module docstring). The hot path of a
+        relaying router: no logging, no call per event that can be saved."""
+        rules = self.rules
+        hop_for = rules.hop
+        all_seen = rules.all_seen
+        first = rules.first
+        forward_to = rules.forward_to
+        dispatch = self._dispatch.dispatch
+        came_from = link.remote_id
+        by_id = {out.remote_id: out for out in self._links() if out is not link}
+        peers = list(by_id)
+        now = time.monotonic()
+        n = dups = 0
+        try:
+            for group in groups:
+                ids = group.ids
+                k = len(ids)
+                n += k
+                hop = hop_for(group.ttl, group.path)  # step 1 (rules 2 and 3)
+                if hop is None or all_seen(ids):  # step 2 (rule 1, recording nothing)
+                    dups += k
+                    continue
+                new_path = hop.path
+                # Step 3: check the events (MalformedFrame closes the link; nothing was
+                # recorded), then record and dispatch the fresh ones.
+                events = group.decode(ttl=hop.ttl, path=new_path)
+                fresh: list[Event] = []
+                for ev in events:
+                    if first(ev.id, now):  # type: ignore[arg-type]  # decode checked: a str
+                        dispatch(ev)
+                        fresh.append(ev)
+                if len(fresh) != k:
+                    dups += k - len(fresh)
+                if not fresh:
+                    continue
+                targets = forward_to(hop, peers, came_from)  # step 4
+                if not targets:
+                    continue
+                if len(fresh) == k:
+                    out_group = FloodGroup.trusted(hop.ttl, new_path, ids, group.blob)
+                else:
+                    out_group = FloodGroup.encode(fresh, ttl=hop.ttl, path=new_path)
+                for rid in targets:
+                    by_id[rid].queue_group(out_group)
+        finally:  # a malformed group ends the frame (and the link): count what came
+            counters = self.counters
+            counters["events_in"] += n
+            counters["frames_in"] += 1
+            if dups:
+                counters["duplicates"] += dups

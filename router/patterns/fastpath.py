@@ -1,0 +1,83 @@
+"""The common predicate without `ast`: a conjunction of comparisons of names with literals.
+
+`Temperature > 30 and Room == "A"` and `10 <= Price < 20 and Symbol == sym` are most of what
+a million subscribers send. Parsing them with `ast.parse` and walking the tree costs more than
+everything else a subscribe does, so this module reads exactly that shape with one regular
+expression and builds the same `Grammar` (light: no closures) that `grammar.py` would. Any
+other source, or anything unusual in it (parentheses, escapes, comments, a leading space,
+context names, `_names`), returns None and takes the general path, so the answer can only
+be the same. The property tests compare both paths with the python kernel.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from typing import Any
+
+from .calls import FORBIDDEN_NAMES
+from .grammar import Atom, Grammar, Ref
+
+__all__ = ["parse_conjunction"]
+
+_TOKEN = re.compile(
+    r"""[ \t]*(?:
+      (?P<num>-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|[1-9]\d*|0)(?![\w.]))
+    | (?P<str>'[^'\\\n]*'|"[^"\\\n]*")
+    | (?P<op>==|!=|<=|>=|<|>)
+    | (?P<name>[A-Za-z][A-Za-z0-9_]*)(?![^\x00-\x7f])
+    | (?P<bad>[\s\S])
+    )""",
+    re.VERBOSE,
+)
+_CONSTANT_WORDS = {"True": True, "False": False, "None": None}
+#: Names that resolve to more than an event value or a param: the general path handles them.
+_SPECIAL = frozenset({"type", "meta", "event", "params"}) | FORBIDDEN_NAMES.keys()
+#: Longest source tried here (characters); longer ones take the general path.
+MAX_FAST_SOURCE = 1024
+
+
+def parse_conjunction(source: str) -> Grammar | None:
+    """The light grammar of *source* if it is a conjunction of (chained) comparisons of
+    names and literals; None otherwise."""
+    if len(source) > MAX_FAST_SOURCE or not source or source[0].isspace():
+        return None
+    atoms: list[Atom] = []
+    names: set[str] = set()
+    mentions: set[str] = set()
+    prev: Ref | None = None  # the operand before the pending operator
+    op: str | None = None
+    chained = False  # the current comparison has an operator
+    want_operand = True
+    for num, text, cmp, name, bad in _TOKEN.findall(source.rstrip()):  # the scan runs in C
+        if bad:
+            return None
+        if want_operand:
+            ref: Ref
+            if num:
+                ref = ("const", float(num) if "." in num or "e" in num or "E" in num else int(num))
+            elif text:
+                ref = ("const", text[1:-1])
+                mentions.add(text[1:-1])
+            elif name in _CONSTANT_WORDS:
+                ref = ("const", _CONSTANT_WORDS[name])
+            elif name and not (keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in _SPECIAL):
+                ref = ("name", name)
+                names.add(name)
+                mentions.add(name)
+            else:
+                return None
+            if op is not None:
+                assert prev is not None
+                reads = frozenset(str(x) for kind, x in (prev, ref) if kind == "name")
+                atoms.append(Atom(op, prev, ref, False, None, reads))
+            prev, op, want_operand = ref, None, False
+        elif cmp:
+            op, chained, want_operand = cmp, True, True
+        elif name == "and" and chained:
+            prev, chained, want_operand = None, False, True
+        else:
+            return None
+    if want_operand or not chained:
+        return None  # ends on an operator or "and", or a bare operand (truthiness)
+    return Grammar(None, True, [atoms], frozenset(names), frozenset(mentions), False)

@@ -1,0 +1,427 @@
+"""The index over predicate-tier buckets: which of them an event can match, without
+evaluating each.
+
+Choice (issue 12). Each bucket's pattern is a disjunction of conjunctions (`grammar.py`);
+each conjunction is filed under ONE *access predicate*, its most selective indexable atom,
+and verified on its other atoms when an event hits it. This is the clustering of Fabret et
+al. ("Filtering algorithms and implementation for very fast publish/subscribe systems",
+SIGMOD 2001: subscriptions clustered by an access predicate, then checked on the rest),
+with the access chosen per subscription by the size of the posting list it would join, the
+cost-based choice of BE-Tree (Sadoghi and Jacobsen, SIGMOD 2011). Counting (Fabret's first
+algorithm, PADRES's predicate counting) touches every satisfied predicate of every
+subscription; Rete (PADRES) shares predicate nodes and keeps join state; both cost far more
+interpreted Python per event than one access lookup plus a short verification, and neither
+makes a parametric update cheaper. Here an update is: remove the bucket's entries, insert
+the new ones (`update` in the engine), so it moves one subscription with no window in which
+an event could miss it or see it twice (the engine is single-threaded and updates between
+two `match` calls) — the "parametric subscription" of Jayaram, Jayalath and Eugster.
+
+Per event field (an event value, the event type, a meta field):
+
+- equality and `in` over constants: a dict constant → posting (hash and `==`, so 1, 1.0
+  and True agree as in Python; an unhashable event value equals no constant);
+- ranges `< <= > >=`: for numbers and for strings, two sorted lists of bounds (lower and
+  upper); an event value takes the prefix (or suffix) of bounds it satisfies by bisection;
+- intervals (a lower and an upper numeric bound on one field, `lo <= X < hi`): in classes
+  of width (powers of two, as BE-Tree partitions its value space), each a grid of cells one
+  class-width wide keyed by the cell of lo; an event value probes two cells per class, so
+  mostly intervals that contain it are visited;
+- `startswith` / `endswith`: a dict prefix → posting, probed once per distinct prefix length;
+- presence: the conjunctions that only need the field to exist.
+
+A conjunction with no indexable atom (`X > Y`, arithmetic only, `True`) is on the scan list.
+Candidates are found by walking the event's own fields (a handful of dict lookups), so an
+event costs the lookups plus the verification of its candidates, whatever the number of
+subscriptions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable
+
+from sortedcontainers import SortedList
+
+from aa.mesh import Event
+
+from .budget import SandboxStop
+from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
+
+if TYPE_CHECKING:
+    from .engine import Bucket
+
+__all__ = ["PredicateIndex"]
+
+_MISSING: Any = object()
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit)
+#: A posting list: one entry, or an ordered set of them (most postings hold one).
+Posting = Any
+
+
+class _Entry:
+    """One conjunction of one bucket (or, `full`, the whole pattern of the bucket)."""
+
+    __slots__ = ("bucket", "rest", "full", "access", "key")
+
+    def __init__(self, bucket: "Bucket", rest: tuple[Any, ...], full: bool, access: Access | None, key: int) -> None:
+        self.bucket = bucket
+        self.rest = rest
+        self.full = full
+        self.access = access
+        self.key = key  # unique: orders equal range bounds
+
+
+def _post(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
+    old = table.get(key)
+    if old is None:
+        table[key] = entry
+    elif type(old) is _Entry:
+        table[key] = {old: None, entry: None}
+    else:
+        old[entry] = None
+
+
+def _unpost(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
+    old = table.get(key)
+    if old is entry:
+        del table[key]
+    elif old is not None and type(old) is not _Entry:
+        old.pop(entry, None)
+        if not old:
+            del table[key]
+
+
+def _size(posting: Posting) -> int:
+    return 0 if posting is None else 1 if type(posting) is _Entry else len(posting)
+
+
+class _Field:
+    """The index of one event field."""
+
+    __slots__ = ("eq", "ranges", "intervals", "prefix", "prefix_lens", "suffix", "suffix_lens", "present")
+
+    def __init__(self) -> None:
+        self.eq: dict[Any, Posting] = {}
+        #: (family, side) → SortedList of (bound, flag, key, entry); family "n" or "s",
+        #: side "lo" (X > b, X >= b) or "hi" (X < b, X <= b).
+        self.ranges: dict[tuple[str, str], Any] = {}
+        #: Width class e (width < 2**e) → (2.0**e, cell → posting), the cell of an interval
+        #: being floor(lo / 2**e): v lies in an interval of the class only if its lo lies in
+        #: (v - 2**e, v], that is in the cell of v or the one before (exact: powers of two
+        #: scale floats exactly, and bounds stay under MAX_INTERVAL_BOUND).
+        self.intervals: dict[int, tuple[float, dict[int, Posting]]] = {}
+        self.prefix: dict[str, Posting] = {}
+        self.prefix_lens: dict[int, int] = {}
+        self.suffix: dict[str, Posting] = {}
+        self.suffix_lens: dict[int, int] = {}
+        self.present: dict[_Entry, None] = {}
+
+    def empty(self) -> bool:
+        return not (self.eq or self.ranges or self.intervals or self.prefix or self.suffix or self.present)
+
+    def add(self, e: _Entry, a: Access) -> None:
+        kind = a.kind
+        if kind == EQ:
+            for k in a.keys:
+                _post(self.eq, k, e)
+        elif kind == RANGE:
+            sl = self.ranges.get(_side(a))
+            if sl is None:
+                sl = self.ranges[_side(a)] = SortedList()
+            sl.add(_bound(a, e))
+        elif kind == INTERVAL:
+            cls = _width_class(a)
+            got = self.intervals.get(cls)
+            if got is None:
+                got = self.intervals[cls] = (2.0**cls, {})
+            _post(got[1], math.floor(a.keys[1] / got[0]), e)
+        elif kind == PREFIX or kind == SUFFIX:
+            table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
+            for k in a.keys:
+                if k not in table:
+                    lens[len(k)] = lens.get(len(k), 0) + 1
+                _post(table, k, e)
+        else:
+            self.present[e] = None
+
+    def remove(self, e: _Entry, a: Access) -> None:
+        kind = a.kind
+        if kind == EQ:
+            for k in a.keys:
+                _unpost(self.eq, k, e)
+        elif kind == RANGE:
+            side = _side(a)
+            sl = self.ranges[side]
+            sl.remove(_bound(a, e))
+            if not sl:
+                del self.ranges[side]
+        elif kind == INTERVAL:
+            cls = _width_class(a)
+            width, cells = self.intervals[cls]
+            _unpost(cells, math.floor(a.keys[1] / width), e)
+            if not cells:
+                del self.intervals[cls]
+        elif kind == PREFIX or kind == SUFFIX:
+            table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
+            for k in a.keys:
+                _unpost(table, k, e)
+                if k not in table:
+                    n = lens[len(k)] - 1
+                    if n:
+                        lens[len(k)] = n
+                    else:
+                        del lens[len(k)]
+        else:
+            self.present.pop(e, None)
+
+    def size(self, a: Access) -> int:
+        if a.kind == EQ:
+            return sum(_size(self.eq.get(k)) for k in a.keys)
+        if a.kind == RANGE:
+            return len(self.ranges.get(_side(a), ()))
+        if a.kind == INTERVAL:
+            return sum(len(cells) for _, cells in self.intervals.values())
+        if a.kind == PREFIX:
+            return sum(_size(self.prefix.get(k)) for k in a.keys)
+        if a.kind == SUFFIX:
+            return sum(_size(self.suffix.get(k)) for k in a.keys)
+        return len(self.present)
+
+    def collect(self, v: Any, out: list[_Entry]) -> None:
+        """Add the entries whose access the value *v* satisfies."""
+        if self.eq:
+            try:
+                p = self.eq.get(v)
+            except TypeError:  # unhashable: equal to no constant
+                p = None
+            if p is not None:
+                if type(p) is _Entry:
+                    out.append(p)
+                else:
+                    out.extend(p)
+        if self.intervals and isinstance(v, (int, float)) and -MAX_INTERVAL_BOUND < v < MAX_INTERVAL_BOUND:
+            for width, cells in self.intervals.values():
+                cell = math.floor(v / width)
+                for p in (cells.get(cell), cells.get(cell - 1)):
+                    if p is None:
+                        continue
+                    for e in (p,) if type(p) is _Entry else p:
+                        lo_op, lo, hi_op, hi = e.access.keys  # type: ignore[union-attr]
+                        if (lo < v or lo == v and lo_op == ">=") and (v < hi or v == hi and hi_op == "<="):
+                            out.append(e)
+        if self.ranges:
+            family = "s" if isinstance(v, str) else "n" if isinstance(v, (int, float)) and v == v else None
+            if family is not None:
+                probe = (v, 1)
+                lo = self.ranges.get((family, "lo"))
+                if lo is not None:
+                    out.extend(b[3] for b in lo.islice(0, lo.bisect_left(probe)))
+                hi = self.ranges.get((family, "hi"))
+                if hi is not None:
+                    out.extend(b[3] for b in hi.islice(hi.bisect_left(probe)))
+        if (self.prefix_lens or self.suffix_lens) and isinstance(v, str):
+            n = len(v)
+            for length in self.prefix_lens:
+                if length <= n:
+                    p = self.prefix.get(v[:length])
+                    if p is not None:
+                        out.append(p) if type(p) is _Entry else out.extend(p)
+            for length in self.suffix_lens:
+                if length <= n:
+                    p = self.suffix.get(v[n - length :])
+                    if p is not None:
+                        out.append(p) if type(p) is _Entry else out.extend(p)
+        if self.present:
+            out.extend(self.present)
+
+
+def _side(a: Access) -> tuple[str, str]:
+    op, bound = a.keys
+    return ("s" if isinstance(bound, str) else "n", "lo" if op[0] == ">" else "hi")
+
+
+def _bound(a: Access, e: _Entry) -> tuple[Any, int, int, _Entry]:
+    """Sort key: lower bounds match bounds < (v, 1) with flag 1 for ">" and 0 for ">=";
+    upper bounds match bounds >= (v, 1) with flag 0 for "<" and 1 for "<="."""
+    op, bound = a.keys
+    flag = 1 if op in (">", "<=") else 0
+    return (bound, flag, e.key, e)
+
+
+def _width_class(a: Access) -> int:
+    """e with width < 2**e; at least -64, so lo / 2**e stays a finite float."""
+    return max(math.frexp(float(a.keys[3] - a.keys[1]))[1], -64)
+
+
+class PredicateIndex:
+    """The predicate-tier buckets of one engine (or of one `PatternSet`), indexed."""
+
+    def __init__(self, verify_budget: Callable[[], None] | None = None) -> None:
+        self._values: dict[str, _Field] = {}
+        self._type = _Field()
+        self._meta: dict[str, _Field] = {}
+        self._scan: dict[_Entry, None] = {}
+        self._shadow: dict[str, dict[_Entry, None]] = {}
+        self._count = 0
+        self._keys = 0
+        self._reset = verify_budget or (lambda: None)
+
+    def __len__(self) -> int:
+        """Number of buckets placed."""
+        return self._count
+
+    def _field(self, src: tuple[int, Any], create: bool) -> _Field | None:
+        where, key = src
+        if where == TYPE:
+            return self._type
+        table = self._values if where == VALUE else self._meta
+        f = table.get(key)
+        if f is None and create:
+            f = table[key] = _Field()
+        return f
+
+    def posting(self, a: Access) -> int:
+        """How many entries *a* would share its posting list with."""
+        f = self._field(a.src, create=False)
+        return 0 if f is None else f.size(a)
+
+    def add(self, bucket: "Bucket", plan: Plan) -> None:
+        """Place *bucket* (a hashable, slotted engine bucket) as *plan* says."""
+        entries: list[_Entry] = []
+        full = not plan.exact
+        conjs = plan.conjs
+        if plan.scan and full:
+            conjs = conjs[:1]
+        for conj in conjs:
+            self._keys += 1
+            access = None if plan.scan and full else conj.access
+            e = _Entry(bucket, conj.rest, full, access, self._keys)
+            if access is None:
+                self._scan[e] = None
+            else:
+                f = self._field(access.src, create=True)
+                assert f is not None
+                f.add(e, access)
+            entries.append(e)
+        if plan.shadow:
+            self._keys += 1
+            e = _Entry(bucket, (), True, None, self._keys)
+            for name in plan.shadow:
+                self._shadow.setdefault(name, {})[e] = None
+            entries.append(e)
+        bucket.placed = (entries, plan.shadow)
+        self._count += 1
+
+    def remove(self, bucket: "Bucket") -> None:
+        """Take *bucket* out (no-op if it is not placed)."""
+        placed = bucket.placed
+        if placed is None:
+            return
+        bucket.placed = None
+        self._count -= 1
+        entries, shadow = placed
+        last = len(entries) - 1
+        for i, e in enumerate(entries):
+            a = e.access
+            if shadow and i == last:
+                for name in shadow:
+                    table = self._shadow[name]
+                    del table[e]
+                    if not table:
+                        del self._shadow[name]
+            elif a is not None:
+                f = self._field(a.src, create=False)
+                assert f is not None
+                f.remove(e, a)
+                if f.empty() and a.src[0] != TYPE:
+                    del (self._values if a.src[0] == VALUE else self._meta)[a.src[1]]
+            else:
+                del self._scan[e]
+
+    def match(self, event: Event, stamp: int) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
+        """The placed buckets whose pattern *event* matches, and the ones the sandbox stopped.
+        Marks each evaluated bucket with *stamp* (so a bucket is evaluated at most once)."""
+        values = event.values
+        cands: list[_Entry] = []
+        fields = self._values
+        for name, v in values.items():
+            f = fields.get(name)
+            if f is not None:
+                f.collect(v, cands)
+        if not self._type.empty():
+            self._type.collect(event.type, cands)
+        if self._meta:
+            for name, v in event.meta.items():
+                f = self._meta.get(name)
+                if f is not None:
+                    f.collect(v, cands)
+        if self._scan:
+            cands.extend(self._scan)
+        shadowed: list[_Entry] = []
+        if self._shadow:
+            for name in values:
+                s = self._shadow.get(name)
+                if s is not None:
+                    shadowed.extend(s)
+        return self._verify(event, stamp, cands, shadowed)
+
+    def _verify(self, event: Event, stamp: int, cands: list[_Entry], shadowed: list[_Entry]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
+        values = event.values
+        matched: list["Bucket"] = []
+        stops: list[tuple["Bucket", SandboxStop]] = []
+        skip = {e.bucket for e in shadowed} if shadowed else None
+        for e in cands:
+            b = e.bucket
+            if b.stamp == stamp or skip is not None and b in skip:
+                continue
+            try:
+                if e.full:
+                    b.stamp = stamp
+                    if b.run(b, event):
+                        matched.append(b)
+                elif _holds(e.rest, values, event, b.params, self._reset):
+                    b.stamp = stamp
+                    matched.append(b)
+            except SandboxStop as stop:
+                b.stamp = stamp
+                stops.append((b, stop))
+        for e in shadowed:
+            b = e.bucket
+            if b.stamp != stamp:
+                b.stamp = stamp
+                try:
+                    if b.run(b, event):
+                        matched.append(b)
+                except SandboxStop as stop:
+                    stops.append((b, stop))
+        return matched, stops
+
+
+def _holds(rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset: Callable[[], None]) -> bool:
+    """Every check of an exact conjunction holds (a check that raises does not)."""
+    try:
+        for where, key, fn, c in rest:
+            if where == VALUE:
+                v = values.get(key, _MISSING)
+                if v is _MISSING:
+                    return False
+            elif where == TYPE:
+                v = event.type
+            elif where == META:
+                v = event.meta.get(key, _MISSING)
+                if v is _MISSING:
+                    return False
+            else:
+                reset()
+                if not fn(values, event, params):
+                    return False
+                continue
+            if not fn(v, c):
+                return False
+    except SandboxStop:
+        raise
+    except _PASS_THROUGH:
+        raise
+    except BaseException:
+        return False
+    return True

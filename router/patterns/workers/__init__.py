@@ -1,0 +1,74 @@
+"""aa.router.patterns.workers — the worker tier: patterns that are code (scripts,
+expressions outside the closed grammar, XPath) run in sandbox worker processes.
+
+Why processes: ticks between the sandbox's loop steps cannot stop one long call into C
+(a catastrophic regular expression, a big-int division, `sorted()` of millions), and guards
+inside the router's process cannot bound memory. A process can be limited by the operating
+system and killed. Inside each worker the RestrictedPython sandbox of `aa.router.patterns`
+still runs every pattern (defence in depth); around it the kernel enforces the limits
+(`child.py`); the router watches a deadline per evaluation and kills and replaces a worker
+stuck past it (`pool.py`).
+
+How the engine uses it::
+
+    PatternEngine.subscribe ─► tier? (outside the predicate grammar: `grammar.py`)
+        router:  compiled and matched in-process, as before
+        worker:  pre-compiled in the router if short Python (`prechecked`: an
+                 immediate refusal), then
+                 WorkerPool.subscribe(key, spec, params, client)
+    PatternEngine.match(event) ─► WorkerPool.dispatch(event)   (queued, never waited on)
+        … a worker's reply ─► deliver([(key, event), ...]) ─► key.deliver(ev), flushed
+    a stop in a worker / a kill ─► PatternEngine's on_failure(keys, code, message)
+
+Placement: a pool, with client affinity. The pool has `WorkerConfig.workers` processes
+(default 2: one per core of the machines Aa targets) and one warm spare. All patterns of a
+client go to the worker it was placed on (the one serving the fewest clients when its first
+pattern came); a shared pattern (Å §4.3: one instance, its subscribers a group) lives
+whole on the worker of its first subscriber. Why not a process per client: a worker costs
+about 35 MB and half a second to start, and a router may serve thousands of clients. Why
+not spread each client's patterns over all workers: a hostile client would then reach every
+worker, and each of its patterns could cost every other client a kill and re-creation;
+with affinity it reaches one worker, and fairness inside that worker bounds even that.
+
+Fairness inside a worker: each client has a CPU allowance (a token bucket of
+`WorkerConfig.client_burst` seconds, 30 ms by default), and every evaluation is charged to
+the client that placed the pattern (timed with the wall clock, scaled by the share of the
+last batch the worker was on a CPU, so a machine busy with other processes charges nobody).
+While the worker works, each client is credited an equal share of the time passing among
+the clients that needed the worker in the last batch; time the worker waits for the router
+is credited to everybody whole. A client's evaluations get a tick budget of no more than
+its allowance left (a loop stops as soon as its client's share is spent), and a pattern
+whose client runs a debt of one more burst is stopped ("its client's patterns together
+used more than their share of the worker's CPU"). So a client's patterns together use at
+most their share of a busy worker, whatever their number, and one client's hostile pattern
+delays the other clients on its worker by the burst and the debt plus one evaluation
+(30 + 30 + 20 ms of CPU), or by one kill deadline and a re-creation if it is stuck in C.
+
+A killed or crashed worker: the pattern it was running (named in the shared slot) is
+stopped with the reason, to its own subscribers only; every other pattern of that worker is
+re-created on the spare from its source and its subscribers' current params, in
+subscription order, and the batch the dead worker had not answered is sent again. Their
+`state` starts again empty, as after a router restart: a state is plain data of the
+process that died, and copying it out after each run would cost each run a serialisation.
+
+Limits of this version: client-cache matching, quench dry-runs and history replay
+(`PatternEngine.matcher`, `matches_prototype`) still evaluate worker-tier patterns in the
+router's own sandbox, as before this tier existed.
+"""
+
+from .hooks import RemoteProgram, deliver_each, prechecked
+from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
+from .pool import WorkerPool
+from .tier import ISOLATIONS, WorkerTier
+
+__all__ = [
+    "ISOLATIONS",
+    "MAX_STOP_MESSAGE",
+    "PRECHECK_MAX_SOURCE",
+    "RemoteProgram",
+    "WorkerConfig",
+    "WorkerPool",
+    "WorkerTier",
+    "deliver_each",
+    "prechecked",
+]

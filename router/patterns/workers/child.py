@@ -1,0 +1,377 @@
+"""The worker process: patterns of the worker tier run here, under RestrictedPython as in
+the router (defence in depth) and inside limits the operating system enforces.
+
+Lock-down, in this order, before the first pattern is compiled: everything is imported;
+the shared slot is mapped and its descriptor closed; every descriptor but the pipe (0 and 1)
+is closed; then `setrlimit` caps the address space (`RLIMIT_AS`: a pattern that allocates
+past it gets MemoryError, and is stopped), the CPU time (`RLIMIT_CPU`, re-armed before each
+batch: the kernel kills a worker that outruns it even if the router's watchdog did not),
+open files at 2 (`RLIMIT_NOFILE`: no new socket, file or pipe can be opened, so no network
+even if the sandbox were broken), file size 0, core dumps 0, and processes (`RLIMIT_NPROC`,
+for an unprivileged user: no fork).
+
+A worker is one `PatternEngine` (in-process mode) whose keys are the router's small ints.
+Every evaluation goes through `Worker.run_wrapper`, which writes the shared slot (whom the
+router blames if the evaluation never returns), gives the sandbox's random module the
+pattern instance's own `random.Random`, has the state measured on every run, and charges
+the evaluation's time to its client's CPU share (see the package docstring).
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import random
+import resource
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from aa.mesh import Event, PatternError, PatternSpec
+from aa.mesh.protocol import event_to_wire, pack, unpack
+
+from ..budget import MEMORY, TIMEOUT, SandboxStop
+from ..engine import PatternEngine
+from ..limits import HostFacts, SandboxLimits
+from .limits import MAX_STOP_MESSAGE
+from .wire import SLOT, SLOT_BYTES, FrameReader, encode
+
+__all__ = ["child_main", "Worker"]
+
+#: Shortest tick budget an evaluation gets when its client's share is spent, in seconds.
+_MIN_LIMIT = 0.0005
+#: CPU seconds a worker may use past its last re-arming before the kernel kills it: the
+#: backstop behind the router's watchdog, re-armed before each batch and every
+#: `_REARM_EVERY` evaluations (RLIMIT_CPU is in
+#: whole seconds and counts since the process started, so it is re-armed per batch).
+_BATCH_CPU = 10
+_REARM_EVERY = 256
+#: What a client's patterns may send back, per second, beyond their CPU share: deliveries
+#: (each costs the router about a microsecond on its loop) and bytes of derived events
+#: (each byte is decoded, checked and written again by the router). The bucket of each holds
+#: a fifth of a second's worth (so a burst costs the router's loop about 20 ms at most). A
+#: pattern whose client runs past either is stopped.
+CLIENT_DELIVERIES_PER_S = 100_000
+CLIENT_DERIVED_BYTES_PER_S = 16_000_000
+_RATE_BURST = 0.2
+#: Seconds a worker must wait for its next message to count as idle (keeping up), which
+#: tops every client's CPU allowance up. A busy router sends the next batch at once.
+_IDLE_GAP = 0.005
+#: Allocations after which the worker collects garbage, between two batches. Automatic
+#: collection is off: it would run inside some evaluation and be charged to its client.
+_GC_AFTER = 50_000
+#: The clients dividing a busy worker's time are those that ran something in the last
+#: `_SHARE_WINDOW` seconds, counted again every `_SHARE_EVERY` seconds.
+_SHARE_WINDOW = 1.0
+_SHARE_EVERY = 0.01
+_perf = time.perf_counter
+_mono_ns = time.monotonic_ns
+_pack_slot = SLOT.pack_into
+
+
+
+
+class _Client:
+    __slots__ = ("tokens", "stamp", "ran", "deliveries", "bytes")
+
+    def __init__(self, burst: float) -> None:
+        self.tokens = burst
+        self.deliveries = CLIENT_DELIVERIES_PER_S * _RATE_BURST
+        self.bytes = CLIENT_DERIVED_BYTES_PER_S * _RATE_BURST
+        self.stamp = self.ran = _perf()  # when tokens were last credited; last evaluation
+
+
+class Worker:
+    """One worker's patterns and the handling of the router's messages."""
+
+    def __init__(self, facts: dict[str, Any], slot: Any, write: Callable[[bytes], None]) -> None:
+        self.slot = slot
+        self.write = write
+        self.peer_count = 0
+        self.time_budget = float(facts["time_budget"])
+        self.burst = float(facts["client_burst"])
+        self.kill_ns = int(facts["kill_after"] * 1e9)
+        self.compile_ns = int(facts["compile_deadline"] * 1e9)
+        host = HostFacts(
+            router_id=facts["router_id"],
+            router_name=facts["router_name"],
+            clock=lambda: datetime.now(timezone.utc),
+            peer_count=lambda: self.peer_count,
+        )
+        limits = SandboxLimits(
+            time_budget=self.time_budget,
+            max_state_bytes=facts["max_state_bytes"],
+            max_sequence=facts["max_sequence"],
+        )
+        self.engine = PatternEngine(
+            host=host, limits=limits, on_failure=self._failed, isolation="in-process", on_compiled=self._compiled
+        )
+        self.budget = self.engine.sandbox.budget
+        self.random = self.engine.sandbox.random
+        self.clients: dict[str, _Client] = {}
+        self.client_of: dict[int, str] = {}  # wkey → client
+        self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
+        self.stops: list[list[Any]] = []
+        self.share = 1.0
+        self.next_share = 0.0
+        #: Share of wall time the worker was on a CPU in its last batch: evaluations are
+        #: timed with the cheap wall clock and charged this fraction of it, so time the
+        #: machine gave to other processes is not charged to a client.
+        self.on_cpu = 1.0
+        #: Seconds the worker just waited for the router (0 while it is kept busy), and
+        #: since when.
+        self.idle = 0.0
+        self.idle_from = _perf()
+
+    # -- messages --------------------------------------------------------------------------
+
+    def handle(self, msg: list[Any]) -> None:
+        op = msg[0]
+        if op == "batch":
+            self.batch(msg[1], msg[2], msg[3])
+        elif op == "sub":
+            self.subscribe(*msg[1:])
+        elif op == "update":
+            try:
+                self.engine.update(msg[1], msg[2])
+            except Exception:
+                pass  # unknown key: stopped already, the router hears of it separately
+        elif op == "unsub":
+            self.engine.unsubscribe(msg[1])
+            self.client_of.pop(msg[1], None)
+
+    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str) -> None:
+        self._placing = (iid, client)
+        self.clients.setdefault(client, _Client(self.burst))
+        _pack_slot(self.slot, 0, iid, _mono_ns(), self.compile_ns)
+        try:
+            self.engine.subscribe(wkey, PatternSpec(kernel=kernel, format=fmt, source=source), params)
+        except PatternError as exc:
+            self.write(encode(["refused", wkey, exc.code, _short(str(exc))]))
+            return
+        except Exception as exc:  # MemoryError, RecursionError while compiling
+            self.write(encode(["refused", wkey, "pattern-refused", _short(f"pattern refused: {type(exc).__name__} while compiling")]))
+            return
+        finally:
+            _pack_slot(self.slot, 0, 0, 0, 0)
+            self.budget.violation = None
+        self.client_of[wkey] = client
+
+    def _compiled(self, spec: PatternSpec, program: Any) -> None:
+        """Wrap a newly compiled program's `run` (before any bucket takes it)."""
+        iid, client = self._placing
+        program.run = self.run_wrapper(program.run, iid, self.clients[client])
+
+    def run_wrapper(self, run: Callable[..., Any], iid: int, client: _Client) -> Callable[..., Any]:
+        slot, budget, time_budget, kill_ns = self.slot, self.budget, self.time_budget, self.kill_ns
+        switch, rng = self.random, random.Random()
+
+        worker, burst = self, self.burst
+
+        program = getattr(run, "__self__", None)
+        counter = [0]
+
+        def evaluate(bucket: Any, event: Event, *rest: Any) -> Any:
+            start = _perf()
+            if start > worker.next_share:
+                worker.update_share(start)
+            elapsed = start - client.stamp
+            tokens = client.tokens + elapsed * worker.share * worker.on_cpu  # CPU seconds, as charged
+            client.stamp = client.ran = start
+            client.deliveries = min(CLIENT_DELIVERIES_PER_S * _RATE_BURST, client.deliveries + elapsed * CLIENT_DELIVERIES_PER_S)
+            client.bytes = min(CLIENT_DERIVED_BYTES_PER_S * _RATE_BURST, client.bytes + elapsed * CLIENT_DERIVED_BYTES_PER_S)
+            counter[0] += 1
+            if counter[0] % _REARM_EVERY == 0:
+                _rearm()
+            if tokens > burst:
+                tokens = burst
+            limit = time_budget if tokens >= time_budget else max(tokens, _MIN_LIMIT)
+            budget.limit = limit
+            switch.current = rng
+            bucket.state_countdown = 1  # `state` measured after every run
+            _pack_slot(slot, 0, iid, _mono_ns(), kill_ns)
+            try:
+                result = run(bucket, event, *rest)
+            except SandboxStop as stop:
+                if stop.code == TIMEOUT and limit < time_budget:
+                    raise SandboxStop(TIMEOUT, _SHARE_MESSAGE) from None
+                raise
+            finally:
+                _pack_slot(slot, 0, 0, 0, 0)
+                budget.limit = time_budget
+                used = (_perf() - start) * worker.on_cpu
+                client.tokens = tokens - used
+            if client.tokens < -burst:
+                budget.violation = None
+                raise SandboxStop(TIMEOUT, _SHARE_MESSAGE)
+            if result:
+                client.deliveries -= len(bucket.members) if result is True else sum(map(len, result.values()))
+                client.bytes -= getattr(program, "last_derived_bytes", 0)
+                if client.deliveries < 0:
+                    raise SandboxStop(MEMORY, _DELIVERIES_MESSAGE)
+                if client.bytes < 0:
+                    raise SandboxStop(MEMORY, _BYTES_MESSAGE)
+            return result
+
+        return evaluate
+
+    def _failed(self, keys: list[Any], code: str, message: str) -> None:
+        for k in keys:
+            self.client_of.pop(k, None)
+        self.stops.append([list(keys), code, _short(message)])
+
+    def refill(self) -> None:
+        """Before a batch: time the worker spent idle (waiting for the router) is credited
+        to every client whole, since nobody needed it; time it worked is credited at the
+        share (`update_share`), here and before each evaluation."""
+        now = _perf()
+        clients = self.clients.values()
+        self.update_share(now)
+        idle, burst = self.idle, self.burst
+        for c in clients:
+            if idle:
+                c.tokens = min(burst, c.tokens + idle + (self.idle_from - c.stamp) * self.share)
+                c.stamp = now
+        self.idle = 0.0
+
+    def update_share(self, now: float) -> None:
+        """One over the clients that ran something in the last `_SHARE_WINDOW` seconds."""
+        since = now - _SHARE_WINDOW
+        needing = sum(1 for c in self.clients.values() if c.ran > since)
+        self.share = 1.0 / max(needing, 1)
+        self.next_share = now + _SHARE_EVERY
+
+    def batch(self, seq: int, peer_count: int, blob: bytes) -> None:
+        self.peer_count = peer_count
+        self.refill()
+        wall, cpu_start = _perf(), time.thread_time()
+        _rearm()
+        trusted = Event.trusted
+        events = [trusted(v, t, m, i) for i, t, v, m in unpack(blob)]
+        deliveries: list[Any] = []
+        derived: list[Any] = []
+        derived_at: dict[int, int] = {}
+        keep: list[Event] = []  # alive until the reply is built: ids must not be reused
+        match = self.engine.match
+        for index, event in enumerate(events):
+            for key, ev in match(event):
+                if ev is event:
+                    deliveries += (key, index)
+                    continue
+                ref = derived_at.get(id(ev))
+                if ref is None:
+                    ref = derived_at[id(ev)] = -1 - len(derived)
+                    derived.append(event_to_wire(ev))
+                    keep.append(ev)
+                deliveries += (key, ref)
+        stops, self.stops = self.stops, []
+        self.write(encode(["done", seq, deliveries, pack(derived), stops]))
+        wall = _perf() - wall
+        if wall > 0.001:  # long enough for the CPU clock to say something
+            self.on_cpu = min(1.0, max(0.05, (time.thread_time() - cpu_start) / wall))
+        if gc.get_count()[0] > _GC_AFTER:
+            gc.collect()  # between batches, charged to nobody (automatic collection is off)
+
+
+_SHARE_MESSAGE = "pattern stopped: its client's patterns together used more than their share of the worker's CPU"
+_DELIVERIES_MESSAGE = f"pattern stopped: its client's patterns together made more than {CLIENT_DELIVERIES_PER_S:,} deliveries a second"
+_BYTES_MESSAGE = f"pattern stopped: its client's patterns together derived more than {CLIENT_DERIVED_BYTES_PER_S:,} bytes of events a second"
+
+
+def _rearm() -> None:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(used.ru_utime + used.ru_stime) + _BATCH_CPU
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_STOP_MESSAGE else text[: MAX_STOP_MESSAGE - 3] + "..."
+
+
+def _lock_down(memory: int) -> None:
+    """Close every descriptor but the pipe, then set the OS limits (module docstring)."""
+    try:
+        os.close(2)
+    except OSError:
+        pass
+    os.closerange(3, 65536)
+    here = _address_space()
+    limits = [
+        (resource.RLIMIT_AS, here + memory),
+        (resource.RLIMIT_NOFILE, 2),
+        (resource.RLIMIT_FSIZE, 0),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if os.geteuid() != 0:
+        limits.append((resource.RLIMIT_NPROC, 0))
+    for which, value in limits:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass  # a limit the platform refuses; the others still hold
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_main(slot_fd: int) -> None:
+    """The worker's main loop: serve the router on fds 0/1 until the pipe closes."""
+    slot = mmap.mmap(slot_fd, SLOT_BYTES)
+    os.close(slot_fd)
+    sys.stderr = sys.__stderr__ = _Null()  # type: ignore[assignment,misc]  # fd 2 is closed below
+    reader = FrameReader()
+    hello = _read_until(reader, lambda m: m[0] == "hello")
+    if hello is None:
+        return
+    facts = hello[1]
+    out = os.fdopen(1, "wb", buffering=0)
+
+    def write(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = out.write(view)
+            view = view[n or 0 :]
+
+    worker = Worker(facts, slot, write)
+    gc.collect()
+    gc.freeze()  # what start-up built is never garbage: keep it out of every collection
+    gc.disable()
+    _lock_down(int(facts["memory"]))
+    write(encode(["ready"]))
+    while True:
+        msg = reader.next()
+        if msg is None:
+            waited = _perf()
+            data = os.read(0, 1 << 20)
+            if _perf() - waited > _IDLE_GAP:  # the router had nothing for us
+                worker.idle, worker.idle_from = _perf() - waited, waited
+            if not data:
+                return
+            reader.feed(data)
+            continue
+        worker.handle(msg)
+
+
+def _read_until(reader: FrameReader, want: Callable[[list[Any]], bool]) -> list[Any] | None:
+    while True:
+        msg = reader.next()
+        if msg is not None:
+            if want(msg):
+                return msg
+            continue
+        data = os.read(0, 1 << 20)
+        if not data:
+            return None
+        reader.feed(data)
+
+
+class _Null:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass

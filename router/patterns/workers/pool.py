@@ -1,0 +1,495 @@
+"""`WorkerPool`: the router's side of the worker tier. Places patterns on worker processes,
+sends them the events in batches, hands back their deliveries, watches their deadlines and
+replaces the ones that die. Runs in the router's event loop and never waits on a worker.
+
+Per worker, one queue of items in dispatch order: control messages (subscribe, update,
+unsubscribe) and batches of events. One batch is in flight at a time; its reply sends the
+next, so events that arrive while a worker is busy form the next batch by themselves. A
+control message closes the batch being filled, so an update takes effect between two events
+exactly where the router applied it: no event missed, none doubled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import signal
+import time
+from collections import deque
+from typing import Any, Callable, Hashable, Mapping
+
+from aa.mesh import Event, PatternSpec
+from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
+
+from ..limits import HostFacts, SandboxLimits
+from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, WATCH_INTERVAL, WorkerConfig
+from .process import EXIT_MEMORY, WorkerProcess
+from .wire import encode
+
+__all__ = ["WorkerPool"]
+
+log = logging.getLogger("aa.router.patterns.workers")
+
+Deliveries = list[tuple[Hashable, Event]]
+
+#: Deliveries handed on per turn of the router's loop (about 1 ms of work).
+DELIVERY_CHUNK = 2000
+
+
+class _Sub:
+    __slots__ = ("key", "wkey", "spec", "params", "client", "inst")
+
+    def __init__(self, key: Hashable, wkey: int, spec: PatternSpec, params: dict[str, Any], client: str, inst: "_Inst") -> None:
+        self.key, self.wkey, self.spec, self.params, self.client, self.inst = key, wkey, spec, params, client, inst
+
+
+class _Inst:
+    """One distinct pattern on one worker (its group lives there whole)."""
+
+    __slots__ = ("iid", "spec_key", "worker", "subs")
+
+    def __init__(self, iid: int, spec_key: tuple[str, str, str], worker: "_Slot") -> None:
+        self.iid, self.spec_key, self.worker = iid, spec_key, worker
+        self.subs: dict[int, _Sub] = {}
+
+
+class _Slot:
+    """A place in the pool: the current process serving it, and what it must be sent."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.proc: WorkerProcess | None = None
+        self.queue: deque[Any] = deque()  # bytes (a control frame) or list[Event] (a batch)
+        self.queued_events = 0
+        self.in_flight: tuple[int, list[Event]] | None = None
+        self.clients: set[str] = set()
+        self.instances: dict[int, _Inst] = {}
+        self.dropped = 0
+        self.suspect: tuple[int, int, float] | None = None
+        self.delivering = False  # a reply's deliveries are still being handed on
+        self.retried = False  # the batch in flight was already resent after a crash
+
+
+class WorkerPool:
+    """Worker-tier patterns of one router. `deliver(items)` gets each reply's deliveries,
+    in order; `on_stop(keys, code, message)` gets the subscribers of a stopped pattern;
+    `on_notice(keys, code, message)` gets subscribers whose events were dropped."""
+
+    def __init__(
+        self,
+        *,
+        host: HostFacts,
+        limits: SandboxLimits,
+        config: WorkerConfig,
+        deliver: Callable[[Deliveries], None],
+        on_stop: Callable[[list[Hashable], str, str], None],
+        on_notice: Callable[[list[Hashable], str, str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.facts = {
+            "router_id": host.router_id,
+            "router_name": host.router_name,
+            "time_budget": limits.time_budget,
+            "max_state_bytes": limits.max_state_bytes,
+            "max_sequence": limits.max_sequence,
+            "client_burst": config.client_burst,
+            "kill_after": config.kill_after,
+            "compile_deadline": config.compile_deadline,
+            "memory": config.memory,
+        }
+        self._deliver = deliver
+        self._on_stop = on_stop
+        self._on_notice = on_notice
+        self._loop = asyncio.get_running_loop()
+        self._slots: list[_Slot] = []
+        self._subs: dict[Hashable, _Sub] = {}
+        self._by_wkey: dict[int, _Sub] = {}
+        self._instances: dict[tuple[str, str, str], _Inst] = {}
+        self._client_slot: dict[str, _Slot] = {}
+        self._wkeys = itertools.count(1)
+        self._iids = itertools.count(1)
+        self._seq = itertools.count(1)
+        self._numbers = itertools.count(1)
+        self._spare: asyncio.Task[WorkerProcess] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._pump_scheduled = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
+        #: Counters: batches, events sent, kills, crashes, replacements, dropped events.
+        self.counters: dict[str, int] = dict.fromkeys(("batches", "events", "kills", "crashes", "replaced", "dropped"), 0)
+
+    # -- subscribers -----------------------------------------------------------------------
+
+    def subscribe(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], client: str) -> None:
+        spec_key = (spec.kernel, spec.format, spec.source)
+        inst = self._instances.get(spec_key)
+        if inst is None:
+            slot = self._client_slot.get(client) or self._place(client)
+            inst = _Inst(next(self._iids), spec_key, slot)
+            self._instances[spec_key] = inst
+            slot.instances[inst.iid] = inst
+        slot = inst.worker
+        slot.clients.add(client)
+        self._client_slot.setdefault(client, slot)
+        sub = _Sub(key, next(self._wkeys), spec, dict(params), client, inst)
+        self._subs[key] = sub
+        self._by_wkey[sub.wkey] = sub
+        inst.subs[sub.wkey] = sub
+        self._control(slot, self._sub_frame(sub))
+
+    def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
+        sub = self._subs.get(key)
+        if sub is not None:
+            sub.params = {**sub.params, **params}
+            self._control(sub.inst.worker, encode(["update", sub.wkey, dict(params)]))
+
+    def unsubscribe(self, key: Hashable) -> None:
+        sub = self._subs.get(key)
+        if sub is None:
+            return
+        self._forget(sub)
+        self._control(sub.inst.worker, encode(["unsub", sub.wkey]))
+        if not self._subs:
+            self._shut_down()
+
+    def _forget(self, sub: _Sub) -> None:
+        del self._subs[sub.key]
+        del self._by_wkey[sub.wkey]
+        inst = sub.inst
+        del inst.subs[sub.wkey]
+        if not inst.subs:
+            self._instances.pop(inst.spec_key, None)
+            inst.worker.instances.pop(inst.iid, None)
+        slot = inst.worker
+        if not any(s.client == sub.client for i in slot.instances.values() for s in i.subs.values()):
+            slot.clients.discard(sub.client)
+            if self._client_slot.get(sub.client) is slot:
+                del self._client_slot[sub.client]
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    @property
+    def warm(self) -> bool:
+        """Every worker has a live process with nothing queued, and the spare is ready."""
+        spare = self._spare
+        return (spare is None or spare.done()) and all(
+            s.proc is not None and not s.proc.gone and s.in_flight is None and not s.queue for s in self._slots
+        )
+
+    def _sub_frame(self, sub: _Sub) -> bytes:
+        s = sub.spec
+        return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client])
+
+    # -- placement -------------------------------------------------------------------------
+
+    def _place(self, client: str) -> _Slot:
+        """The slot for a client's first pattern: a new worker while the pool has room,
+        else the one serving the fewest clients (then the fewest patterns)."""
+        if len(self._slots) < self.config.workers:
+            slot = _Slot(len(self._slots))
+            self._slots.append(slot)
+            self._start(slot)
+            return slot
+        return min(self._slots, key=lambda s: (len(s.clients), len(s.instances), s.number))
+
+    def _start(self, slot: _Slot) -> None:
+        """Give *slot* a process: the warm spare if there is one, else a new one."""
+        slot.proc = None
+        spare, self._spare = self._spare, None
+        task = self._loop.create_task(self._take(slot, spare))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self._watch is None:
+            self._watch = self._loop.create_task(self._watchdog())
+
+    async def _take(self, slot: _Slot, spare: asyncio.Task[WorkerProcess] | None) -> None:
+        proc: WorkerProcess | None = None
+        if spare is not None:
+            try:
+                proc = await spare
+            except Exception:
+                proc = None
+        while proc is None and not self.closed:
+            try:
+                proc = await self._spawn()
+            except (OSError, TimeoutError) as exc:
+                log.error("cannot start a pattern worker: %s", exc)
+                await asyncio.sleep(1.0)  # retry; events queue (capped) meanwhile
+        if self.closed or slot not in self._slots:
+            if proc is not None:
+                proc.kill()
+            return
+        assert proc is not None
+        proc.on_exit = lambda p: self._exited(slot, p)
+        proc.on_message = lambda p, m: self._message(slot, p, m)
+        slot.proc = proc
+        if proc.gone:  # died between ready and now
+            self._exited(slot, proc)
+            return
+        if self._spare is None:
+            self._spare = self._loop.create_task(self._spawn())
+        self._pump_slot(slot)
+
+    async def _spawn(self) -> WorkerProcess:
+        proc = WorkerProcess(next(self._numbers), lambda p, m: None, lambda p: None)
+        await proc.start(self.facts, self.config.start_timeout)
+        return proc
+
+    # -- events ----------------------------------------------------------------------------
+
+    def dispatch(self, event: Event) -> None:
+        """Queue *event* for every worker that holds patterns (called once per event)."""
+        for slot in self._slots:
+            if not slot.instances:
+                continue
+            if slot.queued_events >= MAX_BACKLOG_EVENTS:
+                slot.dropped += 1
+                self.counters["dropped"] += 1
+                if slot.dropped == 1:
+                    self._loop.call_later(1.0, self._notice_dropped, slot)
+                continue
+            queue = slot.queue
+            last = queue[-1] if queue else None
+            if type(last) is list and len(last) < MAX_BATCH_EVENTS:
+                last.append(event)
+            else:
+                queue.append([event])
+            slot.queued_events += 1
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self._loop.call_soon(self._pump)
+
+    def _control(self, slot: _Slot, frame: bytes) -> None:
+        slot.queue.append(frame)
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self._loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        for slot in self._slots:
+            self._pump_slot(slot)
+
+    def _pump_slot(self, slot: _Slot) -> None:
+        """Send *slot*'s control messages up to and including its next batch."""
+        proc = slot.proc
+        if proc is None or proc.gone or slot.in_flight is not None or slot.delivering:
+            return
+        queue = slot.queue
+        while queue:
+            item = queue.popleft()
+            if type(item) is bytes:
+                proc.send(item)
+                continue
+            slot.queued_events -= len(item)
+            seq = next(self._seq)
+            slot.in_flight = (seq, item)
+            blob = pack([event_to_wire(e) for e in item])
+            proc.send(encode(["batch", seq, self.host.peer_count(), blob]))
+            self.counters["batches"] += 1
+            self.counters["events"] += len(item)
+            return
+
+    def _message(self, slot: _Slot, proc: WorkerProcess, msg: list[Any]) -> None:
+        op = msg[0]
+        if op == "done":
+            _, seq, flat, derived_blob, stops = msg
+            flight, slot.in_flight = slot.in_flight, None
+            slot.retried = False
+            if flight is None or flight[0] != seq:
+                proc.kill("protocol")
+                return
+            events = flight[1]
+            derived = [event_from_wire(w) for w in unpack(derived_blob)] if len(derived_blob) > 1 else []
+            by_wkey = self._by_wkey
+            out: Deliveries = []
+            for i in range(0, len(flat), 2):
+                sub = by_wkey.get(flat[i])
+                if sub is not None:
+                    ref = flat[i + 1]
+                    out.append((sub.key, events[ref] if ref >= 0 else derived[-1 - ref]))
+            for wkeys, code, message in stops:
+                self._stop_wkeys(wkeys, code, message)
+            self._deliver_chunks(slot, out, 0)
+        elif op == "refused":
+            sub = self._by_wkey.get(msg[1])
+            if sub is not None:
+                self._stop_inst(sub.inst, msg[2], msg[3])
+        elif op == "stop":
+            self._stop_wkeys(msg[1], msg[2], msg[3])
+
+    def _deliver_chunks(self, slot: _Slot, out: Deliveries, start: int) -> None:
+        """Deliver *out* a chunk per turn of the loop (a script may forward thousands of
+        copies per event to its own subscriber: that must not hold up anybody else), then
+        send the worker its next batch. A chunk ends between two events: the router writes
+        between chunks, and a client drops a second frame holding the same event."""
+        end = start + DELIVERY_CHUNK
+        if end < len(out):  # never split one event's deliveries: a client takes each once
+            last = out[end - 1][1]
+            while end < len(out) and out[end][1] is last:
+                end += 1
+        if start or end < len(out):
+            part = out[start:end]
+        else:
+            part = out
+        if part:
+            self._deliver(part)
+        if end < len(out):
+            slot.delivering = True
+            self._loop.call_soon(self._deliver_chunks, slot, out, end)
+            return
+        slot.delivering = False
+        self._pump_slot(slot)
+
+    # -- stops, kills and replacements -----------------------------------------------------
+
+    def _stop_wkeys(self, wkeys: list[int], code: str, message: str) -> None:
+        keys = []
+        for w in wkeys:
+            sub = self._by_wkey.get(w)
+            if sub is not None:
+                self._forget(sub)
+                keys.append(sub.key)
+        if keys:
+            self._report(keys, code, message)
+
+    def _stop_inst(self, inst: _Inst, code: str, message: str) -> None:
+        subs = list(inst.subs.values())
+        for sub in subs:
+            self._forget(sub)
+            if inst.worker.proc is not None:
+                self._control(inst.worker, encode(["unsub", sub.wkey]))
+        if subs:
+            self._report([s.key for s in subs], code, message)
+
+    def _report(self, keys: list[Hashable], code: str, message: str) -> None:
+        if len(message) > MAX_STOP_MESSAGE:
+            message = message[: MAX_STOP_MESSAGE - 3] + "..."
+        try:
+            self._on_stop(keys, code, message)
+        except Exception:
+            log.exception("reporting a stopped pattern failed")
+
+    async def _watchdog(self) -> None:
+        """Kill a worker stuck in one evaluation (or compilation) past its limit and still
+        burning CPU: it is in a call no tick can interrupt."""
+        kill_cpu = self.config.kill_cpu
+        while not self.closed:
+            await asyncio.sleep(WATCH_INTERVAL)
+            now = time.monotonic_ns()
+            for slot in self._slots:
+                proc = slot.proc
+                if proc is None or proc.gone or proc.killed_for is not None:
+                    continue
+                iid, started, limit = proc.read_slot()
+                if not started or now - started <= limit:
+                    continue
+                cpu = proc.cpu_seconds()
+                if cpu is None:
+                    continue
+                suspect = slot.suspect
+                if suspect is None or suspect[:2] != (iid, started):
+                    slot.suspect = (iid, started, cpu)
+                elif cpu - suspect[2] >= kill_cpu:
+                    self.counters["kills"] += 1
+                    proc.kill(("timeout", iid, limit))
+
+    def _exited(self, slot: _Slot, proc: WorkerProcess) -> None:
+        """A worker is gone: blame the pattern it was running, re-create the others on a
+        fresh worker, and send it what the dead one had not answered."""
+        if self.closed or slot.proc is not proc:
+            return
+        reason = proc.killed_for
+        iid, started, _ = proc.read_slot()
+        slot.suspect = None
+        if reason is not None and reason[0] == "timeout":
+            iid = reason[1]
+            code, why = "pattern-timeout", f"exceeded its time budget in one call that ran past {reason[2] / 1e6:g} ms"
+        else:
+            self.counters["crashes"] += reason is None
+            iid = iid if started else 0
+            if proc.returncode == -signal.SIGXCPU:
+                code, why = "pattern-timeout", "its worker used its whole CPU allowance for one batch"
+            elif proc.returncode == EXIT_MEMORY:
+                code, why = "pattern-memory", "its worker ran out of memory"
+            else:
+                code, why = "pattern-crash", f"its worker process failed ({proc.returncode})"
+        inst = slot.instances.get(iid)
+        if inst is not None:
+            self._stop_inst(inst, code, f"pattern stopped: {why}; its worker process was replaced")
+        elif slot.in_flight is not None:
+            # No culprit known (killed from outside, or between two evaluations): the batch
+            # is sent to the next worker once; if that one dies on it too, the batch may be
+            # what kills them, and its events are dropped for this worker's patterns.
+            if slot.retried:
+                self._notice(slot, len(slot.in_flight[1]), "its worker process failed")
+                slot.in_flight = None
+            slot.retried = not slot.retried
+        self.counters["replaced"] += 1
+        self._rebuild(slot)
+
+    def _rebuild(self, slot: _Slot) -> None:
+        """New queue for a fresh process: every live subscriber re-created (in subscription
+        order, with its current params), then the unanswered batch, then queued events."""
+        events: list[Event] = []
+        if slot.in_flight is not None:
+            events.extend(slot.in_flight[1])
+            slot.in_flight = None
+        for item in slot.queue:
+            if type(item) is list:
+                events.extend(item)
+        slot.queue.clear()
+        subs = sorted((s for i in slot.instances.values() for s in i.subs.values()), key=lambda s: s.wkey)
+        for sub in subs:
+            slot.queue.append(self._sub_frame(sub))
+        for start in range(0, len(events), MAX_BATCH_EVENTS):
+            slot.queue.append(events[start : start + MAX_BATCH_EVENTS])
+        slot.queued_events = len(events)
+        if not slot.instances:
+            slot.queue.clear()
+            slot.queued_events = 0
+        self._start(slot)
+
+    # -- notices and closing ---------------------------------------------------------------
+
+    def _notice_dropped(self, slot: _Slot) -> None:
+        n, slot.dropped = slot.dropped, 0
+        if n:
+            self._notice(slot, n, "its worker fell behind")
+
+    def _notice(self, slot: _Slot, n: int, why: str) -> None:
+        keys = [s.key for i in slot.instances.values() for s in i.subs.values()]
+        log.warning("%d events dropped for %d pattern subscribers: %s", n, len(keys), why)
+        if self._on_notice is not None and keys:
+            self._on_notice(keys, "pattern-dropped", f"{n} events were not matched: {why}")
+
+    def _shut_down(self) -> None:
+        """No worker-tier subscriber left: stop every process (and the spare)."""
+        for slot in self._slots:
+            if slot.proc is not None:
+                slot.proc.on_exit = lambda p: None
+                slot.proc.kill()
+        self._slots.clear()
+        self._client_slot.clear()
+        if self._spare is not None:
+            self._spare.add_done_callback(_kill_result)
+            self._spare = None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    async def aclose(self) -> None:
+        """Stop every worker. Idempotent."""
+        self._shut_down()
+        self.closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _kill_result(task: "asyncio.Task[WorkerProcess]") -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().kill()

@@ -1,0 +1,73 @@
+"""`WorkerTier`: the engine's one handle on the worker tier — which patterns go to it, and
+the pool, made on first use (it needs the router's running event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Hashable
+
+from aa.mesh import PatternSpec, UsageError
+
+from ..limits import HostFacts, SandboxLimits
+from .limits import WorkerConfig
+from .pool import Deliveries, WorkerPool
+
+__all__ = ["WorkerTier", "ISOLATIONS"]
+
+#: "workers": patterns outside the closed grammar run in worker processes; "in-process":
+#: every pattern runs in the engine's own sandbox; "auto": workers when the engine lives in
+#: a running event loop (a router), in-process otherwise (a bare engine, used synchronously).
+ISOLATIONS = ("auto", "workers", "in-process")
+
+
+class WorkerTier:
+    def __init__(
+        self,
+        *,
+        isolation: str,
+        host: HostFacts,
+        limits: SandboxLimits,
+        config: WorkerConfig,
+        deliver: Callable[[Deliveries], None],
+        on_stop: Callable[[list[Hashable], str, str], None],
+    ) -> None:
+        if isolation not in ISOLATIONS:
+            raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
+        self.isolation = isolation
+        self._args: dict[str, Any] = dict(host=host, limits=limits, config=config, deliver=deliver, on_stop=on_stop)
+        #: The pool, once a pattern went to a worker (else None).
+        self.pool: WorkerPool | None = None
+
+    def wants(self, spec: PatternSpec) -> bool:
+        """Does *spec* — pattern code, outside the predicate grammar (the engine asks only
+        for those) — run in a worker?"""
+        if self.isolation == "in-process":
+            return False
+        if self.isolation == "auto":
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return False
+        return True
+
+    def open(self) -> WorkerPool:
+        """The pool, made now if there is none (in the running event loop)."""
+        if self.pool is None or self.pool.closed:
+            self.pool = WorkerPool(**self._args)
+        return self.pool
+
+    def subscribe(self, key: Hashable, spec: PatternSpec, params: dict[str, Any]) -> None:
+        client = getattr(key, "client_id", None) or key  # the placement unit (`pool.py`)
+        self.open().subscribe(key, spec, params, str(client))
+
+    def unsubscribe(self, key: Hashable) -> None:
+        if self.pool is not None:
+            self.pool.unsubscribe(key)
+
+    def update(self, key: Hashable, params: Any) -> None:
+        if self.pool is not None:
+            self.pool.update(key, params)
+
+    async def aclose(self) -> None:
+        if self.pool is not None:
+            await self.pool.aclose()

@@ -1,0 +1,29 @@
+"""aa.router.quench — quenching across the mesh (Å §4.4): publishers told whether anyone is
+interested in what they would publish.
+
+Owns: the registrations a router knows and the interest its own publishers hear of
+(`QuenchTable`, pure), the service that floods registrations, reports and keep-alives and
+notifies publishers (`QuenchService`), and its timings (`QuenchConfig`).
+
+Does not own: matching a prototype against a subscription (the pattern engine's
+`matches_prototype`, `aa.router.patterns`), the flood of control messages
+(`aa.router.links`).
+"""
+
+from .quenchconfig import MAX_QUENCH_TIMEOUT, MAX_QUENCHES_PER_CLIENT, QuenchConfig
+from .quenching import QUENCH_TOPIC, QuenchService
+from .registrations import MAX_REGISTRATIONS, Change, QuenchTable, Registration, parse_registrations, parse_report
+
+__all__ = [
+    "Change",
+    "MAX_QUENCHES_PER_CLIENT",
+    "MAX_QUENCH_TIMEOUT",
+    "MAX_REGISTRATIONS",
+    "QUENCH_TOPIC",
+    "QuenchConfig",
+    "QuenchService",
+    "QuenchTable",
+    "Registration",
+    "parse_registrations",
+    "parse_report",
+]

@@ -1,0 +1,382 @@
+"""Quenching across the mesh (Å §4.4): `router.quench`, one `QuenchService` per router.
+
+A publisher registers an event *prototype* (`aa.mesh.protocol.quench_messages.Quench`); the router
+holding its session — the registration's *owner* — floods it, and every router checks its
+subscriptions against it and reports which match. The publisher is told of each subscription
+that starts or stops matching, wherever in the mesh it is.
+
+What floods (control topic ``quench``, body ``{"op", ...}``)
+-------------------------------------------------------------
+==============  =========================================================================
+op              meaning
+==============  =========================================================================
+``register``    ``regs``: registrations (`Registration.body`) of the sending router's
+                publishers. Sent when one is made, again every `QuenchConfig.keepalive`
+                (the keep-alive), and at once when a router this one has not heard of
+                appears in the mesh (its first router-info summary), so a router that
+                joins later is told without waiting for the next keep-alive.
+``remove``      ``regs``: ids; the publisher unregistered or its session ended. Only the
+                router that owns a registration can remove it.
+``report``      ``router``, ``items``: [[reg, [subscription ids]]] — the full set of the
+                reporting router's subscriptions matching each registration, sent with
+                `to` = the publisher's client id whenever the set changes, and in answer to
+                each keep-alive while it is not empty. Only the owner acts on it.
+==============  =========================================================================
+
+Matching: a subscription matches a registration when its pattern lets the prototype through
+(`PatternEngine.matches_prototype`, scripts dry-run on a copy of their state), or when the
+pattern declares the value names it needs and the prototype carries all of them
+(`aa.mesh.protocol.quench_messages.declared_needs`: the answer to §4.4's narrow-pattern weakness). A
+registration made with ``mentioned_only`` ignores catch-all patterns that mention none of
+the prototype's names. Subscriptions are checked against every registration when they are
+added or updated, and leave when they are removed, stopped, or their session ends.
+
+Lifetimes: a registration lives as long as its publisher's session; other routers drop it
+when its keep-alives stop for `QuenchConfig.timeout` (its owner went away). The owner drops a
+router's reported interest when that router has not confirmed it for the same timeout (it
+left, crashed, or the mesh split) and tells the publisher those subscriptions are gone. A
+publisher that fails over registers again on its new router, under the same id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Final, Hashable, Iterable, Mapping
+
+from aa.mesh import Control, Event, InvalidValue, PatternSpec, UsageError
+from aa.mesh.protocol import Error
+from aa.mesh import MAX_PEERS
+from aa.mesh.protocol import MAX_NOTICE_CHANGES, Quench, Quenched, QuenchNotice, Unquench, declared_needs
+
+from ..links import ROUTER_INFO_TOPIC
+from ..patterns import PatternEngine
+from ..seams import Controls
+from .quenchconfig import MAX_QUENCH_TIMEOUT, MAX_QUENCHES_PER_CLIENT, QuenchConfig
+from .registrations import Change, QuenchTable, Registration, parse_registrations, parse_report
+
+if TYPE_CHECKING:
+    from ..seams import ClientPort as ClientSession
+
+__all__ = ["QuenchService", "QUENCH_TOPIC"]
+
+log = logging.getLogger("aa.router.quench")
+
+#: Control topic of quench floods.
+QUENCH_TOPIC: Final = "quench"
+#: Registrations per ``register`` control: keeps each flood a few tens of KiB.
+REGS_PER_FLOOD: Final = 100
+
+
+class QuenchService:
+    """Quench registrations and notifications of one router; see the module docstring."""
+
+    def __init__(
+        self, router_id: str, config: QuenchConfig, *, engine: PatternEngine, controls: Controls, info_interval: float
+    ) -> None:
+        self.router_id = router_id
+        #: Read when used: a test may replace it before `start()`.
+        self.config: QuenchConfig = config
+        self._engine = engine
+        self._controls = controls
+        self._info_interval = info_interval
+        self.table = QuenchTable(router_id)
+        self.counters: Counter[str] = Counter()
+        self._sessions: dict[str, "ClientSession"] = {}  # owned reg id → publisher's session
+        self._sids: dict[Hashable, str] = {}  # subscriber key → subscription id in reports
+        self._sid_taken: set[str] = set()
+        self._sid_seq = itertools.count(1)
+        self._needs: dict[tuple[str, str, str], frozenset[str]] = {}
+        self._routers_seen: dict[str, float] = {}
+        self._dirty: dict[str, Registration] = {}  # registrations whose match set changed
+        self._outbox: dict[str, list[list[Any]]] = {}  # client id → report items to flood
+        self._scheduled = False
+        self._reflood = False
+        self._task: asyncio.Task[None] | None = None
+        controls.on_control(QUENCH_TOPIC, self._on_control)
+        controls.on_control(ROUTER_INFO_TOPIC, self._on_router_info)
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"aa-quench-{self.router_id}")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.keepalive)
+            try:
+                self.tick(time.monotonic())
+            except Exception:  # a bug here must not end keep-alives for good
+                log.exception("quench housekeeping failed")
+
+    def tick(self, now: float) -> None:
+        """Keep-alive floods of owned registrations; sweep lapsed registrations and interest."""
+        self._flood_owned()
+        self.table.expire(now)
+        for reg_id, changes in self.table.expire_interest(now, self.config.timeout).items():
+            self._notify(reg_id, changes)
+        forget = now - 3 * self._info_interval
+        for rid, heard in list(self._routers_seen.items()):
+            if heard < forget:
+                del self._routers_seen[rid]
+
+    # -- publishers (requests from sessions) ------------------------------------------------
+
+    def handle_request(self, session: "ClientSession", msg: Any) -> None:
+        if type(msg) is Quench:
+            self._register(session, msg)
+        elif type(msg) is Unquench:
+            reg_id = f"{session.client_id}/{msg.reg}"
+            if self._sessions.get(reg_id) is session:
+                self._drop_owned([reg_id])
+
+    def _register(self, session: "ClientSession", msg: Quench) -> None:
+        client = session.client_id or "?"
+        reg_id = f"{client}/{msg.reg}"
+        held = sum(1 for s in self._sessions.values() if s is session)
+        if reg_id not in self._sessions and held >= self.config.max_per_client:
+            session.send(Error(code="limit", message=f"at most {self.config.max_per_client} quench "
+                               "registrations per client", ref=msg.reg))
+            return
+        reg = Registration(reg=reg_id, client=client, number=msg.reg, owner=self.router_id,
+                           prototype=Event(values=dict(msg.values), type=msg.type),
+                           mentioned_only=msg.mentioned_only, timeout=self.config.timeout, expires=None)
+        try:
+            reg = self.table.add_owned(reg)
+        except InvalidValue as exc:
+            session.send(Error(code="limit", message=str(exc), ref=msg.reg))
+            return
+        self._sessions[reg_id] = session
+        self.counters["registered"] += 1
+        session.send(Quenched(reg=msg.reg))
+        known = self.table.interested(reg_id)
+        if known:  # the publisher came back to us: tell it what still holds
+            self._send_notice(session, msg.reg, known)
+        reg.matches = self._scan(reg)
+        self._dirty[reg_id] = reg
+        self._schedule()
+        self._flood_registrations([reg])
+
+    def session_closed(self, session: "ClientSession", subscriptions: Iterable[Hashable] = ()) -> None:
+        """A client's connection closed: its *subscriptions* and its registrations go."""
+        for sub in list(subscriptions):
+            self.unsubscribed(sub)
+        self._drop_owned([r for r, s in self._sessions.items() if s is session])
+
+    def _drop_owned(self, reg_ids: list[str]) -> None:
+        gone = []
+        for reg_id in reg_ids:
+            self._sessions.pop(reg_id, None)
+            reg = self.table.registrations.get(reg_id)
+            if reg is not None and reg.expires is None:  # still ours (not failed over elsewhere)
+                self.table.remove(reg_id)
+                self._dirty.pop(reg_id, None)
+                gone.append(reg_id)
+        for i in range(0, len(gone), REGS_PER_FLOOD):
+            self._controls.flood_control(QUENCH_TOPIC, {"op": "remove", "regs": gone[i:i + REGS_PER_FLOOD]})
+
+    # -- subscriptions (the router's hooks) -------------------------------------------------
+
+    def subscribed(self, key: Hashable) -> None:
+        """A subscription was added: check it against every registration."""
+        for reg in list(self.table.registrations.values()):
+            if self._matches(reg, key):
+                reg.matches.add(key)
+                self._dirty[reg.reg] = reg
+        self._schedule()
+
+    def updated(self, key: Hashable) -> None:
+        """A subscription's params changed: it may match other prototypes now."""
+        for reg in list(self.table.registrations.values()):
+            now_in = self._matches(reg, key)
+            if now_in != (key in reg.matches):
+                (reg.matches.add if now_in else reg.matches.discard)(key)
+                self._dirty[reg.reg] = reg
+        self._schedule()
+
+    def unsubscribed(self, key: Hashable) -> None:
+        """A subscription was removed, stopped, or its session ended."""
+        for reg in self.table.registrations.values():
+            if key in reg.matches:
+                reg.matches.discard(key)
+                self._dirty[reg.reg] = reg
+        sid = self._sids.pop(key, None)
+        if sid is not None:
+            self._sid_taken.discard(sid)
+        self._schedule()
+
+    def _scan(self, reg: Registration) -> set[Hashable]:
+        """The local subscriptions matching *reg*. A dry run that breaks the sandbox stops a
+        pattern (and all its subscribers) mid-scan: only those still subscribed count."""
+        engine = self._engine
+        found = {key for key in engine.keys() if self._matches(reg, key)}
+        return found & set(engine.keys())
+
+    def _matches(self, reg: Registration, key: Hashable) -> bool:
+        engine = self._engine
+        try:
+            if engine.matches_prototype(key, reg.prototype, needs_names=reg.mentioned_only):
+                return True
+            needs = self._declared(engine.pattern_of(key))
+        except UsageError:
+            return False  # gone meanwhile (a dry run may stop a pattern that breaks the rules)
+        except Exception:  # never let quenching break a subscribe or an unsubscribe
+            log.exception("checking a subscription against quench registration %s failed", reg.reg)
+            return False
+        return bool(needs) and needs <= reg.prototype.values.keys()
+
+    def _declared(self, spec: PatternSpec) -> frozenset[str]:
+        k = (spec.kernel, spec.format, spec.source)
+        needs = self._needs.get(k)
+        if needs is None:
+            if len(self._needs) > 4 * max(len(self._engine), 1024):
+                self._needs.clear()
+            needs = self._needs[k] = declared_needs(spec)
+        return needs
+
+    def _sid(self, key: Hashable) -> str:
+        sid = self._sids.get(key)
+        if sid is None:
+            client = getattr(key, "client_id", None) or "local"
+            number = getattr(key, "sub_id", None)
+            sid = f"{client}#{number}" if number is not None else f"{client}#{next(self._sid_seq)}"
+            if sid in self._sid_taken:  # the same client id on two sessions at once
+                sid = f"{sid}~{next(self._sid_seq)}"
+            self._sids[key] = sid
+            self._sid_taken.add(sid)
+        return sid
+
+    # -- reporting --------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        if not self._scheduled and (self._dirty or self._reflood):
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Report every registration whose match set changed since the last flush (one
+        batch per client), and re-flood registrations if a new router appeared."""
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, {}
+        for reg in dirty.values():
+            if self.table.registrations.get(reg.reg) is reg:
+                self._report(reg)
+        self._send_reports()
+        if self._reflood:
+            self._reflood = False
+            self._flood_owned()
+
+    def _report(self, reg: Registration) -> None:
+        subs = sorted(self._sid(k) for k in reg.matches)
+        if reg.expires is None:  # ours: no flood needed
+            self._notify(reg.reg, self.table.report(reg.reg, self.router_id, frozenset(subs), time.monotonic()))
+        else:
+            self._outbox.setdefault(reg.client, []).append([reg.reg, subs])
+
+    def _send_reports(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for client, items in outbox.items():
+            for i in range(0, len(items), REGS_PER_FLOOD):
+                self._controls.flood_control(
+                    QUENCH_TOPIC, {"op": "report", "router": self.router_id, "items": items[i:i + REGS_PER_FLOOD]},
+                    to=client)
+                self.counters["reports_out"] += 1
+
+    def _notify(self, reg_id: str, changes: list[Change]) -> None:
+        session = self._sessions.get(reg_id)
+        reg = self.table.registrations.get(reg_id)
+        if changes and session is not None and reg is not None:
+            self._send_notice(session, reg.number, changes)
+
+    def _send_notice(self, session: "ClientSession", number: int, changes: list[Change]) -> None:
+        for i in range(0, len(changes), MAX_NOTICE_CHANGES):
+            session.send(QuenchNotice(reg=number, changes=tuple(changes[i:i + MAX_NOTICE_CHANGES])))
+        self.counters["notices"] += len(changes)
+
+    def _flood_owned(self) -> None:
+        self._flood_registrations(self.table.owned())
+
+    def _flood_registrations(self, regs: list[Registration]) -> None:
+        for i in range(0, len(regs), REGS_PER_FLOOD):
+            body = {"op": "register", "regs": [r.body() for r in regs[i:i + REGS_PER_FLOOD]]}
+            self._controls.flood_control(QUENCH_TOPIC, body)
+
+    # -- from the mesh ----------------------------------------------------------------------
+
+    def _on_control(self, control: Control) -> None:
+        body = control.body
+        op = body.get("op")
+        origin = control.path[0] if control.path else ""
+        try:
+            if op == "register":
+                self._remote_register(parse_registrations(body, owner=origin, max_timeout=MAX_QUENCH_TIMEOUT))
+            elif op == "remove":
+                regs = body.get("regs")
+                for reg_id in regs if type(regs) is list else ():
+                    reg = self.table.registrations.get(reg_id) if type(reg_id) is str else None
+                    if reg is not None and reg.owner == origin and reg.expires is not None:
+                        self.table.remove(reg_id)
+                        self._dirty.pop(reg_id, None)
+            elif op == "report":
+                if control.to is None or not self._sessions:
+                    return  # only the router holding the publisher's session acts on it
+                router_id, items = parse_report(body)
+                now = time.monotonic()
+                for reg_id, subs in items:
+                    if reg_id in self._sessions:
+                        self._notify(reg_id, self.table.report(reg_id, router_id, subs, now))
+        except ValueError as exc:  # InvalidValue too: a malformed body from a peer
+            self.counters["malformed"] += 1
+            log.debug("ignoring a malformed quench control from %s: %s", origin, exc)
+
+    def _remote_register(self, regs: list[Registration]) -> None:
+        now = time.monotonic()
+        for reg in regs:
+            try:
+                entry, new = self.table.upsert(reg, now)
+            except InvalidValue as exc:
+                self.counters["refused"] += 1
+                log.warning("quench registration %s not kept: %s", reg.reg, exc)
+                continue
+            if entry.reg in self._sessions and entry.expires is not None:
+                self._sessions.pop(entry.reg, None)  # its publisher failed over elsewhere
+            if new:
+                entry.matches = self._scan(entry)
+                if entry.matches:
+                    self._dirty[entry.reg] = entry
+            elif entry.matches:
+                self._dirty[entry.reg] = entry  # a keep-alive: confirm our interest
+        self._schedule()
+
+    def _on_router_info(self, control: Control) -> None:
+        origin = control.path[0] if control.path else None
+        if origin is None:
+            return
+        if origin not in self._routers_seen:
+            if len(self._routers_seen) >= MAX_PEERS:  # bounded like the mesh view: forget the oldest
+                del self._routers_seen[min(self._routers_seen, key=self._routers_seen.__getitem__)]
+            if self.table.owned():
+                self._reflood = True  # a router we had not heard of: tell it our registrations
+                self._schedule()
+        self._routers_seen[origin] = time.monotonic()
+
+    # -- introspection ----------------------------------------------------------------------
+
+    def registrations(self) -> list[dict[str, Any]]:
+        """Every registration this router knows, for `aa mesh` and tests."""
+        return [{"reg": r.reg, "owner": r.owner, "values": dict(r.prototype.values), "type": r.prototype.type,
+                 "matches": len(r.matches), "owned": r.expires is None}
+                for r in self.table.registrations.values()]
+
+    def interest(self, reg_id: str) -> Mapping[str, frozenset[str]]:
+        """For a registration owned here: router id → its matching subscription ids."""
+        return {rid: subs for rid, (subs, _) in self.table.interest.get(reg_id, {}).items()}

@@ -1,0 +1,203 @@
+"""`SecurityConfig` (what the operator asked for) and `Gate` (the router's one object for
+it): contexts, identities, admission of clients and peers, permissions, reload.
+
+The router asks the gate at a few points only — accepting a connection (`serve`), a
+client's hello (`admit_client`), a peer's hello (`admit_peer`), a publish (`screen`), a
+subscribe or cache or quench request (`rules_for`) — and never otherwise, so a router
+without any of it pays nothing per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from cryptography.x509.oid import NameOID
+
+from aa.mesh import Event, UsageError
+
+from .guard import AllowList, HandshakeGuard
+from .listener import Listener
+from .permissions import Permissions, Rules
+from .tls import ANONYMOUS, NAME_RE, Identity, check_cert_file, client_context, id_matches, identity_of, server_context
+
+__all__ = ["SecurityConfig", "Gate"]
+
+log = logging.getLogger("aa.router.security")
+
+_Path = str | os.PathLike[str] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SecurityConfig:
+    """Who may connect and what they may do. All off by default: an open router, as before.
+
+    >>> SecurityConfig().tls
+    False
+    """
+
+    #: The router's certificate and key (PEM); with them the port speaks TLS only.
+    cert: Path | None = None
+    key: Path | None = None
+    #: The mesh CA (PEM). With it, peer links are mutual TLS (only routers this CA signed
+    #: join), and clients presenting a certificate it signed are users.
+    ca: Path | None = None
+    #: Whether clients without a certificate (user "anonymous") may connect.
+    anonymous: bool = True
+    #: The permissions file (TOML, `aa.router.security.permissions`); None: all allowed.
+    permissions: Path | None = None
+    #: Address ranges (CIDR) clients / peer routers may connect from; empty: any.
+    allow_clients: tuple[str, ...] = ()
+    allow_peers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("cert", "key", "ca", "permissions"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value))
+        if (self.cert is None) != (self.key is None):
+            raise UsageError("give the router's certificate and its key together (--cert and --key)")
+        if self.ca is not None and self.cert is None:
+            raise UsageError("a CA needs the router's own certificate and key too (--cert, --key)")
+        if not self.anonymous and self.ca is None:
+            raise UsageError("refusing anonymous clients needs a CA to recognise users by (--ca)")
+        for name in ("allow_clients", "allow_peers"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
+            AllowList(getattr(self, name))  # raises UsageError for a bad range
+
+    @property
+    def tls(self) -> bool:
+        return self.cert is not None
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is asked for at all."""
+        return self.tls or bool(self.permissions or self.allow_clients or self.allow_peers) or not self.anonymous
+
+
+class Gate:
+    """The router's security, built from a `SecurityConfig`. Raises `UsageError` for a
+    missing, unreadable or expired file and a malformed permissions file."""
+
+    def __init__(self, config: SecurityConfig | None = None) -> None:
+        self.config = cfg = config or SecurityConfig()
+        self.server_tls: ssl.SSLContext | None = None
+        #: The context peer links are dialled with (None: plaintext).
+        self.dial_tls: ssl.SSLContext | None = None
+        #: The name in the router's certificate (its ids begin with it when there is a CA).
+        self.name: str | None = None
+        if cfg.cert is not None and cfg.key is not None:
+            self.server_tls = server_context(cfg.cert, cfg.key, cfg.ca)
+            if cfg.ca is not None:
+                self.dial_tls = client_context(cfg.ca, cfg.cert, cfg.key)
+                cert = check_cert_file(cfg.cert)
+                cn = [a.value for a in cert.subject if a.oid == NameOID.COMMON_NAME]
+                if not cn or not NAME_RE.match(str(cn[0])):
+                    raise UsageError(f"certificate {cfg.cert} has no usable name (made by 'aa certs router'?)")
+                self.name = str(cn[0])
+            else:
+                # No CA: clients get encryption and the router's identity cannot be checked
+                # by peers; peer links are encrypted but not authenticated (README).
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                self.dial_tls = ctx
+        self.permissions = Permissions.load(cfg.permissions) if cfg.permissions else Permissions.open()
+        self.clients = AllowList(cfg.allow_clients)
+        self.peers = AllowList(cfg.allow_peers)
+        #: Back-off for dialled addresses whose handshake or identity was refused.
+        self.guard = HandshakeGuard()
+
+    @property
+    def mutual(self) -> bool:
+        """Peers must show a certificate the mesh CA signed."""
+        return self.config.ca is not None
+
+    # -- connections ------------------------------------------------------------------------
+
+    async def serve(self, factory: Callable[[], asyncio.Protocol], host: str, port: int,
+                    counters: dict[str, int]) -> Listener:
+        """Listen on (host, port) with TLS and the address checks; ready on return."""
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(1024)
+        except BaseException:
+            sock.close()
+            raise
+        both = self.clients and self.peers
+        allow = (lambda h: self.clients.allows(h) or self.peers.allows(h)) if both else AllowList().allows
+        listener = Listener(sock, factory, tls=self.server_tls, allow=allow, counters=counters)
+        listener.start()
+        return listener
+
+    def identity(self, transport: asyncio.BaseTransport) -> Identity:
+        return identity_of(transport.get_extra_info("ssl_object"))
+
+    def admit_client(self, identity: Identity, host: str) -> str | None:
+        """Why a client hello is refused, or None."""
+        if not self.clients.allows(host):
+            return f"clients from {host} are not allowed here (--allow-clients)"
+        if identity.user == ANONYMOUS and not self.config.anonymous:
+            return "this router refuses anonymous clients: present a certificate the mesh CA signed (AA_CERT, AA_KEY)"
+        return None
+
+    def admit_peer(self, identity: Identity, host: str | None, router_id: str) -> str | None:
+        """Why a peer router's hello is refused, or None (issue 16: ids bound to certificates)."""
+        if host is not None and not self.peers.allows(host):
+            return f"routers from {host} are not allowed here (--allow-peers)"
+        if not self.mutual:
+            return None
+        if not identity.router:
+            return "peer links need a router certificate the mesh CA signed"
+        if not id_matches(router_id, identity):
+            return f"router id {router_id!r} does not belong to certificate {identity.user!r}"
+        return None
+
+    def may_dial(self, address: str, host: str, now: float) -> bool:
+        return self.peers.allows(host) and self.guard.admit(address, now)
+
+    # -- permissions ------------------------------------------------------------------------
+
+    def rules_for(self, identity: Identity) -> Rules | None:
+        return self.permissions.rules_for(identity.user)
+
+    def screen(self, rules: Rules | None, events: Sequence[Event], persist_key: str) -> tuple[list[Event], str | None]:
+        """The events *rules* allow to be published, and why the others were refused (one
+        line naming the first rule broken)."""
+        if rules is None:
+            return [], "no rule in the permissions file covers this user: it may do nothing"
+        reason = None
+        if rules.publish_any and rules.persist:
+            return list(events), None
+        out = []
+        for ev in events:
+            if not rules.may_publish(ev.type):
+                reason = reason or rules.refusal("publish", f"publish events of type {ev.type!r}")
+            elif not rules.persist and ev.meta and ev.meta.get(persist_key) is True:
+                reason = reason or rules.refusal("persist", "persist events")
+            else:
+                out.append(ev)
+        return out, reason
+
+    def reload(self) -> str:
+        """Read the permissions file again (SIGHUP). A malformed file is refused — the rules
+        in force stay — and the reason returned; so is success."""
+        try:
+            self.permissions = self.permissions.reload()
+        except UsageError as exc:
+            log.error("permissions not reloaded, the old rules stay: %s", exc)
+            return f"permissions not reloaded, the old rules stay: {exc}"
+        log.warning("permissions reloaded from %s", self.permissions.path)
+        return f"permissions reloaded from {self.permissions.path}"

@@ -1,0 +1,209 @@
+"""Issue 12 benchmark: matching one event against N predicate-tier subscriptions (the
+pattern engine of one router, in process: `PatternEngine.match`, no sockets).
+
+    python tests/bench/bench_matching.py                          # N = 1,000 and 10,000
+    python tests/bench/bench_matching.py --sizes 1000,10000,100000,1000000
+    python tests/bench/bench_matching.py --workload trading       # parametric updates only
+
+Workloads:
+
+- `betree` (BE-Tree, Sadoghi and Jacobsen 2011; PADRES): N subscriptions of 1-5 predicates
+  over `--names` attributes (10-50), constants Zipf-distributed (exponent `--zipf`) over
+  `--domain` values; each predicate an equality (`--eq` of them) or a range `lo <= aK <= hi`
+  up to `--width` of the domain wide. Events carry a value for every attribute, uniform over
+  the domain (`--event-dist zipf`: the constants' distribution, where the hot values make
+  about 1% of all subscriptions match every event: the figure is then the deliveries').
+- `trading` (Jayaram, Jayalath and Eugster, parametric subscriptions): N traders subscribe
+  `Symbol == sym and Price < limit` (a third `>`, a third `<`, a third `==`, as the paper's
+  operator mix) with params; the benchmark then moves `limit` by `update()` and measures
+  updates/s and the reaction time: an update followed by the first event that matches only
+  the new limit, delivered.
+
+Each run prints the deliveries per event: the cost of an event is the index lookups plus
+the verification of its candidates plus its deliveries, so a workload's selectivity decides
+what is reachable. Per size: events/s is not the figure; per-event match time is (median per run, then the
+median and min-max over `--runs` runs), with the number of deliveries per event; subscribe
+rate; update rate (trading); memory per subscription (RSS growth of this process while
+subscribing, after a collection). Targets (issue 12): 1 M subscriptions ≤ 1 ms per event and
+≤ 20× the 1,000 figure; ≥ 50,000 subscribes/s; ≥ 100,000 updates/s; ≤ 1 KB per subscription.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import gc
+import itertools
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from common import report  # noqa: E402
+
+from aa.mesh import Event, PatternSpec  # noqa: E402
+from aa.router.patterns import HostFacts, PatternEngine  # noqa: E402
+
+SYMBOLS = 200  # the paper's 200 event types: 100 commodities' quotes, predictions, ...
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def make_engine() -> PatternEngine:
+    host = HostFacts(router_id="b", router_name="bench", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    return PatternEngine(host=host, on_failure=lambda keys, code, message: None)
+
+
+class Zipf:
+    def __init__(self, n: int, s: float, rng: random.Random) -> None:
+        self.cum = list(itertools.accumulate(1.0 / (i + 1) ** s for i in range(n)))
+        self.rng = rng
+        self.total = self.cum[-1]
+
+    def __call__(self) -> int:
+        return bisect.bisect_left(self.cum, self.rng.random() * self.total)
+
+
+def betree(args: argparse.Namespace, n: int, rng: random.Random) -> tuple[Iterator[tuple[str, dict[str, Any]]], Callable[[], Event]]:
+    z = Zipf(args.domain, args.zipf, rng)
+    width = max(1, int(args.domain * args.width))
+
+    def subs() -> Iterator[tuple[str, dict[str, Any]]]:
+        for _ in range(n):
+            preds = []
+            for a in rng.sample(range(args.names), rng.randint(1, 5)):
+                c = z()
+                if rng.random() < args.eq:
+                    preds.append(f"a{a} == {c}")
+                else:
+                    preds.append(f"{c} <= a{a} <= {c + rng.randint(1, width)}")
+            yield " and ".join(preds), {}
+
+    def event() -> Event:
+        draw = z if args.event_dist == "zipf" else (lambda: rng.randrange(args.domain))
+        return Event(values={f"a{a}": draw() for a in range(args.names)})
+
+    return subs(), event
+
+
+TRADING = ["Symbol == sym and Price > limit", "Symbol == sym and Price < limit", "Symbol == sym and Price == limit"]
+
+
+def trading(args: argparse.Namespace, n: int, rng: random.Random) -> tuple[Iterator[tuple[str, dict[str, Any]]], Callable[[], Event]]:
+    def subs() -> Iterator[tuple[str, dict[str, Any]]]:
+        for i in range(n):
+            yield TRADING[i % 3], {"sym": f"S{rng.randrange(SYMBOLS)}", "limit": round(rng.uniform(50, 150), 1)}
+
+    def event() -> Event:
+        return Event(values={"Symbol": f"S{rng.randrange(SYMBOLS)}", "Price": round(rng.uniform(50, 150), 1)}, type="quote")
+
+    return subs(), event
+
+
+def run_size(args: argparse.Namespace, n: int) -> None:
+    rng = random.Random(args.seed)
+    subs, event = (betree if args.workload == "betree" else trading)(args, n, rng)
+    engine = make_engine()
+    specs = {}
+    gc.collect()
+    before = rss()
+    t0 = time.perf_counter()
+    for i, (source, params) in enumerate(subs):
+        spec = specs.get(source)
+        if spec is None:
+            spec = specs[source] = PatternSpec(source=source)
+        engine.subscribe(i, spec, params)
+    subscribe_s = time.perf_counter() - t0
+    specs.clear()
+    gc.collect()
+    grown = rss() - before
+    events = [event() for _ in range(args.events)]
+    run_medians = []
+    delivered = 0
+    for _ in range(args.runs):
+        times = []
+        for e in events:
+            t = time.perf_counter()
+            delivered += len(engine.match(e))
+            times.append(time.perf_counter() - t)
+        run_medians.append(statistics.median(times))
+    figures: dict[str, object] = {
+        "workload": args.workload,
+        "subscriptions": n,
+        "names": args.names if args.workload == "betree" else 2,
+        "match_ms_median": round(statistics.median(run_medians) * 1e3, 4),
+        "match_ms_min": round(min(run_medians) * 1e3, 4),
+        "match_ms_max": round(max(run_medians) * 1e3, 4),
+        "deliveries_per_event": round(delivered / (args.runs * len(events)), 2),
+        "subscribes_per_s": round(n / subscribe_s),
+        "bytes_per_subscription": round(grown / n),
+        "instances": engine.instance_count,
+    }
+    if args.workload == "trading":
+        figures.update(updates(engine, n, rng, args.updates))
+    figures["load"] = os.getloadavg()[0]
+    report("matching", figures)
+
+
+def updates(engine: PatternEngine, n: int, rng: random.Random, count: int) -> dict[str, object]:
+    """updates/s, and the reaction time: update a `Price < limit` trader to a higher limit,
+    then publish a quote between the old and the new limit, which must reach it."""
+    keys = [rng.randrange(n) for _ in range(count)]
+    limits = [round(rng.uniform(50, 150), 1) for _ in range(count)]
+    t0 = time.perf_counter()
+    for k, limit in zip(keys, limits):
+        engine.update(k, {"limit": limit})
+    rate = count / (time.perf_counter() - t0)
+    reactions = []
+    for k in range(1, min(n, 600), 3):  # key % 3 == 1: "Price < limit"
+        sym = engine._subs[k].params["sym"]  # noqa: SLF001 (the benchmark knows its traders)
+        engine.update(k, {"limit": 10.0})
+        quote = Event(values={"Symbol": sym, "Price": 20.0}, type="quote")
+        t = time.perf_counter()
+        engine.update(k, {"limit": 30.0})
+        got = engine.match(quote)
+        reactions.append(time.perf_counter() - t)
+        assert any(key == k for key, _ in got)
+    return {"updates_per_s": round(rate), "reaction_ms_median": round(statistics.median(reactions) * 1e3, 4)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=["betree", "trading", "both"], default="both")
+    ap.add_argument("--sizes", default="1000,10000", help="comma-separated subscription counts")
+    ap.add_argument("--names", type=int, default=20, help="attributes (betree: 10-50)")
+    ap.add_argument("--domain", type=int, default=10_000, help="values per attribute (betree)")
+    ap.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of the constants")
+    ap.add_argument("--eq", type=float, default=0.6, help="share of equality predicates (betree)")
+    ap.add_argument("--width", type=float, default=0.001, help="widest range, as a share of the domain (betree)")
+    ap.add_argument("--event-dist", choices=["zipf", "uniform"], default="uniform", help="event values (betree)")
+    ap.add_argument("--events", type=int, default=500, help="events per run")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--updates", type=int, default=50_000, help="parametric updates (trading)")
+    ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size, in this process
+    args = ap.parse_args()
+    if args.one is not None:
+        run_size(args, args.one)
+        return 0
+    workloads = ["betree", "trading"] if args.workload == "both" else [args.workload]
+    failed = 0
+    for workload in workloads:
+        for n in args.sizes.split(","):
+            # One process per size: the RSS growth is then this size's alone.
+            opts = {**vars(args), "workload": workload, "one": n, "sizes": n}
+            argv = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
+            failed |= subprocess.call([sys.executable, __file__, *argv])
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

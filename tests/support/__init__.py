@@ -1,0 +1,29 @@
+"""What tests share, loaded as a pytest plugin (`pytest_plugins` in tests/conftest.py): the
+fixtures (`fixtures`, `postgres`), and the one way to build a mesh of routers (`meshes`),
+a clock tests move (`clock`), free loopback ports (`ports`), and waiting for a condition
+with a timeout (`waits`). Test modules import the helpers from here: ``from support import
+mesh, wait_for``."""
+
+from .clock import Clock
+from .meshes import FAST, Collector, full, line, lo_discovery, mesh, neighbours, random_graph, ring, wait_shape
+from .ports import free_tcp_port, free_udp_port
+from .waits import next_event, wait_for, wait_until
+
+__all__ = [
+    "Clock",
+    "Collector",
+    "FAST",
+    "free_tcp_port",
+    "free_udp_port",
+    "full",
+    "line",
+    "lo_discovery",
+    "mesh",
+    "neighbours",
+    "next_event",
+    "random_graph",
+    "ring",
+    "wait_for",
+    "wait_shape",
+    "wait_until",
+]

@@ -1,0 +1,35 @@
+"""Awaiting what has no event of its own, with a timeout (tests never sleep to wait)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Await a condition that has no event of its own (a counter in another component),
+    re-checking every few milliseconds and failing after *timeout* seconds. Tests that can
+    await a future or a queue do that instead."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            tick = loop.create_future()
+            loop.call_later(0.005, tick.set_result, None)
+            await tick
+
+
+async def next_event(sub: Any, timeout: float = 5.0) -> Any:
+    """The next event of a subscription, or fail after *timeout* seconds."""
+    async with asyncio.timeout(timeout):
+        return await sub.get()
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0, every: float = 0.05) -> None:
+    """`wait_for` with a predicate that has to await (a store query), re-checked every
+    *every* seconds."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            tick = loop.create_future()
+            loop.call_later(every, tick.set_result, None)
+            await tick

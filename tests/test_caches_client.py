@@ -1,0 +1,213 @@
+"""Client event caches: matching, policies, keep-alive, fetch/ack, and shared patterns."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Callable
+
+import pytest
+
+from aa.mesh import Event, UsageError
+from aa.router.caches import ClientCaches
+from aa.mesh import UnknownCache
+from aa.router import ExpiryPolicy
+
+ANY = ExpiryPolicy()
+
+
+def ev(i: int, **values: object) -> Event:
+    return Event(values={"i": i, **values}, id=f"e{i}")
+
+
+def everything(_e: Event) -> bool:
+    return True
+
+
+def ids(events: list[Event]) -> list[int]:
+    return [e.values["i"] for e in events]  # type: ignore[misc]
+
+
+def test_cache_takes_only_matching_events_after_registration() -> None:
+    caches = ClientCaches()
+    caches.offer(ev(0), now=0.0)  # before the cache exists: not in it
+    assert caches.register("c1", lambda e: e.values["i"] % 2 == 0, ANY, timeout=60, now=0.0)
+    for i in range(1, 7):
+        caches.offer(ev(i), now=float(i))
+    got = caches.fetch("c1", now=7.0)
+    assert ids(got.events) == [2, 4, 6] and not got.more
+
+
+def test_fetch_pages_with_a_cursor_and_ack_removes() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ANY, timeout=60, now=0.0)
+    for i in range(10):
+        caches.offer(ev(i), now=1.0)
+    page1 = caches.fetch("c1", limit=4, now=2.0)
+    assert ids(page1.events) == [0, 1, 2, 3] and page1.more
+    page2 = caches.fetch("c1", after=page1.cursor, limit=4, now=2.0)
+    assert ids(page2.events) == [4, 5, 6, 7]
+    # fetching removes nothing; acknowledging does
+    assert ids(caches.fetch("c1", now=2.0).events) == list(range(10))
+    caches.ack("c1", page2.cursor)
+    rest = caches.fetch("c1", now=2.0)
+    assert ids(rest.events) == [8, 9] and not rest.more
+    caches.ack("c1", rest.cursor)
+    empty = caches.fetch("c1", now=2.0)
+    assert empty.events == [] and empty.cursor == rest.cursor
+    assert caches.info("c1").size == 0
+
+
+def test_ack_by_event_id_works_across_routers() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ANY, timeout=60, now=0.0)
+    for i in range(5):
+        caches.offer(ev(i), now=1.0)
+    caches.ack("c1", "e2")
+    assert ids(caches.fetch("c1", now=1.0).events) == [3, 4]
+    caches.ack("c1", "not-here")  # unknown id: nothing removed
+    assert ids(caches.fetch("c1", now=1.0).events) == [3, 4]
+    with pytest.raises(UsageError):
+        caches.ack("c1", 1.5)  # type: ignore[arg-type]
+
+
+def test_count_policy_keeps_newest_n() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ExpiryPolicy(max_count=3), timeout=60, now=0.0)
+    for i in range(10):
+        caches.offer(ev(i), now=1.0)
+    assert ids(caches.fetch("c1", now=1.0).events) == [7, 8, 9]
+
+
+def test_age_policy_by_moving_now() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=600, now=0.0)
+    for i in range(5):
+        caches.offer(ev(i), now=float(i * 5))  # taken at 0, 5, 10, 15, 20
+    assert ids(caches.fetch("c1", now=20.0).events) == [2, 3, 4]  # 10 s old is still in
+    assert ids(caches.fetch("c1", now=26.0).events) == [4]
+    caches.expire(now=26.0)
+    assert ids(caches.fetch("c1", now=26.0).events) == [4]
+    assert caches.fetch("c1", now=31.0).events == []
+
+
+def test_keepalive_and_expiry_of_caches() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ANY, timeout=30, now=0.0)
+    caches.register("c2", everything, ANY, timeout=30, now=0.0)
+    assert caches.keepalive("c1", now=25.0)
+    assert not caches.keepalive("nobody", now=25.0)
+    assert caches.expire(now=30.0) == []  # exactly at the timeout: still alive
+    assert caches.expire(now=31.0) == ["c2"]
+    assert "c1" in caches and "c2" not in caches
+    with pytest.raises(UnknownCache, match="c2"):
+        caches.fetch("c2", now=31.0)
+    assert caches.expire(now=56.0) == ["c1"]
+    assert len(caches) == 0
+
+
+def test_set_policy_clear_remove() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ANY, timeout=60, now=0.0)
+    for i in range(6):
+        caches.offer(ev(i), now=1.0)
+    caches.set_policy("c1", ExpiryPolicy(max_count=2))
+    assert ids(caches.fetch("c1", now=1.0).events) == [4, 5]
+    caches.clear("c1")
+    assert caches.fetch("c1", now=1.0).events == []
+    caches.offer(ev(6), now=2.0)
+    assert ids(caches.fetch("c1", now=2.0).events) == [6]
+    assert caches.remove("c1") and not caches.remove("c1")
+    with pytest.raises(UnknownCache):
+        caches.clear("c1")
+
+
+def test_register_again_same_pattern_keeps_events_other_pattern_starts_afresh() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ANY, timeout=60, now=0.0, key="all")
+    caches.offer(ev(1), now=1.0)
+    assert not caches.register("c1", everything, ExpiryPolicy(max_count=5), timeout=90, now=2.0, key="all")
+    assert ids(caches.fetch("c1", now=2.0).events) == [1]
+    assert caches.info("c1").timeout == 90
+    caches.register("c1", lambda e: True, ANY, timeout=60, now=3.0, key="other")
+    assert caches.fetch("c1", now=3.0).events == []
+
+
+def test_policies_of_members_sharing_a_pattern_hold_each() -> None:
+    caches = ClientCaches()
+    caches.register("few", everything, ExpiryPolicy(max_count=2), timeout=600, now=0.0, key="p")
+    caches.register("many", everything, ExpiryPolicy(max_count=50), timeout=600, now=0.0, key="p")
+    caches.register("young", everything, ExpiryPolicy(max_age=timedelta(seconds=3)), timeout=600, now=0.0, key="p")
+    for i in range(10):
+        caches.offer(ev(i), now=float(i))
+    assert ids(caches.fetch("few", now=9.0).events) == [8, 9]
+    assert ids(caches.fetch("many", now=9.0).events) == list(range(10))
+    assert ids(caches.fetch("young", now=9.0).events) == [6, 7, 8, 9]
+    caches.ack("many", "e4")
+    assert ids(caches.fetch("many", now=9.0).events) == [5, 6, 7, 8, 9]
+    assert ids(caches.fetch("few", now=9.0).events) == [8, 9]  # others' acks do not touch it
+
+
+def test_each_distinct_pattern_is_evaluated_once_per_event() -> None:
+    calls: dict[str, int] = {}
+
+    def matcher(name: str) -> Callable[[Event], bool]:
+        def m(e: Event) -> bool:
+            calls[name] = calls.get(name, 0) + 1
+            return e.values["i"] % 2 == 0 if name == "even" else True
+
+        return m
+
+    shared = {name: matcher(name) for name in ("even", "all")}
+    caches = ClientCaches()
+    for n in range(1000):
+        name = "even" if n % 2 else "all"
+        caches.register(f"c{n}", shared[name], ANY, timeout=60, now=0.0)  # key: the matcher
+    for i in range(100):
+        taken = caches.offer(ev(i), now=1.0)
+        assert taken == (1000 if i % 2 == 0 else 500)
+    assert calls == {"even": 100, "all": 100}
+    assert ids(caches.fetch("c1", now=1.0).events) == list(range(0, 100, 2))
+    assert len(caches.fetch("c2", now=1.0).events) == 100
+
+
+def test_caches_are_bounded() -> None:
+    caches = ClientCaches(max_caches=2, max_events_per_cache=5)
+    caches.register("a", everything, ANY, timeout=60, now=0.0)
+    caches.register("b", everything, ExpiryPolicy(max_count=100), timeout=60, now=0.0)
+    with pytest.raises(UsageError, match="limit"):
+        caches.register("c", everything, ANY, timeout=60, now=0.0)
+    for i in range(20):
+        caches.offer(ev(i), now=1.0)
+    assert ids(caches.fetch("a", now=1.0).events) == [15, 16, 17, 18, 19]
+    assert len(caches.fetch("b", now=1.0).events) == 5
+    with pytest.raises(UsageError, match="timeout"):
+        caches.register("a", everything, ANY, timeout=0, now=0.0)
+
+
+def test_shared_log_is_trimmed() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=10**5, now=0.0)
+    for i in range(5000):
+        caches.offer(ev(i), now=float(i))
+    (group,) = caches._groups.values()
+    assert len(group.log) - group.head <= 11  # only what the age limit still needs
+    assert len(group.log) < 2100  # the dead prefix is compacted as it goes
+    caches.register("c2", everything, ANY, timeout=10**5, now=5000.0, key="acked")
+    for i in range(5000, 5010):
+        caches.offer(ev(i), now=5000.0)
+    caches.ack("c2", caches.fetch("c2", now=5000.0).cursor)
+    caches.expire(now=5000.0)
+    (_, g2) = caches._groups.values()
+    assert len(g2.log) - g2.head == 0  # everything acknowledged by every member
+
+
+def test_a_matcher_that_raises_is_no_match() -> None:
+    caches = ClientCaches()
+
+    def broken(_e: Event) -> bool:
+        raise RuntimeError("boom")
+
+    caches.register("c1", broken, ANY, timeout=60, now=0.0)
+    caches.register("c2", everything, ANY, timeout=60, now=0.0)
+    assert caches.offer(ev(1), now=1.0) == 1
+    assert caches.matcher_errors == 1

@@ -1,0 +1,133 @@
+"""The wire codec: frames in, messages out, types kept, bad frames refused clearly."""
+
+from __future__ import annotations
+
+import struct
+from datetime import datetime, timedelta, timezone
+
+import msgpack
+import pytest
+
+from aa.mesh import NEED_DATA, Connection, Event, FrameTooLarge, InvalidValue, MalformedFrame, UnknownMessage
+from aa.mesh.protocol import Deliver, Hello, Ping, Publish, Subscribe, PatternSpec
+from aa.mesh import event_from_json, event_to_json
+
+VALUES = {
+    "int": 3,
+    "neg": -(2**63),
+    "big": 2**64 - 1,
+    "float": 2.0,
+    "bool": True,
+    "none": None,
+    "str": "lab-1 ✓",
+    "bytes": b"\x00\xff",
+    "aware": datetime(2026, 11, 21, 7, 0, 0, 123456, tzinfo=timezone.utc),
+    "naive": datetime(2026, 11, 21, 7, 0, 0),
+    "list": [1, "two", 3.0, [None]],
+    "map": {"nested": {"deep": [b"x", False]}},
+}
+
+
+def roundtrip(msg):
+    a, b = Connection(), Connection()
+    b.receive_data(a.send(msg))
+    out = b.next_message()
+    assert b.next_message() is NEED_DATA
+    return out
+
+
+def test_every_value_type_survives_exactly():
+    ev = Event(values=VALUES, type="reading", meta={"persist": True}, id="abc-1")
+    got = roundtrip(Publish(seq=1, events=(ev,))).events[0]
+    assert got.values == VALUES
+    for name, value in VALUES.items():
+        assert type(got.values[name]) is type(value), name
+    assert got.values["naive"].tzinfo is None
+    assert got.values["aware"].tzinfo is not None
+    assert (got.id, got.type, got.meta) == ("abc-1", "reading", {"persist": True})
+
+
+def test_aware_datetime_in_another_zone_keeps_its_instant():
+    t = datetime(2026, 1, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
+    got = roundtrip(Publish(seq=1, events=(Event(values={"t": t}),))).events[0]
+    assert got.values["t"] == t
+
+
+def test_json_form_keeps_types_too():
+    ev = Event(values=VALUES, type="t", id="x")
+    back = event_from_json(event_to_json(ev))
+    assert back.values == VALUES and all(type(back.values[k]) is type(v) for k, v in VALUES.items())
+
+
+def test_byte_at_a_time_and_many_frames_in_one_chunk():
+    a, b = Connection(), Connection()
+    data = b"".join(a.send(Ping(token=i)) for i in range(50))
+    for i in range(0, len(data), 7):
+        b.receive_data(data[i : i + 7])
+    assert [m.token for m in b.next_messages()] == list(range(50))
+
+
+def test_a_frame_carries_a_batch_of_events():
+    events = tuple(Event(values={"i": i}, id=f"e{i}") for i in range(1000))
+    got = roundtrip(Publish(seq=9, events=events))
+    assert [e.values["i"] for e in got.events] == list(range(1000))
+
+
+def test_oversized_frame_is_refused_before_it_is_buffered():
+    b = Connection(max_frame=1024)
+    b.receive_data(struct.pack(">I", 10_000_000))
+    with pytest.raises(FrameTooLarge, match="over the cap"):
+        b.next_message()
+    with pytest.raises(FrameTooLarge):  # the codec stays broken: the owner must close
+        b.next_message()
+
+
+def frame(obj) -> bytes:
+    payload = msgpack.packb(obj, use_bin_type=True)
+    return struct.pack(">I", len(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    "payload, error, text",
+    [
+        (b"\xc1garbage", MalformedFrame, "not valid msgpack"),
+        (msgpack.packb([1, 2]), MalformedFrame, "must be a msgpack map"),
+        (msgpack.packb({"kind": "teleport"}), UnknownMessage, "unknown message kind 'teleport'"),
+        (msgpack.packb({"no": "kind"}), UnknownMessage, "unknown message kind None"),
+        (msgpack.packb({"kind": "publish", "seq": "x", "events": []}), MalformedFrame, "int seq"),
+        (msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, None, {1: 2}, {}]]}), MalformedFrame, "must be str"),
+        (msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, None, 3, {}]]}), MalformedFrame, "values must be a map"),
+        (msgpack.packb({"kind": "publish", "seq": 1, "events": [{"v": {}}]}), MalformedFrame, "must be an array"),
+        (msgpack.packb({"kind": "hello"}), MalformedFrame, "bad 'hello' message"),
+        (msgpack.packb({"kind": "subscribe", "sub_id": 1, "pattern": {"kernel": "lua", "source": "x"}}), MalformedFrame, "unknown pattern kernel"),
+        (msgpack.packb({"kind": "hello", "client_id": "x" * 65}), MalformedFrame, "1 to 64"),
+    ],
+)
+def test_bad_frames_raise_clear_errors(payload, error, text):
+    b = Connection()
+    b.receive_data(struct.pack(">I", len(payload)) + payload)
+    with pytest.raises(error, match=text):
+        b.next_message()
+
+
+def test_values_outside_the_model_are_refused_when_building_an_event():
+    with pytest.raises(InvalidValue, match="set is not an event value"):
+        Event(values={"s": {1, 2}})
+    with pytest.raises(InvalidValue, match="64-bit"):
+        Event(values={"n": 2**70})
+    with pytest.raises(InvalidValue, match="map keys must be str"):
+        Event(values={"m": {1: "x"}})
+
+
+def test_subscribe_and_deliver_round_trip():
+    spec = PatternSpec(format="script", source="forward()")
+    msg = roundtrip(Subscribe(sub_id=4, pattern=spec, params={"threshold": 30}, history={"since": None}))
+    assert (msg.sub_id, msg.pattern, msg.params) == (4, spec, {"threshold": 30})
+    ev = Event(values={"a": 1}, id="x")
+    got = roundtrip(Deliver(items=(((1, 2), ev),)))
+    assert got.items[0][0] == (1, 2) and got.items[0][1].values == {"a": 1}
+
+
+def test_hello_validates_on_construction():
+    with pytest.raises(InvalidValue):
+        Hello(client_id=3)  # type: ignore[arg-type]

@@ -1,0 +1,228 @@
+"""The predicate tier and its index deliver exactly what the python kernel, evaluating every
+pattern on every event, delivers: on random patterns, params, events, updates and
+unsubscriptions (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Hashable, Iterator
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aa.router.patterns.engine as engine_module
+from aa.mesh import Event, PatternSpec
+from aa.router.patterns import HostFacts, PatternEngine
+
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+NAMES = ["A", "B", "S", "T", "p"]  # "p" is also a param name: shadowing
+PARAMS = ["p", "q", "A"]
+
+
+def make_engine() -> PatternEngine:
+    host = HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0)
+    return PatternEngine(host=host, on_failure=lambda keys, code, message: None)
+
+
+@contextmanager
+def python_kernel_only() -> Iterator[None]:
+    """Patterns compiled meanwhile all go to the python kernel (today's path)."""
+    with mock.patch.object(engine_module, "parse_predicate", return_value=None):
+        yield
+
+
+# -- strategies ----------------------------------------------------------------------------
+
+scalars = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([0.5, -1.5, 2.0, math.inf, math.nan]),
+    st.sampled_from(["", "a", "ab", "b", "lab-1", "Lab"]),
+    st.sampled_from([None, True, False, b"ab"]),
+)
+values = st.one_of(scalars, st.lists(st.integers(-2, 2), max_size=3), st.just({"k": 1}))
+consts = st.one_of(
+    st.integers(-3, 3).map(repr),
+    st.sampled_from(["0.5", "-1.5", "2.0", "None", "True", "'a'", "'ab'", "''", "'b'"]),
+)
+names = st.sampled_from(NAMES + ["type", "q", "len"])
+fields = st.one_of(names, st.sampled_from(['meta["m"]', 'params["p"]', 'event["A"]', "S[0]"]))
+cmp_ops = st.sampled_from(["==", "!=", "<", "<=", ">", ">="])
+
+
+@st.composite
+def atoms(draw: Any) -> str:
+    kind = draw(st.integers(0, 13))
+    f, c, op = draw(fields), draw(consts), draw(cmp_ops)
+    if kind <= 3:
+        return f"{f} {op} {c}"
+    if kind == 4:
+        return f"{c} {op} {f}"
+    if kind == 5:
+        return f"{f} {op} {draw(fields)}"
+    if kind == 6:
+        coll = draw(st.sampled_from(["({}, {})", "[{}, {}]", "{{{}, {}}}"])).format(c, draw(consts))
+        return f"{f} {draw(st.sampled_from(['in', 'not in']))} {coll}"
+    if kind == 7:
+        return f"{f}.{draw(st.sampled_from(['startswith', 'endswith']))}({draw(st.sampled_from(['a', 'b', 'ab', 'la']))!r})"
+    if kind == 8:
+        return f"{draw(st.sampled_from(['a', 'b', 1]))!r} {draw(st.sampled_from(['in', 'not in']))} {f}"
+    if kind == 9:
+        return f"{draw(st.sampled_from(['A', 'S', 'zz']))!r} {draw(st.sampled_from(['in', 'not in']))} {draw(st.sampled_from(['event', 'meta', 'params']))}"
+    if kind == 10:
+        return f"{draw(st.sampled_from(['len', 'A']))}({f}) {op} {c}" if draw(st.booleans()) else f"{f}.{draw(st.sampled_from(['lower', 'upper']))}() == {c}"
+    if kind == 11:
+        return f"{f} {draw(st.sampled_from(['+', '-', '*', '/', '//', '%', '**']))} {c} {op} {draw(consts)}"
+    if kind == 12:
+        return f"{c} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {draw(consts)}"
+    return f"{f} is {draw(st.sampled_from(['None', 'not None', 'True']))}" if draw(st.booleans()) else f
+
+
+@st.composite
+def expressions(draw: Any, depth: int = 0) -> str:
+    if depth >= 2 or draw(st.integers(0, 2)) == 0:
+        return draw(atoms())
+    kind = draw(st.integers(0, 2))
+    if kind == 0:
+        return f"not ({draw(expressions(depth + 1))})"
+    joiner = " and " if kind == 1 else " or "
+    parts = draw(st.lists(expressions(depth + 1), min_size=2, max_size=3))
+    return joiner.join(f"({p})" for p in parts)
+
+
+pool = st.sampled_from([0, 1, 2, 1.0, 2.5, "a", "ab", "b", True, None])
+
+
+@st.composite
+def conjunctions(draw: Any) -> str:
+    """The index's bread and butter: 1-3 comparisons of a field with a constant or a param."""
+    parts = []
+    for _ in range(draw(st.integers(1, 3))):
+        f = draw(st.sampled_from(["A", "B", "type", 'meta["m"]']))
+        rhs = draw(st.one_of(pool.map(repr), st.sampled_from(["p", "q", 'params["p"]'])))
+        op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "startswith", "is", "between"]))
+        if op == "between":
+            lo, hi = draw(st.sampled_from([-1, 0, 1, 1.5, 2])), draw(st.sampled_from([0, 1, 2, 2.5, 1e300]))
+            parts.append(f"{lo} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {hi}")
+        elif op == "in":
+            parts.append(f"{f} in ({rhs}, {draw(pool)!r})")
+        elif op == "startswith":
+            parts.append(f"{f}.startswith({draw(st.sampled_from(['a', 'b', '', 'ab']))!r})")
+        elif op == "is":
+            parts.append(f"{f} is None")
+        else:
+            parts.append(f"{f} {op} {rhs}" if draw(st.booleans()) else f"{rhs} {op} {f}")
+    return " and ".join(parts)
+
+
+param_sets = st.dictionaries(st.sampled_from(PARAMS), scalars, max_size=3)
+
+
+pool_params = st.dictionaries(st.sampled_from(["p", "q"]), pool, max_size=2)
+
+
+@st.composite
+def events(draw: Any) -> Event:
+    if draw(st.booleans()):  # values from the constants' pool: boundaries get hit
+        vals = draw(st.dictionaries(st.sampled_from(["A", "B", "p"]), pool, max_size=3))
+        meta = draw(st.dictionaries(st.just("m"), pool, max_size=1))
+        return Event(values=vals, type=draw(st.sampled_from([None, "a", "ab"])), meta=meta)
+    vals = draw(st.dictionaries(st.sampled_from(NAMES + ["type", "meta", "params", "event", "len"]), values, max_size=4))
+    meta = draw(st.dictionaries(st.sampled_from(["m", "n"]), scalars, max_size=2))
+    return Event(values=vals, type=draw(st.sampled_from([None, "reading", "a"])), meta=meta)
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("sub"), st.integers(0, 7), expressions(), param_sets),
+        st.tuples(st.just("sub"), st.integers(0, 7), conjunctions(), pool_params),
+        st.tuples(st.just("update"), st.integers(0, 7), param_sets),
+        st.tuples(st.just("update"), st.integers(0, 7), pool_params),
+        st.tuples(st.just("unsub"), st.integers(0, 7)),
+        st.tuples(st.just("event"), events()),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def keys(deliveries: list[tuple[Hashable, Event]]) -> list[Hashable]:
+    return [k for k, _ in deliveries]
+
+
+def _apply(engine: PatternEngine, op: tuple[Any, ...]) -> Any:
+    try:
+        if op[0] == "sub":
+            engine.subscribe(op[1], PatternSpec(source=op[2]), op[3])
+        elif op[0] == "update":
+            engine.update(op[1], op[2])
+        elif op[0] == "unsub":
+            engine.unsubscribe(op[1])
+        else:
+            return keys(engine.match(op[1]))
+    except Exception as exc:  # subscribing twice, updating nobody: same error on both sides
+        return type(exc).__name__
+    return None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations)
+def test_index_delivers_what_evaluating_every_pattern_delivers(ops: list[tuple[Any, ...]]) -> None:
+    indexed = make_engine()
+    with python_kernel_only():
+        reference = make_engine()
+        expected = [_apply(reference, op) for op in ops]
+    got = [_apply(indexed, op) for op in ops]
+    assert got == expected, [op for op in ops]
+
+
+@settings(max_examples=300, deadline=None)
+@given(expressions(), param_sets, st.lists(events(), min_size=1, max_size=5))
+def test_predicate_tier_answers_like_the_python_kernel(source: str, params: dict[str, Any], evs: list[Event]) -> None:
+    engine = make_engine()
+    with python_kernel_only():
+        reference = make_engine().matcher(PatternSpec(source=source), params)
+    ours = engine.matcher(PatternSpec(source=source), params)
+    assert [ours(e) for e in evs] == [reference(e) for e in evs]
+
+
+@st.composite
+def pool_events(draw: Any) -> Event:
+    vals = draw(st.dictionaries(st.sampled_from(["A", "B", "p"]), pool, max_size=3))
+    meta = draw(st.dictionaries(st.just("m"), pool, max_size=1))
+    return Event(values=vals, type=draw(st.sampled_from([None, "a", "ab"])), meta=meta)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(conjunctions(), pool_params), min_size=1, max_size=6), st.lists(pool_events(), min_size=1, max_size=8))
+def test_index_on_conjunctions_of_constants_and_params(subs: list[tuple[str, dict[str, Any]]], evs: list[Event]) -> None:
+    indexed = make_engine()
+    naive = []
+    for i, (source, params) in enumerate(subs):
+        indexed.subscribe(i, PatternSpec(source=source), params)
+        naive.append((i, indexed.matcher(PatternSpec(source=source), params)))
+    for e in evs:
+        assert keys(indexed.match(e)) == [i for i, m in naive if m(e)], (subs, e)
+
+
+BOUNDARY_VALUES = [-1, 0, 0.5, 1, 1.0, True, 1.5, 2, 3, math.inf, math.nan, "1", "a", "b", None, [1]]
+BOUNDARY_VALUES += [-0.5, 0.25, 0.3, 1e-30, 2e-30, 3e-30, -1e15, 1e15, 2**52 - 1, 2**52, 2**52 + 1, 3.0]
+
+
+def test_range_and_interval_boundaries_exhaustively() -> None:
+    """Every bound form, strict or not, against values at, between and beyond the bounds."""
+    indexed = make_engine()
+    sources = [f"A {op} {c}" for op in ("<", "<=", ">", ">=", "==", "!=") for c in ("0", "1", "2", "'a'", "1.5")]
+    sources += [f"{lo} {a} A {b} {hi}" for lo in (0, 1) for hi in (1, 2) for a in ("<", "<=") for b in ("<", "<=")]
+    pairs = [(-0.5, 0.25), (0.25, 0.5), (1e-30, 3e-30), (-1e15, 1e15), (2**52 - 2, 2**52 + 2), (3, 3)]
+    sources += [f"{lo} {a} A {b} {hi}" for lo, hi in pairs for a in ("<", "<=") for b in ("<", "<=")]
+    sources += ["A.startswith('a')", "A.endswith('')", "A in (0, 'a', 1.5)", "A is None", "'A' in event"]
+    naive = []
+    for i, source in enumerate(sources):
+        indexed.subscribe(i, PatternSpec(source=source))
+        naive.append((i, indexed.matcher(PatternSpec(source=source))))
+    for v in BOUNDARY_VALUES:
+        e = Event(values={"A": v})
+        assert keys(indexed.match(e)) == [i for i, m in naive if m(e)], v

@@ -1,0 +1,234 @@
+"""The predicate tier as a subscriber sees it: which patterns land in it, what they mean,
+what stays in the sandbox, and the helpers around it (warnings, pattern sets, quenching)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, Hashable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aa.mesh import Event, PatternSpec
+from aa.router.patterns import PREDICATE_TIER, SANDBOX_TIER, HostFacts, PatternEngine, PatternSet
+
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def failures() -> list[tuple[list[Hashable], str, str]]:
+    return []
+
+
+@pytest.fixture
+def engine(failures: list[Any]) -> PatternEngine:
+    host = HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0)
+    return PatternEngine(host=host, on_failure=lambda keys, code, message: failures.append((keys, code, message)))
+
+
+def expr(source: str) -> PatternSpec:
+    return PatternSpec(source=source)
+
+
+def keys(deliveries: list[tuple[Hashable, Event]]) -> list[Hashable]:
+    return [k for k, _ in deliveries]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "Temperature > 100",
+        "Temperature > 100 and Sensor.startswith('lab')",
+        "1 < X <= 5 or not (Y != 'a')",
+        "Room in ('A', 'B') and Floor not in [1, 2]",
+        "type == 'reading' and meta['client'] == 'c1'",
+        "Temperature > threshold and params['room'] == Room",
+        "'Temperature' in event and 'client' in meta",
+        "(Temperature - 32) * 5 / 9 > 30 and n % k == 0 and X ** 2 < 10 and -X < 0",
+        "len(Readings) > 2 and Name.lower() == 'x' and Name.upper().endswith('Y')",
+        "'lab' in Sensor and X is None and Y is not True",
+        "L[0] == 1 and d['k'] == 2 and event['odd name'] == 1",
+        "True",
+    ],
+)
+def test_inside_the_grammar(engine: PatternEngine, source: str) -> None:
+    assert engine.tier(expr(source)) == PREDICATE_TIER
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "int(X) > 3",  # calls other than len()
+        "event.Temperature > 3",  # attributes other than the four methods
+        "Name.replace('a', 'b') == 'x'",
+        "f'{X}' == '1'",
+        "[v for v in L if v > 2]",
+        "X & 1",
+        "X if Y else Z",
+        "(y := X) > 1",
+        "_private > 1",
+        "open == 1",  # the kernel refuses it, with its reason
+        "'%d' % X == '1'",
+        "X > 1j",
+        "L[1:2] == [1]",
+        "meta == {}",
+        "X is 3",
+        "Temperature >",  # does not parse: the kernel reports it
+        "X > 1 and " * 1000 + "True",  # too long for the tier
+    ],
+)
+def test_outside_the_grammar_stays_in_the_sandbox(engine: PatternEngine, source: str) -> None:
+    assert engine.tier(expr(source)) == SANDBOX_TIER
+    assert engine.tier(PatternSpec(kernel="python", format="script", source="forward()")) == SANDBOX_TIER
+
+
+def test_the_kernels_semantics(engine: PatternEngine) -> None:
+    """A missing name, a type mismatch, an error anywhere in the expression: no match, as in
+    the python kernel; `or` does not rescue an error on its left."""
+    engine.subscribe("or", expr("Temperature > 100 or Humidity > 90"))
+    engine.subscribe("not", expr("not (Temperature > 100)"))
+    engine.subscribe("param", expr("Temperature > limit"), {"limit": 10})
+    engine.subscribe("shadow", expr("Temperature > limit"), {"limit": 1000})
+    assert keys(engine.match(Event(values={"Humidity": 95}))) == []  # NameError on the left
+    assert keys(engine.match(Event(values={"Temperature": "hot", "Humidity": 95}))) == []
+    assert keys(engine.match(Event(values={"Temperature": 50, "Humidity": 95}))) == ["or", "not", "param"]
+    # An event value shadows a param of the same name, as in the kernel.
+    assert keys(engine.match(Event(values={"Temperature": 50, "limit": 1}))) == ["not", "param", "shadow"]
+
+
+def test_subscription_order_across_tiers_and_groups(engine: PatternEngine) -> None:
+    engine.subscribe("s", PatternSpec(kernel="python", format="script", source="forward()"))
+    engine.subscribe("p1", expr("X == 1"))
+    engine.subscribe("k", expr("int(X) == 1"))  # sandbox tier
+    engine.subscribe("p2", expr("X == 1"))  # same instance and bucket as p1
+    engine.subscribe("r", expr("X >= 1"))
+    assert keys(engine.match(Event(values={"X": 1}))) == ["s", "p1", "k", "p2", "r"]
+    engine.update("p1", {"unused": 1})  # p1 moves to a bucket of its own
+    assert keys(engine.match(Event(values={"X": 1}))) == ["s", "p1", "k", "p2", "r"]
+
+
+def test_parametric_update_moves_the_subscription(engine: PatternEngine) -> None:
+    engine.subscribe("t", expr("Symbol == sym and Price < limit"), {"sym": "IBM", "limit": 10.0})
+    quote = Event(values={"Symbol": "IBM", "Price": 20.0})
+    assert engine.match(quote) == []
+    engine.update("t", {"limit": 30.0})
+    assert keys(engine.match(quote)) == ["t"]
+    engine.update("t", {"sym": "ACME"})
+    assert engine.match(quote) == [] and keys(engine.match(Event(values={"Symbol": "ACME", "Price": 1}))) == ["t"]
+
+
+def test_a_disjunction_that_would_explode_is_scanned_not_refused(engine: PatternEngine) -> None:
+    source = " and ".join(f"(A{i} == 1 or B{i} == 2)" for i in range(40))  # 2**40 conjunctions
+    t0 = time.perf_counter()
+    engine.subscribe("x", expr(source))
+    assert time.perf_counter() - t0 < 1.0
+    assert engine.tier(expr(source)) == PREDICATE_TIER
+    hit = {**{f"A{i}": 1 for i in range(40)}}
+    assert keys(engine.match(Event(values=hit))) == ["x"]
+    assert engine.match(Event(values={**hit, "A3": 0})) == []
+
+
+def test_huge_integers_are_no_match_not_a_stall(engine: PatternEngine, failures: list[Any]) -> None:
+    engine.subscribe("pow", expr("X ** 100000 // Y ** 50000 > 1"))
+    engine.subscribe("mul", expr("X ** 40 * X ** 40 // Y > 1"))  # 4,960 bits: past the tier's cap
+    engine.subscribe("ok", expr("X ** 2 > 1"))
+    assert engine.tier(expr("X ** 40 * X ** 40 // Y > 1")) == PREDICATE_TIER
+    t0 = time.perf_counter()
+    for _ in range(20):
+        assert keys(engine.match(Event(values={"X": 2**62, "Y": 3}))) == ["ok"]
+    assert time.perf_counter() - t0 < 1.0 and failures == []
+
+
+def test_oversized_repetition_stops_the_pattern_as_in_the_kernel(engine: PatternEngine, failures: list[Any]) -> None:
+    engine.subscribe("big", expr("S * N == ''"))
+    engine.subscribe("fine", expr("S == 'ab'"))
+    assert keys(engine.match(Event(values={"S": "ab", "N": 10**9}))) == ["fine"]
+    assert failures and failures[0][0] == ["big"] and failures[0][1] == "pattern-memory"
+    assert engine.keys() == ["fine"]
+
+
+def test_warnings_for_patterns_that_cannot_match(engine: PatternEngine) -> None:
+    seen = {"Temperature", "Sensor", "Room"}
+    assert engine.pattern_warnings(expr("Temprature > 100"), seen) == ["no event has had `Temprature`; did you mean `Temperature`?"]
+    assert engine.pattern_warnings(expr("Sensor == lab-1"), seen) == ["`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"]
+    assert engine.pattern_warnings(expr("Room == A"), seen) == ["`A` is read as an expression, not as text; did you mean Room == 'A'?"]
+    assert engine.pattern_warnings(expr("Sensor == lab-1"), set()) == ["`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"]
+    assert engine.pattern_warnings(expr("Temperature > limit and len(Sensor) > 2"), seen, {"limit": 3}) == []
+    script = PatternSpec(kernel="python", format="script", source="n = state.get('n', 0)\nif Tempratur > n:\n    forward()")
+    assert engine.pattern_warnings(script, seen) == ["no event has had `Tempratur`; did you mean `Temperature`?"]
+    assert engine.pattern_warnings(expr("Temperature >"), seen) == []
+
+
+def test_pattern_set_answers_like_each_matcher(engine: PatternEngine) -> None:
+    caches = PatternSet(engine)
+    sources = ['Device == "phone-7"', "Device == 'phone-8' or Battery < 10", "Battery < level", "int(Battery) == 5", "'Device' in event"]
+    assert [caches.add(i, expr(s), {"level": 20}) for i, s in enumerate(sources)] == [PREDICATE_TIER] * 3 + [SANDBOX_TIER, PREDICATE_TIER]
+    matchers = [engine.matcher(expr(s), {"level": 20}) for s in sources]
+    events = [Event(values=v) for v in ({"Device": "phone-7", "Battery": 5}, {"Device": "phone-8", "Battery": 50}, {"Battery": 15}, {})]
+    for e in events:
+        assert caches.match(e) == [i for i, m in enumerate(matchers) if m(e)]
+    caches.update(2, {"level": 10})
+    assert caches.match(Event(values={"Battery": 15})) == []
+    caches.remove(0)
+    assert caches.match(events[0]) == [1, 2, 3, 4] and len(caches) == 4 and 0 not in caches
+    assert len(engine) == 0  # none of them is a subscriber
+
+
+def test_keys_matching_is_matches_prototype_for_every_key(engine: PatternEngine) -> None:
+    engine.subscribe("snow", expr("SnowDepth == 80"))
+    engine.subscribe("sensor", expr("SnowDepthSensor == True"))
+    engine.subscribe("all", expr("True"))
+    engine.subscribe("script", PatternSpec(kernel="python", format="script", source="if SnowDepth > 10:\n    forward()"))
+    engine.subscribe("kernel", expr("int(SnowDepth) > 10"))
+    proto = Event(values={"SnowDepthSensor": True, "SnowDepth": 50})
+    for needs in (False, True):
+        expected = [k for k in engine.keys() if engine.matches_prototype(k, proto, needs_names=needs)]
+        assert engine.keys_matching(proto, needs_names=needs) == expected
+    assert engine.keys_matching(proto) == ["sensor", "all", "script", "kernel"]
+
+
+def mostly(valid: list[str], tricky: list[str]) -> st.SearchStrategy[str]:
+    return st.sampled_from(valid * 4 + tricky)
+
+
+literals = mostly(["0", "-0", "7", "-12", "1.5", "-0.0", "1e3", "2.5E-2", "1.", "'a'", '"b c"', "''", "True", "None"], ["007", "0x1F", "1_000", "1j", "r'a'", "'\\n'"])
+fast_names = mostly(["A", "b2", "len"], ["type", "_x", "and", "Xﬁ", "in"])
+fast_ops = mostly(["==", "!=", "<", "<=", ">", ">="], ["=<", "is"])
+
+
+@st.composite
+def fast_sources(draw: Any) -> str:
+    parts = []
+    for _ in range(draw(st.integers(1, 3))):
+        items = [draw(st.one_of(literals, fast_names)) for _ in range(draw(st.integers(1, 3)))]
+        parts.append(f" {draw(fast_ops)} ".join(items))
+    space = draw(mostly(["", " "], ["\t", "\n", "  "]))
+    return space.join(["", " and ".join(parts)]) if draw(st.booleans()) else " and ".join(parts) + space
+
+
+@settings(max_examples=500, deadline=None)
+@given(fast_sources())
+def test_the_fast_path_reads_what_the_ast_path_reads(source: str) -> None:
+    from aa.router.patterns.fastpath import parse_conjunction
+    from aa.router.patterns.grammar import parse_predicate
+
+    engine = PatternEngine(host=HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0), on_failure=lambda *a: None)
+    fast = parse_conjunction(source)
+    if fast is None:
+        return  # the general path decides
+    slow = parse_predicate(source, engine._sandbox.expr_builtins, engine._sandbox.guards, closures=False)
+    assert slow is not None and slow.exact
+    shape = [[(a.op, a.left, a.right, a.negated, a.reads) for a in c] for c in fast.dnf]
+    assert shape == [[(a.op, a.left, a.right, a.negated, a.reads) for a in c] for c in slow.dnf]
+    assert (fast.names, fast.mentions) == (slow.names, slow.mentions)
+
+
+def test_a_conjunction_of_hundreds_of_bounds_subscribes_quickly(engine: PatternEngine) -> None:
+    source = " and ".join(f"{i} < A{i % 3} < {i + 1000}" for i in range(120))
+    t0 = time.perf_counter()
+    engine.subscribe("x", expr(source))
+    assert time.perf_counter() - t0 < 1.0
+    assert keys(engine.match(Event(values={"A0": 500, "A1": 500, "A2": 500}))) == ["x"]
+    assert engine.match(Event(values={"A0": 500, "A1": 1200, "A2": 500})) == []
