@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -167,6 +168,24 @@ def test_session_is_sized_from_the_input() -> None:
             SparkConfig(master=bad)
     with pytest.raises(UsageError, match="driver-memory"):
         SparkConfig(driver_memory="lots")
+
+
+def test_class_archive_is_written_once_then_used(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from aa.tools.mining import class_archive_options
+
+    first = class_archive_options(tmp_path, "/usr/bin/java", now=1000.0)
+    part = Path(first.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+    assert part.parent == tmp_path and part.name.endswith(".part") and "-Xlog:disable" in first
+    part.write_bytes(b"being written by a JVM at its exit")
+    os.utime(part, (1000.0, 1000.0))
+    assert class_archive_options(tmp_path, "/usr/bin/java", now=1010.0) == ""  # not settled: neither use nor write
+    used = class_archive_options(tmp_path, "/usr/bin/java", now=1100.0)
+    final = Path(used.split("-XX:SharedArchiveFile=")[1].split()[0])
+    assert final.is_file() and not part.exists() and final.suffix == ".jsa"
+    assert class_archive_options(tmp_path, "/usr/bin/java", now=2000.0) == used
+    other = class_archive_options(tmp_path, "/opt/other-java/bin/java", now=2000.0)  # another Java: its own
+    assert "ArchiveClassesAtExit" in other
 
 
 def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:

@@ -27,11 +27,12 @@ START = datetime(2030, 1, 7, 7, 0, tzinfo=timezone.utc)
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'aa-mesh[mining]'")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java: apt-get install default-jre-headless")
-    session = open_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g"))
+    archive = str(tmp_path_factory.mktemp("jvm-classes"))
+    session = open_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g", class_archive_dir=archive))
     yield session
     session.stop()
 
@@ -121,8 +122,9 @@ def test_cli_mines_with_one_progress_line_and_spark_quiet(office: Path, tmp_path
     """The command as a user runs it (not a terminal here: plain progress lines)."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the JVM's class archive goes there
     out = subprocess.run([_aa(), "mine", "--master", "local[2]", "--adapters", str(tmp_path / "ad"), str(office)],
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+                         capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert re.search(r"^events: \d+ read, \d+ unique, in [\d.]+ s", out.stdout, re.M), out.stdout
     assert all((tmp_path / "ad" / task / "current").is_file() for task in ("schema", "location", "presence"))
@@ -136,8 +138,9 @@ def test_cli_spark_that_cannot_start_is_one_line(office: Path, tmp_path: Path) -
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java")
     # A heap no machine has: the JVM refuses to start.
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     out = subprocess.run([_aa(), "mine", "-q", "--driver-memory", "1000000g", "--adapters", str(tmp_path / "ad"),
-                          str(office)], capture_output=True, text=True, timeout=300)  # fmt: skip
+                          str(office)], capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("aa mine: Spark could not start: "), out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "ad").exists()
