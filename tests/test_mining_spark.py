@@ -27,12 +27,12 @@ START = datetime(2030, 1, 7, 7, 0, tzinfo=timezone.utc)
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'aa-mesh[mining]'")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java: apt-get install default-jre-headless")
-    archive = str(tmp_path_factory.mktemp("jvm-classes"))
-    session = open_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g", class_archive_dir=archive))
+    # No class archive: it would be ~180 MB written at exit (the CLI test below writes one).
+    session = open_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g", class_archive_dir=""))
     yield session
     session.stop()
 
