@@ -149,6 +149,9 @@ def create_app(
         """201 with the new event's id; 200 with ``duplicate: true`` when the ``id`` given was
         already seen (the mesh has the event: a retry after a lost answer is safe)."""
         values, meta = from_json(body.values), from_json(body.meta)
+        count = meta.get("max_count")
+        if type(count) is float and count.is_integer():  # JSON has one number type: 5.0 is 5
+            meta["max_count"] = int(count)
         peer = request.client
         address = f"{peer.host}:{peer.port}" if peer else "http"
         # The id scope of this publisher (`aa.mesh.id_scope`): its bearer token, else its host,

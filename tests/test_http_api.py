@@ -266,3 +266,10 @@ async def test_an_http_publish_is_stamped_with_the_user_whose_token_it_carries()
         assert (await http.post("/events", json={"values": {"x": 2}}, headers=bearer(token))).status_code == 201
         users = {e.values["x"]: e.meta["user"] for e in got}
         assert users == {1: "anonymous", 2: f"http:{client_id}"}
+
+
+async def test_a_count_limit_written_as_a_whole_float_is_taken_as_an_int() -> None:
+    """JSON has one number type: `"max_count": 5.0` is 5 (schemathesis found the 422)."""
+    async with open_api() as (router, http):
+        r = await http.post("/events", json={"values": {"x": 1}, "type": "t", "meta": {"persist": True, "max_count": 5.0}})
+        assert r.status_code == 201, r.text

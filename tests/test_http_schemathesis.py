@@ -12,6 +12,8 @@ case may delete it), so they are exercised past the token check.
 
 from __future__ import annotations
 
+import os
+
 import asyncio
 import threading
 from collections.abc import Iterator
@@ -100,8 +102,11 @@ def _fuzz(served: _Served, mode: Any) -> dict[str, str]:
             continue
 
         @given(case=operation.as_strategy(generation_mode=mode))
+        # Derandomized: the suite explores the same cases on every run, so CI cannot fail on a
+        # case nobody saw; AA_FUZZ_RANDOM=1 explores new ones (how the max_count 5.0 case was found).
         @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate],
-                  suppress_health_check=list(HealthCheck), database=None)
+                  suppress_health_check=list(HealthCheck), database=None,
+                  derandomize=os.environ.get("AA_FUZZ_RANDOM") != "1")
         def run(case: Any) -> None:
             if "client_id" in (case.path_parameters or {}):
                 c = _client(served)
