@@ -181,7 +181,10 @@ async def test_broadcast_discovery_then_a_link_cut_and_restored(net: Lab) -> Non
     # Cut a2's cable: no FIN, no RST; the keep-alives notice (0.9 s here).
     _ip("-n", net.ns("a2"), "link", "set", "eth0", "down")
     own = (await agent1.ask("peers", n=0))["own"]
-    assert a2 in [p["address"] for p in own["poisoned"]]
+    # Noticed: the link is gone. (Whether a2 shows as poisoned at this instant or is already
+    # being dialled again depends on the short back-off; poisoning is tested in
+    # test_links_mesh.py's failing-peer test.)
+    assert own["peers"] == []
     _ip("-n", net.ns("a2"), "link", "set", "eth0", "up")
     await agent1.ask("peers", n=1)  # rejoined: the back-off is short here
     agent2 = await net.agent("a2", a2)
