@@ -122,6 +122,10 @@ class StoreSync:
         self._peers: Peers | None = None
         self._task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
+        # Peers with an exchange under way: each reads the store's keys (a scan), so a peer
+        # (or a stranger on an open mesh) that sends digests or ids without end gets one scan
+        # at a time, the rest dropped, not a scan per message.
+        self._busy: set[str] = set()
         self.counters: dict[str, int] = defaultdict(int)
 
     def attach(self, peers: Peers) -> None:
@@ -189,14 +193,23 @@ class StoreSync:
         op = body.get("op")
         self.counters[f"received_{op}"] += 1
         try:
-            if op == "digest":
-                self._spawn(self._on_digest(peer_id, body))
-            elif op == "ids":
-                self._spawn(self._on_ids(peer_id, body))
+            if op in ("digest", "ids"):
+                if peer_id in self._busy:
+                    self.counters["dropped_busy"] += 1
+                    return
+                work = self._on_digest(peer_id, body) if op == "digest" else self._on_ids(peer_id, body)
+                self._spawn(self._one_at_a_time(peer_id, work))
             elif op == "events":
                 self._on_events(body)
         except (UsageError, TypeError, ValueError) as exc:
             log.warning("ignoring a malformed store-sync message from %s: %s", peer_id, exc)
+
+    async def _one_at_a_time(self, peer_id: str, work: Any) -> None:
+        self._busy.add(peer_id)
+        try:
+            await work
+        finally:
+            self._busy.discard(peer_id)
 
     async def _on_digest(self, peer_id: str, body: Mapping[str, Any]) -> None:
         theirs: dict[Bucket, tuple[int, int]] = {}
