@@ -48,10 +48,10 @@ PUBLIC: dict[str, list[str]] = {
         "QuenchService", "Router", "RouterConfig", "StoreConfig", "StoreService", "parse_duration"
     ],
     "aa.router.caches": [
-        "CACHE_SWEEP_INTERVAL", "CACHE_TOPIC", "CacheConfig", "CacheIndex", "CacheInfo",
-        "ClientCacheService", "ClientCaches", "Fetched", "MAX_CLIENT_CACHES",
-        "MAX_EVENTS_PER_CACHE", "MESH_CACHE_MAX_BYTES", "MESH_CACHE_MAX_EVENTS", "MeshCache",
-        "approx_size", "encode_events", "equality_of"
+        "CACHE_SWEEP_INTERVAL", "CACHE_SYNC_INTERVAL", "CACHE_SYNC_TOPIC", "CACHE_TOPIC",
+        "CacheConfig", "CacheIndex", "CacheInfo", "CacheSync", "ClientCacheService", "ClientCaches",
+        "Fetched", "MAX_CLIENT_CACHES", "MAX_EVENTS_PER_CACHE", "MESH_CACHE_MAX_BYTES",
+        "MESH_CACHE_MAX_EVENTS", "MeshCache", "approx_size", "encode_events", "equality_of"
     ],
     "aa.router.eventlog": [
         "Chunk", "EVENTLOG_DIR", "EventLog", "EventLogConfig", "EventLogStats", "RESTART_DELAY",

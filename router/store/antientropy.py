@@ -137,5 +137,10 @@ class Exchanges:
     def end(self, peer: str) -> None:
         self._since.pop(peer, None)
 
+    def prune(self, now: float) -> None:
+        """Forget slots that have freed themselves by time."""
+        for peer in [p for p, since in self._since.items() if now - since >= self.timeout]:
+            del self._since[peer]
+
     def __contains__(self, peer: object) -> bool:
         return peer in self._since
