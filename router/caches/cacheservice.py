@@ -68,7 +68,7 @@ from ..store import ExpiryPolicy, as_spec, check_since, mark_historical, send_pa
 from .cacheconfig import CacheConfig
 from .cacheindex import CacheIndex
 from .cacherequests import MAX_ANSWER_BACKLOG, _policy_body, handle_request  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)
-from .cachesync import CACHE_SYNC_TOPIC, ZERO, CacheSync, parse_mark, parse_version, wire_mark
+from .cachesync import CACHE_SYNC_TOPIC, DIGEST_MIN_GAP, ZERO, CacheSync, parse_mark, parse_version, wire_mark
 from .clientcaches import CacheInfo, ClientCaches, Fetched, Mark
 from .meshcache import MeshCache
 
@@ -138,6 +138,7 @@ class ClientCacheService:
         #: Anti-entropy with the peers (`attach`, then every `CacheConfig.sync_interval`).
         self.sync = CacheSync(self)
         self._peers: Peers | None = None
+        self._spreading: asyncio.TimerHandle | None = None
         if isinstance(controls, Peers):  # the links themselves (the router passes its MeshService)
             self.attach(controls)
 
@@ -161,6 +162,7 @@ class ClientCacheService:
         if not control.path or control.ttl != 0:
             return  # only from the router at the other end of a link
         peer_id = control.path[0]
+        changed = self.sync.counters["events_repaired"] + self.sync.counters["defs_applied"]
         try:
             replies = self.sync.receive(peer_id, control.body, self._clock())
         except (UsageError, PatternError, TypeError, ValueError) as exc:
@@ -169,6 +171,18 @@ class ClientCacheService:
             return
         self._update_sink()
         self._send_sync(peer_id, replies)
+        if self.sync.counters["events_repaired"] + self.sync.counters["defs_applied"] > changed and self._spreading is None:
+            # Repaired here: the other peers may lack it too (a line A–B–C, B back from the
+            # dead, C exchanged with B before B had A's events). Tell them once the peer's
+            # digest rate limit allows, not at the next interval.
+            self._spreading = asyncio.get_running_loop().call_later(DIGEST_MIN_GAP * 1.2, self._spread)
+
+    def _spread(self) -> None:
+        self._spreading = None
+        if self._peers is not None:
+            digest = self.sync.digest(self._clock())
+            for peer_id in self._peers.peer_ids():
+                self._send_sync(peer_id, [digest])
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -176,6 +190,8 @@ class ClientCacheService:
         self._task = asyncio.get_running_loop().create_task(self._sweep_loop(), name="aa-cache-sweep")
 
     async def aclose(self) -> None:
+        if self._spreading is not None:
+            self._spreading.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -188,11 +204,9 @@ class ClientCacheService:
             await asyncio.sleep(min(interval, every) if every > 0 else interval)
             self.sweep()
             now = self._clock()
-            if self._peers is not None and every > 0 and now >= next_sync:
+            if every > 0 and now >= next_sync:
                 next_sync = now + every
-                digest = self.sync.digest(now)
-                for peer_id in self._peers.peer_ids():
-                    self._send_sync(peer_id, [digest])
+                self._spread()
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Remove caches whose keep-alive lapsed (on this router's clock) and drop aged

@@ -15,7 +15,9 @@ The exchange (the digests and caps are `aa.router.store.antientropy`'s, shared w
 
 =========  ====================================================================================
 ``digest`` per cache: [client, version, floor, idle s, count, xor] (count and XOR of the ids
-           its copy holds now), and the tombstones [client, version]. The receiver answers:
+           its copy holds now), and the tombstones [client, version]; ``complete`` unless it
+           is a sample (more than `MAX_DIGEST_CACHES`). The receiver answers ``defs`` for the
+           caches a complete digest does not name, and:
            ``want`` for caches it lacks or holds an older version of; ``defs`` for those it
            holds newer; ``gone`` where its tombstone is newer; ``ids`` where versions are equal
            and floor or ids differ. Keep-alives merge (the later one wins) on the way.
@@ -197,11 +199,12 @@ class CacheSync:
             rows.append([client_id, list(self.versions[client_id]), wire_mark(caches.floor(client_id)),
                          max(0.0, now - info.last_seen), count, f"{xor:016x}"])  # fmt: skip
         gone = [[c, list(v)] for c, (v, _) in self.gone.items()]
+        complete = len(rows) <= MAX_DIGEST_CACHES and len(gone) <= MAX_DIGEST_CACHES
         if len(rows) > MAX_DIGEST_CACHES:
             rows = random.sample(rows, MAX_DIGEST_CACHES)
         if len(gone) > MAX_DIGEST_CACHES:
             gone = random.sample(gone, MAX_DIGEST_CACHES)
-        return {"op": "digest", "caches": rows, "gone": gone}
+        return {"op": "digest", "caches": rows, "gone": gone, "complete": complete}
 
     def receive(self, peer: str, body: Mapping[str, Any], now: float) -> list[dict[str, Any]]:
         """Take one message from *peer*; the messages to send it back. Raises `UsageError`
@@ -264,7 +267,10 @@ class CacheSync:
                 if floor is not None:
                     caches.ack_mark(client_id, floor)
                 if floor != caches.floor(client_id) or (count, xor) != self._content(client_id, now):
-                    out += self._ids_for(peer, client_id, now, reply=True)
+                    out += self._ids_for(client_id, now, reply=True)
+        if body.get("complete") is True:  # caches the peer has never heard of: send them
+            told = theirs.keys() | {c for c, _ in tombs}
+            newer += [c for c in self.versions if c not in told and c in caches]
         if want:
             out.append({"op": "want", "clients": want})
         if gone:
@@ -297,7 +303,12 @@ class CacheSync:
         for client_id, version, floor, idle, row in parsed:
             if not self.newer(client_id, version):
                 if client_id in caches and self.versions.get(client_id) == version:
+                    # The same cache reached us by another way meanwhile (a flood, a third
+                    # router): compare contents with this peer too.
                     caches.keepalive(client_id, now - idle)
+                    if floor is not None:
+                        caches.ack_mark(client_id, floor)
+                    out += self._ids_for(client_id, now, reply=True)
                 continue
             timeout = row.get("timeout")
             if type(timeout) in (int, float) and idle > timeout:  # type: ignore[operator]
@@ -310,8 +321,7 @@ class CacheSync:
                 continue
             self.adopt(client_id, version)
             self.counters["defs_applied"] += 1
-            out.append({"op": "ids", "client": client_id, "floor": wire_mark(caches.floor(client_id)),
-                        "ids": [], "reply": True})  # fmt: skip
+            out += self._ids_for(client_id, now, reply=True)
         return out
 
     def _on_gone(self, client_id: str, version: Version, now: float) -> None:
@@ -325,7 +335,7 @@ class CacheSync:
         self.removed(client_id, version, now + max(timeout, DIGEST_MIN_GAP * 60))
         self.counters["removed"] += 1
 
-    def _ids_for(self, peer: str, client_id: str, now: float, *, reply: bool) -> list[dict[str, Any]]:
+    def _ids_for(self, client_id: str, now: float, *, reply: bool) -> list[dict[str, Any]]:
         caches = self._service._caches
         ids = [e.id for e in caches.view(client_id, now) if e.id]
         return [{"op": "ids", "client": client_id, "floor": wire_mark(caches.floor(client_id)), "ids": ids,
@@ -348,7 +358,7 @@ class CacheSync:
         out = [{"op": "events", "client": client_id, "events": [event_to_wire(e) for e in part]}
                for part in chunks(missing, EVENTS_PER_MESSAGE)]  # fmt: skip
         if body.get("reply") is True:
-            out += self._ids_for(peer, client_id, now, reply=False)
+            out += self._ids_for(client_id, now, reply=False)
         return out
 
     def _on_events(self, body: Mapping[str, Any], now: float) -> list[dict[str, Any]]:
