@@ -44,7 +44,7 @@ higher floor wins. Lapse is each router's own, on the merged keep-alive (`idle` 
 seconds, not a clock reading, so clock skew does not matter): a lapsed cache is not revived.
 
 Bounds (a peer, or a stranger on an open mesh, may send anything): a digest past
-`MAX_DIGEST_CACHES` entries, an id list past the cache cap, more than `DEFS_PER_MESSAGE`
+`MAX_DIGEST_CACHES` entries, an id list past `MAX_IDS_PER_MESSAGE`, more than `DEFS_PER_MESSAGE`
 definitions or `EVENTS_PER_MESSAGE` events, or a malformed message is refused whole
 (`UsageError`); unknown caches are ignored; a peer's digest is answered at most once per
 `DIGEST_MIN_GAP` and its ids for one cache at most once per `DIGEST_MIN_GAP`, so the events a
@@ -72,13 +72,18 @@ log = logging.getLogger("aa.router.caches")
 if TYPE_CHECKING:
     from .cacheservice import ClientCacheService
 
-__all__ = ["CacheSync", "CACHE_SYNC_TOPIC", "Version", "MAX_DIGEST_CACHES", "ZERO", "parse_mark", "parse_version", "wire_mark"]
+__all__ = ["CacheSync", "CACHE_SYNC_TOPIC", "Version", "MAX_DIGEST_CACHES", "MAX_IDS_PER_MESSAGE", "ZERO", "parse_mark", "parse_version", "wire_mark"]
 
 #: Control topic of the client caches' anti-entropy (ttl 0, one link).
 CACHE_SYNC_TOPIC: Final = "client-cache-sync"
 #: Most caches in one digest message (also the most a peer may list in `want`): a router
-#: configured for more sends a random sample of this many each time (all are covered in turn).
-MAX_DIGEST_CACHES: Final = MAX_CLIENT_CACHES
+#: with more sends a random sample of this many each time (all are covered in turn). Under the
+#: codec's 10,000 items per list of a frame (`aa.router.session.MAX_FRAME_ITEMS`), which cuts
+#: the link of a peer that sends more.
+MAX_DIGEST_CACHES: Final = 5_000
+#: Most ids in one `ids` message (the same frame cap). A cache holding more sends its newest
+#: this many; the peer then sends a few events we hold already, which `insert` drops.
+MAX_IDS_PER_MESSAGE: Final = 5_000
 #: Definitions per `defs` message: patterns are up to a few KiB each.
 DEFS_PER_MESSAGE: Final = 200
 #: Events per `events` message: well under the frame cap.
@@ -147,6 +152,15 @@ class CacheSync:
         self._digests = Exchanges(timeout=DIGEST_MIN_GAP)  # used as a rate limit: never ended
         self._ids = Exchanges(timeout=DIGEST_MIN_GAP)
         self.counters: Counter[str] = Counter()
+
+    @property
+    def min_gap(self) -> float:
+        """Seconds between two answers to a peer's digest (or ids for one cache)."""
+        return self._digests.timeout
+
+    @min_gap.setter
+    def min_gap(self, seconds: float) -> None:  # tests move it instead of waiting
+        self._digests.timeout = self._ids.timeout = seconds
 
     # -- versions (local changes and floods) -------------------------------------------------
 
@@ -337,7 +351,7 @@ class CacheSync:
 
     def _ids_for(self, client_id: str, now: float, *, reply: bool) -> list[dict[str, Any]]:
         caches = self._service._caches
-        ids = [e.id for e in caches.view(client_id, now) if e.id]
+        ids = [e.id for e in caches.view(client_id, now) if e.id][-MAX_IDS_PER_MESSAGE:]
         return [{"op": "ids", "client": client_id, "floor": wire_mark(caches.floor(client_id)), "ids": ids,
                  "reply": reply}]  # fmt: skip
 
@@ -345,7 +359,7 @@ class CacheSync:
         caches = self._service._caches
         client_id = _client(body.get("client"))
         floor = parse_mark(body.get("floor"))
-        theirs = set(parse_ids(body.get("ids"), max_ids=caches.max_events))
+        theirs = set(parse_ids(body.get("ids"), max_ids=MAX_IDS_PER_MESSAGE))
         if client_id not in caches:
             self.counters["unknown_cache"] += 1
             return []

@@ -62,14 +62,17 @@ log = logging.getLogger("aa.router.store")
 
 #: Control topic of anti-entropy messages.
 SYNC_TOPIC: Final = "store-sync"
-#: Most ids in one `ids` message: bounds a message to a few hundred KiB.
-MAX_SYNC_IDS: Final = 20_000
+#: Most ids in one `ids` message: bounds a message to ~100 KiB, and stays under the codec's
+#: 10,000 items per list of a frame (`aa.router.session.MAX_FRAME_ITEMS`: an inbound link's
+#: codec cuts a peer that sends more). A bucket with more sends this many; the peer then sends
+#: events we hold already, which the store ignores.
+MAX_SYNC_IDS: Final = 5_000
 #: Events per `events` message: bounds a message well under the frame cap.
 SYNC_EVENTS_PER_MESSAGE: Final = 500
 #: Width of a digest bucket, in microseconds of event time (an hour).
 BUCKET_US: Final = 3_600_000_000
-#: Most buckets in one digest (types × hours): past it, the newest are sent.
-MAX_BUCKETS: Final = 50_000
+#: Most buckets in one digest (types × hours): past it, the newest are sent (the same frame cap).
+MAX_BUCKETS: Final = 5_000
 
 Bucket = tuple[str | None, int]
 
