@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
-from aa.mesh import PatternSpec
+from aa.mesh import Event, PatternSpec
 from aa.router import CacheConfig, ExpiryPolicy, Router, RouterConfig
+from aa.router.caches import ClientCacheService
 
 from support import FAST, wait_for
 
@@ -165,3 +166,63 @@ async def test_a_partition_heals_both_ways_and_the_age_limit_holds() -> None:
         await wait_for(lambda: ids(a, "app") == [] and ids(b, "app") == [], timeout=10)
         await wait_for(lambda: b.caches.sync.counters["received_digest"] >= 3, timeout=10)
         assert ids(a, "app") == ids(b, "app") == []
+
+
+class Cut:
+    """Controls whose floods go nowhere: two services that only anti-entropy connects."""
+
+    def on_control(self, topic: str, callback: object) -> object:
+        return lambda: None
+
+    def flood_control(self, topic: str, body: object = None, *, to: object = None) -> str:
+        return "lost"
+
+
+def service() -> ClientCacheService:
+    return ClientCacheService(CacheConfig(), controls=Cut(), matcher=lambda spec: lambda e: True, sinks=[])
+
+
+def exchange(x: ClientCacheService, y: ClientCacheService, now: float) -> int:
+    """Run the sans-I/O exchange between *x* and *y* to its end; the messages it took."""
+    queue = [(y, "x", x.sync.digest(now)), (x, "y", y.sync.digest(now))]
+    sent = 0
+    while queue:
+        to, frm, body = queue.pop(0)
+        sent += 1
+        assert sent < 100, "the exchange does not end"
+        back, name = (x, "y") if frm == "x" else (y, "x")
+        queue += [(back, name, reply) for reply in to.sync.receive(frm, body, now)]
+    return sent
+
+
+def test_concurrent_changes_the_last_one_wins_everywhere_and_a_removal_stays_removed() -> None:
+    a, b = service(), service()
+    a.register("c", PatternSpec(source="True"), ExpiryPolicy(max_count=10), 600.0)
+    exchange(a, b, time.time())
+    assert "c" in b and b.info("c").policy.max_count == 10
+    # Cut apart: each side changes the cache; B's change is the later one.
+    a.set_policy("c", ExpiryPolicy(max_count=5))
+    b.set_policy("c", ExpiryPolicy(max_count=7))
+    exchange(a, b, time.time() + 2)
+    assert a.info("c").policy.max_count == b.info("c").policy.max_count == 7
+    # A removes it while B (cut off again) keeps it alive: the removal is later, it wins, and
+    # B's copy does not bring the cache back at the next exchanges.
+    a.remove("c")
+    assert b.keepalive("c")
+    exchange(a, b, time.time() + 4)
+    exchange(a, b, time.time() + 6)
+    assert "c" not in a and "c" not in b
+    # A client that registers again afterwards gets its cache back everywhere.
+    b.register("c", PatternSpec(source="True"), ExpiryPolicy(), 600.0)
+    exchange(a, b, time.time() + 8)
+    assert "c" in a
+
+
+def test_equal_copies_cost_one_digest_each_way() -> None:
+    a, b = service(), service()
+    a.register("c", PatternSpec(source="True"), ExpiryPolicy(), 600.0)
+    now = time.time()
+    exchange(a, b, now)
+    a._offer(Event(values={"i": 1}, id="e1", meta={"time": datetime.now(timezone.utc)}))
+    assert exchange(a, b, now + 2) > 2 and [e.id for e in b.fetch("c").events] == ["e1"]
+    assert exchange(a, b, now + 4) == 2  # nothing differs: the two digests, nothing more
