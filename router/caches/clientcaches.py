@@ -291,10 +291,14 @@ class ClientCaches:
         say): it goes to the groups with those keys, and no matcher is called.
         """
         taken = 0
+        # One sequence number for the event in every cache that takes it (the HTTP feed merges
+        # a client's caches by it); a late insertion's renumbering draws fresh ones after it.
+        self._seq += 1
+        seq = self._seq
         if keys is not None:
             for key in keys:
                 group = self._groups.get(key)
-                if group is not None and self._put(group, event, now):
+                if group is not None and self._put(group, event, now, seq):
                     taken += len(group.members)
             return taken
         for group in self._groups.values():
@@ -304,7 +308,7 @@ class ClientCaches:
                 self.matcher_errors += 1
                 log.debug("client cache matcher %r raised", group.key, exc_info=True)
                 continue
-            if accepted and self._put(group, event, now):
+            if accepted and self._put(group, event, now, seq):
                 taken += len(group.members)
         return taken
 
@@ -317,9 +321,10 @@ class ClientCaches:
         t = time_of(event, now)
         if cache.floor is not None and mark_of(t, eid) <= cache.floor:
             return False
-        return self._put(cache.group, event, now)
+        self._seq += 1
+        return self._put(cache.group, event, now, self._seq)
 
-    def _put(self, group: Group, event: Event, now: float) -> bool:
+    def _put(self, group: Group, event: Event, now: float, seq: int) -> bool:
         """Insert *event* in *group*'s log at its mark; False if not taken (see `insert`)."""
         eid = event.id or ""
         if eid and eid in group.ids:
@@ -330,8 +335,7 @@ class ClientCaches:
         log = group.log
         mark = mark_of(t, eid)
         if not log or entry_mark(log[-1]) <= mark:
-            self._seq += 1
-            log.append((self._seq, t, mark[1], eid, event))
+            log.append((seq, t, mark[1], eid, event))
         else:
             i = bisect_right(log, mark, group.head, key=entry_mark)
             if len(log) - i >= group.keep:
