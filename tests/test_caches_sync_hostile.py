@@ -4,11 +4,13 @@ the router goes on repairing honest peers' caches. The same for the store's anti
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
 import pytest
 
-from aa.mesh import PatternSpec
+from aa.mesh import Event, PatternSpec
+from aa.mesh.protocol import event_to_wire
 from aa.router import CacheConfig, ExpiryPolicy, Router, RouterConfig, StoreConfig
 from aa.router.caches import CACHE_SYNC_TOPIC
 from aa.router.caches.cachesync import DEFS_PER_MESSAGE, EVENTS_PER_MESSAGE, MAX_DIGEST_CACHES, MAX_IDS_PER_MESSAGE
@@ -54,7 +56,8 @@ async def test_oversized_or_malformed_cache_sync_messages_are_refused_whole(pair
     send(b, a, {"op": "gone", "caches": [["phone", "not a version"]]})
     send(b, a, {"op": "digest", "caches": [["phone", [1, "x"], None, -5, 0, "0"]]})  # negative idle
     send(b, a, {"op": "what"})
-    await settle(a, "refused", 7)
+    send(b, a, {"op": "events", "client": "phone", "events": [{}]})  # not an event
+    await settle(a, "refused", 8)
     assert len(a.caches) == 1 and "phone" in a.caches  # nothing applied, not even in part
     sent = {k: v - before.get(k, 0) for k, v in a.caches.sync.counters.items() if k.startswith("sent_")}
     assert not any(sent.values()), sent  # and nothing answered
@@ -90,6 +93,18 @@ async def test_unknown_caches_and_endless_id_lists_cost_a_bounded_answer(pair) -
     send(b, a, {"op": "digest", "caches": names, "gone": [], "complete": False})
     await wait_for(lambda: b.caches.sync.counters["received_want"] >= 1)
     assert len(a.caches) == 1 and b.caches.sync.counters["sent_defs"] == 0
+
+
+async def test_a_peer_cannot_put_into_a_cache_what_its_pattern_does_not_take(pair) -> None:
+    a, b = pair
+    a.caches.register("phone", PatternSpec(source="i >= 0"), ExpiryPolicy(), 600.0)
+    await wait_for(lambda: "phone" in b.caches)
+    stamp = {"time": datetime.now(timezone.utc)}
+    forged = [Event(values={"evil": 1}, id="forged-1", meta=stamp), Event(values={"i": 1}, meta=stamp),
+              Event(values={"i": 2}, id="real-2", meta=stamp)]  # fmt: skip
+    send(b, a, {"op": "events", "client": "phone", "events": [event_to_wire(e) for e in forged]})
+    await settle(a, "received_events", 1)
+    assert [e.id for e in a.caches.fetch("phone").events] == ["real-2"]  # not the unmatched, not the id-less
 
 
 async def test_after_a_hostile_burst_honest_repair_still_works(pair) -> None:

@@ -60,7 +60,7 @@ from datetime import timedelta
 from datetime import datetime
 from typing import Any, Callable, Final, Hashable, Mapping, Protocol, runtime_checkable
 
-from aa.mesh import Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
+from aa.mesh import AaError, Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
 from aa.mesh.protocol import Message
 
 from ..seams import ClientPort, Controls, Sink
@@ -165,7 +165,7 @@ class ClientCacheService:
         changed = self.sync.counters["events_repaired"] + self.sync.counters["defs_applied"]
         try:
             replies = self.sync.receive(peer_id, control.body, self._clock())
-        except (UsageError, PatternError, TypeError, ValueError) as exc:
+        except (AaError, TypeError, ValueError) as exc:  # a malformed event is a MalformedFrame
             self.sync.counters["refused"] += 1
             log.info("ignoring a malformed cache-sync message from %s: %s", peer_id, exc)
             return

@@ -313,13 +313,22 @@ class ClientCaches:
         return taken
 
     def insert(self, client_id: str, event: Event, now: float) -> bool:
-        """Put *event* (another router's copy of it, its pattern already matched there) in
+        """Put *event* (another router's copy of it) in
         *client_id*'s cache at its place; False when the cache has it, has acknowledged it,
-        or would not keep it (too old, past the count). Raises `UnknownCache`."""
+        or would not keep it (too old, past the count, not matching its pattern, no id).
+        Raises `UnknownCache`."""
         cache = self._need(client_id)
-        eid = event.id or ""
+        eid = event.id
+        if not eid:
+            return False  # no id, no de-duplication: not from a router
         t = time_of(event, now)
         if cache.floor is not None and mark_of(t, eid) <= cache.floor:
+            return False
+        try:  # trust no peer with what a client's cache holds: its pattern must take it
+            if not cache.group.matcher(event):
+                return False
+        except Exception:
+            self.matcher_errors += 1
             return False
         self._seq += 1
         return self._put(cache.group, event, now, self._seq)

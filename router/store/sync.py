@@ -45,7 +45,7 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, Protocol
 
-from aa.mesh import Control, Event, StoreError, UsageError
+from aa.mesh import AaError, Control, Event, StoreError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
 from . import antientropy
@@ -220,7 +220,7 @@ class StoreSync:
                 self._spawn(self._one_at_a_time(peer_id, work))
             elif op == "events":
                 self._on_events(body)
-        except (UsageError, TypeError, ValueError) as exc:
+        except (AaError, TypeError, ValueError) as exc:  # a malformed event is a MalformedFrame
             self.counters["refused"] += 1
             log.warning("ignoring a malformed store-sync message from %s: %s", peer_id, exc)
 
