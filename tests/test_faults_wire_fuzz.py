@@ -22,6 +22,7 @@ beyond this machine.
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from typing import Any, Iterator
 
@@ -224,9 +225,14 @@ def fuzzing() -> Iterator[Fuzzing]:
             f.bystander.close()
 
 
+#: Multiplies every fuzzer's number of examples: ``AA_FUZZ_SCALE=20`` for a long hunt.
+FUZZ_SCALE = float(os.environ.get("AA_FUZZ_SCALE", "1"))
+
+
 def fuzz(examples: int) -> settings:
     """Settings of one fuzzer (on top of the loaded profile: derandomized in CI)."""
-    return settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    return settings(max_examples=max(1, round(examples * FUZZ_SCALE)), deadline=None,
+                    suppress_health_check=list(HealthCheck), database=None)
 
 
 def test_fuzzed_frames_harm_nobody_and_leave_no_memory_behind(fuzzing: Fuzzing) -> None:

@@ -59,6 +59,7 @@ class NetLab:
         self.namespaces: list[str] = []
         self.procs: list[asyncio.subprocess.Process] = []
         self._outer: dict[str, str] = {}
+        self.routers: dict[str, asyncio.subprocess.Process] = {}  # the latest router of each host
 
     def ns(self, host: str) -> str:
         return f"{self.tag}-{host}"
@@ -112,12 +113,19 @@ class NetLab:
         """`aa router` on *host*'s address; returns its endpoint once it listens."""
         proc = await self.exec(host, AA, "router", "--host", self.address(host), "--port", str(PORT),
                                "--name", host, "--no-http", "--no-discovery", *args)  # fmt: skip
+        self.routers[host] = proc
         assert proc.stdout is not None
         async with asyncio.timeout(60):
             line = (await proc.stdout.readline()).decode()
         m = re.search(r"listening on (\S+)", line)
         assert m, f"router in {host} did not start: {line!r}"
         return m.group(1)
+
+    async def kill(self, host: str) -> None:
+        """``kill -9`` the router of *host*."""
+        proc = self.routers[host]
+        proc.kill()
+        await proc.wait()
 
     def endpoint(self, host: str) -> str:
         return f"{self.address(host)}:{PORT}"
