@@ -134,6 +134,24 @@ def hellos(draw: st.DrawFn) -> bytes:
 
 
 @st.composite
+def floods(draw: st.DrawFn) -> bytes:
+    """A peer hello, then a flood whose header is sound and whose blob is not: events with
+    fuzzed parts, ids that do not match the header's, bytes that are not msgpack."""
+    n = draw(st.integers(1, 4))
+    ids = [f"fz-{draw(st.integers(0, 10**6))}" for _ in range(n)]
+    events = [[ids[i], draw(st.none() | st.text(max_size=5)), {"a": i}, {}] for i in range(n)]
+    for _ in range(draw(st.integers(0, 3))):
+        event = events[draw(st.integers(0, n - 1))]
+        event[draw(st.integers(0, 3))] = draw(values)
+    if draw(st.booleans()):
+        events.append(draw(values))
+    blob = draw(st.sampled_from([pack(events), draw(st.binary(max_size=40))]))
+    header_ids = draw(st.sampled_from([ids, ids[::-1], ids[:-1], [*ids, "fz-extra"]]))
+    group = [draw(st.integers(-2, 300)), ["fuzz-peer"], header_ids, blob]
+    return PEER_HELLO + frame_bytes(_packed({"kind": "flood", "groups": [group]}))
+
+
+@st.composite
 def shapes(draw: st.DrawFn) -> bytes:
     """Huge declared lengths, deep nesting and big maps or lists, at the top of a frame or
     as an event's values."""
@@ -259,10 +277,17 @@ def test_fuzzed_frames_harm_nobody_and_leave_no_memory_behind(fuzzing: Fuzzing) 
     def odd_shapes(data: bytes) -> None:
         fuzzing.run(data)
 
-    mutated()
-    hello_variants()
-    odd_shapes()
+    @fuzz(200)
+    @given(floods())
+    def bad_floods(data: bytes) -> None:
+        fuzzing.run(data)
+
+    ran = {}
+    for fuzzer in (mutated, hello_variants, odd_shapes, bad_floods):
+        start = fuzzing.examples
+        fuzzer()
+        ran[fuzzer.__name__] = fuzzing.examples - start
     after = fuzzing.router.rss()
-    print(f"fuzzed {fuzzing.examples} connections {fuzzing.outcomes}; RSS {before / 2**20:.1f} MiB "
+    print(f"fuzzed {fuzzing.examples} connections {ran} {fuzzing.outcomes}; RSS {before / 2**20:.1f} MiB "
           f"-> {after / 2**20:.1f} MiB")
     assert after - before < RSS_SLACK, f"RSS {before / 2**20:.1f} MiB after warm-up, {after / 2**20:.1f} MiB after fuzzing"
