@@ -12,7 +12,9 @@ whatever only the collector could free (a reference cycle through a closed sessi
 codec's exception) would stay, and fail these tests. Each test warms the router up first
 with the same traffic on a small scale (allocator pools, the mesh cache and the seen-id set
 filled as they will be), then takes the baseline. A well-behaved bystander's publish and
-delivery keep working throughout.
+delivery keep working throughout. (What the router rightly keeps counts against the slack:
+the seen-id set holds some 100 bytes per event id for up to 300 s, about 10 MB for the
+100,000 events of the first test.)
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_every_sample_is_a_valid_message() -> None:
 
 _scalars = (
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=30)
-    | st.binary(max_size=30) | st.sampled_from(["", DEAD_PEER, "x" * 70, "\x00", "True", "fz-1"])
+    | st.binary(max_size=30) | st.sampled_from(["", DEAD_PEER, "x" * 70, "\x00", "True", "fz-1", -1, 0, 1, 2, 2**31])
     | st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=12))
     | st.builds(msgpack.Timestamp, st.integers(-(2**40), 2**40), st.integers(0, 999_999_999))
 )
@@ -262,22 +262,22 @@ def test_fuzzed_frames_harm_nobody_and_leave_no_memory_behind(fuzzing: Fuzzing) 
         fuzzing.bystander.round_trip()
     before = fuzzing.router.rss()
 
-    @fuzz(600)
+    @fuzz(400)
     @given(mutated_frames())
     def mutated(data: bytes) -> None:
         fuzzing.run(data)
 
-    @fuzz(300)
+    @fuzz(200)
     @given(hellos())
     def hello_variants(data: bytes) -> None:
         fuzzing.run(data)
 
-    @fuzz(150)
+    @fuzz(100)
     @given(shapes())
     def odd_shapes(data: bytes) -> None:
         fuzzing.run(data)
 
-    @fuzz(200)
+    @fuzz(150)
     @given(floods())
     def bad_floods(data: bytes) -> None:
         fuzzing.run(data)
