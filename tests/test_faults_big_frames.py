@@ -28,7 +28,7 @@ MAX_DELAY = 0.010
 MARGIN = 0.005
 
 
-async def longest_gap_while(work: "asyncio.Future[object]") -> float:
+async def longest_gap_while(work: "asyncio.Future[None]") -> float:
     """The longest time the loop took to come back to a task that only yields, while
     *work* runs."""
     longest = 0.0

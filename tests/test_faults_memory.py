@@ -20,6 +20,7 @@ the seen-id set holds some 100 bytes per event id for up to 300 s, about 10 MB f
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 import time
 from typing import Iterator
 
@@ -30,6 +31,8 @@ from aa.mesh.protocol import Ack, Cached, Error, GetCached, Hello, Publish, Subs
 
 from support.routerproc import RouterProcess
 from support.wire import Bystander, Wire, frame_bytes
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc (Linux)")
 
 #: Bytes of resident memory the router may keep over its warmed-up size (the issue's figure).
 RSS_SLACK = 20 * 1024 * 1024

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+from pathlib import Path
 from typing import Any, Iterator
 
 import msgpack
@@ -34,6 +35,8 @@ from aa.mesh.protocol import MAX_FRAME_BYTES, MESSAGE_KINDS, Connection, Error, 
 
 from support.routerproc import RouterProcess
 from support.wire import Bystander, Wire, frame_bytes
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc (Linux)")
 
 #: Seconds the router has to answer a fuzzed connection or close it (generous: a loaded
 #: 2-core CI machine; the router answers in milliseconds).
@@ -139,7 +142,7 @@ def floods(draw: st.DrawFn) -> bytes:
     fuzzed parts, ids that do not match the header's, bytes that are not msgpack."""
     n = draw(st.integers(1, 4))
     ids = [f"fz-{draw(st.integers(0, 10**6))}" for _ in range(n)]
-    events = [[ids[i], draw(st.none() | st.text(max_size=5)), {"a": i}, {}] for i in range(n)]
+    events: list[Any] = [[ids[i], draw(st.none() | st.text(max_size=5)), {"a": i}, {}] for i in range(n)]
     for _ in range(draw(st.integers(0, 3))):
         event = events[draw(st.integers(0, n - 1))]
         event[draw(st.integers(0, 3))] = draw(values)
