@@ -54,6 +54,15 @@ __all__ = ["PeerLink", "LinkOwner"]
 
 log = logging.getLogger("aa.router.links")
 
+#: Most items in one list or map of a frame from a peer router. A link accepted here takes
+#: over the codec of the client session that read the peer's hello, and with it a client's
+#: much smaller cap (`aa.router.session.MAX_FRAME_ITEMS`, 10,000): a store-sync digest or id
+#: list longer than that was refused as malformed and the link closed, again at every
+#: retry, so stores with a bucket of more than 10,000 differing events never converged
+#: (issue 16, tests/test_faults_sync_big.py). Routers send lists of up to 50,000 items
+#: (`aa.router.store.sync`'s MAX_BUCKETS); a cap above that still bounds what one frame costs
+#: to decode, on both ends of a link alike.
+MAX_PEER_FRAME_ITEMS = 65_536
 #: States in which frames still buffered are not handled any more.
 _NOT_READING = frozenset({"closing", "closed"})
 
@@ -96,6 +105,7 @@ class PeerLink(asyncio.Protocol):
     ) -> None:
         self.mesh = mesh
         self.codec = codec if codec is not None else Connection()
+        self.codec.max_items = MAX_PEER_FRAME_ITEMS  # a client session's codec had the client cap
         self.transport: asyncio.Transport | None = None
         #: The peer's mesh endpoint: the one we dialled, or the one its hello gave.
         self.address = address
