@@ -270,6 +270,8 @@ class PeerLink(asyncio.Protocol):
         # backlog of many groups, or bulky events), cut between groups; a single group over
         # it is re-encoded in halves (`FloodGroup.split`); an event too large alone goes.
         try:
+            if len(groups) > MAX_PEER_FRAME_ITEMS:  # more than the peer decodes in one frame
+                raise UsageError("too many groups for one frame")
             data = self.codec.send(Flood(groups=groups))
         except UsageError:
             if len(groups) > 1:
