@@ -27,9 +27,10 @@ deliveries. A link never encodes an event itself: it writes blobs made once per 
 Control frames (`send`) first flush the events this router originated and the queue, so a
 peer sees events and controls in the order we sent them.
 
-What a link writes is bounded twice: a frame is at most the codec's cap (a batch over it is
-cut between groups, a group over it is re-encoded in halves, and an event too large alone
-is dropped and counted, `dropped_large`); and while more than `MeshConfig.max_backlog`
+What a link writes is bounded twice: a frame is at most the codec's caps, in bytes and in
+items of one list (`MAX_PEER_FRAME_ITEMS`, which both ends decode with; a batch over them
+is cut between groups, a group over the byte cap is re-encoded in halves, and an event too
+large alone is dropped and counted, `dropped_large`); and while more than `MeshConfig.max_backlog`
 bytes wait in the transport (the peer does not keep up), what would be queued on top is
 dropped and counted (`dropped_slow`): a slow peer must not make us buffer without bound.
 """
