@@ -90,13 +90,19 @@ class Event:
     @classmethod
     def trusted(cls, values: Values, type: str | None, meta: Values, id: str | None) -> "Event":
         """Build an event without checking it: for data that is already known good."""
-        ev = object.__new__(cls)
-        _set(ev, "values", values)
-        _set(ev, "type", type)
-        _set(ev, "meta", meta)
-        _set(ev, "id", id)
-        _set(ev, "packed", None)
-        return ev
+        # Two per event on a router's hot path (decoded, then stamped). Filling a frozen
+        # dataclass takes one object.__setattr__ per field (1.6 µs for five on the shared
+        # machine); filling its mutable twin with plain stores and then giving it this
+        # class takes 0.4 µs. The twin has the same slots in the same order, so the object
+        # is laid out exactly as an Event; nothing else ever sees it as a twin.
+        ev = _Unfrozen()
+        ev.values = values
+        ev.type = type
+        ev.meta = meta
+        ev.id = id
+        ev.packed = None
+        ev.__class__ = cls  # type: ignore[assignment]
+        return ev  # type: ignore[return-value]
 
     def with_meta(self, **changes: Any) -> "Event":
         """A copy with *changes* merged into `meta`."""
@@ -120,7 +126,16 @@ class Event:
         )
 
 
-_set = object.__setattr__
+class _Unfrozen:
+    """`Event`'s slots without its frozen guard: `Event.trusted` fills one, then makes it
+    an `Event`. Not an event itself; never leaves `Event.trusted`."""
+
+    __slots__ = Event.__slots__
+    values: Any
+    type: Any
+    meta: Any
+    id: Any
+    packed: Any
 
 
 #: Characters of an id scope (hex of 64 bits).

@@ -101,6 +101,25 @@ def frame(obj) -> bytes:
         (msgpack.packb({"kind": "hello"}), MalformedFrame, "bad 'hello' message"),
         (msgpack.packb({"kind": "subscribe", "sub_id": 1, "pattern": {"kernel": "lua", "source": "x"}}), MalformedFrame, "unknown pattern kernel"),
         (msgpack.packb({"kind": "hello", "client_id": "x" * 65}), MalformedFrame, "1 to 64"),
+        # Every check of an event, in a publish and in a deliver frame (both decode events
+        # on a fast path: each wrong field must still be caught and named).
+        *[
+            (msgpack.packb(wrap(ev)), MalformedFrame, text)
+            for wrap in (
+                lambda ev: {"kind": "publish", "seq": 1, "events": [[None, None, {"a": 1}, {}], ev]},
+                lambda ev: {"kind": "deliver", "items": [[[1], [None, None, {"a": 1}, {}]], [[1], ev]]},
+            )
+            for ev, text in (
+                (["x" * 65, None, {"a": 1}, {}], "event id must be a str of 1 to 64"),
+                (["", None, {"a": 1}, {}], "event id must be a str of 1 to 64"),
+                ([7, None, {"a": 1}, {}], "event id must be a str"),
+                (["e", 5, {"a": 1}, {}], "event type must be str or nil"),
+                (["e", None, {"a": 1}, 3], "meta must be a map"),
+                (["e", None, {"a": 1}, {"k": {1: 2}}], "must be str"),
+                (["e", None, {"a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, {}], "nested deeper"),
+                (["e", None, {"a": 1}], "must be an array"),
+            )
+        ],
     ],
 )
 def test_bad_frames_raise_clear_errors(payload, error, text):
