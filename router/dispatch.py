@@ -117,7 +117,7 @@ class Dispatcher:
         originate = self.rules.originate
         router_id = self.rules.router_id
         forwarders = self.forwarders
-        dispatch = self.dispatch
+        dispatch = self._dispatch  # counted once per batch below, not per event
         trusted = Event.trusted
         new_id = self.ids
         out: list[Event] = []
@@ -148,11 +148,17 @@ class Dispatcher:
             for forward in forwarders:
                 forward(stamped)
             append(stamped)
-        self.counters["published"] += len(out)
+        counters = self.counters
+        counters["published"] += len(out)
+        counters["dispatched"] += len(out)
         return out
 
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks (once per router per event)."""
+        self._dispatch(event)
+        self.counters["dispatched"] += 1
+
+    def _dispatch(self, event: Event) -> None:
         names = self.names_seen
         if len(names) < MAX_NAMES_SEEN:
             names.update(event.values)
@@ -163,7 +169,6 @@ class Dispatcher:
                 sink(event)
             except Exception:
                 log.exception("event sink %r failed", sink)
-        self.counters["dispatched"] += 1
 
     def queued(self, client: Writable) -> None:
         """*client* queued deliveries during this batch: write to it at `flush`."""
