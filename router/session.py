@@ -15,10 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
-from aa.mesh.protocol import GetMesh, MeshInfo
-from aa.mesh.protocol import STORAGE_REQUESTS
-from aa.mesh.protocol import QUENCH_REQUESTS
-from aa.mesh.protocol import CacheRegister, Quench
+from aa.mesh.protocol import QUENCH_REQUESTS, STORAGE_REQUESTS, CacheRegister, GetMesh, MeshInfo, Quench
 from aa.mesh.protocol import (
     Ack,
     Bye,
@@ -412,10 +409,9 @@ class ClientSession(asyncio.Protocol):
         """Write queued deliveries as one frame (or several, if one is too large), then the ack."""
         self._dirty = False
         self._flush_deliveries()
-        if self._ack is not None:
-            seq, self._ack = self._ack, None
-            if self.transport is not None and not self._closing:
-                self.transport.write(self.codec.send(Ack(seq=seq)))
+        seq, self._ack = self._ack, None
+        if seq is not None and self.transport is not None and not self._closing:
+            self.transport.write(self.codec.send(Ack(seq=seq)))
 
     def _flush_deliveries(self) -> None:
         pending, self._pending = self._pending, []
@@ -464,15 +460,14 @@ class ClientSession(asyncio.Protocol):
                 self.transport.write(self.codec.send(Missed(sub_id=sub.sub_id, count=n)))  # type: ignore[union-attr]
 
     def ack(self, seq: int) -> None:
-        """Acknowledge publish frames up to *seq*: at the end of the batch when its frames are
-        being handled (acks are cumulative: one ack per read, not one wake-up per frame)."""
-        if self._processing and not self._closing:
-            self._ack = seq
-            if not self._dirty:
-                self._dirty = True
-                self.router.dispatcher.queued(self)
+        """Acknowledge frames up to *seq*; while frames are handled, once at the batch's end."""
+        if not self._processing or self._closing:
+            self.send(Ack(seq=seq))
             return
-        self.send(Ack(seq=seq))
+        self._ack = seq  # cumulative: one ack (one wake-up of the client) per read, not per frame
+        if not self._dirty:
+            self._dirty = True
+            self.router.dispatcher.queued(self)
 
     def pattern_failed(self, sub_id: int, code: str, message: str) -> None:
         if self.subscriptions.pop(sub_id, None) is not None:
