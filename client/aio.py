@@ -305,7 +305,7 @@ class AsyncClient(QuenchClient, CacheClient):
     ) -> str:
         """Queue an event for publishing; returns its id. Raises `InvalidValue` for values
         outside the model, `OutboxFull` when the outbox is at its cap."""
-        event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=id or self._ids())
+        event = Event.checked(dict(values), type, dict(meta) if meta else {}, id or self._ids())
         self._publish_checked(event)
         return event.id  # type: ignore[return-value]
 

@@ -197,7 +197,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         for values outside the model. `flush()` waits for the routers' acknowledgement."""
         if self._closed:
             raise ConnectionClosed("client is closed")
-        event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=self._async._ids())
+        event = Event.checked(dict(values), type, dict(meta) if meta else {}, self._async._ids())
         # Hand over through a deque and wake the loop only when it is idle: one wake-up
         # per burst instead of one self-pipe write per event.
         self._pending.append(event)  # checked here, in the caller's thread; queued as it is

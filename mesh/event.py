@@ -80,12 +80,18 @@ class Event:
     packed: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_values(self.values)
-        check_values(self.meta, "meta")
-        if self.type is not None and type(self.type) is not str:
-            raise InvalidValue(f"event type must be str or None, not {type(self.type).__name__}")
-        if self.id is not None and (type(self.id) is not str or not 0 < len(self.id) <= MAX_ID_LENGTH):
-            raise InvalidValue(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+        _check(self.values, self.type, self.meta, self.id)
+
+    @classmethod
+    def checked(cls, values: Values, type: str | None = None, meta: Values | None = None, id: str | None = None) -> "Event":
+        """`Event(values=values, type=type, meta=meta, id=id)`, with the same checks (raises
+        `InvalidValue`), at about a third of the cost: for publishers' hot paths. *values*
+        and *meta* are kept as they are, not copied."""
+        meta = {} if meta is None else meta
+        if type_of(values) is not dict or type_of(meta) is not dict:
+            return cls(values=values, type=type, meta=meta, id=id)
+        _check(values, type, meta, id)
+        return cls.trusted(values, type, meta, id)
 
     @classmethod
     def trusted(cls, values: Values, type: str | None, meta: Values, id: str | None) -> "Event":
@@ -124,6 +130,18 @@ class Event:
             meta=dict(data.get("meta") or {}),
             id=data.get("id"),
         )
+
+
+type_of = type
+
+
+def _check(values: Values, type: str | None, meta: Values, id: str | None) -> None:
+    check_values(values)
+    check_values(meta, "meta")
+    if type is not None and type_of(type) is not str:
+        raise InvalidValue(f"event type must be str or None, not {type_of(type).__name__}")
+    if id is not None and (type_of(id) is not str or not 0 < len(id) <= MAX_ID_LENGTH):
+        raise InvalidValue(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
 
 
 class _Unfrozen:

@@ -150,3 +150,26 @@ def test_subscribe_and_deliver_round_trip():
 def test_hello_validates_on_construction():
     with pytest.raises(InvalidValue):
         Hello(client_id=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"values": {1: 2}},
+        {"values": {"a": object()}},
+        {"values": {"a": 2**70}},
+        {"values": {}, "type": 3},
+        {"values": {}, "id": ""},
+        {"values": {}, "id": "x" * 65},
+        {"values": {}, "meta": {"a": {1}}},
+    ],
+)
+def test_event_checked_refuses_what_the_constructor_refuses(fields):
+    """Publishers build events with `Event.checked` (the cheap path): same checks, same words."""
+    with pytest.raises(InvalidValue) as by_constructor:
+        Event(**fields)
+    with pytest.raises(InvalidValue) as by_checked:
+        Event.checked(**fields)
+    assert str(by_checked.value) == str(by_constructor.value)
+    good = Event.checked({"a": 1}, "t", {"m": 2}, "id-1")
+    assert good == Event(values={"a": 1}, type="t", meta={"m": 2}, id="id-1")
