@@ -3,6 +3,7 @@ what stays in the sandbox, and the helpers around it (warnings, pattern sets, qu
 
 from __future__ import annotations
 
+import random
 import time
 from datetime import datetime, timezone
 from typing import Any, Hashable
@@ -273,3 +274,23 @@ def test_sequences_past_the_tier_cap_do_not_match(engine: PatternEngine, failure
     assert keys(engine.match(Event(values={"S": "a", "T": "a" * 3000}))) == ["long"]
     assert keys(engine.match(Event(values={"S": "ab", "T": "ab" * 3000}))) == []  # 6,000 > cap
     assert failures == []
+
+
+def test_advice_at_subscribe_stays_cheap_whatever_the_source(engine: PatternEngine) -> None:
+    # Subscribe advice runs on the router's loop: an attacker once made one subscribe cost
+    # 15 s (a 16 KB source: quadratic segments) and 52 s (10,000 look-alike names seen).
+    rng = random.Random(1)
+
+    def word() -> str:
+        return "Sensor" + "".join(rng.choice("abcdefgh") for _ in range(6))
+
+    seen = {word() for _ in range(9990)}
+    for source in (
+        " or ".join(f"{word()}>0" for _ in range(150)),
+        " or ".join(f"X == lab-{i}" for i in range(500)),
+        "x = 1\n" + "\n".join(f"if A == b{i}: forward()" for i in range(300)),
+    ):
+        t0 = time.perf_counter()
+        warnings = engine.pattern_warnings(PatternSpec(kernel="python", format="script" if "\n" in source else "expr", source=source), seen)
+        assert time.perf_counter() - t0 < 0.3, source[:40]
+        assert 0 < len(warnings) <= 5

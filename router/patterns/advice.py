@@ -21,10 +21,17 @@ from typing import Any, Collection, Mapping
 
 from aa.mesh import PatternSpec
 
-__all__ = ["pattern_warnings", "MAX_WARNINGS"]
+__all__ = ["pattern_warnings", "MAX_WARNINGS", "MAX_ADVICE_SOURCE", "MAX_SUGGESTION_COMPARISONS"]
 
-#: Most warnings for one pattern: a pattern of a hundred typos needs the first few.
+#: Most warnings for one pattern: a pattern of a hundred typos needs the first few. The work
+#: stops there too, not after (advice runs on the router's loop at every subscribe).
 MAX_WARNINGS = 5
+#: Longest source given advice (characters). Parsing is linear, but a subscribe must stay
+#: cheap for the router whatever a stranger sends; real patterns are far shorter.
+MAX_ADVICE_SOURCE = 8192
+#: Most seen names compared per subscribe when looking for a "did you mean": an attacker can
+#: fill the seen names (10,000) with look-alikes; past this budget a warning has no suggestion.
+MAX_SUGGESTION_COMPARISONS = 4000
 #: Names a pattern resolves without the event (expressions and scripts).
 _FRAMEWORK = frozenset({"type", "meta", "event", "params", "state", "forward", "new_event", "subscribers", "router"})
 _DEFAULT_BUILTINS = frozenset(dir(_builtins)) | {"math", "re", "statistics", "datetime", "random", "collections", "itertools", "json", "functools"}
@@ -39,7 +46,7 @@ def pattern_warnings(
     """Warnings for *spec* given the value names *seen* on the mesh, the subscriber's
     *params* and the names the sandbox provides (*builtins*). Never raises: a pattern that
     does not parse gets no warnings (subscribing reports its error)."""
-    if spec.kernel != "python":
+    if spec.kernel != "python" or len(spec.source) > MAX_ADVICE_SOURCE:
         return []
     try:
         tree = ast.parse(spec.source, "<pattern>", "eval" if spec.format == "expr" else "exec")
@@ -56,13 +63,45 @@ def pattern_warnings(
     out = _text_hints(spec.source, tree, unknown, seen)
     hinted = {word for w in out for word in re.split(r"\W+", w.split("`")[1])}
     if seen:
-        pool = sorted(seen)
+        suggest = _Suggestions(seen)
         for name in sorted(unknown - set(seen)):
+            if len(out) >= MAX_WARNINGS:
+                break
             if name in hinted:
                 continue  # already explained as text
-            close = difflib.get_close_matches(name, pool, n=1, cutoff=0.75) or [s for s in pool if s.lower() == name.lower()][:1]
-            out.append(f"no event has had `{name}`" + (f"; did you mean `{close[0]}`?" if close else ""))
+            close = suggest.closest(name)
+            out.append(f"no event has had `{name}`" + (f"; did you mean `{close}`?" if close else ""))
     return out[:MAX_WARNINGS]
+
+
+class _Suggestions:
+    """difflib's close match (ratio ≥ 0.75), or a name equal but for case, under a budget of
+    comparisons shared by every name of one pattern."""
+
+    def __init__(self, seen: Collection[str]) -> None:
+        self.by_lower = {s.lower(): s for s in seen}
+        self.by_length: dict[int, list[str]] = {}
+        for s in seen:
+            self.by_length.setdefault(len(s), []).append(s)
+        self.budget = MAX_SUGGESTION_COMPARISONS
+
+    def closest(self, name: str) -> str | None:
+        matcher = difflib.SequenceMatcher()
+        matcher.set_seq2(name)
+        best, best_ratio = None, 0.75
+        n = len(name)
+        # ratio = 2M / (a + b) ≥ 0.75 needs 3/5 ≤ a/b ≤ 5/3: nothing else can be close.
+        for length in range((3 * n + 4) // 5, (5 * n) // 3 + 1):
+            for candidate in sorted(self.by_length.get(length, ())):
+                if self.budget <= 0:
+                    return best or self.by_lower.get(name.lower())
+                self.budget -= 1
+                matcher.set_seq1(candidate)
+                if matcher.real_quick_ratio() >= best_ratio and matcher.quick_ratio() >= best_ratio:
+                    r = matcher.ratio()
+                    if r > best_ratio or (r == best_ratio and best is None):
+                        best, best_ratio = candidate, r
+        return best or self.by_lower.get(name.lower())
 
 
 def _bound_names(tree: ast.AST) -> set[str]:
@@ -84,8 +123,11 @@ def _text_hints(source: str, tree: ast.AST, unknown: set[str], seen: Collection[
     """`Sensor == lab-1`, `Room == A`: a comparison with an operand made only of names that
     are neither seen nor params (joined by `-` or `.`, with numbers) reads as text meant."""
     unseen = unknown - set(seen)
-    out = []
+    out: list[str] = []
+    segment = _Segments(source)
     for node in ast.walk(tree):
+        if len(out) >= MAX_WARNINGS:
+            break
         if not isinstance(node, ast.Compare) or not all(isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for o in node.ops):
             continue
         operands = [node.left, *node.comparators]
@@ -98,14 +140,35 @@ def _text_hints(source: str, tree: ast.AST, unknown: set[str], seen: Collection[
             texts[plain.index(True)] = []
         if all(texts) or not any(texts):
             continue  # no telling which side is the field
-        whole = ast.get_source_segment(source, node) or ""
+        whole = segment(node)
         for words in texts:
             for word in words:
-                text = ast.get_source_segment(source, word) or ""
+                text = segment(word)
                 if text and len(text) <= 60 and whole:
                     fixed = whole.replace(text, repr(text.replace(" ", "")), 1)
                     out.append(f"`{text}` is read as an expression, not as text; did you mean {fixed}?")
     return out
+
+
+class _Segments:
+    """`ast.get_source_segment` in O(length of the segment): that one splits the whole source
+    into lines at every call, which made advice quadratic in the source (16 KB: 15 s)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.starts = [0]
+        for line in source.splitlines(keepends=True):
+            self.starts.append(self.starts[-1] + len(line))
+
+    def __call__(self, node: ast.AST) -> str:
+        try:
+            lineno, end, col, end_col = node.lineno, node.end_lineno, node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            if end is None or end_col is None or end - lineno > 0:
+                return ""  # hints are for one-line operands
+            line = self.source[self.starts[lineno - 1] : self.starts[lineno]]
+            return line.encode()[col:end_col].decode()  # offsets count UTF-8 bytes
+        except (AttributeError, IndexError, UnicodeDecodeError):
+            return ""
 
 
 def _texts(node: ast.expr, unseen: set[str]) -> list[ast.expr]:
