@@ -29,7 +29,7 @@ from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
 from .budget import SandboxStop
-from .buckets import Bucket, Instance, Matcher, Member, copy_state, first, freeze
+from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze
 from .fastpath import parse_conjunction
 from .grammar import parse_predicate
 from .index import PredicateIndex
@@ -148,13 +148,13 @@ class PatternEngine:
             sub.params = merged
             return
         instance = old.instance
-        del old.members[key]
+        drop_member(old, key)
         if not old.members and new_key not in instance.buckets:
-            del instance.buckets[old.params_key]  # alone: the bucket moves, state and all
+            drop_bucket(instance, old.params_key)  # alone: the bucket moves, state and all
             self._unplace(old)
             old.params, old.params_key = merged, new_key
-            instance.buckets[new_key] = old
-            old.members[key] = sub
+            add_bucket(instance, old)
+            add_member(old, sub)
             sub.params = merged
             self._prepare(old, force=True)
             self._place(old)
@@ -163,7 +163,7 @@ class PatternEngine:
         if old.members:
             self._prepare(old)
         else:
-            del instance.buckets[old.params_key]
+            drop_bucket(instance, old.params_key)
             self._unplace(old)
         sub.params = merged
         self._join(sub, instance, new_key, state)
@@ -173,8 +173,8 @@ class PatternEngine:
         new = bucket is None
         if bucket is None:
             bucket = Bucket(instance, sub.params, params_key, state)
-            instance.buckets[params_key] = bucket
-        bucket.members[sub.key] = sub
+            add_bucket(instance, bucket)
+        add_member(bucket, sub)
         sub.bucket = bucket
         self._prepare(bucket)
         if new:
@@ -182,12 +182,12 @@ class PatternEngine:
 
     def _leave(self, sub: Member) -> None:
         bucket = sub.bucket
-        del bucket.members[sub.key]
+        drop_member(bucket, sub.key)
         instance = bucket.instance
         if bucket.members:
             self._prepare(bucket)
             return
-        del instance.buckets[bucket.params_key]
+        drop_bucket(instance, bucket.params_key)
         self._unplace(bucket)
         if not instance.buckets:
             del self._instances[instance.spec_key]
@@ -209,7 +209,8 @@ class PatternEngine:
         scripts also on the members (`subscribers`, in subscription order)."""
         program = bucket.instance.program
         if program.kind == "script":
-            bucket.members = dict(sorted(bucket.members.items(), key=lambda kv: kv[1].seq))
+            if type(bucket.members) is dict:
+                bucket.members = dict(sorted(bucket.members.items(), key=lambda kv: kv[1].seq))
             program.prepare(bucket)
         elif force or bucket.context is None:
             program.prepare(bucket)
@@ -405,7 +406,7 @@ class PatternEngine:
         bucket = Bucket(instance, own, freeze(own))  # detached: not in instance.buckets
         m = Matcher(self, bucket)
         # A member to forward to, so scripts (`forward()` reaches members) can accept.
-        bucket.members[m] = Member(m, own, bucket, -1)
+        add_member(bucket, Member(m, own, bucket, -1))
         instance.program.prepare(bucket)
         return m
 
@@ -425,7 +426,7 @@ class PatternEngine:
                 if instance.remote:
                     self._tier.unsubscribe(k)
             self._instances.pop(instance.spec_key, None)
-            instance.buckets.clear()
+            instance.buckets = {}
             stopped.update(keys)
             reports.append((keys, stop.code, stop.message[:MAX_STOP_MESSAGE]))
         if stopped:

@@ -309,7 +309,8 @@ class PredicateIndex:
             for name in plan.shadow:
                 self._shadow.setdefault(name, {})[e] = None
             entries.append(e)
-        bucket.placed = (entries, plan.shadow)
+        # One entry and no shadow (the common case) is kept alone: a list and a tuple less.
+        bucket.placed = entries[0] if len(entries) == 1 and not plan.shadow else (entries, plan.shadow)
         self._count += 1
 
     def remove(self, bucket: "Bucket") -> None:
@@ -319,7 +320,7 @@ class PredicateIndex:
             return
         bucket.placed = None
         self._count -= 1
-        entries, shadow = placed
+        entries, shadow = ([placed], None) if type(placed) is _Entry else placed
         last = len(entries) - 1
         for i, e in enumerate(entries):
             a = e.access

@@ -154,7 +154,7 @@ class PredicateProgram:
         access would share its posting list with (the selectivity estimate)."""
         g = self._grammar or self._parse(False)
         try:
-            plan = self._plan(g, params, posting)
+            plan = (_flat_plan(g.dnf[0], params, self.builtins, posting) if g.exact else None) or self._plan(g, params, posting)
         except _NeedClosures:
             g = self._parse(True)
             plan = self._plan(g, params, posting)
@@ -294,6 +294,83 @@ class PredicateProgram:
     @staticmethod
     def _presence(src: tuple[int, Any], exact: bool) -> list[Access]:
         return [] if src[0] == TYPE else [Access(PRESENT, src, (), exact)]
+
+
+_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+_SRCS: dict[str, tuple[int, str]] = {}
+#: Distinct event names whose (VALUE, name) field reference is shared; past this, not shared.
+_MAX_SHARED_SRCS = 100_000
+
+
+def _src(name: str) -> tuple[int, str]:
+    """One (VALUE, name) tuple per value name: a million checks then share a few dozen."""
+    got = _SRCS.get(name)
+    if got is None:
+        got = (VALUE, name)
+        if len(_SRCS) < _MAX_SHARED_SRCS:
+            _SRCS[name] = got
+    return got
+
+
+def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[str, Any], posting: Any) -> Plan | None:
+    """The plan of `_plan` for the common conjunction (issue 12: subscribes and parametric
+    updates must be cheap): every atom a comparison of an event value with a constant or a
+    param, one side each, and at least one of them indexable. Anything else (two names, a
+    builtin, two constants, `!=` only, ...) returns None and takes `_plan`, whose answer this
+    reproduces exactly (same access, same rest, same shadow; the property tests compare)."""
+    shadow: set[str] | None = None
+    checks: list[Check] = []
+    options: list[tuple[Access, tuple[int, ...]]] = []
+    ranges = 0
+    for i, atom in enumerate(atoms):
+        op = atom.op
+        if atom.negated or op not in _COMPARISONS:
+            return None
+        (lk, lx), (rk, rx) = atom.left, atom.right
+        if lk != "name" or lx in params:
+            if rk != "name" or rx in params:
+                return None  # two constants (folded by `_plan`) or something else
+            if lk == "name":
+                shadow = shadow or set()
+                shadow.add(lx)
+                c = params[lx]
+            elif lk == "const":
+                c = lx
+            else:
+                return None
+            if rx in builtins:
+                return None
+            name, op = rx, _FLIP.get(op, op)
+        else:
+            if lx in builtins:
+                return None
+            if rk == "name" and rx in params:
+                shadow = shadow or set()
+                shadow.add(rx)
+                c = params[rx]
+            elif rk == "const":
+                c = rx
+            else:
+                return None
+            name = lx
+        src = _src(name)
+        checks.append((VALUE, src[1], OPS[op], c))
+        if op == "==":
+            if _hashable(c):
+                options.append((Access(EQ, src, (c,), True), (i,)))
+        elif op != "!=" and (isinstance(c, str) or isinstance(c, (int, float)) and c == c):
+            options.append((Access(RANGE, src, (op, c), True), (i,)))
+            ranges += 1
+    if not options:
+        return None
+    if ranges > 1:
+        options += _intervals(options)
+    if len(options) > 1:
+        top = min(_RANK[o[0].kind] for o in options)
+        options = [o for o in options if _RANK[o[0].kind] == top]
+    access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
+    rest = tuple(c for j, c in enumerate(checks) if j not in covered)
+    return Plan([Conj(access, rest)], True, _intern(shadow) if shadow else _NO_NAMES, False)
 
 
 def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
