@@ -88,8 +88,9 @@ class Instance:
         self.buckets: Bucket | dict[Any, Bucket] = {}
         #: Matched in a worker process (`workers`): `match` skips it here.
         self.remote = remote
-        #: The program's `run`, bound once: every bucket shares it.
-        self.run: Any = nothing if remote else program.run
+        #: The program's `run`, bound once, that every bucket shares (a predicate program's
+        #: `shared_run` is one function for all instances: a bound method costs 64 bytes).
+        self.run: Any = nothing if remote else getattr(program, "shared_run", None) or program.run
 
 
 class Bucket(_Alone):

@@ -101,7 +101,7 @@ class PatternEngine:
         """
         if key in self._subs:
             raise UsageError(f"subscriber {key!r} is already subscribed")
-        own = dict(params or {})
+        own = dict(params) if params else _NO_PARAMS  # shared: params are replaced, never changed
         check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
@@ -449,6 +449,10 @@ class PatternEngine:
     def keys(self) -> list[Hashable]:
         """The subscriber keys, in subscription order."""
         return list(self._subs)
+
+
+#: The params of every subscriber without any (an empty dict costs 64 bytes each).
+_NO_PARAMS: dict[str, Any] = {}
 
 
 def _mentioned(program: Program) -> frozenset[str]:

@@ -261,7 +261,8 @@ class PredicateIndex:
         self._type = _Field()
         self._meta: dict[str, _Field] = {}
         self._scan: dict[_Entry, None] = {}
-        self._shadow: dict[str, dict[_Entry, None]] = {}
+        #: Shadowed name → the buckets to evaluate whole when an event carries that name.
+        self._shadow: dict[str, dict["Bucket", None]] = {}
         self._count = 0
         self._keys = 0
         self._reset = verify_budget or (lambda: None)
@@ -303,14 +304,12 @@ class PredicateIndex:
                 assert f is not None
                 f.add(e, access)
             entries.append(e)
-        if plan.shadow:
-            self._keys += 1
-            e = _Entry(bucket, (), True, None, self._keys)
-            for name in plan.shadow:
-                self._shadow.setdefault(name, {})[e] = None
-            entries.append(e)
-        # One entry and no shadow (the common case) is kept alone: a list and a tuple less.
-        bucket.placed = entries[0] if len(entries) == 1 and not plan.shadow else (entries, plan.shadow)
+        shadow = plan.shadow
+        for name in shadow:
+            self._shadow.setdefault(name, {})[bucket] = None
+        # Memory: one entry and no shadow (the common case) is kept alone, else one tuple
+        # (shadow names, entries...): a list and a tuple cost ~110 bytes a subscription.
+        bucket.placed = entries[0] if len(entries) == 1 and not shadow else (shadow, *entries)
         self._count += 1
 
     def remove(self, bucket: "Bucket") -> None:
@@ -320,17 +319,19 @@ class PredicateIndex:
             return
         bucket.placed = None
         self._count -= 1
-        entries, shadow = ([placed], None) if type(placed) is _Entry else placed
-        last = len(entries) - 1
-        for i, e in enumerate(entries):
+        if type(placed) is _Entry:
+            entries: tuple[_Entry, ...] = (placed,)
+        else:
+            shadow, *rest = placed
+            entries = tuple(rest)
+            for name in shadow:
+                table = self._shadow[name]
+                del table[bucket]
+                if not table:
+                    del self._shadow[name]
+        for e in entries:
             a = e.access
-            if shadow and i == last:
-                for name in shadow:
-                    table = self._shadow[name]
-                    del table[e]
-                    if not table:
-                        del self._shadow[name]
-            elif a is not None:
+            if a is not None:
                 f = self._field(a.src, create=False)
                 assert f is not None
                 f.remove(e, a)
@@ -358,7 +359,7 @@ class PredicateIndex:
                     f.collect(v, cands)
         if self._scan:
             cands.extend(self._scan)
-        shadowed: list[_Entry] = []
+        shadowed: list["Bucket"] = []
         if self._shadow:
             for name in values:
                 s = self._shadow.get(name)
@@ -366,11 +367,11 @@ class PredicateIndex:
                     shadowed.extend(s)
         return self._verify(event, stamp, cands, shadowed)
 
-    def _verify(self, event: Event, stamp: int, cands: list[_Entry], shadowed: list[_Entry]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
+    def _verify(self, event: Event, stamp: int, cands: list[_Entry], shadowed: list["Bucket"]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
         values = event.values
         matched: list["Bucket"] = []
         stops: list[tuple["Bucket", SandboxStop]] = []
-        skip = {e.bucket for e in shadowed} if shadowed else None
+        skip = set(shadowed) if shadowed else None
         for e in cands:
             b = e.bucket
             if b.stamp == stamp or skip is not None and b in skip:
@@ -386,8 +387,7 @@ class PredicateIndex:
             except SandboxStop as stop:
                 b.stamp = stamp
                 stops.append((b, stop))
-        for e in shadowed:
-            b = e.bucket
+        for b in shadowed:
             if b.stamp != stamp:
                 b.stamp = stamp
                 try:
@@ -399,9 +399,11 @@ class PredicateIndex:
 
 
 def _holds(rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset: Callable[[], None]) -> bool:
-    """Every check of an exact conjunction holds (a check that raises does not)."""
+    """Every check of an exact conjunction holds (a check that raises does not). *rest* is
+    flat: (where, key, fn, constant) four by four (one tuple: memory)."""
+    it = iter(rest)
     try:
-        for where, key, fn, c in rest:
+        for where, key, fn, c in zip(it, it, it, it):
             if where == VALUE:
                 v = values.get(key, _MISSING)
                 if v is _MISSING:

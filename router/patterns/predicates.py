@@ -82,7 +82,8 @@ class Access:
 @dataclass(slots=True)
 class Conj:
     access: Access | None  # None: no indexable atom (the bucket is scanned)
-    rest: tuple[Check, ...]  # exact plans: the checks left after the access
+    #: Exact plans: the checks left after the access, flat (where, key, fn, constant, ...).
+    rest: tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -147,6 +148,12 @@ class PredicateProgram:
         except BaseException:
             return False
 
+    @staticmethod
+    def shared_run(bucket: "Bucket", event: Event) -> bool:
+        """`run` for `Bucket.run`, one function for every instance (see `Instance.run`)."""
+        program: PredicateProgram = bucket.instance.program  # type: ignore[assignment]
+        return program.run(bucket, event)
+
     # -- plans -----------------------------------------------------------------------------
 
     def plan(self, params: Mapping[str, Any], posting: Any) -> Plan:
@@ -183,12 +190,12 @@ class PredicateProgram:
                 options += _intervals(ranges)
             if not options:
                 scan = True
-                conjs.append(Conj(None, tuple(c for c, _ in checks)))
+                conjs.append(Conj(None, tuple(x for c, _ in checks for x in c)))
                 continue
             top = min(_RANK[o[0].kind] for o in options)
             options = [o for o in options if _RANK[o[0].kind] == top]
             access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
-            rest = tuple(c for j, (c, _) in enumerate(checks) if not (j in covered and access.exact))
+            rest = tuple(x for j, (c, _) in enumerate(checks) if not (j in covered and access.exact) for x in c)
             conjs.append(Conj(access, rest))
         return Plan(conjs, g.exact, _intern(shadow), scan)
 
@@ -369,7 +376,7 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
         top = min(_RANK[o[0].kind] for o in options)
         options = [o for o in options if _RANK[o[0].kind] == top]
     access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
-    rest = tuple(c for j, c in enumerate(checks) if j not in covered)
+    rest = tuple(x for j, c in enumerate(checks) if j not in covered for x in c)
     return Plan([Conj(access, rest)], True, _intern(shadow) if shadow else _NO_NAMES, False)
 
 
