@@ -226,3 +226,22 @@ def test_range_and_interval_boundaries_exhaustively() -> None:
     for v in BOUNDARY_VALUES:
         e = Event(values={"A": v})
         assert keys(indexed.match(e)) == [i for i, m in naive if m(e)], v
+
+
+def test_a_parametric_update_outside_the_access_moves_nothing_and_loses_nothing() -> None:
+    """`Symbol == sym and Price < limit` is found through Symbol; moving `limit` changes no
+    index entry (the check reads the param when verifying), yet every event follows the
+    limit in force: between the old and the new limit, delivered once, then not."""
+    engine = make_engine()
+    for i in range(50):
+        engine.subscribe(i, PatternSpec(source="Symbol == sym and Price < limit"), {"sym": f"S{i % 5}", "limit": 10.0 + i / 100})
+    placed = engine._subs[7].bucket.placed  # noqa: SLF001 (the index's own record)
+    for limit in (30.0, 15.0, 40.0, 5.0):
+        engine.update(7, {"limit": limit})
+        assert engine._subs[7].bucket.placed is placed  # noqa: SLF001 (not placed again)
+        for price in (4.0, 12.0, 20.0, 35.0):
+            got = keys(engine.match(Event(values={"Symbol": "S2", "Price": price})))
+            want = [i for i in range(2, 50, 5) if price < (limit if i == 7 else 10.0 + i / 100)]
+            assert got == want, (limit, price)
+    engine.update(7, {"sym": "S3"})  # the access's own param: placed again
+    assert keys(engine.match(Event(values={"Symbol": "S3", "Price": 1.0}))) == [3, 7, 8, 13, 18, 23, 28, 33, 38, 43, 48]

@@ -148,6 +148,14 @@ class PatternEngine:
             sub.params = merged
             return
         instance = old.instance
+        if type(old.members) is Member and new_key not in instance.buckets and params.keys() <= old.params.keys() and self._index.movable(old, params):
+            # Alone, and the index does not read these params: only the bucket's key moves
+            # (issue 12: a parametric update in a few microseconds, no event missed or twice).
+            drop_bucket(instance, old.params_key)
+            old.params = sub.params = merged
+            old.params_key = new_key
+            add_bucket(instance, old)
+            return
         drop_member(old, key)
         if not old.members and new_key not in instance.buckets:
             drop_bucket(instance, old.params_key)  # alone: the bucket moves, state and all

@@ -45,7 +45,7 @@ from sortedcontainers import SortedList
 from aa.mesh import Event
 
 from .budget import SandboxStop
-from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
+from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -307,9 +307,12 @@ class PredicateIndex:
         shadow = plan.shadow
         for name in shadow:
             self._shadow.setdefault(name, {})[bucket] = None
-        # Memory: one entry and no shadow (the common case) is kept alone, else one tuple
-        # (shadow names, entries...): a list and a tuple cost ~110 bytes a subscription.
-        bucket.placed = entries[0] if len(entries) == 1 and not shadow else (shadow, *entries)
+        # Memory: one entry of a flat plan without shadow (the common case) is kept alone,
+        # else one tuple (shadow names, pinned params, entries...): a list and a tuple more
+        # would cost ~110 bytes a subscription.
+        pinned = plan.pinned
+        alone = len(entries) == 1 and not shadow and pinned is not None
+        bucket.placed = entries[0] if alone else (shadow, pinned, *entries)
         self._count += 1
 
     def remove(self, bucket: "Bucket") -> None:
@@ -322,7 +325,7 @@ class PredicateIndex:
         if type(placed) is _Entry:
             entries: tuple[_Entry, ...] = (placed,)
         else:
-            shadow, *rest = placed
+            shadow, _, *rest = placed
             entries = tuple(rest)
             for name in shadow:
                 table = self._shadow[name]
@@ -339,6 +342,18 @@ class PredicateIndex:
                     del (self._values if a.src[0] == VALUE else self._meta)[a.src[1]]
             else:
                 del self._scan[e]
+
+    def movable(self, bucket: "Bucket", names: Any) -> bool:
+        """Whether params *names* of placed *bucket* can change without placing it again:
+        its plan reads them when verifying and its accesses use none of them (the caller
+        also keeps the set of param names as it is, so names resolve as they did)."""
+        placed = bucket.placed
+        if placed is None:
+            return False
+        if type(placed) is _Entry:
+            return True
+        pinned = placed[1]
+        return pinned is not None and pinned.isdisjoint(names)
 
     def match(self, event: Event, stamp: int) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
         """The placed buckets whose pattern *event* matches, and the ones the sandbox stopped.
@@ -408,6 +423,11 @@ def _holds(rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset:
                 v = values.get(key, _MISSING)
                 if v is _MISSING:
                     return False
+            elif where == PARAM:
+                v = values.get(key, _MISSING)
+                if v is _MISSING:
+                    return False
+                c = params[c]
             elif where == TYPE:
                 v = event.type
             elif where == META:

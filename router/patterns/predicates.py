@@ -34,11 +34,15 @@ if TYPE_CHECKING:
     from .engine import Bucket
     from .sandbox import Sandbox
 
-__all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT"]
+__all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE", "PARAM", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT"]
 
 #: Where a flat check reads its operand: an event value, the event type, a meta field; or
 #: CLOSURE: the check is `fn(values, event, params)` itself.
 VALUE, TYPE, META, CLOSURE = 0, 1, 2, 3
+#: A flat check of an event value against the bucket's param named in the constant's slot,
+#: read when verifying: a parametric update of a param the access does not use then changes
+#: nothing in the index (`Plan.pinned`).
+PARAM = 4
 #: A check: (where, key, fn, constant). Flat: `fn(operand, constant)` must be true.
 Check = tuple[int, Any, Any, Any]
 #: Access kinds, best first (for equal kinds, the shorter posting list wins).
@@ -96,6 +100,9 @@ class Plan:
     shadow: frozenset[str]
     #: The bucket is a candidate for every event (some conjunction has no access).
     scan: bool
+    #: The params the accesses read (an update of any other param needs no new plan: its
+    #: checks read it when verifying); None: every update plans again.
+    pinned: frozenset[str] | None = None
 
 
 class PredicateProgram:
@@ -324,8 +331,10 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
     updates must be cheap): every atom a comparison of an event value with a constant or a
     param, one side each, and at least one of them indexable. Anything else (two names, a
     builtin, two constants, `!=` only, ...) returns None and takes `_plan`, whose answer this
-    reproduces exactly (same access, same rest, same shadow; the property tests compare)."""
+    reproduces (same access, same shadow, the same checks left; those that compare with a
+    param read it when verifying, `PARAM`). The property tests compare both with Python."""
     shadow: set[str] | None = None
+    pnames: list[str | None] = []
     checks: list[Check] = []
     options: list[tuple[Access, tuple[int, ...]]] = []
     ranges = 0
@@ -340,9 +349,9 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
             if lk == "name":
                 shadow = shadow or set()
                 shadow.add(lx)
-                c = params[lx]
+                c, pname = params[lx], lx
             elif lk == "const":
-                c = lx
+                c, pname = lx, None
             else:
                 return None
             if rx in builtins:
@@ -354,14 +363,15 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
             if rk == "name" and rx in params:
                 shadow = shadow or set()
                 shadow.add(rx)
-                c = params[rx]
+                c, pname = params[rx], rx
             elif rk == "const":
-                c = rx
+                c, pname = rx, None
             else:
                 return None
             name = lx
         src = _src(name)
-        checks.append((VALUE, src[1], OPS[op], c))
+        checks.append((VALUE, src[1], OPS[op], c) if pname is None else (PARAM, src[1], OPS[op], pname))
+        pnames.append(pname)
         if op == "==":
             if _hashable(c):
                 options.append((Access(EQ, src, (c,), True), (i,)))
@@ -377,7 +387,8 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
         options = [o for o in options if _RANK[o[0].kind] == top]
     access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
     rest = tuple(x for j, c in enumerate(checks) if j not in covered for x in c)
-    return Plan([Conj(access, rest)], True, _intern(shadow) if shadow else _NO_NAMES, False)
+    pinned = _intern({n for j in covered if (n := pnames[j]) is not None})
+    return Plan([Conj(access, rest)], True, _intern(shadow) if shadow else _NO_NAMES, False, pinned)
 
 
 def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
