@@ -30,7 +30,7 @@ def make_engine() -> PatternEngine:
 @contextmanager
 def python_kernel_only() -> Iterator[None]:
     """Patterns compiled meanwhile all go to the python kernel (today's path)."""
-    with mock.patch.object(engine_module, "parse_predicate", return_value=None):
+    with mock.patch.object(engine_module, "parse_predicate", return_value=None), mock.patch.object(engine_module, "parse_conjunction", return_value=None):
         yield
 
 
@@ -245,3 +245,10 @@ def test_a_parametric_update_outside_the_access_moves_nothing_and_loses_nothing(
             assert got == want, (limit, price)
     engine.update(7, {"sym": "S3"})  # the access's own param: placed again
     assert keys(engine.match(Event(values={"Symbol": "S3", "Price": 1.0}))) == [3, 7, 8, 13, 18, 23, 28, 33, 38, 43, 48]
+
+
+def test_the_reference_engine_runs_the_python_kernel() -> None:
+    with python_kernel_only():
+        reference = make_engine()
+        reference.subscribe(0, PatternSpec(source="A == 1 and B < 2"))
+    assert reference.tier(PatternSpec(source="A == 1 and B < 2")) != "predicate"

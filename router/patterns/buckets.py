@@ -134,12 +134,12 @@ def add_member(bucket: Bucket, sub: Member) -> None:
 def drop_member(bucket: Bucket, key: Hashable) -> None:
     """Remove *key* from *bucket*'s members (KeyError if absent)."""
     members = bucket.members
-    if type(members) is Member:
+    if isinstance(members, Member):
         if members.key != key:
             raise KeyError(key)
         bucket.members = {}
         return
-    del members[key]  # type: ignore[attr-defined]
+    del members[key]
     if len(members) == 1:
         bucket.members = next(iter(members.values()))
 
@@ -157,12 +157,12 @@ def add_bucket(instance: Instance, bucket: Bucket) -> None:
 def drop_bucket(instance: Instance, params_key: Any) -> None:
     """Remove the bucket of *params_key* from *instance* (KeyError if absent)."""
     buckets = instance.buckets
-    if type(buckets) is Bucket:
+    if isinstance(buckets, Bucket):
         if buckets.params_key != params_key:
             raise KeyError(params_key)
         instance.buckets = {}
         return
-    del buckets[params_key]  # type: ignore[attr-defined]
+    del buckets[params_key]
     if len(buckets) == 1:
         instance.buckets = next(iter(buckets.values()))
 
@@ -184,6 +184,16 @@ class Matcher:
     def bucket(self) -> "Bucket":
         """Its own params bucket (detached from the engine's subscribers)."""
         return self._bucket
+
+    @property
+    def engine(self) -> "PatternEngine":
+        """The engine that compiled it (a `PatternSet` over it needs that engine)."""
+        return self._engine
+
+    @property
+    def indexable(self) -> bool:
+        """True for a predicate-tier pattern (a `PatternSet` finds it through its index)."""
+        return getattr(self._bucket.instance.program, "tier", None) == "predicate"
 
     def __call__(self, event: Event) -> bool:
         if self.stopped is not None:
