@@ -96,7 +96,7 @@ class Instance:
 class Bucket(_Alone):
     """The subscribers of one instance with equal params (and, for scripts, their state)."""
 
-    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "result", "run", "placed")
+    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "run", "placed")
 
     def __init__(self, instance: Instance, params: dict[str, Any], params_key: Any, state: dict[str, Any] | None = None) -> None:
         self.instance = instance
@@ -109,7 +109,6 @@ class Bucket(_Alone):
         self.context: Any = None
         self.state_countdown = 1
         self.stamp = 0
-        self.result: Any = None
         self.run = instance.run
         #: The bucket's entries in the predicate index (`index.py`), or None.
         self.placed: Any = None

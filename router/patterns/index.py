@@ -59,16 +59,15 @@ Posting = Any
 
 
 class _Entry:
-    """One conjunction of one bucket (or, `full`, the whole pattern of the bucket)."""
+    """One conjunction of one bucket: its checks left (`rest`, flat), or None when a hit
+    means evaluating the whole pattern of the bucket."""
 
-    __slots__ = ("bucket", "rest", "full", "access", "key")
+    __slots__ = ("bucket", "rest", "access")
 
-    def __init__(self, bucket: "Bucket", rest: tuple[Any, ...], full: bool, access: Access | None, key: int) -> None:
+    def __init__(self, bucket: "Bucket", rest: tuple[Any, ...] | None, access: Access | None) -> None:
         self.bucket = bucket
         self.rest = rest
-        self.full = full
         self.access = access
-        self.key = key  # unique: orders equal range bounds
 
 
 def _post(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
@@ -245,7 +244,7 @@ def _bound(a: Access, e: _Entry) -> tuple[Any, int, int, _Entry]:
     upper bounds match bounds >= (v, 1) with flag 0 for "<" and 1 for "<="."""
     op, bound = a.keys
     flag = 1 if op in (">", "<=") else 0
-    return (bound, flag, e.key, e)
+    return (bound, flag, id(e), e)  # id: unique while placed, orders equal bounds
 
 
 def _width_class(a: Access) -> int:
@@ -264,7 +263,6 @@ class PredicateIndex:
         #: Shadowed name → the buckets to evaluate whole when an event carries that name.
         self._shadow: dict[str, dict["Bucket", None]] = {}
         self._count = 0
-        self._keys = 0
         self._reset = verify_budget or (lambda: None)
 
     def __len__(self) -> int:
@@ -294,9 +292,8 @@ class PredicateIndex:
         if plan.scan and full:
             conjs = conjs[:1]
         for conj in conjs:
-            self._keys += 1
             access = None if plan.scan and full else conj.access
-            e = _Entry(bucket, conj.rest, full, access, self._keys)
+            e = _Entry(bucket, None if full else conj.rest, access)
             if access is None:
                 self._scan[e] = None
             else:
@@ -392,7 +389,7 @@ class PredicateIndex:
             if b.stamp == stamp or skip is not None and b in skip:
                 continue
             try:
-                if e.full:
+                if e.rest is None:
                     b.stamp = stamp
                     if b.run(b, event):
                         matched.append(b)
