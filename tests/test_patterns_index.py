@@ -252,3 +252,22 @@ def test_the_reference_engine_runs_the_python_kernel() -> None:
         reference = make_engine()
         reference.subscribe(0, PatternSpec(source="A == 1 and B < 2"))
     assert reference.tier(PatternSpec(source="A == 1 and B < 2")) != "predicate"
+
+
+def test_postings_grow_and_shrink_through_every_form() -> None:
+    """One entry, a short list, a dict past MAX_LIST_POSTING, and back: every step delivers
+    what evaluating every pattern delivers."""
+    import random
+
+    engine = make_engine()
+    live = set(range(40))
+    for k in live:
+        engine.subscribe(k, PatternSpec(source=f"A == 1 and B > {k}"))
+    order = list(live)
+    random.Random(3).shuffle(order)
+    for k in order:
+        for b in (0, 20, 39, 41):
+            assert keys(engine.match(Event(values={"A": 1, "B": b}))) == sorted(j for j in live if b > j)
+        engine.unsubscribe(k)
+        live.discard(k)
+    assert engine.match(Event(values={"A": 1, "B": 99})) == []

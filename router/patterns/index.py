@@ -54,8 +54,11 @@ __all__ = ["PredicateIndex"]
 
 _MISSING: Any = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
-#: A posting list: one entry, or an ordered set of them (most postings hold one).
+#: A posting list: one entry, a list of a few, or an ordered set (dict) of more. Memory:
+#: most postings hold one or a few entries, and a dict of two costs 224 bytes, a list 72.
 Posting = Any
+#: Longest posting kept as a list (removal scans it); past this, a dict.
+MAX_LIST_POSTING = 16
 
 
 class _Entry:
@@ -69,13 +72,23 @@ class _Entry:
         self.rest = rest
         self.access = access
 
+    def __lt__(self, other: "_Entry") -> bool:
+        """Orders range bounds that tie on (bound, flag) in a sorted list: any fixed order."""
+        return id(self) < id(other)
+
 
 def _post(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
     old = table.get(key)
     if old is None:
         table[key] = entry
     elif type(old) is _Entry:
-        table[key] = {old: None, entry: None}
+        table[key] = [old, entry]
+    elif type(old) is list:
+        if len(old) < MAX_LIST_POSTING:
+            old.append(entry)
+        else:
+            table[key] = dict.fromkeys(old)
+            table[key][entry] = None
     else:
         old[entry] = None
 
@@ -84,6 +97,11 @@ def _unpost(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
     old = table.get(key)
     if old is entry:
         del table[key]
+    elif type(old) is list:
+        if entry in old:
+            old.remove(entry)
+            if len(old) == 1:
+                table[key] = old[0]
     elif old is not None and type(old) is not _Entry:
         old.pop(entry, None)
         if not old:
@@ -214,10 +232,10 @@ class _Field:
                 probe = (v, 1)
                 lo = self.ranges.get((family, "lo"))
                 if lo is not None:
-                    out.extend(b[3] for b in lo.islice(0, lo.bisect_left(probe)))
+                    out.extend(b[2] for b in lo.islice(0, lo.bisect_left(probe)))
                 hi = self.ranges.get((family, "hi"))
                 if hi is not None:
-                    out.extend(b[3] for b in hi.islice(hi.bisect_left(probe)))
+                    out.extend(b[2] for b in hi.islice(hi.bisect_left(probe)))
         if (self.prefix_lens or self.suffix_lens) and isinstance(v, str):
             n = len(v)
             for length in self.prefix_lens:
@@ -239,12 +257,12 @@ def _side(a: Access) -> tuple[str, str]:
     return ("s" if isinstance(bound, str) else "n", "lo" if op[0] == ">" else "hi")
 
 
-def _bound(a: Access, e: _Entry) -> tuple[Any, int, int, _Entry]:
+def _bound(a: Access, e: _Entry) -> tuple[Any, int, _Entry]:
     """Sort key: lower bounds match bounds < (v, 1) with flag 1 for ">" and 0 for ">=";
     upper bounds match bounds >= (v, 1) with flag 0 for "<" and 1 for "<="."""
     op, bound = a.keys
     flag = 1 if op in (">", "<=") else 0
-    return (bound, flag, id(e), e)  # id: unique while placed, orders equal bounds
+    return (bound, flag, e)  # entries that tie compare by id (`_Entry.__lt__`)
 
 
 def _width_class(a: Access) -> int:
