@@ -336,8 +336,9 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
     shadow: set[str] | None = None
     pnames: list[str | None] = []
     checks: list[Check] = []
-    options: list[tuple[Access, tuple[int, ...]]] = []
-    ranges = 0
+    #: Candidate accesses, without the Access object yet: (kind, src, keys, atoms covered).
+    eqs: list[tuple[str, Any, Any, tuple[int, ...]]] = []
+    ranges: list[tuple[str, Any, Any, tuple[int, ...]]] = []
     for i, atom in enumerate(atoms):
         op = atom.op
         if atom.negated or op not in _COMPARISONS:
@@ -374,21 +375,37 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
         pnames.append(pname)
         if op == "==":
             if _hashable(c):
-                options.append((Access(EQ, src, (c,), True), (i,)))
+                eqs.append((EQ, src, (c,), (i,)))
         elif op != "!=" and (isinstance(c, str) or isinstance(c, (int, float)) and c == c):
-            options.append((Access(RANGE, src, (op, c), True), (i,)))
-            ranges += 1
-    if not options:
+            ranges.append((RANGE, src, (op, c), (i,)))
+    # The best kind (EQ, else INTERVAL, else RANGE), then the shortest posting, then the
+    # first atoms: `_plan`'s choice, with an Access built only for the candidates compared.
+    if eqs:
+        options = eqs
+    elif not ranges:
         return None
-    if ranges > 1:
-        options += _intervals(options)
-    if len(options) > 1:
-        top = min(_RANK[o[0].kind] for o in options)
-        options = [o for o in options if _RANK[o[0].kind] == top]
-    access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
-    rest = tuple(x for j, c in enumerate(checks) if j not in covered for x in c)
+    else:
+        options = _flat_intervals(ranges) or ranges
+    if len(options) == 1:
+        kind, src, keys, covered = options[0]
+        access = Access(kind, src, keys, True)
+    else:
+        access, covered = min(((Access(k, sr, ks, True), cov) for k, sr, ks, cov in options), key=lambda o: (posting(o[0]), o[1]))
+    rest: list[Any] = []
+    for j, check in enumerate(checks):
+        if j not in covered:
+            rest += check
     pinned = _intern({n for j in covered if (n := pnames[j]) is not None})
-    return Plan([Conj(access, rest)], True, _intern(shadow) if shadow else _NO_NAMES, False, pinned)
+    return Plan([Conj(access, tuple(rest))], True, _intern(shadow) if shadow else _NO_NAMES, False, pinned)
+
+
+def _flat_intervals(ranges: list[tuple[str, Any, Any, tuple[int, ...]]]) -> list[tuple[str, Any, Any, tuple[int, ...]]]:
+    """`_intervals` over `_flat_plan`'s range options (kind, src, (op, bound), covered)."""
+    lows = [r for r in ranges if r[2][0][0] == ">" and _bounded(r[2][1])][:MAX_BOUNDS_PAIRED]
+    if not lows:
+        return []
+    highs = [r for r in ranges if r[2][0][0] == "<" and _bounded(r[2][1])][:MAX_BOUNDS_PAIRED]
+    return [(INTERVAL, lo[1], lo[2] + hi[2], lo[3] + hi[3]) for lo in lows for hi in highs if lo[1] == hi[1] and hi[2][1] >= lo[2][1]]
 
 
 def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
