@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import sys
 from typing import Any, Callable, Collection, Hashable, Mapping
 
 from aa.mesh import Event, PatternSpec, UsageError, check_values
@@ -101,7 +102,7 @@ class PatternEngine:
         """
         if key in self._subs:
             raise UsageError(f"subscriber {key!r} is already subscribed")
-        own = dict(params) if params else _NO_PARAMS  # shared: params are replaced, never changed
+        own = _shared_strings(dict(params)) if params else _NO_PARAMS  # shared: replaced, never changed
         check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
@@ -138,8 +139,8 @@ class PatternEngine:
         sub = self._subs.get(key)
         if sub is None:
             raise UsageError(f"no subscriber {key!r} to update")
-        check_values(dict(params), "params")
-        merged = {**sub.params, **params}
+        check_values(params if type(params) is dict else dict(params), "params")
+        merged = _shared_strings({**sub.params, **params})
         new_key = freeze(merged)
         old = sub.bucket
         if old.instance.remote:
@@ -461,6 +462,19 @@ class PatternEngine:
 
 #: The params of every subscriber without any (an empty dict costs 64 bytes each).
 _NO_PARAMS: dict[str, Any] = {}
+
+
+#: Longest param string shared between subscribers (`sys.intern`): symbols, device ids.
+MAX_SHARED_PARAM_STRING = 64
+
+
+def _shared_strings(params: dict[str, Any]) -> dict[str, Any]:
+    """*params* with its short strings interned: a million traders of 200 symbols keep 200
+    strings, not a million (~50 bytes each). Interned strings go with their last user."""
+    for k, v in params.items():
+        if type(v) is str and len(v) <= MAX_SHARED_PARAM_STRING:
+            params[k] = sys.intern(v)
+    return params
 
 
 def _mentioned(program: Program) -> frozenset[str]:
