@@ -431,6 +431,20 @@ class PredicateIndex:
 def _holds(rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset: Callable[[], None]) -> bool:
     """Every check of an exact conjunction holds (a check that raises does not). *rest* is
     flat: (where, key, fn, constant) four by four (one tuple: memory)."""
+    if len(rest) == 4 and rest[0] == VALUE:
+        # One check of an event value, the commonest rest: without the iterator and zip of
+        # the loop below (~250 ns a candidate, a fifth of an event's time at 300k patterns).
+        v = values.get(rest[1], _MISSING)
+        if v is _MISSING:
+            return False
+        try:
+            return bool(rest[2](v, rest[3]))
+        except SandboxStop:
+            raise
+        except _PASS_THROUGH:
+            raise
+        except BaseException:
+            return False
     it = iter(rest)
     try:
         for where, key, fn, c in zip(it, it, it, it):
