@@ -30,7 +30,7 @@ def make_engine() -> PatternEngine:
 @contextmanager
 def python_kernel_only() -> Iterator[None]:
     """Patterns compiled meanwhile all go to the python kernel (today's path)."""
-    with mock.patch.object(engine_module, "parse_predicate", return_value=None):
+    with mock.patch.object(engine_module, "parse_predicate", return_value=None), mock.patch.object(engine_module, "parse_conjunction", return_value=None):
         yield
 
 
@@ -226,3 +226,48 @@ def test_range_and_interval_boundaries_exhaustively() -> None:
     for v in BOUNDARY_VALUES:
         e = Event(values={"A": v})
         assert keys(indexed.match(e)) == [i for i, m in naive if m(e)], v
+
+
+def test_a_parametric_update_outside_the_access_moves_nothing_and_loses_nothing() -> None:
+    """`Symbol == sym and Price < limit` is found through Symbol; moving `limit` changes no
+    index entry (the check reads the param when verifying), yet every event follows the
+    limit in force: between the old and the new limit, delivered once, then not."""
+    engine = make_engine()
+    for i in range(50):
+        engine.subscribe(i, PatternSpec(source="Symbol == sym and Price < limit"), {"sym": f"S{i % 5}", "limit": 10.0 + i / 100})
+    placed = engine._subs[7].bucket.placed  # noqa: SLF001 (the index's own record)
+    for limit in (30.0, 15.0, 40.0, 5.0):
+        engine.update(7, {"limit": limit})
+        assert engine._subs[7].bucket.placed is placed  # noqa: SLF001 (not placed again)
+        for price in (4.0, 12.0, 20.0, 35.0):
+            got = keys(engine.match(Event(values={"Symbol": "S2", "Price": price})))
+            want = [i for i in range(2, 50, 5) if price < (limit if i == 7 else 10.0 + i / 100)]
+            assert got == want, (limit, price)
+    engine.update(7, {"sym": "S3"})  # the access's own param: placed again
+    assert keys(engine.match(Event(values={"Symbol": "S3", "Price": 1.0}))) == [3, 7, 8, 13, 18, 23, 28, 33, 38, 43, 48]
+
+
+def test_the_reference_engine_runs_the_python_kernel() -> None:
+    with python_kernel_only():
+        reference = make_engine()
+        reference.subscribe(0, PatternSpec(source="A == 1 and B < 2"))
+    assert reference.tier(PatternSpec(source="A == 1 and B < 2")) != "predicate"
+
+
+def test_postings_grow_and_shrink_through_every_form() -> None:
+    """One entry, a short list, a dict past MAX_LIST_POSTING, and back: every step delivers
+    what evaluating every pattern delivers."""
+    import random
+
+    engine = make_engine()
+    live = set(range(40))
+    for k in live:
+        engine.subscribe(k, PatternSpec(source=f"A == 1 and B > {k}"))
+    order = list(live)
+    random.Random(3).shuffle(order)
+    for k in order:
+        for b in (0, 20, 39, 41):
+            assert keys(engine.match(Event(values={"A": 1, "B": b}))) == sorted(j for j in live if b > j)
+        engine.unsubscribe(k)
+        live.discard(k)
+    assert engine.match(Event(values={"A": 1, "B": 99})) == []

@@ -294,3 +294,46 @@ def test_advice_at_subscribe_stays_cheap_whatever_the_source(engine: PatternEngi
         warnings = engine.pattern_warnings(PatternSpec(kernel="python", format="script" if "\n" in source else "expr", source=source), seen)
         assert time.perf_counter() - t0 < 0.3, source[:40]
         assert 0 < len(warnings) <= 5
+
+
+def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: PatternEngine) -> None:
+    """`_flat_plan` (subscribes and updates of the common conjunction) against `_plan`, on
+    random conjunctions, params (NaN, None, unhashable too) and posting sizes: the same
+    access, the same checks left (a PARAM check read with the bucket's params), the same
+    shadow."""
+    import math
+    import random
+
+    from aa.router.patterns import predicates as P
+    from aa.router.patterns.fastpath import parse_conjunction
+
+    rng = random.Random(1)
+    for k in range(200):
+        engine.subscribe(k, expr(f"A == {rng.choice([1, 2, 3])}"))
+        engine.subscribe(-k - 1, expr(f"B > {rng.choice([1, 2, 3])}"))
+    posting = engine._index.posting  # noqa: SLF001 (the engine's own index sizes)
+    operands = ["1", "2", "2.5", "'a'", "0", "-1", "p", "q", "True", "None"]
+    compared = 0
+    for _ in range(3000):
+        parts = []
+        for _ in range(rng.randint(1, 5)):
+            field, op, operand = rng.choice("ABC"), rng.choice(["==", "!=", "<", "<=", ">", ">="]), rng.choice(operands)
+            parts.append(f"{field} {op} {operand}" if rng.random() < 0.7 else f"{operand} {op} {field}")
+        source = " and ".join(parts)
+        g = parse_conjunction(source)
+        if g is None:
+            continue
+        params = {k: rng.choice([1, 2.5, "a", math.nan, None, [1]]) for k in rng.sample(["p", "q"], rng.randint(0, 2))}
+        program = P.PredicateProgram(engine.sandbox, source, g)
+        flat = P._flat_plan(g.dnf[0], params, program.builtins, posting)
+        if flat is None:
+            continue
+        compared += 1
+
+        def seen(plan: Any) -> tuple[Any, ...]:
+            c = plan.conjs[0]
+            rest = [(P.VALUE, k, fn, params[x]) if w == P.PARAM else (w, k, fn, x) for w, k, fn, x in zip(*[iter(c.rest)] * 4)]
+            return (c.access.kind, c.access.src, repr(c.access.keys), repr(rest), plan.shadow, len(plan.conjs))
+
+        assert seen(flat) == seen(program._plan(g, params, posting)), (source, params)
+    assert compared > 1000

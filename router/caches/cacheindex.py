@@ -2,10 +2,16 @@
 
 Every dispatched event is offered to the client caches, and evaluating each distinct pattern
 costs about half a microsecond: ten distinct patterns would take half a router's budget at
-50,000 events/s. Client caches are mostly "my device's events": ``Device == "phone-7"``. Such
-a pattern — one name compared for equality with one constant — is answered by a dictionary
-lookup, whatever the number of them: the index keeps, per value name, a table from constant
-to the patterns that want it. Every other pattern is evaluated as before.
+50,000 events/s. So the router's matchers (`PatternEngine.matcher`) of predicate-tier
+patterns go into a `PatternSet`: the predicate index of issue 12 (equality and `in` by hash,
+ranges and intervals by bisection, prefixes, presence; Fabret et al. 2001, BE-Tree), found
+through each pattern's access predicate and verified on its other checks — ``Device ==
+"phone-7"``, ``Temperature > 30 and Room == "A"`` and ``10 <= Price < 20`` alike. Patterns
+outside the predicate grammar are evaluated one by one, as before.
+
+A plain callable (no engine's matcher: tests, embedders) keeps the original special case: a
+pattern that is one name compared for equality with one constant is a dictionary lookup,
+every other one is called.
 
 Same answers as evaluating: `==` between an event value and a constant holds exactly when a
 dictionary lookup finds the constant (hash and `==`, so ``1``, ``1.0`` and ``True`` agree as
@@ -22,11 +28,15 @@ from typing import Any, Callable, Final, Hashable
 
 from aa.mesh import Event, PatternSpec
 
+from ..patterns import Matcher, PatternSet
+
 __all__ = ["CacheIndex", "equality_of"]
 
 #: Names an expression pattern may resolve without the event: never indexed.
 _NOT_VALUES: Final = frozenset(dir(builtins)) | {"type", "meta", "event", "params"}
 _MISSING: Final = object()
+#: `_where` of a pattern in the `PatternSet`.
+_INDEXED: Final = ("", None)
 
 
 def equality_of(spec: PatternSpec) -> tuple[str, Hashable] | None:
@@ -60,16 +70,26 @@ def equality_of(spec: PatternSpec) -> tuple[str, Hashable] | None:
 class CacheIndex:
     """The distinct patterns of the client caches: equality ones in tables, the rest listed."""
 
-    __slots__ = ("_tables", "_general", "_where")
+    __slots__ = ("_tables", "_general", "_where", "_set")
 
     def __init__(self) -> None:
         self._tables: dict[str, dict[Hashable, list[Hashable]]] = {}  # name → constant → keys
         self._general: dict[Hashable, Callable[[Event], bool]] = {}  # key → matcher
         self._where: dict[Hashable, tuple[str, Hashable] | None] = {}
+        #: The predicate-tier matchers, indexed (made with the first one: it needs their engine).
+        self._set: PatternSet | None = None
 
     def add(self, key: Hashable, spec: PatternSpec, matcher: Callable[[Event], bool]) -> None:
-        """Index pattern *key* (once per key)."""
+        """Index pattern *key* (once per key). *matcher* is placed in this index's own
+        `PatternSet` when it is an engine's predicate-tier `Matcher` (so it must be in no other
+        set); it keeps answering when called directly."""
         if key in self._where:
+            return
+        if isinstance(matcher, Matcher) and matcher.indexable and matcher.stopped is None:
+            if self._set is None:
+                self._set = PatternSet(matcher.engine)
+            self._set.add_matcher(key, matcher)
+            self._where[key] = _INDEXED
             return
         eq = equality_of(spec)
         self._where[key] = eq
@@ -83,6 +103,10 @@ class CacheIndex:
         if key not in self._where:
             return
         eq = self._where.pop(key)
+        if eq is _INDEXED:
+            assert self._set is not None
+            self._set.remove(key)
+            return
         if eq is None:
             del self._general[key]
             return
@@ -97,7 +121,7 @@ class CacheIndex:
 
     def match(self, event: Event) -> list[Hashable]:
         """Keys of the patterns that accept *event*. A matcher that raises is "no"."""
-        out: list[Hashable] = []
+        out: list[Hashable] = self._set.match(event) if self._set else []
         values = event.values
         for name, table in self._tables.items():
             v: Any = values.get(name, _MISSING)

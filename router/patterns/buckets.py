@@ -5,7 +5,8 @@ matcher; plus the hashable form of params. `engine.py` holds the logic."""
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Hashable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Hashable, Iterator, Union
 
 from aa.mesh import Event
 
@@ -14,10 +15,53 @@ from .budget import SandboxStop
 if TYPE_CHECKING:
     from .engine import PatternEngine, Program
 
-__all__ = ["Member", "Instance", "Bucket", "Matcher", "freeze", "copy_state", "first", "nothing"]
+__all__ = ["Member", "Instance", "Bucket", "Matcher", "freeze", "copy_state", "first", "nothing", "add_member", "drop_member", "add_bucket", "drop_bucket"]
 
 
-class Member:
+class _Alone:
+    """A one-entry, read-only mapping `{key: self}`.
+
+    Memory (issue 12: at most 1 KB per subscription at a million): a dict of one entry costs
+    224 bytes, and most buckets of a million narrow subscriptions hold one member, most
+    instances one bucket. So a bucket's `members` is the `Member` itself while it is alone,
+    and an instance's `buckets` the `Bucket` itself; a dict once there are two. Reading works
+    as on a dict (`len`, `in`, iteration, `keys/values/items/get`, `[key]`); changes go
+    through `add_member`/`drop_member` and `add_bucket`/`drop_bucket`, which switch forms.
+    """
+
+    __slots__ = ()
+
+    def _key(self) -> Any:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self._key(),))
+
+    def __contains__(self, key: object) -> bool:
+        return bool(key == self._key())
+
+    def __getitem__(self, key: Any) -> Any:
+        if key == self._key():
+            return self
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self if key == self._key() else default
+
+    def keys(self) -> tuple[Any, ...]:
+        return (self._key(),)
+
+    def values(self) -> tuple[Any, ...]:
+        return (self,)
+
+    def items(self) -> tuple[tuple[Any, Any], ...]:
+        return ((self._key(), self),)
+
+
+class Member(_Alone):
     __slots__ = ("key", "params", "bucket", "seq")
 
     def __init__(self, key: Hashable, params: dict[str, Any], bucket: "Bucket", seq: int) -> None:
@@ -26,37 +70,100 @@ class Member:
         self.bucket = bucket
         self.seq = seq
 
+    def _key(self) -> Any:
+        return self.key
+
+
+#: A bucket's members: the Member alone, or a dict (see `_Alone`).
+Members = Union[Member, dict[Hashable, Member]]
+
 
 class Instance:
-    __slots__ = ("spec_key", "program", "buckets", "remote")
+    __slots__ = ("spec_key", "program", "buckets", "remote", "run")
 
     def __init__(self, spec_key: tuple[str, str, str], program: "Program", remote: bool = False) -> None:
         self.spec_key = spec_key
         self.program = program
-        self.buckets: dict[Any, Bucket] = {}
+        #: params key → bucket: the Bucket alone, or a dict (see `_Alone`).
+        self.buckets: Bucket | dict[Any, Bucket] = {}
         #: Matched in a worker process (`workers`): `match` skips it here.
         self.remote = remote
+        #: The program's `run`, bound once, that every bucket shares (a predicate program's
+        #: `shared_run` is one function for all instances: a bound method costs 64 bytes).
+        self.run: Any = nothing if remote else getattr(program, "shared_run", None) or program.run
 
 
-class Bucket:
+class Bucket(_Alone):
     """The subscribers of one instance with equal params (and, for scripts, their state)."""
 
-    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "result", "run", "placed")
+    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "run", "placed")
 
     def __init__(self, instance: Instance, params: dict[str, Any], params_key: Any, state: dict[str, Any] | None = None) -> None:
         self.instance = instance
         self.params = params
         self.params_key = params_key
-        #: Subscriber key → subscription, in joining order.
-        self.members: dict[Hashable, Member] = {}
-        self.state: dict[str, Any] = {} if state is None else state
+        #: Subscriber key → subscription, in joining order (the Member alone: `_Alone`).
+        self.members: Members = {}
+        #: A script's state; expressions have none (an empty dict costs 64 bytes each).
+        self.state: dict[str, Any] = state if state is not None else {} if instance.program.kind == "script" else _NO_STATE
         self.context: Any = None
         self.state_countdown = 1
         self.stamp = 0
-        self.result: Any = None
-        self.run = nothing if instance.remote else instance.program.run
+        self.run = instance.run
         #: The bucket's entries in the predicate index (`index.py`), or None.
         self.placed: Any = None
+
+    def _key(self) -> Any:
+        return self.params_key
+
+
+_NO_STATE: dict[str, Any] = MappingProxyType({})  # type: ignore[assignment]  # never written
+
+
+def add_member(bucket: Bucket, sub: Member) -> None:
+    members = bucket.members
+    if type(members) is Member:
+        bucket.members = {members.key: members, sub.key: sub}
+    elif members:
+        members[sub.key] = sub  # type: ignore[index]
+    else:
+        bucket.members = sub
+
+
+def drop_member(bucket: Bucket, key: Hashable) -> None:
+    """Remove *key* from *bucket*'s members (KeyError if absent)."""
+    members = bucket.members
+    if isinstance(members, Member):
+        if members.key != key:
+            raise KeyError(key)
+        bucket.members = {}
+        return
+    del members[key]
+    if len(members) == 1:
+        bucket.members = next(iter(members.values()))
+
+
+def add_bucket(instance: Instance, bucket: Bucket) -> None:
+    buckets = instance.buckets
+    if type(buckets) is Bucket:
+        instance.buckets = {buckets.params_key: buckets, bucket.params_key: bucket}
+    elif buckets:
+        buckets[bucket.params_key] = bucket  # type: ignore[index]
+    else:
+        instance.buckets = bucket
+
+
+def drop_bucket(instance: Instance, params_key: Any) -> None:
+    """Remove the bucket of *params_key* from *instance* (KeyError if absent)."""
+    buckets = instance.buckets
+    if isinstance(buckets, Bucket):
+        if buckets.params_key != params_key:
+            raise KeyError(params_key)
+        instance.buckets = {}
+        return
+    del buckets[params_key]
+    if len(buckets) == 1:
+        instance.buckets = next(iter(buckets.values()))
 
 
 class Matcher:
@@ -76,6 +183,16 @@ class Matcher:
     def bucket(self) -> "Bucket":
         """Its own params bucket (detached from the engine's subscribers)."""
         return self._bucket
+
+    @property
+    def engine(self) -> "PatternEngine":
+        """The engine that compiled it (a `PatternSet` over it needs that engine)."""
+        return self._engine
+
+    @property
+    def indexable(self) -> bool:
+        """True for a predicate-tier pattern (a `PatternSet` finds it through its index)."""
+        return getattr(self._bucket.instance.program, "tier", None) == "predicate"
 
     def __call__(self, event: Event) -> bool:
         if self.stopped is not None:
@@ -116,7 +233,9 @@ def freeze_value(value: Any) -> Any:
     return (t.__name__, value)
 
 
-def copy_state(state: dict[str, Any]) -> dict[str, Any]:
+def copy_state(state: dict[str, Any]) -> dict[str, Any] | None:
+    if not state:
+        return None  # nothing to copy (an expression's shared `_NO_STATE`, an empty state)
     try:
         return copy.deepcopy(state)
     except Exception:  # e.g. a generator expression kept in state

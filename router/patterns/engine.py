@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import copy
 import itertools
+import sys
 from typing import Any, Callable, Collection, Hashable, Mapping
 
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
 from .budget import SandboxStop
-from .buckets import Bucket, Instance, Matcher, Member, copy_state, first, freeze
+from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze
 from .fastpath import parse_conjunction
 from .grammar import parse_predicate
 from .index import PredicateIndex
@@ -101,7 +102,7 @@ class PatternEngine:
         """
         if key in self._subs:
             raise UsageError(f"subscriber {key!r} is already subscribed")
-        own = dict(params or {})
+        own = _shared_strings(dict(params)) if params else _NO_PARAMS  # shared: replaced, never changed
         check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
@@ -138,8 +139,8 @@ class PatternEngine:
         sub = self._subs.get(key)
         if sub is None:
             raise UsageError(f"no subscriber {key!r} to update")
-        check_values(dict(params), "params")
-        merged = {**sub.params, **params}
+        check_values(params if type(params) is dict else dict(params), "params")
+        merged = _shared_strings({**sub.params, **params})
         new_key = freeze(merged)
         old = sub.bucket
         if old.instance.remote:
@@ -148,13 +149,21 @@ class PatternEngine:
             sub.params = merged
             return
         instance = old.instance
-        del old.members[key]
+        if type(old.members) is Member and new_key not in instance.buckets and params.keys() <= old.params.keys() and self._index.movable(old, params):
+            # Alone, and the index does not read these params: only the bucket's key moves
+            # (issue 12: a parametric update in a few microseconds, no event missed or twice).
+            drop_bucket(instance, old.params_key)
+            old.params = sub.params = merged
+            old.params_key = new_key
+            add_bucket(instance, old)
+            return
+        drop_member(old, key)
         if not old.members and new_key not in instance.buckets:
-            del instance.buckets[old.params_key]  # alone: the bucket moves, state and all
+            drop_bucket(instance, old.params_key)  # alone: the bucket moves, state and all
             self._unplace(old)
             old.params, old.params_key = merged, new_key
-            instance.buckets[new_key] = old
-            old.members[key] = sub
+            add_bucket(instance, old)
+            add_member(old, sub)
             sub.params = merged
             self._prepare(old, force=True)
             self._place(old)
@@ -163,7 +172,7 @@ class PatternEngine:
         if old.members:
             self._prepare(old)
         else:
-            del instance.buckets[old.params_key]
+            drop_bucket(instance, old.params_key)
             self._unplace(old)
         sub.params = merged
         self._join(sub, instance, new_key, state)
@@ -173,8 +182,8 @@ class PatternEngine:
         new = bucket is None
         if bucket is None:
             bucket = Bucket(instance, sub.params, params_key, state)
-            instance.buckets[params_key] = bucket
-        bucket.members[sub.key] = sub
+            add_bucket(instance, bucket)
+        add_member(bucket, sub)
         sub.bucket = bucket
         self._prepare(bucket)
         if new:
@@ -182,12 +191,12 @@ class PatternEngine:
 
     def _leave(self, sub: Member) -> None:
         bucket = sub.bucket
-        del bucket.members[sub.key]
+        drop_member(bucket, sub.key)
         instance = bucket.instance
         if bucket.members:
             self._prepare(bucket)
             return
-        del instance.buckets[bucket.params_key]
+        drop_bucket(instance, bucket.params_key)
         self._unplace(bucket)
         if not instance.buckets:
             del self._instances[instance.spec_key]
@@ -209,7 +218,8 @@ class PatternEngine:
         scripts also on the members (`subscribers`, in subscription order)."""
         program = bucket.instance.program
         if program.kind == "script":
-            bucket.members = dict(sorted(bucket.members.items(), key=lambda kv: kv[1].seq))
+            if type(bucket.members) is dict:
+                bucket.members = dict(sorted(bucket.members.items(), key=lambda kv: kv[1].seq))
             program.prepare(bucket)
         elif force or bucket.context is None:
             program.prepare(bucket)
@@ -405,7 +415,7 @@ class PatternEngine:
         bucket = Bucket(instance, own, freeze(own))  # detached: not in instance.buckets
         m = Matcher(self, bucket)
         # A member to forward to, so scripts (`forward()` reaches members) can accept.
-        bucket.members[m] = Member(m, own, bucket, -1)
+        add_member(bucket, Member(m, own, bucket, -1))
         instance.program.prepare(bucket)
         return m
 
@@ -425,7 +435,7 @@ class PatternEngine:
                 if instance.remote:
                     self._tier.unsubscribe(k)
             self._instances.pop(instance.spec_key, None)
-            instance.buckets.clear()
+            instance.buckets = {}
             stopped.update(keys)
             reports.append((keys, stop.code, stop.message[:MAX_STOP_MESSAGE]))
         if stopped:
@@ -448,6 +458,23 @@ class PatternEngine:
     def keys(self) -> list[Hashable]:
         """The subscriber keys, in subscription order."""
         return list(self._subs)
+
+
+#: The params of every subscriber without any (an empty dict costs 64 bytes each).
+_NO_PARAMS: dict[str, Any] = {}
+
+
+#: Longest param string shared between subscribers (`sys.intern`): symbols, device ids.
+MAX_SHARED_PARAM_STRING = 64
+
+
+def _shared_strings(params: dict[str, Any]) -> dict[str, Any]:
+    """*params* with its short strings interned: a million traders of 200 symbols keep 200
+    strings, not a million (~50 bytes each). Interned strings go with their last user."""
+    for k, v in params.items():
+        if type(v) is str and len(v) <= MAX_SHARED_PARAM_STRING:
+            params[k] = sys.intern(v)
+    return params
 
 
 def _mentioned(program: Program) -> frozenset[str]:

@@ -37,6 +37,11 @@ _SPECIAL = frozenset({"type", "meta", "event", "params"}) | FORBIDDEN_NAMES.keys
 MAX_FAST_SOURCE = 1024
 
 
+#: Words that are no operand here: keywords (but True/False/None, read first) and `_SPECIAL`.
+_NOT_OPERANDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | _SPECIAL
+_NO_READS: frozenset[str] = frozenset()
+
+
 def parse_conjunction(source: str) -> Grammar | None:
     """The light grammar of *source* if it is a conjunction of (chained) comparisons of
     names and literals; None otherwise."""
@@ -44,7 +49,7 @@ def parse_conjunction(source: str) -> Grammar | None:
         return None
     atoms: list[Atom] = []
     names: set[str] = set()
-    mentions: set[str] = set()
+    strings: list[str] = []
     prev: Ref | None = None  # the operand before the pending operator
     op: str | None = None
     chained = False  # the current comparison has an operator
@@ -54,22 +59,27 @@ def parse_conjunction(source: str) -> Grammar | None:
             return None
         if want_operand:
             ref: Ref
-            if num:
+            if name:
+                if name in _CONSTANT_WORDS:
+                    ref = ("const", _CONSTANT_WORDS[name])
+                elif name in _NOT_OPERANDS:
+                    return None
+                else:
+                    ref = ("name", name)
+                    names.add(name)
+            elif num:
                 ref = ("const", float(num) if "." in num or "e" in num or "E" in num else int(num))
             elif text:
                 ref = ("const", text[1:-1])
-                mentions.add(text[1:-1])
-            elif name in _CONSTANT_WORDS:
-                ref = ("const", _CONSTANT_WORDS[name])
-            elif name and not (keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in _SPECIAL):
-                ref = ("name", name)
-                names.add(name)
-                mentions.add(name)
+                strings.append(text[1:-1])
             else:
                 return None
             if op is not None:
                 assert prev is not None
-                reads = frozenset(str(x) for kind, x in (prev, ref) if kind == "name")
+                if prev[0] == "name":
+                    reads = frozenset((prev[1], ref[1])) if ref[0] == "name" else frozenset((prev[1],))
+                else:
+                    reads = frozenset((ref[1],)) if ref[0] == "name" else _NO_READS
                 atoms.append(Atom(op, prev, ref, False, None, reads))
             prev, op, want_operand = ref, None, False
         elif cmp:
@@ -80,4 +90,5 @@ def parse_conjunction(source: str) -> Grammar | None:
             return None
     if want_operand or not chained:
         return None  # ends on an operator or "and", or a bare operand (truthiness)
-    return Grammar(None, True, [atoms], frozenset(names), frozenset(mentions), False)
+    frozen = frozenset(names)
+    return Grammar(None, True, [atoms], frozen, frozen.union(strings) if strings else frozen, False)

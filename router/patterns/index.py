@@ -45,7 +45,7 @@ from sortedcontainers import SortedList
 from aa.mesh import Event
 
 from .budget import SandboxStop
-from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
+from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -54,21 +54,27 @@ __all__ = ["PredicateIndex"]
 
 _MISSING: Any = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
-#: A posting list: one entry, or an ordered set of them (most postings hold one).
+#: A posting list: one entry, a list of a few, or an ordered set (dict) of more. Memory:
+#: most postings hold one or a few entries, and a dict of two costs 224 bytes, a list 72.
 Posting = Any
+#: Longest posting kept as a list (removal scans it); past this, a dict.
+MAX_LIST_POSTING = 16
 
 
 class _Entry:
-    """One conjunction of one bucket (or, `full`, the whole pattern of the bucket)."""
+    """One conjunction of one bucket: its checks left (`rest`, flat), or None when a hit
+    means evaluating the whole pattern of the bucket."""
 
-    __slots__ = ("bucket", "rest", "full", "access", "key")
+    __slots__ = ("bucket", "rest", "access")
 
-    def __init__(self, bucket: "Bucket", rest: tuple[Any, ...], full: bool, access: Access | None, key: int) -> None:
+    def __init__(self, bucket: "Bucket", rest: tuple[Any, ...] | None, access: Access | None) -> None:
         self.bucket = bucket
         self.rest = rest
-        self.full = full
         self.access = access
-        self.key = key  # unique: orders equal range bounds
+
+    def __lt__(self, other: "_Entry") -> bool:
+        """Orders range bounds that tie on (bound, flag) in a sorted list: any fixed order."""
+        return id(self) < id(other)
 
 
 def _post(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
@@ -76,7 +82,13 @@ def _post(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
     if old is None:
         table[key] = entry
     elif type(old) is _Entry:
-        table[key] = {old: None, entry: None}
+        table[key] = [old, entry]
+    elif type(old) is list:
+        if len(old) < MAX_LIST_POSTING:
+            old.append(entry)
+        else:
+            table[key] = dict.fromkeys(old)
+            table[key][entry] = None
     else:
         old[entry] = None
 
@@ -85,6 +97,11 @@ def _unpost(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
     old = table.get(key)
     if old is entry:
         del table[key]
+    elif type(old) is list:
+        if entry in old:
+            old.remove(entry)
+            if len(old) == 1:
+                table[key] = old[0]
     elif old is not None and type(old) is not _Entry:
         old.pop(entry, None)
         if not old:
@@ -215,10 +232,10 @@ class _Field:
                 probe = (v, 1)
                 lo = self.ranges.get((family, "lo"))
                 if lo is not None:
-                    out.extend(b[3] for b in lo.islice(0, lo.bisect_left(probe)))
+                    out.extend(b[2] for b in lo.islice(0, lo.bisect_left(probe)))
                 hi = self.ranges.get((family, "hi"))
                 if hi is not None:
-                    out.extend(b[3] for b in hi.islice(hi.bisect_left(probe)))
+                    out.extend(b[2] for b in hi.islice(hi.bisect_left(probe)))
         if (self.prefix_lens or self.suffix_lens) and isinstance(v, str):
             n = len(v)
             for length in self.prefix_lens:
@@ -240,12 +257,12 @@ def _side(a: Access) -> tuple[str, str]:
     return ("s" if isinstance(bound, str) else "n", "lo" if op[0] == ">" else "hi")
 
 
-def _bound(a: Access, e: _Entry) -> tuple[Any, int, int, _Entry]:
+def _bound(a: Access, e: _Entry) -> tuple[Any, int, _Entry]:
     """Sort key: lower bounds match bounds < (v, 1) with flag 1 for ">" and 0 for ">=";
     upper bounds match bounds >= (v, 1) with flag 0 for "<" and 1 for "<="."""
     op, bound = a.keys
     flag = 1 if op in (">", "<=") else 0
-    return (bound, flag, e.key, e)
+    return (bound, flag, e)  # entries that tie compare by id (`_Entry.__lt__`)
 
 
 def _width_class(a: Access) -> int:
@@ -261,9 +278,9 @@ class PredicateIndex:
         self._type = _Field()
         self._meta: dict[str, _Field] = {}
         self._scan: dict[_Entry, None] = {}
-        self._shadow: dict[str, dict[_Entry, None]] = {}
+        #: Shadowed name → the buckets to evaluate whole when an event carries that name.
+        self._shadow: dict[str, dict["Bucket", None]] = {}
         self._count = 0
-        self._keys = 0
         self._reset = verify_budget or (lambda: None)
 
     def __len__(self) -> int:
@@ -293,9 +310,8 @@ class PredicateIndex:
         if plan.scan and full:
             conjs = conjs[:1]
         for conj in conjs:
-            self._keys += 1
             access = None if plan.scan and full else conj.access
-            e = _Entry(bucket, conj.rest, full, access, self._keys)
+            e = _Entry(bucket, None if full else conj.rest, access)
             if access is None:
                 self._scan[e] = None
             else:
@@ -303,13 +319,15 @@ class PredicateIndex:
                 assert f is not None
                 f.add(e, access)
             entries.append(e)
-        if plan.shadow:
-            self._keys += 1
-            e = _Entry(bucket, (), True, None, self._keys)
-            for name in plan.shadow:
-                self._shadow.setdefault(name, {})[e] = None
-            entries.append(e)
-        bucket.placed = (entries, plan.shadow)
+        shadow = plan.shadow
+        for name in shadow:
+            self._shadow.setdefault(name, {})[bucket] = None
+        # Memory: one entry of a flat plan without shadow (the common case) is kept alone,
+        # else one tuple (shadow names, pinned params, entries...): a list and a tuple more
+        # would cost ~110 bytes a subscription.
+        pinned = plan.pinned
+        alone = len(entries) == 1 and not shadow and pinned is not None
+        bucket.placed = entries[0] if alone else (shadow, pinned, *entries)
         self._count += 1
 
     def remove(self, bucket: "Bucket") -> None:
@@ -319,17 +337,19 @@ class PredicateIndex:
             return
         bucket.placed = None
         self._count -= 1
-        entries, shadow = placed
-        last = len(entries) - 1
-        for i, e in enumerate(entries):
+        if type(placed) is _Entry:
+            entries: tuple[_Entry, ...] = (placed,)
+        else:
+            shadow, _, *rest = placed
+            entries = tuple(rest)
+            for name in shadow:
+                table = self._shadow[name]
+                del table[bucket]
+                if not table:
+                    del self._shadow[name]
+        for e in entries:
             a = e.access
-            if shadow and i == last:
-                for name in shadow:
-                    table = self._shadow[name]
-                    del table[e]
-                    if not table:
-                        del self._shadow[name]
-            elif a is not None:
+            if a is not None:
                 f = self._field(a.src, create=False)
                 assert f is not None
                 f.remove(e, a)
@@ -337,6 +357,18 @@ class PredicateIndex:
                     del (self._values if a.src[0] == VALUE else self._meta)[a.src[1]]
             else:
                 del self._scan[e]
+
+    def movable(self, bucket: "Bucket", names: Any) -> bool:
+        """Whether params *names* of placed *bucket* can change without placing it again:
+        its plan reads them when verifying and its accesses use none of them (the caller
+        also keeps the set of param names as it is, so names resolve as they did)."""
+        placed = bucket.placed
+        if placed is None:
+            return False
+        if type(placed) is _Entry:
+            return True
+        pinned = placed[1]
+        return pinned is not None and pinned.isdisjoint(names)
 
     def match(self, event: Event, stamp: int) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
         """The placed buckets whose pattern *event* matches, and the ones the sandbox stopped.
@@ -357,7 +389,7 @@ class PredicateIndex:
                     f.collect(v, cands)
         if self._scan:
             cands.extend(self._scan)
-        shadowed: list[_Entry] = []
+        shadowed: list["Bucket"] = []
         if self._shadow:
             for name in values:
                 s = self._shadow.get(name)
@@ -365,17 +397,17 @@ class PredicateIndex:
                     shadowed.extend(s)
         return self._verify(event, stamp, cands, shadowed)
 
-    def _verify(self, event: Event, stamp: int, cands: list[_Entry], shadowed: list[_Entry]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
+    def _verify(self, event: Event, stamp: int, cands: list[_Entry], shadowed: list["Bucket"]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
         values = event.values
         matched: list["Bucket"] = []
         stops: list[tuple["Bucket", SandboxStop]] = []
-        skip = {e.bucket for e in shadowed} if shadowed else None
+        skip = set(shadowed) if shadowed else None
         for e in cands:
             b = e.bucket
             if b.stamp == stamp or skip is not None and b in skip:
                 continue
             try:
-                if e.full:
+                if e.rest is None:
                     b.stamp = stamp
                     if b.run(b, event):
                         matched.append(b)
@@ -385,8 +417,7 @@ class PredicateIndex:
             except SandboxStop as stop:
                 b.stamp = stamp
                 stops.append((b, stop))
-        for e in shadowed:
-            b = e.bucket
+        for b in shadowed:
             if b.stamp != stamp:
                 b.stamp = stamp
                 try:
@@ -398,13 +429,34 @@ class PredicateIndex:
 
 
 def _holds(rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset: Callable[[], None]) -> bool:
-    """Every check of an exact conjunction holds (a check that raises does not)."""
+    """Every check of an exact conjunction holds (a check that raises does not). *rest* is
+    flat: (where, key, fn, constant) four by four (one tuple: memory)."""
+    if len(rest) == 4 and rest[0] == VALUE:
+        # One check of an event value, the commonest rest: without the iterator and zip of
+        # the loop below (~250 ns a candidate, a fifth of an event's time at 300k patterns).
+        v = values.get(rest[1], _MISSING)
+        if v is _MISSING:
+            return False
+        try:
+            return bool(rest[2](v, rest[3]))
+        except SandboxStop:
+            raise
+        except _PASS_THROUGH:
+            raise
+        except BaseException:
+            return False
+    it = iter(rest)
     try:
-        for where, key, fn, c in rest:
+        for where, key, fn, c in zip(it, it, it, it):
             if where == VALUE:
                 v = values.get(key, _MISSING)
                 if v is _MISSING:
                     return False
+            elif where == PARAM:
+                v = values.get(key, _MISSING)
+                if v is _MISSING:
+                    return False
+                c = params[c]
             elif where == TYPE:
                 v = event.type
             elif where == META:

@@ -5,7 +5,8 @@ history queries), matched against an event all at once through the predicate ind
     >>> # caches.add("phone-7", PatternSpec(source='Device == "phone-7"'))   -> "predicate"
     >>> # caches.match(event)                                               -> ["phone-7", ...]
 
-The general case of what `aa.router.cacheindex` did for `Name == constant` only: every
+Client caches use it (`aa.router.caches.CacheIndex`, which before did `Name == constant`
+only): every
 predicate-tier pattern is found through its access predicate (equality, `in`, ranges,
 intervals, prefixes, presence; see `index.py`), any other pattern is evaluated per event by
 its standalone matcher (`PatternEngine.matcher`). Same answers as calling each matcher.
@@ -49,12 +50,19 @@ class PatternSet:
         `PatternEngine.subscribe`."""
         if key in self._matchers:
             raise UsageError(f"pattern {key!r} is already in the set")
-        m = self._engine.matcher(spec, params)
-        self._matchers[key] = m
+        return self.add_matcher(key, self._engine.matcher(spec, params))
+
+    def add_matcher(self, key: Hashable, matcher: "Matcher") -> str:
+        """Add a standalone matcher the caller already holds (`PatternEngine.matcher` of this
+        set's engine) under *key*: the set places its bucket, so the matcher must be in no
+        other set. Returns its tier; raises `UsageError` if *key* is taken."""
+        if key in self._matchers:
+            raise UsageError(f"pattern {key!r} is already in the set")
+        self._matchers[key] = matcher
         self._seq += 1
         self._order[key] = self._seq
-        self._place(key, m)
-        return "predicate" if isinstance(m.bucket.instance.program, PredicateProgram) else "sandbox"
+        self._place(key, matcher)
+        return "predicate" if isinstance(matcher.bucket.instance.program, PredicateProgram) else "sandbox"
 
     def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
         """Merge *params* into *key*'s params: the pattern moves in the index."""

@@ -34,11 +34,15 @@ if TYPE_CHECKING:
     from .engine import Bucket
     from .sandbox import Sandbox
 
-__all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT"]
+__all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE", "PARAM", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT"]
 
 #: Where a flat check reads its operand: an event value, the event type, a meta field; or
 #: CLOSURE: the check is `fn(values, event, params)` itself.
 VALUE, TYPE, META, CLOSURE = 0, 1, 2, 3
+#: A flat check of an event value against the bucket's param named in the constant's slot,
+#: read when verifying: a parametric update of a param the access does not use then changes
+#: nothing in the index (`Plan.pinned`).
+PARAM = 4
 #: A check: (where, key, fn, constant). Flat: `fn(operand, constant)` must be true.
 Check = tuple[int, Any, Any, Any]
 #: Access kinds, best first (for equal kinds, the shorter posting list wins).
@@ -82,7 +86,8 @@ class Access:
 @dataclass(slots=True)
 class Conj:
     access: Access | None  # None: no indexable atom (the bucket is scanned)
-    rest: tuple[Check, ...]  # exact plans: the checks left after the access
+    #: Exact plans: the checks left after the access, flat (where, key, fn, constant, ...).
+    rest: tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -95,6 +100,9 @@ class Plan:
     shadow: frozenset[str]
     #: The bucket is a candidate for every event (some conjunction has no access).
     scan: bool
+    #: The params the accesses read (an update of any other param needs no new plan: its
+    #: checks read it when verifying); None: every update plans again.
+    pinned: frozenset[str] | None = None
 
 
 class PredicateProgram:
@@ -147,6 +155,12 @@ class PredicateProgram:
         except BaseException:
             return False
 
+    @staticmethod
+    def shared_run(bucket: "Bucket", event: Event) -> bool:
+        """`run` for `Bucket.run`, one function for every instance (see `Instance.run`)."""
+        program: PredicateProgram = bucket.instance.program  # type: ignore[assignment]
+        return program.run(bucket, event)
+
     # -- plans -----------------------------------------------------------------------------
 
     def plan(self, params: Mapping[str, Any], posting: Any) -> Plan:
@@ -154,7 +168,7 @@ class PredicateProgram:
         access would share its posting list with (the selectivity estimate)."""
         g = self._grammar or self._parse(False)
         try:
-            plan = self._plan(g, params, posting)
+            plan = (_flat_plan(g.dnf[0], params, self.builtins, posting) if g.exact else None) or self._plan(g, params, posting)
         except _NeedClosures:
             g = self._parse(True)
             plan = self._plan(g, params, posting)
@@ -183,12 +197,12 @@ class PredicateProgram:
                 options += _intervals(ranges)
             if not options:
                 scan = True
-                conjs.append(Conj(None, tuple(c for c, _ in checks)))
+                conjs.append(Conj(None, tuple(x for c, _ in checks for x in c)))
                 continue
             top = min(_RANK[o[0].kind] for o in options)
             options = [o for o in options if _RANK[o[0].kind] == top]
             access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
-            rest = tuple(c for j, (c, _) in enumerate(checks) if not (j in covered and access.exact))
+            rest = tuple(x for j, (c, _) in enumerate(checks) if not (j in covered and access.exact) for x in c)
             conjs.append(Conj(access, rest))
         return Plan(conjs, g.exact, _intern(shadow), scan)
 
@@ -294,6 +308,104 @@ class PredicateProgram:
     @staticmethod
     def _presence(src: tuple[int, Any], exact: bool) -> list[Access]:
         return [] if src[0] == TYPE else [Access(PRESENT, src, (), exact)]
+
+
+_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+_SRCS: dict[str, tuple[int, str]] = {}
+#: Distinct event names whose (VALUE, name) field reference is shared; past this, not shared.
+_MAX_SHARED_SRCS = 100_000
+
+
+def _src(name: str) -> tuple[int, str]:
+    """One (VALUE, name) tuple per value name: a million checks then share a few dozen."""
+    got = _SRCS.get(name)
+    if got is None:
+        got = (VALUE, name)
+        if len(_SRCS) < _MAX_SHARED_SRCS:
+            _SRCS[name] = got
+    return got
+
+
+def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[str, Any], posting: Any) -> Plan | None:
+    """The plan of `_plan` for the common conjunction (issue 12: subscribes and parametric
+    updates must be cheap): every atom a comparison of an event value with a constant or a
+    param, one side each, and at least one of them indexable. Anything else (two names, a
+    builtin, two constants, `!=` only, ...) returns None and takes `_plan`, whose answer this
+    reproduces (same access, same shadow, the same checks left; those that compare with a
+    param read it when verifying, `PARAM`). The property tests compare both with Python."""
+    shadow: set[str] | None = None
+    pnames: list[str | None] = []
+    checks: list[Check] = []
+    #: Candidate accesses, without the Access object yet: (kind, src, keys, atoms covered).
+    eqs: list[tuple[str, Any, Any, tuple[int, ...]]] = []
+    ranges: list[tuple[str, Any, Any, tuple[int, ...]]] = []
+    for i, atom in enumerate(atoms):
+        op = atom.op
+        if atom.negated or op not in _COMPARISONS:
+            return None
+        (lk, lx), (rk, rx) = atom.left, atom.right
+        if lk != "name" or lx in params:
+            if rk != "name" or rx in params:
+                return None  # two constants (folded by `_plan`) or something else
+            if lk == "name":
+                shadow = shadow or set()
+                shadow.add(lx)
+                c, pname = params[lx], lx
+            elif lk == "const":
+                c, pname = lx, None
+            else:
+                return None
+            if rx in builtins:
+                return None
+            name, op = rx, _FLIP.get(op, op)
+        else:
+            if lx in builtins:
+                return None
+            if rk == "name" and rx in params:
+                shadow = shadow or set()
+                shadow.add(rx)
+                c, pname = params[rx], rx
+            elif rk == "const":
+                c, pname = rx, None
+            else:
+                return None
+            name = lx
+        src = _src(name)
+        checks.append((VALUE, src[1], OPS[op], c) if pname is None else (PARAM, src[1], OPS[op], pname))
+        pnames.append(pname)
+        if op == "==":
+            if _hashable(c):
+                eqs.append((EQ, src, (c,), (i,)))
+        elif op != "!=" and (isinstance(c, str) or isinstance(c, (int, float)) and c == c):
+            ranges.append((RANGE, src, (op, c), (i,)))
+    # The best kind (EQ, else INTERVAL, else RANGE), then the shortest posting, then the
+    # first atoms: `_plan`'s choice, with an Access built only for the candidates compared.
+    if eqs:
+        options = eqs
+    elif not ranges:
+        return None
+    else:
+        options = _flat_intervals(ranges) or ranges
+    if len(options) == 1:
+        kind, src, keys, covered = options[0]
+        access = Access(kind, src, keys, True)
+    else:
+        access, covered = min(((Access(k, sr, ks, True), cov) for k, sr, ks, cov in options), key=lambda o: (posting(o[0]), o[1]))
+    rest: list[Any] = []
+    for j, check in enumerate(checks):
+        if j not in covered:
+            rest += check
+    pinned = _intern({n for j in covered if (n := pnames[j]) is not None})
+    return Plan([Conj(access, tuple(rest))], True, _intern(shadow) if shadow else _NO_NAMES, False, pinned)
+
+
+def _flat_intervals(ranges: list[tuple[str, Any, Any, tuple[int, ...]]]) -> list[tuple[str, Any, Any, tuple[int, ...]]]:
+    """`_intervals` over `_flat_plan`'s range options (kind, src, (op, bound), covered)."""
+    lows = [r for r in ranges if r[2][0][0] == ">" and _bounded(r[2][1])][:MAX_BOUNDS_PAIRED]
+    if not lows:
+        return []
+    highs = [r for r in ranges if r[2][0][0] == "<" and _bounded(r[2][1])][:MAX_BOUNDS_PAIRED]
+    return [(INTERVAL, lo[1], lo[2] + hi[2], lo[3] + hi[3]) for lo in lows for hi in highs if lo[1] == hi[1] and hi[2][1] >= lo[2][1]]
 
 
 def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:

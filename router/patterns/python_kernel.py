@@ -201,7 +201,8 @@ class ScriptProgram:
         return out
 
 
-def _targets(to: Any, members: Mapping[Hashable, Any]) -> Iterable[Hashable]:
+def _targets(to: Any, members: Any) -> Iterable[Hashable]:
+    # *members*: a bucket's members, a dict or a lone `Member` (read like a one-entry dict)
     items = [to] if isinstance(to, (SubscriberView, str)) else list(to)
     by_id: dict[str, Hashable] | None = None
     keys = []
