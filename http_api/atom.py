@@ -195,10 +195,10 @@ def render_atom(
     # The link's URL is escaped once per feed (its host comes from the request: anyone's text).
     prefix = '"' + escape(_NOT_XML.sub("\ufffd", event_url), _QUOTE) if event_url is not None else None
     for event, pids in entries:
-        head, body = parts(event, updated)
+        head, link, body = parts(event, updated)
         out.append(head)
         if prefix is not None:  # untyped: feed readers take it as the entry's link
-            out.append(f"<link rel=\"alternate\" href={prefix}{quote(event.id or '', safe='')}\"/>")
+            out.append(f"<link rel=\"alternate\" href={prefix}{link}\"/>")
         tags = categories.get(pids)
         if tags is None:
             tags = categories[pids] = "".join(_category(pid, labels.get(pid)) for pid in pids)
@@ -222,35 +222,37 @@ class EntryCache:
     def __init__(self, size: int = MAX_CACHED_ENTRIES) -> None:
         self.size = size
         self.chars = 0  # held in all
-        self._parts: dict[str, tuple[Event, str, str]] = {}
+        self._parts: dict[str, tuple[Event, str, str, str]] = {}
 
     def __len__(self) -> int:
         return len(self._parts)
 
-    def parts(self, event: Event, updated: datetime) -> tuple[str, str]:
-        """(head, body) of *event*'s entry; *updated* stands in for a missing time stamp."""
+    def parts(self, event: Event, updated: datetime) -> tuple[str, str, str]:
+        """(head, link, body) of *event*'s entry (`_parts`); *updated* stands in for a
+        missing time stamp."""
         key = event.id
         got = self._parts.get(key) if key else None
         if got is not None and got[0] is event:
-            return got[1], got[2]
+            return got[1], got[2], got[3]
         stamped = type(event.meta.get(META_TIME)) is datetime
-        head, body = _parts(event, updated)
-        length = len(head) + len(body)
+        head, link, body = _parts(event, updated)
+        length = len(head) + len(link) + len(body)
         if key and stamped and length <= MAX_CACHED_ENTRY_CHARS:  # one dated by its feed is that feed's
             parts = self._parts
             old = parts.pop(key, None)
             if old is not None:
-                self.chars -= len(old[1]) + len(old[2])
+                self.chars -= len(old[1]) + len(old[2]) + len(old[3])
             while parts and (len(parts) >= self.size or self.chars + length > MAX_CACHED_CHARS):
-                _, h, b = parts.pop(next(iter(parts)))
-                self.chars -= len(h) + len(b)
-            parts[key] = (event, head, body)
+                _, h, k, b = parts.pop(next(iter(parts)))
+                self.chars -= len(h) + len(k) + len(b)
+            parts[key] = (event, head, link, body)
             self.chars += length
-        return head, body
+        return head, link, body
 
 
-def _parts(event: Event, updated: datetime) -> tuple[str, str]:
-    """An entry but for its link and pattern categories: what goes before them, and after."""
+def _parts(event: Event, updated: datetime) -> tuple[str, str, str]:
+    """An entry but for its link and pattern categories: what goes before them, the event's
+    id as the link's last path segment (percent-encoded), and what goes after them."""
     stamp = _stamp(event, updated)
     when = _date(stamp)
     who = _text(publisher(event))
@@ -274,7 +276,7 @@ def _parts(event: Event, updated: datetime) -> tuple[str, str]:
     if type(via) is str and via:
         body.append(f" via router {_text(via)}")
     body.append(f"</p></div></content><aa:event>{escape(event_content(event))}</aa:event></entry>")
-    return "".join(head), "".join(body)
+    return "".join(head), quote(event.id or "", safe=""), "".join(body)
 
 
 def _category(pid: str, label: str | None) -> str:
