@@ -87,7 +87,7 @@ class FeedFastPath:
             response = handler(request, exc)
             if inspect.isawaitable(response):
                 response = await response
-        cycle = getattr(send, "__self__", None)  # uvicorn's RequestResponseCycle
+        cycle: Any = getattr(send, "__self__", None)  # uvicorn's RequestResponseCycle
         transport = getattr(cycle, "transport", None)
         if transport is None or not hasattr(transport, "write"):  # another server: as it comes
             await response(scope, receive, send)

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -165,13 +166,14 @@ async def test_a_feed_answer_leaves_in_one_write_and_whole_when_the_connection_c
     from asyncio import selector_events
 
     writes: list[bytes] = []
-    real = selector_events._SelectorSocketTransport.write
+    transport: Any = getattr(selector_events, "_SelectorSocketTransport")  # what uvicorn writes to
+    real = transport.write
 
     def write(self: object, data: bytes) -> None:
         writes.append(bytes(data))
-        real(self, data)  # type: ignore[arg-type]
+        real(self, data)
 
-    monkeypatch.setattr(selector_events._SelectorSocketTransport, "write", write)
+    monkeypatch.setattr(transport, "write", write)
     async with open_server() as (router, endpoint):
         async with httpx.AsyncClient(base_url=endpoint.url) as http:
             r = await http.post("/clients", json={"patterns": [{"source": "True"}]})
