@@ -302,9 +302,9 @@ def test_entry_cache_keeps_a_bounded_number_and_never_answers_for_another_event(
     assert len(cache) == 3
     impostor = Event(values={"i": "other"}, id="e-4", meta={"time": now})  # same id, another object
     head, link, body = cache.parts(impostor, now)
-    assert "other" in body and "other" not in cache.parts(events[3], now)[2]
+    assert b"other" in body and b"other" not in cache.parts(events[3], now)[2]
     big = Event(values={"s": "x" * 100_000}, id="big", meta={"time": now})  # rendered, not kept
-    assert "x" * 1000 in cache.parts(big, now)[2] and len(cache) == 3
+    assert b"x" * 1000 in cache.parts(big, now)[2] and len(cache) == 3
     assert cache.chars == sum(len(h) + len(k) + len(b) for _, h, k, b in cache._parts.values()) < 20_000
 
 

@@ -65,6 +65,10 @@ def start_router() -> tuple[subprocess.Popen[str] | None, str, str]:
     proc = subprocess.Popen(
         [AA, "router", "--port", "0", "--http-port", "0", "--no-discovery"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        # A session of its own: where the kernel groups CPU time by session (autogroup,
+        # Linux's desktop default), the router would otherwise share one group's time with
+        # the load generators it is measured against.
+        start_new_session=True,
     )
     assert proc.stdout is not None
     tcp = re.search(r"listening on (\S+)", proc.stdout.readline())
@@ -412,7 +416,7 @@ async def poll_open_loop(base: str, clients: list, seconds: float, concurrency: 
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = await asyncio.create_subprocess_exec(
             "wrk", f"-t{concurrency}", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "30s",
-            "-s", f.name, base, stdout=subprocess.PIPE,
+            "-s", f.name, base, stdout=subprocess.PIPE, start_new_session=True,  # as the router's
         )
         out, _ = await proc.communicate()
         elapsed = time.perf_counter() - t0
