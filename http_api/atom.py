@@ -73,7 +73,7 @@ _XHTML = "http://www.w3.org/1999/xhtml"
 #: Events whose rendered entry parts `EntryCache` keeps: phones poll within seconds of an
 #: event's arrival, and at 200 events/s this is the last 20 s; some 1.5 kB each, so a few MB.
 MAX_CACHED_ENTRIES = 4096
-#: Characters `EntryCache` holds in all, and the largest entry it keeps: a publisher of big
+#: Bytes (UTF-8) `EntryCache` holds in all, and the largest entry it keeps: a publisher of big
 #: events (up to the 1 MiB body cap) must not make the cache hold gigabytes; a big entry is
 #: rendered anew each time, as before the cache.
 MAX_CACHED_CHARS = 32 * 1024 * 1024
@@ -191,21 +191,29 @@ def render_atom(
     if cursor is not None:
         out.append(f"<aa:cursor>{cursor}</aa:cursor>")
     parts = cache.parts if cache is not None else _parts
-    categories: dict[Sequence[str], str] = {}  # most entries of a feed share their patterns
+    categories: dict[Sequence[str], bytes] = {}  # most entries of a feed share their patterns
     # The link's URL is escaped once per feed (its host comes from the request: anyone's text).
-    prefix = '"' + escape(_NOT_XML.sub("\ufffd", event_url), _QUOTE) if event_url is not None else None
+    prefix = b'<link rel="alternate" href="' + _utf8(escape(_NOT_XML.sub("\ufffd", event_url), _QUOTE)) \
+        if event_url is not None else None
+    # Bytes from here: entries are kept encoded (`EntryCache`), so a page of them is joined,
+    # not encoded anew for every poll.
+    chunks = [_utf8("".join(out))]
     for event, pids in entries:
-        head, body = parts(event, updated)
-        out.append(head)
+        head, link, body = parts(event, updated)
+        chunks.append(head)
         if prefix is not None:  # untyped: feed readers take it as the entry's link
-            out.append(f"<link rel=\"alternate\" href={prefix}{quote(event.id or '', safe='')}\"/>")
+            chunks += (prefix, link, b'"/>')
         tags = categories.get(pids)
         if tags is None:
-            tags = categories[pids] = "".join(_category(pid, labels.get(pid)) for pid in pids)
-        out.append(tags)
-        out.append(body)
-    out.append("</feed>\n")
-    return "".join(out).encode("utf-8", "surrogatepass")
+            tags = categories[pids] = _utf8("".join(_category(pid, labels.get(pid)) for pid in pids))
+        chunks.append(tags)
+        chunks.append(body)
+    chunks.append(b"</feed>\n")
+    return b"".join(chunks)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 class EntryCache:
@@ -221,36 +229,39 @@ class EntryCache:
 
     def __init__(self, size: int = MAX_CACHED_ENTRIES) -> None:
         self.size = size
-        self.chars = 0  # held in all
-        self._parts: dict[str, tuple[Event, str, str]] = {}
+        self.chars = 0  # bytes held in all (the name predates keeping them encoded)
+        self._parts: dict[str, tuple[Event, bytes, bytes, bytes]] = {}
 
     def __len__(self) -> int:
         return len(self._parts)
 
-    def parts(self, event: Event, updated: datetime) -> tuple[str, str]:
-        """(head, body) of *event*'s entry; *updated* stands in for a missing time stamp."""
+    def parts(self, event: Event, updated: datetime) -> tuple[bytes, bytes, bytes]:
+        """(head, link, body) of *event*'s entry (`_parts`); *updated* stands in for a
+        missing time stamp."""
         key = event.id
         got = self._parts.get(key) if key else None
         if got is not None and got[0] is event:
-            return got[1], got[2]
+            return got[1], got[2], got[3]
         stamped = type(event.meta.get(META_TIME)) is datetime
-        head, body = _parts(event, updated)
-        length = len(head) + len(body)
+        head, link, body = _parts(event, updated)
+        length = len(head) + len(link) + len(body)
         if key and stamped and length <= MAX_CACHED_ENTRY_CHARS:  # one dated by its feed is that feed's
             parts = self._parts
             old = parts.pop(key, None)
             if old is not None:
-                self.chars -= len(old[1]) + len(old[2])
+                self.chars -= len(old[1]) + len(old[2]) + len(old[3])
             while parts and (len(parts) >= self.size or self.chars + length > MAX_CACHED_CHARS):
-                _, h, b = parts.pop(next(iter(parts)))
-                self.chars -= len(h) + len(b)
-            parts[key] = (event, head, body)
+                _, h, k, b = parts.pop(next(iter(parts)))
+                self.chars -= len(h) + len(k) + len(b)
+            parts[key] = (event, head, link, body)
             self.chars += length
-        return head, body
+        return head, link, body
 
 
-def _parts(event: Event, updated: datetime) -> tuple[str, str]:
-    """An entry but for its link and pattern categories: what goes before them, and after."""
+def _parts(event: Event, updated: datetime) -> tuple[bytes, bytes, bytes]:
+    """An entry but for its link and pattern categories, in UTF-8: what goes before them,
+    the event's id as the link's last path segment (percent-encoded), and what goes after
+    them."""
     stamp = _stamp(event, updated)
     when = _date(stamp)
     who = _text(publisher(event))
@@ -274,7 +285,7 @@ def _parts(event: Event, updated: datetime) -> tuple[str, str]:
     if type(via) is str and via:
         body.append(f" via router {_text(via)}")
     body.append(f"</p></div></content><aa:event>{escape(event_content(event))}</aa:event></entry>")
-    return "".join(head), "".join(body)
+    return _utf8("".join(head)), _utf8(quote(event.id or "", safe="")), _utf8("".join(body))
 
 
 def _category(pid: str, label: str | None) -> str:

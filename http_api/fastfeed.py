@@ -87,4 +87,47 @@ class FeedFastPath:
             response = handler(request, exc)
             if inspect.isawaitable(response):
                 response = await response
-        await response(scope, receive, send)
+        cycle: Any = getattr(send, "__self__", None)  # uvicorn's RequestResponseCycle
+        transport = getattr(cycle, "transport", None)
+        if transport is None or not hasattr(transport, "write"):  # another server: as it comes
+            await response(scope, receive, send)
+            return
+        cycle.transport = once = _OneWrite(transport)
+        try:
+            await response(scope, receive, send)
+        finally:
+            cycle.transport = transport
+            once.flush()
+
+
+class _OneWrite:
+    """A transport that gathers what uvicorn writes for one answer and writes it at once.
+
+    uvicorn writes an answer's head and body with two `write` calls, each a `send` system
+    call and, on a TCP_NODELAY socket, a packet of its own; on loopback the kernel's work
+    for a packet (the receiver's side included) is done in the sender's call, and those
+    writes were the largest part of a feed poll's CPU under load. Everything else is the
+    real transport's; closing flushes first."""
+
+    __slots__ = ("_transport", "_parts")
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self._parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self._parts.append(data)
+
+    def flush(self) -> None:
+        if self._parts:
+            data = b"".join(self._parts)
+            self._parts.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
@@ -65,8 +66,15 @@ def token_of(request: Request, client_id: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _http_date(second: int) -> str:
+    return formatdate(second, usegmt=True)
+
+
 def http_date(epoch: float) -> str:
-    return formatdate(epoch, usegmt=True)
+    """An HTTP date (whole seconds). Each feed answer carries one, mostly the same few
+    seconds: formatted once each."""
+    return _http_date(int(epoch))
 
 
 def parse_http_date(text: str) -> float | None:

@@ -301,11 +301,11 @@ def test_entry_cache_keeps_a_bounded_number_and_never_answers_for_another_event(
         cache.parts(e, now)
     assert len(cache) == 3
     impostor = Event(values={"i": "other"}, id="e-4", meta={"time": now})  # same id, another object
-    head, body = cache.parts(impostor, now)
-    assert "other" in body and "other" not in cache.parts(events[3], now)[1]
+    head, link, body = cache.parts(impostor, now)
+    assert b"other" in body and b"other" not in cache.parts(events[3], now)[2]
     big = Event(values={"s": "x" * 100_000}, id="big", meta={"time": now})  # rendered, not kept
-    assert "x" * 1000 in cache.parts(big, now)[1] and len(cache) == 3
-    assert cache.chars == sum(len(h) + len(b) for _, h, b in cache._parts.values()) < 20_000
+    assert b"x" * 1000 in cache.parts(big, now)[2] and len(cache) == 3
+    assert cache.chars == sum(len(h) + len(k) + len(b) for _, h, k, b in cache._parts.values()) < 20_000
 
 
 async def test_bad_feed_queries_get_the_routes_422() -> None:
@@ -336,3 +336,22 @@ def test_a_hostile_host_in_the_links_cannot_break_the_feed_markup() -> None:
     feed = etree.fromstring(body)  # well-formed
     assert feed.find(f"{ATOM}entry/{ATOM}link").get("href") == base + "r-1"
     assert feed.find(f"{ATOM}entry/x") is None
+
+
+async def test_each_host_gets_its_own_links_and_made_up_hosts_are_not_hoarded() -> None:
+    from aa.http_api import routes_clients
+
+    async with open_api() as (router, http):
+        c = await register(http, "True")
+        url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
+        router.publish({"i": 1}, id="ev/1")
+        for host in ("a.example", "b.example:8080", "a.example"):  # the base URL is remembered per host
+            feed = etree.fromstring((await http.get(url, headers={**auth, "Host": host})).content)
+            assert feed.find(f"{ATOM}link[@rel='self']").get("href") == f"http://{host}/clients/{c['id']}/feed"
+            link = feed.find(f"{ATOM}entry/{ATOM}link").get("href")
+            assert link == f"http://{host}/clients/{c['id']}/events/ev%2F1"  # the id, percent-encoded
+        for k in range(3 * routes_clients._MAX_BASES):  # a stranger's made-up hosts
+            assert (await http.get(url, headers={**auth, "Host": f"h{k}.example"})).status_code == 200
+        assert len(routes_clients._BASES) <= routes_clients._MAX_BASES
+        same = await http.get(url, headers={**auth, "Host": "a.example"})
+        assert f"http://a.example/clients/{c['id']}/feed" in same.text

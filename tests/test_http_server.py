@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -155,3 +156,34 @@ async def test_aa_router_refuses_a_bad_allow_range() -> None:
     async with asyncio.timeout(30):
         out, err = await proc.communicate()
     assert proc.returncode == 2 and b"not an address range" in err
+
+
+async def test_a_feed_answer_leaves_in_one_write_and_whole_when_the_connection_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Head and body in one `send` (half the system calls and packets of a poll), and a
+    client that asks to close gets the whole answer before the close."""
+    from asyncio import selector_events
+
+    writes: list[bytes] = []
+    transport: Any = getattr(selector_events, "_SelectorSocketTransport")  # what uvicorn writes to
+    real = transport.write
+
+    def write(self: object, data: bytes) -> None:
+        writes.append(bytes(data))
+        real(self, data)
+
+    monkeypatch.setattr(transport, "write", write)
+    async with open_server() as (router, endpoint):
+        async with httpx.AsyncClient(base_url=endpoint.url) as http:
+            r = await http.post("/clients", json={"patterns": [{"source": "True"}]})
+            c = r.json()
+            router.publish({"i": 1})
+            url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
+            writes.clear()
+            r = await http.get(url, headers=auth)
+            answers = [w for w in writes if w.startswith(b"HTTP/1.1")]
+            assert r.status_code == 200 and len(answers) == 1 and answers[0].endswith(r.content)
+            closing = await http.get(url, headers={**auth, "Connection": "close"})
+            assert closing.status_code == 200 and closing.content == r.content
+            assert closing.headers["connection"] == "close"

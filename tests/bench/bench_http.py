@@ -17,11 +17,19 @@ latency p50/p99/max, the count of each status.
 
 Target (issue 5): at least 1,000 polls/s with p99 under 50 ms, 304 answers included.
 
-`--poll-rate N` polls open-loop instead: N polls/s on a fixed schedule (each client in turn,
-so 1,000 clients at 1,000/s is each phone once a second), from a minimal HTTP/1.1 client
-over `--concurrency` keep-alive connections in this process; a poll's latency counts from
-its scheduled time, so a server that falls behind is charged for the wait (no coordinated
-omission). Target (issue 16): p99 under 50 ms at 1,000 polls/s beside 200 events/s.
+`--poll-rate N` polls open-loop instead (issue 16): N polls/s on a fixed schedule from wrk
+(each client in turn, so 1,000 clients at 1,000/s is each phone once a second) over
+`--concurrency` keep-alive connections (default 50), a poll's latency counted from its
+scheduled time (wrk2's correction for coordinated omission, in the Lua script), while a
+second process holds `--subscribers` TCP clients subscribed to every event and the
+publisher. wrk is C: 1,000 polls/s cost it a few percent of a core, where this process's
+own Python client ran out of CPU at about 300. Reported besides: the router's CPU (share of
+one core) and the load average. Target (issue 16): p99 under 50 ms at 1,000 polls/s beside
+200 events/s to 200 subscribers:
+
+    python tests/bench/bench_http.py --poll-rate 1000 --rate 200 --subscribers 200
+
+wrk is the Debian package wrk; the benchmark installs it with apt-get when it runs as root.
 """
 
 from __future__ import annotations
@@ -29,8 +37,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import multiprocessing
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -40,6 +50,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -54,6 +65,10 @@ def start_router() -> tuple[subprocess.Popen[str] | None, str, str]:
     proc = subprocess.Popen(
         [AA, "router", "--port", "0", "--http-port", "0", "--no-discovery"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        # A session of its own: where the kernel groups CPU time by session (autogroup,
+        # Linux's desktop default), the router would otherwise share one group's time with
+        # the load generators it is measured against.
+        start_new_session=True,
     )
     assert proc.stdout is not None
     tcp = re.search(r"listening on (\S+)", proc.stdout.readline())
@@ -229,8 +244,103 @@ async def poll_with_wrk(base: str, clients: list, seconds: float, concurrency: i
             "published": published}
 
 
-async def subscribers(endpoint: str, n: int, stop: asyncio.Event) -> int:
-    """*n* TCP clients subscribed to every event, reading all they get; events received."""
+PACED_SCRIPT = """
+-- Open loop, as wrk2 does: each wrk thread (one connection) sends its polls on a fixed
+-- schedule, RATE a second, and a poll's latency counts from when it was DUE, not from when
+-- it was sent, so a server that falls behind is charged for the wait (no coordinated
+-- omission). Thread t polls clients t+1, t+1+STEP, ... (each client is one thread's, as a
+-- phone is one), each once a second when STEP * RATE = the number of clients.
+local ffi = require("ffi")
+ffi.cdef[[ typedef struct { long tv_sec; long tv_nsec; } aa_ts; int clock_gettime(int, aa_ts *); ]]
+local ts = ffi.new("aa_ts")
+local function now() ffi.C.clock_gettime(1, ts); return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9 end
+local STEP, RATE = %d, %f
+local clients = {%s}
+local etag, cursor = {}, {}
+for k, c in ipairs(clients) do cursor[k] = c[3]; etag[k] = c[4] end
+local i, cur, sent, t0, due = 0, 0, 0, 0, 0
+lat, n200, n304, nother = {}, 0, 0, 0
+local threads = {}
+
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("slot", #threads - 1)
+end
+
+function init(args)
+  i = slot + 1 - STEP
+  t0 = now() + 0.2 + slot / (STEP * RATE)   -- threads staggered over one schedule step
+end
+
+function delay()   -- ms until the next poll is due (wrk's timers count whole ms: round up)
+  local d = (t0 + sent / RATE - now()) * 1000
+  if d <= 0 then return 0 end
+  return math.ceil(d)
+end
+
+function request()
+  due = t0 + sent / RATE
+  sent = sent + 1
+  i = i + STEP
+  if i > #clients then i = slot + 1 end
+  cur = i
+  local c = clients[i]
+  local h = {["Authorization"] = "Bearer " .. c[2]}
+  if etag[i] then h["If-None-Match"] = etag[i] end
+  return wrk.format("GET", c[1] .. "?after=" .. cursor[i], h)
+end
+
+function response(status, headers, body)
+  lat[#lat + 1] = (now() - due) * 1000
+  if status == 200 then
+    n200 = n200 + 1
+    local moved = headers["aa-cursor"]
+    if moved ~= cursor[cur] then   -- new entries, taken: the next poll is after them
+      cursor[cur] = moved
+      etag[cur] = nil
+    else                           -- nothing new: poll conditionally next time
+      etag[cur] = headers["etag"]
+    end
+  elseif status == 304 then
+    n304 = n304 + 1
+  else
+    nother = nother + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local all, a, b, c = {}, 0, 0, 0
+  for _, t in ipairs(threads) do
+    for _, v in ipairs(t:get("lat")) do all[#all + 1] = v end
+    a = a + t:get("n200"); b = b + t:get("n304"); c = c + t:get("nother")
+  end
+  table.sort(all)
+  local function pct(p) return all[math.max(1, math.ceil(#all * p / 100))] or 0 end
+  local e = summary.errors
+  io.write(string.format("AA polls=%%d seconds=%%.3f p50=%%.3f p99=%%.3f max=%%.3f errors=%%d s200=%%d s304=%%d other=%%d\\n",
+    #all, summary.duration / 1e6, pct(50), pct(99), all[#all] or 0,
+    e.connect + e.read + e.write + e.timeout + e.status, a, b, c))
+end
+"""
+
+
+def ensure_wrk() -> None:
+    """wrk (Debian package wrk, C with LuaJIT) polls; installed through apt-get when we are
+    root, as tests/bench/peers/setup.sh installs nats-server."""
+    if shutil.which("wrk"):
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise SystemExit("bench_http: install wrk (Debian package wrk), or poll with --tool httpx")
+    print("bench_http: installing wrk", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "wrk"], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+
+
+async def _load(endpoint: str, rate: float, n: int, seconds: float, ready: Any) -> tuple[int, int]:
+    """*n* TCP clients subscribed to every event, reading all they get, and a publisher of
+    *rate* events/s for *seconds* once they are subscribed; (events published, received)."""
     from aa.client import AsyncClient
 
     got = 0
@@ -239,31 +349,35 @@ async def subscribers(endpoint: str, n: int, stop: asyncio.Event) -> int:
         nonlocal got
         got += 1
 
+    stop = asyncio.Event()
+    subscribed = 0
+
     async def one() -> None:
+        nonlocal subscribed
         async with AsyncClient(endpoint) as c:
             await c.subscribe("True", count)
+            subscribed += 1
             await stop.wait()
 
     tasks = [asyncio.create_task(one()) for _ in range(n)]
-    await stop.wait()
+    while subscribed < n:
+        if any(t.done() for t in tasks):
+            await asyncio.gather(*tasks)  # raises what failed
+        await asyncio.sleep(0.05)
+    ready.send("ready")
+    pub = asyncio.create_task(publisher(endpoint, rate, stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    published = await pub
     await asyncio.gather(*tasks, return_exceptions=True)
-    return got
+    return published, got
 
 
-async def _poll_raw(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, url: str,
-                    auth: str, etag: str | None) -> tuple[int, dict[str, str]]:
-    head = f"GET {url} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n"
-    if etag:
-        head += f"If-None-Match: {etag}\r\n"
-    writer.write((head + "\r\n").encode())
-    raw = await reader.readuntil(b"\r\n\r\n")
-    lines = raw.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
-    length = int(headers.get("content-length", "0"))
-    if length:
-        await reader.readexactly(length)
-    return status, headers
+def _load_process(endpoint: str, rate: float, n: int, seconds: float, pipe: Any) -> None:
+    # Behind the router for the CPU: on a small machine, 200 Python subscribers decoding
+    # 40,000 events/s would otherwise take the router's core, and the router is measured.
+    os.nice(10)
+    pipe.send(asyncio.run(_load(endpoint, rate, n, seconds, pipe)))
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -279,68 +393,55 @@ def cpu_seconds(pid: int | None) -> float:
 
 async def poll_open_loop(base: str, clients: list, seconds: float, concurrency: int, tcp: str, rate: float,
                          poll_rate: float, n_subscribers: int, router_pid: int | None = None) -> dict:
-    """Polls on a fixed schedule (see the module docstring)."""
-    host_port = base.split("//", 1)[1]
-    h, p = host_port.rsplit(":", 1)
-    state = []
+    """Polls on a fixed schedule from wrk (see PACED_SCRIPT), while another process holds
+    the TCP subscribers and the publisher: this one only waits, so neither load generator
+    takes its CPU from the other."""
+    ensure_wrk()
     async with httpx.AsyncClient(base_url=base) as http:
+        rows = []
         for url, auth in clients:
             cursor = (await http.get(url, headers=auth)).headers["aa-cursor"]
             etag = (await http.get(url, params={"after": cursor}, headers=auth)).headers["etag"]
-            state.append([url, auth["Authorization"], cursor, etag])
-    stop = asyncio.Event()
-    subs = asyncio.create_task(subscribers(tcp, n_subscribers, stop))
-    pub = asyncio.create_task(publisher(tcp, rate, stop))
-    total = int(seconds * poll_rate)
-    latencies: list[float] = []
-    statuses: Counter[int] = Counter()
-    counter = itertools.count()
-    start = time.perf_counter() + 0.5
-
-    async def connection() -> None:
-        reader, writer = await asyncio.open_connection(h, int(p))
-        try:
-            while (i := next(counter)) < total:
-                due = start + i / poll_rate
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                c = state[i % len(state)]
-                status, headers = await _poll_raw(reader, writer, host_port, f"{c[0]}?after={c[2]}", c[1], c[3])
-                latencies.append(time.perf_counter() - due)
-                statuses[status] += 1
-                if status == 200:
-                    moved = headers["aa-cursor"]
-                    if moved != c[2]:  # new entries, taken: the next poll is after them, unconditional
-                        c[2], c[3] = moved, None
-                    else:  # nothing new: poll conditionally next time
-                        c[3] = headers.get("etag")
-        finally:
-            writer.close()
-
-    load0 = os.getloadavg()
-    cpu0 = cpu_seconds(router_pid)
-    await asyncio.gather(*(connection() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - start
-    router_cpu = cpu_seconds(router_pid) - cpu0
-    stop.set()
-    published = await pub
-    received = await subs
-    latencies.sort()
-    return {
-        "polls": len(latencies),
-        "polls_per_s": round(len(latencies) / elapsed),
-        "p50_ms": round(statistics.median(latencies) * 1000, 2),
-        "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
-        "max_ms": round(latencies[-1] * 1000, 2),
-        "statuses": dict(statuses),
-        "published": published,
-        "subscribers": n_subscribers,
-        "received": received,
-        "router_cpu_share": round(router_cpu / elapsed, 2),  # of one core, polls + events together
-        "load_before": [round(x, 2) for x in load0],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-    }
+            rows.append('{"%s", "%s", "%s", %r}' % (url, auth["Authorization"].split()[1], cursor, etag))
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(PACED_SCRIPT % (concurrency, poll_rate / concurrency, ",\n".join(rows)))
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    load = ctx.Process(target=_load_process, args=(tcp, rate, n_subscribers, seconds + 1.0, theirs), daemon=True)
+    load.start()
+    try:
+        await asyncio.to_thread(mine.recv)  # "ready": every subscriber subscribed
+        load0 = os.getloadavg()
+        cpu0, t0 = cpu_seconds(router_pid), time.perf_counter()
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = await asyncio.create_subprocess_exec(
+            "wrk", f"-t{concurrency}", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "30s",
+            "-s", f.name, base, stdout=subprocess.PIPE, start_new_session=True,  # as the router's
+        )
+        out, _ = await proc.communicate()
+        elapsed = time.perf_counter() - t0
+        router_cpu = (cpu_seconds(router_pid) - cpu0) / elapsed
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # wrk, waited for
+        wrk_cpu = (children.ru_utime + children.ru_stime - children0.ru_utime - children0.ru_stime) / elapsed
+        published, received = await asyncio.to_thread(mine.recv)
+    finally:
+        load.join(timeout=30)
+        if load.is_alive():
+            load.kill()
+        os.unlink(f.name)
+    m = re.search(r"AA polls=(\d+) seconds=([\d.]+) p50=([\d.]+) p99=([\d.]+) max=([\d.]+) errors=(\d+) "
+                  r"s200=(\d+) s304=(\d+) other=(\d+)", out.decode())
+    if not m:
+        raise RuntimeError(out.decode())
+    polls, secs = int(m.group(1)), float(m.group(2))
+    return {"polls": polls, "polls_per_s": round(polls / secs), "p50_ms": round(float(m.group(3)), 2),
+            "p99_ms": round(float(m.group(4)), 2), "max_ms": round(float(m.group(5)), 2), "errors": int(m.group(6)),
+            "statuses": {"200": int(m.group(7)), "304": int(m.group(8)), "other": int(m.group(9))},
+            "published": published, "subscribers": n_subscribers, "received": received,
+            "router_cpu_share": round(router_cpu, 2),  # of one core, polls + events together
+            "wrk_cpu_share": round(wrk_cpu, 2),
+            "load_before": [round(x, 2) for x in load0],
+            "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -354,6 +455,8 @@ async def main(args: argparse.Namespace) -> None:
             clients = await register(http, args.clients)
             registering = time.perf_counter() - t0
         tool = "open-loop" if args.poll_rate else args.tool
+        if args.concurrency is None:
+            args.concurrency = 50 if args.poll_rate else 4
         if tool == "wrk" and shutil.which("wrk") is None:
             print("bench_http: wrk is not installed (Debian package wrk); polling with httpx", file=sys.stderr)
             tool = "httpx"
@@ -379,7 +482,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clients", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--concurrency", type=int, default=4, help="polls in flight (wrk: threads of one connection each)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="connections polling (wrk: threads of one connection each); 4, or 50 open-loop")
     p.add_argument("--rate", type=float, default=2.0, help="events/s published (over TCP) while polling")
     p.add_argument("--tool", choices=("wrk", "httpx"), default="wrk",
                    help="what polls: wrk (C; the default when installed) or httpx in this process "
