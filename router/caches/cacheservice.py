@@ -255,6 +255,8 @@ class ClientCacheService:
         if entry is None:
             entry = self._matchers[key] = [matcher, 0]
             self._index.add(key, spec, matcher)
+            if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
+                matcher.start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)  # type: ignore[union-attr]
         old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1
@@ -282,6 +284,7 @@ class ClientCacheService:
             if entry[1] <= 0:
                 del self._matchers[key]
                 self._index.remove(key)
+                getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
 
     def _registration(self, client_id: str) -> dict[str, Any]:
         info = self._caches.info(client_id)

@@ -51,12 +51,21 @@ subscription order, and the batch the dead worker had not answered is sent again
 `state` starts again empty, as after a router restart: a state is plain data of the
 process that died, and copying it out after each run would cost each run a serialisation.
 
-Limits of this version: client-cache matching, quench dry-runs and history replay
-(`PatternEngine.matcher`, `matches_prototype`) still evaluate worker-tier patterns in the
-router's own sandbox, as before this tier existed.
+Nothing else of theirs runs in the router either. Client caches get a `RemoteMatcher`
+(`PatternEngine.matcher`): placed on a worker like a subscriber (charged to the cache's
+client), evaluated there on every dispatched event with its own bucket and state, and each
+event it accepts handed back, in order, to the cache. Quench dry runs, history replay and
+one-shot queries are dry runs in the pattern's worker (`WorkerPool.probe`: a chunk of
+events between two batches, one bool each back), awaited by their task while the router's
+loop goes on. The router only compiles short sources at subscribe, for an immediate
+refusal (`prechecked`); it never runs them.
+
+Backlog: a worker more than `MAX_BACKLOG_EVENTS` events behind drops the newest, and its
+subscribers are told how many (`missed_each`: a client gets a `Missed(count)` frame, as a
+slow reader does), never unbounded memory in the router.
 """
 
-from .hooks import RemoteProgram, deliver_each, prechecked
+from .hooks import RemoteMatcher, RemoteProgram, deliver_each, missed_each, prechecked
 from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .pool import WorkerPool
 from .tier import ISOLATIONS, WorkerTier
@@ -65,10 +74,12 @@ __all__ = [
     "ISOLATIONS",
     "MAX_STOP_MESSAGE",
     "PRECHECK_MAX_SOURCE",
+    "RemoteMatcher",
     "RemoteProgram",
     "WorkerConfig",
     "WorkerPool",
     "WorkerTier",
     "deliver_each",
+    "missed_each",
     "prechecked",
 ]

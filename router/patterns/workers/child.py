@@ -29,13 +29,14 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from aa.mesh import Event, PatternError, PatternSpec
+from aa.mesh import Event, PatternError, PatternSpec, UsageError
 from aa.mesh.protocol import event_to_wire, pack, unpack
 
 from ..budget import MEMORY, TIMEOUT, SandboxStop
-from ..engine import PatternEngine
+from ..engine import Matcher, PatternEngine
 from ..limits import HostFacts, SandboxLimits
 from .limits import MAX_STOP_MESSAGE
+from .slots import MATCHER
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
 
 __all__ = ["child_main", "Worker"]
@@ -112,6 +113,8 @@ class Worker:
         self.random = self.engine.sandbox.random
         self.clients: dict[str, _Client] = {}
         self.client_of: dict[int, str] = {}  # wkey → client
+        #: Standalone matchers (client caches'), by wkey: each has its own bucket and state.
+        self.matchers: dict[int, Matcher] = {}
         self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
         self.stops: list[list[Any]] = []
         self.share = 1.0
@@ -133,6 +136,8 @@ class Worker:
             self.batch(msg[1], msg[2], msg[3])
         elif op == "sub":
             self.subscribe(*msg[1:])
+        elif op == "probe":
+            self.probe(msg[1], msg[2], msg[3], msg[4])
         elif op == "update":
             try:
                 self.engine.update(msg[1], msg[2])
@@ -140,14 +145,19 @@ class Worker:
                 pass  # unknown key: stopped already, the router hears of it separately
         elif op == "unsub":
             self.engine.unsubscribe(msg[1])
+            self.matchers.pop(msg[1], None)
             self.client_of.pop(msg[1], None)
 
-    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str) -> None:
+    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str, kind: int = 0) -> None:
         self._placing = (iid, client)
         self.clients.setdefault(client, _Client(self.burst))
         _pack_slot(self.slot, 0, iid, _mono_ns(), self.compile_ns)
         try:
-            self.engine.subscribe(wkey, PatternSpec(kernel=kernel, format=fmt, source=source), params)
+            spec = PatternSpec(kernel=kernel, format=fmt, source=source)
+            if kind == MATCHER:
+                self.matchers[wkey] = self.engine.matcher(spec, params)
+            else:
+                self.engine.subscribe(wkey, spec, params)
         except PatternError as exc:
             self.write(encode(["refused", wkey, exc.code, _short(str(exc))]))
             return
@@ -217,6 +227,42 @@ class Worker:
 
         return evaluate
 
+    def accepting(self, event: Event) -> list[int]:
+        """The standalone matchers that accept *event*; one that breaks the sandbox is
+        stopped (reported with the next reply) and dropped."""
+        return [wkey for wkey, m in list(self.matchers.items()) if self.accepts(wkey, m, event)]
+
+    def accepts(self, wkey: int, m: Matcher, event: Event) -> bool:
+        bucket = m.bucket
+        try:
+            return bool(bucket.run(bucket, event))
+        except SandboxStop as stop:
+            self.budget.violation = None
+            del self.matchers[wkey]
+            self._failed([wkey], stop.code, stop.message)
+            return False
+
+    def probe(self, seq: int, wkey: int, needs: list[bool], blob: bytes) -> None:
+        """Dry runs (`pool.probe`): does *wkey*'s pattern let each event through? A
+        subscriber's answers as `PatternEngine.matches_prototype` (a script on a copy of its
+        state); a matcher's as evaluating it. A pattern stopped meanwhile answers no."""
+        self.refill()
+        _rearm()
+        trusted = Event.trusted
+        events = [trusted(v, t, m, i) for i, t, v, m in unpack(blob)]
+        results: list[bool] = []
+        matcher = self.matchers.get(wkey)
+        for event, need in zip(events, needs):
+            if matcher is not None:
+                results.append(wkey in self.matchers and self.accepts(wkey, matcher, event))
+                continue
+            try:
+                results.append(self.engine.matches_prototype(wkey, event, needs_names=bool(need)))
+            except UsageError:  # stopped (by this very dry run, perhaps)
+                results.append(False)
+        stops, self.stops = self.stops, []
+        self.write(encode(["probed", seq, results, stops]))
+
     def _failed(self, keys: list[Any], code: str, message: str) -> None:
         for k in keys:
             self.client_of.pop(k, None)
@@ -255,7 +301,11 @@ class Worker:
         derived_at: dict[int, int] = {}
         keep: list[Event] = []  # alive until the reply is built: ids must not be reused
         match = self.engine.match
+        matchers = self.matchers
         for index, event in enumerate(events):
+            if matchers:
+                for wkey in self.accepting(event):
+                    deliveries += (wkey, index)
             for key, ev in match(event):
                 if ev is event:
                     deliveries += (key, index)
