@@ -116,6 +116,9 @@ async def test_history_replay_of_a_script_runs_in_its_worker(srouter: Router, op
     # A one-shot history query with a script: evaluated in a worker too.
     found = await srouter.history(PatternSpec(format="script", source="if i > 6:\n    forward()"), limit=2)
     assert [e.values["i"] for e in found] == [7, 8]
+    # ... and a mesh-cache query (`GetCached`) from a client.
+    cached = await pub.cached("if i > 7:\n    forward()", format="script")
+    assert [e.values["i"] for e in cached] == [8, 9, 12]
     assert in_router == []
 
 

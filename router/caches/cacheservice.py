@@ -52,7 +52,7 @@ import time
 from collections import Counter
 from datetime import timedelta
 from datetime import datetime
-from typing import Any, Callable, Final, Hashable
+from typing import Any, Awaitable, Callable, Final, Hashable
 
 from aa.mesh import Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
 from aa.mesh.protocol import Error, Message
@@ -98,6 +98,11 @@ def _policy_body(policy: ExpiryPolicy) -> dict[str, Any]:
     }
 
 
+async def _marked(select: Callable[[list[Event]], Awaitable[list[Event]]], events: list[Event], limit: int | None) -> list[Event]:
+    """The *events* a worker's pattern accepts (`select`), the first *limit*, marked historical."""
+    return [mark_historical(e) for e in (await select(events))[:limit]]
+
+
 def _policy_from(body: dict[str, Any]) -> ExpiryPolicy:
     age = body.get("max_age")
     return ExpiryPolicy(max_age=None if age is None else timedelta(seconds=float(age)), max_count=body.get("max_count"))
@@ -136,6 +141,8 @@ class ClientCacheService:
         self._flooded: dict[str, float] = {}  # client id → when its keep-alive last flooded
         self._sink_on = False
         self._task: asyncio.Task[None] | None = None
+        self._queries: set[asyncio.Task[None]] = set()  # GetCached answers awaiting a worker
+        self._asking: set[ClientPort] = set()  # clients with one of those
         self._clock: Callable[[], float] = time.monotonic
         controls.on_control(CACHE_TOPIC, self._on_control)
 
@@ -145,6 +152,8 @@ class ClientCacheService:
         self._task = asyncio.get_running_loop().create_task(self._sweep_loop(), name="aa-cache-sweep")
 
     async def aclose(self) -> None:
+        for query in list(self._queries):
+            query.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -257,6 +266,8 @@ class ClientCacheService:
             self._index.add(key, spec, matcher)
             if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
                 matcher.start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)  # type: ignore[union-attr]
+            if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
+                matcher.start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)  # type: ignore[union-attr]
         old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1
@@ -284,6 +295,7 @@ class ClientCacheService:
             if entry[1] <= 0:
                 del self._matchers[key]
                 self._index.remove(key)
+                getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
                 getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
 
     def _registration(self, client_id: str) -> dict[str, Any]:
@@ -352,14 +364,20 @@ class ClientCacheService:
 
     # -- requests from TCP clients ----------------------------------------------------------
 
-    def cached(self, pattern: str | PatternSpec, *, since: datetime | None = None, limit: int | None = None) -> list[Event]:
+    def cached(
+        self, pattern: str | PatternSpec, *, since: datetime | None = None, limit: int | None = None
+    ) -> list[Event] | Awaitable[list[Event]]:
         """Mesh-cached events *pattern* matches (time at or after *since*), oldest first, at
-        most *limit*; marked historical. Raises `PatternError`, `UsageError`."""
+        most *limit*; marked historical. For pattern code, which runs only in a worker, an
+        awaitable of them. Raises `PatternError`, `UsageError`."""
         since = check_since(since)
         if self.mesh_cache is None:
             return []
         match = self._matcher(as_spec(pattern))
         self._flush_cache()
+        select = getattr(match, "select", None)
+        if select is not None:
+            return _marked(select, self.mesh_cache.query(None, since=since), limit)
         return [mark_historical(e) for e in self.mesh_cache.query(match, since=since, limit=limit)]
 
     @property
@@ -385,6 +403,9 @@ class ClientCacheService:
         if type(msg) is GetCached:
             try:
                 events = self.cached(msg.pattern, since=msg.since, limit=msg.limit)  # type: ignore[attr-defined]
+                if not isinstance(events, list):  # pattern code: answered once its worker did
+                    self._answer_later(session, req, events)
+                    return
             except UsageError as exc:
                 session.send(Error(code=getattr(exc, "code", "bad-request"), message=str(exc), ref=req))
                 return
@@ -433,6 +454,31 @@ class ClientCacheService:
             session.send(Error(code=exc.code, message=str(exc), ref=req))
         except UsageError as exc:
             session.send(Error(code="bad-request", message=str(exc), ref=req))
+
+    def _answer_later(self, session: ClientPort, req: int, events: Awaitable[list[Event]]) -> None:
+        """Answer a `GetCached` once the pattern's worker has: one such query per client at
+        a time (another is refused "busy"), the router's loop going on meanwhile."""
+        if session in self._asking:
+            self.counters["busy"] += 1
+            session.send(Error(code="busy", message="one query of pattern code at a time", ref=req))
+            if asyncio.iscoroutine(events):
+                events.close()
+            return
+
+        async def answer() -> None:
+            try:
+                got = await events
+            except Exception as exc:
+                session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
+                return
+            finally:
+                self._asking.discard(session)
+            send_paged(session, got, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
+
+        self._asking.add(session)
+        task = asyncio.get_running_loop().create_task(answer())
+        self._queries.add(task)
+        task.add_done_callback(self._queries.discard)
 
     def _info_map(self, client_id: str) -> dict[str, Any]:
         info = self._caches.info(client_id)
