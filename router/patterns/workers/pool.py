@@ -24,9 +24,10 @@ from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
 from ..limits import HostFacts, SandboxLimits
 from .hooks import missed_each
 from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, WATCH_INTERVAL, WorkerConfig
-from .process import EXIT_MEMORY, WorkerProcess
-from .slots import MATCHER, SUBSCRIBER, Inst, Probe, Slot, Sub
+from .process import EXIT_MEMORY, ROUTER_DIR, ZYGOTE_BOOT, WorkerProcess
+from .slots import MATCHER, SUBSCRIBER, Inst, Probe, Slot, Sub, close_result, join_answers
 from .wire import encode
+from .zygote import Zygote
 
 __all__ = ["WorkerPool"]
 
@@ -36,9 +37,6 @@ Deliveries = list[tuple[Hashable, Event]]
 
 #: Deliveries handed on per turn of the router's loop (about 1 ms of work).
 DELIVERY_CHUNK = 2000
-#: Seconds from a worker's first dropped event to telling its subscribers how many were
-#: dropped (the count of that moment; later drops are told again after as long).
-MISSED_DELAY = 0.1
 
 
 class WorkerPool:
@@ -85,6 +83,7 @@ class WorkerPool:
         self._seq = itertools.count(1)
         self._numbers = itertools.count(1)
         self._spare: asyncio.Task[WorkerProcess] | None = None
+        self._zygote: asyncio.Task[Zygote | None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._pump_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -145,16 +144,15 @@ class WorkerPool:
     def __len__(self) -> int:
         return len(self._subs)
 
-    def __contains__(self, key: object) -> bool:
+    def __contains__(self, key: object) -> bool:  # a placed subscriber or matcher
         return key in self._subs
 
     def probe(self, key: Hashable, events: list[Event], needs: list[bool] | None = None) -> "asyncio.Future[list[bool]]":
-        """Dry-run *key*'s pattern in its worker over *events*: one bool each, whether it
-        lets the event through (`PatternEngine.matches_prototype` there: a script on a copy
-        of its state; with *needs*[i], it must also mention one of event i's names). Never
-        waits: the answer comes as the future's result, all False if the pattern is
-        stopped meanwhile. Sent in chunks of `MAX_BATCH_EVENTS`, between batches, so a long
-        history delays the worker's other patterns by one chunk at a time."""
+        """Dry-run *key*'s pattern in its worker over *events*: one bool each, as
+        `PatternEngine.matches_prototype` there (*needs*[i]: its `needs_names` for event i).
+        The answer is the future's result (all False if the pattern is stopped meanwhile).
+        Sent in chunks of `MAX_BATCH_EVENTS` between batches: a long history delays the
+        worker's other patterns one chunk at a time. Raises `UsageError` for an unknown key."""
         sub = self._subs.get(key)
         if sub is None:
             raise UsageError(f"no worker-tier pattern {key!r}")
@@ -170,7 +168,7 @@ class WorkerPool:
             return parts[0]
         whole: asyncio.Future[list[bool]] = self._loop.create_future()
         gathered = asyncio.gather(*parts)
-        gathered.add_done_callback(lambda g: _join(whole, g))
+        gathered.add_done_callback(lambda g: join_answers(whole, g))
         return whole
 
     @property
@@ -236,9 +234,18 @@ class WorkerPool:
         self._pump_slot(slot)
 
     async def _spawn(self) -> WorkerProcess:
+        zygote = await self._the_zygote()
         proc = WorkerProcess(next(self._numbers), lambda p, m: None, lambda p: None)
-        await proc.start(self.facts, self.config.start_timeout)
+        await proc.start(self.facts, self.config.start_timeout, zygote)
         return proc
+
+    async def _the_zygote(self) -> Zygote | None:
+        """The zygote that forks workers (`zygote.py`), started on first use and again if
+        it died; None if it cannot start (workers are then spawned one by one)."""
+        task = self._zygote
+        if task is None or (task.done() and (task.cancelled() or task.result() is None or task.result().gone)):  # type: ignore[union-attr]
+            task = self._zygote = self._loop.create_task(Zygote.started(ZYGOTE_BOOT, ROUTER_DIR, self.config.start_timeout))
+        return await asyncio.shield(task)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -248,10 +255,12 @@ class WorkerPool:
             if not slot.instances:
                 continue
             if slot.queued_events >= MAX_BACKLOG_EVENTS:
-                slot.dropped += 1
+                # Dropped, counted at its place in the queue: told to the subscribers in order.
                 self.counters["dropped"] += 1
-                if slot.dropped == 1:
-                    self._loop.call_later(MISSED_DELAY, self._notice_dropped, slot)
+                if slot.queue and type(slot.queue[-1]) is int:
+                    slot.queue[-1] += 1
+                else:
+                    slot.queue.append(1)
                 continue
             queue = slot.queue
             last = queue[-1] if queue else None
@@ -286,6 +295,9 @@ class WorkerPool:
             item = queue.popleft()
             if type(item) is bytes:
                 proc.send(item)
+                continue
+            if type(item) is int:
+                self._notice(slot, item, "its worker fell behind")
                 continue
             if type(item) is Probe:
                 if self._subs.get(item.sub.key) is not item.sub:
@@ -370,7 +382,6 @@ class WorkerPool:
         self._pump_slot(slot)
 
     # -- stops, kills and replacements -----------------------------------------------------
-
     def _stop_wkeys(self, wkeys: list[int], code: str, message: str) -> None:
         keys = []
         for w in wkeys:
@@ -451,11 +462,6 @@ class WorkerPool:
 
     # -- notices and closing ---------------------------------------------------------------
 
-    def _notice_dropped(self, slot: Slot) -> None:
-        n, slot.dropped = slot.dropped, 0
-        if n:
-            self._notice(slot, n, "its worker fell behind")
-
     def _notice(self, slot: Slot, n: int, why: str) -> None:
         keys = [s.key for i in slot.instances.values() for s in i.subs.values()]
         log.warning("%d events dropped for %d pattern subscribers: %s", n, len(keys), why)
@@ -475,11 +481,14 @@ class WorkerPool:
         self._slots.clear()
         self._client_slot.clear()
         if self._spare is not None:
-            self._spare.add_done_callback(_kill_result)
+            self._spare.add_done_callback(close_result)
             self._spare = None
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        if self._zygote is not None:
+            self._zygote.add_done_callback(close_result)
+            self._zygote = None
 
     async def aclose(self) -> None:
         """Stop every worker. Idempotent."""
@@ -489,12 +498,3 @@ class WorkerPool:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-
-def _join(whole: "asyncio.Future[list[bool]]", parts: "asyncio.Future[list[list[bool]]]") -> None:
-    if not whole.done():
-        whole.set_result([b for part in parts.result() for b in part])
-
-
-def _kill_result(task: "asyncio.Task[WorkerProcess]") -> None:
-    if not task.cancelled() and task.exception() is None:
-        task.result().kill()

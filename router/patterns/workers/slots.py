@@ -13,7 +13,7 @@ from aa.mesh import Event, PatternSpec
 if TYPE_CHECKING:
     from .process import WorkerProcess
 
-__all__ = ["Sub", "Inst", "Slot", "Probe", "SUBSCRIBER", "MATCHER"]
+__all__ = ["Sub", "Inst", "Slot", "Probe", "SUBSCRIBER", "MATCHER", "close_result", "join_answers"]
 
 #: What a placed pattern is to its worker: a subscriber (in the worker's engine: shared
 #: instance, group, round-robin) or a standalone matcher (a client cache's: its own bucket
@@ -62,14 +62,14 @@ class Slot:
     def __init__(self, number: int) -> None:
         self.number = number
         self.proc: WorkerProcess | None = None
-        #: bytes (a control frame), list[Event] (a batch) or a Probe, in dispatch order.
+        #: bytes (a control frame), list[Event] (a batch), a Probe, or an int (events dropped
+        #: here: the backlog was full), in dispatch order.
         self.queue: deque[Any] = deque()
         self.queued_events = 0
         #: (seq, the batch's events or the Probe) awaiting the worker's answer.
         self.in_flight: tuple[int, Any] | None = None
         self.clients: set[str] = set()
         self.instances: dict[int, Inst] = {}
-        self.dropped = 0
         self.suspect: tuple[int, int, float] | None = None
         self.delivering = False  # a reply's deliveries are still being handed on
         self.retried = False  # the batch in flight was already resent after a crash
@@ -80,7 +80,7 @@ class Slot:
         events (in batches of *batch*), then the dry runs still waiting. A dry run the dead
         worker was running is answered "no match"."""
         events: list[Event] = []
-        probes: list[Probe] = []
+        probes: list[Any] = []  # dry runs, and counts of dropped events (kept after the events)
         if self.in_flight is not None:
             if type(self.in_flight[1]) is Probe:
                 self.in_flight[1].answer(None)
@@ -90,12 +90,13 @@ class Slot:
         for item in self.queue:
             if type(item) is list:
                 events.extend(item)
-            elif type(item) is Probe:
+            elif type(item) is Probe or type(item) is int:
                 probes.append(item)
         self.queue.clear()
         if not self.instances:
             for probe in probes:
-                probe.answer(None)
+                if type(probe) is Probe:
+                    probe.answer(None)
             self.queued_events = 0
             return
         self.queue.extend(sub_frames)
@@ -133,3 +134,16 @@ class Slot:
             return False
         proc.kill(("timeout", iid, limit))
         return True
+
+
+def join_answers(whole: "asyncio.Future[list[bool]]", parts: "asyncio.Future[list[list[bool]]]") -> None:
+    """Resolve *whole* with the answers of a dry run sent in *parts*."""
+    if not whole.done():
+        whole.set_result([b for part in parts.result() for b in part])
+
+
+def close_result(task: "asyncio.Task[Any]") -> None:
+    """Once *task* is done: kill the worker process (or close the zygote) it made."""
+    if not task.cancelled() and task.exception() is None and task.result() is not None:
+        result = task.result()
+        (result.kill if hasattr(result, "kill") else result.close)()
