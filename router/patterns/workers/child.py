@@ -106,7 +106,7 @@ class Worker:
             max_state_bytes=facts["max_state_bytes"],
             max_sequence=facts["max_sequence"],
         )
-        self.engine = PatternEngine(
+        self.engine = _CachingEngine(
             host=host, limits=limits, on_failure=self._failed, isolation="in-process", on_compiled=self._compiled
         )
         self.budget = self.engine.sandbox.budget
@@ -138,6 +138,10 @@ class Worker:
             self.subscribe(*msg[1:])
         elif op == "probe":
             self.probe(msg[1], msg[2], msg[3], msg[4])
+        elif op == "precompile":
+            self.precompile(msg[1], msg[2], msg[3])
+        elif op == "uncache":
+            self.engine.cache.clear()
         elif op == "update":
             try:
                 self.engine.update(msg[1], msg[2])
@@ -169,8 +173,21 @@ class Worker:
             self.budget.violation = None
         self.client_of[wkey] = client
 
+    def precompile(self, kernel: str, fmt: str, source: str) -> None:
+        """A spare compiles a placed pattern ahead of need (`pool._prime`); a failure is
+        left to the real subscribe to report."""
+        try:
+            spec = PatternSpec(kernel=kernel, format=fmt, source=source)
+            self.engine.cache[(kernel, fmt, source)] = self.engine.compile_fresh(spec)
+        except Exception:
+            pass
+        self.budget.violation = None
+
     def _compiled(self, spec: PatternSpec, program: Any) -> None:
-        """Wrap a newly compiled program's `run` (before any bucket takes it)."""
+        """Wrap a newly compiled program's `run` (before any bucket takes it); not while it
+        is only compiled ahead (`precompile`: wrapped when a subscribe takes it)."""
+        if self.engine.precompiling:
+            return
         iid, client = self._placing
         program.run = self.run_wrapper(program.run, iid, self.clients[client])
 
@@ -323,6 +340,31 @@ class Worker:
             self.on_cpu = min(1.0, max(0.05, (time.thread_time() - cpu_start) / wall))
         if gc.get_count()[0] > _GC_AFTER:
             gc.collect()  # between batches, charged to nobody (automatic collection is off)
+
+
+class _CachingEngine(PatternEngine):
+    """The worker's engine: compiles through a cache of programs compiled ahead of need
+    (`Worker.precompile`), each taken once (its `run` is then wrapped for its instance)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cache: dict[tuple[str, str, str], Any] = {}
+        self.precompiling = False
+        self._wrap = kwargs["on_compiled"]
+
+    def compile_fresh(self, spec: PatternSpec) -> Any:
+        self.precompiling = True
+        try:
+            return super()._compile(spec)
+        finally:
+            self.precompiling = False
+
+    def _compile(self, spec: PatternSpec) -> Any:
+        program = self.cache.pop((spec.kernel, spec.format, spec.source), None)
+        if program is None:
+            return super()._compile(spec)
+        self._wrap(spec, program)
+        return program
 
 
 _SHARE_MESSAGE = "pattern stopped: its client's patterns together used more than their share of the worker's CPU"

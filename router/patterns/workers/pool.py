@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import signal
 import time
 from typing import Any, Callable, Hashable, Mapping
 
@@ -23,8 +22,8 @@ from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
 
 from ..limits import HostFacts, SandboxLimits
 from .hooks import missed_each
-from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, WATCH_INTERVAL, WorkerConfig
-from .process import EXIT_MEMORY, ROUTER_DIR, ZYGOTE_BOOT, WorkerProcess
+from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WATCH_INTERVAL, WorkerConfig
+from .process import ROUTER_DIR, ZYGOTE_BOOT, WorkerProcess
 from .slots import MATCHER, SUBSCRIBER, Inst, Probe, Slot, Sub, close_result, join_answers
 from .wire import encode
 from .zygote import Zygote
@@ -103,6 +102,8 @@ class WorkerPool:
             inst = Inst(next(self._iids), spec_key, slot)
             self._instances[spec_key] = inst
             slot.instances[inst.iid] = inst
+            if self._spare is not None:
+                self._prime(self._spare, [spec_key])
         slot = inst.worker
         slot.clients.add(client)
         self._client_slot.setdefault(client, slot)
@@ -231,6 +232,7 @@ class WorkerPool:
             return
         if self._spare is None:
             self._spare = self._loop.create_task(self._spawn())
+            self._spare.add_done_callback(self._prime)
         self._pump_slot(slot)
 
     async def _spawn(self) -> WorkerProcess:
@@ -425,21 +427,9 @@ class WorkerPool:
         fresh worker, and send it what the dead one had not answered."""
         if self.closed or slot.proc is not proc:
             return
-        reason = proc.killed_for
-        iid, started, _ = proc.read_slot()
         slot.suspect = None
-        if reason is not None and reason[0] == "timeout":
-            iid = reason[1]
-            code, why = "pattern-timeout", f"exceeded its time budget in one call that ran past {reason[2] / 1e6:g} ms"
-        else:
-            self.counters["crashes"] += reason is None
-            iid = iid if started else 0
-            if proc.returncode == -signal.SIGXCPU:
-                code, why = "pattern-timeout", "its worker used its whole CPU allowance for one batch"
-            elif proc.returncode == EXIT_MEMORY:
-                code, why = "pattern-memory", "its worker ran out of memory"
-            else:
-                code, why = "pattern-crash", f"its worker process failed ({proc.returncode})"
+        self.counters["crashes"] += proc.killed_for is None
+        iid, code, why = proc.blame()
         inst = slot.instances.get(iid)
         if inst is not None:
             self._stop_inst(inst, code, f"pattern stopped: {why}; its worker process was replaced")
@@ -455,10 +445,19 @@ class WorkerPool:
         self._rebuild(slot)
 
     def _rebuild(self, slot: Slot) -> None:
-        """New queue for a fresh process (`Slot.requeue`), then a process."""
+        """New queue for a fresh process (`Slot.requeue`), then a process (the spare, whose
+        compile cache has the sources: `_prime`; what it holds for others, it drops)."""
         subs = sorted((s for i in slot.instances.values() for s in i.subs.values()), key=lambda s: s.wkey)
-        slot.requeue([self._sub_frame(sub) for sub in subs], MAX_BATCH_EVENTS)
+        slot.requeue([self._sub_frame(sub) for sub in subs] + [encode(["uncache"])], MAX_BATCH_EVENTS)
         self._start(slot)
+
+    def _prime(self, spare: "asyncio.Task[WorkerProcess]", specs: Any = None) -> None:
+        """Have the spare compile every short source placed (or *specs*) ahead of need, so
+        a replacement re-creates its patterns from its cache, not by compiling them."""
+        if spare is self._spare and spare.done() and not spare.cancelled() and spare.exception() is None:
+            for kernel, fmt, source in specs or list(self._instances):
+                if kernel == "python" and len(source) <= PRECHECK_MAX_SOURCE:  # bounded work: no watchdog here
+                    spare.result().send(encode(["precompile", kernel, fmt, source]))
 
     # -- notices and closing ---------------------------------------------------------------
 

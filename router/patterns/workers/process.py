@@ -190,6 +190,20 @@ class WorkerProcess:
         except (OSError, IndexError, ValueError):
             return None
 
+    def blame(self) -> tuple[int, str, str]:
+        """Once gone: (the instance it was running or 0, stop code, why), for the stop
+        message of the pattern that killed it."""
+        reason = self.killed_for
+        iid, started, _ = self.read_slot()
+        if reason is not None and reason[0] == "timeout":
+            return reason[1], "pattern-timeout", f"exceeded its time budget in one call that ran past {reason[2] / 1e6:g} ms"
+        iid = iid if started else 0
+        if self.returncode == -signal.SIGXCPU:
+            return iid, "pattern-timeout", "its worker used its whole CPU allowance for one batch"
+        if self.returncode == EXIT_MEMORY:
+            return iid, "pattern-memory", "its worker ran out of memory"
+        return iid, "pattern-crash", f"its worker process failed ({self.returncode})"
+
     def kill(self, reason: Any = None) -> None:
         """Kill the process now (SIGKILL); `on_exit` follows once it is reaped."""
         if reason is not None and self.killed_for is None:
