@@ -211,3 +211,57 @@ def test_a_matcher_that_raises_is_no_match() -> None:
     caches.register("c2", everything, ANY, timeout=60, now=0.0)
     assert caches.offer(ev(1), now=1.0) == 1
     assert caches.matcher_errors == 1
+
+
+def at(i: int, t: float, eid: str | None = None) -> Event:
+    """Event *i* stamped at *t* seconds (as a router stamps it), id e<i>."""
+    from datetime import datetime, timezone
+
+    return Event(values={"i": i}, id=eid or f"e{i}", meta={"time": datetime.fromtimestamp(t, timezone.utc)})
+
+
+def test_one_order_everywhere_a_late_event_goes_to_its_place_and_no_cursor_skips_it() -> None:
+    """Two routers taking the same events in different orders hold them in one order (time
+    stamp, then id), so count limits keep the same ones; a late event is not lost to a cursor."""
+    here, there = ClientCaches(), ClientCaches()
+    for c in (here, there):
+        c.register("c1", everything, ExpiryPolicy(max_count=3), timeout=600, now=100.0)
+    events = [at(i, 100.0 + i) for i in range(1, 6)]
+    for e in events:
+        here.offer(e, now=110.0)
+    for e in reversed(events):
+        there.offer(e, now=110.0)
+    assert ids(here.fetch("c1", now=110.0).events) == ids(there.fetch("c1", now=110.0).events) == [3, 4, 5]
+    page = here.fetch("c1", now=110.0, limit=2)
+    late = at(9, 103.5)  # stamped between e3 and e4, arrives after the client fetched e3, e4
+    assert here.insert("c1", late, now=110.0) and not here.insert("c1", late, now=110.0)  # once
+    assert ids(here.fetch("c1", now=110.0, after=page.cursor).events) == [9, 4, 5]
+    assert ids(here.fetch("c1", now=110.0).events) == [9, 4, 5]  # the newest 3 in that order
+    assert not here.insert("c1", at(8, 101.5), now=110.0)  # older than the three kept: not taken
+
+
+def test_floors_are_marks_an_ack_holds_on_a_router_that_lacks_the_event() -> None:
+    here, there = ClientCaches(), ClientCaches()
+    for c in (here, there):
+        c.register("c1", everything, ANY, timeout=600, now=100.0)
+    for i in range(1, 6):
+        here.offer(at(i, 100.0 + i), now=110.0)
+        if i != 3:
+            there.offer(at(i, 100.0 + i), now=110.0)  # `there` never got e3
+    here.ack("c1", "e3")
+    floor = here.floor("c1")
+    assert floor is not None
+    there.ack_mark("c1", floor)
+    assert ids(there.fetch("c1", now=110.0).events) == [4, 5]
+    assert not there.insert("c1", at(3, 103.0), now=110.0)  # acknowledged: a repair does not bring it back
+    there.ack_mark("c1", (101.0, 2, "e1"))  # floors only rise
+    assert there.floor("c1") == floor
+
+
+def test_the_age_limit_is_the_events_own_time() -> None:
+    caches = ClientCaches()
+    caches.register("c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=600, now=100.0)
+    assert not caches.insert("c1", at(1, 95.0), now=110.0)  # 15 s old when it arrives: not taken
+    assert caches.insert("c1", at(2, 105.0), now=110.0)
+    assert ids(caches.fetch("c1", now=114.0).events) == [2]
+    assert caches.fetch("c1", now=116.0).events == []

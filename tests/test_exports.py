@@ -48,10 +48,10 @@ PUBLIC: dict[str, list[str]] = {
         "QuenchService", "Router", "RouterConfig", "StoreConfig", "StoreService", "parse_duration"
     ],
     "aa.router.caches": [
-        "CACHE_SWEEP_INTERVAL", "CACHE_TOPIC", "CacheConfig", "CacheIndex", "CacheInfo",
-        "ClientCacheService", "ClientCaches", "Fetched", "MAX_CLIENT_CACHES",
-        "MAX_EVENTS_PER_CACHE", "MESH_CACHE_MAX_BYTES", "MESH_CACHE_MAX_EVENTS", "MeshCache",
-        "approx_size", "encode_events", "equality_of"
+        "CACHE_SWEEP_INTERVAL", "CACHE_SYNC_INTERVAL", "CACHE_SYNC_TOPIC", "CACHE_TOPIC",
+        "CacheConfig", "CacheIndex", "CacheInfo", "CacheSync", "ClientCacheService", "ClientCaches",
+        "Fetched", "MAX_CLIENT_CACHES", "MAX_EVENTS_PER_CACHE", "MESH_CACHE_MAX_BYTES",
+        "MESH_CACHE_MAX_EVENTS", "MeshCache", "approx_size", "encode_events", "equality_of"
     ],
     "aa.router.eventlog": [
         "Chunk", "EVENTLOG_DIR", "EventLog", "EventLogConfig", "EventLogStats", "RESTART_DELAY",
@@ -73,12 +73,13 @@ PUBLIC: dict[str, list[str]] = {
         "parse_registrations", "parse_report"
     ],
     "aa.router.store": [
-        "EventStore", "ExpiryPolicy", "HistoryReplay", "Hold", "MAX_HELD", "MAX_STORED_TYPE_LENGTH",
-        "META_MAX_AGE", "META_MAX_COUNT", "META_MESH_CACHE", "META_PERSIST", "STORE_FILE",
-        "SYNC_TOPIC", "StoreConfig", "StoreService", "StoreStats", "StoreSync", "as_spec",
-        "check_history", "check_persistable", "check_since", "digest_of", "event_order",
-        "event_time", "mark_historical", "parse_duration", "persist_policy", "send_paged",
-        "wants_mesh_cache"
+        "EXCHANGE_TIMEOUT", "EventStore", "Exchanges", "ExpiryPolicy", "HistoryReplay", "Hold",
+        "MAX_HELD", "MAX_STORED_TYPE_LENGTH", "META_MAX_AGE", "META_MAX_COUNT", "META_MESH_CACHE",
+        "META_PERSIST", "STORE_FILE", "SYNC_TOPIC", "StoreConfig", "StoreService", "StoreStats",
+        "StoreSync", "as_spec", "check_history", "check_persistable", "check_since", "chunks",
+        "differing", "digest_entries", "digest_of", "event_order", "event_time", "id_hash",
+        "ids_digest", "mark_historical", "parse_digest", "parse_duration", "parse_ids",
+        "persist_policy", "send_paged", "wants_mesh_cache"
     ],
     "aa.client": [
         "AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "Quench",

@@ -14,11 +14,15 @@ from aa.mesh import UsageError
 from .clientcaches import MAX_CLIENT_CACHES, MAX_EVENTS_PER_CACHE
 from .meshcache import MESH_CACHE_MAX_BYTES, MESH_CACHE_MAX_EVENTS
 
-__all__ = ["CacheConfig", "CACHE_SWEEP_INTERVAL"]
+__all__ = ["CacheConfig", "CACHE_SWEEP_INTERVAL", "CACHE_SYNC_INTERVAL"]
 
 #: Seconds between two sweeps of the client caches (lapsed keep-alives, aged events). A cache
 #: outlives its timeout by at most this; fetches filter by age themselves in between.
 CACHE_SWEEP_INTERVAL: Final = 5.0
+#: Seconds between two anti-entropy exchanges of the client caches with each peer router (also
+#: run when a link comes up; `aa.router.caches.cachesync`): the longest a router that missed
+#: floods stays behind once linked, for what link-up did not already repair.
+CACHE_SYNC_INTERVAL: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +43,9 @@ class CacheConfig:
     max_events_per_cache: int = MAX_EVENTS_PER_CACHE
     #: Seconds between sweeps of lapsed client caches and aged events.
     sweep_interval: float = CACHE_SWEEP_INTERVAL
+    #: Seconds between anti-entropy exchanges of the client caches with each peer (also run
+    #: when a link comes up); 0 for only when links come up.
+    sync_interval: float = CACHE_SYNC_INTERVAL
 
     def __post_init__(self) -> None:
         if type(self.mesh_cache_events) is not int or self.mesh_cache_events < 0:
@@ -49,6 +56,8 @@ class CacheConfig:
                 raise UsageError(f"CacheConfig.{name} must be a positive int, not {v!r}")
         if type(self.sweep_interval) not in (int, float) or not self.sweep_interval > 0:
             raise UsageError("CacheConfig.sweep_interval must be a positive number of seconds")
+        if type(self.sync_interval) not in (int, float) or not self.sync_interval >= 0:
+            raise UsageError("CacheConfig.sync_interval must be a number of seconds ≥ 0")
 
     @property
     def mesh_cache(self) -> bool:

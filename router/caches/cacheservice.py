@@ -20,6 +20,12 @@ op              effect on every other router
 ``remove``      remove the cache
 ==============  =========================================================================
 
+Every change carries the cache's *version* (``version``) and acks and clears its *floor*
+(``mark``: a place in the cache's order), so a flood that arrives late or twice changes
+nothing, and a router that missed floods catches up by anti-entropy
+(`aa.router.caches.cachesync`: on link-up and every `CacheConfig.sync_interval`). Times are
+wall-clock seconds: an event's age is its time stamp's.
+
 Expiry is never flooded: each router removes a cache whose keep-alive lapsed on its own
 clock (a sweep every `CacheConfig.sweep_interval`). Routers agree because the keep-alives
 flood: a live client's keep-alive reaches every router well within the timeout. A client
@@ -52,30 +58,18 @@ import time
 from collections import Counter
 from datetime import timedelta
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Final, Hashable
+from typing import Any, Awaitable, Callable, Final, Hashable, Mapping, Protocol, runtime_checkable
 
-from aa.mesh import Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
-from aa.mesh.protocol import Error, Message
-from aa.mesh.protocol import (
-    CacheAck,
-    CacheClear,
-    CacheDone,
-    CacheEvents,
-    CacheFetch,
-    CacheKeepalive,
-    CachePolicy,
-    CacheRegister,
-    CacheRemove,
-    GetCacheInfo,
-    GetCached,
-    Cached,
-)
+from aa.mesh import AaError, Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
+from aa.mesh.protocol import Message
 
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical, send_paged
 from .cacheconfig import CacheConfig
 from .cacheindex import CacheIndex
-from .clientcaches import CacheInfo, ClientCaches, Fetched
+from .cacherequests import MAX_ANSWER_BACKLOG, _policy_body, handle_request, marked  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)
+from .cachesync import CACHE_SYNC_TOPIC, DIGEST_MIN_GAP, ZERO, CacheSync, parse_mark, parse_version, wire_mark
+from .clientcaches import CacheInfo, ClientCaches, Fetched, Mark
 from .meshcache import MeshCache
 
 __all__ = ["ClientCacheService", "CACHE_TOPIC", "KEEPALIVE_FLOOD_FRACTION"]
@@ -84,23 +78,21 @@ log = logging.getLogger("aa.router.caches")
 
 #: Control topic of client-cache floods.
 CACHE_TOPIC: Final = "client-cache"
-#: Bytes of unread answers (and deliveries) a client may have waiting before its next cache
-#: request is refused with "busy": a few answer pages.
-MAX_ANSWER_BACKLOG: Final = 4 * 1024 * 1024
 #: A cache's keep-alive is flooded at most once per this fraction of its timeout.
 KEEPALIVE_FLOOD_FRACTION: Final = 0.25
 
 
-def _policy_body(policy: ExpiryPolicy) -> dict[str, Any]:
-    return {
-        "max_age": None if policy.max_age is None else policy.max_age.total_seconds(),
-        "max_count": policy.max_count,
-    }
+@runtime_checkable
+class Peers(Protocol):
+    """The links, as the caches' anti-entropy uses them (`aa.router.links.MeshService`)."""
 
+    on_link_up: list[Callable[[str], None]]
 
-async def _marked(select: Callable[[list[Event]], Awaitable[list[Event]]], events: list[Event], limit: int | None) -> list[Event]:
-    """The *events* a worker's pattern accepts (`select`), the first *limit*, marked historical."""
-    return [mark_historical(e) for e in (await select(events))[:limit]]
+    def peer_ids(self) -> list[str]: ...
+
+    def send_control(self, peer_id: str, topic: str, body: Mapping[str, Any]) -> bool: ...
+
+    def on_control(self, topic: str, callback: Callable[[Control], None]) -> Callable[[], None]: ...
 
 
 def _policy_from(body: dict[str, Any]) -> ExpiryPolicy:
@@ -141,10 +133,58 @@ class ClientCacheService:
         self._flooded: dict[str, float] = {}  # client id → when its keep-alive last flooded
         self._sink_on = False
         self._task: asyncio.Task[None] | None = None
-        self._queries: set[asyncio.Task[None]] = set()  # GetCached answers awaiting a worker
-        self._asking: set[ClientPort] = set()  # clients with one of those
-        self._clock: Callable[[], float] = time.monotonic
+        self.queries: set[asyncio.Task[None]] = set()  # GetCached answers awaiting a worker
+        self.asking: set[ClientPort] = set()  # clients with one of those
+        self._clock: Callable[[], float] = time.time  # wall clock: ages are time stamps'
         controls.on_control(CACHE_TOPIC, self._on_control)
+        #: Anti-entropy with the peers (`attach`, then every `CacheConfig.sync_interval`).
+        self.sync = CacheSync(self)
+        self._peers: Peers | None = None
+        self._spreading: asyncio.TimerHandle | None = None
+        if isinstance(controls, Peers):  # the links themselves (the router passes its MeshService)
+            self.attach(controls)
+
+    def attach(self, peers: Peers) -> None:
+        """Run anti-entropy with *peers*' routers: when a link comes up, and periodically."""
+        self._peers = peers
+        peers.on_control(CACHE_SYNC_TOPIC, self._on_sync)
+        peers.on_link_up.append(self.link_up)
+
+    def link_up(self, peer_id: str) -> None:
+        """A link with *peer_id* came up: compare caches now."""
+        self._send_sync(peer_id, [self.sync.digest(self._clock())])
+
+    def _send_sync(self, peer_id: str, bodies: list[dict[str, Any]]) -> None:
+        if self._peers is not None:
+            for body in bodies:
+                if self._peers.send_control(peer_id, CACHE_SYNC_TOPIC, body):
+                    self.sync.counters[f"sent_{body['op']}"] += 1
+
+    def _on_sync(self, control: Control) -> None:
+        if not control.path or control.ttl != 0:
+            return  # only from the router at the other end of a link
+        peer_id = control.path[0]
+        changed = self.sync.counters["events_repaired"] + self.sync.counters["defs_applied"]
+        try:
+            replies = self.sync.receive(peer_id, control.body, self._clock())
+        except (AaError, TypeError, ValueError) as exc:  # a malformed event is a MalformedFrame
+            self.sync.counters["refused"] += 1
+            log.info("ignoring a malformed cache-sync message from %s: %s", peer_id, exc)
+            return
+        self._update_sink()
+        self._send_sync(peer_id, replies)
+        if self.sync.counters["events_repaired"] + self.sync.counters["defs_applied"] > changed and self._spreading is None:
+            # Repaired here: the other peers may lack it too (a line A–B–C, B back from the
+            # dead, C exchanged with B before B had A's events). Tell them once the peer's
+            # digest rate limit allows, not at the next interval.
+            self._spreading = asyncio.get_running_loop().call_later(DIGEST_MIN_GAP * 1.2, self._spread)
+
+    def _spread(self) -> None:
+        self._spreading = None
+        if self._peers is not None:
+            digest = self.sync.digest(self._clock())
+            for peer_id in self._peers.peer_ids():
+                self._send_sync(peer_id, [digest])
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -152,25 +192,34 @@ class ClientCacheService:
         self._task = asyncio.get_running_loop().create_task(self._sweep_loop(), name="aa-cache-sweep")
 
     async def aclose(self) -> None:
-        for query in list(self._queries):
+        for query in list(self.queries):
             query.cancel()
+        if self._spreading is not None:
+            self._spreading.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
     async def _sweep_loop(self) -> None:
-        interval = self._config.sweep_interval
+        interval, every = self._config.sweep_interval, self._config.sync_interval
+        next_sync = self._clock() + every
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(min(interval, every) if every > 0 else interval)
             self.sweep()
+            now = self._clock()
+            if every > 0 and now >= next_sync:
+                next_sync = now + every
+                self._spread()
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Remove caches whose keep-alive lapsed (on this router's clock) and drop aged
         events now; the removed clients' ids."""
-        gone = self._caches.expire(self._clock() if now is None else now)
+        now = self._clock() if now is None else now
+        gone = self._caches.expire(now)
         for client_id in gone:
             self._forget(client_id)
+        self.sync.sweep(now)
         if gone:
             self.counters["lapsed"] += len(gone)
             self._update_sink()
@@ -188,8 +237,9 @@ class ClientCacheService:
         if not isinstance(policy, ExpiryPolicy):
             raise InvalidPolicy("a client cache needs an ExpiryPolicy")
         self._register(client_id, spec, policy, timeout)
+        self.sync.bump(client_id, self._clock())
         self._flooded[client_id] = self._clock()
-        self._flood("register", client_id, **self._registration(client_id))
+        self._flood("register", client_id, **self._registration(client_id, full=True))
 
     def keepalive(self, client_id: str) -> bool:
         """The client is alive: push its cache's removal back, here and (at most every
@@ -200,7 +250,7 @@ class ClientCacheService:
         info = self._caches.info(client_id)
         if now - self._flooded.get(client_id, -1e18) >= info.timeout * KEEPALIVE_FLOOD_FRACTION:
             self._flooded[client_id] = now
-            self._flood("keepalive", client_id, **self._registration(client_id))
+            self._flood("keepalive", client_id, **self._registration(client_id, full=True))
         return True
 
     def fetch(self, client_id: str, *, after: int | None = None, limit: int | None = None) -> Fetched:
@@ -214,7 +264,7 @@ class ClientCacheService:
         upto_id = upto if type(upto) is str else self._id_at(client_id, upto)  # type: ignore[arg-type]
         floor = self._caches.ack(client_id, upto)
         if upto_id is not None:
-            self._flood("ack", client_id, upto=upto_id)
+            self._flood("ack", client_id, upto=upto_id, mark=wire_mark(self._caches.floor(client_id)))
         return floor
 
     def set_policy(self, client_id: str, policy: ExpiryPolicy) -> None:
@@ -223,17 +273,22 @@ class ClientCacheService:
         if not isinstance(policy, ExpiryPolicy):
             raise InvalidPolicy("a client cache needs an ExpiryPolicy")
         self._caches.set_policy(client_id, policy)
-        self._flood("policy", client_id, **_policy_body(policy))
+        version = self.sync.bump(client_id, self._clock())
+        self._flood("policy", client_id, version=list(version), **_policy_body(policy))
 
     def clear(self, client_id: str) -> None:
         """Empty the cache everywhere; it stays registered. Raises `UnknownCache`."""
-        self._caches.clear(client_id)
-        self._flood("clear", client_id)
+        mark = self._caches.clear(client_id, self._clock())
+        self._flood("clear", client_id, mark=wire_mark(mark))
 
     def remove(self, client_id: str) -> bool:
         """Remove the cache everywhere; False when this router had none."""
+        now = self._clock()
+        timeout = self._caches.info(client_id).timeout if client_id in self._caches else 0.0
+        version = self.sync.bump(client_id, now)
         removed = self._remove(client_id)
-        self._flood("remove", client_id)
+        self.sync.removed(client_id, version, now + max(timeout, 60.0))
+        self._flood("remove", client_id, version=list(version))
         return removed
 
     def info(self, client_id: str) -> CacheInfo:
@@ -255,17 +310,24 @@ class ClientCacheService:
 
     # -- local state ------------------------------------------------------------------------
 
-    def _register(self, client_id: str, spec: PatternSpec, policy: ExpiryPolicy, timeout: float) -> None:
+    def _apply_registration(self, client_id: str, body: Mapping[str, Any], *, floor: Mark | None, seen: float) -> None:
+        """A definition from the mesh (a flood or anti-entropy): create or update the cache."""
+        spec = PatternSpec.from_wire(body.get("pattern"))
+        self._register(client_id, spec, _policy_from(body), body.get("timeout"), floor=floor, now=seen)  # type: ignore[arg-type]
+
+    def _register(
+        self, client_id: str, spec: PatternSpec, policy: ExpiryPolicy, timeout: float,
+        *, floor: Mark | None = None, now: float | None = None,
+    ) -> None:  # fmt: skip
         key = (spec.kernel, spec.format, spec.source)
         entry = self._matchers.get(key)
         matcher = entry[0] if entry is not None else self._matcher(spec)
         old = self._specs.get(client_id)
-        self._caches.register(client_id, matcher, policy, timeout, self._clock(), key=key)
+        self._caches.register(client_id, matcher, policy, timeout, self._clock() if now is None else now,
+                              key=key, floor=floor)  # fmt: skip
         if entry is None:
             entry = self._matchers[key] = [matcher, 0]
             self._index.add(key, spec, matcher)
-            if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
-                matcher.start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)  # type: ignore[union-attr]
             if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
                 matcher.start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)  # type: ignore[union-attr]
         old_key = None if old is None else (old.kernel, old.format, old.source)
@@ -285,6 +347,7 @@ class ClientCacheService:
     def _forget(self, client_id: str) -> None:
         spec = self._specs.pop(client_id, None)
         self._flooded.pop(client_id, None)
+        self.sync.lapsed(client_id)
         if spec is not None:
             self._release((spec.kernel, spec.format, spec.source))
 
@@ -296,11 +359,14 @@ class ClientCacheService:
                 del self._matchers[key]
                 self._index.remove(key)
                 getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
-                getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
 
-    def _registration(self, client_id: str) -> dict[str, Any]:
+    def _registration(self, client_id: str, *, full: bool = False) -> dict[str, Any]:
         info = self._caches.info(client_id)
-        return {"pattern": self._specs[client_id].to_wire(), "timeout": info.timeout, **_policy_body(info.policy)}
+        body = {"pattern": self._specs[client_id].to_wire(), "timeout": info.timeout, **_policy_body(info.policy)}
+        if full:  # as floods carry it: with the version and floor
+            body["version"] = list(self.sync.versions.get(client_id, ZERO))
+            body["mark"] = wire_mark(self._caches.floor(client_id))
+        return body
 
     def _id_at(self, client_id: str, cursor: int) -> str | None:
         """Id of the newest event of the cache with a cursor ≤ *cursor* (to flood an ack)."""
@@ -334,26 +400,37 @@ class ClientCacheService:
     def _on_control(self, control: Control) -> None:
         body = control.body
         op, client_id = body.get("op"), body.get("client")
+        now = self._clock()
         self.counters[f"received_{op}"] += 1
         try:
             if type(client_id) is not str or not client_id:
                 raise UsageError("no client id")
-            if op == "register" or (op == "keepalive" and client_id not in self._caches):
-                spec = PatternSpec.from_wire(body.get("pattern"))
-                self._register(client_id, spec, _policy_from(body), body.get("timeout"))  # type: ignore[arg-type]
+            version = parse_version(body.get("version"))
+            if op in ("register", "keepalive") and self.sync.newer(client_id, version):
+                self._apply_registration(client_id, body, floor=parse_mark(body.get("mark")), seen=now)
+                self.sync.adopt(client_id, version)
+                self._update_sink()
             elif op == "keepalive":
-                self._caches.keepalive(client_id, self._clock())
-            elif op == "ack":
-                upto = body.get("upto")
-                if type(upto) is not str:
+                self._caches.keepalive(client_id, now)
+            elif op in ("ack", "clear"):
+                mark, upto = parse_mark(body.get("mark")), body.get("upto")
+                if mark is not None:
+                    self._caches.ack_mark(client_id, mark)
+                elif op == "clear":
+                    self._caches.clear(client_id)
+                elif type(upto) is str:
+                    self._caches.ack(client_id, upto)
+                else:
                     raise UsageError("an ack floods an event id")
-                self._caches.ack(client_id, upto)
             elif op == "policy":
-                self._caches.set_policy(client_id, _policy_from(body))
-            elif op == "clear":
-                self._caches.clear(client_id)
+                if self.sync.newer(client_id, version) or version == ZERO:
+                    self._caches.set_policy(client_id, _policy_from(body))
+                    self.sync.adopt(client_id, version)
             elif op == "remove":
-                self._remove(client_id)
+                if self.sync.newer(client_id, version) or version == self.sync.versions.get(client_id, ZERO):
+                    timeout = self._caches.info(client_id).timeout if client_id in self._caches else 0.0
+                    self._remove(client_id)
+                    self.sync.removed(client_id, version, now + max(timeout, 60.0))
             else:
                 raise UsageError(f"unknown op {op!r}")
         except UnknownCache:
@@ -369,7 +446,8 @@ class ClientCacheService:
     ) -> list[Event] | Awaitable[list[Event]]:
         """Mesh-cached events *pattern* matches (time at or after *since*), oldest first, at
         most *limit*; marked historical. For pattern code, which runs only in a worker, an
-        awaitable of them. Raises `PatternError`, `UsageError`."""
+        awaitable of them (`cacherequests` answers it when the worker has). Raises
+        `PatternError`, `UsageError`."""
         since = check_since(since)
         if self.mesh_cache is None:
             return []
@@ -377,7 +455,7 @@ class ClientCacheService:
         self._flush_cache()
         select = getattr(match, "select", None)
         if select is not None:
-            return _marked(select, self.mesh_cache.query(None, since=since), limit)
+            return marked(select, self.mesh_cache.query(None, since=since), limit)
         return [mark_historical(e) for e in self.mesh_cache.query(match, since=since, limit=limit)]
 
     @property
@@ -392,99 +470,5 @@ class ClientCacheService:
 
     def handle_request(self, session: ClientPort, msg: Message) -> None:
         """A storage request of *session*'s client: the mesh cache (`GetCached`), or its own
-        client cache (the session's id)."""
-        req: int = msg.req  # type: ignore[attr-defined]
-        if session.backlog > MAX_ANSWER_BACKLOG:
-            # A client that asks and does not read must not make us hold its answers: each
-            # is up to thousands of events (the issue: 199 unread answers, 2.3 GB).
-            self.counters["busy"] += 1
-            session.send(Error(code="busy", message="read the answers already sent before asking again", ref=req))
-            return
-        if type(msg) is GetCached:
-            try:
-                events = self.cached(msg.pattern, since=msg.since, limit=msg.limit)  # type: ignore[attr-defined]
-                if not isinstance(events, list):  # pattern code: answered once its worker did
-                    self._answer_later(session, req, events)
-                    return
-            except UsageError as exc:
-                session.send(Error(code=getattr(exc, "code", "bad-request"), message=str(exc), ref=req))
-                return
-            except Exception as exc:  # PatternError (a RemoteError) carries its code
-                session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
-                return
-            send_paged(session, events, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
-            return
-        client_id = session.client_id or "?"
-        kind = type(msg)
-        try:
-            if kind is CacheRegister:
-                policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)  # type: ignore[attr-defined]
-                self.register(client_id, msg.pattern, policy, msg.timeout)  # type: ignore[attr-defined]
-            elif kind is CacheKeepalive:
-                if not self.keepalive(client_id):
-                    raise UnknownCache(f"no event cache is registered for client {client_id!r}")
-            elif kind is CacheFetch:
-                self.keepalive(client_id)
-                got = self.fetch(client_id, after=msg.after, limit=msg.limit)  # type: ignore[attr-defined]
-                self._send_events(session, req, got)
-                return
-            elif kind is CacheAck:
-                self.keepalive(client_id)
-                self.ack(client_id, msg.upto)  # type: ignore[attr-defined]
-            elif kind is CachePolicy:
-                policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)  # type: ignore[attr-defined]
-                self.keepalive(client_id)
-                self.set_policy(client_id, policy)
-            elif kind is CacheClear:
-                self.keepalive(client_id)
-                self.clear(client_id)
-            elif kind is CacheRemove:
-                session.send(CacheDone(req=req, info={"client_id": client_id, "removed": self.remove(client_id)}))
-                return
-            elif kind is GetCacheInfo:
-                self.keepalive(client_id)
-            else:
-                raise UsageError(f"not a cache request: {msg.kind!r}")
-            session.send(CacheDone(req=req, info=self._info_map(client_id)))
-        except InvalidPolicy as exc:
-            session.send(Error(code="invalid-policy", message=str(exc), ref=req))
-        except UnknownCache as exc:
-            session.send(Error(code="unknown-cache", message=str(exc), ref=req))
-        except PatternError as exc:
-            session.send(Error(code=exc.code, message=str(exc), ref=req))
-        except UsageError as exc:
-            session.send(Error(code="bad-request", message=str(exc), ref=req))
-
-    def _answer_later(self, session: ClientPort, req: int, events: Awaitable[list[Event]]) -> None:
-        """Answer a `GetCached` once the pattern's worker has: one such query per client at
-        a time (another is refused "busy"), the router's loop going on meanwhile."""
-        if session in self._asking:
-            self.counters["busy"] += 1
-            session.send(Error(code="busy", message="one query of pattern code at a time", ref=req))
-            if asyncio.iscoroutine(events):
-                events.close()
-            return
-
-        async def answer() -> None:
-            try:
-                got = await events
-            except Exception as exc:
-                session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
-                return
-            finally:
-                self._asking.discard(session)
-            send_paged(session, got, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
-
-        self._asking.add(session)
-        task = asyncio.get_running_loop().create_task(answer())
-        self._queries.add(task)
-        task.add_done_callback(self._queries.discard)
-
-    def _info_map(self, client_id: str) -> dict[str, Any]:
-        info = self._caches.info(client_id)
-        return {"client_id": client_id, "timeout": info.timeout, "size": info.size,
-                "pattern": self._specs[client_id].source, **_policy_body(info.policy)}  # fmt: skip
-
-    def _send_events(self, session: ClientPort, req: int, got: Fetched) -> None:
-        send_paged(session, got.events, lambda chunk, partial: CacheEvents(
-            req=req, events=chunk, cursor=got.cursor, more=got.more, partial=partial))  # fmt: skip
+        client cache (the session's id). See `aa.router.caches.cacherequests`."""
+        handle_request(self, session, msg)

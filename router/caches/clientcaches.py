@@ -25,7 +25,20 @@ longest age (members with no limit count as `max_events_per_cache`, and never mo
 that, so a peer cannot make a cache grow without end). Entries every member has
 acknowledged are dropped by `expire(now)`.
 
-Sequence numbers are one counter for all caches of this router, so a cursor stays
+Order (what lets replicas converge, `aa.router.caches.cachesync`). A log is kept in one
+order that every router computes alike: the event's time stamp (set by the router the event
+entered the mesh at; `now` for an event without one), then the id (shorter first, so the
+``prefix-counter`` ids of one publisher's batch, which share a time stamp, keep their
+order). Count and age limits and acknowledgements are taken in that order, so two routers
+holding the same events keep the same ones. A cache's *floor* is a mark in that order —
+``(time, len(id), id)`` — not a position: "everything up to and including this event" means
+the same thing on a router that never saw the event. An event arriving late (a repair, or
+a flood copy from a router whose clock is behind) is inserted at its place, and the entries
+after it are given fresh sequence numbers, so a client's cursor never skips it (it may get
+those few entries twice; clients de-duplicate by id). An id already in a group's log is not
+taken again: the flood and a repair may both bring the same event.
+
+Sequence numbers (cursors) are one counter for all caches of this router, so a cursor stays
 meaningful for a client whose cache changes policy. They are this router's own: a client
 that comes back through another router acknowledges by event id (`ack(client, "id")`),
 which every router knows.
@@ -33,8 +46,9 @@ which every router knows.
 Expiry (the risky part): `expire(now)` removes the caches whose keep-alive lapsed
 (`now - last keep-alive > timeout`) and drops log entries older than any member's age
 limit; between sweeps, `fetch` filters by age itself, so a client never gets an event past
-its age. Times in the log are made non-decreasing (a `now` that goes backwards is taken as
-the previous one), which is what lets `fetch` find the age boundary by bisection.
+its age. Age is the event's time stamp's, so `now` is wall-clock seconds (the router passes
+`time.time()`); the log being in time order is what lets `fetch` find the age boundary by
+bisection.
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ from aa.mesh import Event, UsageError
 from aa.mesh import UnknownCache  # the tree's; re-exported here
 
 from ..store import ExpiryPolicy
+from .cachelog import Group, Mark, Member, entry_mark, entry_seq, entry_time, mark_of, time_of
 
 __all__ = [
     "ClientCaches",
@@ -57,6 +72,8 @@ __all__ = [
     "MAX_CLIENT_CACHES",
     "MAX_EVENTS_PER_CACHE",
     "MAX_KEEPALIVE_TIMEOUT",
+    "Mark",
+    "mark_of",
 ]
 
 log = logging.getLogger("aa.router.caches")
@@ -69,11 +86,6 @@ MAX_CLIENT_CACHES: Final = 10_000
 MAX_EVENTS_PER_CACHE: Final = 10_000
 #: Longest keep-alive timeout accepted, in seconds (7 days): a forgotten cache goes at last.
 MAX_KEEPALIVE_TIMEOUT: Final = 7 * 24 * 3600.0
-#: A group log is compacted (its dead prefix deleted) once the prefix is this long and at
-#: least half the list: amortised O(1) per event, no copy per trim.
-_COMPACT_AT: Final = 1024
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fetched:
     """Events fetched from a client cache, oldest first."""
@@ -99,93 +111,6 @@ class CacheInfo:
     last_seen: float
     #: Events the client would get from `fetch` now (ignoring age, which needs `now`).
     size: int
-
-
-class _Group:
-    """Caches whose patterns have the same key, and the log their pattern filled."""
-
-    __slots__ = ("key", "matcher", "members", "log", "head", "keep", "max_age")
-
-    def __init__(self, key: Hashable, matcher: Callable[[Event], bool]) -> None:
-        self.key = key
-        self.matcher = matcher
-        self.members: dict[str, _Cache] = {}
-        #: (seq, time taken, event); seq and time non-decreasing; live from `head` on.
-        self.log: list[tuple[int, float, Event]] = []
-        self.head = 0
-        self.keep = 0  # entries the most demanding member may need
-        self.max_age: float | None = None  # longest member age limit; None: some have none
-
-    def retune(self, cap: int) -> None:
-        keep, age = 0, 0.0
-        for c in self.members.values():
-            keep = max(keep, min(c.policy.max_count or cap, cap))
-            if age is not None:
-                a = c.policy.max_age
-                age = None if a is None else max(age, a.total_seconds())  # type: ignore[assignment]
-        self.keep, self.max_age = keep, age
-
-    def append(self, seq: int, now: float, event: Event) -> None:
-        log = self.log
-        if log and log[-1][1] > now:
-            now = log[-1][1]  # keep times non-decreasing (see the module docstring)
-        log.append((seq, now, event))
-        head = max(self.head, len(log) - self.keep)
-        if self.max_age is not None:
-            oldest = now - self.max_age
-            while log[head][1] < oldest:  # the new entry itself is never too old
-                head += 1
-        self.head = head
-        self._compact()
-
-    def trim(self, now: float) -> None:
-        """Drop entries no member can still return: acknowledged by all, or too old."""
-        log = self.log
-        floor = min(c.floor for c in self.members.values())
-        head = bisect_right(log, floor, self.head, key=_seq)
-        if self.max_age is not None:
-            head = bisect_left(log, now - self.max_age, head, key=_time)
-        self.head = head
-        self._compact()
-
-    def _compact(self) -> None:
-        head = self.head
-        if head >= _COMPACT_AT and head * 2 >= len(self.log):
-            del self.log[:head]
-            self.head = 0
-
-
-class _Cache:
-    __slots__ = ("client_id", "group", "policy", "timeout", "last_seen", "floor")
-
-    def __init__(
-        self, client_id: str, group: _Group, policy: ExpiryPolicy, timeout: float, now: float, floor: int
-    ) -> None:
-        self.client_id = client_id
-        self.group = group
-        self.policy = policy
-        self.timeout = timeout
-        self.last_seen = now
-        #: Entries with seq ≤ floor are not (or no longer) in this cache.
-        self.floor = floor
-
-    def first(self, cap: int, now: float | None) -> int:
-        """Index in the group log of this cache's oldest event."""
-        g, pol = self.group, self.policy
-        log = g.log
-        lo = max(g.head, len(log) - min(pol.max_count or cap, cap))
-        lo = bisect_right(log, self.floor, lo, key=_seq)
-        if now is not None and pol.max_age is not None:
-            lo = bisect_left(log, now - pol.max_age.total_seconds(), lo, key=_time)
-        return lo
-
-
-def _seq(entry: tuple[int, float, Event]) -> int:
-    return entry[0]
-
-
-def _time(entry: tuple[int, float, Event]) -> float:
-    return entry[1]
 
 
 def _check_timeout(timeout: float) -> float:
@@ -222,8 +147,8 @@ class ClientCaches:
             raise UsageError("max_events_per_cache must be a positive int")
         self.max_caches = max_caches
         self.max_events = max_events_per_cache
-        self._caches: dict[str, _Cache] = {}
-        self._groups: dict[Hashable, _Group] = {}
+        self._caches: dict[str, Member] = {}
+        self._groups: dict[Hashable, Group] = {}
         self._seq = 0
         #: Times a matcher raised (the event is then taken as not matching).
         self.matcher_errors = 0
@@ -245,6 +170,7 @@ class ClientCaches:
         now: float,
         *,
         key: Hashable | None = None,
+        floor: Mark | None = None,
     ) -> bool:
         """Create or update *client_id*'s cache; True when it is new.
 
@@ -252,8 +178,9 @@ class ClientCaches:
         (default: the matcher object itself) share one evaluation per event, so the router
         passes its one compiled instance per distinct pattern, or the pattern's identity
         as key. Registering again with the same key updates the policy and timeout and
-        keeps the events; with another key the cache starts afresh, empty. Counts as a
-        keep-alive. Raises `UsageError` for a bad timeout or when `max_caches` exist.
+        keeps the events; with another key the cache starts afresh, empty: with the events
+        after *floor* (a mark, from another router's copy), by default those after *now*.
+        Counts as a keep-alive. Raises `UsageError` for a bad timeout or when `max_caches` exist.
         """
         if type(client_id) is not str or not client_id:
             raise UsageError("a client cache needs a client id")
@@ -263,7 +190,9 @@ class ClientCaches:
         gkey = matcher if key is None else key
         old = self._caches.get(client_id)
         if old is not None and old.group.key == gkey:
-            old.policy, old.timeout, old.last_seen = policy, timeout, now
+            old.policy, old.timeout, old.last_seen = policy, timeout, max(old.last_seen, now)
+            if floor is not None and (old.floor is None or floor > old.floor):
+                old.floor = floor
             old.group.retune(self.max_events)
             return False
         if old is None and len(self._caches) >= self.max_caches:
@@ -272,8 +201,11 @@ class ClientCaches:
             self._leave(old)
         group = self._groups.get(gkey)
         if group is None:
-            group = self._groups[gkey] = _Group(gkey, matcher)
-        cache = _Cache(client_id, group, policy, timeout, now, floor=self._seq)
+            group = self._groups[gkey] = Group(gkey, matcher)
+        start = floor if floor is not None else mark_of(now, "")
+        if floor is None and group.log:
+            start = max(start, entry_mark(group.log[-1]))
+        cache = Member(client_id, group, policy, timeout, now, floor=start)
         group.members[client_id] = cache
         group.retune(self.max_events)
         self._caches[client_id] = cache
@@ -294,9 +226,26 @@ class ClientCaches:
         cache.policy = policy
         cache.group.retune(self.max_events)
 
-    def clear(self, client_id: str) -> None:
-        """Empty the cache (it stays registered). Raises `UnknownCache`."""
-        self._need(client_id).floor = self._seq
+    def clear(self, client_id: str, now: float | None = None) -> Mark | None:
+        """Empty the cache (it stays registered): every event it holds and, with *now*, any
+        stamped before *now* yet to come. Its new floor. Raises `UnknownCache`."""
+        cache = self._need(client_id)
+        log = cache.group.log
+        marks = ([entry_mark(log[-1])] if log else []) + ([] if now is None else [mark_of(now, "")])
+        if marks:
+            self.ack_mark(client_id, max(marks))
+        return cache.floor
+
+    def ack_mark(self, client_id: str, mark: Mark) -> None:
+        """Drop the cache's events up to and including *mark* (another router's floor).
+        Raises `UnknownCache`."""
+        cache = self._need(client_id)
+        if cache.floor is None or mark > cache.floor:
+            cache.floor = mark
+
+    def floor(self, client_id: str) -> Mark | None:
+        """The cache's floor (a mark: see the module docstring). Raises `UnknownCache`."""
+        return self._need(client_id).floor
 
     def remove(self, client_id: str) -> bool:
         """Remove the cache and its events; False when there was none."""
@@ -306,7 +255,7 @@ class ClientCaches:
         self._leave(cache)
         return True
 
-    def _leave(self, cache: _Cache) -> None:
+    def _leave(self, cache: Member) -> None:
         group = cache.group
         del group.members[cache.client_id]
         if group.members:
@@ -325,7 +274,7 @@ class ClientCaches:
             size=len(c.group.log) - c.first(self.max_events, None),
         )
 
-    def _need(self, client_id: str) -> _Cache:
+    def _need(self, client_id: str) -> Member:
         cache = self._caches.get(client_id)
         if cache is None:
             raise UnknownCache(f"no event cache is registered for client {client_id!r}")
@@ -341,16 +290,16 @@ class ClientCaches:
         *keys*, the caller has matched the event already (an index over equality patterns,
         say): it goes to the groups with those keys, and no matcher is called.
         """
-        seq = self._seq + 1
         taken = 0
+        # One sequence number for the event in every cache that takes it (the HTTP feed merges
+        # a client's caches by it); a late insertion's renumbering draws fresh ones after it.
+        self._seq += 1
+        seq = self._seq
         if keys is not None:
             for key in keys:
                 group = self._groups.get(key)
-                if group is not None:
-                    group.append(seq, now, event)
+                if group is not None and self._put(group, event, now, seq):
                     taken += len(group.members)
-            if taken:
-                self._seq = seq
             return taken
         for group in self._groups.values():
             try:
@@ -359,12 +308,61 @@ class ClientCaches:
                 self.matcher_errors += 1
                 log.debug("client cache matcher %r raised", group.key, exc_info=True)
                 continue
-            if accepted:
-                group.append(seq, now, event)
+            if accepted and self._put(group, event, now, seq):
                 taken += len(group.members)
-        if taken:
-            self._seq = seq
         return taken
+
+    def insert(self, client_id: str, event: Event, now: float) -> bool:
+        """Put *event* (another router's copy of it) in
+        *client_id*'s cache at its place; False when the cache has it, has acknowledged it,
+        or would not keep it (too old, past the count, not matching its pattern, no id).
+        Raises `UnknownCache`."""
+        cache = self._need(client_id)
+        eid = event.id
+        if not eid:
+            return False  # no id, no de-duplication: not from a router
+        t = time_of(event, now)
+        if cache.floor is not None and mark_of(t, eid) <= cache.floor:
+            return False
+        try:  # trust no peer with what a client's cache holds: its pattern must take it
+            if not cache.group.matcher(event):
+                return False
+        except Exception:
+            self.matcher_errors += 1
+            return False
+        self._seq += 1
+        return self._put(cache.group, event, now, self._seq)
+
+    def _put(self, group: Group, event: Event, now: float, seq: int) -> bool:
+        """Insert *event* in *group*'s log at its mark; False if not taken (see `insert`)."""
+        eid = event.id or ""
+        if eid and eid in group.ids:
+            return False
+        t = time_of(event, now)
+        if group.max_age is not None and t < now - group.max_age:
+            return False
+        log = group.log
+        mark = mark_of(t, eid)
+        if not log or entry_mark(log[-1]) <= mark:
+            log.append((seq, t, mark[1], eid, event))
+        else:
+            i = bisect_right(log, mark, group.head, key=entry_mark)
+            if len(log) - i >= group.keep:
+                return False  # older than every entry a member may keep
+            # Late: in at its place, and fresh seqs for what follows, so no cursor skips it.
+            tail = [(0, t, mark[1], eid, event), *log[i:]]
+            del log[i:]
+            for _, *rest in tail:
+                self._seq += 1
+                log.append((self._seq, *rest))  # type: ignore[arg-type]
+        if eid:
+            group.ids.add(eid)
+        group.settle(now)
+        return True
+
+    def view(self, client_id: str, now: float) -> list[Event]:
+        """Every event the cache holds at *now*, in its order (what a full `fetch` returns)."""
+        return self.fetch(client_id, now=now).events
 
     def fetch(
         self,
@@ -383,15 +381,15 @@ class ClientCaches:
         cache = self._need(client_id)
         log = cache.group.log
         lo = cache.first(self.max_events, now)
-        start = cache.floor
+        start = self._cursor(cache)
         if after is not None:
-            lo = bisect_right(log, after, lo, key=_seq)
+            lo = bisect_right(log, after, lo, key=entry_seq)
             start = max(start, after)
         if since is not None:
-            lo = bisect_left(log, since, lo, key=_time)
+            lo = bisect_left(log, since, lo, key=entry_time)
         hi = len(log) if limit is None else min(len(log), lo + limit)
         if hi > lo:
-            return Fetched(events=[e for _, _, e in log[lo:hi]], cursor=log[hi - 1][0], more=hi < len(log))
+            return Fetched(events=[e[4] for e in log[lo:hi]], cursor=log[hi - 1][0], more=hi < len(log))
         return Fetched(events=[], cursor=start, more=False)
 
     def ack(self, client_id: str, upto: int | str) -> int:
@@ -400,17 +398,27 @@ class ClientCaches:
         not in the cache removes nothing. Returns the cache's new floor (a cursor).
         Raises `UnknownCache`."""
         cache = self._need(client_id)
+        log = cache.group.log
         if type(upto) is int:
-            cache.floor = max(cache.floor, min(upto, self._seq))
+            i = bisect_right(log, upto, cache.group.head, key=entry_seq) - 1
+            if i >= cache.group.head:
+                self.ack_mark(client_id, entry_mark(log[i]))
         elif type(upto) is str:
-            log = cache.group.log
             for i in range(len(log) - 1, cache.first(self.max_events, None) - 1, -1):
-                if log[i][2].id == upto:
-                    cache.floor = max(cache.floor, log[i][0])
+                if log[i][3] == upto:
+                    self.ack_mark(client_id, entry_mark(log[i]))
                     break
         else:
             raise UsageError(f"ack takes a cursor (int) or an event id (str), not {upto!r}")
-        return cache.floor
+        return self._cursor(cache)
+
+    def _cursor(self, cache: Member) -> int:
+        """Cursor of the cache's floor: the seq of the last entry at or below it."""
+        log = cache.group.log
+        if cache.floor is None:
+            return 0
+        i = bisect_right(log, cache.floor, key=entry_mark) - 1
+        return log[i][0] if i >= 0 else 0
 
     def expire(self, now: float) -> list[str]:
         """Remove caches whose keep-alive lapsed at *now*, drop events past every age limit

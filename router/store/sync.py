@@ -29,6 +29,10 @@ Why bucketed digests and not a Merkle tree or JetStream's replicated log: router
 are peers with no leader and no shared sequence, stores hold thousands to a million events,
 and divergence is recent (what a kill or a partition missed). One level of buckets costs one
 scan of the store's keys per exchange, and sends ids only for the buckets that differ.
+The digests, comparisons and caps are `aa.router.store.antientropy`'s (sans I/O, shared with
+the client caches' sync): a digest of more than `MAX_BUCKETS` entries, an id list past
+`MAX_SYNC_IDS` or an events message past `SYNC_EVENTS_PER_MESSAGE` is refused whole, and each
+peer has one exchange (one scan of the store) under way at a time.
 Messages travel as control messages on the one link between the two routers (ttl 0: they go
 no further), from peers the mesh admits (with a CA, only the CA's routers: `aa.router.security`).
 """
@@ -36,14 +40,16 @@ no further), from peers the mesh admits (with a CA, only the CA's routers: `aa.r
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, Protocol
 
-from aa.mesh import Control, Event, StoreError, UsageError
+from aa.mesh import AaError, Control, Event, StoreError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
+from . import antientropy
+from .antientropy import Exchanges, chunks, parse_digest, parse_ids
 from .eventstore import EventStore
 from .storesql import read_by_ids, read_keys
 
@@ -56,14 +62,17 @@ log = logging.getLogger("aa.router.store")
 
 #: Control topic of anti-entropy messages.
 SYNC_TOPIC: Final = "store-sync"
-#: Most ids in one `ids` message: bounds a message to a few hundred KiB.
-MAX_SYNC_IDS: Final = 20_000
+#: Most ids in one `ids` message: bounds a message to ~100 KiB, and stays under the codec's
+#: 10,000 items per list of a frame (`aa.router.session.MAX_FRAME_ITEMS`: an inbound link's
+#: codec cuts a peer that sends more). A bucket with more sends this many; the peer then sends
+#: events we hold already, which the store ignores.
+MAX_SYNC_IDS: Final = 5_000
 #: Events per `events` message: bounds a message well under the frame cap.
 SYNC_EVENTS_PER_MESSAGE: Final = 500
 #: Width of a digest bucket, in microseconds of event time (an hour).
 BUCKET_US: Final = 3_600_000_000
-#: Most buckets in one digest (types × hours): past it, the newest are sent.
-MAX_BUCKETS: Final = 50_000
+#: Most buckets in one digest (types × hours): past it, the newest are sent (the same frame cap).
+MAX_BUCKETS: Final = 5_000
 
 Bucket = tuple[str | None, int]
 
@@ -78,18 +87,22 @@ class Peers(Protocol):
     def on_control(self, topic: str, callback: Callable[[Control], None]) -> Callable[[], None]: ...
 
 
-def _hash(eid: str) -> int:
-    return int.from_bytes(hashlib.blake2b(eid.encode(), digest_size=8).digest(), "big")
-
-
 def digest_of(keys: list[tuple[str, str | None, int]]) -> dict[Bucket, tuple[int, int]]:
     """Per (type, hour) bucket: (count, XOR of the ids' hashes)."""
-    out: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0])
-    for eid, etype, time_us in keys:
-        entry = out[(etype, time_us // BUCKET_US)]
-        entry[0] += 1
-        entry[1] ^= _hash(eid)
-    return {k: (c, x) for k, (c, x) in out.items()}
+    return antientropy.ids_digest(((etype, time_us // BUCKET_US), eid) for eid, etype, time_us in keys)
+
+
+def _bucket(fields: Any) -> Bucket:
+    t, h = fields
+    if (t is not None and type(t) is not str) or type(h) is not int:
+        raise UsageError("a store bucket is [type or null, hour]")
+    return (t, h)
+
+
+def _buckets(raw: Any) -> set[Bucket]:
+    if not isinstance(raw, list) or len(raw) > MAX_BUCKETS:
+        raise UsageError(f"a list of at most {MAX_BUCKETS} buckets")
+    return {_bucket(b) for b in raw}
 
 
 async def store_keys(store: EventStore) -> list[tuple[str, str | None, int]]:
@@ -125,7 +138,7 @@ class StoreSync:
         # Peers with an exchange under way: each reads the store's keys (a scan), so a peer
         # (or a stranger on an open mesh) that sends digests or ids without end gets one scan
         # at a time, the rest dropped, not a scan per message.
-        self._busy: set[str] = set()
+        self._busy = Exchanges()
         self.counters: dict[str, int] = defaultdict(int)
 
     def attach(self, peers: Peers) -> None:
@@ -182,8 +195,8 @@ class StoreSync:
         except StoreError as exc:
             log.warning("store sync with %s skipped: %s", peer_id, exc)
             return
-        buckets = sorted(digest.items(), key=lambda kv: kv[0][1], reverse=True)[:MAX_BUCKETS]
-        self._send(peer_id, {"op": "digest", "buckets": [[t, h, c, f"{x:016x}"] for (t, h), (c, x) in buckets]})
+        newest = dict(sorted(digest.items(), key=lambda kv: kv[0][1], reverse=True)[:MAX_BUCKETS])
+        self._send(peer_id, {"op": "digest", "buckets": antientropy.digest_entries(newest, list)})
 
     def _on_control(self, control: Control) -> None:
         if control.to != self.router_id or not control.path:
@@ -194,30 +207,32 @@ class StoreSync:
         self.counters[f"received_{op}"] += 1
         try:
             if op in ("digest", "ids"):
-                if peer_id in self._busy:
+                # Parsed (and refused past the caps) before any work is scheduled.
+                if op == "digest":
+                    work = self._on_digest(peer_id, parse_digest(body.get("buckets"), _bucket, max_entries=MAX_BUCKETS))
+                else:
+                    work = self._on_ids(peer_id, _buckets(body.get("buckets")), bool(body.get("reply")),
+                                        parse_ids(body.get("ids"), max_ids=MAX_SYNC_IDS))  # fmt: skip
+                if not self._busy.begin(peer_id, time.monotonic()):
+                    work.close()
                     self.counters["dropped_busy"] += 1
                     return
-                work = self._on_digest(peer_id, body) if op == "digest" else self._on_ids(peer_id, body)
                 self._spawn(self._one_at_a_time(peer_id, work))
             elif op == "events":
                 self._on_events(body)
-        except (UsageError, TypeError, ValueError) as exc:
+        except (AaError, TypeError, ValueError) as exc:  # a malformed event is a MalformedFrame
+            self.counters["refused"] += 1
             log.warning("ignoring a malformed store-sync message from %s: %s", peer_id, exc)
 
     async def _one_at_a_time(self, peer_id: str, work: Any) -> None:
-        self._busy.add(peer_id)
         try:
             await work
         finally:
-            self._busy.discard(peer_id)
+            self._busy.end(peer_id)
 
-    async def _on_digest(self, peer_id: str, body: Mapping[str, Any]) -> None:
-        theirs: dict[Bucket, tuple[int, int]] = {}
-        for entry in body.get("buckets") or ():
-            t, h, c, x = entry
-            theirs[(t, int(h))] = (int(c), int(str(x), 16))
+    async def _on_digest(self, peer_id: str, theirs: dict[Bucket, tuple[int, int]]) -> None:
         mine = await self._digest()
-        differ = {k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)}
+        differ = antientropy.differing(mine, theirs)
         if differ:
             await self._send_ids(peer_id, differ, reply=True)
 
@@ -229,23 +244,25 @@ class StoreSync:
         self._send(peer_id, {"op": "ids", "reply": reply, "buckets": [list(b) for b in sorted(buckets, key=str)],
                              "ids": ids[:MAX_SYNC_IDS]})  # fmt: skip
 
-    async def _on_ids(self, peer_id: str, body: Mapping[str, Any]) -> None:
+    async def _on_ids(self, peer_id: str, buckets: set[Bucket], reply: bool, their_ids: list[str]) -> None:
         store = self._storage.store
         if store is None:
             return
-        buckets = {(b[0], int(b[1])) for b in body.get("buckets") or ()}
-        theirs = set(body.get("ids") or ())
+        theirs = set(their_ids)
         mine = [eid for eid, t, us in await store_keys(store) if (t, us // BUCKET_US) in buckets]
         missing = [eid for eid in mine if eid not in theirs]
-        for start in range(0, len(missing), SYNC_EVENTS_PER_MESSAGE):
-            events = await store_fetch(store, missing[start:start + SYNC_EVENTS_PER_MESSAGE])
+        for part in chunks(missing, SYNC_EVENTS_PER_MESSAGE):
+            events = await store_fetch(store, list(part))
             self._send(peer_id, {"op": "events", "events": [event_to_wire(e) for e in events]})
-        if body.get("reply"):
+        if reply:
             await self._send_ids(peer_id, buckets, reply=False)
 
     def _on_events(self, body: Mapping[str, Any]) -> None:
         kept = 0
-        for wire in body.get("events") or ():
+        wires = body.get("events") or ()
+        if not isinstance(wires, list) or len(wires) > SYNC_EVENTS_PER_MESSAGE:
+            raise UsageError(f"at most {SYNC_EVENTS_PER_MESSAGE} events a message")
+        for wire in wires:
             event: Event = event_from_wire(wire)
             if self._storage.keep(event):
                 kept += 1

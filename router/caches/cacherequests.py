@@ -1,0 +1,154 @@
+"""Client requests about caches (`aa.router.caches.cacheservice.ClientCacheService.handle_request`):
+the mesh cache (`GetCached`) and the client's own cache, answered in pages, refused "busy"
+while the client has not read what was already sent."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final
+
+from aa.mesh import Event, InvalidPolicy, PatternError, UnknownCache, UsageError
+from aa.mesh.protocol import (
+    CacheAck,
+    CacheClear,
+    CacheDone,
+    CacheEvents,
+    CacheFetch,
+    CacheKeepalive,
+    CachePolicy,
+    CacheRegister,
+    CacheRemove,
+    Cached,
+    Error,
+    GetCacheInfo,
+    GetCached,
+    Message,
+)
+
+from ..seams import ClientPort
+from ..store import ExpiryPolicy, mark_historical, send_paged
+from .clientcaches import Fetched
+
+if TYPE_CHECKING:
+    from .cacheservice import ClientCacheService
+
+__all__ = ["handle_request", "marked", "MAX_ANSWER_BACKLOG"]
+
+#: Bytes of unread answers (and deliveries) a client may have waiting before its next cache
+#: request is refused with "busy": a few answer pages.
+MAX_ANSWER_BACKLOG: Final = 4 * 1024 * 1024
+
+
+def _policy_body(policy: ExpiryPolicy) -> dict[str, Any]:
+    return {
+        "max_age": None if policy.max_age is None else policy.max_age.total_seconds(),
+        "max_count": policy.max_count,
+    }
+
+
+async def marked(select: Callable[[list[Event]], Awaitable[list[Event]]], events: list[Event], limit: int | None) -> list[Event]:
+    """The *events* a worker's pattern accepts (`select`), the first *limit*, marked historical."""
+    return [mark_historical(e) for e in (await select(events))[:limit]]
+
+
+def _answer_later(self: "ClientCacheService", session: ClientPort, req: int, events: Awaitable[list[Event]]) -> None:
+    """Answer a `GetCached` once the pattern's worker has: one such query per client at a
+    time (another is refused "busy"), the router's loop going on meanwhile."""
+    if session in self.asking:
+        self.counters["busy"] += 1
+        session.send(Error(code="busy", message="one query of pattern code at a time", ref=req))
+        if asyncio.iscoroutine(events):
+            events.close()
+        return
+
+    async def answer() -> None:
+        try:
+            got = await events
+        except Exception as exc:
+            session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
+            return
+        finally:
+            self.asking.discard(session)
+        send_paged(session, got, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
+
+    self.asking.add(session)
+    task = asyncio.get_running_loop().create_task(answer())
+    self.queries.add(task)
+    task.add_done_callback(self.queries.discard)
+
+
+def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message) -> None:
+    """A storage request of *session*'s client: the mesh cache (`GetCached`), or its own
+    client cache (the session's id)."""
+    req: int = msg.req  # type: ignore[attr-defined]
+    if session.backlog > MAX_ANSWER_BACKLOG:
+        # A client that asks and does not read must not make us hold its answers: each
+        # is up to thousands of events (the issue: 199 unread answers, 2.3 GB).
+        self.counters["busy"] += 1
+        session.send(Error(code="busy", message="read the answers already sent before asking again", ref=req))
+        return
+    if type(msg) is GetCached:
+        try:
+            events = self.cached(msg.pattern, since=msg.since, limit=msg.limit)  # type: ignore[attr-defined]
+            if not isinstance(events, list):  # pattern code: answered once its worker did
+                _answer_later(self, session, req, events)
+                return
+        except UsageError as exc:
+            session.send(Error(code=getattr(exc, "code", "bad-request"), message=str(exc), ref=req))
+            return
+        except Exception as exc:  # PatternError (a RemoteError) carries its code
+            session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
+            return
+        send_paged(session, events, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
+        return
+    client_id = session.client_id or "?"
+    kind = type(msg)
+    try:
+        if kind is CacheRegister:
+            policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)  # type: ignore[attr-defined]
+            self.register(client_id, msg.pattern, policy, msg.timeout)  # type: ignore[attr-defined]
+        elif kind is CacheKeepalive:
+            if not self.keepalive(client_id):
+                raise UnknownCache(f"no event cache is registered for client {client_id!r}")
+        elif kind is CacheFetch:
+            self.keepalive(client_id)
+            got = self.fetch(client_id, after=msg.after, limit=msg.limit)  # type: ignore[attr-defined]
+            _send_events(session, req, got)
+            return
+        elif kind is CacheAck:
+            self.keepalive(client_id)
+            self.ack(client_id, msg.upto)  # type: ignore[attr-defined]
+        elif kind is CachePolicy:
+            policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)  # type: ignore[attr-defined]
+            self.keepalive(client_id)
+            self.set_policy(client_id, policy)
+        elif kind is CacheClear:
+            self.keepalive(client_id)
+            self.clear(client_id)
+        elif kind is CacheRemove:
+            session.send(CacheDone(req=req, info={"client_id": client_id, "removed": self.remove(client_id)}))
+            return
+        elif kind is GetCacheInfo:
+            self.keepalive(client_id)
+        else:
+            raise UsageError(f"not a cache request: {msg.kind!r}")
+        session.send(CacheDone(req=req, info=_info_map(self, client_id)))
+    except InvalidPolicy as exc:
+        session.send(Error(code="invalid-policy", message=str(exc), ref=req))
+    except UnknownCache as exc:
+        session.send(Error(code="unknown-cache", message=str(exc), ref=req))
+    except PatternError as exc:
+        session.send(Error(code=exc.code, message=str(exc), ref=req))
+    except UsageError as exc:
+        session.send(Error(code="bad-request", message=str(exc), ref=req))
+
+
+def _info_map(self: "ClientCacheService", client_id: str) -> dict[str, Any]:
+    info = self._caches.info(client_id)
+    return {"client_id": client_id, "timeout": info.timeout, "size": info.size,
+            "pattern": self._specs[client_id].source, **_policy_body(info.policy)}  # fmt: skip
+
+
+def _send_events(session: ClientPort, req: int, got: Fetched) -> None:
+    send_paged(session, got.events, lambda chunk, partial: CacheEvents(
+        req=req, events=chunk, cursor=got.cursor, more=got.more, partial=partial))  # fmt: skip
