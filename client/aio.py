@@ -300,30 +300,26 @@ class AsyncClient(QuenchClient, CacheClient):
     # -- publishing -------------------------------------------------------------------------
 
     def publish_nowait(
-        self,
-        values: Mapping[str, Any],
-        *,
-        type: str | None = None,
-        meta: Mapping[str, Any] | None = None,
+        self, values: Mapping[str, Any], *, type: str | None = None, meta: Mapping[str, Any] | None = None,
         id: str | None = None,
     ) -> str:
         """Queue an event for publishing; returns its id. Raises `InvalidValue` for values
         outside the model, `OutboxFull` when the outbox is at its cap."""
+        event = Event.checked(dict(values), type, dict(meta) if meta else {}, id or self._ids())
+        self._publish_checked(event)
+        return event.id  # type: ignore[return-value]
+
+    def _publish_checked(self, event: Event) -> None:
+        """`publish_nowait` of a checked event with an id (the blocking `Client` builds it)."""
         if self._closing:
             raise ConnectionClosed("client is closed")
         if self._outbox.full:
             raise OutboxFull(f"{self.config.max_outbox} events wait for a router already")
-        event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=id or self._ids())
         self._outbox.add(event)
         self._schedule_flush()
-        return event.id  # type: ignore[return-value]
 
     async def publish(
-        self,
-        values: Mapping[str, Any],
-        *,
-        type: str | None = None,
-        meta: Mapping[str, Any] | None = None,
+        self, values: Mapping[str, Any], *, type: str | None = None, meta: Mapping[str, Any] | None = None,
         id: str | None = None,
     ) -> str:
         """Queue an event for publishing, waiting while the outbox is full; returns its id.

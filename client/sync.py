@@ -151,7 +151,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="aa-client", daemon=True)
         self._thread.start()
-        self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._pending: collections.deque[Event] = collections.deque()
         self._wakeup = False
         self._closed = False
 
@@ -197,10 +197,10 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         for values outside the model. `flush()` waits for the routers' acknowledgement."""
         if self._closed:
             raise ConnectionClosed("client is closed")
-        event = Event(values=dict(values), type=type, meta=dict(meta) if meta else {}, id=self._async._ids())
+        event = Event.checked(dict(values), type, dict(meta) if meta else {}, self._async._ids())
         # Hand over through a deque and wake the loop only when it is idle: one wake-up
         # per burst instead of one self-pipe write per event.
-        self._pending.append((event.values, event.type, event.meta, event.id))
+        self._pending.append(event)  # checked here, in the caller's thread; queued as it is
         if not self._wakeup:
             self._wakeup = True
             self._loop.call_soon_threadsafe(self._drain)
@@ -210,12 +210,13 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         self._wakeup = False
         pending = self._pending
         client = self._async
+        publish = client._publish_checked
         while pending:
-            values, type_, meta, id_ = pending.popleft()
+            event = pending.popleft()
             try:
-                client.publish_nowait(values, type=type_, meta=meta, id=id_)
+                publish(event)
             except Exception:
-                pending.appendleft((values, type_, meta, id_))
+                pending.appendleft(event)
                 self._loop.call_later(0.01, self._drain)  # outbox full: try again shortly
                 self._wakeup = True
                 return

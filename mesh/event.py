@@ -80,23 +80,35 @@ class Event:
     packed: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_values(self.values)
-        check_values(self.meta, "meta")
-        if self.type is not None and type(self.type) is not str:
-            raise InvalidValue(f"event type must be str or None, not {type(self.type).__name__}")
-        if self.id is not None and (type(self.id) is not str or not 0 < len(self.id) <= MAX_ID_LENGTH):
-            raise InvalidValue(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+        _check(self.values, self.type, self.meta, self.id)
+
+    @classmethod
+    def checked(cls, values: Values, type: str | None = None, meta: Values | None = None, id: str | None = None) -> "Event":
+        """`Event(values=values, type=type, meta=meta, id=id)`, with the same checks (raises
+        `InvalidValue`), at about a third of the cost: for publishers' hot paths. *values*
+        and *meta* are kept as they are, not copied."""
+        meta = {} if meta is None else meta
+        if type_of(values) is not dict or type_of(meta) is not dict:
+            return cls(values=values, type=type, meta=meta, id=id)
+        _check(values, type, meta, id)
+        return cls.trusted(values, type, meta, id)
 
     @classmethod
     def trusted(cls, values: Values, type: str | None, meta: Values, id: str | None) -> "Event":
         """Build an event without checking it: for data that is already known good."""
-        ev = object.__new__(cls)
-        _set(ev, "values", values)
-        _set(ev, "type", type)
-        _set(ev, "meta", meta)
-        _set(ev, "id", id)
-        _set(ev, "packed", None)
-        return ev
+        # Two per event on a router's hot path (decoded, then stamped). Filling a frozen
+        # dataclass takes one object.__setattr__ per field (1.6 µs for five on the shared
+        # machine); filling its mutable twin with plain stores and then giving it this
+        # class takes 0.4 µs. The twin has the same slots in the same order, so the object
+        # is laid out exactly as an Event; nothing else ever sees it as a twin.
+        ev = _Unfrozen()
+        ev.values = values
+        ev.type = type
+        ev.meta = meta
+        ev.id = id
+        ev.packed = None
+        ev.__class__ = cls  # type: ignore[assignment]
+        return ev  # type: ignore[return-value]
 
     def with_meta(self, **changes: Any) -> "Event":
         """A copy with *changes* merged into `meta`."""
@@ -120,7 +132,28 @@ class Event:
         )
 
 
-_set = object.__setattr__
+type_of = type
+
+
+def _check(values: Values, type: str | None, meta: Values, id: str | None) -> None:
+    check_values(values)
+    check_values(meta, "meta")
+    if type is not None and type_of(type) is not str:
+        raise InvalidValue(f"event type must be str or None, not {type_of(type).__name__}")
+    if id is not None and (type_of(id) is not str or not 0 < len(id) <= MAX_ID_LENGTH):
+        raise InvalidValue(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+
+
+class _Unfrozen:
+    """`Event`'s slots without its frozen guard: `Event.trusted` fills one, then makes it
+    an `Event`. Not an event itself; never leaves `Event.trusted`."""
+
+    __slots__ = Event.__slots__
+    values: Any
+    type: Any
+    meta: Any
+    id: Any
+    packed: Any
 
 
 #: Characters of an id scope (hex of 64 bits).

@@ -183,6 +183,9 @@ class Hop(NamedTuple):
     path: list[str]
 
 
+_new_tuple = tuple.__new__
+
+
 def check_flood_meta(ttl: object, path: object) -> None:
     """Raise `MalformedFrame` unless *ttl* and *path* are a well-formed ttl and path."""
     if type(ttl) is not int:
@@ -228,7 +231,8 @@ class FloodRules:
         """
         if not self.seen.check(id, now):
             return None
-        return Hop(self.initial_ttl, [self.router_id])
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: one per published event.
+        return _new_tuple(Hop, (self.initial_ttl, [self.router_id]))
 
     def receive(self, id: str, ttl: int, path: Sequence[str], now: float) -> Hop | None:
         """A copy from a peer router: None to drop it unread (a duplicate), else the `Hop`.

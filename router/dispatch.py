@@ -117,12 +117,16 @@ class Dispatcher:
         originate = self.rules.originate
         router_id = self.rules.router_id
         forwarders = self.forwarders
-        out = []
+        dispatch = self._dispatch  # counted once per batch below, not per event
+        trusted = Event.trusted
+        new_id = self.ids
+        out: list[Event] = []
+        append = out.append
         own = None if scope is None else scope + "-"
         for ev in events:
             eid = ev.id
             if eid is None:
-                eid = self.ids()
+                eid = new_id()
             elif own is not None and not eid.startswith(own):
                 eid = scoped_id(own, eid)
             hop = originate(eid, now)
@@ -133,22 +137,28 @@ class Dispatcher:
             if meta:
                 meta = {k: v for k, v in meta.items() if k not in ROUTER_META_KEYS}
                 meta.update({META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
-                             META_ROUTER: router_id, META_TTL: hop.ttl, META_PATH: hop.path})
+                             META_ROUTER: router_id, META_TTL: hop[0], META_PATH: hop[1]})
             else:
                 meta = {META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
-                        META_ROUTER: router_id, META_TTL: hop.ttl, META_PATH: hop.path}
+                        META_ROUTER: router_id, META_TTL: hop[0], META_PATH: hop[1]}
             if user is not None:
                 meta[META_USER] = user  # a publisher's own "user" was dropped with ROUTER_META_KEYS
-            stamped = Event.trusted(ev.values, ev.type, meta, eid)
-            self.dispatch(stamped)
+            stamped = trusted(ev.values, ev.type, meta, eid)
+            dispatch(stamped)
             for forward in forwarders:
                 forward(stamped)
-            out.append(stamped)
-        self.counters["published"] += len(out)
+            append(stamped)
+        counters = self.counters
+        counters["published"] += len(out)
+        counters["dispatched"] += len(out)
         return out
 
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks (once per router per event)."""
+        self._dispatch(event)
+        self.counters["dispatched"] += 1
+
+    def _dispatch(self, event: Event) -> None:
         names = self.names_seen
         if len(names) < MAX_NAMES_SEEN:
             names.update(event.values)
@@ -159,7 +169,6 @@ class Dispatcher:
                 sink(event)
             except Exception:
                 log.exception("event sink %r failed", sink)
-        self.counters["dispatched"] += 1
 
     def queued(self, client: Writable) -> None:
         """*client* queued deliveries during this batch: write to it at `flush`."""

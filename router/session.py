@@ -15,10 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
-from aa.mesh.protocol import GetMesh, MeshInfo
-from aa.mesh.protocol import STORAGE_REQUESTS
-from aa.mesh.protocol import QUENCH_REQUESTS
-from aa.mesh.protocol import CacheRegister, Quench
+from aa.mesh.protocol import QUENCH_REQUESTS, STORAGE_REQUESTS, CacheRegister, GetMesh, MeshInfo, Quench
 from aa.mesh.protocol import (
     Ack,
     Bye,
@@ -174,6 +171,8 @@ class ClientSession(asyncio.Protocol):
         self.subscriptions: dict[int, SessionSubscriber] = {}
         self._pending: list[list[Any]] = []  # [[sub_ids], event] awaiting flush
         self._dirty = False
+        self._ack: int | None = None  # an ack to write with this batch's deliveries (`ack`)
+        self._processing = False  # inside `_process`: its end flushes this session
         self._closing = False
         self._slicing = False  # a big publish is being dispatched in slices
         self.closed = asyncio.get_running_loop().create_future()
@@ -213,6 +212,7 @@ class ClientSession(asyncio.Protocol):
     def _process(self) -> None:
         """Handle every whole frame buffered, until a big publish is dispatched in slices
         (the rest waits for it: `_sliced_done`)."""
+        self._processing = True
         try:
             while True:
                 msg = self.codec.next_message()
@@ -231,6 +231,7 @@ class ClientSession(asyncio.Protocol):
             log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
             self.fail(exc.code, str(exc))
         finally:
+            self._processing = False
             self.router.dispatcher.flush()
         if not self._closing and not self.router.partial_frames.hold(self, self.codec.buffered):
             log.warning("closing %s: %d bytes of an unfinished frame while the router holds %d for all",
@@ -396,7 +397,7 @@ class ClientSession(asyncio.Protocol):
         """Write one control frame now (after any queued deliveries, to keep order)."""
         if self.transport is None or self._closing:
             return
-        if self._pending:
+        if self._pending or self._ack is not None:
             self.flush()
         self.transport.write(self.codec.send(msg))
 
@@ -411,8 +412,14 @@ class ClientSession(asyncio.Protocol):
             self.router.dispatcher.queued(self)
 
     def flush(self) -> None:
-        """Write queued deliveries as one frame (or several, if one would be too large)."""
+        """Write queued deliveries as one frame (or several, if one is too large), then the ack."""
         self._dirty = False
+        self._flush_deliveries()
+        seq, self._ack = self._ack, None
+        if seq is not None and self.transport is not None and not self._closing:
+            self.transport.write(self.codec.send(Ack(seq=seq)))
+
+    def _flush_deliveries(self) -> None:
         pending, self._pending = self._pending, []
         if not pending or self.transport is None or self._closing:
             return
@@ -430,7 +437,7 @@ class ClientSession(asyncio.Protocol):
             half = len(pending) // 2
             for part in (pending[:half], pending[half:]):
                 self._pending = part
-                self.flush()
+                self._flush_deliveries()
 
     def _overflow(self, pending: list[list[Any]]) -> None:
         """The client does not read: drop these deliveries, and tell it (`Missed`, when
@@ -459,7 +466,14 @@ class ClientSession(asyncio.Protocol):
                 self.transport.write(self.codec.send(Missed(sub_id=sub.sub_id, count=n)))  # type: ignore[union-attr]
 
     def ack(self, seq: int) -> None:
-        self.send(Ack(seq=seq))
+        """Acknowledge frames up to *seq*; while frames are handled, once at the batch's end."""
+        if not self._processing or self._closing:
+            self.send(Ack(seq=seq))
+            return
+        self._ack = seq  # cumulative: one ack (one wake-up of the client) per read, not per frame
+        if not self._dirty:
+            self._dirty = True
+            self.router.dispatcher.queued(self)
 
     def pattern_failed(self, sub_id: int, code: str, message: str) -> None:
         if self.subscriptions.pop(sub_id, None) is not None:

@@ -101,6 +101,25 @@ def frame(obj) -> bytes:
         (msgpack.packb({"kind": "hello"}), MalformedFrame, "bad 'hello' message"),
         (msgpack.packb({"kind": "subscribe", "sub_id": 1, "pattern": {"kernel": "lua", "source": "x"}}), MalformedFrame, "unknown pattern kernel"),
         (msgpack.packb({"kind": "hello", "client_id": "x" * 65}), MalformedFrame, "1 to 64"),
+        # Every check of an event, in a publish and in a deliver frame (both decode events
+        # on a fast path: each wrong field must still be caught and named).
+        *[
+            (msgpack.packb(wrap(ev)), MalformedFrame, text)
+            for wrap in (
+                lambda ev: {"kind": "publish", "seq": 1, "events": [[None, None, {"a": 1}, {}], ev]},
+                lambda ev: {"kind": "deliver", "items": [[[1], [None, None, {"a": 1}, {}]], [[1], ev]]},
+            )
+            for ev, text in (
+                (["x" * 65, None, {"a": 1}, {}], "event id must be a str of 1 to 64"),
+                (["", None, {"a": 1}, {}], "event id must be a str of 1 to 64"),
+                ([7, None, {"a": 1}, {}], "event id must be a str"),
+                (["e", 5, {"a": 1}, {}], "event type must be str or nil"),
+                (["e", None, {"a": 1}, 3], "meta must be a map"),
+                (["e", None, {"a": 1}, {"k": {1: 2}}], "must be str"),
+                (["e", None, {"a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, {}], "nested deeper"),
+                (["e", None, {"a": 1}], "must be an array"),
+            )
+        ],
     ],
 )
 def test_bad_frames_raise_clear_errors(payload, error, text):
@@ -131,3 +150,26 @@ def test_subscribe_and_deliver_round_trip():
 def test_hello_validates_on_construction():
     with pytest.raises(InvalidValue):
         Hello(client_id=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"values": {1: 2}},
+        {"values": {"a": object()}},
+        {"values": {"a": 2**70}},
+        {"values": {}, "type": 3},
+        {"values": {}, "id": ""},
+        {"values": {}, "id": "x" * 65},
+        {"values": {}, "meta": {"a": {1}}},
+    ],
+)
+def test_event_checked_refuses_what_the_constructor_refuses(fields):
+    """Publishers build events with `Event.checked` (the cheap path): same checks, same words."""
+    with pytest.raises(InvalidValue) as by_constructor:
+        Event(**fields)
+    with pytest.raises(InvalidValue) as by_checked:
+        Event.checked(**fields)
+    assert str(by_checked.value) == str(by_constructor.value)
+    good = Event.checked({"a": 1}, "t", {"m": 2}, "id-1")
+    assert good == Event(values={"a": 1}, type="t", meta={"m": 2}, id="id-1")

@@ -232,3 +232,44 @@ def test_a_conjunction_of_hundreds_of_bounds_subscribes_quickly(engine: PatternE
     assert time.perf_counter() - t0 < 1.0
     assert keys(engine.match(Event(values={"A0": 500, "A1": 500, "A2": 500}))) == ["x"]
     assert engine.match(Event(values={"A0": 500, "A1": 1200, "A2": 500})) == []
+
+
+# An attacker who has read this tier's source: it runs in the router with no deadline, so no
+# grammar-legal source may be made slow (one such pattern froze a router for hours).
+COSTLY_SOURCES = [
+    '["a"*2]*999999 in [["a"*2]*999998+["b"]]*999999',
+    '"a"*4000+"b" in ["a"*4001]*999999',
+    " or ".join(['"a"*4000+"b" in ["a"*4001]*999999'] * 15),
+    "len((\"\\u0130\"*999999)" + ".lower()" * 35 + ") > 0",
+    "X in [S * 999999]",
+    "(S * 4000) * 4000 == S",
+    "S + S + S + S == T",
+    "'%s' % S * 999999 == S",
+]
+
+
+@pytest.mark.parametrize("source", COSTLY_SOURCES)
+def test_no_grammar_legal_source_is_slow(engine: PatternEngine, failures: list[Any], source: str) -> None:
+    t0 = time.perf_counter()
+    engine.subscribe("costly", expr(source))
+    engine.subscribe("victim", expr("V == 1"))
+    for _ in range(20):
+        assert "victim" in keys(engine.match(Event(values={"V": 1, "X": "x", "S": "s" * 3000, "T": "t"})))
+    assert time.perf_counter() - t0 < 0.5  # predicates: microseconds; workers: not run here
+
+
+def test_literal_sequences_built_by_arithmetic_go_to_the_workers(engine: PatternEngine) -> None:
+    for source in ('"a" * 3 == S', "S in ['x'] * 3", "S == 'a' + 'b'", "S == '%s' % X"):
+        assert engine.tier(expr(source)) != PREDICATE_TIER, source
+    assert engine.tier(expr("S * 2 == 'abab'")) == PREDICATE_TIER
+    assert keys(engine.match(Event(values={"S": "ab"}))) == []
+
+
+def test_sequences_past_the_tier_cap_do_not_match(engine: PatternEngine, failures: list[Any]) -> None:
+    engine.subscribe("short", expr("S * 2 == T"))
+    engine.subscribe("long", expr("S * 3000 == T"))
+    hit = Event(values={"S": "ab", "T": "abab"})
+    assert keys(engine.match(hit)) == ["short"]
+    assert keys(engine.match(Event(values={"S": "a", "T": "a" * 3000}))) == ["long"]
+    assert keys(engine.match(Event(values={"S": "ab", "T": "ab" * 3000}))) == []  # 6,000 > cap
+    assert failures == []

@@ -178,3 +178,28 @@ async def test_router_reports_its_real_address(router):
     host, port = router.address
     assert host == "127.0.0.1" and port > 0
     assert router.stats()["endpoint"] == f"127.0.0.1:{port}"
+
+
+async def test_publish_frames_read_together_get_one_cumulative_ack(router, client):
+    """A read that holds several publish frames is answered by one ack (acks are
+    cumulative), not one wake-up of the publisher per frame; every event is delivered."""
+    from aa.mesh import Connection
+    from aa.mesh.protocol import Ack, Hello, Publish
+
+    got: list[Event] = []
+    await client.subscribe("n >= 0", got.append)
+    codec = Connection()
+    frames = codec.send(Hello(client_id="burst"))
+    for seq in (1, 2, 3):
+        frames += codec.send(Publish(seq=seq, events=(Event(values={"n": seq}, id=f"e{seq}"),)))
+    reader, writer = await asyncio.open_connection(*router.address)
+    writer.write(frames)  # one write: on loopback the router reads it in one go
+    acks: list[int] = []
+    async with asyncio.timeout(10):
+        while not acks or acks[-1] < 3:
+            codec.receive_data(await reader.read(65536))
+            acks += [m.seq for m in codec.next_messages() if isinstance(m, Ack)]
+    writer.close()
+    assert acks == [3]
+    await wait_for(lambda: len(got) == 3)
+    assert [e.values["n"] for e in got] == [1, 2, 3]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
-from typing import Any, Final, Sequence
+from typing import Any, Callable, Final, Sequence
 
 import msgpack
 
@@ -79,6 +79,8 @@ def pack(obj: Any) -> bytes:
 
 
 _local = threading.local()
+#: Stores `Event.packed` past the frozen guard (the slot's own setter: no attribute lookup).
+_set_packed: Callable[[Event, bytes], None] = vars(Event)["packed"].__set__
 
 
 def _thread_packer() -> msgpack.Packer:
@@ -99,7 +101,7 @@ def packed_event(event: Event) -> bytes:
         except (TypeError, ValueError, OverflowError) as exc:
             _local.packer = _packer()  # a failed pack may leave it dirty
             raise UsageError(f"cannot encode event {event.id}: {exc}") from None
-        object.__setattr__(event, "packed", data)
+        _set_packed(event, data)
     return data
 
 

@@ -27,9 +27,10 @@ deliveries. A link never encodes an event itself: it writes blobs made once per 
 Control frames (`send`) first flush the events this router originated and the queue, so a
 peer sees events and controls in the order we sent them.
 
-What a link writes is bounded twice: a frame is at most the codec's cap (a batch over it is
-cut between groups, a group over it is re-encoded in halves, and an event too large alone
-is dropped and counted, `dropped_large`); and while more than `MeshConfig.max_backlog`
+What a link writes is bounded twice: a frame is at most the codec's caps, in bytes and in
+items of one list (`MAX_PEER_FRAME_ITEMS`, which both ends decode with; a batch over them
+is cut between groups, a group over the byte cap is re-encoded in halves, and an event too
+large alone is dropped and counted, `dropped_large`); and while more than `MeshConfig.max_backlog`
 bytes wait in the transport (the peer does not keep up), what would be queued on top is
 dropped and counted (`dropped_slow`): a slow peer must not make us buffer without bound.
 """
@@ -54,6 +55,15 @@ __all__ = ["PeerLink", "LinkOwner"]
 
 log = logging.getLogger("aa.router.links")
 
+#: Most items in one list or map of a frame from a peer router. A link accepted here takes
+#: over the codec of the client session that read the peer's hello, and with it a client's
+#: much smaller cap (`aa.router.session.MAX_FRAME_ITEMS`, 10,000): a store-sync digest or id
+#: list longer than that was refused as malformed and the link closed, again at every
+#: retry, so stores with a bucket of more than 10,000 differing events never converged
+#: (issue 16, tests/test_faults_sync_big.py). Routers send lists of up to 50,000 items
+#: (`aa.router.store.sync`'s MAX_BUCKETS); a cap above that still bounds what one frame costs
+#: to decode, on both ends of a link alike.
+MAX_PEER_FRAME_ITEMS = 65_536
 #: States in which frames still buffered are not handled any more.
 _NOT_READING = frozenset({"closing", "closed"})
 
@@ -96,6 +106,7 @@ class PeerLink(asyncio.Protocol):
     ) -> None:
         self.mesh = mesh
         self.codec = codec if codec is not None else Connection()
+        self.codec.max_items = MAX_PEER_FRAME_ITEMS  # a client session's codec had the client cap
         self.transport: asyncio.Transport | None = None
         #: The peer's mesh endpoint: the one we dialled, or the one its hello gave.
         self.address = address
@@ -260,6 +271,8 @@ class PeerLink(asyncio.Protocol):
         # backlog of many groups, or bulky events), cut between groups; a single group over
         # it is re-encoded in halves (`FloodGroup.split`); an event too large alone goes.
         try:
+            if len(groups) > MAX_PEER_FRAME_ITEMS:  # more than the peer decodes in one frame
+                raise UsageError("too many groups for one frame")
             data = self.codec.send(Flood(groups=groups))
         except UsageError:
             if len(groups) > 1:

@@ -23,7 +23,12 @@ means "no match", as in the kernel. `+ * ** %` go through the sandbox's own size
 (so an oversized repetition stops the pattern in both tiers). The one difference: integers
 in arithmetic stay under `MAX_PREDICATE_INT_BITS`; past that the kernel would compute (up to
 `MAX_INT_BITS`), this tier answers "no match" — long division of huge integers is the one
-operation here whose cost a subscriber could otherwise choose.
+operation here whose cost a subscriber could otherwise choose. Likewise a string or list built
+by `+`/`*` stays under `MAX_PREDICATE_SEQUENCE` (checked before it is built); `+`/`*`/`%` with a
+literal string or collection operand (`"a" * 9999`, `[x] * n`) are outside the grammar (the
+worker tier runs them, under its deadline); at most `MAX_PREDICATE_CALLS` calls. With these, one
+evaluation costs at most (nodes × the event's size): no source can make this tier, which has no
+deadline, slow (an attacker's `["aa"]*999999 in [...]` once froze a router for hours).
 
 Atoms
 -----
@@ -46,7 +51,7 @@ from .calls import FORBIDDEN_NAMES
 from .guards import Guards
 from .shapes import _CONTEXT, MAX_DNF_TERMS, Ref, _and_leaves, _method_call, _product, _ref, _ref_names, _reads, _union
 
-__all__ = ["Atom", "Grammar", "Ref", "OPS", "parse_predicate", "MAX_PREDICATE_SOURCE", "MAX_PREDICATE_NODES", "MAX_DNF_TERMS", "MAX_PREDICATE_INT_BITS"]
+__all__ = ["Atom", "Grammar", "Ref", "OPS", "parse_predicate", "MAX_PREDICATE_SOURCE", "MAX_PREDICATE_NODES", "MAX_DNF_TERMS", "MAX_PREDICATE_INT_BITS", "MAX_PREDICATE_SEQUENCE", "MAX_PREDICATE_CALLS"]
 
 #: Longest source (characters) considered for the predicate tier. Real predicates are a line;
 #: a longer source goes to the python kernel, whose compilation is budgeted.
@@ -58,6 +63,16 @@ MAX_PREDICATE_DEPTH = 40
 #: Largest integer (bits) arithmetic may produce in this tier. Division of two 4,096-bit
 #: integers takes microseconds; 65,536-bit ones (the kernel's cap) take milliseconds.
 MAX_PREDICATE_INT_BITS = 4096
+#: Longest string, bytes, list or tuple arithmetic (`+`, `*`) may produce in this tier. This
+#: tier runs in the router with no deadline, so every operation's cost must be bounded by the
+#: source and the event: a repetition is checked *before* it is built, and past this length
+#: the answer is "no match" (the kernel would build up to `max_sequence`, 1,000,000). Comparing
+#: or searching a 4,096-element result costs microseconds; a million-element one, milliseconds
+#: per event, times every element of an `in`.
+MAX_PREDICATE_SEQUENCE = 4096
+#: Most calls of `len`/`startswith`/`endswith`/`lower`/`upper` in one predicate: each is
+#: linear in its argument, which an event may make large, so this bounds the amplification.
+MAX_PREDICATE_CALLS = 16
 
 Fn = Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any]
 _MISSING: Any = object()
@@ -138,6 +153,7 @@ class _Compiler:
         self.names: set[str] = set()
         self.mentions: set[str] = set()
         self.arithmetic = False
+        self.calls = 0
 
     def grammar(self, body: ast.expr) -> Grammar:
         fn: Any = self.expr(body, 0) if self.closures else None
@@ -245,12 +261,16 @@ class _Compiler:
     def binop(self, node: ast.BinOp, d: int) -> Fn:
         g = self.guards
         ops: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-            ast.Add: g.add, ast.Sub: operator.sub, ast.Mult: _capped_mul(g), ast.Div: operator.truediv,
+            ast.Add: _capped_add(g), ast.Sub: operator.sub, ast.Mult: _capped_mul(g), ast.Div: operator.truediv,
             ast.FloorDiv: operator.floordiv, ast.Mod: g.mod, ast.Pow: _capped_pow(g),
         }  # fmt: skip
         op = ops.get(type(node.op))
-        if op is None or (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, (str, bytes))):
-            raise _Outside  # bit operations, @, and "%" formatting of a literal
+        if op is None:
+            raise _Outside  # bit operations, @
+        if isinstance(node.op, (ast.Add, ast.Mult, ast.Mod)) and (_literal_sequence(node.left) or _literal_sequence(node.right)):
+            raise _Outside  # building strings or lists from literals: the worker tier's job
+        if isinstance(node.op, ast.Mod):
+            op = _numbers_only(op)  # "%" formatting of an event's string: the worker tier's job
         self.arithmetic = True
         lf, rf = self.expr(node.left, d), self.expr(node.right, d)
 
@@ -274,6 +294,9 @@ class _Compiler:
         if node.keywords:
             raise _Outside
         func = node.func
+        self.calls += 1
+        if self.calls > MAX_PREDICATE_CALLS:
+            raise _Outside
         if isinstance(func, ast.Name) and func.id == "len" and len(node.args) == 1:
             f, arg = self.name("len", bare=True), self.expr(node.args[0], d)
             self.names.discard("len")
@@ -389,10 +412,54 @@ def _negate(fn: Fn, negated: bool) -> Fn:
     return (lambda values, event, params: not fn(values, event, params)) if negated else fn
 
 
+def _literal_sequence(node: ast.expr) -> bool:
+    """A string/bytes literal or a collection display (whose size the source chooses)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (str, bytes))
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.JoinedStr))
+
+
+def _numbers_only(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def numeric(a: Any, b: Any) -> Any:
+        if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+            raise _TooBig
+        return op(a, b)
+
+    return numeric
+
+
+def _seq_len(x: Any) -> int:
+    return len(x) if isinstance(x, (str, bytes, list, tuple)) else -1
+
+
+def _sequence_cap(g: Guards, n: int) -> None:
+    """Past the kernel's own cap the guards stop the pattern, as the kernel would (they refuse
+    before building); between this tier's cap and the kernel's, "no match"."""
+    if n > g.max_sequence:
+        g.sized(n, "this repetition")
+    if n > MAX_PREDICATE_SEQUENCE:
+        raise _TooBig
+
+
+def _capped_add(g: Guards) -> Callable[[Any, Any], Any]:
+    def add(a: Any, b: Any) -> Any:
+        la, lb = _seq_len(a), _seq_len(b)
+        if la >= 0 and lb >= 0:
+            _sequence_cap(g, la + lb)
+        return g.add(a, b)
+
+    return add
+
+
 def _capped_mul(g: Guards) -> Callable[[Any, Any], Any]:
     def mul(a: Any, b: Any) -> Any:
-        if type(a) is int and type(b) is int and a.bit_length() + b.bit_length() > MAX_PREDICATE_INT_BITS + 1:
-            raise _TooBig
+        if type(a) is int and type(b) is int:
+            if a.bit_length() + b.bit_length() > MAX_PREDICATE_INT_BITS + 1:
+                raise _TooBig
+        elif isinstance(b, int):
+            _sequence_cap(g, _seq_len(a) * max(b, 0))  # checked before the repetition is built
+        elif isinstance(a, int):
+            _sequence_cap(g, _seq_len(b) * max(a, 0))
         return g.mul(a, b)
 
     return mul

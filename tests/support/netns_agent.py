@@ -7,6 +7,7 @@ Requests: {"op": "peers", "n": N, "timeout": S}   until the router has N peers
           {"op": "info"}                           the router's mesh info
           {"op": "subscribe", "pattern": P}        collect matching events from now on
           {"op": "publish", "values": {...}}       publish, wait for the ack
+             (optional "type", "meta", and "count": N events, values plus {"k": i}; "ids")
           {"op": "received", "n": N, "timeout": S} until N events were collected
 Each answer is {"ok": bool, ...}.
 """
@@ -63,8 +64,13 @@ async def main(endpoint: str) -> None:
                     elif op == "subscribe":
                         await client.subscribe(req["pattern"], on_event)
                     elif op == "publish":
-                        answer["id"] = await client.publish(req["values"])
-                        await client.flush()
+                        kind, meta = req.get("type"), req.get("meta")
+                        if "count" in req:
+                            answer["ids"] = [await client.publish({**req["values"], "k": i}, type=kind, meta=meta)
+                                             for i in range(req["count"])]
+                        else:
+                            answer["id"] = await client.publish(req["values"], type=kind, meta=meta)
+                        await client.flush(timeout=req.get("timeout", 10))
                     elif op == "received":
                         while len(got) < req["n"]:
                             arrived.clear()
