@@ -139,12 +139,6 @@ class SessionSubscriber:
     def pattern_failed(self, code: str, message: str) -> None:
         self.session.pattern_failed(self.sub_id, code, message)
 
-    def missed_events(self, count: int) -> None:
-        """*count* events went unmatched for it (its pattern worker fell behind): told as a
-        `Missed` frame before its next delivery, as for a slow reader."""
-        self.missed += count
-        self.session._missed = True
-
     @property
     def client_id(self) -> str | None:
         return self.session.client_id
