@@ -119,7 +119,7 @@ class Router:
             data_dir=config.data_dir,
             mesh_cache=self.mesh_cache,
             matcher=self.engine.matcher,
-            matches_prototype=self.engine.matches_prototype,
+            matches_prototype=self.engine.matches_prototype, select=self.engine.select,
             dispatch=self.dispatcher,
             counters=self.counters,
             router_id=self.id,

@@ -6,7 +6,8 @@ expression (the router's own tier) measures its latency at 200 events/s and an h
 bystander script (the worker tier) counts its deliveries. Each attack must be contained:
 refused at subscribe, or stopped with a reason to its own subscriber only, or inert
 (it obtains nothing); the router stays alive, its RSS grows by less than 100 MB, the victim
-loses nothing with p99 under 10 ms, and the bystander loses nothing.
+loses nothing with p99 under 10 ms, and the bystander loses nothing, delayed (p99) by at
+most 100 ms.
 
 The 10 ms are counted on top of the machine's own wake-up delay, measured by a probe
 beside the victim (its p99): near zero on an idle machine, several ms on a shared one.
@@ -93,8 +94,6 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
 
     prober = asyncio.get_running_loop().create_task(probe())
 
-    def machine_p50() -> float:
-        return sorted(noise)[len(noise) // 2] if noise else 0.0
     outcomes: dict[str, Any] = {}
     subs: dict[str, Any] = {}
     got: dict[str, list[Event]] = {}
@@ -146,17 +145,21 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
             assert set(ev.values) <= {"Seq", "t", "Name", "Temperature", "Readings", "r"}, where
     assert sorted(bystander) == list(range(EVENTS)) and bystander == sorted(bystander)
     bystander_lat.sort()
-    # The bystander shares a worker with some attacks: while they are being throttled and
-    # stopped it waits (issue 11's bound is 100 ms; its p99 on a loaded machine is printed,
-    # not asserted); its median must not notice them.
-    assert bystander_lat[len(bystander_lat) // 2] < 0.100 + machine_p50(), "bystander median"
-    print(f"bystander p50 {bystander_lat[len(bystander_lat) // 2] * 1000:.1f} ms, p99 {bystander_lat[int(len(bystander_lat) * 0.99) - 1] * 1000:.1f} ms, max {bystander_lat[-1] * 1000:.1f} ms")
     probing = False
     await prober
     victim_lat.sort()
     noise.sort()
     p99 = victim_lat[int(len(victim_lat) * 0.99) - 1]
     machine = noise[int(len(noise) * 0.99) - 1]
+    # The bystander shares a worker with some attacks: while they are throttled, stopped, or
+    # their worker killed and replaced, it waits: at most issue 11's 100 ms on an idle
+    # machine (tests/bench/bench_workers.py measures it). That wait is CPU work (the
+    # watchdog's CPU confirmation, a fork, re-creations), so on a shared machine its wall
+    # time stretches with the run queue per core: the bound here does too.
+    by99 = bystander_lat[int(len(bystander_lat) * 0.99) - 1]
+    stretch = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    print(f"bystander p50 {bystander_lat[len(bystander_lat) // 2] * 1000:.1f} ms, p99 {by99 * 1000:.1f} ms, max {bystander_lat[-1] * 1000:.1f} ms")
+    assert by99 < 0.100 * stretch + machine, f"bystander p99 {by99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms, load x{stretch:.1f})"
     assert p99 < 0.010 + machine, f"victim p99 {p99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms)"
     assert rss() - baseline < 100 * 1024 * 1024, f"router RSS grew {(rss() - baseline) >> 20} MB"
     # The router still answers.

@@ -196,3 +196,24 @@ async def test_a_worker_that_falls_behind_gets_a_capped_backlog(router, monkeypa
     await until(lambda: pool.warm, timeout=30)
     kept = [e.values["i"] for e in got[1:]]
     assert kept == sorted(kept) and len(kept) == 500 - pool.counters["dropped"]
+
+
+async def test_workers_are_forked_and_still_replaced_once_their_zygote_is_gone(router, make_client):
+    got: list[Event] = []
+    router.subscribe("forward()", got.append, format="script")
+    pub = await make_client()
+    pub.publish_nowait({"i": 0})
+    await until(lambda: len(got) == 1)
+    pool = router.engine.workers
+    zygote = await pool._the_zygote()
+    assert zygote is not None and zygote._proc is not None
+    (pid,) = worker_pids(router)
+    assert f"PPid:\t{zygote._proc.pid}\n" in open(f"/proc/{pid}/status").read()  # forked by it
+    os.kill(zygote._proc.pid, signal.SIGKILL)
+    await until(lambda: zygote.gone)
+    await until(lambda: pool.warm, timeout=30)
+    os.kill(pid, signal.SIGKILL)  # its exit code is nobody's to tell now: a crash, replaced
+    await until(lambda: worker_pids(router) and worker_pids(router)[0] != pid, timeout=30)
+    pub.publish_nowait({"i": 1})
+    await until(lambda: len(got) == 2, timeout=30)
+    assert pool.counters["replaced"] == 1

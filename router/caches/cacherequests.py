@@ -4,9 +4,10 @@ while the client has not read what was already sent."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+import asyncio
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final
 
-from aa.mesh import InvalidPolicy, PatternError, UnknownCache, UsageError
+from aa.mesh import Event, InvalidPolicy, PatternError, UnknownCache, UsageError
 from aa.mesh.protocol import (
     CacheAck,
     CacheClear,
@@ -25,13 +26,13 @@ from aa.mesh.protocol import (
 )
 
 from ..seams import ClientPort
-from ..store import ExpiryPolicy, send_paged
+from ..store import ExpiryPolicy, mark_historical, send_paged
 from .clientcaches import Fetched
 
 if TYPE_CHECKING:
     from .cacheservice import ClientCacheService
 
-__all__ = ["handle_request", "MAX_ANSWER_BACKLOG"]
+__all__ = ["handle_request", "marked", "MAX_ANSWER_BACKLOG"]
 
 #: Bytes of unread answers (and deliveries) a client may have waiting before its next cache
 #: request is refused with "busy": a few answer pages.
@@ -43,6 +44,37 @@ def _policy_body(policy: ExpiryPolicy) -> dict[str, Any]:
         "max_age": None if policy.max_age is None else policy.max_age.total_seconds(),
         "max_count": policy.max_count,
     }
+
+
+async def marked(select: Callable[[list[Event]], Awaitable[list[Event]]], events: list[Event], limit: int | None) -> list[Event]:
+    """The *events* a worker's pattern accepts (`select`), the first *limit*, marked historical."""
+    return [mark_historical(e) for e in (await select(events))[:limit]]
+
+
+def _answer_later(self: "ClientCacheService", session: ClientPort, req: int, events: Awaitable[list[Event]]) -> None:
+    """Answer a `GetCached` once the pattern's worker has: one such query per client at a
+    time (another is refused "busy"), the router's loop going on meanwhile."""
+    if session in self.asking:
+        self.counters["busy"] += 1
+        session.send(Error(code="busy", message="one query of pattern code at a time", ref=req))
+        if asyncio.iscoroutine(events):
+            events.close()
+        return
+
+    async def answer() -> None:
+        try:
+            got = await events
+        except Exception as exc:
+            session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
+            return
+        finally:
+            self.asking.discard(session)
+        send_paged(session, got, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
+
+    self.asking.add(session)
+    task = asyncio.get_running_loop().create_task(answer())
+    self.queries.add(task)
+    task.add_done_callback(self.queries.discard)
 
 
 def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message) -> None:
@@ -58,6 +90,9 @@ def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message
     if type(msg) is GetCached:
         try:
             events = self.cached(msg.pattern, since=msg.since, limit=msg.limit)  # type: ignore[attr-defined]
+            if not isinstance(events, list):  # pattern code: answered once its worker did
+                _answer_later(self, session, req, events)
+                return
         except UsageError as exc:
             session.send(Error(code=getattr(exc, "code", "bad-request"), message=str(exc), ref=req))
             return

@@ -58,7 +58,7 @@ import time
 from collections import Counter
 from datetime import timedelta
 from datetime import datetime
-from typing import Any, Callable, Final, Hashable, Mapping, Protocol, runtime_checkable
+from typing import Any, Awaitable, Callable, Final, Hashable, Mapping, Protocol, runtime_checkable
 
 from aa.mesh import AaError, Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
 from aa.mesh.protocol import Message
@@ -67,7 +67,7 @@ from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical, send_paged
 from .cacheconfig import CacheConfig
 from .cacheindex import CacheIndex
-from .cacherequests import MAX_ANSWER_BACKLOG, _policy_body, handle_request  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)
+from .cacherequests import MAX_ANSWER_BACKLOG, _policy_body, handle_request, marked  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)
 from .cachesync import CACHE_SYNC_TOPIC, DIGEST_MIN_GAP, ZERO, CacheSync, parse_mark, parse_version, wire_mark
 from .clientcaches import CacheInfo, ClientCaches, Fetched, Mark
 from .meshcache import MeshCache
@@ -133,6 +133,8 @@ class ClientCacheService:
         self._flooded: dict[str, float] = {}  # client id → when its keep-alive last flooded
         self._sink_on = False
         self._task: asyncio.Task[None] | None = None
+        self.queries: set[asyncio.Task[None]] = set()  # GetCached answers awaiting a worker
+        self.asking: set[ClientPort] = set()  # clients with one of those
         self._clock: Callable[[], float] = time.time  # wall clock: ages are time stamps'
         controls.on_control(CACHE_TOPIC, self._on_control)
         #: Anti-entropy with the peers (`attach`, then every `CacheConfig.sync_interval`).
@@ -190,6 +192,8 @@ class ClientCacheService:
         self._task = asyncio.get_running_loop().create_task(self._sweep_loop(), name="aa-cache-sweep")
 
     async def aclose(self) -> None:
+        for query in list(self.queries):
+            query.cancel()
         if self._spreading is not None:
             self._spreading.cancel()
         if self._task is not None:
@@ -324,6 +328,8 @@ class ClientCacheService:
         if entry is None:
             entry = self._matchers[key] = [matcher, 0]
             self._index.add(key, spec, matcher)
+            if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
+                matcher.start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)  # type: ignore[union-attr]
         old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1
@@ -352,6 +358,7 @@ class ClientCacheService:
             if entry[1] <= 0:
                 del self._matchers[key]
                 self._index.remove(key)
+                getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
 
     def _registration(self, client_id: str, *, full: bool = False) -> dict[str, Any]:
         info = self._caches.info(client_id)
@@ -434,14 +441,21 @@ class ClientCacheService:
 
     # -- requests from TCP clients ----------------------------------------------------------
 
-    def cached(self, pattern: str | PatternSpec, *, since: datetime | None = None, limit: int | None = None) -> list[Event]:
+    def cached(
+        self, pattern: str | PatternSpec, *, since: datetime | None = None, limit: int | None = None
+    ) -> list[Event] | Awaitable[list[Event]]:
         """Mesh-cached events *pattern* matches (time at or after *since*), oldest first, at
-        most *limit*; marked historical. Raises `PatternError`, `UsageError`."""
+        most *limit*; marked historical. For pattern code, which runs only in a worker, an
+        awaitable of them (`cacherequests` answers it when the worker has). Raises
+        `PatternError`, `UsageError`."""
         since = check_since(since)
         if self.mesh_cache is None:
             return []
         match = self._matcher(as_spec(pattern))
         self._flush_cache()
+        select = getattr(match, "select", None)
+        if select is not None:
+            return marked(select, self.mesh_cache.query(None, since=since), limit)
         return [mark_historical(e) for e in self.mesh_cache.query(match, since=since, limit=limit)]
 
     @property

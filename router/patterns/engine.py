@@ -343,6 +343,8 @@ class PatternEngine:
         program = bucket.instance.program
         if needs_names and not (_mentioned(program) & prototype.values.keys()):
             return False
+        if bucket.instance.remote:
+            return True  # never run here: "may match" (`select`, quench dry-run it in its worker)
         try:
             if isinstance(program, ScriptProgram):
                 try:
@@ -355,6 +357,15 @@ class PatternEngine:
             self._sandbox.budget.violation = None
             self._stop_all([(bucket.instance, stop)], [])
             return False
+
+    async def select(self, key: Hashable, events: list[Event]) -> list[Event]:
+        """The *events* subscriber *key*'s pattern lets through, as `matches_prototype` for
+        each (history replay); a worker's pattern is dry-run in its worker, awaited. Raises
+        `UsageError` for an unknown key."""
+        sub = self._subs.get(key)
+        if sub is not None and sub.bucket.instance.remote:
+            return await self._tier.select(key, events)
+        return [e for e in events if self.matches_prototype(key, e)]
 
     def keys_matching(self, prototype: Event, needs_names: bool = False) -> list[Hashable]:
         """The subscribers whose pattern would let *prototype* through (quenching, Å §4.4), in
@@ -405,13 +416,19 @@ class PatternEngine:
         event when it forwards anything). Evaluation is side-effect free for expressions.
         If the sandbox stops the pattern, the predicate answers False from then on and its
         `stopped` says why. Raises `PatternError` (`pattern-compile`, `pattern-refused`) and
-        `InvalidValue` like `subscribe`.
+        `InvalidValue` like `subscribe`. Pattern code bound for the workers gets a
+        `workers.RemoteMatcher` instead: it runs only in a worker (`start`, `select`).
         """
         own = dict(params or {})
         check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         existing = self._instances.get(spec_key)
-        instance = existing if existing is not None else Instance(spec_key, self._predicate(spec) or self._compile(spec))
+        program = existing.program if existing is not None else self._predicate(spec)
+        if existing.remote if existing is not None else program is None and self._tier.wants(spec):
+            if existing is None and prechecked(spec):
+                self._compile(spec)  # refused now if it breaks a rule; it runs only in a worker
+            return self._tier.matcher(spec, own)  # `workers.RemoteMatcher`
+        instance = existing if existing is not None else Instance(spec_key, program or self._compile(spec))
         bucket = Bucket(instance, own, freeze(own))  # detached: not in instance.buckets
         m = Matcher(self, bucket)
         # A member to forward to, so scripts (`forward()` reaches members) can accept.

@@ -188,20 +188,48 @@ class QuenchService:
 
     def subscribed(self, key: Hashable) -> None:
         """A subscription was added: check it against every registration."""
-        for reg in list(self.table.registrations.values()):
-            if self._matches(reg, key):
-                reg.matches.add(key)
-                self._dirty[reg.reg] = reg
-        self._schedule()
+        self.updated(key)
 
     def updated(self, key: Hashable) -> None:
         """A subscription's params changed: it may match other prototypes now."""
+        later = []
         for reg in list(self.table.registrations.values()):
             now_in = self._matches(reg, key)
-            if now_in != (key in reg.matches):
-                (reg.matches.add if now_in else reg.matches.discard)(key)
-                self._dirty[reg.reg] = reg
+            if now_in is None:
+                later.append(reg)
+            else:
+                self._set(reg, key, now_in)
+        if later:
+            self._dry_run(key, later)
         self._schedule()
+
+    def _set(self, reg: Registration, key: Hashable, now_in: bool) -> None:
+        if now_in != (key in reg.matches):
+            (reg.matches.add if now_in else reg.matches.discard)(key)
+            self._dirty[reg.reg] = reg
+
+    def _dry_run(self, key: Hashable, regs: list[Registration]) -> None:
+        """Ask *key*'s worker whether its pattern lets each of *regs*' prototypes through
+        (`WorkerPool.probe`); the answer, when it comes, updates the match sets. Answers
+        come in the order asked, so the last check of a key wins; a registration or a
+        subscription gone meanwhile is left alone."""
+        pool = self._engine.workers
+        if pool is None or key not in pool:
+            return
+        try:
+            future = pool.probe(key, [r.prototype for r in regs], [r.mentioned_only for r in regs])
+        except UsageError:
+            return
+
+        def answered(f: "asyncio.Future[list[bool]]") -> None:
+            if f.cancelled() or key not in pool:
+                return
+            for reg, ok in zip(regs, f.result()):
+                if self.table.registrations.get(reg.reg) is reg:
+                    self._set(reg, key, ok)
+            self._schedule()
+
+        future.add_done_callback(answered)
 
     def unsubscribed(self, key: Hashable) -> None:
         """A subscription was removed, stopped, or its session ended."""
@@ -215,24 +243,36 @@ class QuenchService:
         self._schedule()
 
     def _scan(self, reg: Registration) -> set[Hashable]:
-        """The local subscriptions matching *reg*. A dry run that breaks the sandbox stops a
+        """The local subscriptions matching *reg*; those whose pattern runs in a worker are
+        dry-run there and join later (`_dry_run`). A dry run that breaks the sandbox stops a
         pattern (and all its subscribers) mid-scan: only those still subscribed count."""
         engine = self._engine
-        found = {key for key in engine.keys() if self._matches(reg, key)}
+        found = set()
+        for key in engine.keys():
+            now_in = self._matches(reg, key)
+            if now_in is None:
+                self._dry_run(key, [reg])
+            elif now_in:
+                found.add(key)
         return found & set(engine.keys())
 
-    def _matches(self, reg: Registration, key: Hashable) -> bool:
+    def _matches(self, reg: Registration, key: Hashable) -> bool | None:
+        """Does *key*'s pattern match *reg*? None: its pattern is code in a worker, and
+        does not declare needs the prototype meets: to be dry-run there (`_dry_run`)."""
         engine = self._engine
         try:
-            if engine.matches_prototype(key, reg.prototype, needs_names=reg.mentioned_only):
-                return True
             needs = self._declared(engine.pattern_of(key))
+            if needs and needs <= reg.prototype.values.keys():
+                return True
+            pool = engine.workers
+            if pool is not None and key in pool:
+                return None  # never run here
+            return engine.matches_prototype(key, reg.prototype, needs_names=reg.mentioned_only)
         except UsageError:
             return False  # gone meanwhile (a dry run may stop a pattern that breaks the rules)
         except Exception:  # never let quenching break a subscribe or an unsubscribe
             log.exception("checking a subscription against quench registration %s failed", reg.reg)
             return False
-        return bool(needs) and needs <= reg.prototype.values.keys()
 
     def _declared(self, spec: PatternSpec) -> frozenset[str]:
         k = (spec.kernel, spec.format, spec.source)

@@ -35,7 +35,7 @@ import asyncio
 import logging
 from collections import deque
 from collections import Counter
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Final, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Final, Hashable, Mapping
 
 from aa.mesh import META_HISTORICAL, Event, StoreError, UsageError
 
@@ -87,9 +87,12 @@ class HistoryReplay:
         matches_prototype: Callable[[Hashable, Event], bool],
         dispatch: Dispatch,
         counters: Counter[str],
+        select: Callable[[Hashable, list[Event]], Awaitable[list[Event]]] | None = None,
     ) -> None:
         self.storage = storage
         self._matches = matches_prototype
+        #: `PatternEngine.select`: a chunk at once, a worker's pattern dry-run in its worker.
+        self._select = select
         self._dispatch = dispatch
         self._counters = counters
         self._tasks: set[asyncio.Task[None]] = set()
@@ -120,9 +123,12 @@ class HistoryReplay:
 
         trusted = Event.trusted
         deliver = key.deliver_now
+        select = self._select
         try:
             assert store is not None
-            async for chunk in _read_ahead(store.iterate(match, since=since, chunk=REPLAY_CHUNK)):
+            async for chunk in _read_ahead(store.iterate(None if select else match, since=since, chunk=REPLAY_CHUNK)):
+                if select is not None:
+                    chunk = await select(key, chunk)
                 for start in range(0, len(chunk), REPLAY_FRAME):
                     if not key.active:
                         return

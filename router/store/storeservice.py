@@ -28,7 +28,7 @@ import logging
 import time
 from collections import Counter
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Final, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Hashable, Mapping, Sequence
 
 from aa.mesh import MAX_ID_LENGTH, Event, InvalidPolicy, PatternSpec, StoreError, UsageError
 from aa.mesh.protocol import Error
@@ -65,6 +65,7 @@ class StoreService:
         mesh_cache: "MeshCache | None",
         matcher: Callable[[PatternSpec], Matcher],
         matches_prototype: Callable[[Hashable, Event], bool],
+        select: Callable[[Hashable, list[Event]], Awaitable[list[Event]]] | None = None,
         dispatch: Dispatch,
         counters: Counter[str],
         router_id: str = "router",
@@ -83,7 +84,8 @@ class StoreService:
         #: Events the store refused (full, gone); compared around a publish to tell its client.
         self.refused = 0
         self._last_refused_log = -REFUSED_LOG_INTERVAL
-        self.replay = HistoryReplay(self, matches_prototype=matches_prototype, dispatch=dispatch, counters=counters)
+        self.replay = HistoryReplay(self, matches_prototype=matches_prototype, dispatch=dispatch, counters=counters,
+                                    select=select)
         #: Anti-entropy with the peer routers' stores (`aa.router.store.sync`).
         self.sync = StoreSync(self, router_id, interval=config.sync_interval if config is not None else 0.0)
 
@@ -211,13 +213,20 @@ class StoreService:
         if limit is not None and (type(limit) is not int or limit < 0):
             raise UsageError(f"limit must be a non-negative int or None, not {limit!r}")
         match = self._matcher(as_spec(pattern))
+        remote = getattr(match, "select", None)  # pattern code: matched in a worker, awaited
         found: dict[str, Event] = {}
-        if self.store is not None:
+        if self.store is not None and remote:
+            async for chunk in self.store.iterate(None, since=since):
+                found.update((ev.id or "", ev) for ev in await remote(chunk))
+                if limit is not None and len(found) >= limit:
+                    break
+        elif self.store is not None:
             for ev in await self.store.query(match, since=since, limit=limit):
                 found[ev.id or ""] = ev
         if include_cache and self._mesh_cache is not None:
             self._flush_cache()
-            for ev in self._mesh_cache.query(match, since=since, limit=limit):
+            cached = self._mesh_cache.query(None if remote else match, since=since, limit=None if remote else limit)
+            for ev in await remote(cached) if remote else cached:
                 found.setdefault(ev.id or "", ev)
         events = sorted(found.values(), key=event_order)
         if limit is not None:

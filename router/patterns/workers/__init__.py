@@ -25,7 +25,7 @@ Placement: a pool, with client affinity. The pool has `WorkerConfig.workers` pro
 client go to the worker it was placed on (the one serving the fewest clients when its first
 pattern came); a shared pattern (Å §4.3: one instance, its subscribers a group) lives
 whole on the worker of its first subscriber. Why not a process per client: a worker costs
-about 35 MB and half a second to start, and a router may serve thousands of clients. Why
+about 35 MB, and a router may serve thousands of clients. Why
 not spread each client's patterns over all workers: a hostile client would then reach every
 worker, and each of its patterns could cost every other client a kill and re-creation;
 with affinity it reaches one worker, and fairness inside that worker bounds even that.
@@ -47,16 +47,30 @@ delays the other clients on its worker by the burst and the debt plus one evalua
 A killed or crashed worker: the pattern it was running (named in the shared slot) is
 stopped with the reason, to its own subscribers only; every other pattern of that worker is
 re-created on the spare from its source and its subscribers' current params, in
-subscription order, and the batch the dead worker had not answered is sent again. Their
+subscription order, and the batch the dead worker had not answered is sent again. Workers
+are forked from a zygote that has imported everything once (`zygote.py`: ~15 ms, where a
+new Python process takes 0.5 s and more on a busy machine), so the spare behind the spare
+is ready before the next kill; and the spare compiles the placed sources ahead of need
+(`WorkerPool._prime`), so re-creating 100 patterns takes a cache lookup each, not a
+compilation: a kill costs their subscribers about 45 ms (`tests/bench/bench_workers.py`). Their
 `state` starts again empty, as after a router restart: a state is plain data of the
 process that died, and copying it out after each run would cost each run a serialisation.
 
-Limits of this version: client-cache matching, quench dry-runs and history replay
-(`PatternEngine.matcher`, `matches_prototype`) still evaluate worker-tier patterns in the
-router's own sandbox, as before this tier existed.
+Nothing else of theirs runs in the router either. Client caches get a `RemoteMatcher`
+(`PatternEngine.matcher`): placed on a worker like a subscriber (charged to the cache's
+client), evaluated there on every dispatched event with its own bucket and state, and each
+event it accepts handed back, in order, to the cache. Quench dry runs, history replay and
+one-shot queries are dry runs in the pattern's worker (`WorkerPool.probe`: a chunk of
+events between two batches, one bool each back), awaited by their task while the router's
+loop goes on. The router only compiles short sources at subscribe, for an immediate
+refusal (`prechecked`); it never runs them.
+
+Backlog: a worker more than `MAX_BACKLOG_EVENTS` events behind drops the newest, and its
+subscribers are told how many (`missed_each`: a client gets a `Missed(count)` frame, as a
+slow reader does), never unbounded memory in the router.
 """
 
-from .hooks import RemoteProgram, deliver_each, prechecked
+from .hooks import RemoteMatcher, RemoteProgram, deliver_each, missed_each, prechecked
 from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .pool import WorkerPool
 from .tier import ISOLATIONS, WorkerTier
@@ -65,10 +79,12 @@ __all__ = [
     "ISOLATIONS",
     "MAX_STOP_MESSAGE",
     "PRECHECK_MAX_SOURCE",
+    "RemoteMatcher",
     "RemoteProgram",
     "WorkerConfig",
     "WorkerPool",
     "WorkerTier",
     "deliver_each",
+    "missed_each",
     "prechecked",
 ]

@@ -29,13 +29,14 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from aa.mesh import Event, PatternError, PatternSpec
+from aa.mesh import Event, PatternError, PatternSpec, UsageError
 from aa.mesh.protocol import event_to_wire, pack, unpack
 
 from ..budget import MEMORY, TIMEOUT, SandboxStop
-from ..engine import PatternEngine
+from ..engine import Matcher, PatternEngine
 from ..limits import HostFacts, SandboxLimits
 from .limits import MAX_STOP_MESSAGE
+from .slots import MATCHER
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
 
 __all__ = ["child_main", "Worker"]
@@ -105,13 +106,15 @@ class Worker:
             max_state_bytes=facts["max_state_bytes"],
             max_sequence=facts["max_sequence"],
         )
-        self.engine = PatternEngine(
+        self.engine = _CachingEngine(
             host=host, limits=limits, on_failure=self._failed, isolation="in-process", on_compiled=self._compiled
         )
         self.budget = self.engine.sandbox.budget
         self.random = self.engine.sandbox.random
         self.clients: dict[str, _Client] = {}
         self.client_of: dict[int, str] = {}  # wkey → client
+        #: Standalone matchers (client caches'), by wkey: each has its own bucket and state.
+        self.matchers: dict[int, Matcher] = {}
         self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
         self.stops: list[list[Any]] = []
         self.share = 1.0
@@ -133,6 +136,12 @@ class Worker:
             self.batch(msg[1], msg[2], msg[3])
         elif op == "sub":
             self.subscribe(*msg[1:])
+        elif op == "probe":
+            self.probe(msg[1], msg[2], msg[3], msg[4])
+        elif op == "precompile":
+            self.precompile(msg[1], msg[2], msg[3])
+        elif op == "uncache":
+            self.engine.cache.clear()
         elif op == "update":
             try:
                 self.engine.update(msg[1], msg[2])
@@ -140,14 +149,19 @@ class Worker:
                 pass  # unknown key: stopped already, the router hears of it separately
         elif op == "unsub":
             self.engine.unsubscribe(msg[1])
+            self.matchers.pop(msg[1], None)
             self.client_of.pop(msg[1], None)
 
-    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str) -> None:
+    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str, kind: int = 0) -> None:
         self._placing = (iid, client)
         self.clients.setdefault(client, _Client(self.burst))
         _pack_slot(self.slot, 0, iid, _mono_ns(), self.compile_ns)
         try:
-            self.engine.subscribe(wkey, PatternSpec(kernel=kernel, format=fmt, source=source), params)
+            spec = PatternSpec(kernel=kernel, format=fmt, source=source)
+            if kind == MATCHER:
+                self.matchers[wkey] = self.engine.matcher(spec, params)
+            else:
+                self.engine.subscribe(wkey, spec, params)
         except PatternError as exc:
             self.write(encode(["refused", wkey, exc.code, _short(str(exc))]))
             return
@@ -159,8 +173,21 @@ class Worker:
             self.budget.violation = None
         self.client_of[wkey] = client
 
+    def precompile(self, kernel: str, fmt: str, source: str) -> None:
+        """A spare compiles a placed pattern ahead of need (`pool._prime`); a failure is
+        left to the real subscribe to report."""
+        try:
+            spec = PatternSpec(kernel=kernel, format=fmt, source=source)
+            self.engine.cache[(kernel, fmt, source)] = self.engine.compile_fresh(spec)
+        except Exception:
+            pass
+        self.budget.violation = None
+
     def _compiled(self, spec: PatternSpec, program: Any) -> None:
-        """Wrap a newly compiled program's `run` (before any bucket takes it)."""
+        """Wrap a newly compiled program's `run` (before any bucket takes it); not while it
+        is only compiled ahead (`precompile`: wrapped when a subscribe takes it)."""
+        if self.engine.precompiling:
+            return
         iid, client = self._placing
         program.run = self.run_wrapper(program.run, iid, self.clients[client])
 
@@ -217,6 +244,42 @@ class Worker:
 
         return evaluate
 
+    def accepting(self, event: Event) -> list[int]:
+        """The standalone matchers that accept *event*; one that breaks the sandbox is
+        stopped (reported with the next reply) and dropped."""
+        return [wkey for wkey, m in list(self.matchers.items()) if self.accepts(wkey, m, event)]
+
+    def accepts(self, wkey: int, m: Matcher, event: Event) -> bool:
+        bucket = m.bucket
+        try:
+            return bool(bucket.run(bucket, event))
+        except SandboxStop as stop:
+            self.budget.violation = None
+            del self.matchers[wkey]
+            self._failed([wkey], stop.code, stop.message)
+            return False
+
+    def probe(self, seq: int, wkey: int, needs: list[bool], blob: bytes) -> None:
+        """Dry runs (`pool.probe`): does *wkey*'s pattern let each event through? A
+        subscriber's answers as `PatternEngine.matches_prototype` (a script on a copy of its
+        state); a matcher's as evaluating it. A pattern stopped meanwhile answers no."""
+        self.refill()
+        _rearm()
+        trusted = Event.trusted
+        events = [trusted(v, t, m, i) for i, t, v, m in unpack(blob)]
+        results: list[bool] = []
+        matcher = self.matchers.get(wkey)
+        for event, need in zip(events, needs):
+            if matcher is not None:
+                results.append(wkey in self.matchers and self.accepts(wkey, matcher, event))
+                continue
+            try:
+                results.append(self.engine.matches_prototype(wkey, event, needs_names=bool(need)))
+            except UsageError:  # stopped (by this very dry run, perhaps)
+                results.append(False)
+        stops, self.stops = self.stops, []
+        self.write(encode(["probed", seq, results, stops]))
+
     def _failed(self, keys: list[Any], code: str, message: str) -> None:
         for k in keys:
             self.client_of.pop(k, None)
@@ -255,7 +318,11 @@ class Worker:
         derived_at: dict[int, int] = {}
         keep: list[Event] = []  # alive until the reply is built: ids must not be reused
         match = self.engine.match
+        matchers = self.matchers
         for index, event in enumerate(events):
+            if matchers:
+                for wkey in self.accepting(event):
+                    deliveries += (wkey, index)
             for key, ev in match(event):
                 if ev is event:
                     deliveries += (key, index)
@@ -273,6 +340,31 @@ class Worker:
             self.on_cpu = min(1.0, max(0.05, (time.thread_time() - cpu_start) / wall))
         if gc.get_count()[0] > _GC_AFTER:
             gc.collect()  # between batches, charged to nobody (automatic collection is off)
+
+
+class _CachingEngine(PatternEngine):
+    """The worker's engine: compiles through a cache of programs compiled ahead of need
+    (`Worker.precompile`), each taken once (its `run` is then wrapped for its instance)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cache: dict[tuple[str, str, str], Any] = {}
+        self.precompiling = False
+        self._wrap = kwargs["on_compiled"]
+
+    def compile_fresh(self, spec: PatternSpec) -> Any:
+        self.precompiling = True
+        try:
+            return super()._compile(spec)
+        finally:
+            self.precompiling = False
+
+    def _compile(self, spec: PatternSpec) -> Any:
+        program = self.cache.pop((spec.kernel, spec.format, spec.source), None)
+        if program is None:
+            return super()._compile(spec)
+        self._wrap(spec, program)
+        return program
 
 
 _SHARE_MESSAGE = "pattern stopped: its client's patterns together used more than their share of the worker's CPU"

@@ -14,18 +14,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import signal
 import time
-from collections import deque
 from typing import Any, Callable, Hashable, Mapping
 
-from aa.mesh import Event, PatternSpec
+from aa.mesh import Event, PatternSpec, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
 
 from ..limits import HostFacts, SandboxLimits
-from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, WATCH_INTERVAL, WorkerConfig
-from .process import EXIT_MEMORY, WorkerProcess
+from .hooks import missed_each
+from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WATCH_INTERVAL, WorkerConfig
+from .process import ROUTER_DIR, ZYGOTE_BOOT, WorkerProcess
+from .slots import MATCHER, SUBSCRIBER, Inst, Probe, Slot, Sub, close_result, join_answers
 from .wire import encode
+from .zygote import Zygote
 
 __all__ = ["WorkerPool"]
 
@@ -37,44 +38,12 @@ Deliveries = list[tuple[Hashable, Event]]
 DELIVERY_CHUNK = 2000
 
 
-class _Sub:
-    __slots__ = ("key", "wkey", "spec", "params", "client", "inst")
-
-    def __init__(self, key: Hashable, wkey: int, spec: PatternSpec, params: dict[str, Any], client: str, inst: "_Inst") -> None:
-        self.key, self.wkey, self.spec, self.params, self.client, self.inst = key, wkey, spec, params, client, inst
-
-
-class _Inst:
-    """One distinct pattern on one worker (its group lives there whole)."""
-
-    __slots__ = ("iid", "spec_key", "worker", "subs")
-
-    def __init__(self, iid: int, spec_key: tuple[str, str, str], worker: "_Slot") -> None:
-        self.iid, self.spec_key, self.worker = iid, spec_key, worker
-        self.subs: dict[int, _Sub] = {}
-
-
-class _Slot:
-    """A place in the pool: the current process serving it, and what it must be sent."""
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.proc: WorkerProcess | None = None
-        self.queue: deque[Any] = deque()  # bytes (a control frame) or list[Event] (a batch)
-        self.queued_events = 0
-        self.in_flight: tuple[int, list[Event]] | None = None
-        self.clients: set[str] = set()
-        self.instances: dict[int, _Inst] = {}
-        self.dropped = 0
-        self.suspect: tuple[int, int, float] | None = None
-        self.delivering = False  # a reply's deliveries are still being handed on
-        self.retried = False  # the batch in flight was already resent after a crash
-
-
 class WorkerPool:
     """Worker-tier patterns of one router. `deliver(items)` gets each reply's deliveries,
     in order; `on_stop(keys, code, message)` gets the subscribers of a stopped pattern;
-    `on_notice(keys, code, message)` gets subscribers whose events were dropped."""
+    `on_missed(keys, count)` gets the subscribers of a worker that dropped *count* events
+    unmatched (its backlog was full, or it died twice on a batch): `hooks.missed_each` tells
+    each key (`missed_events`: a client hears it as a `Missed(count)` frame)."""
 
     def __init__(
         self,
@@ -84,7 +53,7 @@ class WorkerPool:
         config: WorkerConfig,
         deliver: Callable[[Deliveries], None],
         on_stop: Callable[[list[Hashable], str, str], None],
-        on_notice: Callable[[list[Hashable], str, str], None] | None = None,
+        on_missed: Callable[[list[Hashable], int], None] = missed_each,
     ) -> None:
         self.config = config
         self.host = host
@@ -101,18 +70,19 @@ class WorkerPool:
         }
         self._deliver = deliver
         self._on_stop = on_stop
-        self._on_notice = on_notice
+        self._on_missed = on_missed
         self._loop = asyncio.get_running_loop()
-        self._slots: list[_Slot] = []
-        self._subs: dict[Hashable, _Sub] = {}
-        self._by_wkey: dict[int, _Sub] = {}
-        self._instances: dict[tuple[str, str, str], _Inst] = {}
-        self._client_slot: dict[str, _Slot] = {}
+        self._slots: list[Slot] = []
+        self._subs: dict[Hashable, Sub] = {}
+        self._by_wkey: dict[int, Sub] = {}
+        self._instances: dict[tuple[str, str, str], Inst] = {}
+        self._client_slot: dict[str, Slot] = {}
         self._wkeys = itertools.count(1)
         self._iids = itertools.count(1)
         self._seq = itertools.count(1)
         self._numbers = itertools.count(1)
         self._spare: asyncio.Task[WorkerProcess] | None = None
+        self._zygote: asyncio.Task[Zygote | None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._pump_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -122,18 +92,22 @@ class WorkerPool:
 
     # -- subscribers -----------------------------------------------------------------------
 
-    def subscribe(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], client: str) -> None:
+    def subscribe(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], client: str, kind: int = SUBSCRIBER) -> None:
+        """Place *key*'s pattern: a subscriber (`SUBSCRIBER`: its deliveries, to `key`), or a
+        standalone matcher (`MATCHER`: each event it accepts is delivered to `key` as is)."""
         spec_key = (spec.kernel, spec.format, spec.source)
         inst = self._instances.get(spec_key)
         if inst is None:
             slot = self._client_slot.get(client) or self._place(client)
-            inst = _Inst(next(self._iids), spec_key, slot)
+            inst = Inst(next(self._iids), spec_key, slot)
             self._instances[spec_key] = inst
             slot.instances[inst.iid] = inst
+            if self._spare is not None:
+                self._prime(self._spare, [spec_key])
         slot = inst.worker
         slot.clients.add(client)
         self._client_slot.setdefault(client, slot)
-        sub = _Sub(key, next(self._wkeys), spec, dict(params), client, inst)
+        sub = Sub(key, next(self._wkeys), spec, dict(params), client, inst, kind)
         self._subs[key] = sub
         self._by_wkey[sub.wkey] = sub
         inst.subs[sub.wkey] = sub
@@ -154,7 +128,7 @@ class WorkerPool:
         if not self._subs:
             self._shut_down()
 
-    def _forget(self, sub: _Sub) -> None:
+    def _forget(self, sub: Sub) -> None:
         del self._subs[sub.key]
         del self._by_wkey[sub.wkey]
         inst = sub.inst
@@ -171,6 +145,33 @@ class WorkerPool:
     def __len__(self) -> int:
         return len(self._subs)
 
+    def __contains__(self, key: object) -> bool:  # a placed subscriber or matcher
+        return key in self._subs
+
+    def probe(self, key: Hashable, events: list[Event], needs: list[bool] | None = None) -> "asyncio.Future[list[bool]]":
+        """Dry-run *key*'s pattern in its worker over *events*: one bool each, as
+        `PatternEngine.matches_prototype` there (*needs*[i]: its `needs_names` for event i).
+        The answer is the future's result (all False if the pattern is stopped meanwhile).
+        Sent in chunks of `MAX_BATCH_EVENTS` between batches: a long history delays the
+        worker's other patterns one chunk at a time. Raises `UsageError` for an unknown key."""
+        sub = self._subs.get(key)
+        if sub is None:
+            raise UsageError(f"no worker-tier pattern {key!r}")
+        flags = list(needs) if needs is not None else [False] * len(events)
+        parts = []
+        for start in range(0, len(events), MAX_BATCH_EVENTS):
+            future: asyncio.Future[list[bool]] = self._loop.create_future()
+            end = start + MAX_BATCH_EVENTS
+            sub.inst.worker.queue.append(Probe(sub, events[start:end], flags[start:end], future))
+            parts.append(future)
+        self._control(sub.inst.worker, b"")
+        if len(parts) == 1:
+            return parts[0]
+        whole: asyncio.Future[list[bool]] = self._loop.create_future()
+        gathered = asyncio.gather(*parts)
+        gathered.add_done_callback(lambda g: join_answers(whole, g))
+        return whole
+
     @property
     def warm(self) -> bool:
         """Every worker has a live process with nothing queued, and the spare is ready."""
@@ -179,23 +180,23 @@ class WorkerPool:
             s.proc is not None and not s.proc.gone and s.in_flight is None and not s.queue for s in self._slots
         )
 
-    def _sub_frame(self, sub: _Sub) -> bytes:
+    def _sub_frame(self, sub: Sub) -> bytes:
         s = sub.spec
-        return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client])
+        return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client, sub.kind])
 
     # -- placement -------------------------------------------------------------------------
 
-    def _place(self, client: str) -> _Slot:
+    def _place(self, client: str) -> Slot:
         """The slot for a client's first pattern: a new worker while the pool has room,
         else the one serving the fewest clients (then the fewest patterns)."""
         if len(self._slots) < self.config.workers:
-            slot = _Slot(len(self._slots))
+            slot = Slot(len(self._slots))
             self._slots.append(slot)
             self._start(slot)
             return slot
         return min(self._slots, key=lambda s: (len(s.clients), len(s.instances), s.number))
 
-    def _start(self, slot: _Slot) -> None:
+    def _start(self, slot: Slot) -> None:
         """Give *slot* a process: the warm spare if there is one, else a new one."""
         slot.proc = None
         spare, self._spare = self._spare, None
@@ -205,7 +206,7 @@ class WorkerPool:
         if self._watch is None:
             self._watch = self._loop.create_task(self._watchdog())
 
-    async def _take(self, slot: _Slot, spare: asyncio.Task[WorkerProcess] | None) -> None:
+    async def _take(self, slot: Slot, spare: asyncio.Task[WorkerProcess] | None) -> None:
         proc: WorkerProcess | None = None
         if spare is not None:
             try:
@@ -231,12 +232,22 @@ class WorkerPool:
             return
         if self._spare is None:
             self._spare = self._loop.create_task(self._spawn())
+            self._spare.add_done_callback(self._prime)
         self._pump_slot(slot)
 
     async def _spawn(self) -> WorkerProcess:
+        zygote = await self._the_zygote()
         proc = WorkerProcess(next(self._numbers), lambda p, m: None, lambda p: None)
-        await proc.start(self.facts, self.config.start_timeout)
+        await proc.start(self.facts, self.config.start_timeout, zygote)
         return proc
+
+    async def _the_zygote(self) -> Zygote | None:
+        """The zygote that forks workers (`zygote.py`), started on first use and again if
+        it died; None if it cannot start (workers are then spawned one by one)."""
+        task = self._zygote
+        if task is None or (task.done() and (task.cancelled() or task.result() is None or task.result().gone)):  # type: ignore[union-attr]
+            task = self._zygote = self._loop.create_task(Zygote.started(ZYGOTE_BOOT, ROUTER_DIR, self.config.start_timeout))
+        return await asyncio.shield(task)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -246,10 +257,12 @@ class WorkerPool:
             if not slot.instances:
                 continue
             if slot.queued_events >= MAX_BACKLOG_EVENTS:
-                slot.dropped += 1
+                # Dropped, counted at its place in the queue: told to the subscribers in order.
                 self.counters["dropped"] += 1
-                if slot.dropped == 1:
-                    self._loop.call_later(1.0, self._notice_dropped, slot)
+                if slot.queue and type(slot.queue[-1]) is int:
+                    slot.queue[-1] += 1
+                else:
+                    slot.queue.append(1)
                 continue
             queue = slot.queue
             last = queue[-1] if queue else None
@@ -262,8 +275,9 @@ class WorkerPool:
             self._pump_scheduled = True
             self._loop.call_soon(self._pump)
 
-    def _control(self, slot: _Slot, frame: bytes) -> None:
-        slot.queue.append(frame)
+    def _control(self, slot: Slot, frame: bytes) -> None:
+        if frame:
+            slot.queue.append(frame)
         if not self._pump_scheduled:
             self._pump_scheduled = True
             self._loop.call_soon(self._pump)
@@ -273,7 +287,7 @@ class WorkerPool:
         for slot in self._slots:
             self._pump_slot(slot)
 
-    def _pump_slot(self, slot: _Slot) -> None:
+    def _pump_slot(self, slot: Slot) -> None:
         """Send *slot*'s control messages up to and including its next batch."""
         proc = slot.proc
         if proc is None or proc.gone or slot.in_flight is not None or slot.delivering:
@@ -284,6 +298,18 @@ class WorkerPool:
             if type(item) is bytes:
                 proc.send(item)
                 continue
+            if type(item) is int:
+                self._notice(slot, item, "its worker fell behind")
+                continue
+            if type(item) is Probe:
+                if self._subs.get(item.sub.key) is not item.sub:
+                    item.answer(None)
+                    continue
+                seq = next(self._seq)
+                slot.in_flight = (seq, item)
+                blob = pack([event_to_wire(e) for e in item.events])
+                proc.send(encode(["probe", seq, item.sub.wkey, item.needs, blob]))
+                return
             slot.queued_events -= len(item)
             seq = next(self._seq)
             slot.in_flight = (seq, item)
@@ -293,7 +319,7 @@ class WorkerPool:
             self.counters["events"] += len(item)
             return
 
-    def _message(self, slot: _Slot, proc: WorkerProcess, msg: list[Any]) -> None:
+    def _message(self, slot: Slot, proc: WorkerProcess, msg: list[Any]) -> None:
         op = msg[0]
         if op == "done":
             _, seq, flat, derived_blob, stops = msg
@@ -303,6 +329,9 @@ class WorkerPool:
                 proc.kill("protocol")
                 return
             events = flight[1]
+            if type(events) is Probe:
+                proc.kill("protocol")
+                return
             derived = [event_from_wire(w) for w in unpack(derived_blob)] if len(derived_blob) > 1 else []
             by_wkey = self._by_wkey
             out: Deliveries = []
@@ -314,6 +343,16 @@ class WorkerPool:
             for wkeys, code, message in stops:
                 self._stop_wkeys(wkeys, code, message)
             self._deliver_chunks(slot, out, 0)
+        elif op == "probed":
+            _, seq, results, stops = msg
+            flight, slot.in_flight = slot.in_flight, None
+            if flight is None or flight[0] != seq or type(flight[1]) is not Probe or len(results) != len(flight[1].events):
+                proc.kill("protocol")
+                return
+            for wkeys, code, message in stops:
+                self._stop_wkeys(wkeys, code, message)
+            flight[1].answer([r is True for r in results])
+            self._pump_slot(slot)
         elif op == "refused":
             sub = self._by_wkey.get(msg[1])
             if sub is not None:
@@ -321,7 +360,7 @@ class WorkerPool:
         elif op == "stop":
             self._stop_wkeys(msg[1], msg[2], msg[3])
 
-    def _deliver_chunks(self, slot: _Slot, out: Deliveries, start: int) -> None:
+    def _deliver_chunks(self, slot: Slot, out: Deliveries, start: int) -> None:
         """Deliver *out* a chunk per turn of the loop (a script may forward thousands of
         copies per event to its own subscriber: that must not hold up anybody else), then
         send the worker its next batch. A chunk ends between two events: the router writes
@@ -345,7 +384,6 @@ class WorkerPool:
         self._pump_slot(slot)
 
     # -- stops, kills and replacements -----------------------------------------------------
-
     def _stop_wkeys(self, wkeys: list[int], code: str, message: str) -> None:
         keys = []
         for w in wkeys:
@@ -356,7 +394,7 @@ class WorkerPool:
         if keys:
             self._report(keys, code, message)
 
-    def _stop_inst(self, inst: _Inst, code: str, message: str) -> None:
+    def _stop_inst(self, inst: Inst, code: str, message: str) -> None:
         subs = list(inst.subs.values())
         for sub in subs:
             self._forget(sub)
@@ -381,46 +419,21 @@ class WorkerPool:
             await asyncio.sleep(WATCH_INTERVAL)
             now = time.monotonic_ns()
             for slot in self._slots:
-                proc = slot.proc
-                if proc is None or proc.gone or proc.killed_for is not None:
-                    continue
-                iid, started, limit = proc.read_slot()
-                if not started or now - started <= limit:
-                    continue
-                cpu = proc.cpu_seconds()
-                if cpu is None:
-                    continue
-                suspect = slot.suspect
-                if suspect is None or suspect[:2] != (iid, started):
-                    slot.suspect = (iid, started, cpu)
-                elif cpu - suspect[2] >= kill_cpu:
+                if slot.stuck(now, kill_cpu):
                     self.counters["kills"] += 1
-                    proc.kill(("timeout", iid, limit))
 
-    def _exited(self, slot: _Slot, proc: WorkerProcess) -> None:
+    def _exited(self, slot: Slot, proc: WorkerProcess) -> None:
         """A worker is gone: blame the pattern it was running, re-create the others on a
         fresh worker, and send it what the dead one had not answered."""
         if self.closed or slot.proc is not proc:
             return
-        reason = proc.killed_for
-        iid, started, _ = proc.read_slot()
         slot.suspect = None
-        if reason is not None and reason[0] == "timeout":
-            iid = reason[1]
-            code, why = "pattern-timeout", f"exceeded its time budget in one call that ran past {reason[2] / 1e6:g} ms"
-        else:
-            self.counters["crashes"] += reason is None
-            iid = iid if started else 0
-            if proc.returncode == -signal.SIGXCPU:
-                code, why = "pattern-timeout", "its worker used its whole CPU allowance for one batch"
-            elif proc.returncode == EXIT_MEMORY:
-                code, why = "pattern-memory", "its worker ran out of memory"
-            else:
-                code, why = "pattern-crash", f"its worker process failed ({proc.returncode})"
+        self.counters["crashes"] += proc.killed_for is None
+        iid, code, why = proc.blame()
         inst = slot.instances.get(iid)
         if inst is not None:
             self._stop_inst(inst, code, f"pattern stopped: {why}; its worker process was replaced")
-        elif slot.in_flight is not None:
+        elif slot.in_flight is not None and type(slot.in_flight[1]) is not Probe:
             # No culprit known (killed from outside, or between two evaluations): the batch
             # is sent to the next worker once; if that one dies on it too, the batch may be
             # what kills them, and its events are dropped for this worker's patterns.
@@ -431,55 +444,50 @@ class WorkerPool:
         self.counters["replaced"] += 1
         self._rebuild(slot)
 
-    def _rebuild(self, slot: _Slot) -> None:
-        """New queue for a fresh process: every live subscriber re-created (in subscription
-        order, with its current params), then the unanswered batch, then queued events."""
-        events: list[Event] = []
-        if slot.in_flight is not None:
-            events.extend(slot.in_flight[1])
-            slot.in_flight = None
-        for item in slot.queue:
-            if type(item) is list:
-                events.extend(item)
-        slot.queue.clear()
+    def _rebuild(self, slot: Slot) -> None:
+        """New queue for a fresh process (`Slot.requeue`), then a process (the spare, whose
+        compile cache has the sources: `_prime`; what it holds for others, it drops)."""
         subs = sorted((s for i in slot.instances.values() for s in i.subs.values()), key=lambda s: s.wkey)
-        for sub in subs:
-            slot.queue.append(self._sub_frame(sub))
-        for start in range(0, len(events), MAX_BATCH_EVENTS):
-            slot.queue.append(events[start : start + MAX_BATCH_EVENTS])
-        slot.queued_events = len(events)
-        if not slot.instances:
-            slot.queue.clear()
-            slot.queued_events = 0
+        slot.requeue([self._sub_frame(sub) for sub in subs] + [encode(["uncache"])], MAX_BATCH_EVENTS)
         self._start(slot)
+
+    def _prime(self, spare: "asyncio.Task[WorkerProcess]", specs: Any = None) -> None:
+        """Have the spare compile every short source placed (or *specs*) ahead of need, so
+        a replacement re-creates its patterns from its cache, not by compiling them."""
+        if spare is self._spare and spare.done() and not spare.cancelled() and spare.exception() is None:
+            for kernel, fmt, source in specs or list(self._instances):
+                if kernel == "python" and len(source) <= PRECHECK_MAX_SOURCE:  # bounded work: no watchdog here
+                    spare.result().send(encode(["precompile", kernel, fmt, source]))
 
     # -- notices and closing ---------------------------------------------------------------
 
-    def _notice_dropped(self, slot: _Slot) -> None:
-        n, slot.dropped = slot.dropped, 0
-        if n:
-            self._notice(slot, n, "its worker fell behind")
-
-    def _notice(self, slot: _Slot, n: int, why: str) -> None:
+    def _notice(self, slot: Slot, n: int, why: str) -> None:
         keys = [s.key for i in slot.instances.values() for s in i.subs.values()]
         log.warning("%d events dropped for %d pattern subscribers: %s", n, len(keys), why)
-        if self._on_notice is not None and keys:
-            self._on_notice(keys, "pattern-dropped", f"{n} events were not matched: {why}")
+        if keys:
+            try:
+                self._on_missed(keys, n)
+            except Exception:
+                log.exception("telling subscribers of dropped events failed")
 
     def _shut_down(self) -> None:
         """No worker-tier subscriber left: stop every process (and the spare)."""
         for slot in self._slots:
+            slot.answer_probes()
             if slot.proc is not None:
                 slot.proc.on_exit = lambda p: None
                 slot.proc.kill()
         self._slots.clear()
         self._client_slot.clear()
         if self._spare is not None:
-            self._spare.add_done_callback(_kill_result)
+            self._spare.add_done_callback(close_result)
             self._spare = None
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        if self._zygote is not None:
+            self._zygote.add_done_callback(close_result)
+            self._zygote = None
 
     async def aclose(self) -> None:
         """Stop every worker. Idempotent."""
@@ -489,7 +497,3 @@ class WorkerPool:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-
-def _kill_result(task: "asyncio.Task[WorkerProcess]") -> None:
-    if not task.cancelled() and task.exception() is None:
-        task.result().kill()

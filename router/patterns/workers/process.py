@@ -14,13 +14,15 @@ import json
 import logging
 import mmap
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Final
 
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
+from .zygote import Zygote
 
-__all__ = ["WorkerProcess"]
+__all__ = ["WorkerProcess", "ROUTER_DIR", "ZYGOTE_BOOT"]
 
 log = logging.getLogger("aa.router.patterns.workers")
 
@@ -39,9 +41,19 @@ except MemoryError:
     os._exit(3)
 """
 
+#: The zygote's boot (`zygote.py`): the same bare package, then the fork loop.
+ZYGOTE_BOOT: Final = _BOOT.split("from aa.router.patterns.workers.child")[0] + """\
+from aa.router.patterns.workers.zygote import zygote_main
+zygote_main(int(sys.argv[3]))
+"""
+
+#: Seconds a forked worker's exit code may come after its pipe closed (from the zygote);
+#: past it (the zygote is gone) it counts as a crash of unknown cause.
+_EXIT_CODE_WAIT = 0.5
+
 #: The exit status of a worker that ran out of memory outside any pattern's evaluation.
 EXIT_MEMORY: Final = 3
-_ROUTER_DIR = str(Path(__file__).resolve().parents[2])
+ROUTER_DIR = str(Path(__file__).resolve().parents[2])
 _CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -55,6 +67,19 @@ class _Pipe(asyncio.SubprocessProtocol):
 
     def process_exited(self) -> None:
         self.owner.exited()
+
+
+class _ReadPipe(asyncio.Protocol):
+    """A forked worker's stdout."""
+
+    def __init__(self, owner: "WorkerProcess") -> None:
+        self.owner = owner
+
+    def data_received(self, data: bytes) -> None:
+        self.owner.received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner.forked_end(eof=True)
 
 
 class WorkerProcess:
@@ -73,26 +98,27 @@ class WorkerProcess:
         self.returncode: int | None = None
         self._reader = FrameReader()
         self._stdin: Any = None
+        self._pid: int | None = None
+        self._forked: dict[str, Any] | None = None  # {"eof": bool, "code": int | None}
 
-    async def start(self, facts: dict[str, Any], timeout: float) -> None:
-        """Spawn the process, say hello, and wait for its "ready". Raises OSError or
-        TimeoutError; the process is then killed."""
+    async def start(self, facts: dict[str, Any], timeout: float, zygote: Zygote | None = None) -> None:
+        """Fork the process from *zygote* (or, without a live one, spawn it), say hello,
+        and wait for its "ready". Raises OSError or TimeoutError; the process is then
+        killed."""
         loop = asyncio.get_running_loop()
         fd = os.memfd_create("aa-pattern-worker", 0)
         try:
             os.ftruncate(fd, SLOT_BYTES)
             self.slot = mmap.mmap(fd, SLOT_BYTES)
-            self.transport, _ = await loop.subprocess_exec(
-                lambda: _Pipe(self),
-                sys.executable, "-I", "-c", _BOOT, json.dumps(sys.path), _ROUTER_DIR, str(fd),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
-                pass_fds=(fd,),
-            )  # fmt: skip
+            if zygote is not None and not zygote.gone:
+                try:
+                    await self._fork(zygote, fd)
+                except OSError:
+                    zygote = None
+            if zygote is None or zygote.gone:
+                await self._spawn(fd)
         finally:
             os.close(fd)
-        self._stdin = self.transport.get_pipe_transport(0)
         self.send(encode(["hello", facts]))
         try:
             async with asyncio.timeout(timeout):
@@ -101,8 +127,41 @@ class WorkerProcess:
             self.kill()
             raise
 
+    async def _fork(self, zygote: Zygote, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        try:
+            pid = await zygote.fork(stdin_r, stdout_w, fd)
+        except BaseException:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            raise
+        finally:
+            os.close(stdin_r)
+            os.close(stdout_w)
+        self._pid = pid
+        self._forked = {"eof": False, "code": None}
+        zygote.on_exit[pid] = lambda code: self.forked_end(code=code)
+        self._stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(stdin_w, "wb", buffering=0))
+        await loop.connect_read_pipe(lambda: _ReadPipe(self), os.fdopen(stdout_r, "rb", buffering=0))
+
+    async def _spawn(self, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.transport, _ = await loop.subprocess_exec(
+            lambda: _Pipe(self),
+            sys.executable, "-I", "-c", _BOOT, json.dumps(sys.path), ROUTER_DIR, str(fd),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            pass_fds=(fd,),
+        )  # fmt: skip
+        self._stdin = self.transport.get_pipe_transport(0)
+
     @property
     def pid(self) -> int | None:
+        if self._pid is not None:
+            return self._pid
         return self.transport.get_pid() if self.transport is not None else None
 
     def send(self, frame: bytes) -> None:
@@ -131,10 +190,34 @@ class WorkerProcess:
         except (OSError, IndexError, ValueError):
             return None
 
+    def blame(self) -> tuple[int, str, str]:
+        """Once gone: (the instance it was running or 0, stop code, why), for the stop
+        message of the pattern that killed it."""
+        reason = self.killed_for
+        iid, started, _ = self.read_slot()
+        if reason is not None and reason[0] == "timeout":
+            return reason[1], "pattern-timeout", f"exceeded its time budget in one call that ran past {reason[2] / 1e6:g} ms"
+        iid = iid if started else 0
+        if self.returncode == -signal.SIGXCPU:
+            return iid, "pattern-timeout", "its worker used its whole CPU allowance for one batch"
+        if self.returncode == EXIT_MEMORY:
+            return iid, "pattern-memory", "its worker ran out of memory"
+        return iid, "pattern-crash", f"its worker process failed ({self.returncode})"
+
     def kill(self, reason: Any = None) -> None:
         """Kill the process now (SIGKILL); `on_exit` follows once it is reaped."""
         if reason is not None and self.killed_for is None:
             self.killed_for = reason
+        if self._forked is not None:
+            # Not our child: signalled by pid, and only until its exit code came (the zygote
+            # reaped it then, and the pid may be another process's from then on).
+            if self._forked["code"] is None and self._pid is not None:
+                try:
+                    os.kill(self._pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if self._stdin is not None:
+                self._stdin.close()
         if self.transport is not None:
             try:
                 self.transport.kill()
@@ -160,10 +243,29 @@ class WorkerProcess:
             log.warning("pattern worker %d broke the pipe's protocol: replacing it", self.number, exc_info=True)
             self.kill("protocol")
 
+    def forked_end(self, *, eof: bool = False, code: int | None = None) -> None:
+        """A forked worker's pipe closed (*eof*) or the zygote reaped it (*code*): gone once
+        both happened (or `_EXIT_CODE_WAIT` after the pipe closed: the zygote is gone)."""
+        state = self._forked
+        if state is None:
+            return
+        if code is not None:
+            state["code"] = code
+        if eof and not state["eof"]:
+            state["eof"] = True
+            if state["code"] is None:
+                asyncio.get_running_loop().call_later(_EXIT_CODE_WAIT, self.exited)
+        if state["eof"] and state["code"] is not None:
+            self.exited()
+
     def exited(self) -> None:
         if self.gone:
             return
         self.gone = True
+        if self._forked is not None:
+            self.returncode = self._forked["code"]
+            if self._stdin is not None:
+                self._stdin.close()
         if self.transport is not None:
             self.returncode = self.transport.get_returncode()
             self.transport.close()

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Hashable
 
-from aa.mesh import PatternSpec, UsageError
+from aa.mesh import Event, PatternSpec, UsageError
 
+from ..buckets import Bucket, Instance, freeze
 from ..limits import HostFacts, SandboxLimits
+from .hooks import RemoteMatcher, RemoteProgram
 from .limits import WorkerConfig
 from .pool import Deliveries, WorkerPool
 
@@ -59,6 +61,20 @@ class WorkerTier:
     def subscribe(self, key: Hashable, spec: PatternSpec, params: dict[str, Any]) -> None:
         client = getattr(key, "client_id", None) or key  # the placement unit (`pool.py`)
         self.open().subscribe(key, spec, params, str(client))
+
+    def matcher(self, spec: PatternSpec, params: dict[str, Any]) -> RemoteMatcher:
+        """A standalone matcher for *spec* that runs only in a worker (`RemoteMatcher`)."""
+        spec_key = (spec.kernel, spec.format, spec.source)
+        bucket = Bucket(Instance(spec_key, RemoteProgram(spec), remote=True), params, freeze(params))
+        return RemoteMatcher(self, spec, params, bucket)
+
+    async def select(self, key: Hashable, events: list[Event]) -> list[Event]:
+        """The *events* subscriber *key*'s pattern lets through, dry-run in its worker.
+        Raises `UsageError` if *key* has no worker-tier pattern (stopped meanwhile)."""
+        if self.pool is None:
+            raise UsageError(f"no worker-tier pattern {key!r}")
+        answers = await self.pool.probe(key, events)
+        return [e for e, ok in zip(events, answers) if ok]
 
     def unsubscribe(self, key: Hashable) -> None:
         if self.pool is not None:
