@@ -48,9 +48,10 @@ log = logging.getLogger("aa.router.security")
 #: question): a client says hello within milliseconds of connecting, even on a loaded
 #: router; ten seconds leaves room for a slow link.
 HELLO_DEADLINE: Final = 10.0
-#: Connections without their first frame at once; past it the oldest is closed. Well below
+#: Connections without their first frame at once; past it the oldest is closed. A burst of
+#: real clients connecting at once says hello within a loop turn or two; well below
 #: the usual 1,024 open files of a process.
-MAX_PENDING: Final = 256
+MAX_PENDING: Final = 512
 #: Connections in all (clients, and callers yet to say hello): a router serves thousands of
 #: clients; the open-file limit lowers it (`FD_RESERVE`).
 MAX_CONNECTIONS: Final = 10_000
