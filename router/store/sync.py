@@ -87,6 +87,10 @@ MAX_SCANS: Final = 2
 #: Seconds a computed digest of this store is reused for further requests (a digest costs a
 #: scan of every key; stores that differ converge by `ids`, which scan only when they differ).
 DIGEST_REUSE: Final = 2.0
+#: Follow-up exchanges started at once (not at the next interval) with one peer per
+#: interval, after an exchange that moved events or cut an id list: stores converge in a few
+#: round trips, and two stores that cannot agree (an event one side expires) stop here.
+MAX_FOLLOW_UPS: Final = 10
 #: Most buckets in one digest (types × hours): past it, the newest are sent (the same frame cap).
 MAX_BUCKETS: Final = 5_000
 
@@ -158,6 +162,7 @@ class StoreSync:
         self._scans = 0
         self._digest_cache: tuple[float, dict[Bucket, tuple[int, int]]] | None = None
         self._digest_lock = asyncio.Lock()
+        self._follow_ups: dict[str, int] = defaultdict(int)
         self.counters: dict[str, int] = defaultdict(int)
 
     def attach(self, peers: Peers) -> None:
@@ -186,6 +191,7 @@ class StoreSync:
         assert self._peers is not None
         while True:
             await asyncio.sleep(self.interval)
+            self._follow_ups.clear()
             for peer_id in self._peers.peer_ids():
                 await self._send_digest(peer_id)
 
@@ -289,6 +295,12 @@ class StoreSync:
             self._send(peer_id, {"op": "events", "events": [event_to_wire(e) for e in events]})
         if reply:
             await self._send_ids(peer_id, buckets, reply=False)
+        elif (missing or len(their_ids) >= MAX_SYNC_IDS) and self._follow_ups[peer_id] < MAX_FOLLOW_UPS:
+            # The exchange moved events or saw only part of a bucket: compare again now
+            # rather than at the next interval (their events sent here are already queued).
+            self._follow_ups[peer_id] += 1
+            self.counters["follow_ups"] += 1
+            self._spawn(self._send_digest(peer_id))
 
     def _on_events(self, body: Mapping[str, Any]) -> None:
         kept = 0
@@ -300,3 +312,5 @@ class StoreSync:
             if self._storage.keep(event, repaired=True):
                 kept += 1
         self.counters["events_repaired"] += kept
+        if kept:
+            self._digest_cache = None  # the store changed: the next digest is read afresh
