@@ -161,6 +161,9 @@ class HttpEndpoint:
                 ws="none",
                 http="httptools",
                 timeout_graceful_shutdown=int(cfg.shutdown_grace) or 1,
+                # Idle keep-alive connections closed after 5 s; past 1,000 connections new
+                # requests get 503 (an fd each: the router's port shares the open-file limit).
+                timeout_keep_alive=5, limit_concurrency=1_000,
                 ssl_certfile=str(cfg.cert) if cfg.cert else None,
                 ssl_keyfile=str(cfg.key) if cfg.key else None,
             )

@@ -168,9 +168,8 @@ class Router:
                 self._server = cast(asyncio.Server, await self.security.serve(  # duck-types a Server
                     lambda: ClientSession(self), self.config.host, self.config.port, self.counters))
             else:
-                self._server = await loop.create_server(
-                    lambda: ClientSession(self), self.config.host, self.config.port, reuse_address=True
-                )
+                self._server = await loop.create_server(lambda: ClientSession(self), self.config.host,
+                                                        self.config.port, reuse_address=True)  # fmt: skip
         except BaseException:
             await self._close_storage()
             raise
@@ -451,6 +450,7 @@ class Router:
 
     def session_opened(self, session: ClientSession) -> None:
         self.sessions.add(session)
+        self.security.admission.opened(session)  # caps, hello deadline (aa.router.security.admission)
 
     def session_closed(self, session: ClientSession) -> None:
         self.sessions.discard(session)

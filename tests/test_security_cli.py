@@ -88,3 +88,9 @@ def test_service_unit_runs_unprivileged_and_points_at_the_certificates() -> None
     assert "DynamicUser=yes" in text and "NoNewPrivileges=yes" in text
     assert "LoadCredential=lab.key:/etc/aa/certs/lab.key" in text
     assert "--cert ${CREDENTIALS_DIRECTORY}/lab.pem" in text and "--ca ${CREDENTIALS_DIRECTORY}/ca.pem" in text
+
+
+def test_service_unit_raises_the_open_file_limit() -> None:
+    """systemd's default 1,024 open files would cap a router at about a thousand clients."""
+    for user in (False, True):
+        assert "LimitNOFILE=65536" in unit_text("router", user=user, program="/usr/bin/aa").splitlines()

@@ -125,6 +125,8 @@ def unit_text(what: str, *, user: bool, program: str, args: list[str] | None = N
         "RestartSec=2",
         "KillSignal=SIGTERM",
         "TimeoutStopSec=20",
+        # systemd's default soft limit (1,024 open files) is a router's client cap: one file each.
+        "LimitNOFILE=65536",
         "StateDirectory=aa",
         "Environment=PYTHONUNBUFFERED=1",
     ]

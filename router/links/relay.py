@@ -127,6 +127,9 @@ class Relay:
     def receive_control(self, link: "PeerLink", msg: Control) -> None:
         """A peer's control message: rules 1-3, the callbacks of its topic, then onwards."""
         self.counters["controls_in"] += 1
+        if not msg.path or msg.path[-1] != link.remote_id:  # each hop appends itself: a forged origin
+            self.counters["controls_refused"] += 1
+            return
         hop = self.rules.receive(msg.id, msg.ttl, msg.path, time.monotonic())
         if hop is None:
             self.counters["control_duplicates"] += 1

@@ -22,6 +22,7 @@ from cryptography.x509.oid import NameOID
 
 from aa.mesh import Event, UsageError
 
+from .admission import HELLO_DEADLINE, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, Admission, RateLimited
 from .guard import AllowList, HandshakeGuard
 from .listener import Listener
 from .permissions import Permissions, Rules
@@ -55,6 +56,11 @@ class SecurityConfig:
     #: Address ranges (CIDR) clients / peer routers may connect from; empty: any.
     allow_clients: tuple[str, ...] = ()
     allow_peers: tuple[str, ...] = ()
+    #: Connections in all and from one address (`aa.router.security.admission`; the total
+    #: is also kept below the open-file limit), and seconds a connection may take to say hello.
+    max_connections: int = MAX_CONNECTIONS
+    max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
+    hello_deadline: float = HELLO_DEADLINE
 
     def __post_init__(self) -> None:
         for name in ("cert", "key", "ca", "permissions"):
@@ -71,6 +77,11 @@ class SecurityConfig:
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
             AllowList(getattr(self, name))  # raises UsageError for a bad range
+        for name in ("max_connections", "max_connections_per_address"):
+            if type(getattr(self, name)) is not int or getattr(self, name) < 1:
+                raise UsageError(f"{name} must be a positive int")
+        if not isinstance(self.hello_deadline, (int, float)) or not 0 < self.hello_deadline < float("inf"):
+            raise UsageError("hello_deadline must be a positive number of seconds")
 
     @property
     def tls(self) -> bool:
@@ -115,6 +126,10 @@ class Gate:
         self.peers = AllowList(cfg.allow_peers)
         #: Back-off for dialled addresses whose handshake or identity was refused.
         self.guard = HandshakeGuard()
+        #: Caps and the hello deadline of the router's connections.
+        self.admission = Admission(max_total=cfg.max_connections, max_per_address=cfg.max_connections_per_address,
+                                   hello_deadline=cfg.hello_deadline)  # fmt: skip
+        _quiet_accept_errors()
 
     @property
     def mutual(self) -> bool:
@@ -201,3 +216,15 @@ class Gate:
             return f"permissions not reloaded, the old rules stay: {exc}"
         log.warning("permissions reloaded from %s", self.permissions.path)
         return f"permissions reloaded from {self.permissions.path}"
+
+
+_ACCEPT_FILTER = RateLimited(("out of system resource", "accept failed", "Too many open files"))
+
+
+def _quiet_accept_errors() -> None:
+    """One log line per interval about failing accepts (EMFILE), not one per attempt: the
+    loop's own (logger "asyncio"), the TLS listener's and uvicorn's."""
+    for name in ("asyncio", "aa.router.security", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if _ACCEPT_FILTER not in logger.filters:
+            logger.addFilter(_ACCEPT_FILTER)

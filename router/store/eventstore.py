@@ -265,11 +265,13 @@ class EventStore:
     # -- writing ------------------------------------------------------------------------------
 
     def put_nowait(
-        self, event: Event, policy: ExpiryPolicy | None = None, *, now: datetime | None = None
+        self, event: Event, policy: ExpiryPolicy | None = None, *, now: datetime | None = None,
+        repaired: bool = False,
     ) -> int:
         """Queue *event* for writing under *policy*; returns its sequence number.
 
-        The event's age counts from its ``time`` stamp, or from *now* (default: the clock)
+        *repaired*: the event came by anti-entropy and yields to a live copy of its id
+        (`aa.router.store.storesql`). The event's age counts from its ``time`` stamp, or from *now* (default: the clock)
         when it has none. Raises `StoreFull` when `max_pending` events already wait,
         `UsageError` for an event without id, an id or type the store cannot hold, a count
         limit on an untyped event (`InvalidPolicy`), or a store not started or closed.
@@ -304,7 +306,7 @@ class EventStore:
                 f"last error: {w.last_error or 'none (the database is slow)'}"
             )
         self._seq += 1
-        w.put(Row(self._seq, event, time_us, expires_us, max_count))
+        w.put(Row(self._seq, event, time_us, expires_us, max_count, repaired))
         return self._seq
 
     async def flush(self) -> None:

@@ -26,7 +26,13 @@ something for, as they were stored (not what the script derives).
 Bounds: the hold keeps at most `MAX_HELD` live events; past that the oldest are dropped and
 counted (`history_held_dropped`), as any subscriber queue does when its reader stalls.
 Replay is paced by the client's socket: it waits while the transport's buffer is above its
-high-water mark instead of letting the router's memory fill.
+high-water mark instead of letting the router's memory fill. A replay in progress holds a
+read-ahead chunk, a frame and the ids it sent (megabytes for a big history), so at most
+`MAX_REPLAYS_PER_CLIENT` run at once per connection and `MAX_REPLAYS` in all (attack a12: 5
+clients that never read, 20 subscribes each with history, took 1.24 GB that stayed after
+they closed). Others wait their turn, holding only their `Hold`; a replay whose connection
+closed, or whose subscription ended, stops at its next frame or as soon as its turn comes,
+and frees everything.
 """
 
 from __future__ import annotations
@@ -57,6 +63,10 @@ REPLAY_CHUNK: Final = 5_000
 #: Historical events per `Deliver` frame: small enough that the client decodes one while
 #: the next is on its way, large enough that framing costs vanish.
 REPLAY_FRAME: Final = 1_000
+#: Replays running at once for one connection (the rest wait their turn, in order).
+MAX_REPLAYS_PER_CLIENT: Final = 2
+#: Replays running at once in all: each holds up to two chunks of `REPLAY_CHUNK` events.
+MAX_REPLAYS: Final = 32
 #: Keys a subscriber's history request may hold.
 HISTORY_KEYS: Final = frozenset({"since"})
 
@@ -96,13 +106,19 @@ class HistoryReplay:
         self._dispatch = dispatch
         self._counters = counters
         self._tasks: set[asyncio.Task[None]] = set()
+        self._turns = asyncio.Semaphore(MAX_REPLAYS)
+        #: Per connection (or in-process subscriber): its semaphore and how many replays use it.
+        self._owners: dict[Any, tuple[asyncio.Semaphore, list[int]]] = {}
+        #: Replays running now, and waiting for their turn (for the monitor).
+        self.running = 0
+        self.waiting = 0
 
     def on_subscribe(self, key: Hashable, history: Mapping[str, Any] | None) -> None:
         """The router's `on_subscribe` hook: start a replay if history was asked for."""
         if history is None or self.storage.store is None:
             return
         key.held = Hold()  # type: ignore[attr-defined]  # from now on live events wait
-        task = asyncio.get_running_loop().create_task(self._replay(key, history.get("since")))
+        task = asyncio.get_running_loop().create_task(self._in_turn(key, history.get("since")))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -111,6 +127,37 @@ class HistoryReplay:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _in_turn(self, key: Any, since: Any) -> None:
+        """`_replay` once the connection's and the router's caps give it a turn."""
+        owner = getattr(key, "session", key)
+        sem, users = self._owners.get(owner) or self._owners.setdefault(
+            owner, (asyncio.Semaphore(MAX_REPLAYS_PER_CLIENT), [0]))  # fmt: skip
+        users[0] += 1
+        self.waiting += 1
+        waited = False
+        try:
+            async with sem, self._turns:
+                self.waiting -= 1
+                waited = True
+                if not key.active:  # closed or unsubscribed while it waited
+                    key.held = None
+                    self._counters["history_abandoned"] += 1
+                    return
+                self.running += 1
+                try:
+                    await self._replay(key, since)
+                finally:
+                    self.running -= 1
+        except asyncio.CancelledError:
+            key.held = None
+            raise
+        finally:
+            if not waited:
+                self.waiting -= 1
+            users[0] -= 1
+            if users[0] == 0:
+                self._owners.pop(owner, None)
 
     async def _replay(self, key: Any, since: Any) -> None:
         matches = self._matches

@@ -149,18 +149,21 @@ class StoreService:
                 self._last_refused_log = now
                 log.error("the store refused event %s (%d refused so far): %s", event.id, self.refused, exc)
 
-    def keep(self, event: Event) -> bool:
+    def keep(self, event: Event, *, repaired: bool = True) -> bool:
         """Store *event* as its policy asks, without dispatching it (an event another
-        router's store had and this one lacked). False if it is not kept (no store, no
-        policy, a bad policy, the store refused it)."""
+        router's store had and this one lacked): the checks a flooded event's store policy
+        passes, and stored as *repaired*, so a live event of its id replaces it
+        (`aa.router.store.storesql`). False if it is not kept (no store, no policy, a bad
+        policy or id, the store refused it)."""
         store = self.store
         if store is None:
             return False
         try:
+            check_persistable(event)
             policy = persist_policy(event)
-            if policy is None:
+            if policy is None or event.id is None:
                 return False
-            store.put_nowait(event, policy)
+            store.put_nowait(event, policy, repaired=repaired)
         except (StoreError, UsageError):
             self.counters["sync_refused"] += 1
             return False

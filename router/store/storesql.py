@@ -12,6 +12,15 @@ Schema (one table, ``aa_events``)::
     vals        BLOB         msgpack of the values (`aa.mesh.protocol.codec.pack`: types kept exactly)
     meta        BLOB         msgpack of the meta
 
+A second table, ``aa_repaired`` (``id`` primary key), names the events that came by
+anti-entropy (`aa.router.store.sync`), not by the flood. Such a copy is history another
+router (or, on an open mesh, anyone who says peer-hello) vouched for; when the same id is
+then dispatched here live — the flood's exactly-once rule let it through, so it is the
+mesh's event under that id — the live event replaces the repaired copy instead of being
+ignored. Without it, a copy sent ahead under an id predicted from a publisher's last one
+made that publisher's real, acknowledged events vanish from the store. A live event never
+yields to anything: a second live copy of a stored id is ignored, as before.
+
 Times are integers rather than SQL timestamps: the same on every backend, no zone
 conversions, and cheap to compare and index.
 
@@ -85,6 +94,13 @@ events_table = sa.Table(
     sa.Index(f"{TABLE_NAME}_expires", "expires_us"),
 )
 _T = events_table
+#: Ids of events stored by anti-entropy and not (yet) dispatched here live (module docstring).
+repaired_table = sa.Table(
+    TABLE_NAME.replace("events", "repaired"),
+    metadata,
+    sa.Column("id", sa.String(MAX_ID_LENGTH), primary_key=True),
+)
+_R = repaired_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +113,8 @@ class Row:
     expires_us: int | None
     #: Keep only the newest N events of the event's type (None: no count limit).
     max_count: int | None
+    #: Came by anti-entropy, not dispatched here: yields to a live event of the same id.
+    repaired: bool = False
 
     @property
     def key(self) -> tuple[int, str]:
@@ -150,15 +168,18 @@ def _insert_ignoring_duplicates(dialect: str) -> Any:
     return None
 
 
-def _params(rows: Iterable[Row]) -> list[dict[str, Any]]:
-    seen: set[str] = set()
-    out = []
+def _params(rows: Iterable[Row]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(live rows, repaired rows) as statement parameters; one row per id, a live one first."""
+    live: dict[str, dict[str, Any]] = {}
+    repaired: dict[str, dict[str, Any]] = {}
     for r in rows:
         ev = r.event
-        if ev.id in seen:  # the same event twice in one batch
+        eid: str = ev.id  # type: ignore[assignment]  # checked at put
+        if eid in live or (r.repaired and eid in repaired):  # the same event twice in one batch
             continue
-        seen.add(ev.id)  # type: ignore[arg-type]
-        out.append(
+        if not r.repaired:
+            repaired.pop(eid, None)
+        (repaired if r.repaired else live)[eid] = (
             {
                 "id": ev.id,
                 "type": ev.type,
@@ -168,10 +189,25 @@ def _params(rows: Iterable[Row]) -> list[dict[str, Any]]:
                 "meta": pack(ev.meta),
             }
         )
-    return out
+    return list(live.values()), [p for i, p in repaired.items() if i not in live]
 
 
-def _insert(conn: sa.Connection, params: list[dict[str, Any]]) -> None:
+def _insert(conn: sa.Connection, params: list[dict[str, Any]], *, repaired: bool = False) -> None:
+    if not params:
+        return
+    ids = [p["id"] for p in params]
+    if repaired:
+        # Only ids not stored yet are marked: a live event already here stays live.
+        there = set(conn.scalars(sa.select(_T.c.id).where(_T.c.id.in_(ids))))
+        fresh = [{"id": i} for i in ids if i not in there]
+        if fresh:
+            conn.execute(sa.insert(_R), fresh)
+    else:
+        # A live event replaces a repaired copy of its id (module docstring).
+        was = list(conn.scalars(sa.select(_R.c.id).where(_R.c.id.in_(ids))))
+        if was:
+            conn.execute(sa.delete(_T).where(_T.c.id.in_(was)))
+            conn.execute(sa.delete(_R).where(_R.c.id.in_(was)))
     stmt = _insert_ignoring_duplicates(conn.dialect.name)
     if stmt is not None:
         conn.execute(stmt, params)
@@ -208,9 +244,10 @@ def _enforce_counts(conn: sa.Connection, rows: Sequence[Row]) -> None:
 def write_batch(engine: sa.Engine, rows: Sequence[Row]) -> None:
     """Insert *rows* and apply their count limits, in one transaction. Raises on failure
     (nothing is then written)."""
-    params = _params(rows)
+    live, repaired = _params(rows)
     with engine.begin() as conn:
-        _insert(conn, params)
+        _insert(conn, live)
+        _insert(conn, repaired, repaired=True)
         _enforce_counts(conn, rows)
 
 
@@ -235,6 +272,8 @@ def delete_expired(engine: sa.Engine, now_us: int) -> int:
         result = conn.execute(
             sa.delete(_T).where(_T.c.expires_us.is_not(None), _T.c.expires_us <= now_us)
         )
+        # Marks of repaired events that are gone (expired, or cut by a count limit).
+        conn.execute(sa.delete(_R).where(_R.c.id.not_in(sa.select(_T.c.id))))
         return max(result.rowcount or 0, 0)
 
 

@@ -20,7 +20,14 @@ How, between a router A and each of its peers B, when their link comes up and ev
    which B sends A what A lacks.
 
 Received events are stored with their own store policy (`persist_policy`), never
-dispatched: they are history, not live events. The store ignores an id it has already, so a
+dispatched: they are history, not live events. A sync message is heeded only from the link
+it came on (ttl 0, a path of one router: the link's peer, which the relay checks is the hop
+that sent it), and its events pass the checks a flooded event passes (well formed, an id,
+a policy the store can keep). On an open mesh any peer may flood any event (README,
+"Securing a mesh"), and sync grants nothing more: in particular a repaired copy never
+displaces a live event — it is stored *as repaired* and the live event of its id, when the
+flood brings it, replaces it (`aa.router.store.storesql`), so a copy sent ahead under an id
+predicted from a publisher's last one cannot make that publisher's events vanish. The store ignores an id it has already, so a
 repair that races a late flood copy stores nothing twice. Expiry runs on each router's clock
 and count limits keep the newest of a type on each side: an event one side has already
 expired comes back and goes again at the next sweep — the stores agree on what they keep.
@@ -32,7 +39,10 @@ scan of the store's keys per exchange, and sends ids only for the buckets that d
 The digests, comparisons and caps are `aa.router.store.antientropy`'s (sans I/O, shared with
 the client caches' sync): a digest of more than `MAX_BUCKETS` entries, an id list past
 `MAX_SYNC_IDS` or an events message past `SYNC_EVENTS_PER_MESSAGE` is refused whole, and each
-peer has one exchange (one scan of the store) under way at a time.
+peer (keyed by the link, not by what the message claims) has one exchange under way at a
+time, at most `MAX_SCANS` exchanges run at once across all peers, and a digest is computed
+off the loop and reused for `DIGEST_REUSE` seconds, so a digest request costs a comparison
+of buckets, not a scan of the store.
 Messages travel as control messages on the one link between the two routers (ttl 0: they go
 no further), from peers the mesh admits (with a CA, only the CA's routers: `aa.router.security`).
 """
@@ -71,6 +81,16 @@ MAX_SYNC_IDS: Final = 5_000
 SYNC_EVENTS_PER_MESSAGE: Final = 500
 #: Width of a digest bucket, in microseconds of event time (an hour).
 BUCKET_US: Final = 3_600_000_000
+#: Exchanges (each a scan of the store's keys) under way at once across all peers: a mesh of
+#: strangers saying peer-hello gets this many scans, not one per connection.
+MAX_SCANS: Final = 2
+#: Seconds a computed digest of this store is reused for further requests (a digest costs a
+#: scan of every key; stores that differ converge by `ids`, which scan only when they differ).
+DIGEST_REUSE: Final = 2.0
+#: Follow-up exchanges started at once (not at the next interval) with one peer per
+#: interval, after an exchange that moved events or cut an id list: stores converge in a few
+#: round trips, and two stores that cannot agree (an event one side expires) stop here.
+MAX_FOLLOW_UPS: Final = 10
 #: Most buckets in one digest (types × hours): past it, the newest are sent (the same frame cap).
 MAX_BUCKETS: Final = 5_000
 
@@ -139,6 +159,10 @@ class StoreSync:
         # (or a stranger on an open mesh) that sends digests or ids without end gets one scan
         # at a time, the rest dropped, not a scan per message.
         self._busy = Exchanges()
+        self._scans = 0
+        self._digest_cache: tuple[float, dict[Bucket, tuple[int, int]]] | None = None
+        self._digest_lock = asyncio.Lock()
+        self._follow_ups: dict[str, int] = defaultdict(int)
         self.counters: dict[str, int] = defaultdict(int)
 
     def attach(self, peers: Peers) -> None:
@@ -167,6 +191,7 @@ class StoreSync:
         assert self._peers is not None
         while True:
             await asyncio.sleep(self.interval)
+            self._follow_ups.clear()
             for peer_id in self._peers.peer_ids():
                 await self._send_digest(peer_id)
 
@@ -187,7 +212,14 @@ class StoreSync:
         store = self._storage.store
         if store is None:
             return {}
-        return digest_of(await store_keys(store))
+        async with self._digest_lock:  # concurrent requests share one scan
+            cached = self._digest_cache
+            if cached is not None and time.monotonic() - cached[0] < DIGEST_REUSE:
+                return cached[1]
+            keys = await store_keys(store)
+            digest = await asyncio.to_thread(digest_of, keys)  # hashing every id: off the loop
+            self._digest_cache = (time.monotonic(), digest)
+            return digest
 
     async def _send_digest(self, peer_id: str) -> None:
         try:
@@ -199,9 +231,14 @@ class StoreSync:
         self._send(peer_id, {"op": "digest", "buckets": antientropy.digest_entries(newest, list)})
 
     def _on_control(self, control: Control) -> None:
-        if control.to != self.router_id or not control.path:
+        if control.to != self.router_id or len(control.path) != 1 or control.ttl != 0:
+            self.counters["refused_not_direct"] += 1  # sync is between neighbours only
             return
+        # The relay checked that the last hop is the link's peer: with one hop, the origin.
         peer_id = control.path[0]
+        if self._peers is None or peer_id not in self._peers.peer_ids():
+            self.counters["refused_not_linked"] += 1
+            return
         body = control.body
         op = body.get("op")
         self.counters[f"received_{op}"] += 1
@@ -213,10 +250,11 @@ class StoreSync:
                 else:
                     work = self._on_ids(peer_id, _buckets(body.get("buckets")), bool(body.get("reply")),
                                         parse_ids(body.get("ids"), max_ids=MAX_SYNC_IDS))  # fmt: skip
-                if not self._busy.begin(peer_id, time.monotonic()):
+                if self._scans >= MAX_SCANS or not self._busy.begin(peer_id, time.monotonic()):
                     work.close()
                     self.counters["dropped_busy"] += 1
                     return
+                self._scans += 1
                 self._spawn(self._one_at_a_time(peer_id, work))
             elif op == "events":
                 self._on_events(body)
@@ -228,6 +266,7 @@ class StoreSync:
         try:
             await work
         finally:
+            self._scans -= 1
             self._busy.end(peer_id)
 
     async def _on_digest(self, peer_id: str, theirs: dict[Bucket, tuple[int, int]]) -> None:
@@ -256,6 +295,12 @@ class StoreSync:
             self._send(peer_id, {"op": "events", "events": [event_to_wire(e) for e in events]})
         if reply:
             await self._send_ids(peer_id, buckets, reply=False)
+        elif (missing or len(their_ids) >= MAX_SYNC_IDS) and self._follow_ups[peer_id] < MAX_FOLLOW_UPS:
+            # The exchange moved events or saw only part of a bucket: compare again now
+            # rather than at the next interval (their events sent here are already queued).
+            self._follow_ups[peer_id] += 1
+            self.counters["follow_ups"] += 1
+            self._spawn(self._send_digest(peer_id))
 
     def _on_events(self, body: Mapping[str, Any]) -> None:
         kept = 0
@@ -264,6 +309,8 @@ class StoreSync:
             raise UsageError(f"at most {SYNC_EVENTS_PER_MESSAGE} events a message")
         for wire in wires:
             event: Event = event_from_wire(wire)
-            if self._storage.keep(event):
+            if self._storage.keep(event, repaired=True):
                 kept += 1
         self.counters["events_repaired"] += kept
+        if kept:
+            self._digest_cache = None  # the store changed: the next digest is read afresh
