@@ -21,7 +21,9 @@ from aa.mesh import Event
 from aa.tools.mining import MineConfig, SimulateConfig, SparkConfig, load_world, open_session, run_mining, simulate
 from aa.tools.mining.accuracy import accuracy_report, format_report
 
-pytestmark = pytest.mark.spark
+#: Each test starts or drives a JVM, whose start and mining take minutes on a busy 2-core
+#: machine (the suite's default timeout is for a test that hangs, not for a JVM's start).
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 #: A Monday, office hours: people arrive from 07:30, leave by 17:30.
 START = datetime(2030, 1, 7, 7, 0, tzinfo=timezone.utc)
