@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	@# Spark's class archive (~180 MB in ~/.cache/aa), so the first `aa mine` starts warm
+	$(VENV)/bin/aa mine prepare || echo "aa mine prepare failed: 'aa mine' works, its first start is slower"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -186,6 +186,9 @@ def test_class_archive_is_written_once_then_used(tmp_path: Path) -> None:
     assert class_archive_options(tmp_path, "/usr/bin/java", now=2000.0) == used
     other = class_archive_options(tmp_path, "/opt/other-java/bin/java", now=2000.0)  # another Java: its own
     assert "ArchiveClassesAtExit" in other
+    from aa.tools.mining.session import class_archive_file
+
+    assert class_archive_file(tmp_path, "/usr/bin/java") == final  # what `aa mine prepare` looks for
 
 
 def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:

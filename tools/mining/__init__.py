@@ -10,6 +10,7 @@ from .artefacts import TASKS, Artefact, ArtefactError, list_versions, read_artef
 from .job import MineConfig, MineResult, measure_inputs, read_events, resolve_inputs, run_mining
 from .location import LocationConfig
 from .presence import PresenceConfig
+from .prepare import PrepareResult, prepare
 from .progress import Progress, plan
 from .schema import SchemaConfig
 from .session import (
@@ -22,6 +23,7 @@ from .session import (
     open_session,
     session_settings,
     spark_error_message,
+    stop_session,
 )
 from .simulate import WORLD_FILE, SimulateConfig, SimulateResult, load_world, simulate
 
@@ -32,6 +34,7 @@ __all__ = [
     "LocationConfig",
     "MineConfig",
     "MineResult",
+    "PrepareResult",
     "PresenceConfig",
     "Progress",
     "SchemaConfig",
@@ -51,6 +54,7 @@ __all__ = [
     "measure_inputs",
     "open_session",
     "plan",
+    "prepare",
     "read_artefact",
     "read_events",
     "read_pointer",
@@ -59,6 +63,7 @@ __all__ = [
     "session_settings",
     "simulate",
     "spark_error_message",
+    "stop_session",
     "write_artefact",
     "write_report",
 ]

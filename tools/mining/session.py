@@ -14,8 +14,10 @@ bytes to read (pure: tested without Spark):
   it runs is hot long enough to repay C2 or Janino;
 - no web UI, no console progress bar, Spark's log at ERROR (WARN with ``verbose``);
 - a local JVM maps Spark's classes from a class archive (AppCDS, `class_archive_options`)
-  instead of loading and verifying them one by one: the first run writes it when its JVM
-  exits (~180 MB in ``~/.cache/aa``), the next ones start in half the time.
+  instead of loading and verifying them one by one: a run without one writes it when its
+  JVM exits (~180 MB in ``~/.cache/aa``; `stop_session` waits for that and puts it in
+  place), the next ones start in half the time. ``make`` (the install) writes it once by
+  ``aa mine prepare`` (`aa.tools.mining.prepare`), so a newcomer's first run is warm.
 
 The JVM's stderr is read by a thread (`_StderrPump`): unless ``verbose``, only Spark's
 ERROR log lines (without their stack traces) go on, to a *sink* (the progress line's
@@ -30,6 +32,7 @@ import collections
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,6 +53,9 @@ __all__ = [
     "session_settings",
     "check_java",
     "class_archive_options",
+    "class_archive_file",
+    "archive_dir",
+    "stop_session",
     "check_master",
     "spark_error_message",
     "local_cores",
@@ -169,6 +175,16 @@ def check_master(master: str, *, timeout: float = 5.0) -> None:
 _ARCHIVE_SETTLE_S: Final = 30.0
 
 
+def class_archive_file(folder: Path, java: str) -> Path:
+    """The class archive of *java* and this PySpark in *folder* (it may not exist yet)."""
+    import hashlib
+
+    import pyspark
+
+    key = hashlib.sha256(f"{os.path.realpath(java)}\0{pyspark.__version__}\0{pyspark.__file__}".encode()).hexdigest()[:16]
+    return folder / f"spark-{key}.jsa"
+
+
 def class_archive_options(folder: Path, java: str, now: float) -> str:
     """JVM options that use this machine's archive of Spark's classes, or that write it
     at the JVM's exit if there is none yet ("" while another run is writing it).
@@ -178,15 +194,11 @@ def class_archive_options(folder: Path, java: str, now: float) -> str:
     unknown options are ignored too (a JVM other than HotSpot), and the JVM's own log is
     off (it would warn on stdout, where our results go).
     """
-    import hashlib
-
-    import pyspark
-
-    key = hashlib.sha256(f"{os.path.realpath(java)}\0{pyspark.__version__}\0{pyspark.__file__}".encode()).hexdigest()[:16]
-    final = folder / f"spark-{key}.jsa"
+    final = class_archive_file(folder, java)
+    stem = final.name.removesuffix(".jsa")
     quiet = "-XX:+IgnoreUnrecognizedVMOptions -Xlog:disable -Xlog:all=error:stderr"
     if not final.is_file():
-        for part in folder.glob(f"spark-{key}.*.part"):
+        for part in folder.glob(f"{stem}.*.part"):
             try:
                 if now - part.stat().st_mtime < _ARCHIVE_SETTLE_S:
                     return ""  # being written
@@ -199,11 +211,52 @@ def class_archive_options(folder: Path, java: str, now: float) -> str:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError:
                 return ""
-            return f"-XX:ArchiveClassesAtExit={folder / f'spark-{key}.{os.getpid()}.part'} {quiet}"
+            return f"-XX:ArchiveClassesAtExit={folder / f'{stem}.{os.getpid()}.part'} {quiet}"
     return f"-XX:SharedArchiveFile={final} {quiet}"
 
 
-def _archive_dir(config: SparkConfig) -> Path | None:
+#: The class archive this process's JVM writes at its exit, if it writes one: (part, final).
+_writing: list[tuple[Path, Path]] = []
+#: Seconds `stop_session` waits for a JVM to write its class archive (~180 MB; a few
+#: seconds on an idle machine, a minute on a very busy one).
+ARCHIVE_WRITE_TIMEOUT_S: Final = 120.0
+
+
+def stop_session(spark: "SparkSession", *, timeout: float = ARCHIVE_WRITE_TIMEOUT_S) -> Path | None:
+    """Stop *spark*. If its JVM writes the class archive at its exit, end that JVM now
+    (PySpark's gateway exits when its stdin closes), wait for it, and put the archive in
+    place, so the very next run uses it. Returns the archive written, else None.
+
+    The JVM is gone afterwards; a later `open_session` in this process starts a new one.
+    """
+    from pyspark import SparkContext
+
+    spark.stop()
+    if not _writing:
+        return None
+    part, final = _writing.pop()
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.stdin is None:
+        return None
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # left to the next run (see _ARCHIVE_SETTLE_S)
+        return None
+    except (OSError, ValueError):
+        pass
+    SparkContext._gateway = SparkContext._jvm = None  # type: ignore[assignment]
+    try:
+        if part.stat().st_size > 0 and not final.exists():
+            os.replace(part, final)
+            return final
+    except OSError:
+        pass
+    return None
+
+
+def archive_dir(config: SparkConfig) -> Path | None:
+    """The folder of *config*'s class archive (None: no archive)."""
     if config.class_archive_dir is not None:
         return Path(config.class_archive_dir) if config.class_archive_dir else None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -337,9 +390,13 @@ def open_session(
             log4j = Path(tmp, "log4j2.properties")
             log4j.write_text(_LOG4J.format(level=level), encoding="utf-8")
             opts = settings.get("spark.driver.defaultJavaOptions", "")
-            archive = _archive_dir(config)
+            archive = archive_dir(config)
             if archive is not None and local_cores(config.master) is not None:
-                opts = f"{opts} {class_archive_options(archive, java, time.time())}"
+                cds = class_archive_options(archive, java, time.time())
+                if "ArchiveClassesAtExit=" in cds:
+                    part = Path(cds.split("ArchiveClassesAtExit=", 1)[1].split()[0])
+                    _writing[:] = [(part, class_archive_file(archive, java))]
+                opts = f"{opts} {cds}"
             settings["spark.driver.defaultJavaOptions"] = f"{opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
             conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
             _launch(conf, sink or _print_stderr, config.verbose)
