@@ -50,10 +50,11 @@ no further), from peers the mesh admits (with a CA, only the CA's routers: `aa.r
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Mapping, Protocol
 
 from aa.mesh import AaError, Control, Event, StoreError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
@@ -245,13 +246,16 @@ class StoreSync:
         try:
             if op in ("digest", "ids"):
                 # Parsed (and refused past the caps) before any work is scheduled.
+                # The work is a factory, not a coroutine: one never started (busy, or the
+                # router stopping) must leave nothing half-made behind.
                 if op == "digest":
-                    work = self._on_digest(peer_id, parse_digest(body.get("buckets"), _bucket, max_entries=MAX_BUCKETS))
+                    work = functools.partial(self._on_digest, peer_id, parse_digest(body.get("buckets"), _bucket, max_entries=MAX_BUCKETS))
                 else:
-                    work = self._on_ids(peer_id, _buckets(body.get("buckets")), bool(body.get("reply")),
-                                        parse_ids(body.get("ids"), max_ids=MAX_SYNC_IDS))  # fmt: skip
+                    work = functools.partial(self._on_ids, peer_id, _buckets(body.get("buckets")), bool(body.get("reply")),
+                                             parse_ids(body.get("ids"), max_ids=MAX_SYNC_IDS))  # fmt: skip
+                if self._peers is None or self._storage.store is None:
+                    return
                 if self._scans >= MAX_SCANS or not self._busy.begin(peer_id, time.monotonic()):
-                    work.close()
                     self.counters["dropped_busy"] += 1
                     return
                 self._scans += 1
@@ -262,9 +266,9 @@ class StoreSync:
             self.counters["refused"] += 1
             log.warning("ignoring a malformed store-sync message from %s: %s", peer_id, exc)
 
-    async def _one_at_a_time(self, peer_id: str, work: Any) -> None:
+    async def _one_at_a_time(self, peer_id: str, work: Callable[[], Awaitable[None]]) -> None:
         try:
-            await work
+            await work()
         finally:
             self._scans -= 1
             self._busy.end(peer_id)
