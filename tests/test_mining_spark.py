@@ -134,7 +134,7 @@ def test_cli_mines_with_one_progress_line_and_spark_quiet(office: Path, tmp_path
         pytest.skip("Spark needs Java")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the JVM's class archive goes there
     prep = subprocess.run([_aa(), "mine", "prepare"], capture_output=True, text=True, timeout=600, env=env)
-    assert prep.returncode == 0 and prep.stdout.startswith("class archive written"), (prep.stdout, prep.stderr)
+    assert prep.returncode == 0 and "class archive written" in prep.stdout, (prep.stdout, prep.stderr)
     assert [p.suffix for p in (tmp_path / "cache" / "aa").iterdir()] == [".jsa"]  # in place, nothing half written
     load = os.getloadavg()[0]
     t = time.perf_counter()
@@ -145,7 +145,7 @@ def test_cli_mines_with_one_progress_line_and_spark_quiet(office: Path, tmp_path
     busy = max(1.0, (load + os.getloadavg()[0]) / 2 / (os.cpu_count() or 1))
     assert seconds < SMALL_LOG_SECONDS * busy, f"{seconds:.1f} s at load {load:.1f}"
     again = subprocess.run([_aa(), "mine", "prepare"], capture_output=True, text=True, timeout=60, env=env)
-    assert again.returncode == 0 and again.stdout.startswith("class archive already there"), again.stdout
+    assert again.returncode == 0 and "class archive already there" in again.stdout, again.stdout
     assert re.search(r"^events: \d+ read, \d+ unique, in [\d.]+ s", out.stdout, re.M), out.stdout
     assert all((tmp_path / "ad" / task / "current").is_file() for task in ("schema", "location", "presence"))
     lines = out.stderr.splitlines()

@@ -226,6 +226,9 @@ def _prepare(args: argparse.Namespace) -> int:
     from aa.tools.mining import SparkConfig, prepare
 
     t = time.perf_counter()
+    # The install runs this: say what the minute of silence is before it starts.
+    print("aa mine prepare: Spark's class archive, so that 'aa mine' starts fast "
+          "(about a minute, once per Java and Spark)...", flush=True)  # fmt: skip
     try:
         result = prepare(SparkConfig(verbose=args.verbose))
     except UsageError:
