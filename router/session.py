@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
@@ -54,20 +55,19 @@ log = logging.getLogger("aa.router.session")
 #: the client to catch up: a few frames of events, so the client always has one to decode.
 DRAIN_ABOVE = 1024 * 1024
 
-#: Most items in one list or map of a client's frame: at most this many events per publish
-#: frame (the client library sends 1,000), and per value list or map. A frame is decoded in
-#: one call that holds the event loop; a 400,000-event frame held every other client for
-#: seconds. Larger values travel as `bytes`.
+#: Most items in one list or map of a client's frame (events per publish frame — the client
+#: library sends 1,000 — and per value list or map): a frame is decoded in one call that
+#: holds the loop; a 400,000-event frame held everyone for seconds. Larger values: `bytes`.
 MAX_FRAME_ITEMS = 10_000
-#: Events of one publish frame dispatched per turn of the event loop: a big frame is
-#: dispatched in slices, other connections served between them.
+#: Events of one publish frame dispatched per turn of the loop (others served between).
 PUBLISH_SLICE = 1_000
+#: Seconds one connection's frames may take in one turn of the loop before the rest wait for
+#: the next: 5,000 small frames sent at once (updates, ~1.5 ms each) held everyone for 7 s.
+TURN_BUDGET = 0.005
 
-#: Bytes of partly received frames the router holds for all its clients together. The frame
-#: cap bounds one connection (16 MiB); twenty connections each sending 15 MiB of a frame and
-#: then nothing would hold 300 MiB. Past this total, a connection that holds at least
-#: `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy"); small frames in flight
-#: are never the reason.
+#: Bytes of partly received frames held for all clients together (the frame cap bounds one
+#: connection, 16 MiB: twenty sending 15 MiB each and then nothing held 300 MiB). Past it, a
+#: connection holding ≥ `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy").
 MAX_PARTIAL_TOTAL = 64 * 1024 * 1024
 PARTIAL_BLAME = 1024 * 1024
 
@@ -81,8 +81,7 @@ class PartialFrames:
         self._held: dict[object, int] = {}
 
     def hold(self, owner: object, n: int) -> bool:
-        """*owner* now holds *n* bytes; False when it must let go (over the total, and
-        holding a large part of it)."""
+        """*owner* now holds *n* bytes; False when it must let go (over the total, holding much)."""
         before = self._held.pop(owner, 0)
         self.total += n - before
         if n:
@@ -204,9 +203,9 @@ class ClientSession(asyncio.Protocol):
             self._process()
 
     def _process(self) -> None:
-        """Handle every whole frame buffered, until a big publish is dispatched in slices
-        (the rest waits for it: `_sliced_done`)."""
+        """Handle the whole frames buffered; after a big publish or a long turn, the rest waits."""
         self._processing = True
+        start = time.perf_counter()
         try:
             while True:
                 msg = self.codec.next_message()
@@ -220,6 +219,11 @@ class ClientSession(asyncio.Protocol):
                     return
                 self.handle(msg)
                 if self._closing:
+                    break
+                if time.perf_counter() - start > TURN_BUDGET:  # the rest on the next turn
+                    self._slicing = True
+                    self.transport.pause_reading() if self.transport is not None else None
+                    asyncio.get_running_loop().call_soon(self._sliced_done)
                     break
         except ProtocolError as exc:
             log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
@@ -259,9 +263,8 @@ class ClientSession(asyncio.Protocol):
             fut.set_result(None)
 
     async def drained(self) -> None:
-        """Return once the transport takes more data: at once unless more than
-        `DRAIN_ABOVE` bytes wait in it. Bulk senders (history replay) pace themselves
-        with it, keeping the client busy and the router's memory bounded."""
+        """Return once the transport takes more data (at once unless `DRAIN_ABOVE` bytes wait):
+        bulk senders (history replay) pace themselves with it, bounding the router's memory."""
         transport = self.transport
         if self._writable is not None and transport is not None and transport.get_write_buffer_size() > DRAIN_ABOVE:
             await asyncio.shield(self._writable)
@@ -314,8 +317,7 @@ class ClientSession(asyncio.Protocol):
         return False
 
     def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
-        """The events this client's user may publish; tells it about the others, once per
-        frame, naming the rule (the rest of the frame is published and acknowledged)."""
+        """The events this client's user may publish; the rest refused once per frame, by rule."""
         gate = self.router.security
         rules = gate.rules_for(self.identity)
         if rules is not None and rules.publish_any and rules.persist:
@@ -434,8 +436,7 @@ class ClientSession(asyncio.Protocol):
                 self._flush_deliveries()
 
     def _overflow(self, pending: list[list[Any]]) -> None:
-        """The client does not read: drop these deliveries, and tell it (`Missed`, when
-        it reads again) or close it, as each subscription asked."""
+        """The client does not read: drop these, then tell it (`Missed`) or close, per subscription."""
         self.dropped += len(pending)
         self.router.counters["dropped_slow"] += len(pending)
         subs = self.subscriptions
@@ -479,9 +480,8 @@ class ClientSession(asyncio.Protocol):
         self.close()
 
     def detach(self) -> tuple[asyncio.Transport, Connection]:
-        """Give the connection up to another protocol (a peer router called, not a client):
-        stop handling frames, leave the router's sessions, and return the transport and the
-        codec, which may hold frames that came in the same read."""
+        """Give the connection up to another protocol (a peer called): stop handling frames,
+        leave the router's sessions, return the transport and the codec (it may hold frames)."""
         transport = self.transport
         if transport is None or self._closing:
             raise UsageError("only an open session can be detached")

@@ -303,3 +303,46 @@ async def test_a_subscriber_that_asked_for_disconnect_is_closed_with_the_reason(
     errors = [m for m in slow.next_messages() if type(m) is Error]
     assert errors and errors[-1].code == "overflow"  # type: ignore[attr-defined]
     writer.close()
+
+
+async def test_a_burst_of_small_frames_does_not_hold_other_clients(router) -> None:
+    """3,000 `Update` frames in one write, each re-planning a 250-atom pattern (~1 ms or more
+    each): another client's ping is answered while most of them still wait (an attacker's
+    5,000 held every other client for 7 s), and every update is answered, in order."""
+    from aa.mesh.protocol import Ping, Pong, Subscribe, Update, Updated
+
+    source = " and ".join(f"X{k} == p" for k in range(250))
+    n = 3_000
+    flood = Connection()
+    f_reader, f_writer = await asyncio.open_connection(*router.address)
+    o_reader, o_writer = await asyncio.open_connection(*router.address)
+    other = Connection()
+    o_writer.write(other.send(Hello(client_id="other")))
+    f_writer.write(flood.send(Hello(client_id="flood")) + flood.send(Subscribe(sub_id=1, pattern=PatternSpec(source=source), params={"p": 0})))
+    from support import wait_for
+
+    await wait_for(lambda: {"other", "flood"} <= {s.client_id for s in router.sessions}, timeout=10)
+    flooder = next(s for s in router.sessions if s.client_id == "flood")
+    await wait_for(lambda: 1 in flooder.subscriptions, timeout=10)
+    updated: list[int] = []
+    send = flooder.send
+
+    def counting_send(msg: Message) -> None:
+        if type(msg) is Updated:
+            updated.append(1)
+        send(msg)
+
+    flooder.send = counting_send  # type: ignore[method-assign]
+    f_writer.write(b"".join(flood.send(Update(sub_id=1, params={"p": i + 1})) for i in range(n)))
+    await f_writer.drain()
+    await wait_for(lambda: len(updated) > 0, timeout=10)  # the burst is under way
+    o_writer.write(other.send(Ping(token=1)))
+    answers: list[Message] = []
+    async with asyncio.timeout(10):
+        while not any(type(m) is Pong for m in answers):
+            other.receive_data(await o_reader.read(65536))
+            answers += other.next_messages()
+    assert len(updated) < n  # answered between two turns of the burst, not after it
+    await wait_for(lambda: len(updated) == n, timeout=60)
+    f_writer.close()
+    o_writer.close()
