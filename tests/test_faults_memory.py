@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-import time
 from typing import Iterator
 
 import pytest
@@ -29,6 +28,7 @@ import pytest
 from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import Ack, Cached, Error, GetCached, Hello, Publish, Subscribe, Subscribed
 
+from support import settle
 from support.routerproc import RouterProcess
 from support.wire import Bystander, Wire, frame_bytes
 
@@ -53,12 +53,7 @@ def router() -> Iterator[RouterProcess]:
 def settled_rss(router: RouterProcess, baseline: int) -> int:
     """The router's RSS once it is back within the slack of *baseline*, or after `SETTLE`
     seconds, whichever comes first (polled: the router has no signal for "memory freed")."""
-    deadline = time.monotonic() + SETTLE
-    while True:
-        rss = router.rss()
-        if rss - baseline < RSS_SLACK or time.monotonic() > deadline:
-            return rss
-        time.sleep(0.1)
+    return int(settle(router.rss, lambda rss: rss - baseline < RSS_SLACK, timeout=SETTLE))
 
 
 def check_back(router: RouterProcess, baseline: int, what: str, peak: int | None = None) -> None:

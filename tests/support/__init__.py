@@ -7,7 +7,7 @@ mesh, wait_for``."""
 from .clock import Clock
 from .meshes import FAST, Collector, full, line, lo_discovery, mesh, neighbours, random_graph, ring, wait_shape
 from .ports import free_tcp_port, free_udp_port
-from .waits import next_event, wait_for, wait_until
+from .waits import next_event, settle, wait_for, wait_until
 
 __all__ = [
     "Clock",
@@ -25,5 +25,6 @@ __all__ = [
     "ring",
     "wait_for",
     "wait_shape",
+    "settle",
     "wait_until",
 ]

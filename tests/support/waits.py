@@ -33,3 +33,19 @@ async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 
             tick = loop.create_future()
             loop.call_later(every, tick.set_result, None)
             await tick
+
+
+def settle(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float, every: float = 0.1) -> Any:
+    """For blocking tests (a real process's /proc): re-read *read* every *every* seconds
+    until *ok* holds or *timeout* passes, and return the last value for the caller to
+    assert on (so a failure shows the value, not only "timed out")."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while True:
+        value = read()
+        if ok(value) or time.monotonic() > deadline:
+            return value
+        tick.wait(every)
