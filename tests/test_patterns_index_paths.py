@@ -17,7 +17,7 @@ from aa.router import Router, RouterConfig
 from aa.router.caches import CacheIndex
 from aa.router.patterns import PREDICATE_TIER, PatternSet
 
-from support import wait_for
+from support import cpu_seconds, wait_for
 from test_patterns_index import conjunctions, events, expressions, make_engine, python_kernel_only
 
 cache_ops = st.lists(
@@ -102,20 +102,18 @@ async def test_history_replay_matches_through_the_predicate_tier(tmp_path: Path)
 def test_patterns_that_would_explode_or_run_long_stall_no_new_path() -> None:
     """A disjunction of 2**40 conjunctions, and the longest conjunctions each parser takes,
     in a client cache and as parametric subscribers: placed (or scanned) at once, exact."""
-    import time
-
     engine = make_engine()
     index = CacheIndex()
     explode = " and ".join(f"(A{i} == 1 or B{i} == 2)" for i in range(40))
     fast = " and ".join(f"A{i} < p" for i in range(100))[:1000].rsplit(" and ", 1)[0]  # fast reader
     slow = " and ".join(f"(A{i} < p)" for i in range(300))  # ast: parentheses
-    t0 = time.perf_counter()
-    for k, source in enumerate([explode, fast, slow]):
-        spec = PatternSpec(source=source)
-        index.add(k, spec, engine.matcher(spec, {"p": 5} if k else None))
-        engine.subscribe(k, spec, {"p": 5} if k else None)
-        engine.update(k, {"p": 7}) if k else None
-    assert time.perf_counter() - t0 < 2.0
+    with cpu_seconds() as spent:
+        for k, source in enumerate([explode, fast, slow]):
+            spec = PatternSpec(source=source)
+            index.add(k, spec, engine.matcher(spec, {"p": 5} if k else None))
+            engine.subscribe(k, spec, {"p": 5} if k else None)
+            engine.update(k, {"p": 7}) if k else None
+    assert spent() < 2.0
     hit = Event(values={**{f"A{i}": 1 for i in range(300)}})
     assert sorted(index.match(hit)) == [0, 1, 2]
     assert [k for k, _ in engine.match(hit)] == [0, 1, 2]

@@ -1,10 +1,11 @@
 """What tests share, loaded as a pytest plugin (`pytest_plugins` in tests/conftest.py): the
 fixtures (`fixtures`, `postgres`), and the one way to build a mesh of routers (`meshes`),
 a clock tests move (`clock`), free loopback ports (`ports`), and waiting for a condition
-with a timeout (`waits`). Test modules import the helpers from here: ``from support import
+with a timeout (`waits`), the CPU a guarded piece of work costs (`cost`). Test modules import the helpers from here: ``from support import
 mesh, wait_for``."""
 
 from .clock import Clock
+from .cost import cpu_seconds
 from .meshes import FAST, Collector, full, line, lo_discovery, mesh, neighbours, random_graph, ring, wait_shape
 from .ports import free_tcp_port, free_udp_port
 from .waits import next_event, settle, wait_for, wait_until
@@ -12,6 +13,7 @@ from .waits import next_event, settle, wait_for, wait_until
 __all__ = [
     "Clock",
     "Collector",
+    "cpu_seconds",
     "FAST",
     "free_tcp_port",
     "free_udp_port",
