@@ -13,10 +13,10 @@ from typing import Callable, Iterator
 def cpu_seconds() -> Iterator[Callable[[], float]]:
     """CPU seconds this process spends in the block, read with the function it yields.
 
-    Not wall time: another process's load on a busy CI machine does not count. And the cyclic
-    collector is off inside, so a full collection of everything the suite has built so far
-    (one took 0.5 s in CI, 35 times the work measured) is not billed to the guarded work.
-    Compare with a bound far above the honest cost and far below the attack's."""
+    Not wall time (CI once measured 0.5 s of it for 15 ms of work): another process's load does
+    not count, and the cyclic collector is off inside, so a full collection of everything the
+    suite has built so far is not billed to the guarded work. Compare with a bound far above
+    the honest cost and far below the attack's."""
     enabled = gc.isenabled()
     gc.disable()
     start = time.process_time()
