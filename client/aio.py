@@ -33,7 +33,7 @@ from .quench import QuenchClient
 from .config import DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE, ClientConfig
 from .dial import open_router
 from .link import Link
-from .outbox import Outbox
+from .outbox import Outbox, check_fits
 from .subscription import Subscription
 
 __all__ = ["AsyncClient"]
@@ -304,7 +304,8 @@ class AsyncClient(QuenchClient, CacheClient):
         id: str | None = None,
     ) -> str:
         """Queue an event for publishing; returns its id. Raises `InvalidValue` for values
-        outside the model, `OutboxFull` when the outbox is at its cap."""
+        outside the model or an event too large for a router (`check_fits`), `OutboxFull`
+        when the outbox is at its cap."""
         event = Event.checked(dict(values), type, dict(meta) if meta else {}, id or self._ids())
         self._publish_checked(event)
         return event.id  # type: ignore[return-value]
@@ -315,6 +316,7 @@ class AsyncClient(QuenchClient, CacheClient):
             raise ConnectionClosed("client is closed")
         if self._outbox.full:
             raise OutboxFull(f"{self.config.max_outbox} events wait for a router already")
+        check_fits(event)
         self._outbox.add(event)
         self._schedule_flush()
 

@@ -10,7 +10,7 @@ from aa.mesh import DiscoveryConfig, UsageError, parse_endpoint
 
 from .link import client_tls
 
-__all__ = ["ClientConfig", "ENV_CERT", "ENV_KEY", "ENV_CA", "MAX_OUTBOX", "BATCH_EVENTS", "MAX_INFLIGHT_FRAMES", "REPLAY_WINDOW_EVENTS", "REPLAY_WINDOW_SECONDS"]
+__all__ = ["ClientConfig", "ENV_CERT", "ENV_KEY", "ENV_CA", "MAX_OUTBOX", "BATCH_EVENTS", "BATCH_BYTES", "MAX_INFLIGHT_FRAMES", "REPLAY_WINDOW_EVENTS", "REPLAY_WINDOW_SECONDS"]
 
 #: Events a client keeps while no router has acknowledged them. Past it `publish` waits and
 #: `publish_nowait` raises `OutboxFull`: an hour offline at 25 events/s fits.
@@ -18,6 +18,11 @@ MAX_OUTBOX = 100_000
 #: Events per `Publish` frame: large enough that framing costs vanish, small enough that a
 #: frame stays far below the frame cap and an ack comes back quickly.
 BATCH_EVENTS = 1000
+#: Bytes of events per `Publish` frame (a single larger event goes alone): a router decodes
+#: at most `aa.mesh.protocol.MAX_FRAME_VALUES` (128 Ki) values from a large frame and every
+#: value is at least one byte, so a frame of this many bytes (and the frame's own few values)
+#: is never refused for holding too many.
+BATCH_BYTES = 127 * 1024
 #: Publish frames sent and not yet acknowledged. Bounds what must be resent after a
 #: failover and keeps the router's socket buffer (and so latency) small.
 MAX_INFLIGHT_FRAMES = 16

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from itertools import islice
 
-from aa.mesh import Event
+from aa.mesh import Event, InvalidValue
+from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
 
-from .config import BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
+from .config import BATCH_BYTES, BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "check_fits"]
 
 
 class Outbox:
@@ -63,7 +65,12 @@ class Outbox:
         queue = self._queue
         if not queue or len(self._inflight) >= MAX_INFLIGHT_FRAMES:
             return None
-        n = min(len(queue), BATCH_EVENTS)
+        n = size = 0
+        for event in islice(queue, BATCH_EVENTS):  # and at most BATCH_BYTES, but never empty
+            size += len(packed_event(event))
+            if n and size > BATCH_BYTES:
+                break
+            n += 1
         batch = [queue.popleft() for _ in range(n)]
         self._seq += 1
         self._inflight.append((self._seq, batch))
@@ -105,3 +112,23 @@ class Outbox:
             or now - recent[0][0] > REPLAY_WINDOW_SECONDS
         ):
             self._recent_events -= len(recent.popleft()[1])
+
+
+def check_fits(event: Event) -> None:
+    """Raise `InvalidValue` for an event no router takes: more bytes than a frame holds
+    (`MAX_FRAME_BYTES`), or more values in its lists and maps than a router decodes from one
+    frame (`MAX_FRAME_VALUES`; large arrays travel as `bytes`). Counted only for events over
+    `BATCH_BYTES`: smaller ones cannot hold that many."""
+    size = len(packed_event(event))
+    if size <= BATCH_BYTES:
+        return
+    if size > MAX_FRAME_BYTES - 1024:
+        raise InvalidValue(f"event of {size} bytes is over the {MAX_FRAME_BYTES} bytes a frame holds")
+    items, todo = 0, [event.values, event.meta]
+    while todo:
+        value = todo.pop()
+        items += len(value)
+        todo += [v for v in (value.values() if type(value) is dict else value) if type(v) is dict or type(v) is list]
+    if items > MAX_FRAME_VALUES - 16:
+        raise InvalidValue(f"event holds {items} values in its lists and maps, more than the {MAX_FRAME_VALUES - 16} "
+                           "a router takes in one frame: send large arrays as bytes")

@@ -52,6 +52,7 @@ from .interfaces import ENV_INTERFACES, Interface, select_targets, selected_addr
 from .jsonvalues import event_from_json, event_to_json, from_json, to_json
 from .peers import MAX_PEERS, RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER, PeerEntry, PeerState, PeerTable, Source
 from .protocol import (
+    IN_PROGRESS,
     MAX_FRAME_BYTES,
     NEED_DATA,
     Connection,
@@ -95,6 +96,7 @@ __all__ = [
     "Interface",
     "InvalidPattern",
     "InvalidPolicy",
+    "IN_PROGRESS",
     "InvalidValue",
     "KnownRouter",
     "MAX_FRAME_BYTES",

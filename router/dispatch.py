@@ -17,17 +17,21 @@ An event's way through one router::
 
 Dispatch is synchronous inside the event loop: a batch of events read from one socket is
 dispatched whole, then `flush` writes one frame per client that got deliveries, so N events
-cost one system call per client, not N.
+cost one system call per client, not N. A large publish is the exception (`accept_in_steps`):
+it is dispatched `DISPATCH_STEP` events at a time for `DISPATCH_BUDGET` seconds per turn of
+the loop, so the other clients are served between (a 1,000-event frame of 1.5 KB events
+takes ~18 ms to dispatch).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from aa.mesh import (
     MAX_ID_LENGTH,
@@ -51,6 +55,10 @@ __all__ = ["Dispatcher", "Writable", "MAX_NAMES_SEEN"]
 #: Value names a router remembers for its warnings at subscribe, in names: the names of a
 #: mesh's event types, not its values (a publisher that puts values in names is capped).
 MAX_NAMES_SEEN = 10_000
+#: Events of a large publish dispatched between two looks at the clock (`accept_in_steps`).
+DISPATCH_STEP = 64
+#: Seconds of the loop a large publish is dispatched for per turn, the rest on the next.
+DISPATCH_BUDGET = 0.004
 
 #: The user who published an event (Å §4.6): aa.mesh.event.META_USER, which aa.mesh does not
 #: export (see the security report).
@@ -152,6 +160,31 @@ class Dispatcher:
         counters["published"] += len(out)
         counters["dispatched"] += len(out)
         return out
+
+    def accept_in_steps(
+        self, events: Sequence[Event], client_id: str, address: str, user: str | None, scope: str | None,
+        *, until: float, going_on: Callable[[], bool], then: Callable[[], None],
+    ) -> None:
+        """`accept` *events* `DISPATCH_STEP` at a time until `time.perf_counter()` passes
+        *until*, the rest on later turns of the loop, `DISPATCH_BUDGET` seconds each, for as
+        long as *going_on()* (the publisher's connection is open); *then* once done."""
+        start = 0
+        try:
+            while start < len(events):
+                self.accept(events[start : start + DISPATCH_STEP], client_id, address, user, scope)
+                start += DISPATCH_STEP
+                if time.perf_counter() >= until:
+                    break
+            self.flush()
+            if start < len(events) and going_on():
+                rest = events[start:]
+                asyncio.get_running_loop().call_soon(lambda: self.accept_in_steps(
+                    rest, client_id, address, user, scope,
+                    until=time.perf_counter() + DISPATCH_BUDGET, going_on=going_on, then=then))
+                return
+        except Exception:  # never for events the codec checked; the frame is still acked
+            log.exception("dispatching a publish of %s failed", client_id)
+        then()
 
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks (once per router per event)."""

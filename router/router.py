@@ -33,14 +33,14 @@ from aa.mesh.protocol import Bye, GetMesh, MeshInfo, Message, PeerHello, Publish
 from .acks import Acknowledgements
 from .caches import ClientCacheService, MeshCache
 from .config import RouterConfig
-from .dispatch import Dispatcher
+from .dispatch import DISPATCH_STEP, Dispatcher
 from .eventlog import EventLog
 from .links import MeshService
 from .local import LocalSubscription
 from .patterns import HostFacts, PatternEngine, SandboxLimits
 from .quench import QuenchService
-from .security import Gate, router_id_for
-from .session import ClientSession, PartialFrames
+from .security import Gate, PartialFrames, router_id_for
+from .session import ClientSession
 from .sinks import LocalSinks
 from .store import StoreService, check_history, check_persistable
 
@@ -380,41 +380,31 @@ class Router:
     # -- what a client session asks (aa.router.session) -------------------------------------
 
     def accept_publish(
-        self, session: ClientSession, msg: Publish, *, slice: int = 0, done: Callable[[], None] | None = None
+        self, session: ClientSession, msg: Publish, *, until: float | None = None, done: Callable[[], None] | None = None
     ) -> None:
         """A client's publish frame: screen its store policies, dispatch and flood its
-        events, then acknowledge it when the rule allows (`aa.router.acks`). With *slice*,
-        at most that many events are dispatched per turn of the event loop, so one client's
-        big frame delays the others by one slice; *done* is called after the last."""
+        events, then acknowledge it when the rule allows (`aa.router.acks`). With *until*
+        (`time.perf_counter()`), what is left when it passes is dispatched on later turns
+        of the loop (`Dispatcher.accept_in_steps`); *done* is called after the last."""
         storage = self.storage
         events = session.permitted(msg.events)  # what the user may not publish is refused
         events, persisted = storage.screen(session, events)  # bad store policies refused
         refused = storage.refused
         client_id, address, user = session.client_id or "?", session.address, session.identity.user
-        if not slice or len(events) <= slice:
-            try:
-                self.dispatcher.accept(events, client_id, address, user, session.id_scope)
-            finally:
-                self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
-            if done is not None:
-                done()
-            return
-        loop = asyncio.get_running_loop()
 
-        def step(start: int) -> None:
-            try:
-                self.dispatcher.accept(events[start:start + slice], client_id, address, user, session.id_scope)
-                self.dispatcher.flush()
-                if start + slice < len(events) and session.is_open:
-                    loop.call_soon(step, start + slice)
-                    return
-            except Exception:  # never for events the codec checked; the frame is still acked
-                log.exception("dispatching a publish of %s failed", client_id)
+        def handled() -> None:
             self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
             if done is not None:
                 done()
 
-        step(0)
+        if until is None or len(events) <= DISPATCH_STEP:
+            try:
+                self.dispatcher.accept(events, client_id, address, user, session.id_scope)
+            finally:
+                handled()
+            return
+        self.dispatcher.accept_in_steps(events, client_id, address, user, session.id_scope,
+                                        until=until, going_on=lambda: session.is_open, then=handled)
 
     def add_subscription(
         self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], history: Mapping[str, Any] | None

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
-from aa.mesh.protocol import QUENCH_REQUESTS, STORAGE_REQUESTS, CacheRegister, GetMesh, MeshInfo, Quench
+from aa.mesh.protocol import IN_PROGRESS, QUENCH_REQUESTS, STORAGE_REQUESTS, CacheRegister, GetMesh, MeshInfo, Quench
 from aa.mesh.protocol import (
     Ack,
     Bye,
@@ -39,7 +39,8 @@ from aa.mesh.protocol import (
     Welcome,
 )
 
-from .security import Identity
+from .dispatch import DISPATCH_STEP
+from .security import Identity, PartialFrames
 
 if TYPE_CHECKING:
     from .router import Router
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 #: The identity of a connection without TLS or without a certificate.
 _ANONYMOUS = Identity()
 
-__all__ = ["ClientSession", "SessionSubscriber", "PartialFrames", "MAX_PARTIAL_TOTAL"]
+__all__ = ["ClientSession", "SessionSubscriber"]
 
 log = logging.getLogger("aa.router.session")
 
@@ -59,35 +60,11 @@ DRAIN_ABOVE = 1024 * 1024
 #: library sends 1,000 — and per value list or map): a frame is decoded in one call that
 #: holds the loop; a 400,000-event frame held everyone for seconds. Larger values: `bytes`.
 MAX_FRAME_ITEMS = 10_000
-#: Events of one publish frame dispatched per turn of the loop (others served between).
-PUBLISH_SLICE = 1_000
 #: Seconds one connection's frames may take in one turn of the loop before the rest wait for
 #: the next: 5,000 small frames sent at once (updates, ~1.5 ms each) held everyone for 7 s.
 TURN_BUDGET = 0.005
-
-#: Bytes of partly received frames held for all clients together (the frame cap bounds one
-#: connection, 16 MiB: twenty sending 15 MiB each and then nothing held 300 MiB). Past it, a
-#: connection holding ≥ `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy").
-MAX_PARTIAL_TOTAL = 64 * 1024 * 1024
-PARTIAL_BLAME = 1024 * 1024
-
-
-class PartialFrames:
-    """The bytes of unfinished frames each connection holds, and their total."""
-
-    def __init__(self, limit: int = MAX_PARTIAL_TOTAL) -> None:
-        self.limit = limit
-        self.total = 0
-        self._held: dict[object, int] = {}
-
-    def hold(self, owner: object, n: int) -> bool:
-        """*owner* now holds *n* bytes; False when it must let go (over the total, holding much)."""
-        before = self._held.pop(owner, 0)
-        self.total += n - before
-        if n:
-            self._held[owner] = n
-        return not (self.total > self.limit and n >= PARTIAL_BLAME)
-
+#: Seconds a connection refused for a bad frame is still read (and dropped) after the error.
+LINGER = 1.0
 
 class SessionSubscriber:
     """The pattern engine's key for one subscription of one TCP client."""
@@ -208,22 +185,22 @@ class ClientSession(asyncio.Protocol):
         start = time.perf_counter()
         try:
             while True:
-                msg = self.codec.next_message()
+                msg = self.codec.next_message(start + TURN_BUDGET)
+                if msg is IN_PROGRESS:  # a large frame: the rest of it on the next turn
+                    self._next_turn()
+                    break
                 if not isinstance(msg, Message):
                     break
-                if type(msg) is Publish and self.client_id is not None and len(msg.events) > PUBLISH_SLICE:  # type: ignore[attr-defined]
-                    self._slicing = True
-                    if self.transport is not None:
-                        self.transport.pause_reading()
-                    self.router.accept_publish(self, msg, slice=PUBLISH_SLICE, done=self._sliced_done)  # type: ignore[arg-type]
+                if type(msg) is Publish and self.client_id is not None and len(msg.events) > DISPATCH_STEP:  # type: ignore[attr-defined]
+                    self._slicing = True  # reading waits until it is dispatched, across turns if need be
+                    self.transport.pause_reading() if self.transport is not None else None
+                    self.router.accept_publish(self, msg, until=start + TURN_BUDGET, done=self._next_turn)  # type: ignore[arg-type]
                     return
                 self.handle(msg)
                 if self._closing:
                     break
                 if time.perf_counter() - start > TURN_BUDGET:  # the rest on the next turn
-                    self._slicing = True
-                    self.transport.pause_reading() if self.transport is not None else None
-                    asyncio.get_running_loop().call_soon(self._sliced_done)
+                    self._next_turn()
                     break
         except ProtocolError as exc:
             log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
@@ -236,6 +213,11 @@ class ClientSession(asyncio.Protocol):
                         self.client_id or self.address, self.codec.buffered, self.router.partial_frames.total)
             self.router.counters["busy_closed"] += 1
             self.fail("busy", "the router holds too many partly received frames; send smaller frames or retry")
+
+    def _next_turn(self) -> None:
+        self._slicing = True
+        self.transport.pause_reading() if self.transport is not None else None
+        asyncio.get_running_loop().call_soon(self._sliced_done)
 
     def _sliced_done(self) -> None:
         self._slicing = False
@@ -475,9 +457,22 @@ class ClientSession(asyncio.Protocol):
             self.send(PatternFailed(sub_id=sub_id, code=code, message=message))
 
     def fail(self, code: str, message: str) -> None:
-        """Tell the client why, then close this connection (and only this one)."""
+        """Tell the client why, then close this connection (and only this one). What the
+        client is still sending (the rest of a refused frame) is read and dropped for up to
+        `LINGER` seconds after our end is shut: closed at once, the kernel would answer it
+        with a reset that can destroy the error before the client reads it."""
         self.send(Error(code=code, message=message, fatal=True))
-        self.close()
+        transport = self.transport
+        if transport is None or self._closing or not transport.can_write_eof():
+            self.close()
+            return
+        self.flush()
+        self._closing = True
+        self.codec = Connection(max_items=MAX_FRAME_ITEMS)  # what it held is let go at once
+        self.router.partial_frames.hold(self, 0)
+        transport.write_eof()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(LINGER, transport.close)
 
     def detach(self) -> tuple[asyncio.Transport, Connection]:
         """Give the connection up to another protocol (a peer called): stop handling frames,

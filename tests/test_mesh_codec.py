@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import struct
 from datetime import datetime, timedelta, timezone
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from aa.mesh import NEED_DATA, Connection, Event, FrameTooLarge, InvalidValue, MalformedFrame, UnknownMessage
-from aa.mesh.protocol import Deliver, Hello, Ping, Publish, Subscribe, PatternSpec
+from aa.mesh import IN_PROGRESS, NEED_DATA, Connection, Event, FrameTooLarge, InvalidValue, MalformedFrame, UnknownMessage
+from aa.mesh.protocol import MAX_FRAME_VALUES, Deliver, Hello, Ping, Publish, Subscribe, PatternSpec, codec
 from aa.mesh import event_from_json, event_to_json
 
 VALUES = {
@@ -122,11 +126,49 @@ def frame(obj) -> bytes:
         ],
     ],
 )
-def test_bad_frames_raise_clear_errors(payload, error, text):
+@pytest.mark.parametrize("stepped", [False, True], ids=["whole", "in steps"])
+def test_bad_frames_raise_clear_errors(payload, error, text, stepped, monkeypatch):
+    if stepped:  # every frame takes the path of large ones (decoded in steps)
+        monkeypatch.setattr(codec, "STEP_ABOVE", 0)
     b = Connection()
     b.receive_data(struct.pack(">I", len(payload)) + payload)
     with pytest.raises(error, match=text):
         b.next_message()
+    with pytest.raises(error):  # and stays broken
+        b.next_message()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(100, 20_000), min_size=1, max_size=8), st.integers(0, 2**32))
+def test_a_large_frame_decoded_in_steps_is_the_frame_decoded_whole(cuts, seed):
+    """Any chunking of the bytes, and a deadline that has always passed (one step per call):
+    the same messages as decoding each frame whole, and `IN_PROGRESS` / `NEED_DATA` between."""
+    rng = random.Random(seed)
+    a = Connection()
+    publish = Publish(seq=1, events=tuple(Event(values={"i": i, "pad": "é" * rng.randrange(300), "l": [i, {"k": None}]}, id=f"e{i}")
+                                         for i in range(400)))
+    data = a.send(publish) + a.send(Ping(token=7)) + a.send(publish)
+    assert len(data) > 2 * codec.STEP_ABOVE
+    b = Connection()
+    got, states, pos = [], set(), 0
+    for cut in itertools.cycle(cuts):
+        b.receive_data(data[pos : pos + cut])
+        pos += cut
+        while (msg := b.next_message(deadline=0.0)) is not NEED_DATA:
+            states.add(msg) if msg is IN_PROGRESS else got.append(msg)
+        if pos >= len(data):
+            break
+    assert got == [publish, Ping(token=7), publish]
+    assert states == {IN_PROGRESS} and b.buffered == 0
+
+
+def test_a_large_frame_of_too_many_values_is_refused_early():
+    b = Connection()
+    payload = msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, "t", {"v": [[[]] * 10_000] * 1600}, {}]]})
+    b.receive_data(struct.pack(">I", len(payload)) + payload[: 2 * MAX_FRAME_VALUES])  # the rest never needed
+    with pytest.raises(MalformedFrame, match=f"more than {MAX_FRAME_VALUES} values"):
+        while b.next_message() is not NEED_DATA:
+            pass
 
 
 def test_values_outside_the_model_are_refused_when_building_an_event():

@@ -5,6 +5,15 @@ A frame is a 4-byte big-endian length, then that many bytes of one msgpack map w
 bytes, in the manner of h11: feed `receive_data(data)`, then call `next_message()` until it
 returns `NEED_DATA`; `send(message)` returns the bytes to write.
 
+A frame over `STEP_ABOVE` bytes is decoded a piece at a time, as its bytes arrive (they are
+never gathered into one buffer: growing that by copies held the loop too):
+`next_message(deadline)` returns `IN_PROGRESS` when the deadline (a `time.perf_counter()`
+value) passes mid-frame, `NEED_DATA` when the bytes so far are decoded, and the next call goes
+on where it stopped. A router passes the end of its connection's turn, so one frame
+however large never holds the event loop for long (issue 16: a 16 MiB frame of empty lists
+took one C call of 8-12 s). Such a frame also holds at most `MAX_FRAME_VALUES` items in all its
+lists and maps together: decoding stops as soon as it has more.
+
 A frame longer than the cap, or one that does not decode to a known, well-formed message,
 raises a `ProtocolError` subclass. The codec is then broken: the owner answers with an error
 frame and closes that one connection, and nothing else is affected.
@@ -17,8 +26,9 @@ text and decode naive, so a naive datetime is never silently given a zone.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime
-from typing import Any, Callable, Final, Sequence
+from typing import Any, Callable, Final, Generator, Sequence
 
 import msgpack
 
@@ -26,12 +36,27 @@ from ..errors import FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
 from ..event import Event
 from .messages import MESSAGE_KINDS, Message
 
-__all__ = ["Connection", "NEED_DATA", "MAX_FRAME_BYTES", "pack", "unpack", "packed_event", "pack_events"]
+__all__ = [
+    "Connection", "NEED_DATA", "IN_PROGRESS", "MAX_FRAME_BYTES", "MAX_FRAME_VALUES", "STEP_ABOVE",
+    "pack", "unpack", "packed_event", "pack_events",
+]
 
 #: Largest frame accepted or sent, in bytes (payload, without the 4-byte header). A batch of
 #: a few thousand typical events fits in well under 1 MiB; 16 MiB leaves room for bulky
 #: values while bounding what one peer can make a router buffer.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+#: Frames larger than this (bytes) are decoded in steps. Below it one call is bounded by the
+#: size: the densest msgpack (empty lists, ~85 ns per byte to build and free) costs ~5 ms.
+STEP_ABOVE: Final = 64 * 1024
+#: Bytes of a large frame handed to the decoder per step: ~1 ms of the densest msgpack (each
+#: empty list built and counted), the most a step overruns its deadline by.
+STEP_BYTES: Final = 4 * 1024
+#: Most items (list elements and map entries, counted together, at every depth) in a frame
+#: decoded in steps. Bytes alone do not bound the work: one byte is a whole empty list, and
+#: freeing what a refused frame built is one more uninterrupted pass (~4 ms for this many). A
+#: publish of 10,000 small events has ~70,000; the client library's frames hold at most
+#: `aa.client.config.BATCH_BYTES` bytes, so never more items than that. Larger: `bytes`.
+MAX_FRAME_VALUES: Final = 128 * 1024
 
 _HEADER = 4
 _EXT_NAIVE_DATETIME = 1
@@ -46,6 +71,44 @@ class _NeedData:
 
 #: Returned by `Connection.next_message()` when no whole frame is buffered yet.
 NEED_DATA: Final = _NeedData()
+
+
+class _InProgress:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "IN_PROGRESS"
+
+
+#: Returned by `Connection.next_message(deadline)` when the deadline passed while a large
+#: frame was being decoded: call again (on a later turn of the loop) to go on.
+IN_PROGRESS: Final = _InProgress()
+
+
+def _malformed(exc: Exception, max_items: int | None) -> MalformedFrame:
+    """What msgpack's error *exc* means for the sender."""
+    if max_items is not None and isinstance(exc, ValueError) and "exceeds max_" in str(exc):
+        return MalformedFrame(f"frame has a list or map of more than {max_items} items "
+                              f"(at most {max_items} per frame: send smaller batches)")
+    return MalformedFrame(f"frame is not valid msgpack: {exc}")
+
+
+class _Tally:
+    """Counts the items of the lists and maps a stepped decode builds (msgpack's hooks, called
+    once per list and per map) and stops the decode past the cap."""
+
+    __slots__ = ("items", "cap")
+
+    def __init__(self, cap: int) -> None:
+        self.items = 0
+        self.cap = cap
+
+    def __call__(self, value: Any) -> Any:
+        self.items += len(value)
+        if self.items > self.cap:
+            raise MalformedFrame(f"frame has more than {self.cap} values in its lists and maps "
+                                 f"(at most {self.cap} per frame: send smaller batches)")
+        return value
 
 
 def _default(obj: Any) -> Any:
@@ -128,9 +191,10 @@ class Connection:
     NEED_DATA
     """
 
-    __slots__ = ("max_frame", "max_items", "_buf", "_pos", "_packer", "_broken")
+    __slots__ = ("max_frame", "max_items", "max_values", "_buf", "_pos", "_packer", "_broken", "_stepping", "_fed")
 
-    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES, max_items: int | None = None) -> None:
+    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES, max_items: int | None = None,
+                 max_values: int = MAX_FRAME_VALUES) -> None:
         if max_frame <= 0:
             raise UsageError("max_frame must be positive")
         if max_items is not None and max_items <= 0:
@@ -140,10 +204,14 @@ class Connection:
         #: frame is decoded in one C call that holds the event loop; this bounds what one
         #: frame costs to decode and dispatch (a router's client sessions set it).
         self.max_items = max_items
+        #: Most items in all lists and maps of a frame decoded in steps (`MAX_FRAME_VALUES`).
+        self.max_values = max_values
         self._buf = bytearray()
         self._pos = 0
         self._packer = _packer()
         self._broken: Exception | None = None
+        self._stepping: Generator[_NeedData | None, None, Message] | None = None  # a large frame, part decoded
+        self._fed = 0  # bytes of that frame handed to its decoder
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -156,11 +224,15 @@ class Connection:
             self._pos = 0
         self._buf += data
 
-    def next_message(self) -> Message | _NeedData:
-        """The next whole message, or `NEED_DATA`. Raises `ProtocolError` on a bad frame, and
-        the same error again on every later call: the stream cannot be resynchronised."""
+    def next_message(self, deadline: float | None = None) -> Message | _NeedData | _InProgress:
+        """The next whole message, or `NEED_DATA`; with a *deadline* (`time.perf_counter()`),
+        `IN_PROGRESS` if it passed while a large frame was being decoded. Raises
+        `ProtocolError` on a bad frame, and the same error again on every later call: the
+        stream cannot be resynchronised."""
         if self._broken is not None:
             raise self._fresh_error()
+        if self._stepping is not None:
+            return self._step(deadline)
         buf, pos = self._buf, self._pos
         if len(buf) - pos < _HEADER:
             return NEED_DATA
@@ -168,6 +240,10 @@ class Connection:
         if size > self.max_frame:
             self._break(FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}"))
             raise self._fresh_error()
+        if size > STEP_ABOVE:
+            self._pos += _HEADER
+            self._stepping = self._steps(size)
+            return self._step(deadline)
         end = pos + _HEADER + size
         if len(buf) < end:
             return NEED_DATA
@@ -179,10 +255,64 @@ class Connection:
             self._break(exc)
             raise self._fresh_error() from None
 
+    def _step(self, deadline: float | None) -> Message | _NeedData | _InProgress:
+        stepping = self._stepping
+        assert stepping is not None
+        try:
+            while True:
+                if next(stepping) is NEED_DATA:
+                    return NEED_DATA
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return IN_PROGRESS
+        except StopIteration as done:
+            self._stepping = None
+            self._fed = 0
+            return done.value  # type: ignore[no-any-return]
+        except (MalformedFrame, UnknownMessage) as exc:
+            self._break(exc)
+            raise self._fresh_error() from None
+
+    def _steps(self, size: int) -> Generator[_NeedData | None, None, Message]:
+        """Decode the frame of *size* bytes whose header was just read, a `STEP_BYTES` piece
+        of what has arrived per step (msgpack's decoder resumes where the last piece ended;
+        `NEED_DATA` when nothing more has), then build its message (in steps too where the
+        kind can, `from_wire_steps`). Bytes handed to the decoder leave the buffer; they
+        stay counted as `buffered` until the message is done."""
+        tally = _Tally(self.max_values)
+        limits = {} if self.max_items is None else {"max_array_len": self.max_items, "max_map_len": self.max_items}
+        decoder = msgpack.Unpacker(raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False,
+                                   max_buffer_size=size, list_hook=tally, object_hook=tally, **limits)
+        while True:
+            piece = min(STEP_BYTES, size - self._fed, len(self._buf) - self._pos)
+            if not piece:
+                yield NEED_DATA
+                continue
+            decoder.feed(self._buf[self._pos : self._pos + piece])
+            self._pos += piece
+            self._fed += piece
+            try:
+                data = decoder.unpack()
+                break
+            except msgpack.OutOfData:
+                if self._fed >= size:
+                    raise MalformedFrame("frame is not valid msgpack: it ends inside a value") from None
+            except MalformedFrame:
+                raise
+            except Exception as exc:  # msgpack raises several unrelated types for bad input
+                raise _malformed(exc, self.max_items) from None
+            yield None
+        if decoder.tell() != size:
+            raise MalformedFrame("frame is not valid msgpack: extra data after the message")
+        cls = self._kind(data)
+        steps = getattr(cls, "from_wire_steps", None)
+        if steps is None:
+            return cls.from_wire(data)
+        return (yield from steps(data))
+
     @property
     def buffered(self) -> int:
         """Bytes received and not yet handed out as messages (a partial frame, mostly)."""
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._fed
 
     def _break(self, exc: Exception) -> None:
         # Keep what the error says, not the error: its traceback (and its __context__'s)
@@ -192,6 +322,8 @@ class Connection:
         self._broken = type(exc)(*exc.args)
         self._buf = bytearray()
         self._pos = 0
+        self._stepping = None
+        self._fed = 0
 
     def _fresh_error(self) -> Exception:
         broken = self._broken
@@ -209,8 +341,8 @@ class Connection:
         """Every whole message buffered now (possibly none)."""
         out: list[Message] = []
         while True:
-            msg = self.next_message()
-            if isinstance(msg, _NeedData):
+            msg = self.next_message()  # no deadline: a large frame is decoded whole
+            if not isinstance(msg, Message):
                 return out
             out.append(msg)
 
@@ -223,20 +355,19 @@ class Connection:
             )
         except MalformedFrame:
             raise
-        except ValueError as exc:
-            if max_items is not None and "exceeds max_" in str(exc):
-                raise MalformedFrame(f"frame has a list or map of more than {max_items} items "
-                                     f"(at most {max_items} per frame: send smaller batches)") from None
-            raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
         except Exception as exc:  # msgpack raises several unrelated types for bad input
-            raise MalformedFrame(f"frame is not valid msgpack: {exc}") from None
+            raise _malformed(exc, max_items) from None
+        return Connection._kind(data).from_wire(data)
+
+    @staticmethod
+    def _kind(data: Any) -> type[Message]:
         if type(data) is not dict:
             raise MalformedFrame("frame must be a msgpack map")
         kind = data.get("kind")
         cls = MESSAGE_KINDS.get(kind) if type(kind) is str else None
         if cls is None:
             raise UnknownMessage(f"unknown message kind {kind!r}")
-        return cls.from_wire(data)
+        return cls
 
     # -- sending ----------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ Client ⇄ router conversation::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Final, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Final, Generator, Mapping, TypeVar
 
 from ..errors import InvalidValue, MalformedFrame, UsageError
 from ..event import MAX_ID_LENGTH, Event
@@ -289,6 +289,20 @@ class Publish(Message):
         if type(seq) is not int or type(events) is not list:
             raise MalformedFrame("bad 'publish' message: needs int seq and a list of events")
         out = [_event(e) if type(e) is list and len(e) == 4 else event_from_wire(e) for e in events]
+        return cls(seq=seq, events=tuple(out))
+
+    @classmethod
+    def from_wire_steps(cls, data: Mapping[str, Any]) -> Generator[None, None, "Publish"]:
+        """`from_wire` 256 events per step (~0.25 ms), for a frame decoded in steps (checking
+        10,000 events is ~10 ms): the codec resumes it until it returns the message."""
+        seq = data.get("seq")
+        events = data.get("events")
+        if type(seq) is not int or type(events) is not list:
+            raise MalformedFrame("bad 'publish' message: needs int seq and a list of events")
+        out = []
+        for start in range(0, len(events), 256):
+            out += [_event(e) if type(e) is list and len(e) == 4 else event_from_wire(e) for e in events[start : start + 256]]
+            yield
         return cls(seq=seq, events=tuple(out))
 
 

@@ -46,7 +46,7 @@ from typing import Any, Protocol, Sequence
 from aa.mesh import Connection, Control, Flood, PeerHello, PeerRouters, ProtocolError, UsageError
 from aa.mesh import ConnectionLost
 from aa.mesh.protocol import GetMesh, MeshInfo
-from aa.mesh.protocol import Bye, Error, Message, Ping, Pong
+from aa.mesh.protocol import IN_PROGRESS, Bye, Error, Message, Ping, Pong
 from aa.mesh.protocol import FloodGroup
 
 from .linkconfig import MeshConfig
@@ -64,6 +64,13 @@ log = logging.getLogger("aa.router.links")
 #: (`aa.router.store.sync`'s MAX_BUCKETS); a cap above that still bounds what one frame costs
 #: to decode, on both ends of a link alike.
 MAX_PEER_FRAME_ITEMS = 65_536
+#: Most items in all lists and maps of one large peer frame together (`aa.mesh.protocol`'s
+#: `MAX_FRAME_VALUES` is the clients'): a frame at the byte cap of the flood groups and id
+#: lists routers send holds well under one per 16 bytes.
+MAX_PEER_FRAME_VALUES = 1 << 20
+#: Seconds one link's frames may take of one turn of the loop (a large frame is decoded in
+#: steps across turns, with reading paused), as a client connection's (`TURN_BUDGET`).
+PEER_TURN_BUDGET = 0.005
 #: States in which frames still buffered are not handled any more.
 _NOT_READING = frozenset({"closing", "closed"})
 
@@ -107,6 +114,8 @@ class PeerLink(asyncio.Protocol):
         self.mesh = mesh
         self.codec = codec if codec is not None else Connection()
         self.codec.max_items = MAX_PEER_FRAME_ITEMS  # a client session's codec had the client cap
+        self.codec.max_values = MAX_PEER_FRAME_VALUES
+        self._stepping = False  # a large frame is being decoded across turns
         self.transport: asyncio.Transport | None = None
         #: The peer's mesh endpoint: the one we dialled, or the one its hello gave.
         self.address = address
@@ -150,7 +159,8 @@ class PeerLink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.codec.receive_data(data)
-        self.process()
+        if not self._stepping:
+            self.process()
 
     def process(self) -> None:
         """Handle every whole frame buffered (also called for frames a `ClientSession`
@@ -159,13 +169,20 @@ class PeerLink(asyncio.Protocol):
             return
         self.last_heard = time.monotonic()
         codec = self.codec
+        deadline = time.perf_counter() + PEER_TURN_BUDGET
         try:
             while True:
-                msg = codec.next_message()
+                msg = codec.next_message(deadline)
+                if msg is IN_PROGRESS:  # a large frame: the rest of it on the next turn
+                    self._next_turn()
+                    break
                 if not isinstance(msg, Message):
                     break
                 self.handle(msg)
                 if self.state in _NOT_READING:
+                    break
+                if time.perf_counter() > deadline:
+                    self._next_turn()
                     break
         except ProtocolError as exc:
             self.mesh.counters["peer_errors"] += 1
@@ -173,6 +190,21 @@ class PeerLink(asyncio.Protocol):
             self.fail(exc.code, str(exc), exc)
         finally:
             self.mesh.batch_done()
+
+    def _next_turn(self) -> None:
+        """The rest of what is buffered waits for the next turn of the loop, reading paused."""
+        self._stepping = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._go_on)
+
+    def _go_on(self) -> None:
+        self._stepping = False
+        if self.state in _NOT_READING:
+            return
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self.process()
 
     def connection_lost(self, exc: Exception | None) -> None:
         previous, self.state = self.state, "closed"

@@ -12,6 +12,7 @@ client's side of TLS (`aa.client`), the HTTP endpoint's TLS (`aa.http_api`), nor
 router does with an admitted connection (sessions, dispatch, peer links).
 """
 
+from .admission import MAX_PARTIAL_TOTAL, PartialFrames
 from .gate import Gate, SecurityConfig
 from .guard import AllowList, HandshakeGuard
 from .listener import TLS_REQUIRED, Listener
@@ -39,7 +40,9 @@ __all__ = [
     "HandshakeGuard",
     "Identity",
     "Listener",
+    "MAX_PARTIAL_TOTAL",
     "NAME_RE",
+    "PartialFrames",
     "Permissions",
     "Rules",
     "SecurityConfig",

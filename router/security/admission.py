@@ -20,6 +20,8 @@ peer link (which leaves the router's sessions). Then:
 Pure bookkeeping: the router's loop calls in, `now` is passed in, and closing is the
 session's own `fail`. Accept errors the loop logs (EMFILE) are reduced to one line per
 `ACCEPT_LOG_INTERVAL` (`RateLimited`), not one per attempt.
+
+And memory: the bytes of frames received in part, across all connections (`PartialFrames`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ __all__ = [
     "MAX_CONNECTIONS_PER_ADDRESS",
     "FD_RESERVE",
     "ACCEPT_LOG_INTERVAL",
+    "PartialFrames",
+    "MAX_PARTIAL_TOTAL",
+    "PARTIAL_BLAME",
 ]
 
 log = logging.getLogger("aa.router.security")
@@ -223,3 +228,27 @@ class RateLimited(logging.Filter):
             record.msg = f"{record.msg} ({self._held} more like it in the last {self.interval:g} s)"
         self._last, self._held = now, 0
         return True
+
+
+#: Bytes of partly received frames held for all clients together (the frame cap bounds one
+#: connection, 16 MiB: twenty sending 15 MiB each and then nothing held 300 MiB). Past it, a
+#: connection holding ≥ `PARTIAL_BLAME` bytes of an unfinished frame is closed ("busy").
+MAX_PARTIAL_TOTAL: Final = 64 * 1024 * 1024
+PARTIAL_BLAME: Final = 1024 * 1024
+
+
+class PartialFrames:
+    """The bytes of unfinished frames each connection holds, and their total."""
+
+    def __init__(self, limit: int = MAX_PARTIAL_TOTAL) -> None:
+        self.limit = limit
+        self.total = 0
+        self._held: dict[object, int] = {}
+
+    def hold(self, owner: object, n: int) -> bool:
+        """*owner* now holds *n* bytes; False when it must let go (over the total, holding much)."""
+        before = self._held.pop(owner, 0)
+        self.total += n - before
+        if n:
+            self._held[owner] = n
+        return not (self.total > self.limit and n >= PARTIAL_BLAME)

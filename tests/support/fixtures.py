@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Awaitable, Callable
+import gc
+from typing import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -15,6 +16,24 @@ from aa.router import Router, RouterConfig
 async def router() -> AsyncIterator[Router]:
     async with Router(RouterConfig(port=0, name="test")) as r:
         yield r
+
+
+@pytest.fixture
+def router_collector() -> Iterator[None]:
+    """The garbage collector as an `aa router` process sets it (`aa.tools.router_cmd`: what
+    start-up built frozen, rare older-generation passes), for tests that time the router's
+    loop in this process; Python's defaults are restored after."""
+    from aa.tools.router_cmd import GC_THRESHOLD
+
+    before = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 @pytest.fixture
