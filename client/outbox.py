@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from itertools import islice
+from bisect import bisect_right
+from itertools import accumulate, islice
+from operator import attrgetter
 
 from aa.mesh import Event, InvalidValue
 from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
@@ -22,6 +24,9 @@ from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
 from .config import BATCH_BYTES, BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
 
 __all__ = ["Outbox", "check_fits"]
+
+#: An event's bytes, which `Outbox.add` made sure of.
+_packed = attrgetter("packed")
 
 
 class Outbox:
@@ -56,6 +61,8 @@ class Outbox:
         return bool(self._queue)
 
     def add(self, event: Event) -> None:
+        """Queue *event*, packed (`check_fits` has packed it already, and a frame needs it)."""
+        packed_event(event)
         self._queue.append(event)
         self.drained.clear()
 
@@ -65,12 +72,10 @@ class Outbox:
         queue = self._queue
         if not queue or len(self._inflight) >= MAX_INFLIGHT_FRAMES:
             return None
-        n = size = 0
-        for event in islice(queue, BATCH_EVENTS):  # and at most BATCH_BYTES, but never empty
-            size += len(packed_event(event))
-            if n and size > BATCH_BYTES:
-                break
-            n += 1
+        # At most BATCH_EVENTS events and BATCH_BYTES bytes, but never none (C loops: this
+        # runs for every event a publisher sends).
+        sizes = list(accumulate(map(len, map(_packed, islice(queue, BATCH_EVENTS)))))
+        n = max(1, bisect_right(sizes, BATCH_BYTES))
         batch = [queue.popleft() for _ in range(n)]
         self._seq += 1
         self._inflight.append((self._seq, batch))

@@ -45,12 +45,17 @@ __all__ = [
 #: a few thousand typical events fits in well under 1 MiB; 16 MiB leaves room for bulky
 #: values while bounding what one peer can make a router buffer.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
-#: Frames larger than this (bytes) are decoded in steps. Below it one call is bounded by the
-#: size: the densest msgpack (empty lists, ~85 ns per byte to build and free) costs ~5 ms.
-STEP_ABOVE: Final = 64 * 1024
-#: Bytes of a large frame handed to the decoder per step: ~1 ms of the densest msgpack (each
-#: empty list built and counted), the most a step overruns its deadline by.
+#: Frames larger than this (bytes) are decoded in steps. Below it one frame is bounded by its
+#: size: the densest msgpack (empty maps or lists) costs ~300 ns per byte to build, check
+#: and free, ~5 ms here (64 KiB of it took 21 ms).
+STEP_ABOVE: Final = 16 * 1024
+#: Bytes of a large frame handed to the decoder in its first step: ~1 ms of the densest
+#: msgpack (each empty list built and counted). A step that took under `_QUICK_STEP` seconds
+#: doubles the next, up to `STEP_BYTES_MAX`: ordinary events decode at ~20 ns per byte, and
+#: each piece that ends inside a value costs a failed attempt.
 STEP_BYTES: Final = 4 * 1024
+STEP_BYTES_MAX: Final = 64 * 1024
+_QUICK_STEP = 0.0005
 #: Most items (list elements and map entries, counted together, at every depth) in a frame
 #: decoded in steps. Bytes alone do not bound the work: one byte is a whole empty list, and
 #: freeing what a refused frame built is one more uninterrupted pass (~4 ms for this many). A
@@ -93,22 +98,21 @@ def _malformed(exc: Exception, max_items: int | None) -> MalformedFrame:
     return MalformedFrame(f"frame is not valid msgpack: {exc}")
 
 
-class _Tally:
-    """Counts the items of the lists and maps a stepped decode builds (msgpack's hooks, called
-    once per list and per map) and stops the decode past the cap."""
+def _tally(cap: int) -> Callable[[Any], Any]:
+    """msgpack's hook for every list and map a stepped decode builds: counts their items
+    and stops the decode past *cap*. A closure, not an object's `__call__`: it runs ~3 times
+    per event, and the method call cost twice as much."""
+    items = 0
 
-    __slots__ = ("items", "cap")
-
-    def __init__(self, cap: int) -> None:
-        self.items = 0
-        self.cap = cap
-
-    def __call__(self, value: Any) -> Any:
-        self.items += len(value)
-        if self.items > self.cap:
-            raise MalformedFrame(f"frame has more than {self.cap} values in its lists and maps "
-                                 f"(at most {self.cap} per frame: send smaller batches)")
+    def hook(value: Any) -> Any:
+        nonlocal items
+        items += len(value)
+        if items > cap:
+            raise MalformedFrame(f"frame has more than {cap} values in its lists and maps "
+                                 f"(at most {cap} per frame: send smaller batches)")
         return value
+
+    return hook
 
 
 def _default(obj: Any) -> Any:
@@ -278,15 +282,17 @@ class Connection:
         `NEED_DATA` when nothing more has), then build its message (in steps too where the
         kind can, `from_wire_steps`). Bytes handed to the decoder leave the buffer; they
         stay counted as `buffered` until the message is done."""
-        tally = _Tally(self.max_values)
+        tally = _tally(self.max_values)
         limits = {} if self.max_items is None else {"max_array_len": self.max_items, "max_map_len": self.max_items}
         decoder = msgpack.Unpacker(raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False,
                                    max_buffer_size=size, list_hook=tally, object_hook=tally, **limits)
+        step = STEP_BYTES
         while True:
-            piece = min(STEP_BYTES, size - self._fed, len(self._buf) - self._pos)
+            piece = min(step, size - self._fed, len(self._buf) - self._pos)
             if not piece:
                 yield NEED_DATA
                 continue
+            started = time.perf_counter()
             decoder.feed(self._buf[self._pos : self._pos + piece])
             self._pos += piece
             self._fed += piece
@@ -300,6 +306,8 @@ class Connection:
                 raise
             except Exception as exc:  # msgpack raises several unrelated types for bad input
                 raise _malformed(exc, self.max_items) from None
+            if step < STEP_BYTES_MAX and time.perf_counter() - started < _QUICK_STEP:
+                step *= 2
             yield None
         if decoder.tell() != size:
             raise MalformedFrame("frame is not valid msgpack: extra data after the message")
