@@ -21,7 +21,7 @@ import msgpack
 import pytest
 
 from aa.mesh import Connection, Event
-from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, Ack, Error, Hello, Publish
+from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, STEP_ABOVE, Ack, Error, Hello, Publish
 from aa.router import Router, RouterConfig
 from aa.router.session import MAX_FRAME_ITEMS
 
@@ -124,6 +124,20 @@ async def test_a_frame_of_dense_msgpack_is_refused_without_holding_the_loop(dens
             writer.write(codec_hello := Connection().send(Hello(client_id="next")))
             assert codec_hello and await reader.read(1 << 16)
             writer.close()
+
+
+async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_the_loop_at_most_10_ms() -> None:
+    # Below STEP_ABOVE a frame is decoded, checked and freed in one piece: its size must bound
+    # that (64 KiB of empty maps took 21 ms), and the turn budget the frames after it.
+    rows = (STEP_ABOVE - 200) // 1003
+    event = [None, "dense", {"v": [[{}] * 1000] * rows}, {}]
+    frames = [raw_frame({"kind": "publish", "seq": s, "events": [event]}) for s in range(1, 101)]
+    assert len(frames[0]) <= STEP_ABOVE
+    async with Router(RouterConfig(port=0, name="dense-small")) as router:
+        gap, answers = await gap_while_sending(router, frames, last_seq=100)
+        print(f"longest loop gap {gap * 1e3:.1f} ms for 100 frames of {len(frames[0])} bytes of empty maps")
+        assert any(type(m) is Ack and m.seq == 100 for m in answers) and router.counters["published"] == 100
+        assert gap <= MAX_DELAY + MARGIN
 
 
 async def test_the_client_library_sends_frames_a_router_takes(router: Router, client: Any) -> None:

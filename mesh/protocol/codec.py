@@ -47,8 +47,8 @@ __all__ = [
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 #: Frames larger than this (bytes) are decoded in steps. Below it one frame is bounded by its
 #: size: the densest msgpack (empty maps or lists) costs ~300 ns per byte to build, check
-#: and free, ~5 ms here (64 KiB of it took 21 ms).
-STEP_ABOVE: Final = 16 * 1024
+#: and free, ~2.5 ms here (64 KiB of it took 21 ms).
+STEP_ABOVE: Final = 8 * 1024
 #: Bytes of a large frame handed to the decoder in its first step: ~1 ms of the densest
 #: msgpack (each empty list built and counted). A step that took under `_QUICK_STEP` seconds
 #: doubles the next, up to `STEP_BYTES_MAX`: ordinary events decode at ~20 ns per byte, and
