@@ -40,7 +40,7 @@ from .atom import ATOM_TYPE, entry_id, event_from_content
 from .app import create_app
 from .clients import BadToken, Capacity, UnknownClient
 from .endpoint import HttpConfig, HttpEndpoint
-from .limits import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, MAX_BODY_BYTES
+from .limits import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, MAX_BODY_BYTES, MAX_BODY_VALUES
 
 __all__ = [
     "ATOM_TYPE",
@@ -51,6 +51,7 @@ __all__ = [
     "HttpConfig",
     "HttpEndpoint",
     "MAX_BODY_BYTES",
+    "MAX_BODY_VALUES",
     "UnknownClient",
     "create_app",
     "entry_id",

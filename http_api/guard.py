@@ -1,6 +1,8 @@
 """The endpoint's outer wall, as plain ASGI middleware in front of the application: callers
 outside the allowed address ranges get 403, request bodies over the cap get 413, before any
-route, parser or the router sees them.
+route, parser or the router sees them, and so do bodies of more than `MAX_BODY_VALUES`
+values: JSON is parsed and checked in one piece on the router's loop, ~1 µs per value, and a
+megabyte of empty maps held every client of the router for 360 ms.
 
 The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
 talk its way in with ``X-Forwarded-For``. Bodies: a ``Content-Length`` over the cap is
@@ -16,7 +18,7 @@ from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
 from aa.mesh import UsageError
 
-from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES
+from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_BODY_VALUES
 
 __all__ = ["Guard", "parse_ranges"]
 
@@ -104,10 +106,10 @@ class Guard:
         if length is not None and length > cap:
             await _refuse(send, 413, "too-large", f"request body over the limit of {cap} bytes")
             return
-        if length is not None or scope["method"] in ("GET", "HEAD"):
+        if scope["method"] in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
-        # No Content-Length: read the body here, counting, and replay it to the app.
+        # Read the body here, counting, then weigh it and replay it to the app.
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -120,7 +122,12 @@ class Guard:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+        body = b"".join(chunks)
+        if body.count(b",") + body.count(b"[") + body.count(b"{") > MAX_BODY_VALUES:
+            await _refuse(send, 413, "too-many-values", f"request body has more than {MAX_BODY_VALUES} values "
+                          "(every ',', '[' and '{' counts): send large arrays as base64 bytes, or in several requests")
+            return
+        replay = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replayed() -> Message:
             return replay.pop() if replay else await receive()

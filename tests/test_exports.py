@@ -89,8 +89,8 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "aa.http_api": [
         "ATOM_TYPE", "BadToken", "Capacity", "DEFAULT_ALLOW", "DEFAULT_HTTP_PORT", "HttpConfig",
-        "HttpEndpoint", "MAX_BODY_BYTES", "UnknownClient", "create_app", "entry_id",
-        "event_from_content"
+        "HttpEndpoint", "MAX_BODY_BYTES", "MAX_BODY_VALUES", "UnknownClient", "create_app",
+        "entry_id", "event_from_content"
     ],
     "aa.addins": [
         "AddIn", "AddInLoadError", "Backoff", "Container", "ContainerConfig", "Context",

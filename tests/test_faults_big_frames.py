@@ -159,3 +159,33 @@ async def test_the_client_library_sends_frames_a_router_takes(router: Router, cl
         await done
     assert sorted(e.values["i"] for e in got) == list(range(1000))
     assert router.counters["published"] == 1000 and BATCH_BYTES < MAX_FRAME_VALUES
+
+
+def http_post(address: tuple[str, int], path: str, body: bytes) -> tuple[int, bytes]:
+    """In a thread: one POST over a blocking socket; the status and the body."""
+    with socket.create_connection(address, timeout=60) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: aa\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n" % (path.encode(), len(body)) + body)
+        answer = b""
+        while data := sock.recv(1 << 16):
+            answer += data
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), payload
+
+
+@pytest.mark.parametrize("inner, n, status", [("{}", 1 << 18, 413), ("0", 1 << 18, 413), ("{}", 4000, 201), ("0", 8000, 201)])
+async def test_a_dense_http_body_holds_the_loop_at_most_10_ms(inner: str, n: int, status: int) -> None:
+    # JSON is parsed and checked in one piece on the router's loop: a megabyte of empty maps
+    # held it 360 ms. Bodies of more than MAX_BODY_VALUES values are refused unparsed.
+    from aa.http_api import MAX_BODY_VALUES, HttpEndpoint
+
+    endpoint = HttpEndpoint(port=0)
+    body = ('{"type": "dense", "values": {"v": [' + ",".join([inner] * n) + "]}}").encode()
+    async with Router(RouterConfig(port=0, name="http-dense"), endpoints=[endpoint]):
+        work = asyncio.ensure_future(asyncio.to_thread(http_post, endpoint.address, "/events", body))
+        gap = await longest_gap_while(work)
+        code, answer = await work
+        print(f"longest loop gap {gap * 1e3:.1f} ms for {len(body)} bytes of {inner!r}: {code}")
+        assert code == status
+        assert status == 201 or f"more than {MAX_BODY_VALUES} values".encode() in answer
+        assert gap <= MAX_DELAY + MARGIN
