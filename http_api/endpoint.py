@@ -30,6 +30,7 @@ from aa.mesh import UsageError
 from .app import create_app
 from .guard import parse_ranges
 from .limits import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, MAX_BODY_BYTES
+from .protocol import REQUEST_HEAD_DEADLINE, with_deadline
 from .stream import close_streams
 
 __all__ = ["HttpConfig", "HttpEndpoint"]
@@ -56,6 +57,8 @@ class HttpConfig:
     allow: tuple[str, ...] = field(default=DEFAULT_ALLOW)
     #: Largest request body in bytes; larger ones get 413.
     max_body: int = MAX_BODY_BYTES
+    #: Seconds a connection has to send each request's line and headers (`aa.http_api.protocol`).
+    request_head_deadline: float = REQUEST_HEAD_DEADLINE
     #: Seconds a closing endpoint waits for requests in flight.
     shutdown_grace: float = 2.0
     #: HTTPS certificate and key (PEM); None: plain HTTP. `aa router` passes its own.
@@ -69,6 +72,8 @@ class HttpConfig:
             object.__setattr__(self, "allow", (self.allow,))
         object.__setattr__(self, "allow", tuple(self.allow))
         parse_ranges(self.allow)  # raises UsageError for a bad range
+        if not isinstance(self.request_head_deadline, (int, float)) or not self.request_head_deadline > 0:
+            raise UsageError("request_head_deadline must be a positive number of seconds")
         if type(self.max_body) is not int or self.max_body < 1:
             raise UsageError("max_body must be a positive number of bytes")
         if (self.cert is None) != (self.key is None):
@@ -159,7 +164,7 @@ class HttpEndpoint:
                 proxy_headers=False,
                 server_header=False,
                 ws="none",
-                http="httptools",
+                http=with_deadline(cfg.request_head_deadline),  # httptools, the head timed
                 timeout_graceful_shutdown=int(cfg.shutdown_grace) or 1,
                 # Idle keep-alive connections closed after 5 s; past 1,000 connections new
                 # requests get 503 (an fd each: the router's port shares the open-file limit).

@@ -187,3 +187,32 @@ async def test_a_feed_answer_leaves_in_one_write_and_whole_when_the_connection_c
             closing = await http.get(url, headers={**auth, "Connection": "close"})
             assert closing.status_code == 200 and closing.content == r.content
             assert closing.headers["connection"] == "close"
+
+
+async def test_connections_that_do_not_send_a_request_head_in_time_are_closed() -> None:
+    # A silent connection, and one trickling its headers (slowloris), each held a file
+    # descriptor for good: uvicorn times only the idle wait between two requests.
+    endpoint = HttpEndpoint(host="127.0.0.1", port=0, request_head_deadline=0.5)
+    async with Router(RouterConfig(port=0, name="http-silent"), endpoints=[endpoint]):
+        host, port = endpoint.address
+        silent = await asyncio.open_connection(host, port)
+        trickle = await asyncio.open_connection(host, port)
+        trickle[1].write(b"GET /health HTTP/1.1\r\nHost: aa\r\n")
+        keep = await asyncio.open_connection(host, port)  # an ordinary keep-alive client
+
+        async def health() -> bytes:
+            keep[1].write(b"GET /health HTTP/1.1\r\nHost: aa\r\n\r\n")
+            async with asyncio.timeout(5):
+                head = await keep[0].readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))  # type: ignore[union-attr]
+                await keep[0].readexactly(length)
+            return head
+
+        assert (await health()).startswith(b"HTTP/1.1 200")
+        started = asyncio.get_running_loop().time()
+        async with asyncio.timeout(5):
+            assert await silent[0].read() == b"" and await trickle[0].read() == b""
+        assert asyncio.get_running_loop().time() - started < 2.0
+        assert (await health()).startswith(b"HTTP/1.1 200")  # idle between requests: uvicorn's keep-alive
+        for _, writer in (silent, trickle, keep):
+            writer.close()
