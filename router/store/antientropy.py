@@ -34,6 +34,10 @@ __all__ = [
     "id_hash",
     "parse_digest",
     "parse_ids",
+    "parse_slice",
+    "in_slice",
+    "slices_for",
+    "MAX_SLICES",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -42,6 +46,8 @@ T = TypeVar("T")
 #: Seconds after which a peer's exchange slot is free again even if its work never ended (a
 #: store read that hangs): long enough for a scan of a large store on a loaded machine.
 EXCHANGE_TIMEOUT: Final = 120.0
+#: Most slices a bucket's ids are cut into (`slices_for`): a million ids in slices of 1,000.
+MAX_SLICES: Final = 1024
 
 
 def id_hash(eid: str) -> int:
@@ -93,6 +99,34 @@ def parse_digest(
 def digest_entries(digest: Mapping[K, tuple[int, int]], key_fields: Callable[[K], list[Any]]) -> list[list[Any]]:
     """*digest* as the wire list `parse_digest` reads."""
     return [[*key_fields(k), c, f"{x:016x}"] for k, (c, x) in digest.items()]
+
+
+def slices_for(n: int, max_ids: int) -> int:
+    """Slices to cut *n* ids into so that one holds about *max_ids* at most.
+
+    A bucket of more ids than one message carries is compared a slice at a time: the ids
+    whose `id_hash` is *j* modulo *k*, on both sides alike. Sending only its first ids, as
+    before, made the peer send back every event of the bucket but those, most of them held
+    already, round after round."""
+    return min(MAX_SLICES, max(1, -(-n // max_ids)))
+
+
+def in_slice(ids: Iterable[str], k: int, j: int) -> list[str]:
+    """The *ids* of slice *j* of *k* (all of them when *k* is 1)."""
+    if k == 1:
+        return list(ids)
+    return [eid for eid in ids if id_hash(eid) % k == j]
+
+
+def parse_slice(value: Any) -> tuple[int, int]:
+    """A slice from the wire, ``[k, j]`` (absent: the whole bucket, ``(1, 0)``). Raises
+    `UsageError` unless 1 ≤ k ≤ `MAX_SLICES` and 0 ≤ j < k."""
+    if value is None:
+        return (1, 0)
+    if (not isinstance(value, list) or len(value) != 2 or not all(type(v) is int for v in value)
+            or not 1 <= value[0] <= MAX_SLICES or not 0 <= value[1] < value[0]):
+        raise UsageError(f"a slice is [k, j] with 1 <= k <= {MAX_SLICES} and 0 <= j < k")
+    return (value[0], value[1])
 
 
 def parse_ids(value: Any, *, max_ids: int) -> list[str]:
