@@ -129,5 +129,7 @@ async def test_the_store_sync_refuses_huge_digests_and_id_lists(pair) -> None:
     send(b, a, {"op": "ids", "buckets": [["t", 0]], "ids": ["x"] * (MAX_SYNC_IDS + 1), "reply": True}, SYNC_TOPIC)
     send(b, a, {"op": "ids", "buckets": [["t", h] for h in range(MAX_BUCKETS + 1)], "ids": []}, SYNC_TOPIC)
     send(b, a, {"op": "digest", "buckets": [["t", "noon", 1, "0"]]}, SYNC_TOPIC)
-    await wait_for(lambda: a.storage.sync.counters["refused"] >= 4, timeout=10)
+    for bad_slice in ([0, 0], [2, 2], [2, -1], [10**9, 1], ["2", 1], [2]):  # k ≥ 1, 0 ≤ j < k ≤ 1024
+        send(b, a, {"op": "ids", "buckets": [["t", 0]], "ids": [], "slice": bad_slice}, SYNC_TOPIC)
+    await wait_for(lambda: a.storage.sync.counters["refused"] >= 10, timeout=10)
     assert not a.storage.sync.counters["sent_ids"] and not a.storage.sync.counters["sent_events"]
