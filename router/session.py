@@ -1,10 +1,11 @@
 """One client's connection to the router: an asyncio protocol over the sans-I/O codec.
 
-Reading: every chunk is fed to the codec and every whole frame handled at once, so a burst
-of `Publish` frames is dispatched in one go. Writing: deliveries for this client are queued
-while the router dispatches a batch and written as one `Deliver` frame when the batch is
-done (`flush`), so N events cost one syscall, not N. A bad frame gets an error frame and
-closes this connection only.
+Reading: every chunk is fed to the codec and the frames it completes are handled for up to
+`TURN_BUDGET` of the loop's turn (a large frame is decoded, checked and dispatched in steps,
+`aa.mesh.protocol.codec`), the rest on the next turn with reading paused. Writing:
+deliveries for this client are queued while the router dispatches a batch and written as
+one `Deliver` frame when the batch is done (`flush`), so N events cost one syscall, not N.
+A bad frame gets an error frame and closes this connection only.
 """
 
 from __future__ import annotations
@@ -57,14 +58,15 @@ log = logging.getLogger("aa.router.session")
 DRAIN_ABOVE = 1024 * 1024
 
 #: Most items in one list or map of a client's frame (events per publish frame — the client
-#: library sends 1,000 — and per value list or map): a frame is decoded in one call that
-#: holds the loop; a 400,000-event frame held everyone for seconds. Larger values: `bytes`.
+#: library sends 1,000 — and per value list or map): a 400,000-event frame held everyone
+#: for seconds. Larger values: `bytes`.
 MAX_FRAME_ITEMS = 10_000
 #: Seconds one connection's frames may take in one turn of the loop before the rest wait for
 #: the next: 5,000 small frames sent at once (updates, ~1.5 ms each) held everyone for 7 s.
 TURN_BUDGET = 0.005
 #: Seconds a connection refused for a bad frame is still read (and dropped) after the error.
 LINGER = 1.0
+
 
 class SessionSubscriber:
     """The pattern engine's key for one subscription of one TCP client."""
@@ -185,10 +187,12 @@ class ClientSession(asyncio.Protocol):
         start = time.perf_counter()
         try:
             while True:
-                msg = self.codec.next_message(start + TURN_BUDGET)
-                if msg is IN_PROGRESS:  # a large frame: the rest of it on the next turn
-                    self._next_turn()
-                    break
+                msg = self.codec.next_message(stepwise=True)
+                if msg is IN_PROGRESS:  # a step of a large frame
+                    if time.perf_counter() - start > TURN_BUDGET:  # the rest on the next turn
+                        self._next_turn()
+                        break
+                    continue
                 if not isinstance(msg, Message):
                     break
                 if type(msg) is Publish and self.client_id is not None and len(msg.events) > DISPATCH_STEP:  # type: ignore[attr-defined]

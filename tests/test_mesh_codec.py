@@ -141,8 +141,8 @@ def test_bad_frames_raise_clear_errors(payload, error, text, stepped, monkeypatc
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(100, 20_000), min_size=1, max_size=8), st.integers(0, 2**32))
 def test_a_large_frame_decoded_in_steps_is_the_frame_decoded_whole(cuts, seed):
-    """Any chunking of the bytes, and a deadline that has always passed (one step per call):
-    the same messages as decoding each frame whole, and `IN_PROGRESS` / `NEED_DATA` between."""
+    """Any chunking of the bytes, decoded one step per call (`stepwise`): the same messages
+    as decoding each frame whole, and `IN_PROGRESS` / `NEED_DATA` between."""
     rng = random.Random(seed)
     a = Connection()
     publish = Publish(seq=1, events=tuple(Event(values={"i": i, "pad": "é" * rng.randrange(300), "l": [i, {"k": None}]}, id=f"e{i}")
@@ -154,7 +154,7 @@ def test_a_large_frame_decoded_in_steps_is_the_frame_decoded_whole(cuts, seed):
     for cut in itertools.cycle(cuts):
         b.receive_data(data[pos : pos + cut])
         pos += cut
-        while (msg := b.next_message(deadline=0.0)) is not NEED_DATA:
+        while (msg := b.next_message(stepwise=True)) is not NEED_DATA:
             states.add(msg) if msg is IN_PROGRESS else got.append(msg)
         if pos >= len(data):
             break

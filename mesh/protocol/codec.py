@@ -7,12 +7,12 @@ returns `NEED_DATA`; `send(message)` returns the bytes to write.
 
 A frame over `STEP_ABOVE` bytes is decoded a piece at a time, as its bytes arrive (they are
 never gathered into one buffer: growing that by copies held the loop too):
-`next_message(deadline)` returns `IN_PROGRESS` when the deadline (a `time.perf_counter()`
-value) passes mid-frame, `NEED_DATA` when the bytes so far are decoded, and the next call goes
-on where it stopped. A router passes the end of its connection's turn, so one frame
-however large never holds the event loop for long (issue 16: a 16 MiB frame of empty lists
-took one C call of 8-12 s). Such a frame also holds at most `MAX_FRAME_VALUES` items in all its
-lists and maps together: decoding stops as soon as it has more.
+`next_message(stepwise=True)` does one bounded step of it per call and returns `IN_PROGRESS`
+until the message is whole (`NEED_DATA` when the bytes so far are decoded), so the caller,
+which owns the clock, decides how many steps fit in its turn: one frame however large never
+holds a router's event loop for long (issue 16: a 16 MiB frame of empty lists took one C
+call of 8-12 s). Such a frame also holds at most `MAX_FRAME_VALUES` items in all its lists
+and maps together: decoding stops as soon as it has more.
 
 A frame longer than the cap, or one that does not decode to a known, well-formed message,
 raises a `ProtocolError` subclass. The codec is then broken: the owner answers with an error
@@ -26,7 +26,6 @@ text and decode naive, so a naive datetime is never silently given a zone.
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime
 from typing import Any, Callable, Final, Generator, Sequence
 
@@ -50,12 +49,13 @@ MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 #: and free, ~2.5 ms here (64 KiB of it took 21 ms).
 STEP_ABOVE: Final = 8 * 1024
 #: Bytes of a large frame handed to the decoder in its first step: ~1 ms of the densest
-#: msgpack (each empty list built and counted). A step that took under `_QUICK_STEP` seconds
-#: doubles the next, up to `STEP_BYTES_MAX`: ordinary events decode at ~20 ns per byte, and
-#: each piece that ends inside a value costs a failed attempt.
+#: msgpack (each empty list built and counted). A step that built fewer than one list or map
+#: item per `_SPARSE` bytes doubles the next, up to `STEP_BYTES_MAX` (ordinary events hold
+#: about one per 11 bytes and decode at ~20 ns a byte; each piece that ends inside a value
+#: costs a failed attempt): the work of one step stays near 8,000 items either way.
 STEP_BYTES: Final = 4 * 1024
 STEP_BYTES_MAX: Final = 64 * 1024
-_QUICK_STEP = 0.0005
+_SPARSE = 8
 #: Most items (list elements and map entries, counted together, at every depth) in a frame
 #: decoded in steps. Bytes alone do not bound the work: one byte is a whole empty list, and
 #: freeing what a refused frame built is one more uninterrupted pass (~4 ms for this many). A
@@ -85,8 +85,8 @@ class _InProgress:
         return "IN_PROGRESS"
 
 
-#: Returned by `Connection.next_message(deadline)` when the deadline passed while a large
-#: frame was being decoded: call again (on a later turn of the loop) to go on.
+#: Returned by `Connection.next_message(stepwise=True)` after a step of a large frame that
+#: did not finish it: call again (now, or on a later turn of the loop) to go on.
 IN_PROGRESS: Final = _InProgress()
 
 
@@ -98,10 +98,11 @@ def _malformed(exc: Exception, max_items: int | None) -> MalformedFrame:
     return MalformedFrame(f"frame is not valid msgpack: {exc}")
 
 
-def _tally(cap: int) -> Callable[[Any], Any]:
-    """msgpack's hook for every list and map a stepped decode builds: counts their items
-    and stops the decode past *cap*. A closure, not an object's `__call__`: it runs ~3 times
-    per event, and the method call cost twice as much."""
+def _tally(cap: int) -> tuple[Callable[[Any], Any], Callable[[], int]]:
+    """msgpack's hook for every list and map a stepped decode builds, which counts their
+    items and stops the decode past *cap*; and a function that reads the count. Closures,
+    not an object's `__call__`: the hook runs ~3 times per event, and a method call cost
+    twice as much."""
     items = 0
 
     def hook(value: Any) -> Any:
@@ -112,7 +113,7 @@ def _tally(cap: int) -> Callable[[Any], Any]:
                                  f"(at most {cap} per frame: send smaller batches)")
         return value
 
-    return hook
+    return hook, lambda: items
 
 
 def _default(obj: Any) -> Any:
@@ -228,15 +229,14 @@ class Connection:
             self._pos = 0
         self._buf += data
 
-    def next_message(self, deadline: float | None = None) -> Message | _NeedData | _InProgress:
-        """The next whole message, or `NEED_DATA`; with a *deadline* (`time.perf_counter()`),
-        `IN_PROGRESS` if it passed while a large frame was being decoded. Raises
-        `ProtocolError` on a bad frame, and the same error again on every later call: the
-        stream cannot be resynchronised."""
+    def next_message(self, stepwise: bool = False) -> Message | _NeedData | _InProgress:
+        """The next whole message, or `NEED_DATA`; *stepwise*, one step of a large frame per
+        call, `IN_PROGRESS` until it is whole. Raises `ProtocolError` on a bad frame, and the
+        same error again on every later call: the stream cannot be resynchronised."""
         if self._broken is not None:
             raise self._fresh_error()
         if self._stepping is not None:
-            return self._step(deadline)
+            return self._step(stepwise)
         buf, pos = self._buf, self._pos
         if len(buf) - pos < _HEADER:
             return NEED_DATA
@@ -247,7 +247,7 @@ class Connection:
         if size > STEP_ABOVE:
             self._pos += _HEADER
             self._stepping = self._steps(size)
-            return self._step(deadline)
+            return self._step(stepwise)
         end = pos + _HEADER + size
         if len(buf) < end:
             return NEED_DATA
@@ -259,14 +259,14 @@ class Connection:
             self._break(exc)
             raise self._fresh_error() from None
 
-    def _step(self, deadline: float | None) -> Message | _NeedData | _InProgress:
+    def _step(self, stepwise: bool) -> Message | _NeedData | _InProgress:
         stepping = self._stepping
         assert stepping is not None
         try:
             while True:
                 if next(stepping) is NEED_DATA:
                     return NEED_DATA
-                if deadline is not None and time.perf_counter() >= deadline:
+                if stepwise:
                     return IN_PROGRESS
         except StopIteration as done:
             self._stepping = None
@@ -282,7 +282,7 @@ class Connection:
         `NEED_DATA` when nothing more has), then build its message (in steps too where the
         kind can, `from_wire_steps`). Bytes handed to the decoder leave the buffer; they
         stay counted as `buffered` until the message is done."""
-        tally = _tally(self.max_values)
+        tally, counted = _tally(self.max_values)
         limits = {} if self.max_items is None else {"max_array_len": self.max_items, "max_map_len": self.max_items}
         decoder = msgpack.Unpacker(raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False,
                                    max_buffer_size=size, list_hook=tally, object_hook=tally, **limits)
@@ -292,7 +292,7 @@ class Connection:
             if not piece:
                 yield NEED_DATA
                 continue
-            started = time.perf_counter()
+            before = counted()
             decoder.feed(self._buf[self._pos : self._pos + piece])
             self._pos += piece
             self._fed += piece
@@ -306,7 +306,7 @@ class Connection:
                 raise
             except Exception as exc:  # msgpack raises several unrelated types for bad input
                 raise _malformed(exc, self.max_items) from None
-            if step < STEP_BYTES_MAX and time.perf_counter() - started < _QUICK_STEP:
+            if step < STEP_BYTES_MAX and (counted() - before) * _SPARSE < piece:
                 step *= 2
             yield None
         if decoder.tell() != size:
@@ -349,7 +349,7 @@ class Connection:
         """Every whole message buffered now (possibly none)."""
         out: list[Message] = []
         while True:
-            msg = self.next_message()  # no deadline: a large frame is decoded whole
+            msg = self.next_message()  # a large frame is decoded whole
             if not isinstance(msg, Message):
                 return out
             out.append(msg)

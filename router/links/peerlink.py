@@ -172,10 +172,12 @@ class PeerLink(asyncio.Protocol):
         deadline = time.perf_counter() + PEER_TURN_BUDGET
         try:
             while True:
-                msg = codec.next_message(deadline)
-                if msg is IN_PROGRESS:  # a large frame: the rest of it on the next turn
-                    self._next_turn()
-                    break
+                msg = codec.next_message(stepwise=True)
+                if msg is IN_PROGRESS:  # a step of a large frame
+                    if time.perf_counter() > deadline:  # the rest on the next turn
+                        self._next_turn()
+                        break
+                    continue
                 if not isinstance(msg, Message):
                     break
                 self.handle(msg)
