@@ -29,7 +29,9 @@ subscriptions go through an embedded `Router.subscribe` (a `LocalSubscription`, 
 checks, quenching and store hooks too) and the memory is the whole router process's RSS.
 `updates_per_s`: `PatternEngine.update` (with `--router`, `LocalSubscription.update`).
 Each rate is given per second of wall time and per second of this process's CPU time
-(`*_cpu`): on a loaded machine the second is the one to compare.
+(`*_cpu`): on a loaded machine the second is the one to compare. The collector is set as
+`aa router` sets it (`--python-gc`: Python's defaults, with which the collector took about a
+third of a subscribe).
 
 Each run prints the deliveries per event: the cost of an event is the index lookups plus
 the verification of its candidates plus its deliveries, so a workload's selectivity decides
@@ -226,9 +228,15 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=50_000, help="parametric updates (trading)")
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--router", action="store_true", help="subscribe through an embedded Router (whole-router RSS)")
+    ap.add_argument("--python-gc", action="store_true",
+                    help="keep Python's default collector (default: set it as `aa router` does)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size, in this process
     args = ap.parse_args()
     if args.one is not None:
+        if not args.python_gc:  # as the router process runs: what start-up built frozen, rare passes
+            from aa.tools.router_cmd import _tune_gc
+
+            _tune_gc()
         run_size(args, args.one)
         return 0
     workloads = ["betree", "trading"] if args.workload == "both" else [args.workload]
@@ -237,7 +245,8 @@ def main() -> int:
         for n in args.sizes.split(","):
             # One process per size: the RSS growth is then this size's alone.
             opts = {**vars(args), "workload": workload, "one": n, "sizes": n}
-            argv = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items() if k != "router"] + (["--router"] if args.router else [])
+            flags = [f"--{k.replace('_', '-')}" for k in ("router", "python_gc") if opts.pop(k)]
+            argv = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()] + flags
             failed |= subprocess.call([sys.executable, __file__, *argv])
     return failed
 
