@@ -38,6 +38,7 @@ __all__ = [
     "in_slice",
     "slices_for",
     "MAX_SLICES",
+    "IdHashes",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -55,13 +56,33 @@ def id_hash(eid: str) -> int:
     return int.from_bytes(hashlib.blake2b(eid.encode(), digest_size=8).digest(), "big")
 
 
-def ids_digest(items: Iterable[tuple[K, str]]) -> dict[K, tuple[int, int]]:
+class IdHashes:
+    """`id_hash`, remembered for ids seen before: a store's exchanges hash the same ids again
+    and again (every digest, every slice), ~1 µs each. At most *limit* are kept; past it the
+    memory starts afresh. Safe to call from worker threads (dict operations)."""
+
+    __slots__ = ("_known", "limit")
+
+    def __init__(self, limit: int = 1 << 18) -> None:
+        self._known: dict[str, int] = {}
+        self.limit = limit
+
+    def __call__(self, eid: str) -> int:
+        h = self._known.get(eid)
+        if h is None:
+            if len(self._known) >= self.limit:
+                self._known = {}
+            h = self._known[eid] = id_hash(eid)
+        return h
+
+
+def ids_digest(items: Iterable[tuple[K, str]], hash: Callable[[str], int] = id_hash) -> dict[K, tuple[int, int]]:
     """Per bucket key: (count, XOR of the ids' hashes) of the (key, id) *items*."""
     out: dict[K, list[int]] = defaultdict(lambda: [0, 0])
     for key, eid in items:
         entry = out[key]
         entry[0] += 1
-        entry[1] ^= id_hash(eid)
+        entry[1] ^= hash(eid)
     return {k: (c, x) for k, (c, x) in out.items()}
 
 
@@ -111,11 +132,11 @@ def slices_for(n: int, max_ids: int) -> int:
     return min(MAX_SLICES, max(1, -(-n // max_ids)))
 
 
-def in_slice(ids: Iterable[str], k: int, j: int) -> list[str]:
+def in_slice(ids: Iterable[str], k: int, j: int, hash: Callable[[str], int] = id_hash) -> list[str]:
     """The *ids* of slice *j* of *k* (all of them when *k* is 1)."""
     if k == 1:
         return list(ids)
-    return [eid for eid in ids if id_hash(eid) % k == j]
+    return [eid for eid in ids if hash(eid) % k == j]
 
 
 def parse_slice(value: Any) -> tuple[int, int]:

@@ -238,7 +238,7 @@ class StoreService:
 
     def stats(self) -> dict[str, Any]:
         """Sizes and counters, for the monitor."""
-        out: dict[str, Any] = {"counters": dict(self.counters)}
+        out: dict[str, Any] = {"counters": dict(self.counters), "sync": dict(self.sync.counters)}
         if self.store is not None:
             s = self.store.stats()
             out["store"] = {"healthy": s.healthy, "pending": s.pending, "written": s.written,

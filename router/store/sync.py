@@ -91,6 +91,8 @@ MAX_SCANS: Final = 2
 #: Seconds a computed digest of this store is reused for further requests (a digest costs a
 #: scan of every key; stores that differ converge by `ids`, which scan only when they differ).
 DIGEST_REUSE: Final = 2.0
+#: Seconds the store's keys, once read, serve the exchanges that follow (`StoreSync._keys`).
+KEYS_REUSE: Final = 1.0
 #: Follow-up exchanges started at once (not at the next interval) with one peer per
 #: interval, after an exchange that moved events or compared one slice of a bucket (plus one
 #: per slice): stores converge in a few round trips, and two stores that cannot agree (an
@@ -112,9 +114,9 @@ class Peers(Protocol):
     def on_control(self, topic: str, callback: Callable[[Control], None]) -> Callable[[], None]: ...
 
 
-def digest_of(keys: list[tuple[str, str | None, int]]) -> dict[Bucket, tuple[int, int]]:
+def digest_of(keys: list[tuple[str, str | None, int]], hash: Callable[[str], int] = antientropy.id_hash) -> dict[Bucket, tuple[int, int]]:
     """Per (type, hour) bucket: (count, XOR of the ids' hashes)."""
-    return antientropy.ids_digest(((etype, time_us // BUCKET_US), eid) for eid, etype, time_us in keys)
+    return antientropy.ids_digest((((etype, time_us // BUCKET_US), eid) for eid, etype, time_us in keys), hash)
 
 
 def _bucket(fields: Any) -> Bucket:
@@ -167,6 +169,9 @@ class StoreSync:
         self._scans = 0
         self._digest_cache: tuple[float, dict[Bucket, tuple[int, int]]] | None = None
         self._digest_lock = asyncio.Lock()
+        self._keys_cache: tuple[float, list[tuple[str, str | None, int]]] | None = None
+        self._keys_lock = asyncio.Lock()
+        self._hashes = antientropy.IdHashes()
         self._follow_ups: dict[str, int] = defaultdict(int)
         # The slice of a big bucket compared next (`_ids_in`), from a random start: both ends
         # of a link start exchanges, and two on one slice at once send its events twice.
@@ -216,6 +221,19 @@ class StoreSync:
         if self._peers.send_control(peer_id, SYNC_TOPIC, body):
             self.counters[f"sent_{body['op']}"] += 1
 
+    async def _keys(self, store: EventStore) -> list[tuple[str, str | None, int]]:
+        """`store_keys`, read at most once per `KEYS_REUSE` seconds: the exchanges of one
+        round (a digest, a slice's ids both ways) each read them, and a scan of a large store
+        is the bulk of a round. A list a second old costs at most an event sent twice (the
+        store ignores it) or one found missing a round later."""
+        async with self._keys_lock:
+            cached = self._keys_cache
+            if cached is not None and time.monotonic() - cached[0] < KEYS_REUSE:
+                return cached[1]
+            keys = await store_keys(store)
+            self._keys_cache = (time.monotonic(), keys)
+            return keys
+
     async def _digest(self) -> dict[Bucket, tuple[int, int]]:
         store = self._storage.store
         if store is None:
@@ -224,8 +242,8 @@ class StoreSync:
             cached = self._digest_cache
             if cached is not None and time.monotonic() - cached[0] < DIGEST_REUSE:
                 return cached[1]
-            keys = await store_keys(store)
-            digest = await asyncio.to_thread(digest_of, keys)  # hashing every id: off the loop
+            keys = await self._keys(store)
+            digest = await asyncio.to_thread(digest_of, keys, self._hashes)  # hashing every id: off the loop
             self._digest_cache = (time.monotonic(), digest)
             return digest
 
@@ -291,13 +309,13 @@ class StoreSync:
         next slice for each call), and the slice."""
         store = self._storage.store
         assert store is not None
-        ids = [eid for eid, t, us in await store_keys(store) if (t, us // BUCKET_US) in buckets]
+        ids = [eid for eid, t, us in await self._keys(store) if (t, us // BUCKET_US) in buckets]
         if part is None:
             k = slices_for(len(ids), MAX_SYNC_IDS)
             self._slice += 1
             part = (k, self._slice % k)
         if part[0] > 1:
-            ids = await asyncio.to_thread(in_slice, ids, *part)  # hashing every id: off the loop
+            ids = await asyncio.to_thread(in_slice, ids, *part, self._hashes)  # hashing: off the loop
         return ids, part
 
     async def _send_ids(self, peer_id: str, buckets: set[Bucket], *, reply: bool, part: tuple[int, int] | None = None) -> None:
@@ -338,4 +356,4 @@ class StoreSync:
                 kept += 1
         self.counters["events_repaired"] += kept
         if kept:
-            self._digest_cache = None  # the store changed: the next digest is read afresh
+            self._digest_cache = self._keys_cache = None  # the store changed: read afresh next time
