@@ -15,7 +15,7 @@ from aa.router import CacheConfig, ExpiryPolicy, Router, RouterConfig, StoreConf
 from aa.router.caches import CACHE_SYNC_TOPIC
 from aa.router.caches.cachesync import DEFS_PER_MESSAGE, EVENTS_PER_MESSAGE, MAX_DIGEST_CACHES, MAX_IDS_PER_MESSAGE
 from aa.router.store import SYNC_TOPIC
-from aa.router.store.sync import MAX_BUCKETS, MAX_SYNC_IDS
+from aa.router.store.sync import MAX_BUCKETS, MAX_SYNC_IDS, SYNC_IDS_PART
 
 from support import FAST, wait_for
 
@@ -127,7 +127,7 @@ async def test_after_a_hostile_burst_honest_repair_still_works(pair) -> None:
 async def test_the_store_sync_refuses_huge_digests_and_id_lists(pair) -> None:
     a, b = pair
     send(b, a, {"op": "digest", "buckets": [["t", h, 1, "0"] for h in range(MAX_BUCKETS + 1)]}, SYNC_TOPIC)
-    send(b, a, {"op": "ids", "buckets": [["t", 0]], "ids": ["x"] * (MAX_SYNC_IDS + 1), "reply": True}, SYNC_TOPIC)
+    send(b, a, {"op": "ids", "buckets": [["t", 0]], "ids": [["x"] * SYNC_IDS_PART] * (MAX_SYNC_IDS // SYNC_IDS_PART + 1), "reply": True}, SYNC_TOPIC)
     send(b, a, {"op": "ids", "buckets": [["t", h] for h in range(MAX_BUCKETS + 1)], "ids": []}, SYNC_TOPIC)
     send(b, a, {"op": "digest", "buckets": [["t", "noon", 1, "0"]]}, SYNC_TOPIC)
     for bad_slice in ([0, 0], [2, 2], [2, -1], [10**9, 1], ["2", 1], [2]):  # k ≥ 1, 0 ≤ j < k ≤ 1024

@@ -39,6 +39,8 @@ __all__ = [
     "slices_for",
     "MAX_SLICES",
     "IdHashes",
+    "id_parts",
+    "parse_id_parts",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -148,6 +150,24 @@ def parse_slice(value: Any) -> tuple[int, int]:
             or not 1 <= value[0] <= MAX_SLICES or not 0 <= value[1] < value[0]):
         raise UsageError(f"a slice is [k, j] with 1 <= k <= {MAX_SLICES} and 0 <= j < k")
     return (value[0], value[1])
+
+
+def id_parts(ids: Sequence[str], part: int) -> list[str] | list[list[str]]:
+    """*ids* for the wire: as they are, or in lists of at most *part* (a peer link decodes
+    at most 65,536 items per list, `aa.router.links.MAX_PEER_FRAME_ITEMS`)."""
+    if len(ids) <= part:
+        return list(ids)
+    return [list(ids[i : i + part]) for i in range(0, len(ids), part)]
+
+
+def parse_id_parts(value: Any, *, max_ids: int, part: int) -> list[str]:
+    """The ids of `id_parts`' wire form: one list of ids, or lists of at most *part* ids.
+    Raises `UsageError` past *max_ids* in all, or for anything else."""
+    if isinstance(value, list) and value and all(type(v) is list for v in value):
+        if len(value) > -(-max_ids // part) or any(len(v) > part for v in value):
+            raise UsageError(f"id lists hold at most {part} ids each, {max_ids} in all")
+        value = [i for v in value for i in v]
+    return parse_ids(value, max_ids=max_ids)
 
 
 def parse_ids(value: Any, *, max_ids: int) -> list[str]:

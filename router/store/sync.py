@@ -63,24 +63,26 @@ from aa.mesh import AaError, Control, Event, StoreError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
 from . import antientropy
-from .antientropy import Exchanges, chunks, in_slice, parse_digest, parse_ids, parse_slice, slices_for
+from .antientropy import Exchanges, chunks, id_parts, in_slice, parse_digest, parse_id_parts, parse_slice, slices_for
 from .eventstore import EventStore
 from .storesql import read_by_ids, read_keys
 
 if TYPE_CHECKING:
     from .storeservice import StoreService
 
-__all__ = ["StoreSync", "SYNC_TOPIC", "digest_of", "MAX_SYNC_IDS"]
+__all__ = ["StoreSync", "SYNC_TOPIC", "digest_of", "MAX_SYNC_IDS", "SYNC_IDS_PART"]
 
 log = logging.getLogger("aa.router.store")
 
 #: Control topic of anti-entropy messages.
 SYNC_TOPIC: Final = "store-sync"
-#: Most ids in one `ids` message: bounds a message to ~2 MiB, under a peer link's 65,536
-#: items per list (`aa.router.links.MAX_PEER_FRAME_ITEMS`). A bucket with more is compared a
-#: slice of its ids at a time (20,000 made three routers of 133,000 events each take 71 s
-#: to agree after partitions, in 8 slices; 60,000: 21 s, in 3).
-MAX_SYNC_IDS: Final = 60_000
+#: Most ids in one `ids` message (≤ 12 MiB of 64-character ids, under the frame cap), in
+#: lists of at most `SYNC_IDS_PART` (a peer link decodes 65,536 items per list,
+#: `MAX_PEER_FRAME_ITEMS`). A bucket with more is compared a slice of its ids at a time, a
+#: round of messages each: three routers of ~140,000 events took 71 s to agree after
+#: partitions in slices of 20,000, 14 s in slices of 60,000.
+MAX_SYNC_IDS: Final = 180_000
+SYNC_IDS_PART: Final = 60_000
 #: Events per `events` message: bounds a message well under the frame cap.
 SYNC_EVENTS_PER_MESSAGE: Final = 500
 #: Width of a digest bucket, in microseconds of event time (an hour).
@@ -277,7 +279,7 @@ class StoreSync:
                     work = functools.partial(self._on_digest, peer_id, parse_digest(body.get("buckets"), _bucket, max_entries=MAX_BUCKETS))
                 else:
                     work = functools.partial(self._on_ids, peer_id, _buckets(body.get("buckets")), bool(body.get("reply")),
-                                             parse_ids(body.get("ids"), max_ids=MAX_SYNC_IDS), parse_slice(body.get("slice")))  # fmt: skip
+                                             parse_id_parts(body.get("ids"), max_ids=MAX_SYNC_IDS, part=SYNC_IDS_PART), parse_slice(body.get("slice")))  # fmt: skip
                 if self._peers is None or self._storage.store is None:
                     return
                 if self._scans >= MAX_SCANS or not self._busy.begin(peer_id, time.monotonic()):
@@ -323,7 +325,7 @@ class StoreSync:
             return
         ids, (k, j) = await self._ids_in(buckets, part)
         self._send(peer_id, {"op": "ids", "reply": reply, "buckets": [list(b) for b in sorted(buckets, key=str)],
-                             "ids": ids[:MAX_SYNC_IDS], "slice": [k, j]})  # fmt: skip
+                             "ids": id_parts(ids[:MAX_SYNC_IDS], SYNC_IDS_PART), "slice": [k, j]})  # fmt: skip
 
     async def _on_ids(self, peer_id: str, buckets: set[Bucket], reply: bool, their_ids: list[str], part: tuple[int, int]) -> None:
         store = self._storage.store
