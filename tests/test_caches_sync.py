@@ -168,6 +168,32 @@ async def test_a_partition_heals_both_ways_and_the_age_limit_holds() -> None:
         assert ids(a, "app") == ids(b, "app") == []
 
 
+async def test_a_cache_whose_pattern_runs_in_a_worker_heals_too() -> None:
+    """A script pattern never runs in the router, so a peer's events for its cache could not
+    be checked there and were never repaired (such caches caught up by the flood only): they
+    are checked in a worker, then kept."""
+    script = PatternSpec(kernel="python", format="script", source="if i % 2 == 0:\n    forward()")
+    async with Router(config("a")) as a, Router(config("b")) as b, Cable(a.address) as cable:
+        b.mesh.add_peer(cable.endpoint)
+        await wait_for(lambda: a.peer_count() == 1, timeout=10)
+        a.caches.register("app", script, ExpiryPolicy(), 600.0)
+        await wait_for(lambda: "app" in b.caches, timeout=10)
+        cable.cut()
+        await wait_for(lambda: a.peer_count() == 0 and b.peer_count() == 0, timeout=10)
+        for i in range(20):
+            a.publish({"i": i})
+            b.publish({"i": 100 + i})
+        await wait_for(lambda: len(ids(a, "app")) == len(ids(b, "app")) == 10, timeout=10)  # the workers' verdicts
+        cable.up = True
+        try:
+            await wait_for(lambda: sorted(ids(a, "app")) == sorted(ids(b, "app")) and len(ids(a, "app")) == 20,
+                           timeout=CONVERGE_WITHIN)  # fmt: skip
+        except TimeoutError:
+            raise AssertionError(f"{len(ids(a, 'app'))} {len(ids(b, 'app'))} {a.caches.sync.counters} {b.caches.sync.counters}") from None
+        assert sorted(e.values["i"] for e in a.caches.fetch("app").events) == [*range(0, 20, 2), *range(100, 120, 2)]
+        assert a.caches.sync.counters["events_repaired"] == b.caches.sync.counters["events_repaired"] == 10
+
+
 class Cut:
     """Controls whose floods go nowhere: two services that only anti-entropy connects."""
 

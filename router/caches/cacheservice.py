@@ -139,6 +139,7 @@ class ClientCacheService:
         controls.on_control(CACHE_TOPIC, self._on_control)
         #: Anti-entropy with the peers (`attach`, then every `CacheConfig.sync_interval`).
         self.sync = CacheSync(self)
+        self.sync.check_remote = self._check_remote
         self._peers: Peers | None = None
         self._spreading: asyncio.TimerHandle | None = None
         if isinstance(controls, Peers):  # the links themselves (the router passes its MeshService)
@@ -178,6 +179,23 @@ class ClientCacheService:
             # dead, C exchanged with B before B had A's events). Tell them once the peer's
             # digest rate limit allows, not at the next interval.
             self._spreading = asyncio.get_running_loop().call_later(DIGEST_MIN_GAP * 1.2, self._spread)
+
+    def _check_remote(self, client_id: str, matcher: Any, events: list[Event]) -> None:
+        """A peer's events for a cache whose pattern runs in a worker: checked there, then
+        kept (a line A–B–C heals for such caches too, not only by the flood)."""
+
+        async def check() -> None:
+            try:
+                taken = await matcher.select(events, client_id)
+            except Exception as exc:  # a worker gone, the router closing: the next round repairs
+                log.debug("checking repaired events of %s in a worker failed: %s", client_id, exc)
+                return
+            if self.sync.repaired(client_id, taken, self._clock()) and self._spreading is None:
+                self._spreading = asyncio.get_running_loop().call_later(DIGEST_MIN_GAP * 1.2, self._spread)
+
+        task = asyncio.get_running_loop().create_task(check())
+        self.queries.add(task)
+        task.add_done_callback(self.queries.discard)
 
     def _spread(self) -> None:
         self._spreading = None

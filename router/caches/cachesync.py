@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Final, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
 
 import logging
 import random
@@ -152,6 +152,9 @@ class CacheSync:
         self._digests = Exchanges(timeout=DIGEST_MIN_GAP)  # used as a rate limit: never ended
         self._ids = Exchanges(timeout=DIGEST_MIN_GAP)
         self.counters: Counter[str] = Counter()
+        #: Set by the service: has the events a peer sent for a cache whose pattern runs in a
+        #: worker checked there (`RemoteMatcher.select`), then hands those taken to `repaired`.
+        self.check_remote: Callable[[str, Any, list[Event]], None] | None = None
 
     @property
     def min_gap(self) -> float:
@@ -383,8 +386,25 @@ class CacheSync:
         if client_id not in caches:
             self.counters["unknown_cache"] += 1
             return []
+        matcher = caches.matcher_of(client_id)
+        if getattr(matcher, "remote", False):  # its pattern is code: never run here
+            if self.check_remote is not None and events:
+                self.counters["events_checking"] += len(events)
+                self.check_remote(client_id, matcher, events)
+            return []
         for event in events:
             if caches.insert(client_id, event, now):
                 self.counters["events_repaired"] += 1
         return []
+
+    def repaired(self, client_id: str, events: list[Event], now: float) -> int:
+        """*events* a peer sent for *client_id*'s cache that its pattern, run in a worker,
+        took: into the cache (`check_remote`). How many were new."""
+        caches = self._service._caches
+        kept = 0
+        for event in events:
+            if client_id in caches and caches.insert(client_id, event, now, checked=True):
+                kept += 1
+        self.counters["events_repaired"] += kept
+        return kept
 

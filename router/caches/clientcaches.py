@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Callable, Final, Hashable, Iterable
+from typing import Any, Callable, Final, Hashable, Iterable
 
 from aa.mesh import Event, UsageError
 from aa.mesh import UnknownCache  # the tree's; re-exported here
@@ -312,10 +312,11 @@ class ClientCaches:
                 taken += len(group.members)
         return taken
 
-    def insert(self, client_id: str, event: Event, now: float) -> bool:
+    def insert(self, client_id: str, event: Event, now: float, *, checked: bool = False) -> bool:
         """Put *event* (another router's copy of it) in
         *client_id*'s cache at its place; False when the cache has it, has acknowledged it,
         or would not keep it (too old, past the count, not matching its pattern, no id).
+        *checked*: its pattern took it already (a pattern run in a worker, `matcher_of`).
         Raises `UnknownCache`."""
         cache = self._need(client_id)
         eid = event.id
@@ -325,13 +326,18 @@ class ClientCaches:
         if cache.floor is not None and mark_of(t, eid) <= cache.floor:
             return False
         try:  # trust no peer with what a client's cache holds: its pattern must take it
-            if not cache.group.matcher(event):
+            if not checked and not cache.group.matcher(event):
                 return False
         except Exception:
             self.matcher_errors += 1
             return False
         self._seq += 1
         return self._put(cache.group, event, now, self._seq)
+
+    def matcher_of(self, client_id: str) -> Any:
+        """The matcher of *client_id*'s pattern (`remote` when it runs in a worker, whose
+        events `insert` cannot check itself). Raises `UnknownCache`."""
+        return self._need(client_id).group.matcher
 
     def _put(self, group: Group, event: Event, now: float, seq: int) -> bool:
         """Insert *event* in *group*'s log at its mark; False if not taken (see `insert`)."""
