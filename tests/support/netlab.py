@@ -1,7 +1,7 @@
-"""Machines as network namespaces on one bridge, for tests that cut cables for real: the
-machinery of tests/test_links_netns.py (namespaces joined by veth pairs to a bridge in a
-namespace of its own, real `aa router` processes started with ``ip netns exec``), for any set
-of hosts on one subnet, plus `cut` and `heal`.
+"""Machines as network namespaces, for tests that run the mesh across machines and cut
+cables for real: each host's interfaces are veth pairs whose far ends sit on bridges (the
+switches) in a namespace of their own; real `aa router` processes and client agents
+(`netns_agent.py`) start in them with ``ip netns exec``; `cut` and `heal` pull a cable.
 
 A cut takes a host's cable out of the switch (its veth's far end leaves the bridge): neither
 end sees a carrier change, an error or a reset — packets just stop arriving, as when a cable
@@ -50,39 +50,49 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
-class NetLab:
-    """Hosts ``{name: "10.x.y.z/24"}`` on one bridge; the processes started in them."""
+#: A host's interfaces: (name in the host, address/prefix, bridge).
+Links = list[tuple[str, str, str]]
 
-    def __init__(self, hosts: dict[str, str], tag: str) -> None:
-        self.hosts = hosts
+
+class NetLab:
+    """Hosts and the processes started in them. A host is ``"10.x.y.z/24"`` (one interface,
+    eth0, on the bridge sw0) or its `Links` (a gateway on two subnets)."""
+
+    def __init__(self, hosts: dict[str, str | Links], tag: str) -> None:
+        self.hosts: dict[str, Links] = {h: [("eth0", v, "sw0")] if isinstance(v, str) else v for h, v in hosts.items()}
         self.tag = f"{tag}{os.getpid() % 100000}"
         self.namespaces: list[str] = []
         self.procs: list[asyncio.subprocess.Process] = []
-        self._outer: dict[str, str] = {}
+        self._outer: dict[str, tuple[str, str]] = {}  # host → its first cable's far end, bridge
         self.routers: dict[str, asyncio.subprocess.Process] = {}  # the latest router of each host
 
     def ns(self, host: str) -> str:
         return f"{self.tag}-{host}"
 
     def address(self, host: str) -> str:
-        return self.hosts[host].split("/")[0]
+        """*host*'s first address."""
+        return self.hosts[host][0][1].split("/")[0]
 
     def build(self) -> None:
         switch = self.ns("sw")
         self._add_ns(switch)
-        _ip("-n", switch, "link", "add", "sw0", "type", "bridge")
-        _ip("-n", switch, "link", "set", "sw0", "up")
-        for i, (host, cidr) in enumerate(self.hosts.items()):
+        for bridge in dict.fromkeys(br for links in self.hosts.values() for _, _, br in links):
+            _ip("-n", switch, "link", "add", bridge, "type", "bridge")
+            _ip("-n", switch, "link", "set", bridge, "up")
+        veths = 0
+        for host, links in self.hosts.items():
             ns = self.ns(host)
             self._add_ns(ns)
-            inner, outer = f"{self.tag}i{i}", f"{self.tag}o{i}"
-            _ip("link", "add", inner, "netns", ns, "type", "veth", "peer", "name", outer, "netns", switch)
-            _ip("-n", ns, "link", "set", inner, "name", "eth0")
-            _ip("-n", ns, "addr", "add", cidr, "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-            _ip("-n", switch, "link", "set", outer, "master", "sw0")
-            _ip("-n", switch, "link", "set", outer, "up")
-            self._outer[host] = outer
+            for ifname, cidr, bridge in links:
+                veths += 1
+                inner, outer = f"{self.tag}i{veths}", f"{self.tag}o{veths}"
+                _ip("link", "add", inner, "netns", ns, "type", "veth", "peer", "name", outer, "netns", switch)
+                _ip("-n", ns, "link", "set", inner, "name", ifname)
+                _ip("-n", ns, "addr", "add", cidr, "dev", ifname)
+                _ip("-n", ns, "link", "set", ifname, "up")
+                _ip("-n", switch, "link", "set", outer, "master", bridge)
+                _ip("-n", switch, "link", "set", outer, "up")
+                self._outer.setdefault(host, (outer, bridge))
 
     def _add_ns(self, name: str) -> None:
         _ip("netns", "add", name)
@@ -90,11 +100,12 @@ class NetLab:
         _ip("-n", name, "link", "set", "lo", "up")
 
     def cut(self, host: str) -> None:
-        """Pull *host*'s cable out of the switch (no carrier change at either end)."""
-        _ip("-n", self.ns("sw"), "link", "set", self._outer[host], "nomaster")
+        """Pull *host*'s (first) cable out of the switch (no carrier change at either end)."""
+        _ip("-n", self.ns("sw"), "link", "set", self._outer[host][0], "nomaster")
 
     def heal(self, host: str) -> None:
-        _ip("-n", self.ns("sw"), "link", "set", self._outer[host], "master", "sw0")
+        outer, bridge = self._outer[host]
+        _ip("-n", self.ns("sw"), "link", "set", outer, "master", bridge)
 
     def destroy(self) -> None:
         for name in reversed(self.namespaces):  # takes their veths with them
@@ -109,10 +120,12 @@ class NetLab:
         self.procs.append(proc)
         return proc
 
-    async def router(self, host: str, *args: str) -> str:
-        """`aa router` on *host*'s address; returns its endpoint once it listens."""
-        proc = await self.exec(host, AA, "router", "--host", self.address(host), "--port", str(PORT),
-                               "--name", host, "--no-http", "--no-discovery", *args)  # fmt: skip
+    async def router(self, host: str, *args: str, address: str | None = None, discovery: bool = False) -> str:
+        """`aa router` on *address* (*host*'s first one unless given), without HTTP, and
+        without discovery unless asked; returns its endpoint once it listens."""
+        quiet = () if discovery else ("--no-discovery",)
+        proc = await self.exec(host, AA, "router", "--host", address or self.address(host), "--port", str(PORT),
+                               "--name", host, "--no-http", *quiet, *args)  # fmt: skip
         self.routers[host] = proc
         assert proc.stdout is not None
         async with asyncio.timeout(60):
@@ -130,9 +143,10 @@ class NetLab:
     def endpoint(self, host: str) -> str:
         return f"{self.address(host)}:{PORT}"
 
-    async def agent(self, host: str) -> "LabAgent":
-        """`netns_agent.py` in *host*, a client of the router there."""
-        proc = await self.exec(host, sys.executable, AGENT, self.endpoint(host))
+    async def agent(self, host: str, endpoint: str | None = None) -> "LabAgent":
+        """`netns_agent.py` in *host*, a client of the router at *endpoint* (*host*'s own
+        unless given)."""
+        proc = await self.exec(host, sys.executable, AGENT, endpoint or self.endpoint(host))
         agent = LabAgent(proc)
         assert (await agent.read(60))["ok"]
         return agent
