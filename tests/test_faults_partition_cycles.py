@@ -8,7 +8,7 @@ links coming back (the issue's figure). It took 21-50 s for ~100,000 events, all
 hour-bucket: each exchange compared the first 5,000 ids and got the rest of the bucket
 back, held or not. Now a bucket's ids go in one message of up to 180,000 (in lists of
 60,000), larger buckets a hash slice at a time, the store's keys read once a second and the
-ids' hashes remembered: 5.9-7.8 s for 125,000-138,000 events (2026-11-24, 4 runs).
+ids' hashes remembered: 5.9-8.0 s for 125,000-146,000 events (2026-11-24, 5 runs).
 """
 
 from __future__ import annotations
