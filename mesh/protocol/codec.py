@@ -49,8 +49,8 @@ MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 #: and free, ~2.5 ms here (64 KiB of it took 21 ms).
 STEP_ABOVE: Final = 8 * 1024
 #: Bytes of a large frame handed to the decoder in its first step: ~1 ms of the densest
-#: msgpack (each empty list built and counted). A step that built fewer than one list or map
-#: item per `_SPARSE` bytes doubles the next, up to `STEP_BYTES_MAX` (ordinary events hold
+#: msgpack (each empty list built and counted). A step that built fewer than one list, map
+#: or item of one per `_SPARSE` bytes doubles the next, up to `STEP_BYTES_MAX` (ordinary events hold
 #: about one per 11 bytes and decode at ~20 ns a byte; each piece that ends inside a value
 #: costs a failed attempt): the work of one step stays near 8,000 items either way.
 STEP_BYTES: Final = 4 * 1024
@@ -100,20 +100,22 @@ def _malformed(exc: Exception, max_items: int | None) -> MalformedFrame:
 
 def _tally(cap: int) -> tuple[Callable[[Any], Any], Callable[[], int]]:
     """msgpack's hook for every list and map a stepped decode builds, which counts their
-    items and stops the decode past *cap*; and a function that reads the count. Closures,
-    not an object's `__call__`: the hook runs ~3 times per event, and a method call cost
-    twice as much."""
-    items = 0
+    items and stops the decode past *cap* items; and a function that reads the work done so
+    far, items and lists and maps together (an empty list is work and holds no item).
+    Closures, not an object's `__call__`: the hook runs ~3 times per event, and a method call
+    cost twice as much."""
+    items = built = 0
 
     def hook(value: Any) -> Any:
-        nonlocal items
+        nonlocal items, built
         items += len(value)
+        built += 1
         if items > cap:
             raise MalformedFrame(f"frame has more than {cap} values in its lists and maps "
                                  f"(at most {cap} per frame: send smaller batches)")
         return value
 
-    return hook, lambda: items
+    return hook, lambda: items + built
 
 
 def _default(obj: Any) -> Any:
