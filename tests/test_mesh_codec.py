@@ -215,3 +215,19 @@ def test_event_checked_refuses_what_the_constructor_refuses(fields):
     assert str(by_checked.value) == str(by_constructor.value)
     good = Event.checked({"a": 1}, "t", {"m": 2}, "id-1")
     assert good == Event(values={"a": 1}, type="t", meta={"m": 2}, id="id-1")
+
+
+@pytest.mark.parametrize("item", [[], {}], ids=["empty lists", "empty maps"])
+def test_a_step_of_dense_msgpack_stays_small(item):
+    """Each step decodes `STEP_BYTES` of a frame of empty lists or maps (every byte one to
+    build), and pieces grow only for sparse data: empty lists hold no item, and once counted
+    as sparse they grew the pieces to 64 KiB, ~10 ms of work in one step. (Pieces of small
+    ints may grow: no object is built for them.)"""
+    payload = msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, "t", {"v": [[item] * 10_000] * 100}, {}]]})
+    b = Connection()
+    b.receive_data(struct.pack(">I", len(payload)) + payload)
+    steps = 0
+    with pytest.raises(MalformedFrame, match=f"more than {MAX_FRAME_VALUES} values"):
+        while b.next_message(stepwise=True) is IN_PROGRESS:
+            steps += 1
+    assert steps >= MAX_FRAME_VALUES // codec.STEP_BYTES - 1  # ~1 value per byte: 4 KiB a step
