@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Iterator
 import pytest
 
 from support import wait_until
-from support.netlab import LabAgent, NetLab, netns_unavailable
+from support.netlab import LabAgent, NetLab, built
 
 pytestmark = [pytest.mark.netns]
 
@@ -47,15 +47,8 @@ ACK_MARGIN = 1.0
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[NetLab]:
-    why = netns_unavailable()
-    if why:
-        pytest.skip(why)
-    lab = NetLab(HOSTS, "aaf")
-    try:
-        lab.build()
+    with built(HOSTS, "aaf") as lab:
         yield lab
-    finally:
-        lab.destroy()
 
 
 @pytest.fixture

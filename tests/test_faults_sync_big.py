@@ -21,7 +21,7 @@ import pytest
 from aa.router import Router, RouterConfig, StoreConfig
 from aa.router.session import MAX_FRAME_ITEMS
 
-from support import FAST, wait_for, wait_until
+from support import FAST, next_turn, wait_for, wait_until
 
 PERSIST = {"persist": True}
 #: Events each router takes while they are apart: more than a client frame's item cap.
@@ -37,7 +37,7 @@ async def publish_apart(router: Router, key: str) -> None:
     for i in range(APART):
         router.publish({key: i}, type="reading", meta=PERSIST)
         if i % 1000 == 999:
-            await asyncio.sleep(0)  # let the store write between batches
+            await next_turn()  # let the store write between batches
     store = router.storage.store
     assert store is not None
     await wait_for(lambda: store.stats().written >= APART, timeout=60)

@@ -17,7 +17,7 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
-from support.netlab import Links, NetLab, netns_unavailable
+from support.netlab import Links, NetLab, built
 
 pytestmark = pytest.mark.netns
 
@@ -36,15 +36,8 @@ HOSTS: dict[str, str | Links] = {
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[NetLab]:
-    why = netns_unavailable()
-    if why:
-        pytest.skip(why)
-    lab = NetLab(HOSTS, "aa")
-    try:
-        lab.build()
+    with built(HOSTS, "aa") as lab:
         yield lab
-    finally:
-        lab.destroy()
 
 
 @pytest.fixture

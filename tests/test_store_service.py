@@ -16,7 +16,7 @@ from aa.mesh import META_HISTORICAL
 from aa.mesh.protocol import Ack, Error, Hello, Publish, Welcome
 from aa.router import EventLogConfig, Router, RouterConfig, StoreConfig
 
-from support import next_event, wait_for
+from support import next_event, next_turn, wait_for
 
 PERSIST = {"persist": True}
 MakeRouter = Callable[..., Awaitable[Router]]
@@ -103,7 +103,7 @@ async def test_history_has_no_gap_and_no_duplicate_under_concurrent_publishing(s
             kept = i % 3 != 0
             sent.append((pub.publish_nowait({"i": i}, meta=PERSIST if kept else None), kept))
             if i % 100 == 99:
-                await asyncio.sleep(0)  # let the subscription come in mid-stream
+                await next_turn()  # let the subscription come in mid-stream
         await pub.flush()
 
     task = asyncio.create_task(publish())

@@ -284,12 +284,12 @@ class Publish(Message):
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> "Publish":
-        seq = data.get("seq")
-        events = data.get("events")
-        if type(seq) is not int or type(events) is not list:
-            raise MalformedFrame("bad 'publish' message: needs int seq and a list of events")
-        out = [_event(e) if type(e) is list and len(e) == 4 else event_from_wire(e) for e in events]
-        return cls(seq=seq, events=tuple(out))
+        steps = cls.from_wire_steps(data)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
     @classmethod
     def from_wire_steps(cls, data: Mapping[str, Any]) -> Generator[None, None, "Publish"]:

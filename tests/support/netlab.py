@@ -18,10 +18,13 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping
 
-__all__ = ["NetLab", "LabAgent", "netns_unavailable", "AA", "AGENT"]
+import pytest
+
+__all__ = ["NetLab", "LabAgent", "Links", "built", "netns_unavailable", "AA", "AGENT"]
 
 AA = str(Path(sys.executable).with_name("aa"))
 AGENT = str(Path(__file__).with_name("netns_agent.py"))
@@ -44,6 +47,21 @@ def netns_unavailable() -> str | None:
     return None
 
 
+@contextmanager
+def built(hosts: Mapping[str, "str | Links"], tag: str) -> Iterator["NetLab"]:
+    """A lab of *hosts*, built, and destroyed after (a module fixture's body); the test is
+    skipped where network namespaces cannot be made."""
+    why = netns_unavailable()
+    if why:
+        pytest.skip(why)
+    lab = NetLab(hosts, tag)
+    try:
+        lab.build()
+        yield lab
+    finally:
+        lab.destroy()
+
+
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True)
     if done.returncode != 0:
@@ -58,7 +76,7 @@ class NetLab:
     """Hosts and the processes started in them. A host is ``"10.x.y.z/24"`` (one interface,
     eth0, on the bridge sw0) or its `Links` (a gateway on two subnets)."""
 
-    def __init__(self, hosts: dict[str, str | Links], tag: str) -> None:
+    def __init__(self, hosts: Mapping[str, str | Links], tag: str) -> None:
         self.hosts: dict[str, Links] = {h: [("eth0", v, "sw0")] if isinstance(v, str) else v for h, v in hosts.items()}
         self.tag = f"{tag}{os.getpid() % 100000}"
         self.namespaces: list[str] = []

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+import types
+from typing import Any, Awaitable, Callable, Generator
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -16,6 +17,14 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
             tick = loop.create_future()
             loop.call_later(0.005, tick.set_result, None)
             await tick
+
+
+@types.coroutine
+def next_turn() -> Generator[None, None, None]:
+    """Let every other ready task and callback of the loop run once, and come back on the
+    next turn (a yield, not a wait: ``asyncio.sleep(0)``'s own mechanism), for a test that
+    feeds work in bursts or that measures how long the loop takes to come back to it."""
+    yield
 
 
 async def next_event(sub: Any, timeout: float = 5.0) -> Any:
