@@ -19,6 +19,7 @@ from .dispatch import Dispatcher
 from .eventlog import EventLog, EventLogConfig
 from .links import MeshConfig, MeshService
 from .local import LocalSubscription
+from .patterns import WorkerConfig
 from .quench import QuenchConfig, QuenchService
 from .router import Endpoint, Router
 from .store import ExpiryPolicy, StoreConfig, StoreService, parse_duration
@@ -44,6 +45,7 @@ __all__ = [
     "Router",
     "RouterConfig",
     "StoreConfig",
+    "WorkerConfig",
     "StoreService",
     "parse_duration",
 ]

@@ -16,6 +16,7 @@ from aa.mesh import DiscoveryConfig, UsageError, check_endpoint
 from .caches import CacheConfig
 from .eventlog import EventLogConfig
 from .links import MeshConfig
+from .patterns import WorkerConfig
 from .quench import QuenchConfig
 from .security import SecurityConfig
 from .store import StoreConfig
@@ -90,6 +91,9 @@ class RouterConfig:
     quench: QuenchConfig = field(default_factory=QuenchConfig)
     #: TLS, users, permissions, address ranges (`aa.router.security`); all off by default.
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    #: The worker processes that run pattern code, and their limits and probation
+    #: (`aa.router.patterns.workers`).
+    workers: WorkerConfig = field(default_factory=WorkerConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:

@@ -90,6 +90,7 @@ class Router:
             limits=SandboxLimits(time_budget=config.pattern_time_budget),
             on_failure=self._pattern_failed,
             on_deliveries=self._worker_deliveries,
+            workers=config.workers,
         )
         rules = FloodRules(self.id, initial_ttl=config.mesh.ttl)
         #: Stamping, matching, sinks and forwarding of each event (`aa.router.dispatch`).

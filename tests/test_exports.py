@@ -47,7 +47,8 @@ PUBLIC: dict[str, list[str]] = {
         "Acknowledgements", "CacheConfig", "CacheInfo", "ClientCacheService", "DEFAULT_PORT",
         "Dispatcher", "Endpoint", "EventLog", "EventLogConfig", "ExpiryPolicy", "Fetched",
         "LocalSubscription", "MeshCache", "MeshConfig", "MeshService", "QuenchConfig",
-        "QuenchService", "Router", "RouterConfig", "StoreConfig", "StoreService", "parse_duration"
+        "QuenchService", "Router", "RouterConfig", "StoreConfig", "StoreService", "WorkerConfig",
+        "parse_duration"
     ],
     "aa.router.caches": [
         "CACHE_SWEEP_INTERVAL", "CACHE_SYNC_INTERVAL", "CACHE_SYNC_TOPIC", "CACHE_TOPIC",
@@ -67,7 +68,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "aa.router.patterns": [
         "Delivery", "HostFacts", "Matcher", "PREDICATE_TIER", "PatternEngine", "PatternSet",
-        "SANDBOX_TIER", "SandboxLimits", "WORKER_TIER", "pattern_warnings"
+        "SANDBOX_TIER", "SandboxLimits", "WORKER_TIER", "WorkerConfig", "pattern_warnings"
     ],
     "aa.router.quench": [
         "Change", "MAX_QUENCHES_PER_CLIENT", "MAX_QUENCH_TIMEOUT", "MAX_REGISTRATIONS",

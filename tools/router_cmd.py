@@ -75,6 +75,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         help=f"pings on idle peer links; three silent ones break the link (default: {PEER_KEEPALIVE:g})")
     timing.add_argument("--info-interval", type=float, metavar="S", default=ROUTER_INFO_INTERVAL,
                         help=f"between two router summaries flooded for 'aa mesh' (default: {ROUTER_INFO_INTERVAL:g})")
+    patterns = p.add_argument_group(
+        "patterns", "Pattern code (scripts, XPath, expressions outside the closed grammar) runs in "
+        "worker processes; new patterns run on probation workers first (README: Patterns that "
+        "cannot hurt the router).")
+    patterns.add_argument("--pattern-workers", type=int, metavar="N", default=2,
+                          help="worker processes for patterns that have left probation (default: 2)")
+    patterns.add_argument("--probation-workers", type=int, metavar="N",
+                          help="worker processes for new patterns; 0: none, new patterns join the others "
+                          "at once (default: as many as --pattern-workers)")
     http = p.add_argument_group(
         "http", "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at /docs)."
     )
@@ -96,7 +105,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "RouterConfig":
     """The `RouterConfig` the flags (and `AA_…` variables) ask for. Raises `UsageError`."""
     from aa.mesh import DiscoveryConfig, UsageError
-    from aa.router import MeshConfig, RouterConfig
+    from aa.router import MeshConfig, RouterConfig, WorkerConfig
 
     env = os.environ if environ is None else environ
     port = args.discovery_port
@@ -132,6 +141,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         peers=tuple(args.peer),
         mesh=mesh,
         security=security_config(args, env),
+        workers=WorkerConfig(workers=args.pattern_workers, probation_workers=args.probation_workers),
         **storage_config(args, env),
     )
 

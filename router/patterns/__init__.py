@@ -81,6 +81,7 @@ from .advice import pattern_warnings
 from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
 from .limits import Delivery, HostFacts, SandboxLimits
 from .patternset import PatternSet
+from .workers import WorkerConfig
 
 __all__ = [
     "Delivery",
@@ -92,5 +93,6 @@ __all__ = [
     "SANDBOX_TIER",
     "WORKER_TIER",
     "SandboxLimits",
+    "WorkerConfig",
     "pattern_warnings",
 ]

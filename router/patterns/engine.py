@@ -281,7 +281,7 @@ class PatternEngine:
         if pool is not None and len(pool):
             pool.dispatch(event)  # deliveries come back through on_deliveries
         matched, stops = self._index.match(event, self._stamp)
-        failures = [(b.instance, stop) for b, stop in stops]
+        failures = list(stops)
         budget = self._sandbox.budget
         if failures:
             budget.violation = None
@@ -290,7 +290,7 @@ class PatternEngine:
             try:
                 result = bucket.run(bucket, event)
             except SandboxStop as stop:
-                failures.append((bucket.instance, stop))
+                failures.append((bucket, stop))
                 budget.violation = None
                 continue
             if result is True:
@@ -355,7 +355,7 @@ class PatternEngine:
             return bool(program.run(bucket, prototype))
         except SandboxStop as stop:
             self._sandbox.budget.violation = None
-            self._stop_all([(bucket.instance, stop)], [])
+            self._stop_all([(bucket, stop)], [])
             return False
 
     async def select(self, key: Hashable, events: list[Event]) -> list[Event]:
@@ -374,9 +374,9 @@ class PatternEngine:
         buckets, stops = self._index.match(prototype, self._stamp)
         if stops:
             self._sandbox.budget.violation = None
-            self._stop_all([(b.instance, stop) for b, stop in stops], [])
-        stopped = {id(b.instance) for b, _ in stops}
-        found = {sub.key for b in buckets if id(b.instance) not in stopped for sub in b.members.values()}
+            self._stop_all(stops, [])
+        stopped = {id(b) for b, _ in stops}
+        found = {sub.key for b in buckets if id(b) not in stopped for sub in b.members.values()}
         # Pattern code (here, or a worker's, dry-run here) is asked one bucket at a time; the
         # list is copied first: a dry run may stop a pattern.
         scan = list(self._scan) + [b for i in self._instances.values() if i.remote for b in i.buckets.values()]
@@ -396,6 +396,11 @@ class PatternEngine:
         known = self._sandbox.expr_builtins.keys() | self._sandbox.script_builtins.keys()
         return pattern_warnings(spec, seen, params, known)
 
+    def bucket_of(self, key: Hashable) -> Bucket | None:
+        """Subscriber *key*'s bucket (its params and a script's `state`), or None."""
+        sub = self._subs.get(key)
+        return sub.bucket if sub is not None else None
+
     def pattern_of(self, key: Hashable) -> PatternSpec:
         """Subscriber *key*'s pattern (quenching reads its declared needs). Raises
         `UsageError` for an unknown key."""
@@ -407,10 +412,8 @@ class PatternEngine:
 
     def matcher(self, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> "Matcher":
         """A predicate for *spec* that is not a subscriber: `match` never evaluates it, so it
-        costs nothing until called. Client caches and history queries use it.
-
-        >>> # hot = engine.matcher(PatternSpec(source="Temperature > 30")); hot(event) -> bool
-
+        costs nothing until called (`hot = engine.matcher(spec); hot(event) -> bool`).
+        Client caches and history queries use it.
         Shares the compiled program with subscribers of the same pattern when there are any;
         has its own params bucket, so a script keeps its own `state` (a script "accepts" an
         event when it forwards anything). Evaluation is side-effect free for expressions.
@@ -436,23 +439,24 @@ class PatternEngine:
         instance.program.prepare(bucket)
         return m
 
-    def _stop_all(self, failures: list[tuple[Instance, SandboxStop]], out: list[Delivery]) -> list[Delivery]:
+    def _stop_all(self, failures: list[tuple[Bucket, SandboxStop]], out: list[Delivery]) -> list[Delivery]:
+        """Stop each failed bucket (its params, its state); the pattern's other buckets go
+        on: their subscribers do not pay for params they did not choose."""
         reports = []
         stopped: set[Hashable] = set()
-        done: set[int] = set()
-        for instance, stop in failures:
-            if id(instance) in done:
-                continue  # several buckets of one instance stopped: one report
-            done.add(id(instance))
-            for bucket in instance.buckets.values():
-                self._unplace(bucket)
-            keys = [k for k, s in self._subs.items() if s.bucket.instance is instance]
+        for bucket, stop in failures:
+            instance = bucket.instance
+            if instance.buckets.get(bucket.params_key) is not bucket:
+                continue  # stopped already (twice in one event)
+            self._unplace(bucket)
+            drop_bucket(instance, bucket.params_key)
+            keys = [k for k in bucket.members if k in self._subs]
             for k in keys:
                 del self._subs[k]
                 if instance.remote:
                     self._tier.unsubscribe(k)
-            self._instances.pop(instance.spec_key, None)
-            instance.buckets = {}
+            if not instance.buckets:
+                self._instances.pop(instance.spec_key, None)
             stopped.update(keys)
             reports.append((keys, stop.code, stop.message[:MAX_STOP_MESSAGE]))
         if stopped:
@@ -463,8 +467,7 @@ class PatternEngine:
 
     # -- introspection ---------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        """Number of subscribers."""
+    def __len__(self) -> int:  # subscribers
         return len(self._subs)
 
     @property
@@ -479,7 +482,6 @@ class PatternEngine:
 
 #: The params of every subscriber without any (an empty dict costs 64 bytes each).
 _NO_PARAMS: dict[str, Any] = {}
-
 
 #: Longest param string shared between subscribers (`sys.intern`): symbols, device ids.
 MAX_SHARED_PARAM_STRING = 64

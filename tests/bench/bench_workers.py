@@ -23,8 +23,12 @@ them.
   with an honest script (the worker tier), and every attack of some classes of
   tests/test_patterns_hostile.py (default: CPU, MEMORY, FLOOD, and a client with sixty
   patterns each just under its budget), each from its own client, while a publisher sends
-  200 events/s. Reported: the victim's p99 and losses (target: nothing lost, p99 < 10 ms),
-  the bystander's p99/max and its delay over the victim's (target: at most 100 ms).
+  200 events/s. The bystander has been served 2 s before the attacks come (it has left
+  probation); a newcomer with the same honest script subscribes with the attackers (it is
+  on probation with them). Reported: the victim's p99 and losses (target: nothing lost,
+  p99 < 10 ms); the bystander's p99/max, its delay over the victim's (target: at most
+  100 ms) and its longest wait while the attacks first strike (`first_strike_max_ms`);
+  the newcomer's the same.
 """
 
 from __future__ import annotations
@@ -202,12 +206,29 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
                 victim_lat.append(time.time() - ev.values["t"])
 
         def on_bystander(ev) -> None:
-            (bystander_lat if ev.values["Seq"] >= 0 else first_strike).append(time.time() - ev.values["t"])
+            seq = ev.values["Seq"]
+            (bystander_lat if seq >= 0 else first_strike if seq == -1 else warming).append(time.time() - ev.values["t"])
+
+        def on_newcomer(ev) -> None:
+            (newcomer_lat if ev.values["Seq"] >= 0 else newcomer_strike).append(time.time() - ev.values["t"])
 
         first_strike: list[float] = []
+        warming: list[float] = []
+        newcomer_lat: list[float] = []
+        newcomer_strike: list[float] = []
 
         await (await client("victim")).subscribe("Seq >= -1", on_victim)
         honest = await (await client("bystander")).subscribe("forward()", on_bystander, format="script")
+        pub = await client("publisher")
+        # The bystander has been here a while: it leaves probation (100 events over 1 s, by
+        # default) before the attackers come. 300 events at 150/s.
+        for seq in range(300):
+            pub.publish_nowait({"Seq": -2, "t": time.time()})
+            await asyncio.sleep(1 / 150)
+        await pub.flush(timeout=60)
+        # A newcomer: an honest script subscribed with the attackers (on probation with them).
+        # (Its own source: with the bystander's it would join the bystander's instance.)
+        await (await client("newcomer")).subscribe("if Seq > -100:\n    forward()", on_newcomer, format="script")
         outcomes = {"refused": 0, "subscribed": 0}
         attacks = [a for name in classes if name != "SIXTY" for a in getattr(hostile, name)]
         for i, attack in enumerate(attacks):
@@ -222,12 +243,11 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
             for i in range(60):
                 await c.subscribe(f"n = {i}\nfor i in range(25000):\n    n = n + 1", lambda ev: None, format="script")
             outcomes["subscribed"] += 60
-        pub = await client("publisher")
         # First strike: the attacks that fire on any event fire (each stopped, a worker killed
         # and replaced for those stuck in C) while the bystander waits; until its deliveries
         # are prompt again (or 60 s).
         deadline = time.perf_counter() + 60
-        while time.perf_counter() < deadline and not (len(first_strike) > 20 and max(first_strike[-10:]) < 0.05):
+        while time.perf_counter() < deadline and not (len(newcomer_strike) > 20 and max(newcomer_strike[-10:]) < 0.05):
             pub.publish_nowait({"Seq": -1, "t": time.time()})
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)
@@ -238,7 +258,7 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
                                 "Readings": [1.5, 2.5]})
         await pub.flush(timeout=60)
         deadline = time.perf_counter() + 30
-        while (len(victim_lat) < events or len(bystander_lat) < events) and time.perf_counter() < deadline:
+        while min(len(victim_lat), len(bystander_lat), len(newcomer_lat)) < events and time.perf_counter() < deadline:
             await asyncio.sleep(0.05)
         for c in clients:
             await c.aclose()
@@ -253,7 +273,9 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
                 "victim_target_p99_ms": 10, "bystander_lost": events - len(b), "bystander_p50_ms": q(b, 0.5),
                 "bystander_p99_ms": q(b, 0.99), "bystander_max_ms": q(b, 1.0),
                 "bystander_delay_p99_ms": round(q(b, 0.99) - q(v, 0.99), 2), "bystander_target_delay_ms": 100,
-                "first_strike_max_ms": q(sorted(first_strike), 1.0), "first_strike_events": len(first_strike)}
+                "first_strike_max_ms": q(sorted(first_strike), 1.0), "first_strike_events": len(first_strike),
+                "newcomer_lost": events - len(newcomer_lat), "newcomer_p99_ms": q(sorted(newcomer_lat), 0.99),
+                "newcomer_first_strike_max_ms": q(sorted(newcomer_strike), 1.0)}
 
     return asyncio.run(main())
 

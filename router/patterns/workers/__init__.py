@@ -20,11 +20,14 @@ How the engine uses it::
         … a worker's reply ─► deliver([(key, event), ...]) ─► key.deliver(ev), flushed
     a stop in a worker / a kill ─► PatternEngine's on_failure(keys, code, message)
 
-Placement: a pool, with client affinity. The pool has `WorkerConfig.workers` processes
-(default 2: one per core of the machines Aa targets) and one warm spare. All patterns of a
-client go to the worker it was placed on (the one serving the fewest clients when its first
-pattern came); a shared pattern (Å §4.3: one instance, its subscribers a group) lives
-whole on the worker of its first subscriber. Why not a process per client: a worker costs
+Placement: a pool, with client affinity, and probation. The pool has `WorkerConfig.workers`
+regular processes (default 2: one per core of the machines Aa targets), as many probation
+processes for new patterns (`probation.py`: a pattern moves to a regular worker, its state
+carried, once it has run 100 events over a second there), and one warm spare. All of a
+client's patterns of one kind go to the worker it was placed on (the one serving the fewest
+clients when its first pattern came); a shared pattern (Å §4.3: one instance, its
+subscribers a group) lives on the worker of its first subscriber — with at most a second
+instance on probation for subscribers whose params are new to it. Why not a process per client: a worker costs
 about 35 MB, and a router may serve thousands of clients. Why
 not spread each client's patterns over all workers: a hostile client would then reach every
 worker, and each of its patterns could cost every other client a kill and re-creation;
@@ -44,8 +47,10 @@ most their share of a busy worker, whatever their number, and one client's hosti
 delays the other clients on its worker by the burst and the debt plus one evaluation
 (30 + 30 + 20 ms of CPU), or by one kill deadline and a re-creation if it is stuck in C.
 
-A killed or crashed worker: the pattern it was running (named in the shared slot) is
-stopped with the reason, to its own subscribers only; every other pattern of that worker is
+A killed or crashed worker: the subscribers of the bucket it was evaluating (named in the
+shared slot: the pattern and params it was running) are stopped with the reason, and no
+one else; if a regular worker, the culprit client's other patterns there go back on
+probation; every other pattern of that worker is
 re-created on the spare from its source and its subscribers' current params, in
 subscription order, and the batch the dead worker had not answered is sent again. Workers
 are forked from a zygote that has imported everything once (`zygote.py`: ~15 ms, where a

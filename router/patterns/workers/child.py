@@ -35,6 +35,7 @@ from aa.mesh.protocol import event_to_wire, pack, unpack
 from ..budget import MEMORY, TIMEOUT, SandboxStop
 from ..engine import Matcher, PatternEngine
 from ..limits import HostFacts, SandboxLimits
+from .carry import NotPortable, dump_state, load_state
 from .limits import MAX_STOP_MESSAGE
 from .slots import MATCHER
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
@@ -138,6 +139,8 @@ class Worker:
             self.subscribe(*msg[1:])
         elif op == "probe":
             self.probe(msg[1], msg[2], msg[3], msg[4])
+        elif op == "export":
+            self.export(msg[1], msg[2])
         elif op == "precompile":
             self.precompile(msg[1], msg[2], msg[3])
         elif op == "uncache":
@@ -152,7 +155,11 @@ class Worker:
             self.matchers.pop(msg[1], None)
             self.client_of.pop(msg[1], None)
 
-    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str, kind: int = 0) -> None:
+    def subscribe(
+        self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str, kind: int = 0, state: bytes = b""
+    ) -> None:
+        """Place *wkey*'s pattern (with the *state* its pattern carried from probation,
+        `carry.py`: the bucket takes it if it has none yet)."""
         self._placing = (iid, client)
         self.clients.setdefault(client, _Client(self.burst))
         _pack_slot(self.slot, 0, iid, _mono_ns(), self.compile_ns)
@@ -172,6 +179,29 @@ class Worker:
             _pack_slot(self.slot, 0, 0, 0, 0)
             self.budget.violation = None
         self.client_of[wkey] = client
+        bucket = self.bucket(wkey)
+        if state and bucket is not None and not bucket.state and bucket.instance.program.kind == "script":
+            try:
+                bucket.state = load_state(state)
+            except NotPortable:
+                pass  # from a worker that should not have sent it: the pattern starts empty
+
+    def bucket(self, wkey: int) -> Any:
+        """*wkey*'s bucket (its state), a subscriber's or a standalone matcher's."""
+        m = self.matchers.get(wkey)
+        return m.bucket if m is not None else self.engine.bucket_of(wkey)
+
+    def export(self, seq: int, wkeys: list[int]) -> None:
+        """The states of *wkeys*' patterns, for their move off probation (`probation.py`):
+        bytes each (empty: nothing to carry), None where a state cannot be carried."""
+        out: list[Any] = []
+        for wkey in wkeys:
+            bucket = self.bucket(wkey)
+            try:
+                out.append([wkey, dump_state(bucket.state) if bucket is not None and bucket.state else b""])
+            except NotPortable:
+                out.append([wkey, None])
+        self.write(encode(["exported", seq, out]))
 
     def precompile(self, kernel: str, fmt: str, source: str) -> None:
         """A spare compiles a placed pattern ahead of need (`pool._prime`); a failure is
@@ -218,7 +248,8 @@ class Worker:
             budget.limit = limit
             switch.current = rng
             bucket.state_countdown = 1  # `state` measured after every run
-            _pack_slot(slot, 0, iid, _mono_ns(), kill_ns)
+            first_key = next(iter(bucket.members), None)  # whom a kill blames: this bucket
+            _pack_slot(slot, 0, -first_key if type(first_key) is int else iid, _mono_ns(), kill_ns)
             try:
                 result = run(bucket, event, *rest)
             except SandboxStop as stop:

@@ -59,6 +59,13 @@ class WorkerConfig:
 
     #: Worker processes sharing the worker-tier patterns (plus one warm spare).
     workers: int = 2
+    #: Worker processes for new patterns (probation: `probation.py`); None: as many as
+    #: `workers`; 0: none (new patterns go straight to the regular workers).
+    probation_workers: int | None = None
+    #: Events a pattern runs on probation, and seconds it spends there at least, before it
+    #: moves to a regular worker.
+    probation_events: int = 100
+    probation_seconds: float = 1.0
     #: Seconds of wall time one evaluation (or one batch's compile) may run before the
     #: router's watchdog looks at the worker's CPU clock; it is killed once the call has
     #: also burnt `kill_cpu` seconds of CPU past that point (so a descheduled worker on a
@@ -83,9 +90,19 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= 64:
             raise UsageError(f"workers must be an int in 1..64, not {self.workers!r}")
-        for name in ("kill_after", "kill_cpu", "compile_deadline", "client_burst", "start_timeout"):
+        p = self.probation_workers
+        if p is not None and (isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 64):
+            raise UsageError(f"probation_workers must be None or an int in 0..64, not {p!r}")
+        if isinstance(self.probation_events, bool) or not isinstance(self.probation_events, int) or self.probation_events < 1:
+            raise UsageError(f"probation_events must be an int >= 1, not {self.probation_events!r}")
+        for name in ("kill_after", "kill_cpu", "compile_deadline", "client_burst", "start_timeout", "probation_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 60:
                 raise UsageError(f"{name} must be seconds in (0, 60], not {v!r}")
         if isinstance(self.memory, bool) or not isinstance(self.memory, int) or self.memory < 32 * 1024 * 1024:
             raise UsageError(f"memory must be an int of bytes >= 32 MiB, not {self.memory!r}")
+
+    @property
+    def probation_count(self) -> int:
+        """Probation workers (`probation_workers`, None meaning as many as `workers`)."""
+        return self.workers if self.probation_workers is None else self.probation_workers

@@ -22,6 +22,8 @@ from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
 
 from ..limits import HostFacts, SandboxLimits
 from .hooks import missed_each
+from ..buckets import freeze
+from .probation import Probation, count
 from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WATCH_INTERVAL, WorkerConfig
 from .process import ROUTER_DIR, ZYGOTE_BOOT, WorkerProcess
 from .slots import MATCHER, SUBSCRIBER, Inst, Probe, Slot, Sub, close_result, join_answers
@@ -38,7 +40,7 @@ Deliveries = list[tuple[Hashable, Event]]
 DELIVERY_CHUNK = 2000
 
 
-class WorkerPool:
+class WorkerPool(Probation):
     """Worker-tier patterns of one router. `deliver(items)` gets each reply's deliveries,
     in order; `on_stop(keys, code, message)` gets the subscribers of a stopped pattern;
     `on_missed(keys, count)` gets the subscribers of a worker that dropped *count* events
@@ -75,8 +77,10 @@ class WorkerPool:
         self._slots: list[Slot] = []
         self._subs: dict[Hashable, Sub] = {}
         self._by_wkey: dict[int, Sub] = {}
-        self._instances: dict[tuple[str, str, str], Inst] = {}
-        self._client_slot: dict[str, Slot] = {}
+        #: ((kernel, format, source), on probation?) → the instance: a pattern may run in two
+        #: places, proven buckets on a regular worker and new ones on probation (`probation.py`).
+        self._instances: dict[tuple[tuple[str, str, str], bool], Inst] = {}
+        self._client_slot: dict[tuple[str, bool], Slot] = {}  # (client, probation) → its worker
         self._wkeys = itertools.count(1)
         self._iids = itertools.count(1)
         self._seq = itertools.count(1)
@@ -88,7 +92,8 @@ class WorkerPool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
         #: Counters: batches, events sent, kills, crashes, replacements, dropped events.
-        self.counters: dict[str, int] = dict.fromkeys(("batches", "events", "kills", "crashes", "replaced", "dropped"), 0)
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("batches", "events", "kills", "crashes", "replaced", "dropped", "graduated", "demoted"), 0)
 
     # -- subscribers -----------------------------------------------------------------------
 
@@ -96,27 +101,31 @@ class WorkerPool:
         """Place *key*'s pattern: a subscriber (`SUBSCRIBER`: its deliveries, to `key`), or a
         standalone matcher (`MATCHER`: each event it accepts is delivered to `key` as is)."""
         spec_key = (spec.kernel, spec.format, spec.source)
-        inst = self._instances.get(spec_key)
+        inst = self._instance_for(spec_key, freeze(dict(params)), client)
         if inst is None:
-            slot = self._client_slot.get(client) or self._place(client)
-            inst = Inst(next(self._iids), spec_key, slot)
-            self._instances[spec_key] = inst
+            probation = self.config.probation_count > 0
+            slot = self._home(client, probation)
+            inst = Inst(next(self._iids), spec_key, slot, client, time.monotonic())
+            self._instances[(spec_key, probation)] = inst
             slot.instances[inst.iid] = inst
             if self._spare is not None:
                 self._prime(self._spare, [spec_key])
         slot = inst.worker
         slot.clients.add(client)
-        self._client_slot.setdefault(client, slot)
+        self._client_slot.setdefault((client, slot.probation), slot)
         sub = Sub(key, next(self._wkeys), spec, dict(params), client, inst, kind)
         self._subs[key] = sub
         self._by_wkey[sub.wkey] = sub
         inst.subs[sub.wkey] = sub
+        count(inst.params, freeze(sub.params), 1)
         self._control(slot, self._sub_frame(sub))
 
     def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
         sub = self._subs.get(key)
         if sub is not None:
+            count(sub.inst.params, freeze(sub.params), -1)
             sub.params = {**sub.params, **params}
+            count(sub.inst.params, freeze(sub.params), 1)
             self._control(sub.inst.worker, encode(["update", sub.wkey, dict(params)]))
 
     def unsubscribe(self, key: Hashable) -> None:
@@ -127,20 +136,6 @@ class WorkerPool:
         self._control(sub.inst.worker, encode(["unsub", sub.wkey]))
         if not self._subs:
             self._shut_down()
-
-    def _forget(self, sub: Sub) -> None:
-        del self._subs[sub.key]
-        del self._by_wkey[sub.wkey]
-        inst = sub.inst
-        del inst.subs[sub.wkey]
-        if not inst.subs:
-            self._instances.pop(inst.spec_key, None)
-            inst.worker.instances.pop(inst.iid, None)
-        slot = inst.worker
-        if not any(s.client == sub.client for i in slot.instances.values() for s in i.subs.values()):
-            slot.clients.discard(sub.client)
-            if self._client_slot.get(sub.client) is slot:
-                del self._client_slot[sub.client]
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -180,21 +175,11 @@ class WorkerPool:
             s.proc is not None and not s.proc.gone and s.in_flight is None and not s.queue for s in self._slots
         )
 
-    def _sub_frame(self, sub: Sub) -> bytes:
+    def _sub_frame(self, sub: Sub, state: bytes = b"") -> bytes:
         s = sub.spec
-        return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client, sub.kind])
+        return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client, sub.kind, state])
 
     # -- placement -------------------------------------------------------------------------
-
-    def _place(self, client: str) -> Slot:
-        """The slot for a client's first pattern: a new worker while the pool has room,
-        else the one serving the fewest clients (then the fewest patterns)."""
-        if len(self._slots) < self.config.workers:
-            slot = Slot(len(self._slots))
-            self._slots.append(slot)
-            self._start(slot)
-            return slot
-        return min(self._slots, key=lambda s: (len(s.clients), len(s.instances), s.number))
 
     def _start(self, slot: Slot) -> None:
         """Give *slot* a process: the warm spare if there is one, else a new one."""
@@ -265,6 +250,7 @@ class WorkerPool:
                     slot.queue.append(1)
                 continue
             queue = slot.queue
+            slot.epoch += 1
             last = queue[-1] if queue else None
             if type(last) is list and len(last) < MAX_BATCH_EVENTS:
                 last.append(event)
@@ -276,6 +262,7 @@ class WorkerPool:
             self._loop.call_soon(self._pump)
 
     def _control(self, slot: Slot, frame: bytes) -> None:
+        slot.epoch += 1
         if frame:
             slot.queue.append(frame)
         if not self._pump_scheduled:
@@ -332,6 +319,8 @@ class WorkerPool:
             if type(events) is Probe:
                 proc.kill("protocol")
                 return
+            if slot.probation:
+                self._ran(slot, len(events))
             derived = [event_from_wire(w) for w in unpack(derived_blob)] if len(derived_blob) > 1 else []
             by_wkey = self._by_wkey
             out: Deliveries = []
@@ -359,6 +348,8 @@ class WorkerPool:
                 self._stop_inst(sub.inst, msg[2], msg[3])
         elif op == "stop":
             self._stop_wkeys(msg[1], msg[2], msg[3])
+        elif op == "exported":
+            self._exported(slot, msg[1], msg[2])
 
     def _deliver_chunks(self, slot: Slot, out: Deliveries, start: int) -> None:
         """Deliver *out* a chunk per turn of the loop (a script may forward thousands of
@@ -382,6 +373,7 @@ class WorkerPool:
             return
         slot.delivering = False
         self._pump_slot(slot)
+        self._quiet(slot)
 
     # -- stops, kills and replacements -----------------------------------------------------
     def _stop_wkeys(self, wkeys: list[int], code: str, message: str) -> None:
@@ -395,8 +387,11 @@ class WorkerPool:
             self._report(keys, code, message)
 
     def _stop_inst(self, inst: Inst, code: str, message: str) -> None:
-        subs = list(inst.subs.values())
+        self._stop_subs(list(inst.subs.values()), code, message)
+
+    def _stop_subs(self, subs: list[Sub], code: str, message: str) -> None:
         for sub in subs:
+            inst = sub.inst
             self._forget(sub)
             if inst.worker.proc is not None:
                 self._control(inst.worker, encode(["unsub", sub.wkey]))
@@ -427,12 +422,17 @@ class WorkerPool:
         fresh worker, and send it what the dead one had not answered."""
         if self.closed or slot.proc is not proc:
             return
-        slot.suspect = None
+        slot.suspect = slot.asking = None
         self.counters["crashes"] += proc.killed_for is None
         iid, code, why = proc.blame()
-        inst = slot.instances.get(iid)
-        if inst is not None:
-            self._stop_inst(inst, code, f"pattern stopped: {why}; its worker process was replaced")
+        blamed = self._by_wkey.get(-iid) if iid < 0 else None
+        inst = slot.instances.get(iid) if blamed is None else blamed.inst
+        if inst is not None and inst.worker is slot:
+            # The bucket it was evaluating (the subscribers with those params), else the
+            # instance it was compiling.
+            mates = [s for s in inst.subs.values() if blamed is None or s.params == blamed.params]
+            self._stop_subs(mates, code, f"pattern stopped: {why}; its worker process was replaced")
+            self._demote(slot, blamed.client if blamed is not None else inst.client)
         elif slot.in_flight is not None and type(slot.in_flight[1]) is not Probe:
             # No culprit known (killed from outside, or between two evaluations): the batch
             # is sent to the next worker once; if that one dies on it too, the batch may be
@@ -455,7 +455,7 @@ class WorkerPool:
         """Have the spare compile every short source placed (or *specs*) ahead of need, so
         a replacement re-creates its patterns from its cache, not by compiling them."""
         if spare is self._spare and spare.done() and not spare.cancelled() and spare.exception() is None:
-            for kernel, fmt, source in specs or list(self._instances):
+            for kernel, fmt, source in specs or {k for k, _ in self._instances}:
                 if kernel == "python" and len(source) <= PRECHECK_MAX_SOURCE:  # bounded work: no watchdog here
                     spare.result().send(encode(["precompile", kernel, fmt, source]))
 

@@ -31,13 +31,19 @@ class Sub:
 
 
 class Inst:
-    """One distinct pattern on one worker (its group lives there whole)."""
+    """One distinct pattern on one worker (its group lives there whole). On a probation
+    worker (`probation.py`): since when, and over how many events it ran there."""
 
-    __slots__ = ("iid", "spec_key", "worker", "subs")
+    __slots__ = ("iid", "spec_key", "worker", "subs", "client", "since", "trial", "next_try", "params")
 
-    def __init__(self, iid: int, spec_key: tuple[str, str, str], worker: "Slot") -> None:
-        self.iid, self.spec_key, self.worker = iid, spec_key, worker
+    def __init__(self, iid: int, spec_key: tuple[str, str, str], worker: "Slot", client: str, since: float) -> None:
+        self.iid, self.spec_key, self.worker, self.client = iid, spec_key, worker, client
         self.subs: dict[int, Sub] = {}
+        self.since = since
+        self.trial = 0
+        self.next_try = 0  # events of trial before the next try to move it (its state would not go)
+        #: Its subscribers' params (frozen: `buckets.freeze`) → how many have them.
+        self.params: dict[Any, int] = {}
 
 
 class Probe:
@@ -59,8 +65,14 @@ class Probe:
 class Slot:
     """A place in the pool: the current process serving it, and what it must be sent."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, probation: bool = False) -> None:
         self.number = number
+        #: A probation worker: new patterns run here first (`probation.py`).
+        self.probation = probation
+        #: Items ever queued here (a graduation's state is good only if none came since).
+        self.epoch = 0
+        #: The graduation asked of this worker: (seq, instances, epoch then), or None.
+        self.asking: tuple[int, list[Inst], int] | None = None
         self.proc: WorkerProcess | None = None
         #: bytes (a control frame), list[Event] (a batch), a Probe, or an int (events dropped
         #: here: the backlog was full), in dispatch order.

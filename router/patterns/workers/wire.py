@@ -6,19 +6,26 @@ item names them::
     router → worker                          worker → router
     ["hello", facts]                         ["ready"]
     ["sub", wkey, iid, kernel, format,       ["refused", wkey, code, message]
-            source, params, client]
+            source, params, client, kind, state]
     ["update", wkey, params]                 ["stop", [wkey...], code, message]
     ["unsub", wkey]
     ["batch", seq, peer_count, events]       ["done", seq, deliveries, derived, stops]
+    ["probe", seq, wkey, needs, events]      ["probed", seq, results, stops]
+    ["export", seq, [wkey...]]               ["exported", seq, [[wkey, state], ...]]
+    ["precompile", kernel, format, source]
+    ["uncache"]
 
 `events` and `derived` are one msgpack bin each: the array of the events' wire arrays
 (`event_to_wire`), so a batch is packed once in C. `deliveries` is a flat array
 [wkey, ref, wkey, ref, ...], in delivery order: ref >= 0 is the index of a batch event
-(delivered as the router's own object), ref < 0 is derived event -1 - ref.
+(delivered as the router's own object), ref < 0 is derived event -1 - ref. A `state` is a script's state carried off probation (`carry.py`),
+empty bytes for none, None in an answer where it cannot be carried.
 
-The shared slot: the worker also writes, into a 24-byte shared page, which pattern instance
-it is running, since when and for how long at most (`SLOT`), so the router's watchdog knows
-whom to blame when it kills a worker stuck in one long call into C.
+The shared slot: the worker also writes, into a 24-byte shared page, which pattern it is
+running (the instance id while compiling; minus the wkey of a subscriber of the bucket it
+evaluates, so a kill stops only the subscribers with those params), since when and for how
+long at most (`SLOT`), so the router's watchdog knows whom to blame when it kills a worker
+stuck in one long call into C.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from aa.mesh.protocol import pack, unpack
 
 __all__ = ["FrameReader", "encode", "SLOT", "SLOT_BYTES", "MAX_FRAME"]
 
-#: (instance id, started at in monotonic ns or 0 when idle, limit in ns).
+#: (instance id or -wkey, started at in monotonic ns or 0 when idle, limit in ns).
 SLOT: Final = struct.Struct("<qqq")
 SLOT_BYTES: Final = 4096
 #: Largest frame either side accepts, in bytes.

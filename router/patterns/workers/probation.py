@@ -1,0 +1,222 @@
+"""Probation: a worker-tier pattern's first events run on a worker kept for new patterns.
+
+Why: a worker runs the patterns placed on it one after another, so a pattern that strikes
+(an evaluation only the tick budget stops, or a call into C only a kill ends) delays every
+other pattern on its worker. Fairness inside a worker bounds what one *client* costs the
+others (package docstring), but a stranger can open many connections: ninety new clients
+striking at once held another client's script deliveries 0.85–2.1 s. Two processes, though,
+run side by side: the kernel does not wait for one to finish an evaluation. So a new
+pattern goes to a probation worker (`WorkerConfig.probation_workers`, as many as the
+regular ones by default; a client's new patterns share one), and moves to a regular worker
+once it has run `probation_events` events over `probation_seconds` there without being
+stopped (a source longer than `GRADUATE_MAX_SOURCE` stays: compiling it again would hold the
+regular worker's other patterns). A newcomer's first strike then delays other newcomers only, and patterns that
+have proved themselves run beside patterns that have too. A pattern that later gets a
+regular worker killed sends its client's other patterns there back to probation (they
+are re-created anyway, their state lost with the process).
+
+Moving keeps the pattern's state. When a probation worker has answered every batch and
+nothing waits for it, the pool asks it for the states of the patterns due to move
+(`carry.py`); the answer counts only if still nothing has been queued for that worker (else
+the pool asks again at its next quiet moment). The regular worker then re-creates each
+pattern from its source, with its subscribers' params and that state, behind the events
+already queued for it: no event missed or seen twice, each subscriber's deliveries in order.
+A state that cannot be carried (an event view, a generator kept in it) keeps the pattern
+on probation, to be asked again after as many events again. Under a load that never lets a
+probation worker go quiet, its patterns stay there and are served there: probation only
+decides who runs beside whom.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..buckets import freeze
+from .slots import Inst, Slot, Sub
+from .wire import encode
+
+if TYPE_CHECKING:
+    from .limits import WorkerConfig
+
+__all__ = ["Probation", "count"]
+
+#: Most patterns one graduation moves (their states travel in one message).
+GRADUATE_AT_ONCE = 64
+#: Longest source that leaves probation, and the most source one graduation moves, in
+#: characters: the regular worker compiles what joins it (about 8 µs a character), and its
+#: other patterns wait meanwhile: at most ~16 ms per quiet moment of the probation worker.
+GRADUATE_MAX_SOURCE = 2048
+#: Longest carried state the pool passes on, in bytes (the sandbox caps a state at
+#: `max_state_bytes` of memory; its bytes on the wire are fewer).
+MAX_CARRIED_BYTES = 4 * 1024 * 1024
+
+
+class Probation:
+    """The pool's placement across probation and regular workers (a part of `WorkerPool`,
+    split out for length: it uses the pool's records and queues)."""
+
+    config: "WorkerConfig"
+    counters: dict[str, int]
+    _slots: list[Slot]
+    _client_slot: dict[tuple[str, bool], Slot]
+    _seq: "itertools.count[int]"
+    _by_wkey: dict[int, Any]
+    _subs: dict[Any, Any]
+    _instances: dict[tuple[tuple[str, str, str], bool], Inst]
+
+    def _start(self, slot: Slot) -> None:  # the pool's
+        raise NotImplementedError
+
+    def _sub_frame(self, sub: Any, state: bytes = b"") -> bytes:  # the pool's
+        raise NotImplementedError
+
+    def _control(self, slot: Slot, frame: bytes) -> None:  # the pool's
+        raise NotImplementedError
+
+    def _instance_for(self, spec_key: tuple[str, str, str], params: Any, client: str) -> Inst | None:
+        """The instance a new subscriber of *spec_key* with (frozen) *params* joins, if any:
+        the proven one where these params run already (nothing new runs there), else the
+        one on probation (new params are new behaviour: they prove themselves first)."""
+        proven = self._instances.get((spec_key, False))
+        if proven is not None and (not self.config.probation_count or params in proven.params):
+            return proven
+        return self._instances.get((spec_key, True))
+
+    def _forget(self, sub: Sub) -> None:
+        """Subscriber *sub* is gone (unsubscribed, or its pattern stopped)."""
+        del self._subs[sub.key]
+        del self._by_wkey[sub.wkey]
+        inst = sub.inst
+        del inst.subs[sub.wkey]
+        count(inst.params, freeze(sub.params), -1)
+        if not inst.subs:
+            if self._instances.get((inst.spec_key, inst.worker.probation)) is inst:
+                del self._instances[(inst.spec_key, inst.worker.probation)]
+            inst.worker.instances.pop(inst.iid, None)
+        self._left(sub.client, inst.worker)
+
+    def _home(self, client: str, probation: bool) -> Slot:
+        """Where *client*'s new pattern goes: its worker of that kind, else a new worker
+        while the pool has room, else the one serving the fewest clients."""
+        slot = self._client_slot.get((client, probation))
+        if slot is not None:
+            return slot
+        kind = [s for s in self._slots if s.probation == probation]
+        if len(kind) < (self.config.probation_count if probation else self.config.workers):
+            slot = Slot(len(self._slots), probation)
+            self._slots.append(slot)
+            self._start(slot)
+            return slot
+        return min(kind, key=lambda s: (len(s.clients), len(s.instances), s.number))
+
+    def _ran(self, slot: Slot, events: int) -> None:
+        """A probation worker answered a batch of *events*: its patterns ran them."""
+        for inst in slot.instances.values():
+            inst.trial += events
+
+    def _quiet(self, slot: Slot) -> None:
+        """*slot* answered everything and nothing waits for it: ask for the states of its
+        patterns due to move (at most `GRADUATE_AT_ONCE`)."""
+        if not slot.probation or slot.asking is not None or slot.queue or slot.in_flight is not None or slot.delivering:
+            return
+        if slot.proc is None or slot.proc.gone:
+            return
+        config, now = self.config, time.monotonic()
+        due: list[Inst] = []
+        size = 0
+        for i in slot.instances.values():
+            if i.trial >= max(config.probation_events, i.next_try) and now - i.since >= config.probation_seconds:
+                n = len(i.spec_key[2])
+                if n > GRADUATE_MAX_SOURCE:
+                    continue  # stays: re-compiling it would hold a regular worker
+                size += n
+                if (size > GRADUATE_MAX_SOURCE and due) or len(due) >= GRADUATE_AT_ONCE:
+                    break
+                due.append(i)
+        if due:
+            seq = next(self._seq)
+            slot.asking = (seq, due, slot.epoch)
+            slot.proc.send(encode(["export", seq, [w for i in due for w in sorted(i.subs)]]))
+
+    def _exported(self, slot: Slot, seq: int, states: list[Any]) -> None:
+        """The probation worker's answer: [wkey, state bytes or None (not portable)]..."""
+        asking, slot.asking = slot.asking, None
+        if asking is None or asking[0] != seq:
+            return
+        _, due, epoch = asking
+        if slot.epoch != epoch or slot.queue or slot.in_flight is not None or slot.delivering:
+            self._quiet(slot)  # something came meanwhile: the states are stale
+            return
+        carried = {w: b for w, b in states if b is None or (type(b) is bytes and len(b) <= MAX_CARRIED_BYTES)}
+        for inst in due:
+            if inst.worker is not slot or not inst.subs:
+                continue  # stopped or gone meanwhile
+            if any(carried.get(w, None) is None for w in inst.subs):
+                inst.next_try = inst.trial + self.config.probation_events
+                continue
+            self._move(inst, self._home(inst.client, False), carried)
+            self.counters["graduated"] += 1
+
+    def _move(self, inst: Inst, to: Slot, states: Mapping[int, bytes | None] | None = None) -> None:
+        """Re-place *inst* on *to*: gone from its worker now, re-created on *to* behind what
+        is queued there (with its carried *states*, by wkey; else an empty state). If the
+        pattern has an instance of *to*'s kind already, its subscribers join that one."""
+        old = inst.worker
+        del old.instances[inst.iid]
+        if self._instances.get((inst.spec_key, old.probation)) is inst:
+            del self._instances[(inst.spec_key, old.probation)]
+        subs = sorted(inst.subs.values(), key=lambda s: s.wkey)
+        if old.proc is not None and not old.proc.gone:
+            for sub in subs:
+                self._control(old, encode(["unsub", sub.wkey]))
+        there = self._instances.get((inst.spec_key, to.probation))
+        if there is not None:
+            for sub in subs:
+                sub.inst = there
+                there.subs[sub.wkey] = sub
+                count(there.params, freeze(sub.params), 1)
+            to = there.worker
+        else:
+            inst.worker = to
+            to.instances[inst.iid] = inst
+            self._instances[(inst.spec_key, to.probation)] = inst
+            inst.since, inst.trial, inst.next_try = time.monotonic(), 0, 0
+        for sub in subs:
+            self._settle(sub.client, old, to)
+            self._control(to, self._sub_frame(sub, (states or {}).get(sub.wkey) or b""))
+
+    def _settle(self, client: str, old: Slot, new: Slot) -> None:
+        """*client* has a pattern on *new*, maybe none left on *old*."""
+        new.clients.add(client)
+        self._client_slot.setdefault((client, new.probation), new)
+        self._left(client, old)
+
+    def _left(self, client: str, slot: Slot) -> None:
+        """A pattern of *client*'s left *slot*: is it still among the slot's clients?"""
+        if not any(s.client == client for i in slot.instances.values() for s in i.subs.values()):
+            slot.clients.discard(client)
+            if self._client_slot.get((client, slot.probation)) is slot:
+                del self._client_slot[(client, slot.probation)]
+
+    def _demote(self, slot: Slot, culprit: str) -> None:
+        """A pattern of *culprit*'s got regular worker *slot* killed: its other patterns
+        there go back to probation (re-created there; their state died with the process)."""
+        if slot.probation or not self.config.probation_count:
+            return
+        mine = [i for i in slot.instances.values() if i.client == culprit]
+        if mine:
+            home = self._home(culprit, True)
+            for inst in mine:
+                self._move(inst, home)
+                self.counters["demoted"] += 1
+
+
+def count(counts: dict[Any, int], key: Any, n: int) -> None:
+    """Add *n* to *counts*[*key*], forgetting a key that reaches 0."""
+    left = counts.get(key, 0) + n
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
