@@ -32,6 +32,7 @@ from typing import Any, Callable
 from aa.mesh import Event, PatternError, PatternSpec, UsageError
 from aa.mesh.protocol import event_to_wire, pack, unpack
 
+from ..buckets import Member
 from ..budget import MEMORY, TIMEOUT, SandboxStop
 from ..engine import Matcher, PatternEngine
 from ..limits import HostFacts, SandboxLimits
@@ -155,9 +156,8 @@ class Worker:
             self.matchers.pop(msg[1], None)
             self.client_of.pop(msg[1], None)
 
-    def subscribe(
-        self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any], client: str, kind: int = 0, state: bytes = b""
-    ) -> None:
+    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any],
+                  client: str, kind: int = 0, state: bytes = b"") -> None:
         """Place *wkey*'s pattern (with the *state* its pattern carried from probation,
         `carry.py`: the bucket takes it if it has none yet)."""
         self._placing = (iid, client)
@@ -192,8 +192,7 @@ class Worker:
         return m.bucket if m is not None else self.engine.bucket_of(wkey)
 
     def export(self, seq: int, wkeys: list[int]) -> None:
-        """The states of *wkeys*' patterns, for their move off probation (`probation.py`):
-        bytes each (empty: nothing to carry), None where a state cannot be carried."""
+        """*wkeys*' states, moving off probation: bytes (b"": none), None if not portable."""
         out: list[Any] = []
         for wkey in wkeys:
             bucket = self.bucket(wkey)
@@ -248,7 +247,8 @@ class Worker:
             budget.limit = limit
             switch.current = rng
             bucket.state_countdown = 1  # `state` measured after every run
-            first_key = next(iter(bucket.members), None)  # whom a kill blames: this bucket
+            members = bucket.members  # a kill blames this bucket: a member's key
+            first_key = members.key if type(members) is Member else next(iter(members), None)
             _pack_slot(slot, 0, -first_key if type(first_key) is int else iid, _mono_ns(), kill_ns)
             try:
                 result = run(bucket, event, *rest)

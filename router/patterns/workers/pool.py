@@ -111,7 +111,7 @@ class WorkerPool(Probation):
             if self._spare is not None:
                 self._prime(self._spare, [spec_key])
         slot = inst.worker
-        slot.clients.add(client)
+        count(slot.clients, client, 1)
         self._client_slot.setdefault((client, slot.probation), slot)
         sub = Sub(key, next(self._wkeys), spec, dict(params), client, inst, kind)
         self._subs[key] = sub

@@ -156,13 +156,14 @@ class Probation:
             if any(carried.get(w, None) is None for w in inst.subs):
                 inst.next_try = inst.trial + self.config.probation_events
                 continue
-            self._move(inst, self._home(inst.client, False), carried)
+            self._move(inst, False, carried)
             self.counters["graduated"] += 1
 
-    def _move(self, inst: Inst, to: Slot, states: Mapping[int, bytes | None] | None = None) -> None:
-        """Re-place *inst* on *to*: gone from its worker now, re-created on *to* behind what
-        is queued there (with its carried *states*, by wkey; else an empty state). If the
-        pattern has an instance of *to*'s kind already, its subscribers join that one."""
+    def _move(self, inst: Inst, probation: bool, states: Mapping[int, bytes | None] | None = None) -> None:
+        """Re-place *inst* on a worker of the other kind: gone from its worker now,
+        re-created there behind what is queued (with its carried *states*, by wkey; else an
+        empty state): on the pattern's instance of that kind if it has one, else on its
+        client's worker of that kind (`_home`)."""
         old = inst.worker
         del old.instances[inst.iid]
         if self._instances.get((inst.spec_key, old.probation)) is inst:
@@ -171,32 +172,28 @@ class Probation:
         if old.proc is not None and not old.proc.gone:
             for sub in subs:
                 self._control(old, encode(["unsub", sub.wkey]))
-        there = self._instances.get((inst.spec_key, to.probation))
+        there = self._instances.get((inst.spec_key, probation))
+        to = there.worker if there is not None else self._home(inst.client, probation)
         if there is not None:
             for sub in subs:
                 sub.inst = there
                 there.subs[sub.wkey] = sub
                 count(there.params, freeze(sub.params), 1)
-            to = there.worker
         else:
             inst.worker = to
             to.instances[inst.iid] = inst
             self._instances[(inst.spec_key, to.probation)] = inst
             inst.since, inst.trial, inst.next_try = time.monotonic(), 0, 0
         for sub in subs:
-            self._settle(sub.client, old, to)
+            count(to.clients, sub.client, 1)
+            self._left(sub.client, old)
+            self._client_slot.setdefault((sub.client, to.probation), to)
             self._control(to, self._sub_frame(sub, (states or {}).get(sub.wkey) or b""))
 
-    def _settle(self, client: str, old: Slot, new: Slot) -> None:
-        """*client* has a pattern on *new*, maybe none left on *old*."""
-        new.clients.add(client)
-        self._client_slot.setdefault((client, new.probation), new)
-        self._left(client, old)
-
     def _left(self, client: str, slot: Slot) -> None:
-        """A pattern of *client*'s left *slot*: is it still among the slot's clients?"""
-        if not any(s.client == client for i in slot.instances.values() for s in i.subs.values()):
-            slot.clients.discard(client)
+        """A subscriber of *client*'s left *slot*: was it the client's last one there?"""
+        count(slot.clients, client, -1)
+        if client not in slot.clients:
             if self._client_slot.get((client, slot.probation)) is slot:
                 del self._client_slot[(client, slot.probation)]
 
@@ -205,12 +202,9 @@ class Probation:
         there go back to probation (re-created there; their state died with the process)."""
         if slot.probation or not self.config.probation_count:
             return
-        mine = [i for i in slot.instances.values() if i.client == culprit]
-        if mine:
-            home = self._home(culprit, True)
-            for inst in mine:
-                self._move(inst, home)
-                self.counters["demoted"] += 1
+        for inst in [i for i in slot.instances.values() if i.client == culprit]:
+            self._move(inst, True)
+            self.counters["demoted"] += 1
 
 
 def count(counts: dict[Any, int], key: Any, n: int) -> None:

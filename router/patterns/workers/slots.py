@@ -80,7 +80,8 @@ class Slot:
         self.queued_events = 0
         #: (seq, the batch's events or the Probe) awaiting the worker's answer.
         self.in_flight: tuple[int, Any] | None = None
-        self.clients: set[str] = set()
+        #: Client → how many of its subscribers (and matchers) are placed here.
+        self.clients: dict[str, int] = {}
         self.instances: dict[int, Inst] = {}
         self.suspect: tuple[int, int, float] | None = None
         self.delivering = False  # a reply's deliveries are still being handed on
