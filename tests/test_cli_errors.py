@@ -185,6 +185,16 @@ async def test_a_host_not_of_this_machine_is_one_line():
     one_line(err, "aa router: cannot listen on 192.0.2.1 (not an address of this machine)")
 
 
+@pytest.mark.parametrize("flag, value, says", [
+    ("--pattern-workers", "0", "aa router: --pattern-workers must be 1..64, not 0"),
+    ("--probation-workers", "-1", "aa router: --probation-workers must be 0..64, not -1"),
+])
+async def test_a_worker_count_out_of_range_is_one_line(flag, value, says):
+    code, _, err = await run_aa("router", flag, value, "--port", "0", "--no-discovery")
+    assert code == 2
+    one_line(err, says)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to run as nobody")
 async def test_a_data_folder_without_permission_is_one_line(tmp_path):
     tmp_path.chmod(0o755)

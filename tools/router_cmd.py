@@ -132,6 +132,10 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         keepalive=args.keepalive,
         info_interval=args.info_interval,
     )
+    if not 1 <= args.pattern_workers <= 64:
+        raise UsageError(f"--pattern-workers must be 1..64, not {args.pattern_workers}")
+    if args.probation_workers is not None and not 0 <= args.probation_workers <= 64:
+        raise UsageError(f"--probation-workers must be 0..64, not {args.probation_workers}")
     return RouterConfig(
         host=args.host,
         port=args.port,
