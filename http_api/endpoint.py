@@ -30,7 +30,7 @@ from aa.mesh import UsageError
 from .app import create_app
 from .guard import parse_ranges
 from .limits import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, MAX_BODY_BYTES
-from .protocol import REQUEST_HEAD_DEADLINE, with_deadline
+from .protocol import MAX_CONNECTIONS_PER_ADDRESS, REQUEST_HEAD_DEADLINE, with_deadline
 from .stream import close_streams
 
 __all__ = ["HttpConfig", "HttpEndpoint"]
@@ -59,6 +59,8 @@ class HttpConfig:
     max_body: int = MAX_BODY_BYTES
     #: Seconds a connection has to send each request's line and headers (`aa.http_api.protocol`).
     request_head_deadline: float = REQUEST_HEAD_DEADLINE
+    #: Connections one address may hold at once (past it: 503, closed); 1,000 in all.
+    max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
     #: Seconds a closing endpoint waits for requests in flight.
     shutdown_grace: float = 2.0
     #: HTTPS certificate and key (PEM); None: plain HTTP. `aa router` passes its own.
@@ -74,6 +76,8 @@ class HttpConfig:
         parse_ranges(self.allow)  # raises UsageError for a bad range
         if not isinstance(self.request_head_deadline, (int, float)) or not self.request_head_deadline > 0:
             raise UsageError("request_head_deadline must be a positive number of seconds")
+        if type(self.max_connections_per_address) is not int or self.max_connections_per_address < 1:
+            raise UsageError("max_connections_per_address must be a positive number")
         if type(self.max_body) is not int or self.max_body < 1:
             raise UsageError("max_body must be a positive number of bytes")
         if (self.cert is None) != (self.key is None):
@@ -164,7 +168,7 @@ class HttpEndpoint:
                 proxy_headers=False,
                 server_header=False,
                 ws="none",
-                http=with_deadline(cfg.request_head_deadline),  # httptools, the head timed
+                http=with_deadline(cfg.request_head_deadline, cfg.max_connections_per_address),  # httptools, head timed
                 timeout_graceful_shutdown=int(cfg.shutdown_grace) or 1,
                 # Idle keep-alive connections closed after 5 s; past 1,000 connections new
                 # requests get 503 (an fd each: the router's port shares the open-file limit).

@@ -216,3 +216,41 @@ async def test_connections_that_do_not_send_a_request_head_in_time_are_closed() 
         assert (await health()).startswith(b"HTTP/1.1 200")  # idle between requests: uvicorn's keep-alive
         for _, writer in (silent, trickle, keep):
             writer.close()
+
+
+async def test_one_address_cannot_take_every_http_connection() -> None:
+    # uvicorn holds 1,000 connections in all: one address (a NAT, or an attacker) could take
+    # them all and leave everybody else with 503s. Another address still gets in.
+    endpoint = HttpEndpoint(host="127.0.0.1", port=0, max_connections_per_address=3)
+    async with Router(RouterConfig(port=0, name="http-per-address"), endpoints=[endpoint]):
+        host, port = endpoint.address
+        held = [await asyncio.open_connection(host, port) for _ in range(3)]
+        for reader, writer in held:  # each served: they count
+            writer.write(b"GET /health HTTP/1.1\r\nHost: aa\r\n\r\n")
+            async with asyncio.timeout(5):
+                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        reader, writer = await asyncio.open_connection(host, port)
+        async with asyncio.timeout(5):
+            refused = await reader.read()  # answered and closed without a request
+        assert refused.startswith(b"HTTP/1.1 503") and b"3 connections from 127.0.0.1 already" in refused
+        writer.close()
+        other = await asyncio.open_connection(host, port, local_addr=("127.0.0.2", 0))
+        other[1].write(b"GET /health HTTP/1.1\r\nHost: aa\r\nConnection: close\r\n\r\n")
+        async with asyncio.timeout(5):
+            assert (await other[0].read()).startswith(b"HTTP/1.1 200")
+        held[0][1].close()
+        await held[0][1].wait_closed()
+
+        async def served_again() -> bool:
+            r, w = await asyncio.open_connection(host, port)
+            w.write(b"GET /health HTTP/1.1\r\nHost: aa\r\nConnection: close\r\n\r\n")
+            async with asyncio.timeout(5):
+                answer = await r.read()
+            w.close()
+            return answer.startswith(b"HTTP/1.1 200")
+
+        async with asyncio.timeout(5):  # a slot is free once the server has seen the close
+            while not await served_again():
+                pass
+        for _, w in held[1:]:
+            w.close()
