@@ -45,3 +45,30 @@ async def test_no_event_missed_or_doubled_across_updates_under_load(router, clie
     assert phase0 == list(range(0, 3000, 2))
     assert phase1 == list(range(0, 3000, 3))
     assert len({e.id for e in got}) == len(got)
+
+
+def test_an_update_of_the_param_a_trader_is_filed_under_moves_only_its_entry() -> None:
+    """`Symbol == sym and Price == limit` is filed under its limit when that is the rarer
+    key: an update of the limit re-files the same entry under the new value (issue 12: an
+    update at least 100,000 a second), and the trader then hears the new limit only."""
+    from datetime import datetime, timezone
+
+    from aa.mesh import PatternSpec
+    from aa.router.patterns import HostFacts, PatternEngine
+
+    host = HostFacts(router_id="r", router_name="r", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    engine = PatternEngine(host=host, on_failure=lambda *a: None)
+    source = PatternSpec(source="Symbol == sym and Price == limit")
+    for i in range(50):  # many traders of one symbol: the limit is the rarer key
+        engine.subscribe(i, source, {"sym": "S1", "limit": float(i)})
+    entry = engine.bucket_of(7).placed[2]
+    assert entry.access.keys == (7.0,)
+    engine.update(7, {"limit": 99.5})
+    assert engine.bucket_of(7).placed[2] is entry and entry.access.keys == (99.5,)  # moved, not planned again
+    assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 99.5}))] == [7]
+    assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 7.0}))] == []
+    assert [k for k, _ in engine.match(Event(values={"Symbol": "S2", "Price": 99.5}))] == []
+    engine.update(7, {"limit": float("nan")})  # NaN equals nothing: planned again, matches nothing
+    assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": float("nan")}))] == []
+    engine.update(7, {"limit": 3})  # an int where a float was: planned again (1 == 1.0)
+    assert sorted(k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 3.0}))) == [3, 7]

@@ -149,7 +149,7 @@ class PatternEngine:
             sub.params = merged
             return
         instance = old.instance
-        if type(old.members) is Member and new_key not in instance.buckets and params.keys() <= old.params.keys() and self._index.movable(old, params):
+        if type(old.members) is Member and new_key not in instance.buckets and params.keys() <= old.params.keys() and (self._index.movable(old, params) or self._index.rekey(old, params, old.params)):
             # Alone, and the index does not read these params: only the bucket's key moves
             # (issue 12: a parametric update in a few microseconds, no event missed or twice).
             drop_bucket(instance, old.params_key)

@@ -45,7 +45,7 @@ from sortedcontainers import SortedList
 from aa.mesh import Event
 
 from .budget import SandboxStop
-from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan
+from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan, _hashable
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -369,6 +369,27 @@ class PredicateIndex:
             return True
         pinned = placed[1]
         return pinned is not None and pinned.isdisjoint(names)
+
+    def rekey(self, bucket: "Bucket", changed: Any, before: Any) -> bool:
+        """Re-file placed *bucket* when the one param *changed* is its access's equality key
+        (`Price == limit`, filed under the limit): its checks read params when verifying.
+        False: the plan must be made again (`PatternEngine.update`)."""
+        placed = bucket.placed
+        if type(placed) is not tuple or len(placed) != 3 or len(changed) != 1:
+            return False
+        ((name, value),) = changed.items()
+        e, old = placed[2], before.get(name)
+        a = e.access
+        if placed[1] != {name} or a is None or a.kind != EQ or a.keys != (old,) or not type(value) is type(old) is type(a.keys[0]):
+            return False
+        if not _hashable(value):  # unhashable, or NaN (equal to nothing)
+            return False
+        f = self._field(a.src, create=False)
+        assert f is not None
+        f.remove(e, a)
+        e.access = Access(EQ, a.src, (value,), a.exact)
+        f.add(e, e.access)
+        return True
 
     def match(self, event: Event, stamp: int) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
         """The placed buckets whose pattern *event* matches, and the ones the sandbox stopped.
