@@ -376,6 +376,7 @@ class Router:
             "patterns": self.engine.instance_count,
             "counters": dict(self.counters),
             "storage": {**storage, "client_caches": len(self.caches)},
+            "workers": self.engine.workers.stats() if self.engine.workers is not None else None,
         }
 
     # -- what a client session asks (aa.router.session) -------------------------------------

@@ -68,7 +68,9 @@ async def test_a_pattern_leaves_probation_with_its_state_and_every_event(router,
     # The count went on where it was: the state moved, no event was missed or seen twice.
     assert [e.values["n"] for e in got] == list(range(1, sent + 1))
     assert [e.values["i"] for e in got] == list(range(sent))
-    assert sub.failure is None and pool.counters["graduated"] == 1
+    assert sub.failure is None
+    workers = router.stats()["workers"]  # what /health shows an operator
+    assert workers["graduated"] == 1 and workers["patterns_on_probation"] == 0 and workers["regular_workers"] == 1
 
 
 async def test_a_state_that_cannot_be_carried_keeps_its_pattern_on_probation(router, make_client):

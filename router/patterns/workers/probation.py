@@ -75,6 +75,14 @@ class Probation:
     def _control(self, slot: Slot, frame: bytes) -> None:  # the pool's
         raise NotImplementedError
 
+    def stats(self) -> dict[str, int]:
+        """For `Router.stats` (`/health`): processes of each kind, patterns on probation, and
+        the counters (kills, crashes, replacements, drops, graduations, demotions)."""
+        on_trial = sum(len(s.instances) for s in self._slots if s.probation)
+        regular = sum(1 for s in self._slots if not s.probation)
+        return {"regular_workers": regular, "probation_workers": len(self._slots) - regular,
+                "patterns_on_probation": on_trial, **self.counters}
+
     def _instance_for(self, spec_key: tuple[str, str, str], params: Any, client: str) -> Inst | None:
         """The instance a new subscriber of *spec_key* with (frozen) *params* joins, if any:
         the proven one where these params run already (nothing new runs there), else the
