@@ -187,6 +187,13 @@ def test_carried_states_are_plain_data_only() -> None:
         deep = [deep]
     with pytest.raises(NotPortable):
         dump_state({"deep": deep})
+    shared: Any = [[]] * 1000  # three objects in memory, a million lists written out
+    with pytest.raises(NotPortable):
+        dump_state({"x": [shared] * 1000})
+    with pytest.raises(NotPortable):  # crafted bytes from a worker broken into
+        load_state(b"\x92\xa1d\x92\xa1x" + b"\x92\xa1l\xdc\x4e\x20" + b"\x92\xa1l\x90" * 20_000)
+    with pytest.raises(NotPortable):
+        load_state(b"\x81\xa1x\x01")  # a bare map: not what dump_state writes
     for blob in (b"\x01", dump_state({"a": 1})[:-1], b"\x92\xa1Z\x90", b"\x90"):
         with pytest.raises(NotPortable):
             load_state(blob)
@@ -246,3 +253,18 @@ async def test_a_stop_takes_only_the_subscribers_whose_params_caused_it(router, 
     pub.publish_nowait({"i": 5})
     await wait_for(lambda: honest and honest[-1].values["i"] == 5, 10)
     assert sorted(e.values["i"] for e in honest) == list(range(6))
+
+
+@pytest.mark.parametrize("router", [WorkerConfig(probation_workers=0, workers=1)], indirect=True)
+async def test_a_kill_tells_params_apart_as_buckets_do(router, make_client):
+    """`{"slow": True}` and `{"slow": 1}` are equal in Python but two buckets (two states):
+    the kill the second one causes stops only its own subscribers."""
+    source = "import re\nif str(slow) == '1':\n    re.match('(a+)+$', 'a' * 34 + 'b')\nforward()"
+    honest: list[Event] = []
+    await (await make_client(client_id="honest")).subscribe(source, honest.append, params={"slow": True}, format="script")
+    hanging = await (await make_client(client_id="hanging")).subscribe(source, params={"slow": 1}, format="script")
+    pub = await make_client()
+    pub.publish_nowait({"i": 0})
+    await wait_for(lambda: hanging.failure is not None, 30)
+    pub.publish_nowait({"i": 1})
+    await wait_for(lambda: len(honest) == 2, 10)

@@ -5,7 +5,9 @@ joins. The router passes the bytes on and never reads them.
 Only plain data crosses, as a tree of tagged msgpack arrays: numbers, strings, bytes, None,
 dates and times, and lists, tuples, dicts, sets, frozensets, deques (with their `maxlen`),
 `Counter`, `OrderedDict` and `defaultdict` of a builtin factory, nested at most
-`MAX_STATE_DEPTH` deep. Anything else (an event view, a generator, a function kept in state)
+`MAX_STATE_DEPTH` deep, `MAX_CARRIED_NODES` values in all (a state that shares one list a
+thousand times is small in memory but a thousand lists written out: it would cost the worker
+that reads it seconds). Anything else (an event view, a generator, a function kept in state)
 raises `NotPortable` and the pattern stays where it is: a worker never unpickles, so a worker
 broken into cannot pass code to the next one. Shared references arrive as copies.
 """
@@ -20,7 +22,12 @@ from aa.mesh.protocol import pack, unpack
 
 from ..limits import MAX_STATE_DEPTH
 
-__all__ = ["NotPortable", "dump_state", "load_state"]
+__all__ = ["MAX_CARRIED_NODES", "NotPortable", "dump_state", "load_state"]
+
+#: Most values (containers and atoms) a carried state may hold, written or read: reading
+#: 10,000 costs the regular worker at most ~12 ms (5,000 one-item lists), once, while its
+#: other patterns wait. A bigger state keeps its pattern on probation.
+MAX_CARRIED_NODES: Final = 10_000
 
 _ATOMS: Final = frozenset({str, bytes, bool, float, type(None)})
 _FACTORIES: Final[dict[str, Callable[[], Any]]] = {f.__name__: f for f in (int, float, str, list, dict, set, tuple)}
@@ -33,7 +40,7 @@ class NotPortable(ValueError):
 def dump_state(state: dict[str, Any]) -> bytes:
     """*state* as bytes `load_state` rebuilds; raises `NotPortable`."""
     try:
-        return pack(_out(state, 0))
+        return pack(_out(state, 0, [MAX_CARRIED_NODES]))
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise NotPortable(str(exc)) from None
 
@@ -41,7 +48,7 @@ def dump_state(state: dict[str, Any]) -> bytes:
 def load_state(blob: bytes) -> dict[str, Any]:
     """The state *blob* holds; raises `NotPortable` for bytes `dump_state` did not write."""
     try:
-        state = _in(unpack(blob), 0)
+        state = _in(unpack(blob), 0, [MAX_CARRIED_NODES + 1])
     except Exception as exc:  # anything in bytes from another process: not a state
         raise NotPortable(f"{type(exc).__name__}: {exc}") from None
     if type(state) is not dict:
@@ -49,7 +56,10 @@ def load_state(blob: bytes) -> dict[str, Any]:
     return state
 
 
-def _out(obj: Any, depth: int) -> Any:
+def _out(obj: Any, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise NotPortable(f"state holds more than {MAX_CARRIED_NODES:,} values")
     if depth > MAX_STATE_DEPTH:
         raise NotPortable("state nested too deep")
     t = type(obj)
@@ -59,17 +69,17 @@ def _out(obj: Any, depth: int) -> Any:
         return obj if -(1 << 63) <= obj < (1 << 64) else ["I", str(obj)]
     d = depth + 1
     if t is list or t is tuple or t is set or t is frozenset:
-        return [_TAG_OF[t], [_out(v, d) for v in obj]]
+        return [_TAG_OF[t], [_out(v, d, budget) for v in obj]]
     if t is dict or t is collections.OrderedDict or t is collections.Counter:
-        return [_TAG_OF[t], [_out(x, d) for kv in obj.items() for x in kv]]
+        return [_TAG_OF[t], [_out(x, d, budget) for kv in obj.items() for x in kv]]
     if t is collections.defaultdict:
         factory = obj.default_factory
         name: Any = getattr(factory, "__name__", None) if factory is not None else ""
         if name != "" and _FACTORIES.get(name) is not factory:
             raise NotPortable("a defaultdict of a factory that is not a builtin type")
-        return ["D", name, [_out(x, d) for kv in obj.items() for x in kv]]
+        return ["D", name, [_out(x, d, budget) for kv in obj.items() for x in kv]]
     if t is collections.deque:
-        return ["q", obj.maxlen, [_out(v, d) for v in obj]]
+        return ["q", obj.maxlen, [_out(v, d, budget) for v in obj]]
     if t is complex:
         return ["c", obj.real, obj.imag]
     if t is dt.datetime or t is dt.date or t is dt.time:
@@ -86,23 +96,28 @@ _TAG_OF: Final[dict[type, str]] = {
 }
 
 
-def _in(obj: Any, depth: int) -> Any:
+def _in(obj: Any, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise NotPortable(f"state holds more than {MAX_CARRIED_NODES:,} values")
     if depth > MAX_STATE_DEPTH + 1:
         raise NotPortable("state nested too deep")
     if type(obj) is not list:
+        if type(obj) is dict:  # `dump_state` writes no bare map
+            raise NotPortable("a bare map")
         return obj
     tag, d = obj[0], depth + 1
     if tag in ("l", "t", "s", "f"):
-        items = [_in(v, d) for v in obj[1]]
+        items = [_in(v, d, budget) for v in obj[1]]
         return items if tag == "l" else tuple(items) if tag == "t" else set(items) if tag == "s" else frozenset(items)
     if tag in ("d", "o", "C", "D"):
         flat = obj[1] if tag != "D" else obj[2]
-        pairs = [(_in(flat[i], d), _in(flat[i + 1], d)) for i in range(0, len(flat), 2)]
+        pairs = [(_in(flat[i], d, budget), _in(flat[i + 1], d, budget)) for i in range(0, len(flat), 2)]
         if tag == "D":
             return collections.defaultdict(_FACTORIES[obj[1]] if obj[1] else None, pairs)
         return {"d": dict, "o": collections.OrderedDict, "C": collections.Counter}[tag](dict(pairs))
     if tag == "q":
-        return collections.deque((_in(v, d) for v in obj[2]), obj[1])
+        return collections.deque((_in(v, d, budget) for v in obj[2]), obj[1])
     if tag == "I":
         return int(obj[1])
     if tag == "c":

@@ -37,7 +37,7 @@ from ..budget import MEMORY, TIMEOUT, SandboxStop
 from ..engine import Matcher, PatternEngine
 from ..limits import HostFacts, SandboxLimits
 from .carry import NotPortable, dump_state, load_state
-from .limits import MAX_STOP_MESSAGE
+from .limits import MAX_STOP_MESSAGE, lock_down
 from .slots import MATCHER
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
 
@@ -117,6 +117,7 @@ class Worker:
         self.client_of: dict[int, str] = {}  # wkey → client
         #: Standalone matchers (client caches'), by wkey: each has its own bucket and state.
         self.matchers: dict[int, Matcher] = {}
+        self.matcher_wkeys: dict[int, int] = {}  # id(matcher) → its wkey
         self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
         self.stops: list[list[Any]] = []
         self.share = 1.0
@@ -153,7 +154,8 @@ class Worker:
                 pass  # unknown key: stopped already, the router hears of it separately
         elif op == "unsub":
             self.engine.unsubscribe(msg[1])
-            self.matchers.pop(msg[1], None)
+            m = self.matchers.pop(msg[1], None)
+            self.matcher_wkeys.pop(id(m), None)
             self.client_of.pop(msg[1], None)
 
     def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any],
@@ -166,7 +168,8 @@ class Worker:
         try:
             spec = PatternSpec(kernel=kernel, format=fmt, source=source)
             if kind == MATCHER:
-                self.matchers[wkey] = self.engine.matcher(spec, params)
+                m = self.matchers[wkey] = self.engine.matcher(spec, params)
+                self.matcher_wkeys[id(m)] = wkey
             else:
                 self.engine.subscribe(wkey, spec, params)
         except PatternError as exc:
@@ -224,7 +227,7 @@ class Worker:
         slot, budget, time_budget, kill_ns = self.slot, self.budget, self.time_budget, self.kill_ns
         switch, rng = self.random, random.Random()
 
-        worker, burst = self, self.burst
+        worker, burst, matcher_wkeys = self, self.burst, self.matcher_wkeys
 
         program = getattr(run, "__self__", None)
         counter = [0]
@@ -247,8 +250,10 @@ class Worker:
             budget.limit = limit
             switch.current = rng
             bucket.state_countdown = 1  # `state` measured after every run
-            members = bucket.members  # a kill blames this bucket: a member's key
+            members = bucket.members  # a kill blames this bucket: a member's key (a wkey)
             first_key = members.key if type(members) is Member else next(iter(members), None)
+            if type(first_key) is not int:  # a cache's matcher: the Matcher is its member
+                first_key = matcher_wkeys.get(id(first_key))
             _pack_slot(slot, 0, -first_key if type(first_key) is int else iid, _mono_ns(), kill_ns)
             try:
                 result = run(bucket, event, *rest)
@@ -287,6 +292,7 @@ class Worker:
         except SandboxStop as stop:
             self.budget.violation = None
             del self.matchers[wkey]
+            self.matcher_wkeys.pop(id(m), None)
             self._failed([wkey], stop.code, stop.message)
             return False
 
@@ -413,34 +419,6 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_STOP_MESSAGE else text[: MAX_STOP_MESSAGE - 3] + "..."
 
 
-def _lock_down(memory: int) -> None:
-    """Close every descriptor but the pipe, then set the OS limits (module docstring)."""
-    try:
-        os.close(2)
-    except OSError:
-        pass
-    os.closerange(3, 65536)
-    here = _address_space()
-    limits = [
-        (resource.RLIMIT_AS, here + memory),
-        (resource.RLIMIT_NOFILE, 2),
-        (resource.RLIMIT_FSIZE, 0),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    if os.geteuid() != 0:
-        limits.append((resource.RLIMIT_NPROC, 0))
-    for which, value in limits:
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            pass  # a limit the platform refuses; the others still hold
-
-
-def _address_space() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def child_main(slot_fd: int) -> None:
     """The worker's main loop: serve the router on fds 0/1 until the pipe closes."""
     slot = mmap.mmap(slot_fd, SLOT_BYTES)
@@ -463,7 +441,7 @@ def child_main(slot_fd: int) -> None:
     gc.collect()
     gc.freeze()  # what start-up built is never garbage: keep it out of every collection
     gc.disable()
-    _lock_down(int(facts["memory"]))
+    lock_down(int(facts["memory"]))
     write(encode(["ready"]))
     while True:
         msg = reader.next()

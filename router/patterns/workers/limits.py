@@ -3,6 +3,8 @@ controls, with its unit and the reason for its value."""
 
 from __future__ import annotations
 
+import os
+import resource
 from dataclasses import dataclass
 from typing import Final
 
@@ -10,6 +12,7 @@ from aa.mesh import UsageError
 
 __all__ = [
     "WorkerConfig",
+    "lock_down",
     "MAX_BATCH_EVENTS",
     "MAX_BACKLOG_EVENTS",
     "MAX_REPLY_BYTES",
@@ -106,3 +109,31 @@ class WorkerConfig:
     def probation_count(self) -> int:
         """Probation workers (`probation_workers`, None meaning as many as `workers`)."""
         return self.workers if self.probation_workers is None else self.probation_workers
+
+
+def lock_down(memory: int) -> None:
+    """Close every descriptor but the pipe, then set the OS limits (`child.py`'s docstring)."""
+    try:
+        os.close(2)
+    except OSError:
+        pass
+    os.closerange(3, 65536)
+    here = _address_space()
+    limits = [
+        (resource.RLIMIT_AS, here + memory),
+        (resource.RLIMIT_NOFILE, 2),
+        (resource.RLIMIT_FSIZE, 0),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if os.geteuid() != 0:
+        limits.append((resource.RLIMIT_NPROC, 0))
+    for which, value in limits:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass  # a limit the platform refuses; the others still hold
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")

@@ -124,6 +124,7 @@ class WorkerPool(Probation):
         sub = self._subs.get(key)
         if sub is not None:
             count(sub.inst.params, freeze(sub.params), -1)
+            sub.updated = next(self._seq)
             sub.params = {**sub.params, **params}
             count(sub.inst.params, freeze(sub.params), 1)
             self._control(sub.inst.worker, encode(["update", sub.wkey, dict(params)]))
@@ -326,11 +327,11 @@ class WorkerPool(Probation):
             out: Deliveries = []
             for i in range(0, len(flat), 2):
                 sub = by_wkey.get(flat[i])
-                if sub is not None:
+                if sub is not None and sub.inst.worker is slot:  # a worker speaks for its own only
                     ref = flat[i + 1]
                     out.append((sub.key, events[ref] if ref >= 0 else derived[-1 - ref]))
             for wkeys, code, message in stops:
-                self._stop_wkeys(wkeys, code, message)
+                self._stop_wkeys(slot, wkeys, code, message)
             self._deliver_chunks(slot, out, 0)
         elif op == "probed":
             _, seq, results, stops = msg
@@ -339,15 +340,15 @@ class WorkerPool(Probation):
                 proc.kill("protocol")
                 return
             for wkeys, code, message in stops:
-                self._stop_wkeys(wkeys, code, message)
+                self._stop_wkeys(slot, wkeys, code, message)
             flight[1].answer([r is True for r in results])
             self._pump_slot(slot)
         elif op == "refused":
             sub = self._by_wkey.get(msg[1])
-            if sub is not None:
+            if sub is not None and sub.inst.worker is slot:
                 self._stop_inst(sub.inst, msg[2], msg[3])
         elif op == "stop":
-            self._stop_wkeys(msg[1], msg[2], msg[3])
+            self._stop_wkeys(slot, msg[1], msg[2], msg[3])
         elif op == "exported":
             self._exported(slot, msg[1], msg[2])
 
@@ -376,11 +377,11 @@ class WorkerPool(Probation):
         self._quiet(slot)
 
     # -- stops, kills and replacements -----------------------------------------------------
-    def _stop_wkeys(self, wkeys: list[int], code: str, message: str) -> None:
+    def _stop_wkeys(self, slot: Slot, wkeys: list[int], code: str, message: str) -> None:
         keys = []
         for w in wkeys:
             sub = self._by_wkey.get(w)
-            if sub is not None:
+            if sub is not None and sub.inst.worker is slot:
                 self._forget(sub)
                 keys.append(sub.key)
         if keys:
@@ -430,7 +431,7 @@ class WorkerPool(Probation):
         if inst is not None and inst.worker is slot:
             # The bucket it was evaluating (the subscribers with those params), else the
             # instance it was compiling.
-            mates = [s for s in inst.subs.values() if blamed is None or s.params == blamed.params]
+            mates = self._mates(slot, inst, blamed)
             self._stop_subs(mates, code, f"pattern stopped: {why}; its worker process was replaced")
             self._demote(slot, blamed.client if blamed is not None else inst.client)
         elif slot.in_flight is not None and type(slot.in_flight[1]) is not Probe:

@@ -34,7 +34,7 @@ import time
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..buckets import freeze
-from .slots import Inst, Slot, Sub
+from .slots import SUBSCRIBER, Inst, Slot, Sub
 from .wire import encode
 
 if TYPE_CHECKING:
@@ -82,6 +82,20 @@ class Probation:
         regular = sum(1 for s in self._slots if not s.probation)
         return {"regular_workers": regular, "probation_workers": len(self._slots) - regular,
                 "patterns_on_probation": on_trial, **self.counters}
+
+    def _mates(self, slot: Slot, inst: Inst, blamed: Sub | None) -> list[Sub]:
+        """Whom a kill of *slot* stops: the bucket it was evaluating — the subscribers of
+        *blamed*'s params (as the worker keys them: `freeze` tells 1, 1.0 and True apart),
+        *blamed* alone if it is a cache's matcher (a bucket of its own) or if its params
+        changed after the batch was sent (the worker ran the old ones); the whole instance
+        if it was compiling (*blamed* None)."""
+        if blamed is None:
+            return list(inst.subs.values())
+        flight = slot.in_flight[0] if slot.in_flight is not None else 0
+        if blamed.kind != SUBSCRIBER or blamed.updated > flight:
+            return [blamed]
+        key = freeze(blamed.params)
+        return [s for s in inst.subs.values() if s.kind == SUBSCRIBER and s.updated <= flight and freeze(s.params) == key]
 
     def _instance_for(self, spec_key: tuple[str, str, str], params: Any, client: str) -> Inst | None:
         """The instance a new subscriber of *spec_key* with (frozen) *params* joins, if any:

@@ -23,11 +23,14 @@ SUBSCRIBER, MATCHER = 0, 1
 
 
 class Sub:
-    __slots__ = ("key", "wkey", "spec", "params", "client", "inst", "kind")
+    __slots__ = ("key", "wkey", "spec", "params", "client", "inst", "kind", "updated")
 
     def __init__(self, key: Hashable, wkey: int, spec: PatternSpec, params: dict[str, Any], client: str, inst: "Inst", kind: int) -> None:
         self.key, self.wkey, self.spec, self.params, self.client, self.inst = key, wkey, spec, params, client, inst
         self.kind = kind
+        #: The pool's sequence number at its last params update (0: none): a kill during a
+        #: batch sent before it ran the params before (`pool._exited`).
+        self.updated = 0
 
 
 class Inst:
