@@ -268,3 +268,25 @@ async def test_a_kill_tells_params_apart_as_buckets_do(router, make_client):
     await wait_for(lambda: hanging.failure is not None, 30)
     pub.publish_nowait({"i": 1})
     await wait_for(lambda: len(honest) == 2, 10)
+
+
+@pytest.mark.parametrize("router", [WorkerConfig(probation_workers=0, workers=1)], indirect=True)
+async def test_an_update_behind_a_strike_does_not_pass_the_blame_to_the_new_params(router, make_client):
+    """The attacker sets off a hang, then updates its params to the victim's at once: the
+    worker is still running the old bucket, and the kill must stop that one."""
+    source = "import re\nif slow == 2 and i == -1:\n    re.match('(a+)+$', 'a' * 40 + 'b')\nforward()"
+    honest: list[Event] = []
+    await (await make_client(client_id="honest")).subscribe(source, honest.append, params={"slow": 0}, format="script")
+    attacker = await make_client(client_id="attacker")
+    hanging = await attacker.subscribe(source, params={"slow": 2}, format="script")
+    pub = await make_client()
+    pub.publish_nowait({"i": 0})
+    await wait_for(lambda: len(honest) == 1, 10)  # the worker is up
+    await attacker.publish({"i": -1})
+    (worker,) = pool_of(router)._slots
+    await wait_for(lambda: worker.in_flight is not None, 10)  # the worker runs the batch that hangs
+    await hanging.update(slow=0)  # queued behind it
+    await wait_for(lambda: hanging.failure is not None, 30)
+    pub.publish_nowait({"i": 1})
+    await wait_for(lambda: honest and honest[-1].values["i"] == 1, 10)
+    assert [e.values["i"] for e in honest] == [0, -1, 1]

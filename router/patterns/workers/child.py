@@ -118,6 +118,7 @@ class Worker:
         #: Standalone matchers (client caches'), by wkey: each has its own bucket and state.
         self.matchers: dict[int, Matcher] = {}
         self.matcher_wkeys: dict[int, int] = {}  # id(matcher) → its wkey
+        self.charged: dict[int, _Client] = {}  # wkey → the client its evaluations are charged to
         self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
         self.stops: list[list[Any]] = []
         self.share = 1.0
@@ -156,6 +157,7 @@ class Worker:
             self.engine.unsubscribe(msg[1])
             m = self.matchers.pop(msg[1], None)
             self.matcher_wkeys.pop(id(m), None)
+            self.charged.pop(msg[1], None)
             self.client_of.pop(msg[1], None)
 
     def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any],
@@ -182,6 +184,7 @@ class Worker:
             _pack_slot(self.slot, 0, 0, 0, 0)
             self.budget.violation = None
         self.client_of[wkey] = client
+        self.charged[wkey] = self.clients[client]
         bucket = self.bucket(wkey)
         if state and bucket is not None and not bucket.state and bucket.instance.program.kind == "script":
             try:
@@ -201,7 +204,7 @@ class Worker:
             bucket = self.bucket(wkey)
             try:
                 out.append([wkey, dump_state(bucket.state) if bucket is not None and bucket.state else b""])
-            except NotPortable:
+            except Exception:  # NotPortable, or MemoryError under the worker's limit
                 out.append([wkey, None])
         self.write(encode(["exported", seq, out]))
 
@@ -223,16 +226,21 @@ class Worker:
         iid, client = self._placing
         program.run = self.run_wrapper(program.run, iid, self.clients[client])
 
-    def run_wrapper(self, run: Callable[..., Any], iid: int, client: _Client) -> Callable[..., Any]:
+    def run_wrapper(self, run: Callable[..., Any], iid: int, owner: _Client) -> Callable[..., Any]:
         slot, budget, time_budget, kill_ns = self.slot, self.budget, self.time_budget, self.kill_ns
         switch, rng = self.random, random.Random()
 
-        worker, burst, matcher_wkeys = self, self.burst, self.matcher_wkeys
+        worker, burst, matcher_wkeys, charged = self, self.burst, self.matcher_wkeys, self.charged
 
         program = getattr(run, "__self__", None)
         counter = [0]
 
         def evaluate(bucket: Any, event: Event, *rest: Any) -> Any:
+            members = bucket.members  # a kill blames this bucket: a member's key (a wkey)
+            first_key = members.key if type(members) is Member else next(iter(members), 0)
+            if type(first_key) is not int:  # a cache's matcher: the Matcher is its member
+                first_key = matcher_wkeys.get(id(first_key), 0)
+            client = charged.get(first_key, owner)  # the bucket's client pays, not the pattern's first
             start = _perf()
             if start > worker.next_share:
                 worker.update_share(start)
@@ -250,11 +258,7 @@ class Worker:
             budget.limit = limit
             switch.current = rng
             bucket.state_countdown = 1  # `state` measured after every run
-            members = bucket.members  # a kill blames this bucket: a member's key (a wkey)
-            first_key = members.key if type(members) is Member else next(iter(members), None)
-            if type(first_key) is not int:  # a cache's matcher: the Matcher is its member
-                first_key = matcher_wkeys.get(id(first_key))
-            _pack_slot(slot, 0, -first_key if type(first_key) is int else iid, _mono_ns(), kill_ns)
+            _pack_slot(slot, 0, -first_key if first_key else iid, _mono_ns(), kill_ns)
             try:
                 result = run(bucket, event, *rest)
             except SandboxStop as stop:
@@ -320,6 +324,7 @@ class Worker:
     def _failed(self, keys: list[Any], code: str, message: str) -> None:
         for k in keys:
             self.client_of.pop(k, None)
+            self.charged.pop(k, None)
         self.stops.append([list(keys), code, _short(message)])
 
     def refill(self) -> None:

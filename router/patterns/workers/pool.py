@@ -124,10 +124,9 @@ class WorkerPool(Probation):
         sub = self._subs.get(key)
         if sub is not None:
             count(sub.inst.params, freeze(sub.params), -1)
-            sub.updated = next(self._seq)
             sub.params = {**sub.params, **params}
-            count(sub.inst.params, freeze(sub.params), 1)
-            self._control(sub.inst.worker, encode(["update", sub.wkey, dict(params)]))
+            count(sub.inst.params, freeze(sub.params), 1)  # the worker holds them once sent:
+            self._control(sub.inst.worker, (encode(["update", sub.wkey, dict(params)]), sub, freeze(sub.params)))
 
     def unsubscribe(self, key: Hashable) -> None:
         sub = self._subs.get(key)
@@ -156,10 +155,9 @@ class WorkerPool(Probation):
         flags = list(needs) if needs is not None else [False] * len(events)
         parts = []
         for start in range(0, len(events), MAX_BATCH_EVENTS):
-            future: asyncio.Future[list[bool]] = self._loop.create_future()
+            parts.append(future := self._loop.create_future())
             end = start + MAX_BATCH_EVENTS
             sub.inst.worker.queue.append(Probe(sub, events[start:end], flags[start:end], future))
-            parts.append(future)
         self._control(sub.inst.worker, b"")
         if len(parts) == 1:
             return parts[0]
@@ -177,7 +175,7 @@ class WorkerPool(Probation):
         )
 
     def _sub_frame(self, sub: Sub, state: bytes = b"") -> bytes:
-        s = sub.spec
+        s, sub.held = sub.spec, freeze(sub.params)
         return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client, sub.kind, state])
 
     # -- placement -------------------------------------------------------------------------
@@ -262,7 +260,7 @@ class WorkerPool(Probation):
             self._pump_scheduled = True
             self._loop.call_soon(self._pump)
 
-    def _control(self, slot: Slot, frame: bytes) -> None:
+    def _control(self, slot: Slot, frame: Any) -> None:
         slot.epoch += 1
         if frame:
             slot.queue.append(frame)
@@ -285,6 +283,10 @@ class WorkerPool(Probation):
             item = queue.popleft()
             if type(item) is bytes:
                 proc.send(item)
+                continue
+            if type(item) is tuple:  # an update: (frame, subscriber, its params frozen)
+                proc.send(item[0])
+                item[1].held = item[2]
                 continue
             if type(item) is int:
                 self._notice(slot, item, "its worker fell behind")
@@ -386,18 +388,6 @@ class WorkerPool(Probation):
                 keys.append(sub.key)
         if keys:
             self._report(keys, code, message)
-
-    def _stop_inst(self, inst: Inst, code: str, message: str) -> None:
-        self._stop_subs(list(inst.subs.values()), code, message)
-
-    def _stop_subs(self, subs: list[Sub], code: str, message: str) -> None:
-        for sub in subs:
-            inst = sub.inst
-            self._forget(sub)
-            if inst.worker.proc is not None:
-                self._control(inst.worker, encode(["unsub", sub.wkey]))
-        if subs:
-            self._report([s.key for s in subs], code, message)
 
     def _report(self, keys: list[Hashable], code: str, message: str) -> None:
         if len(message) > MAX_STOP_MESSAGE:

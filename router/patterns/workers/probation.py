@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..buckets import freeze
 from .slots import SUBSCRIBER, Inst, Slot, Sub
@@ -64,6 +64,7 @@ class Probation:
     _seq: "itertools.count[int]"
     _by_wkey: dict[int, Any]
     _subs: dict[Any, Any]
+    _on_missed: Callable[[list[Any], int], None]
     _instances: dict[tuple[tuple[str, str, str], bool], Inst]
 
     def _start(self, slot: Slot) -> None:  # the pool's
@@ -72,7 +73,10 @@ class Probation:
     def _sub_frame(self, sub: Any, state: bytes = b"") -> bytes:  # the pool's
         raise NotImplementedError
 
-    def _control(self, slot: Slot, frame: bytes) -> None:  # the pool's
+    def _control(self, slot: Slot, frame: Any) -> None:  # the pool's
+        raise NotImplementedError
+
+    def _report(self, keys: list[Any], code: str, message: str) -> None:  # the pool's
         raise NotImplementedError
 
     def stats(self) -> dict[str, int]:
@@ -83,19 +87,29 @@ class Probation:
         return {"regular_workers": regular, "probation_workers": len(self._slots) - regular,
                 "patterns_on_probation": on_trial, **self.counters}
 
+    def _stop_inst(self, inst: Inst, code: str, message: str) -> None:
+        self._stop_subs(list(inst.subs.values()), code, message)
+
+    def _stop_subs(self, subs: list[Sub], code: str, message: str) -> None:
+        for sub in subs:
+            inst = sub.inst
+            self._forget(sub)
+            if inst.worker.proc is not None:
+                self._control(inst.worker, encode(["unsub", sub.wkey]))
+        if subs:
+            self._report([s.key for s in subs], code, message)
+
     def _mates(self, slot: Slot, inst: Inst, blamed: Sub | None) -> list[Sub]:
         """Whom a kill of *slot* stops: the bucket it was evaluating — the subscribers of
         *blamed*'s params (as the worker keys them: `freeze` tells 1, 1.0 and True apart),
-        *blamed* alone if it is a cache's matcher (a bucket of its own) or if its params
-        changed after the batch was sent (the worker ran the old ones); the whole instance
-        if it was compiling (*blamed* None)."""
+        *blamed* alone if it is a cache's matcher (a bucket of its own); params as the worker
+        holds them (`Sub.held`: an update queued behind the batch is not yet); the whole
+        instance if it was compiling (*blamed* None)."""
         if blamed is None:
             return list(inst.subs.values())
-        flight = slot.in_flight[0] if slot.in_flight is not None else 0
-        if blamed.kind != SUBSCRIBER or blamed.updated > flight:
+        if blamed.kind != SUBSCRIBER:
             return [blamed]
-        key = freeze(blamed.params)
-        return [s for s in inst.subs.values() if s.kind == SUBSCRIBER and s.updated <= flight and freeze(s.params) == key]
+        return [s for s in inst.subs.values() if s.kind == SUBSCRIBER and s.held == blamed.held]
 
     def _instance_for(self, spec_key: tuple[str, str, str], params: Any, client: str) -> Inst | None:
         """The instance a new subscriber of *spec_key* with (frozen) *params* joins, if any:
@@ -221,12 +235,20 @@ class Probation:
 
     def _demote(self, slot: Slot, culprit: str) -> None:
         """A pattern of *culprit*'s got regular worker *slot* killed: its other patterns
-        there go back to probation (re-created there; their state died with the process)."""
+        there go back to probation (re-created there; their state died with the process, and
+        the events the process had not answered are not sent to them again: they are told
+        how many, as `Missed`)."""
         if slot.probation or not self.config.probation_count:
             return
-        for inst in [i for i in slot.instances.values() if i.client == culprit]:
+        moved = [i for i in slot.instances.values() if i.client == culprit]
+        flight = slot.in_flight[1] if slot.in_flight is not None and type(slot.in_flight[1]) is list else ()
+        missed = len(flight) + slot.queued_events  # sent again to the new process, not to these
+        for inst in moved:
             self._move(inst, True)
             self.counters["demoted"] += 1
+        keys = [s.key for i in moved for s in i.subs.values()]
+        if keys and missed:
+            self._on_missed(keys, missed)
 
 
 def count(counts: dict[Any, int], key: Any, n: int) -> None:

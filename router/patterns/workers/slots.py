@@ -23,14 +23,14 @@ SUBSCRIBER, MATCHER = 0, 1
 
 
 class Sub:
-    __slots__ = ("key", "wkey", "spec", "params", "client", "inst", "kind", "updated")
+    __slots__ = ("key", "wkey", "spec", "params", "client", "inst", "kind", "held")
 
     def __init__(self, key: Hashable, wkey: int, spec: PatternSpec, params: dict[str, Any], client: str, inst: "Inst", kind: int) -> None:
         self.key, self.wkey, self.spec, self.params, self.client, self.inst = key, wkey, spec, params, client, inst
         self.kind = kind
-        #: The pool's sequence number at its last params update (0: none): a kill during a
-        #: batch sent before it ran the params before (`pool._exited`).
-        self.updated = 0
+        #: Its params as its worker holds them (frozen): they change when the update is
+        #: sent, not when it is queued, so a kill blames the bucket the worker was running.
+        self.held: Any = None
 
 
 class Inst:
