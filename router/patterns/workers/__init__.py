@@ -36,7 +36,8 @@ with affinity it reaches one worker, and fairness inside that worker bounds even
 
 Fairness inside a worker: each client has a CPU allowance (a token bucket of
 `WorkerConfig.client_burst` seconds, 30 ms by default), and every evaluation is charged to
-the client that placed the pattern (timed with the wall clock, scaled by the share of the
+the client of the bucket it runs (its first subscriber's: a shared pattern's subscribers
+with other params pay for their own, not the client that placed the pattern) (timed with the wall clock, scaled by the share of the
 last batch the worker was on a CPU, so a machine busy with other processes charges nobody).
 While the worker works, each client is credited an equal share of the time passing among
 the clients that needed the worker in the last batch; time the worker waits for the router
