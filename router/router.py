@@ -95,6 +95,7 @@ class Router:
         rules = FloodRules(self.id, initial_ttl=config.mesh.ttl)
         #: Stamping, matching, sinks and forwarding of each event (`aa.router.dispatch`).
         self.dispatcher = Dispatcher(ids=ids, rules=rules, engine=self.engine, counters=self.counters)
+        self.dispatcher.after_step = self._flush_sinks
         #: Peer links, flooding, control messages, discovery (`aa.router.links`).
         self.mesh = MeshService(
             self,
