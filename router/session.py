@@ -18,29 +18,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
 from aa.mesh.protocol import IN_PROGRESS, QUENCH_REQUESTS, STORAGE_REQUESTS, CacheRegister, GetMesh, MeshInfo, Quench
-from aa.mesh.protocol import (
-    Ack,
-    Bye,
-    Deliver,
-    Error,
-    GetRouters,
-    Hello,
-    Message,
-    Missed,
-    PatternFailed,
-    Ping,
-    Pong,
-    Publish,
-    Routers,
-    Subscribe,
-    Subscribed,
-    Unsubscribe,
-    Update,
-    Updated,
-    Welcome,
-)
+from aa.mesh.protocol import (Ack, Bye, Deliver, Error, GetRouters, Hello, Message, Missed, PatternFailed, Ping, Pong, Publish,
+                              Routers, Subscribe, Subscribed, Unsubscribe, Update, Updated, Welcome)
 
 from .dispatch import DISPATCH_STEP
+from .memory import give_back
 from .security import Identity, PartialFrames
 
 if TYPE_CHECKING:
@@ -233,11 +215,15 @@ class ClientSession(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        heavy = self._writable is not None or self.dropped
         self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         self.resume_writing()
+        self.transport = None  # uvloop's refers to us: its unread buffers waited for a collection
+        if heavy:
+            give_back()  # megabytes of buffers freed (`aa.router.memory`)
 
     def pause_writing(self) -> None:
         if self._writable is None:

@@ -1,0 +1,70 @@
+"""Giving freed memory back to the operating system.
+
+A client that stops reading makes the router hold its unread deliveries (up to the backlog
+bound, 32 MiB) as many medium-sized buffers. Freed when the client goes (the session lets
+its transport go at once: uvloop's transport and the session refer to each other, so they
+waited for a collection), they leave holes in glibc's heap that `malloc` keeps for itself:
+with uvloop's transports (which queue each write as its own buffer) a router stayed 30 MB
+larger after every such client (tests/test_faults_memory.py). `give_back()` asks glibc to return the free pages of its heaps
+(`malloc_trim`), in a worker thread (it walks the heap: milliseconds for a large one) and at
+most once a second; elsewhere than glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import platform
+import time
+from typing import Any
+
+__all__ = ["give_back"]
+
+log = logging.getLogger(__name__)
+
+#: At most one trim per this many seconds: a storm of slow clients closing costs one walk a
+#: second (a call inside the interval is put off to its end, not dropped).
+MIN_INTERVAL = 1.0
+
+_libc: Any = None
+_last = -MIN_INTERVAL
+_due = False  # a trim is scheduled or running
+
+
+def _trim() -> None:
+    global _due
+    try:
+        _libc.malloc_trim(0)
+    except Exception:  # noqa: BLE001 (best effort: nothing depends on it)
+        log.debug("malloc_trim failed", exc_info=True)
+    finally:
+        _due = False
+
+
+def _start() -> None:
+    global _last
+    _last = time.monotonic()
+    asyncio.get_running_loop().run_in_executor(None, _trim)
+
+
+def give_back() -> None:
+    """Return the heap's free pages to the system soon (call from the event loop)."""
+    global _libc, _due
+    if _due or _libc is False:
+        return
+    if _libc is None:
+        try:  # `platform.libc_ver` reads the interpreter's file: once
+            _libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else False
+            if _libc:
+                _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _libc = False
+        if not _libc:
+            return
+    _due = True
+    wait = _last + MIN_INTERVAL - time.monotonic()
+    if wait > 0:
+        asyncio.get_running_loop().call_later(wait, _start)
+    else:
+        _start()
