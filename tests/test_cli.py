@@ -116,6 +116,44 @@ async def test_aa_router_runs_on_the_console_and_stops_on_sigterm(tmp_path):
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio", None])
+async def test_aa_router_runs_on_either_event_loop(loop: str | None, tmp_path: Path) -> None:
+    # uvloop by default where it is installed (issue 15: ~10 % more events/s); asyncio on request
+    choice = ["--event-loop", loop] if loop else []
+    proc = await asyncio.create_subprocess_exec(
+        AA, "router", "--port", "0", "--no-http", "--no-discovery", "-v", *choice,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(20):
+            line = (await proc.stdout.readline()).decode()
+            m = re.search(r"listening on (127\.0\.0\.1:\d+)", line)
+            assert m, line
+            while b"event loop:" not in (said := await proc.stderr.readline()):
+                assert said, "no 'event loop' line in the log"
+        assert said.decode().rstrip().endswith(f"event loop: {loop or 'uvloop'}")
+        async with AsyncClient(m.group(1)) as c:
+            sub = await c.subscribe("x == 1")
+            await c.publish({"x": 1})
+            async with asyncio.timeout(5):
+                assert (await sub.get()).values == {"x": 1}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.wait()
+    assert proc.returncode == 0
+
+
+async def test_a_wrong_event_loop_is_one_line() -> None:
+    proc = await asyncio.create_subprocess_exec(AA, "router", "--port", "0", "--no-http", "--no-discovery",
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                env={**os.environ, "AA_EVENT_LOOP": "tokio"})
+    async with asyncio.timeout(20):
+        out, err = await proc.communicate()
+    assert proc.returncode != 0
+    assert err.decode().strip() == "aa router: AA_EVENT_LOOP must be one of uvloop, asyncio, not 'tokio'"
+
+
 async def test_subscribe_needs_lets_a_quenching_publisher_see_a_narrow_pattern(router):
     async with AsyncClient(router.endpoint) as pub:
         quench = await pub.quench({"SnowDepthSensor": True, "SnowDepth": 50}, lambda *change: None)

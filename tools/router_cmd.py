@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from .defaults import (BROADCAST_INTERVAL, DEFAULT_HTTP_PORT, DEFAULT_PORT, DISCOVERY_PORT, ENV_INTERFACES,
                        PEER_KEEPALIVE, RETRY_BASE, RETRY_MAX, ROUTER_INFO_INTERVAL)
+from .common import add_event_loop_option, run_loop
 from .security_opts import add_security_options, security_config
 from .container_cmd import add_hosting_options, hosted_container
 from .storage_opts import add_storage_options, storage_config
@@ -42,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    "unless --no-event-log) and the topology (default: keep nothing)")
     p.add_argument("--name", help="name shown in the mesh (default: host name and port)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    add_event_loop_option(p)
     mesh = p.add_argument_group(
         "mesh",
         "How the router finds and joins other routers. By default it broadcasts beacons and "
@@ -209,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         check_listen(endpoint.config.host, endpoint.config.port, "HTTP port", "--http-port (or --no-http)")
     _tune_gc()
     try:
-        asyncio.run(_serve(config, endpoints, args))
+        run_loop(_serve(config, endpoints, args), args.event_loop)
     except KeyboardInterrupt:
         pass
     except StoreError as exc:  # a wrong --store-url, an unreachable database
@@ -281,6 +283,7 @@ async def _serve(config: "RouterConfig", endpoints: "list[HttpEndpoint]", args: 
         print(f"aa router {router.name!r} ({router.id}) listening on {router.endpoint}", flush=True)
         for endpoint in endpoints:
             print(f"aa router: HTTP endpoint and monitor on {endpoint.url}", flush=True)
+        logging.getLogger("aa.router").info("event loop: %s", "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio")
         async with hosted_container(args, router):  # --container / --bundled: add-ins in-process
             await stop.wait()
             print("aa router: shutting down", file=sys.stderr, flush=True)
