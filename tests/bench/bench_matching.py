@@ -40,7 +40,9 @@ the verification of its candidates plus its deliveries, so a workload's selectiv
 what is reachable. Per size: events/s is not the figure; per-event match time is (median per run, then the
 median and min-max over `--runs` runs), with the number of deliveries per event; subscribe
 rate; update rate (trading); memory per subscription (RSS growth of this process while
-subscribing, after a collection). Targets (issue 12): 1 M subscriptions ≤ 1 ms per event and
+subscribing, after a collection); the collector's longest pause per generation while
+subscribing (`gc_pause_ms_max`) and a full collection afterwards (`gc_full_ms`): what the
+router's loop would stop for. Targets (issue 12): 1 M subscriptions ≤ 1 ms per event and
 ≤ 20× the 1,000 figure; ≥ 50,000 subscribes/s; ≥ 100,000 updates/s; ≤ 1 KB per subscription.
 """
 
@@ -141,6 +143,7 @@ def run_size(args: argparse.Namespace, n: int) -> None:
         engine = make_engine()
     handles: list[Any] = []
     gc.collect()
+    pauses = CollectorPauses()
     before = rss()
     subscribe_s = 0.0
     wall = time.perf_counter
@@ -154,7 +157,10 @@ def run_size(args: argparse.Namespace, n: int) -> None:
             engine.subscribe(i, spec, params)
         subscribe_s += wall() - w
     subscribe_cpu = time.process_time() - cpu  # the workload's draws included: an upper bound
+    pauses.stop()
+    t = wall()
     gc.collect()
+    full_pause = wall() - t
     grown = rss() - before
     events = [event() for _ in range(args.events)]
     run_medians = []
@@ -178,6 +184,11 @@ def run_size(args: argparse.Namespace, n: int) -> None:
         "subscribes_per_s": round(n / subscribe_s),
         "subscribes_per_cpu_s": round(n / subscribe_cpu),
         "bytes_per_subscription": round(grown / n),
+        # the longest the collector held the process (a router's loop) while subscribing,
+        # by generation, and a full collection afterwards (when the long-lived objects have
+        # grown by a quarter since the last one, CPython 3.11 makes one)
+        "gc_pause_ms_max": pauses.longest(),
+        "gc_full_ms": round(full_pause * 1e3, 1),
         "rss_mb": round(rss() / 2**20),
         "instances": engine.instance_count,
     }
@@ -185,6 +196,28 @@ def run_size(args: argparse.Namespace, n: int) -> None:
         figures.update(updates(engine, n, rng, args.updates, handles))
     figures["load"] = os.getloadavg()[0]
     report("matching", figures)
+
+
+class CollectorPauses:
+    """The longest pause of each generation's collections, from `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.worst = [0.0, 0.0, 0.0]
+        self._t = 0.0
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            g = info["generation"]
+            self.worst[g] = max(self.worst[g], time.perf_counter() - self._t)
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._note)
+
+    def longest(self) -> list[float]:
+        return [round(w * 1e3, 1) for w in self.worst]
 
 
 def _ignore(event: Event) -> None:
