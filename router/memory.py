@@ -29,7 +29,9 @@ MIN_INTERVAL = 1.0
 
 _libc: Any = None
 _last = -MIN_INTERVAL
-_due = False  # a trim is scheduled or running
+_due = 0.0  # when a trim was scheduled (0: none is scheduled or running)
+#: Seconds after which a trim still said to be due is taken as lost (its loop closed first).
+_LOST_AFTER = 60.0
 
 
 def _trim() -> None:
@@ -39,19 +41,23 @@ def _trim() -> None:
     except Exception:  # noqa: BLE001 (best effort: nothing depends on it)
         log.debug("malloc_trim failed", exc_info=True)
     finally:
-        _due = False
+        _due = 0.0
 
 
 def _start() -> None:
-    global _last
+    global _last, _due
     _last = time.monotonic()
-    asyncio.get_running_loop().run_in_executor(None, _trim)
+    try:
+        asyncio.get_running_loop().run_in_executor(None, _trim)
+    except RuntimeError:  # the loop is closing: its executor is gone
+        _due = 0.0
 
 
 def give_back() -> None:
     """Return the heap's free pages to the system soon (call from the event loop)."""
     global _libc, _due
-    if _due or _libc is False:
+    now = time.monotonic()
+    if _due and now - _due < _LOST_AFTER or _libc is False:
         return
     if _libc is None:
         try:  # `platform.libc_ver` reads the interpreter's file: once
@@ -62,8 +68,8 @@ def give_back() -> None:
             _libc = False
         if not _libc:
             return
-    _due = True
-    wait = _last + MIN_INTERVAL - time.monotonic()
+    _due = now
+    wait = _last + MIN_INTERVAL - now
     if wait > 0:
         asyncio.get_running_loop().call_later(wait, _start)
     else:
