@@ -93,35 +93,12 @@ async def test_bad_value_and_bad_pattern_give_clear_errors(router):
     assert code == 1 and err.startswith("aa subscribe: pattern does not compile") and err.count("\n") == 1
 
 
-async def test_aa_router_runs_on_the_console_and_stops_on_sigterm(tmp_path):
-    proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--name", "console", "--data-dir", str(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(20):
-            line = (await proc.stdout.readline()).decode()
-        m = re.search(r"listening on (127\.0\.0\.1:\d+)", line)
-        assert m, line
-        async with AsyncClient(m.group(1)) as c:
-            sub = await c.subscribe("x == 1")
-            await c.publish({"x": 1})
-            async with asyncio.timeout(5):
-                assert (await sub.get()).values == {"x": 1}
-            assert c.router[1] == "console"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(20):
-            await proc.wait()
-    assert proc.returncode == 0
-
-
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio", None])
-async def test_aa_router_runs_on_either_event_loop(loop: str | None, tmp_path: Path) -> None:
-    # uvloop by default where it is installed (issue 15: ~10 % more events/s); asyncio on request
+async def test_aa_router_runs_on_the_console_and_stops_on_sigterm(loop: str | None, tmp_path: Path) -> None:
+    # on uvloop by default where it is installed (issue 15: ~10 % more events/s), asyncio on request
     choice = ["--event-loop", loop] if loop else []
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--no-http", "--no-discovery", "-v", *choice,
+        AA, "router", "--port", "0", "--name", "console", "--data-dir", str(tmp_path), "-v", *choice,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
@@ -137,6 +114,7 @@ async def test_aa_router_runs_on_either_event_loop(loop: str | None, tmp_path: P
             await c.publish({"x": 1})
             async with asyncio.timeout(5):
                 assert (await sub.get()).values == {"x": 1}
+            assert c.router[1] == "console"
     finally:
         proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):
