@@ -344,3 +344,14 @@ def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: Patte
 
         assert seen(flat) == seen(program._plan(g, params, posting)), (source, params)
     assert compared > 1000
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.one_of(literals, fast_names, fast_ops, st.sampled_from(["and", "-5", "-0", "00", "-", "--1", "5-3", "²", "1 ", ""]),
+                          st.text(max_size=3)), min_size=1, max_size=9), st.sampled_from([" ", "  ", "\t"]))
+def test_the_split_scan_reads_what_the_regular_expression_reads(tokens: list[str], sep: str) -> None:
+    from aa.router.patterns.fastpath import _TOKEN, _split_tokens
+
+    source = sep.join(tokens)
+    split = _split_tokens(source)
+    assert split is None or split == _TOKEN.findall(source.rstrip()), source
