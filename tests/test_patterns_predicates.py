@@ -156,6 +156,9 @@ def test_warnings_for_patterns_that_cannot_match(engine: PatternEngine) -> None:
     assert engine.pattern_warnings(expr("Sensor == lab-1"), seen) == ["`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"]
     assert engine.pattern_warnings(expr("Room == A"), seen) == ["`A` is read as an expression, not as text; did you mean Room == 'A'?"]
     assert engine.pattern_warnings(expr("Sensor == lab-1"), set()) == ["`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"]
+    # a name beside a literal is the field, seen or not yet (a newcomer's first subscribe)
+    for source in ['Door == "open"', "X == 1", '"open" != Door', "X in (1, 2)"]:
+        assert not any("read as an expression" in w for w in engine.pattern_warnings(expr(source), set())), source
     assert engine.pattern_warnings(expr("Temperature > limit and len(Sensor) > 2"), seen, {"limit": 3}) == []
     script = PatternSpec(kernel="python", format="script", source="n = state.get('n', 0)\nif Tempratur > n:\n    forward()")
     assert engine.pattern_warnings(script, seen) == ["no event has had `Tempratur`; did you mean `Temperature`?"]

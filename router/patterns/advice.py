@@ -140,6 +140,8 @@ def _text_hints(source: str, tree: ast.AST, unknown: set[str], seen: Collection[
             texts[plain.index(True)] = []
         if all(texts) or not any(texts):
             continue  # no telling which side is the field
+        if len(operands) == 2 and _literal(operands[texts.index([])]):
+            continue  # `Door == "open"`: the name beside a literal is the field (not seen yet)
         whole = segment(node)
         for words in texts:
             for word in words:
@@ -148,6 +150,13 @@ def _text_hints(source: str, tree: ast.AST, unknown: set[str], seen: Collection[
                     fixed = whole.replace(text, repr(text.replace(" ", "")), 1)
                     out.append(f"`{text}` is read as an expression, not as text; did you mean {fixed}?")
     return out
+
+
+def _literal(node: ast.AST) -> bool:
+    """A constant, or a tuple, list or set of constants."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(isinstance(e, ast.Constant) for e in node.elts)
+    return isinstance(node, ast.Constant)
 
 
 class _Segments:
