@@ -5,6 +5,8 @@
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# `make run`'s port (its HTTP endpoint takes the next one): `make run PORT=7450` if 7447 is taken.
+PORT  ?= 7447
 # Discovery never leaves loopback unless the operator says otherwise.
 export AA_DISCOVERY_INTERFACES ?= lo
 
@@ -19,11 +21,11 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-## run: a router on 127.0.0.1:7447 (data in .aa-data/) hosting the bundled add-ins in the
+## run: a router on 127.0.0.1:$(PORT), 7447 by default (data in .aa-data/) hosting the bundled add-ins in the
 ## same process (simulated office: weather, quotes, ticker adapter, laptops, phones), so a
 ## newcomer's `aa subscribe` sees events at once
 run: $(STAMP)
-	$(VENV)/bin/aa router --host 127.0.0.1 --port 7447 --data-dir .aa-data --bundled -v
+	$(VENV)/bin/aa router --host 127.0.0.1 --port $(PORT) --data-dir .aa-data --bundled -v
 
 ## test: the whole test suite (installs PostgreSQL etc. through apt-get when root)
 test: $(STAMP) system-deps

@@ -135,10 +135,12 @@ async def test_version():
 # -- aa router: ports ---------------------------------------------------------------------------
 
 
-async def test_a_port_in_use_is_one_line():
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+async def test_a_port_in_use_is_one_line(verbose: list[str]) -> None:
+    # `make run` passes the router's -v (more log output): still one line, not a traceback
     with listening() as taken:
         port = taken.getsockname()[1]
-        code, out, err = await run_aa("router", "--port", str(port), "--no-discovery")
+        code, out, err = await run_aa("router", "--port", str(port), "--no-discovery", *verbose)
     assert code == 2 and out == ""
     one_line(err, f"aa router: port {port} is in use (")
     assert err.rstrip().endswith("pick another with --port")

@@ -173,7 +173,8 @@ def makefile_router_argv() -> list[str]:
     text = (ROOT / "Makefile").read_text()
     recipe = text[text.index("\nrun:"):].split("\n\n", 1)[0]
     line = next(l for l in recipe.splitlines() if "bin/aa router" in l)
-    argv = shlex.split(line.strip())
+    port = re.search(r"^PORT\s*\?=\s*(\d+)$", text, re.M)
+    argv = shlex.split(line.strip().replace("$(PORT)", port.group(1) if port else "$(PORT)"))
     return argv[argv.index("router"):]
 
 

@@ -116,7 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except Exception as exc:
-        if getattr(args, "traceback", False) or getattr(args, "verbose", 0):
+        from aa.mesh import AaError
+
+        # `aa -v COMMAND` shows every traceback; a command's own -v (more log output, as
+        # `make run` passes it) only that of an unexpected error, not a usage mistake's.
+        if getattr(args, "traceback", False) or getattr(args, "verbose", 0) and not isinstance(exc, (AaError, OSError)):
             raise
         return common.report(exc)
 
