@@ -43,16 +43,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        description="Make a mesh CA and certificates it signs, for 'aa router --cert/--key/--ca' "
                        "and for clients (AA_CERT, AA_KEY, AA_CA).")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    init = actions.add_parser("init", help="make the mesh CA: DIR/ca.pem and DIR/ca.key")
-    init.add_argument("dir", type=Path, metavar="DIR")
+    init = actions.add_parser("init", help="make the mesh CA: DIR/ca.pem and DIR/ca.key",
+                              description="Make the mesh's certificate authority in DIR (created if need be): "
+                              "DIR/ca.pem, which every router and client is given (--ca, AA_CA), and DIR/ca.key, "
+                              "which signs the others and stays on this machine.")
+    init.add_argument("dir", type=Path, metavar="DIR", help="the CA's folder")
     init.add_argument("--days", type=int, default=CA_DAYS, help=f"days it is valid (default: {CA_DAYS})")
     init.add_argument("--force", action="store_true", help="replace an existing CA (every certificate it signed "
                       "stops being trusted)")
     init.set_defaults(func=_init)
     for kind, days, what in (("router", ROUTER_DAYS, "NAME"), ("client", CLIENT_DAYS, "USER")):
-        a = actions.add_parser(kind, help=f"a {'router' if kind == 'router' else 'user'}'s certificate signed by "
-                               f"the CA in DIR: DIR/{what}.pem and DIR/{what}.key")
-        a.add_argument("dir", type=Path, metavar="DIR")
+        text = (f"a {'router' if kind == 'router' else 'user'}'s certificate signed by the CA in DIR: "
+                f"DIR/{what}.pem and DIR/{what}.key")
+        use = ("'aa router --cert DIR/NAME.pem --key DIR/NAME.key --ca DIR/ca.pem'" if kind == "router"
+               else "a client's AA_CERT=DIR/USER.pem AA_KEY=DIR/USER.key AA_CA=DIR/ca.pem")
+        a = actions.add_parser(kind, help=text, description=f"Make {text}, for {use}.")
+        a.add_argument("dir", type=Path, metavar="DIR", help="the CA's folder (from 'aa certs init DIR')")
         a.add_argument("name", metavar=what, help="letters, digits and . _ @ -; becomes "
                        + ("the router's name (its ids begin with it)" if kind == "router" else 'meta["user"]'))
         a.add_argument("--days", type=int, default=days, help=f"days it is valid (default: {days})")

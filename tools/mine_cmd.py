@@ -87,9 +87,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     s.add_argument("--days", type=float, default=1.0, help="days to simulate (default: 1)")
     s.add_argument("--start", metavar="ISO", help="first instant, UTC (default: 2030-01-07, a Monday)")
     s.add_argument("--seed", type=int, default=0, help="world seed (default: 0)")
-    s.add_argument("--people", type=int, default=12)
-    s.add_argument("--buildings", type=int, default=2)
-    s.add_argument("--floors", type=int, default=3)
+    s.add_argument("--people", type=int, default=12, help="people in the office, each with a laptop and a phone (default: 12)")
+    s.add_argument("--buildings", type=int, default=2, help="buildings (default: 2)")
+    s.add_argument("--floors", type=int, default=3, help="floors per building (default: 3)")
     s.add_argument("--routers", default="r1,r2", metavar="LIST", help="router names (default: r1,r2)")
     s.add_argument("--overlap", type=float, default=0.3,
                    help="chance another router logs an event too: duplicates to de-duplicate (default: 0.3)")

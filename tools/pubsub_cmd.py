@@ -84,7 +84,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    "(historical); then the live ones")
     p.add_argument("--since", metavar="T",
                    help="history from time T only (implies --history): ISO 8601 such as "
-                   "2030-01-02T03:04:05Z, or a duration ago such as 2h")
+                   "2024-01-02T03:04:05Z, or a duration ago such as 2h")
     p.set_defaults(func=subscribe)
 
 

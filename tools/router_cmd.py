@@ -79,8 +79,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         help=f"between two router summaries flooded for 'aa mesh' (default: {ROUTER_INFO_INTERVAL:g})")
     patterns = p.add_argument_group(
         "patterns", "Pattern code (scripts, XPath, expressions outside the closed grammar) runs in "
-        "worker processes; new patterns run on probation workers first (README: Patterns that "
-        "cannot hurt the router).")
+        "worker processes; new patterns run on probation workers first (README: Patterns, and "
+        "Securing a mesh).")
     patterns.add_argument("--pattern-workers", type=int, metavar="N", default=2,
                           help="worker processes for patterns that have left probation (default: 2)")
     patterns.add_argument("--probation-workers", type=int, metavar="N",
