@@ -23,15 +23,14 @@ from aa.mesh import (
     AaTimeout, ConnectionClosed, ConnectionLost, Discovery, Event, IdGenerator, OutboxFull, PatternError,
     PatternSpec, PeerTable, RemoteError, RouterInfo, SeenIds, Source, UsageError, id_scope,
 )
-from aa.mesh.protocol import (
-    QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello, MeshInfo, Message,
-    Missed, PatternFailed, Ping, Pong, Publish, Routers, Subscribed, Unsubscribe, Update, Updated, with_needs,
-)
+from aa.mesh.protocol import (QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello,
+                              MeshInfo, Message, Missed, PatternFailed, Ping, Pong, Publish, Routers, Subscribed,
+                              Unsubscribe, Update, Updated, with_needs)
 
 from .caching import CacheClient
 from .quench import QuenchClient
 from .config import DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE, ClientConfig
-from .dial import open_router
+from .dial import Refusals, first_of, open_router
 from .link import Link
 from .outbox import Outbox, check_fits
 from .subscription import Subscription
@@ -48,15 +47,9 @@ class AsyncClient(QuenchClient, CacheClient):
     *routers* is an endpoint ("host:port") or a list of them, tried in order.
     """
 
-    def __init__(
-        self,
-        routers: str | Sequence[str] | None = None,
-        *,
-        config: ClientConfig | None = None,
-        client_id: str | None = None,
-        name: str | None = None,
-        on_error: Callable[[RemoteError], None] | None = None,
-    ) -> None:
+    def __init__(self, routers: str | Sequence[str] | None = None, *, config: ClientConfig | None = None,
+                 client_id: str | None = None, name: str | None = None,
+                 on_error: Callable[[RemoteError], None] | None = None) -> None:
         #: Called with a router's error outside any request (a publish not kept); else logged.
         self.on_error = on_error
         if config is None:
@@ -89,6 +82,8 @@ class AsyncClient(QuenchClient, CacheClient):
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
         self._last_error: str | None = None  # why the last connection attempt failed, for connect()
+        self._refusals = Refusals()  # routers that refused us for good, and why
+        self._refused = asyncio.Event()  # every router given refused us so (`connect` stops waiting)
         self._init_caching()
         self._init_quench()
 
@@ -97,8 +92,10 @@ class AsyncClient(QuenchClient, CacheClient):
     async def connect(self, timeout: float | None = None) -> "AsyncClient":
         """Connect to the first router that answers. Raises `AaTimeout` if none does in
         *timeout* seconds (default: the config's connect timeout × number of routers, plus a
-        beacon interval when discovering), `UsageError` if there is no router to try and
-        discovery is off, `OSError` if discovery cannot bind its socket."""
+        beacon interval when discovering), `RemoteError` (code "refused") at once when every
+        router given refused us for a reason trying again will not change (`dial.Refusals`),
+        `UsageError` if there is no router to try and discovery is off, `OSError` if discovery
+        cannot bind its socket."""
         discovering = self.config.discovering
         if not len(self.peers) and not discovering:
             raise UsageError("no router endpoint given, and discovery is off")
@@ -111,7 +108,9 @@ class AsyncClient(QuenchClient, CacheClient):
         timeout = self.config.connect_wait(len(self.peers)) if timeout is None else timeout
         try:
             async with asyncio.timeout(timeout):
-                await self._connected.wait()
+                await first_of(self._connected.wait(), self._refused.wait())
+            if not self._connected.is_set():  # a TLS-only router, no anonymous clients, ...
+                raise RemoteError(str(self._refusals), code="refused")
         except TimeoutError:
             tried = ", ".join(e.address for e in self.peers) or "none found"
             last = f"; last refusal: {self._last_error}" if self._last_error else ""  # TLS, permissions
@@ -130,7 +129,9 @@ class AsyncClient(QuenchClient, CacheClient):
     async def wait_connected(self, timeout: float | None = None) -> None:
         try:
             async with asyncio.timeout(timeout):
-                await self._connected.wait()
+                await first_of(self._connected.wait(), self._refused.wait())
+            if not self._connected.is_set():  # a TLS-only router, no anonymous clients, ...
+                raise RemoteError(str(self._refusals), code="refused")
         except TimeoutError:
             raise AaTimeout("not reconnected in time") from None
 
@@ -158,6 +159,8 @@ class AsyncClient(QuenchClient, CacheClient):
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
                 self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
+                if self._refusals.note(endpoint, exc, () if self.config.discovering else self.known_routers):
+                    self._refused.set()
                 retry = peers.record_failure(endpoint, time.monotonic())
                 log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
                          exc or type(exc).__name__, (retry or 0.0) - time.monotonic())

@@ -11,7 +11,9 @@ over to a working router first and comes back to a faulty one less and less ofte
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable
+import socket
+import ssl
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence
 
 from aa.mesh import ConnectionLost, RemoteError, parse_endpoint
 from aa.mesh.protocol import Error, Hello, Message, Welcome
@@ -21,7 +23,46 @@ from .link import Link, open_link
 if TYPE_CHECKING:
     from .config import ClientConfig
 
-__all__ = ["open_router"]
+__all__ = ["open_router", "refusal", "first_of", "Refusals"]
+
+
+class Refusals:
+    """The routers that refused a client for a reason trying again will not change (`refusal`),
+    and why: when all it may try did, `connect` says so at once instead of waiting it out."""
+
+    def __init__(self) -> None:
+        self.why: dict[str, str] = {}
+
+    def note(self, endpoint: str, exc: BaseException, everyone: Sequence[str]) -> bool:
+        """Note how opening *endpoint* failed; True when every one of *everyone* refused."""
+        why = refusal(exc)
+        self.why.pop(endpoint, None) if why is None else self.why.__setitem__(endpoint, why)
+        return bool(why and everyone) and self.why.keys() >= set(everyone)
+
+    def __str__(self) -> str:
+        return "; ".join(f"{e}: {why}" for e, why in self.why.items())
+
+
+async def first_of(*waits: "Coroutine[Any, Any, Any]") -> None:
+    """Return when the first of *waits* returns; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def refusal(exc: BaseException) -> str | None:
+    """Why *exc*, a failure to open a router, will not pass by trying again: the router
+    refused us and said why (TLS only, no anonymous clients, not from this address...),
+    TLS cannot work with it, or its name does not resolve. None for a failure that may pass
+    (nothing listening, a timeout, a router too busy)."""
+    if isinstance(exc, RemoteError):
+        return None if exc.code == "busy" else str(exc)
+    if isinstance(exc, socket.gaierror) or isinstance(exc, ConnectionLost) and isinstance(exc.__cause__, ssl.SSLError):
+        return str(exc) or type(exc).__name__
+    return None
 
 
 async def open_router(
