@@ -5,6 +5,7 @@ refused with a clear message, strangers' garbage costing others nothing."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import time
 from datetime import datetime, timedelta, timezone
@@ -99,13 +100,16 @@ async def test_plaintext_client_on_a_tls_port_is_told_why(r1: Router) -> None:
     assert r1.counters["refused_plaintext"] >= 1
 
 
-async def test_tls_client_on_a_plaintext_router_is_told_why(pki: dict[str, Path]) -> None:
+async def test_tls_client_on_a_plaintext_router_is_told_why(pki: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="aa.router")
     async with Router(RouterConfig(port=0)) as plain:
         client = AsyncClient(config=ClientConfig(**{**_fields(user(pki, "alice")), "routers": (plain.endpoint,),
                                                     "connect_timeout": 1.0}))
         with pytest.raises(RemoteError, match="does not speak TLS"):
             await client.connect(timeout=20.0)
         await client.aclose()
+    # and the router's log says what came, not "a frame of 369,295,618 bytes"
+    assert "a TLS handshake, not a frame" in caplog.text and "369" not in caplog.text
 
 
 async def test_anonymous_clients_refused_when_the_router_says_so(pki: dict[str, Path]) -> None:

@@ -244,7 +244,9 @@ class Connection:
             return NEED_DATA
         size = int.from_bytes(buf[pos : pos + _HEADER], "big")
         if size > self.max_frame:
-            self._break(FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}"))
+            tls = buf[pos] == 0x16 and buf[pos + 1] == 0x03  # a TLS record: handshake, version 3.x
+            self._break(FrameTooLarge("a TLS handshake, not a frame: this end does not speak TLS" if tls else
+                                      f"frame of {size} bytes is over the cap of {self.max_frame}"))
             raise self._fresh_error()
         if size > STEP_ABOVE:
             self._pos += _HEADER
