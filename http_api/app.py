@@ -46,7 +46,7 @@ from starlette.routing import Match
 
 from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
 from aa.mesh import event_to_json, from_json, id_scope, to_json
-from aa.router import parse_duration
+from aa.router import parse_duration, scoped_id
 
 from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
@@ -163,9 +163,9 @@ def create_app(
         user = f"http:{owner.id}" if owner is not None else "anonymous"
         event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id=HTTP_PUBLISHER,
                                address=address, scope=scope, user=user)
-        if event is None:  # a retried publish: the id is already in the mesh
+        if event is None:  # a retried publish: the id is already in the mesh, as the first answer gave it
             response.status_code = 200
-            return Published(id=body.id or "", duplicate=True)
+            return Published(id=scoped_id(scope + "-", body.id or ""), duplicate=True)
         return Published(id=event.id)
 
     @app.get("/events", summary="Stored and cached events matching a pattern")

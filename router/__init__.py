@@ -15,7 +15,7 @@ Architecture section draws an event's way through them.
 from .acks import Acknowledgements
 from .caches import CacheConfig, CacheInfo, ClientCacheService, Fetched, MeshCache
 from .config import DEFAULT_PORT, RouterConfig
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, scoped_id
 from .eventlog import EventLog, EventLogConfig
 from .links import MeshConfig, MeshService
 from .local import LocalSubscription
@@ -48,4 +48,5 @@ __all__ = [
     "WorkerConfig",
     "StoreService",
     "parse_duration",
+    "scoped_id",
 ]

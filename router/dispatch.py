@@ -68,8 +68,11 @@ log = logging.getLogger("aa.router")
 
 
 def scoped_id(own: str, proposed: str) -> str:
-    """*proposed* under the prefix *own* ("scope-"), within `MAX_ID_LENGTH` (a long id is
-    hashed, which keeps it the same for every retry)."""
+    """The id an event published with id *proposed* under the prefix *own* ("scope-") travels
+    under: *proposed* if it carries the prefix, else prefixed, within `MAX_ID_LENGTH` (a long
+    id is hashed, which keeps it the same for every retry)."""
+    if proposed.startswith(own):
+        return proposed
     eid = own + proposed
     if len(eid) > MAX_ID_LENGTH:
         eid = own + hashlib.blake2b(proposed.encode(), digest_size=16).hexdigest()
@@ -138,7 +141,7 @@ class Dispatcher:
             eid = ev.id
             if eid is None:
                 eid = new_id()
-            elif own is not None and not eid.startswith(own):
+            elif own is not None:
                 eid = scoped_id(own, eid)
             hop = originate(eid, now)
             if hop is None:

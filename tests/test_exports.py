@@ -48,7 +48,7 @@ PUBLIC: dict[str, list[str]] = {
         "Dispatcher", "Endpoint", "EventLog", "EventLogConfig", "ExpiryPolicy", "Fetched",
         "LocalSubscription", "MeshCache", "MeshConfig", "MeshService", "QuenchConfig",
         "QuenchService", "Router", "RouterConfig", "StoreConfig", "StoreService", "WorkerConfig",
-        "parse_duration"
+        "parse_duration", "scoped_id"
     ],
     "aa.router.caches": [
         "CACHE_SWEEP_INTERVAL", "CACHE_SYNC_INTERVAL", "CACHE_SYNC_TOPIC", "CACHE_TOPIC",
