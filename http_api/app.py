@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from datetime import datetime, timezone
 from importlib.resources import files
@@ -82,7 +83,10 @@ def _parse_since(text: str, now: datetime) -> datetime:
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
-        return now - parse_duration(text)
+        try:
+            return now - parse_duration(text)
+        except UsageError:
+            raise UsageError(f"since {text!r} is neither an ISO 8601 instant nor a duration such as '90s' or '1h'") from None
     return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
@@ -271,9 +275,15 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UsageError)
     async def usage(request: Request, exc: UsageError) -> JSONResponse:
-        return _error(422, type(exc).__name__, str(exc))
+        return _error(422, _code(exc), str(exc))
 
     @app.exception_handler(AaError)
     async def other(request: Request, exc: AaError) -> JSONResponse:
-        return _error(400, type(exc).__name__, str(exc))
+        return _error(400, _code(exc), str(exc))
+
+
+def _code(exc: BaseException) -> str:
+    """An error's code in the API's style: `InvalidPolicy` → "invalid-policy", `UsageError` → "usage"."""
+    name = type(exc).__name__.removesuffix("Error") or "error"
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
 
