@@ -218,7 +218,8 @@ def _simulate(args: argparse.Namespace) -> int:
                          **({"start": start} if start else {}))  # fmt: skip
     result = simulate(cfg)
     rows = ", ".join(f"{r}: {n}" for r, n in result.rows.items())
-    print(f"{result.events} events written ({rows}) to {args.out}")
+    print(f"{result.events} distinct events written to {args.out}, logged {sum(result.rows.values())} times in all "
+          f"(the routers' logs overlap: {rows})")
     return 0
 
 
@@ -228,7 +229,7 @@ def _prepare(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     # The install runs this: say what the minute of silence is before it starts.
     print("aa mine prepare: Spark's class archive, so that 'aa mine' starts fast "
-          "(about a minute, once per Java and Spark)...", flush=True)  # fmt: skip
+          "(about a minute, once per Java, Spark and virtual environment)...", flush=True)  # fmt: skip
     try:
         result = prepare(SparkConfig(verbose=args.verbose))
     except UsageError:
