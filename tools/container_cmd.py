@@ -119,7 +119,10 @@ async def _serve(config: "ContainerConfig") -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with Container(config) as container:
-        names = ", ".join(sorted(container.status())) or "none yet"
-        print(f"aa container: hosting {names}; routers {', '.join(config.routers)}", flush=True)
+        status = container.status()
+        names = ", ".join(sorted(n for n, st in status.items() if st["state"] != "broken")) or "none yet"
+        broken = sorted(n for n, st in status.items() if st["state"] == "broken")
+        not_loaded = f" (not loaded, see the log: {', '.join(broken)})" if broken else ""
+        print(f"aa container: hosting {names}{not_loaded}; routers {', '.join(config.routers)}", flush=True)
         await stop.wait()
         print("aa container: stopping add-ins", file=sys.stderr, flush=True)
