@@ -201,8 +201,8 @@ async def test_edges_schemathesis_found_are_accepted_or_refused_by_the_schema() 
         keepalive = schema["components"]["schemas"]["ClientIn"]["properties"]["keepalive"]["anyOf"][0]
         assert keepalive["minimum"] >= 1
         assert "200" in schema["paths"]["/events"]["post"]["responses"]  # the duplicate answer
-        for method, path, allow in [("OPTIONS", "/events", "GET, POST"), ("PUT", "/events", "GET, POST"),
-                                    ("POST", "/mesh", "GET"), ("PATCH", "/clients/x", "DELETE, GET"),
+        for method, path, allow in [("OPTIONS", "/events", "GET, HEAD, POST"), ("PUT", "/events", "GET, HEAD, POST"),
+                                    ("POST", "/mesh", "GET, HEAD"), ("PATCH", "/clients/x", "DELETE, GET, HEAD"),
                                     ("PUT", "/clients/x/feed", "DELETE, GET, HEAD")]:
             r = await http.request(method, path)
             assert r.status_code == 405 and r.headers["allow"] == allow, (method, path, r.headers.get("allow"))

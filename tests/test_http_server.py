@@ -39,6 +39,18 @@ async def test_start_returns_with_the_real_port_bound_and_aclose_frees_it() -> N
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+async def test_head_answers_as_get_without_a_body() -> None:
+    # monitors ask HEAD (RFC 9110 §9.3.2): it was 405 on every resource
+    async with open_server() as (router, endpoint):
+        async with httpx.AsyncClient(base_url=endpoint.url) as http:
+            for path in ("/health", "/docs", "/", "/events"):
+                got, head = await http.get(path), await http.head(path)
+                assert head.status_code == got.status_code == 200, path
+                assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
+            r = await http.put("/health")
+            assert r.status_code == 405 and "HEAD" in r.headers["allow"].split(", ")
+
+
 async def test_a_taken_port_fails_start() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
