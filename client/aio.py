@@ -83,7 +83,6 @@ class AsyncClient(QuenchClient, CacheClient):
         self.router: tuple[str, str, str] | None = None
         self._last_error: str | None = None  # why the last connection attempt failed, for connect()
         self._refusals = Refusals()  # routers that refused us for good, and why
-        self._refused = asyncio.Event()  # every router given refused us so (`connect` stops waiting)
         self._init_caching()
         self._init_quench()
 
@@ -107,10 +106,7 @@ class AsyncClient(QuenchClient, CacheClient):
             self._runner = asyncio.create_task(self._run(), name=f"aa-client-{self.client_id}")
         timeout = self.config.connect_wait(len(self.peers)) if timeout is None else timeout
         try:
-            async with asyncio.timeout(timeout):
-                await first_of(self._connected.wait(), self._refused.wait())
-            if not self._connected.is_set():  # a TLS-only router, no anonymous clients, ...
-                raise RemoteError(str(self._refusals), code="refused")
+            await self._until_connected(timeout)
         except TimeoutError:
             tried = ", ".join(e.address for e in self.peers) or "none found"
             last = f"; last refusal: {self._last_error}" if self._last_error else ""  # TLS, permissions
@@ -128,12 +124,17 @@ class AsyncClient(QuenchClient, CacheClient):
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         try:
-            async with asyncio.timeout(timeout):
-                await first_of(self._connected.wait(), self._refused.wait())
-            if not self._connected.is_set():  # a TLS-only router, no anonymous clients, ...
-                raise RemoteError(str(self._refusals), code="refused")
+            await self._until_connected(timeout)
         except TimeoutError:
             raise AaTimeout("not reconnected in time") from None
+
+    async def _until_connected(self, timeout: float | None) -> None:
+        """Until connected (TimeoutError after *timeout*); `RemoteError` once every router we
+        may try refused us for good (TLS only, no anonymous clients, ...)."""
+        async with asyncio.timeout(timeout):
+            await first_of(self._connected.wait(), self._refusals.everywhere.wait())
+        if not self._connected.is_set():
+            raise RemoteError(str(self._refusals), code="refused")
 
     async def _run(self) -> None:
         last_alternatives = 0.0
@@ -159,13 +160,13 @@ class AsyncClient(QuenchClient, CacheClient):
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
                 self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
-                if self._refusals.note(endpoint, exc, () if self.config.discovering else self.known_routers):
-                    self._refused.set()
+                self._refusals.note(endpoint, exc, () if self.config.discovering else self.known_routers)
                 retry = peers.record_failure(endpoint, time.monotonic())
                 log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
                          exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
                 continue
             peers.record_success(endpoint, time.monotonic(), router_id=self.router[0] if self.router else None)
+            self._refusals.note(endpoint, None, ())
             self._bye = False
             self._link = link
             self._on_connected()
@@ -204,9 +205,8 @@ class AsyncClient(QuenchClient, CacheClient):
             self._wake.set()
 
     async def _open(self, endpoint: str) -> Link:
-        link, welcome = await open_router(
-            endpoint, Hello(client_id=self.client_id, name=self.config.name, secret=self._secret), self._on_message, self._schedule_flush, config=self.config
-        )
+        hello = Hello(client_id=self.client_id, name=self.config.name, secret=self._secret)
+        link, welcome = await open_router(endpoint, hello, self._on_message, self._schedule_flush, config=self.config)
         self.router = (welcome.router_id, welcome.router_name, endpoint)
         self._learn(welcome.alternatives)
         return link

@@ -32,12 +32,21 @@ class Refusals:
 
     def __init__(self) -> None:
         self.why: dict[str, str] = {}
+        #: Set while every router the client may try has refused it for good.
+        self.everywhere = asyncio.Event()
 
-    def note(self, endpoint: str, exc: BaseException, everyone: Sequence[str]) -> bool:
-        """Note how opening *endpoint* failed; True when every one of *everyone* refused."""
-        why = refusal(exc)
-        self.why.pop(endpoint, None) if why is None else self.why.__setitem__(endpoint, why)
-        return bool(why and everyone) and self.why.keys() >= set(everyone)
+    def note(self, endpoint: str, failure: BaseException | None, everyone: Sequence[str]) -> None:
+        """Note how opening *endpoint* went (*failure*, or None: it worked); *everyone*: the
+        routers the client may try (none when it discovers more)."""
+        why = None if failure is None else refusal(failure)
+        if why is None:
+            self.why.pop(endpoint, None)
+        else:
+            self.why[endpoint] = why
+        if everyone and self.why.keys() >= set(everyone):
+            self.everywhere.set()
+        else:
+            self.everywhere.clear()
 
     def __str__(self) -> str:
         return "; ".join(f"{e}: {why}" for e, why in self.why.items())

@@ -200,25 +200,7 @@ def create_app(
     app.include_router(stream_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
     add_docs(app, title="Aa router")
-    return Guard(_HeadAsGet(FeedFastPath(app)), allow=allow, max_body=max_body)
-
-
-class _HeadAsGet:
-    """HEAD on every GET resource (RFC 9110 §9.3.2: GET's answer without its body), as monitors
-    ask: the application answers a GET; the server, which knows the request was HEAD, sends
-    the head only (uvicorn does)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    @property
-    def state(self) -> Any:
-        return self.app.state
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "HEAD":
-            scope = {**scope, "method": "GET"}
-        await self.app(scope, receive, send)
+    return Guard(FeedFastPath(app), allow=allow, max_body=max_body)
 
 
 def _allowed(app: FastAPI, request: Request) -> list[str]:

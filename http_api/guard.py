@@ -7,7 +7,8 @@ megabyte of empty maps held every client of the router for 360 ms.
 The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
 talk its way in with ``X-Forwarded-For``. Bodies: a ``Content-Length`` over the cap is
 refused at once; a body without one (chunked) is counted as it arrives and refused as soon as
-it passes the cap, so memory never holds more than the cap.
+it passes the cap, so memory never holds more than the cap. A HEAD request reaches the
+application as a GET (RFC 9110 §9.3.2): uvicorn, which knows it was HEAD, sends the head only.
 """
 
 from __future__ import annotations
@@ -106,8 +107,11 @@ class Guard:
         if length is not None and length > cap:
             await _refuse(send, 413, "too-large", f"request body over the limit of {cap} bytes")
             return
-        if scope["method"] in ("GET", "HEAD"):
+        if scope["method"] == "GET":
             await self.app(scope, receive, send)
+            return
+        if scope["method"] == "HEAD":  # GET's answer, of which the server sends the head
+            await self.app({**scope, "method": "GET"}, receive, send)
             return
         # Read the body here, counting, then weigh it and replay it to the app.
         chunks, size = [], 0

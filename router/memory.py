@@ -5,9 +5,9 @@ bound, 32 MiB) as many medium-sized buffers. Freed when the client goes (the ses
 its transport go at once: uvloop's transport and the session refer to each other, so they
 waited for a collection), they leave holes in glibc's heap that `malloc` keeps for itself:
 with uvloop's transports (which queue each write as its own buffer) a router stayed 30 MB
-larger after every such client (tests/test_faults_memory.py). `give_back()` asks glibc to return the free pages of its heaps
-(`malloc_trim`), in a worker thread (it walks the heap: milliseconds for a large one) and at
-most once a second; elsewhere than glibc it does nothing.
+larger after every such client (tests/test_faults_memory.py). `give_back()` asks glibc to
+return the free pages of its heaps (`malloc_trim`), in a worker thread (it walks the heap:
+milliseconds for a large one) and at most once a second; elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import pytest
 from aa.mesh import Event, PatternError
 from aa.router import Router
 
-from support import wait_for
+from support import paced, wait_for
 
 #: Events the publisher sends per test, at `RATE` per second.
 EVENTS = 300
@@ -87,10 +87,11 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
     async def probe() -> None:
         # The machine's own scheduling delay, measured beside the victim: on a shared,
         # loaded machine the event loop itself wakes late, attack or not.
-        while probing:
-            t = time.perf_counter()
-            await asyncio.sleep(0.002)
-            noise.append(time.perf_counter() - t - 0.002)
+        loop = asyncio.get_running_loop()
+        async for _, due in paced(500):
+            if not probing:
+                break
+            noise.append(loop.time() - due)
 
     prober = asyncio.get_running_loop().create_task(probe())
 
@@ -110,9 +111,7 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
     pub.publish_nowait({"Seq": -2, "t": 0.0})
     assert await until(lambda: warmed, 60)
     assert await until(lambda: router.engine.workers is None or router.engine.workers.warm, 60)
-    start = time.perf_counter()
-    for seq in range(EVENTS):
-        await asyncio.sleep(max(0.0, start + seq / RATE - time.perf_counter()))
+    async for seq, _ in paced(RATE, EVENTS):
         pub.publish_nowait({"Seq": seq, "t": time.perf_counter(), "Name": "sensor-1", "Temperature": 20 + seq % 10, "Readings": [1.5, 2.5]})
         if during is not None and seq == EVENTS // 3:
             during()

@@ -4,7 +4,6 @@ pattern moving off probation keeps its state and misses or doubles no event."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import datetime as dt
 import os
@@ -18,7 +17,7 @@ from aa.router import Router, RouterConfig, WorkerConfig
 from aa.router.patterns.workers import WorkerPool
 from aa.router.patterns.workers.carry import NotPortable, dump_state, load_state
 
-from support import wait_for
+from support import paced, wait_for
 
 #: Probation as short as a test wants it: five events and 50 ms.
 QUICK = WorkerConfig(probation_events=5, probation_seconds=0.05)
@@ -128,11 +127,10 @@ async def strike(router: Router, make_client: Any, attackers: int) -> list[float
         await c.subscribe(f"{stuck}  # {n}", format="script")
     sent: dict[int, float] = {}
     first = i
-    for _ in range(40):  # 200 events/s for 0.2 s: the strike and what follows it
+    async for _ in paced(200, 40):  # 200 events/s for 0.2 s: the strike and what follows it
         sent[i] = time.perf_counter()
         pub.publish_nowait({"i": i})
         i += 1
-        await asyncio.sleep(0.005)
     await wait_for(lambda: all(k in seen for k in sent), 60)
     assert pool.counters["kills"] >= 1  # the strike did happen
     return [seen[k] - sent[k] for k in range(first, i)]

@@ -290,3 +290,21 @@ async def test_a_full_handshake_queue_evicts_the_oldest_stranger_not_the_newcome
         w.close()
     listener.close()
     await listener.wait_closed()
+
+
+async def test_a_refusal_counts_only_while_it_lasts() -> None:
+    # a router that refused, then took us (its ranges or certificates changed), is no longer
+    # reason to give up at once on a later reconnection
+    from aa.client.dial import Refusals
+    from aa.mesh import ConnectionLost
+
+    r = Refusals()
+    r.note("a:1", RemoteError("this router accepts TLS only", code="tls-required"), ["a:1", "b:2"])
+    assert not r.everywhere.is_set()  # b:2 may still take us
+    r.note("b:2", RemoteError("clients from here are not allowed", code="forbidden"), ["a:1", "b:2"])
+    assert r.everywhere.is_set() and "not allowed" in str(r) and "TLS only" in str(r)
+    r.note("b:2", None, ())
+    assert not r.everywhere.is_set() and "b:2" not in str(r)
+    r.note("a:1", ConnectionLost("refused"), ["a:1"])  # nothing listening: that may pass
+    r.note("a:1", RemoteError("too busy", code="busy"), ["a:1"])
+    assert not r.everywhere.is_set()

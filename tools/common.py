@@ -9,7 +9,7 @@ import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # aa.mesh is imported when needed: `aa --help` stays quick
     from aa.mesh import Event
@@ -97,29 +97,26 @@ def add_event_loop_option(parser: argparse.ArgumentParser) -> None:
                         "AA_EVENT_LOOP sets the default)")
 
 
-def run_loop(main: Any, choice: str | None = None) -> Any:
-    """Run coroutine *main* to the end on the event loop *choice* (`EVENT_LOOPS`; None: the
-    `AA_EVENT_LOOP` environment variable, else uvloop if importable). Raises UsageError for a
-    loop that is not there."""
+def loop_runner(choice: str | None = None) -> Callable[[Any], Any]:
+    """What runs `aa router`'s main coroutine to its end (`asyncio.run` or `uvloop.run`) on the
+    event loop *choice* (`EVENT_LOOPS`; None: the `AA_EVENT_LOOP` environment variable, else
+    uvloop if importable). Raises UsageError for a loop that is not there."""
     import asyncio
 
     from aa.mesh import UsageError
 
     choice = choice or os.environ.get("AA_EVENT_LOOP") or None
-    runner: Any = asyncio.run
     if choice not in (None, *EVENT_LOOPS):
-        main.close()
         raise UsageError(f"AA_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}, not {choice!r}")
     if choice != "asyncio":
         try:
             import uvloop
         except ImportError:
             if choice == "uvloop":
-                main.close()
                 raise UsageError("--event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
         else:
-            runner = uvloop.run
-    return runner(main)
+            return uvloop.run
+    return asyncio.run
 
 
 def add_router_option(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from .defaults import (BROADCAST_INTERVAL, DEFAULT_HTTP_PORT, DEFAULT_PORT, DISCOVERY_PORT, ENV_INTERFACES,
                        PEER_KEEPALIVE, RETRY_BASE, RETRY_MAX, ROUTER_INFO_INTERVAL)
-from .common import add_event_loop_option, run_loop
+from .common import add_event_loop_option, loop_runner
 from .security_opts import add_security_options, security_config
 from .container_cmd import add_hosting_options, hosted_container
 from .storage_opts import add_storage_options, storage_config
@@ -209,9 +209,10 @@ def run(args: argparse.Namespace) -> int:
     check_listen(args.host, args.port, "port", "--port")
     for endpoint in endpoints:
         check_listen(endpoint.config.host, endpoint.config.port, "HTTP port", "--http-port (or --no-http)")
+    run = loop_runner(args.event_loop)
     _tune_gc()
     try:
-        run_loop(_serve(config, endpoints, args), args.event_loop)
+        run(_serve(config, endpoints, args))
     except KeyboardInterrupt:
         pass
     except StoreError as exc:  # a wrong --store-url, an unreachable database

@@ -27,11 +27,12 @@ Per event field (an event value, the event type, a meta field):
   class-width wide keyed by the cell of lo; an event value probes two cells per class, so
   mostly intervals that contain it are visited;
 - `startswith` / `endswith`: a dict prefix → posting, probed once per distinct prefix length;
-  presence: the conjunctions that only need the field to exist.
+- presence: the conjunctions that only need the field to exist.
 
 A conjunction with no indexable atom (`X > Y`, arithmetic only, `True`) is on the scan list.
-Candidates are found by walking the event's own fields (a handful of dict lookups): an event
-costs the lookups and the verification of its candidates, whatever the subscriptions.
+Candidates are found by walking the event's own fields (a handful of dict lookups), so an
+event costs the lookups plus the verification of its candidates, whatever the number of
+subscriptions.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ __all__ = ["PredicateIndex"]
 
 _MISSING: Any = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
-#: A posting: one entry, a list of a few, or an ordered set (dict) of more (most hold one or a few; a dict of two is 224 bytes, a list 72).
+#: A posting list: one entry, a list of a few, or an ordered set (dict) of more. Memory:
+#: most postings hold one or a few entries, and a dict of two costs 224 bytes, a list 72.
 Posting = Any
 #: Longest posting kept as a list (removal scans it); past this, a dict.
 MAX_LIST_POSTING = 16
@@ -297,9 +299,7 @@ class PredicateIndex:
 
     def posting(self, a: Access) -> int:
         """How many entries *a* would share its posting list with."""
-        f = self._values.get(a.src[1]) if a.src[0] == VALUE else self._field(a.src, create=False)
-        if f is not None and a.kind == EQ and len(a.keys) == 1:  # asked once per candidate access
-            return _size(f.eq.get(a.keys[0]))
+        f = self._field(a.src, create=False)
         return 0 if f is None else f.size(a)
 
     def add(self, bucket: "Bucket", plan: Plan) -> None:

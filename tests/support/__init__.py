@@ -8,7 +8,7 @@ from .clock import Clock
 from .cost import cpu_seconds
 from .meshes import FAST, Collector, full, line, lo_discovery, mesh, neighbours, random_graph, ring, wait_shape
 from .ports import free_tcp_port, free_udp_port
-from .waits import next_event, next_turn, settle, wait_for, wait_until
+from .waits import next_event, next_turn, paced, settle, wait_for, wait_until
 
 __all__ = [
     "Clock",
@@ -23,6 +23,7 @@ __all__ = [
     "mesh",
     "neighbours",
     "next_event",
+    "paced",
     "next_turn",
     "random_graph",
     "ring",

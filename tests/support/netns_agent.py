@@ -22,6 +22,8 @@ from typing import Any
 
 from aa.client import AsyncClient, ClientConfig
 
+from waits import wait_until  # this folder: the agent runs as a script
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
@@ -53,11 +55,13 @@ async def main(endpoint: str) -> None:
             try:
                 async with asyncio.timeout(req.get("timeout", 10)):
                     if op == "peers":
-                        while True:
-                            own = (await client.mesh_info())["routers"][0]
-                            if len(own["peers"]) == req["n"]:
-                                break
-                            await asyncio.sleep(0.05)  # ask again: the router has no push for this
+                        own: dict[str, Any] = {}
+
+                        async def linked() -> bool:  # asked again and again: the router has no push for this
+                            own.update((await client.mesh_info())["routers"][0])
+                            return len(own["peers"]) == req["n"]
+
+                        await wait_until(linked, timeout=req.get("timeout", 10))
                         answer["own"] = _plain(own)
                     elif op == "info":
                         answer["info"] = _plain(await client.mesh_info())

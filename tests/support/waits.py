@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import types
-from typing import Any, Awaitable, Callable, Generator
+from typing import Any, AsyncIterator, Awaitable, Callable, Generator
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -58,3 +58,20 @@ def settle(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float, e
         if ok(value) or time.monotonic() > deadline:
             return value
         tick.wait(every)
+
+
+async def paced(rate: float, count: int | None = None) -> AsyncIterator[tuple[int, float]]:
+    """A load generator's clock, not a wait: yields (n, the loop time turn n was due) for
+    *count* turns (None: no end), *rate* per second from now, on a fixed schedule (a late turn
+    does not shift the ones after it). The caller publishes at each, or measures how late it
+    came."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    n = 0
+    while count is None or n < count:
+        due = start + n / rate
+        tick = loop.create_future()
+        loop.call_at(due, tick.set_result, None)
+        await tick
+        yield n, due
+        n += 1
