@@ -103,7 +103,8 @@ class PatternEngine:
         if key in self._subs:
             raise UsageError(f"subscriber {key!r} is already subscribed")
         own = _shared_strings(dict(params)) if params else _NO_PARAMS  # shared: replaced, never changed
-        check_values(own, "params")
+        if own:  # (checked, and frozen below, only if there are any)
+            check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
         if instance is None:
@@ -115,7 +116,7 @@ class PatternEngine:
             self._instances[spec_key] = instance
         sub = Member(key, own, None, next(self._seq))  # type: ignore[arg-type]
         self._subs[key] = sub
-        self._join(sub, instance, freeze(own), None)
+        self._join(sub, instance, freeze(own) if own else (), None)
         if instance.remote:
             self._tier.subscribe(key, spec, own)
 
@@ -480,8 +481,7 @@ class PatternEngine:
         return list(self._subs)
 
 
-#: The params of every subscriber without any (an empty dict costs 64 bytes each).
-_NO_PARAMS: dict[str, Any] = {}
+_NO_PARAMS: dict[str, Any] = {}  # of every subscriber without any (an empty dict costs 64 bytes each)
 
 #: Longest param string shared between subscribers (`sys.intern`): symbols, device ids.
 MAX_SHARED_PARAM_STRING = 64

@@ -2,8 +2,10 @@
 
 `Temperature > 30 and Room == "A"` and `10 <= Price < 20 and Symbol == sym` are most of what
 a million subscribers send. Parsing them with `ast.parse` and walking the tree costs more than
-everything else a subscribe does, so this module reads exactly that shape with one regular
-expression and builds the same `Grammar` (light: no closures) that `grammar.py` would. Any
+everything else a subscribe does, so this module reads exactly that shape (in one pass over
+`str.split` when tokens are single-spaced names, operators and integers, else with one
+regular expression) and builds the same `Grammar` (light: no closures) that `grammar.py`
+would. Any
 other source, or anything unusual in it (parentheses, escapes, comments, a leading space,
 context names, `_names`), returns None and takes the general path, so the answer can only
 be the same. The property tests compare both paths with the python kernel.
@@ -42,32 +44,12 @@ _NOT_OPERANDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | _SPE
 _NO_READS: frozenset[str] = frozenset()
 
 
-_OP_TOKENS = {op: ("", "", op, "", "") for op in ("==", "!=", "<", "<=", ">", ">=")}
-
-
-def _split_tokens(source: str) -> list[tuple[str, str, str, str, str]] | None:
-    """What `_TOKEN.findall` gives for a source of names, operators and decimal integers
-    separated by single spaces (`a18 == 6 and 45 <= a2 <= 49`: what most subscribers send),
-    by `str.split` and `str` tests instead of the regular expression; None for anything else
-    (a string or float literal, other spacing, ...), which the regular expression reads."""
-    out = []
-    ops = _OP_TOKENS
-    for tok in source.split(" "):
-        op = ops.get(tok)
-        if op is not None:
-            out.append(op)
-        elif not tok.isascii():
-            return None
-        elif tok.isidentifier():
-            if tok[0] == "_":
-                return None
-            out.append(("", "", "", tok, ""))
-        else:
-            digits = tok[1:] if tok[:1] == "-" else tok
-            if not digits.isdigit() or digits[0] == "0" and digits != "0":
-                return None
-            out.append((tok, "", "", "", ""))
-    return out
+_COMPARE = frozenset(("==", "!=", "<", "<=", ">", ">="))
+#: The scan of `_TOKEN` is needed (see `_parse_spaced`).
+_UNUSUAL: Any = object()
+#: name → (its Ref, the reads of comparing it with a literal): shared by every atom.
+_NAME_REFS: dict[str, tuple[Ref, frozenset[str]]] = {}
+_MAX_NAME_REFS = 10_000
 
 
 def parse_conjunction(source: str) -> Grammar | None:
@@ -75,6 +57,80 @@ def parse_conjunction(source: str) -> Grammar | None:
     names and literals; None otherwise."""
     if len(source) > MAX_FAST_SOURCE or not source or source[0].isspace():
         return None
+    got = _parse_spaced(source)
+    return _parse_tokens(_TOKEN.findall(source.rstrip())) if got is _UNUSUAL else got
+
+
+def _name_ref(name: str) -> tuple[Ref, frozenset[str]]:
+    got = _NAME_REFS.get(name)
+    if got is None:
+        got = (("name", name), frozenset((name,)))
+        if len(_NAME_REFS) < _MAX_NAME_REFS:
+            _NAME_REFS[name] = got
+    return got
+
+
+def _parse_spaced(source: str) -> Grammar | None:
+    """`_parse_tokens` for a source of names, operators and decimal integers separated by
+    single spaces (`a18 == 6 and 45 <= a2 <= 49`: what most subscribers send), read by
+    `str.split` and `str` tests in one pass instead of the regular expression; `_UNUSUAL` at
+    the first token it does not read (a string or float literal, other spacing, ...): the
+    regular expression's tokens up to there are the same, so the answer can only be the same
+    (a property test compares both)."""
+    atoms: list[Atom] = []
+    names: set[str] = set()
+    prev: Ref | None = None
+    prev_reads: frozenset[str] = _NO_READS
+    op: str | None = None
+    chained = False
+    want_operand = True
+    compare = _COMPARE
+    ref: Ref
+    for tok in source.split(" "):
+        if tok in compare:
+            if want_operand:
+                return None
+            op, chained, want_operand = tok, True, True
+            continue
+        if not tok.isascii():
+            return _UNUSUAL
+        if tok.isidentifier():
+            if tok[0] == "_":
+                return _UNUSUAL
+            if not want_operand:
+                if tok == "and" and chained:
+                    prev, prev_reads, chained, want_operand = None, _NO_READS, False, True
+                    continue
+                return None
+            if tok in _CONSTANT_WORDS:
+                ref, reads = ("const", _CONSTANT_WORDS[tok]), _NO_READS
+            elif tok in _NOT_OPERANDS:
+                return None
+            else:
+                ref, reads = _name_ref(tok)
+                names.add(tok)
+        else:
+            digits = tok[1:] if tok[:1] == "-" else tok
+            if not digits.isdigit() or digits[0] == "0" and digits != "0":
+                return _UNUSUAL
+            if not want_operand:
+                return None
+            ref, reads = ("const", int(tok)), _NO_READS
+        if op is not None:
+            if prev_reads and reads:
+                both = prev_reads | reads
+            else:
+                both = prev_reads or reads
+            atoms.append(Atom(op, prev, ref, False, None, both))  # type: ignore[arg-type]
+        prev, prev_reads, op, want_operand = ref, reads, None, False
+    if want_operand or not chained:
+        return None
+    frozen = frozenset(names)
+    return Grammar(None, True, [atoms], frozen, frozen, False)
+
+
+def _parse_tokens(tokens: list[tuple[str, str, str, str, str]]) -> Grammar | None:
+    """The light grammar from `_TOKEN`'s tokens of a source."""
     atoms: list[Atom] = []
     names: set[str] = set()
     strings: list[str] = []
@@ -82,7 +138,6 @@ def parse_conjunction(source: str) -> Grammar | None:
     op: str | None = None
     chained = False  # the current comparison has an operator
     want_operand = True
-    tokens = _split_tokens(source) or _TOKEN.findall(source.rstrip())  # either scan runs in C
     for num, text, cmp, name, bad in tokens:
         if bad:
             return None

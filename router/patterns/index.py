@@ -193,7 +193,7 @@ class _Field:
 
     def size(self, a: Access) -> int:
         if a.kind == EQ:
-            return sum(_size(self.eq.get(k)) for k in a.keys)
+            return _size(self.eq.get(a.keys[0])) if len(a.keys) == 1 else sum(_size(self.eq.get(k)) for k in a.keys)
         if a.kind == RANGE:
             return len(self.ranges.get(_side(a), ()))
         if a.kind == INTERVAL:

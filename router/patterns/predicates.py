@@ -374,7 +374,7 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
         checks.append((VALUE, src[1], OPS[op], c) if pname is None else (PARAM, src[1], OPS[op], pname))
         pnames.append(pname)
         if op == "==":
-            if _hashable(c):
+            if type(c) is int or type(c) is str or _hashable(c):
                 eqs.append((EQ, src, (c,), (i,)))
         elif op != "!=" and (isinstance(c, str) or isinstance(c, (int, float)) and c == c):
             ranges.append((RANGE, src, (op, c), (i,)))
@@ -386,17 +386,24 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
         return None
     else:
         options = _flat_intervals(ranges) or ranges
-    if len(options) == 1:
-        kind, src, keys, covered = options[0]
-        access = Access(kind, src, keys, True)
-    else:
-        access, covered = min(((Access(k, sr, ks, True), cov) for k, sr, ks, cov in options), key=lambda o: (posting(o[0]), o[1]))
+    kind, src, keys, covered = options[0]
+    access = Access(kind, src, keys, True)
+    if len(options) > 1:  # the shortest posting; the first of equals (options are in atom order)
+        least = posting(access)
+        for kind, src, keys, cov in options[1:]:
+            if least:
+                other = Access(kind, src, keys, True)
+                size = posting(other)
+                if size < least:
+                    access, covered, least = other, cov, size
     rest: list[Any] = []
     for j, check in enumerate(checks):
         if j not in covered:
             rest += check
+    if shadow is None:  # no params read: nothing pinned (a params-free subscribe)
+        return Plan([Conj(access, tuple(rest))], True, _NO_NAMES, False, _NO_NAMES)
     pinned = _intern({n for j in covered if (n := pnames[j]) is not None})
-    return Plan([Conj(access, tuple(rest))], True, _intern(shadow) if shadow else _NO_NAMES, False, pinned)
+    return Plan([Conj(access, tuple(rest))], True, _intern(shadow), False, pinned)
 
 
 def _flat_intervals(ranges: list[tuple[str, Any, Any, tuple[int, ...]]]) -> list[tuple[str, Any, Any, tuple[int, ...]]]:
