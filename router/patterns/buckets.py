@@ -5,6 +5,7 @@ matcher; plus the hashable form of params. `engine.py` holds the logic."""
 from __future__ import annotations
 
 import copy
+import sys
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Hashable, Iterator, Union
 
@@ -15,7 +16,7 @@ from .budget import SandboxStop
 if TYPE_CHECKING:
     from .engine import PatternEngine, Program
 
-__all__ = ["Member", "Instance", "Bucket", "Matcher", "freeze", "copy_state", "first", "nothing", "add_member", "drop_member", "add_bucket", "drop_bucket"]
+__all__ = ["Member", "Instance", "Bucket", "Matcher", "freeze", "copy_state", "first", "nothing", "add_member", "drop_member", "add_bucket", "drop_bucket", "shared_strings"]
 
 
 class _Alone:
@@ -211,6 +212,19 @@ class Matcher:
 
 def first(hit: tuple[int, Hashable, Event]) -> int:
     return hit[0]
+
+
+#: Longest param string shared between subscribers (`sys.intern`): symbols, device ids.
+MAX_SHARED_PARAM_STRING = 64
+
+
+def shared_strings(params: dict[str, Any]) -> dict[str, Any]:
+    """*params* with its short strings interned: a million traders of 200 symbols keep 200
+    strings, not a million (~50 bytes each). Interned strings go with their last user."""
+    for k, v in params.items():
+        if type(v) is str and len(v) <= MAX_SHARED_PARAM_STRING:
+            params[k] = sys.intern(v)
+    return params
 
 
 def freeze(params: dict[str, Any]) -> tuple[Any, ...]:

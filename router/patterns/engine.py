@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import copy
 import itertools
-import sys
 from typing import Any, Callable, Collection, Hashable, Mapping
 
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
 from .budget import SandboxStop
-from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze
+from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze, shared_strings
 from .fastpath import parse_conjunction
 from .grammar import parse_predicate
 from .index import PredicateIndex
@@ -102,7 +101,7 @@ class PatternEngine:
         """
         if key in self._subs:
             raise UsageError(f"subscriber {key!r} is already subscribed")
-        own = _shared_strings(dict(params)) if params else _NO_PARAMS  # shared: replaced, never changed
+        own = shared_strings(dict(params)) if params else _NO_PARAMS  # shared: replaced, never changed
         if own:  # (checked, and frozen below, only if there are any)
             check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
@@ -141,7 +140,7 @@ class PatternEngine:
         if sub is None:
             raise UsageError(f"no subscriber {key!r} to update")
         check_values(params if type(params) is dict else dict(params), "params")
-        merged = _shared_strings({**sub.params, **params})
+        merged = shared_strings({**sub.params, **params})
         new_key = freeze(merged)
         old = sub.bucket
         if old.instance.remote:
@@ -159,7 +158,15 @@ class PatternEngine:
             add_bucket(instance, old)
             return
         drop_member(old, key)
-        if not old.members and new_key not in instance.buckets:
+        into = instance.buckets.get(new_key)
+        if into is not None and instance.program.kind != "script":  # most updates of a million
+            if not old.members:  # (an expression's buckets share no state: nothing to prepare)
+                drop_bucket(instance, old.params_key)
+                self._unplace(old)
+            add_member(into, sub)
+            sub.bucket, sub.params = into, into.params
+            return
+        if not old.members and into is None:
             drop_bucket(instance, old.params_key)  # alone: the bucket moves, state and all
             self._unplace(old)
             old.params, old.params_key = merged, new_key
@@ -169,7 +176,7 @@ class PatternEngine:
             self._prepare(old, force=True)
             self._place(old)
             return
-        state = None if new_key in instance.buckets else copy_state(old.state)
+        state = None if into is not None else copy_state(old.state)
         if old.members:
             self._prepare(old)
         else:
@@ -482,19 +489,6 @@ class PatternEngine:
 
 
 _NO_PARAMS: dict[str, Any] = {}  # of every subscriber without any (an empty dict costs 64 bytes each)
-
-#: Longest param string shared between subscribers (`sys.intern`): symbols, device ids.
-MAX_SHARED_PARAM_STRING = 64
-
-
-def _shared_strings(params: dict[str, Any]) -> dict[str, Any]:
-    """*params* with its short strings interned: a million traders of 200 symbols keep 200
-    strings, not a million (~50 bytes each). Interned strings go with their last user."""
-    for k, v in params.items():
-        if type(v) is str and len(v) <= MAX_SHARED_PARAM_STRING:
-            params[k] = sys.intern(v)
-    return params
-
 
 def _mentioned(program: Program) -> frozenset[str]:
     return program.mentions
