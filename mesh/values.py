@@ -9,7 +9,7 @@ instants and come back in UTC (same instant, offset normalised).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Mapping, TypeAlias, Union
+from typing import Any, Generator, Mapping, TypeAlias, Union
 
 from .errors import InvalidValue
 
@@ -83,6 +83,58 @@ def _valid_map(values: dict[Any, Any], depth: int) -> bool:
             continue
         if not _valid(item, depth):
             return False
+    return True
+
+
+def _flat_valid(values: dict[Any, Any]) -> bool | None:
+    """`_valid_map(values, 0)` for a map of scalars; None if it holds a list or map (which
+    `_valid_steps` then checks)."""
+    for key, item in values.items():
+        if type(key) is not str:
+            return False
+        cls = type(item)
+        if cls is str or cls is float or cls is bool or item is None:
+            continue
+        if cls is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return False
+            continue
+        if cls is dict or cls is list or cls is tuple:
+            return None
+        if not _valid(item, 0):
+            return False
+    return True
+
+
+def _valid_steps(values: dict[Any, Any], per_step: int) -> Generator[None, None, bool]:
+    """`_valid_map(values, 0)` by a walk that yields after every *per_step* items: one event
+    of a large frame may hold ~128,000 nested values (~30 ms of checks in one go)."""
+    stack: list[tuple[Any, int]] = []
+    for key, item in values.items():
+        if type(key) is not str:
+            return False
+        stack.append((item, 0))
+    left = per_step
+    while stack:
+        value, depth = stack.pop()
+        cls = type(value)
+        if cls is dict:  # the rules of `_valid`: a container below MAX_NESTING, str keys
+            if depth >= MAX_NESTING:
+                return False
+            for key, item in value.items():
+                if type(key) is not str:
+                    return False
+                stack.append((item, depth + 1))
+        elif cls is list or cls is tuple:
+            if depth >= MAX_NESTING:
+                return False
+            stack += [(item, depth + 1) for item in value]
+        elif not _valid(value, depth):
+            return False
+        left -= 1
+        if not left:
+            left = per_step
+            yield
     return True
 
 

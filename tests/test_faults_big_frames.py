@@ -146,6 +146,24 @@ async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_
         assert gap <= MAX_DELAY + MARGIN
 
 
+@pytest.mark.parametrize("shape", ["one event of nested empty lists", "a long string, then empty lists"])
+async def test_a_dense_frame_under_the_value_cap_holds_the_loop_at_most_10_ms(shape: str) -> None:
+    # A frame of at most MAX_FRAME_VALUES bytes is decoded without counting (it cannot hold
+    # more values): its steps grow while they are quick, so an attacker who has read this
+    # starts sparse (steps of 64 KiB held the loop 16-23 ms when the empty lists came), and
+    # one event's nested values were checked in one go (120,000 empty lists: 27 ms).
+    lists = (MAX_FRAME_VALUES - 70 * 1024) // 1001 if shape.startswith("a long") else (MAX_FRAME_VALUES - 8 * 1024) // 1001
+    values: dict[str, Any] = {"s": "a" * 60 * 1024} if shape.startswith("a long") else {}
+    values["v"] = [[[]] * 1000] * lists
+    frame = raw_frame({"kind": "publish", "seq": 1, "events": [[None, "dense", values, {}]]})
+    assert STEP_ABOVE < len(frame) - 4 <= MAX_FRAME_VALUES
+    async with Router(RouterConfig(port=0, name="dense-under-cap")) as router:
+        gap, answers = await gap_while_sending(router, [frame])
+        print(f"longest loop gap {gap * 1e3:.1f} ms for {len(frame)} bytes: {shape}")
+        assert any(type(m) is Ack and m.seq == 1 for m in answers) and router.counters["published"] == 1
+        assert gap <= MAX_DELAY + MARGIN
+
+
 async def test_the_client_library_sends_frames_a_router_takes(router: Router, client: Any) -> None:
     # Events of many values: 1,000 of them in one frame (the library's batch of events) held
     # 2,000,000 values, past what a router decodes from one frame. Batches stop at

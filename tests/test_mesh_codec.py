@@ -231,3 +231,30 @@ def test_a_step_of_dense_msgpack_stays_small(item):
         while b.next_message(stepwise=True) is IN_PROGRESS:
             steps += 1
     assert steps >= MAX_FRAME_VALUES // codec.STEP_BYTES - 1  # ~1 value per byte: 4 KiB a step
+
+
+_leaves = st.one_of(st.none(), st.booleans(), st.integers(-(2**65), 2**65), st.floats(), st.text(max_size=3), st.binary(max_size=3),
+                    st.sampled_from([set(), object(), 1j]))
+_nested = st.recursive(_leaves, lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
+                                                          st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 3)), inner, max_size=3)),
+                       max_leaves=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), _nested, max_size=4), st.integers(0, 20), st.integers(1, 5))
+def test_the_stepped_check_of_nested_values_agrees_with_the_model(values, depth, per_step):
+    """A large frame's events have their nested values checked a step at a time
+    (`_valid_steps`): the same answer as the model's own check, however deep."""
+    from aa.mesh.values import _flat_valid, _valid_map, _valid_steps
+
+    for _ in range(depth):  # each wrap two levels: past 16 the model refuses
+        values = {"d": [values]}
+    steps = _valid_steps(values, per_step)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            assert done.value == _valid_map(values, 0)
+            break
+    flat = _flat_valid(values)
+    assert flat is None or flat == _valid_map(values, 0)

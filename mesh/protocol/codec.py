@@ -55,7 +55,7 @@ STEP_ABOVE: Final = 8 * 1024
 #: about one per 11 bytes and decode at ~20 ns a byte; each piece that ends inside a value
 #: costs a failed attempt): the work of one step stays near 8,000 items either way.
 STEP_BYTES: Final = 4 * 1024
-STEP_BYTES_MAX: Final = 64 * 1024
+STEP_BYTES_MAX: Final = 16 * 1024
 _SPARSE = 8
 #: Without counting (a frame too small to hold too many values) a step doubles while its
 #: bytes took under 1/`_STEP_GROWS_BELOW` seconds each: 40 ns a byte, twice what ordinary

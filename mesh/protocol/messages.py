@@ -29,7 +29,8 @@ from typing import Any, Callable, ClassVar, Final, Generator, Mapping, TypeVar
 
 from ..errors import InvalidValue, MalformedFrame, UsageError
 from ..event import MAX_ID_LENGTH, Event
-from ..values import Values, _valid_map, check_values
+from ..values import Values, check_values
+from .wire_events import _event, event_from_wire, event_to_wire, events_from_wire_steps
 
 __all__ = [
     "Message",
@@ -122,58 +123,6 @@ def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
 # -- events on the wire --------------------------------------------------------------------
 
 
-def event_to_wire(ev: Event) -> list[Any]:
-    """An event as a compact array: [id, type, values, meta]. An array, not a map: no key
-    strings to pack and unpack per event, on every hop."""
-    return [ev.id, ev.type, ev.values, ev.meta]
-
-
-def event_from_wire(data: Any) -> Event:
-    """Check a peer's event array and build the event; `MalformedFrame` when it is wrong."""
-    if type(data) is not list or len(data) != 4:
-        raise MalformedFrame("an event must be an array [id, type, values, meta]")
-    id_, type_, values, meta = data
-    if type(values) is not dict or not _valid_map(values, 0):
-        _bad_event("values", values)
-    if meta is None:
-        meta = {}
-    elif type(meta) is not dict or not _valid_map(meta, 0):
-        _bad_event("meta", meta)
-    if type_ is not None and type(type_) is not str:
-        raise MalformedFrame("event type must be str or nil")
-    if id_ is not None and (type(id_) is not str or not 0 < len(id_) <= MAX_ID_LENGTH):
-        raise MalformedFrame(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
-    return Event.trusted(values, type_, meta, id_)
-
-
-def _event(data: list[Any]) -> Event:
-    """`event_from_wire` of a 4-item list, its checks written out for the usual event (one
-    call per event instead of three on the hot path); whatever is unusual or wrong goes to
-    `event_from_wire`, which says what is wrong."""
-    id_, type_, values, meta = data
-    if (
-        type(values) is dict
-        and type(meta) is dict
-        and (type_ is None or type(type_) is str)
-        and (id_ is None or type(id_) is str and 0 < len(id_) <= MAX_ID_LENGTH)
-        and _valid_map(values, 0)
-        and (not meta or _valid_map(meta, 0))
-    ):
-        return _trusted(values, type_, meta, id_)
-    return event_from_wire(data)
-
-
-_trusted = Event.trusted
-
-
-def _bad_event(where: str, value: Any) -> None:
-    if type(value) is not dict:
-        raise MalformedFrame(f"event {where} must be a map")
-    try:
-        check_values(value, where)
-    except InvalidValue as exc:
-        raise MalformedFrame(str(exc)) from None
-    raise MalformedFrame(f"event {where} is not valid")
 
 
 # -- patterns --------------------------------------------------------------------------------
@@ -299,11 +248,7 @@ class Publish(Message):
         events = data.get("events")
         if type(seq) is not int or type(events) is not list:
             raise MalformedFrame("bad 'publish' message: needs int seq and a list of events")
-        out = []
-        for start in range(0, len(events), 256):
-            out += [_event(e) if type(e) is list and len(e) == 4 else event_from_wire(e) for e in events[start : start + 256]]
-            yield
-        return cls(seq=seq, events=tuple(out))
+        return cls(seq=seq, events=tuple((yield from events_from_wire_steps(events))))
 
 
 @register("ack")

@@ -1,0 +1,106 @@
+"""Events on the wire: `[id, type, values, meta]` arrays, checked as they are read.
+
+A router reads every event of every publish through here, so the usual event is checked in
+one function call (`_event`); a frame decoded in steps has its events checked in steps too
+(`events_from_wire_steps`), nested values included: one event may hold ~128,000 of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Generator
+
+from ..errors import InvalidValue, MalformedFrame
+from ..event import MAX_ID_LENGTH, Event
+from ..values import _flat_valid, _valid_map, _valid_steps, check_values
+
+__all__ = ["event_to_wire", "event_from_wire", "events_from_wire_steps"]
+
+
+def event_to_wire(ev: Event) -> list[Any]:
+    """An event as a compact array: [id, type, values, meta]. An array, not a map: no key
+    strings to pack and unpack per event, on every hop."""
+    return [ev.id, ev.type, ev.values, ev.meta]
+
+
+def event_from_wire(data: Any) -> Event:
+    """Check a peer's event array and build the event; `MalformedFrame` when it is wrong."""
+    if type(data) is not list or len(data) != 4:
+        raise MalformedFrame("an event must be an array [id, type, values, meta]")
+    id_, type_, values, meta = data
+    if type(values) is not dict or not _valid_map(values, 0):
+        _bad_event("values", values)
+    if meta is None:
+        meta = {}
+    elif type(meta) is not dict or not _valid_map(meta, 0):
+        _bad_event("meta", meta)
+    if type_ is not None and type(type_) is not str:
+        raise MalformedFrame("event type must be str or nil")
+    if id_ is not None and (type(id_) is not str or not 0 < len(id_) <= MAX_ID_LENGTH):
+        raise MalformedFrame(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+    return Event.trusted(values, type_, meta, id_)
+
+
+def _event(data: list[Any]) -> Event:
+    """`event_from_wire` of a 4-item list, its checks written out for the usual event (one
+    call per event instead of three on the hot path); whatever is unusual or wrong goes to
+    `event_from_wire`, which says what is wrong."""
+    id_, type_, values, meta = data
+    if (
+        type(values) is dict
+        and type(meta) is dict
+        and (type_ is None or type(type_) is str)
+        and (id_ is None or type(id_) is str and 0 < len(id_) <= MAX_ID_LENGTH)
+        and _valid_map(values, 0)
+        and (not meta or _valid_map(meta, 0))
+    ):
+        return _trusted(values, type_, meta, id_)
+    return event_from_wire(data)
+
+
+_trusted = Event.trusted
+#: Nested values checked per step of a publish decoded in steps (~2 ms of the densest).
+NESTED_PER_STEP: Final = 8192
+
+#: Events checked per step of a publish decoded in steps (~0.25 ms of usual events).
+EVENTS_PER_STEP: Final = 256
+
+
+def events_from_wire_steps(events: list[Any]) -> Generator[None, None, list[Event]]:
+    """`_event` of each of *events*, a `yield` after every `EVENTS_PER_STEP` events and
+    within an event's nested values every `NESTED_PER_STEP` (checking 10,000 usual events
+    takes ~10 ms, one event of 120,000 nested empty lists ~30 ms)."""
+    out = []
+    for start in range(0, len(events), EVENTS_PER_STEP):
+        for e in events[start : start + EVENTS_PER_STEP]:
+            if type(e) is not list or len(e) != 4:
+                out.append(event_from_wire(e))
+                continue
+            id_, type_, values, meta = e
+            if not (
+                type(values) is dict
+                and type(meta) is dict
+                and (type_ is None or type(type_) is str)
+                and (id_ is None or type(id_) is str and 0 < len(id_) <= MAX_ID_LENGTH)
+            ):
+                out.append(event_from_wire(e))  # says what is wrong
+                continue
+            ok = _flat_valid(values)
+            if ok is None:  # nested values: checked a step at a time
+                ok = yield from _valid_steps(values, NESTED_PER_STEP)
+            if ok and meta:
+                ok = _flat_valid(meta)
+                if ok is None:
+                    ok = yield from _valid_steps(meta, NESTED_PER_STEP)
+            out.append(_trusted(values, type_, meta, id_) if ok else event_from_wire(e))
+        yield
+    return out
+
+
+def _bad_event(where: str, value: Any) -> None:
+    if type(value) is not dict:
+        raise MalformedFrame(f"event {where} must be a map")
+    try:
+        check_values(value, where)
+    except InvalidValue as exc:
+        raise MalformedFrame(str(exc)) from None
+    raise MalformedFrame(f"event {where} is not valid")
