@@ -70,7 +70,9 @@ def _valid(value: Any, depth: int) -> bool:
     return False
 
 
-def _valid_map(values: dict[Any, Any], depth: int) -> bool:
+def _valid_map(values: dict[Any, Any], depth: int, flat: bool = False) -> bool:
+    """Whether *values* is in the model; with *flat*, None (falsy) at its first list or map,
+    which `_valid_steps` then checks a step at a time."""
     for key, item in values.items():
         if type(key) is not str:
             return False
@@ -81,27 +83,9 @@ def _valid_map(values: dict[Any, Any], depth: int) -> bool:
             if not _INT_MIN <= item <= _INT_MAX:
                 return False
             continue
+        if flat and (cls is dict or cls is list or cls is tuple):
+            return None  # type: ignore[return-value]
         if not _valid(item, depth):
-            return False
-    return True
-
-
-def _flat_valid(values: dict[Any, Any]) -> bool | None:
-    """`_valid_map(values, 0)` for a map of scalars; None if it holds a list or map (which
-    `_valid_steps` then checks)."""
-    for key, item in values.items():
-        if type(key) is not str:
-            return False
-        cls = type(item)
-        if cls is str or cls is float or cls is bool or item is None:
-            continue
-        if cls is int:
-            if not _INT_MIN <= item <= _INT_MAX:
-                return False
-            continue
-        if cls is dict or cls is list or cls is tuple:
-            return None
-        if not _valid(item, 0):
             return False
     return True
 

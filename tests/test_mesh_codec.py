@@ -245,7 +245,7 @@ _nested = st.recursive(_leaves, lambda inner: st.one_of(st.lists(inner, max_size
 def test_the_stepped_check_of_nested_values_agrees_with_the_model(values, depth, per_step):
     """A large frame's events have their nested values checked a step at a time
     (`_valid_steps`): the same answer as the model's own check, however deep."""
-    from aa.mesh.values import _flat_valid, _valid_map, _valid_steps
+    from aa.mesh.values import _valid_map, _valid_steps
 
     for _ in range(depth):  # each wrap two levels: past 16 the model refuses
         values = {"d": [values]}
@@ -256,5 +256,5 @@ def test_the_stepped_check_of_nested_values_agrees_with_the_model(values, depth,
         except StopIteration as done:
             assert done.value == _valid_map(values, 0)
             break
-    flat = _flat_valid(values)
+    flat = _valid_map(values, 0, flat=True)
     assert flat is None or flat == _valid_map(values, 0)

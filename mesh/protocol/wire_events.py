@@ -11,7 +11,7 @@ from typing import Any, Final, Generator
 
 from ..errors import InvalidValue, MalformedFrame
 from ..event import MAX_ID_LENGTH, Event
-from ..values import _flat_valid, _valid_map, _valid_steps, check_values
+from ..values import _valid_map, _valid_steps, check_values
 
 __all__ = ["event_to_wire", "event_from_wire", "events_from_wire_steps"]
 
@@ -84,11 +84,11 @@ def events_from_wire_steps(events: list[Any]) -> Generator[None, None, list[Even
             ):
                 out.append(event_from_wire(e))  # says what is wrong
                 continue
-            ok = _flat_valid(values)
+            ok = _valid_map(values, 0, flat=True)
             if ok is None:  # nested values: checked a step at a time
                 ok = yield from _valid_steps(values, NESTED_PER_STEP)
             if ok and meta:
-                ok = _flat_valid(meta)
+                ok = _valid_map(meta, 0, flat=True)
                 if ok is None:
                     ok = yield from _valid_steps(meta, NESTED_PER_STEP)
             out.append(_trusted(values, type_, meta, id_) if ok else event_from_wire(e))
