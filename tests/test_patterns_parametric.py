@@ -62,9 +62,9 @@ def test_an_update_of_the_param_a_trader_is_filed_under_moves_only_its_entry() -
     for i in range(50):  # many traders of one symbol: the limit is the rarer key
         engine.subscribe(i, source, {"sym": "S1", "limit": float(i)})
     entry = engine.bucket_of(7).placed[2]
-    assert entry.access.keys == (7.0,)
+    assert entry.keys == (7.0,)
     engine.update(7, {"limit": 99.5})
-    assert engine.bucket_of(7).placed[2] is entry and entry.access.keys == (99.5,)  # moved, not planned again
+    assert engine.bucket_of(7).placed[2] is entry and entry.keys == (99.5,)  # moved, not planned again
     assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 99.5}))] == [7]
     assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 7.0}))] == []
     assert [k for k, _ in engine.match(Event(values={"Symbol": "S2", "Price": 99.5}))] == []

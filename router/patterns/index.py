@@ -38,13 +38,14 @@ subscriptions.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from sortedcontainers import SortedList
 
 from aa.mesh import Event
 
 from .budget import SandboxStop
+from .postings import Entry, Posting, post, posting_size, unpost
 from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan, _hashable
 
 if TYPE_CHECKING:
@@ -54,62 +55,10 @@ __all__ = ["PredicateIndex"]
 
 _MISSING: Any = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
-#: A posting list: one entry, a list of a few, or an ordered set (dict) of more. Memory:
-#: most postings hold one or a few entries, and a dict of two costs 224 bytes, a list 72.
-Posting = Any
-#: Longest posting kept as a list (removal scans it); past this, a dict.
-MAX_LIST_POSTING = 16
 
 
-class _Entry:
-    """One conjunction of one bucket: its checks left (`rest`, flat), or None when a hit
-    means evaluating the whole pattern of the bucket."""
-
-    __slots__ = ("bucket", "rest", "access")
-
-    def __init__(self, bucket: "Bucket", rest: tuple[Any, ...] | None, access: Access | None) -> None:
-        self.bucket = bucket
-        self.rest = rest
-        self.access = access
-
-    def __lt__(self, other: "_Entry") -> bool:
-        """Orders range bounds that tie on (bound, flag) in a sorted list: any fixed order."""
-        return id(self) < id(other)
-
-
-def _post(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
-    old = table.get(key)
-    if old is None:
-        table[key] = entry
-    elif type(old) is _Entry:
-        table[key] = [old, entry]
-    elif type(old) is list:
-        if len(old) < MAX_LIST_POSTING:
-            old.append(entry)
-        else:
-            table[key] = dict.fromkeys(old)
-            table[key][entry] = None
-    else:
-        old[entry] = None
-
-
-def _unpost(table: dict[Any, Posting], key: Any, entry: _Entry) -> None:
-    old = table.get(key)
-    if old is entry:
-        del table[key]
-    elif type(old) is list:
-        if entry in old:
-            old.remove(entry)
-            if len(old) == 1:
-                table[key] = old[0]
-    elif old is not None and type(old) is not _Entry:
-        old.pop(entry, None)
-        if not old:
-            del table[key]
-
-
-def _size(posting: Posting) -> int:
-    return 0 if posting is None else 1 if type(posting) is _Entry else len(posting)
+#: What `_Field` files an entry by: an `Access`, or an entry (which keeps its access's fields).
+_Filed = Union[Access, Entry]
 
 
 class _Field:
@@ -131,16 +80,16 @@ class _Field:
         self.prefix_lens: dict[int, int] = {}
         self.suffix: dict[str, Posting] = {}
         self.suffix_lens: dict[int, int] = {}
-        self.present: dict[_Entry, None] = {}
+        self.present: dict[Entry, None] = {}
 
     def empty(self) -> bool:
         return not (self.eq or self.ranges or self.intervals or self.prefix or self.suffix or self.present)
 
-    def add(self, e: _Entry, a: Access) -> None:
+    def add(self, e: Entry, a: _Filed) -> None:
         kind = a.kind
         if kind == EQ:
             for k in a.keys:
-                _post(self.eq, k, e)
+                post(self.eq, k, e)
         elif kind == RANGE:
             sl = self.ranges.get(_side(a))
             if sl is None:
@@ -151,21 +100,21 @@ class _Field:
             got = self.intervals.get(cls)
             if got is None:
                 got = self.intervals[cls] = (2.0**cls, {})
-            _post(got[1], math.floor(a.keys[1] / got[0]), e)
+            post(got[1], math.floor(a.keys[1] / got[0]), e)
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
             for k in a.keys:
                 if k not in table:
                     lens[len(k)] = lens.get(len(k), 0) + 1
-                _post(table, k, e)
+                post(table, k, e)
         else:
             self.present[e] = None
 
-    def remove(self, e: _Entry, a: Access) -> None:
+    def remove(self, e: Entry, a: _Filed) -> None:
         kind = a.kind
         if kind == EQ:
             for k in a.keys:
-                _unpost(self.eq, k, e)
+                unpost(self.eq, k, e)
         elif kind == RANGE:
             side = _side(a)
             sl = self.ranges[side]
@@ -175,13 +124,13 @@ class _Field:
         elif kind == INTERVAL:
             cls = _width_class(a)
             width, cells = self.intervals[cls]
-            _unpost(cells, math.floor(a.keys[1] / width), e)
+            unpost(cells, math.floor(a.keys[1] / width), e)
             if not cells:
                 del self.intervals[cls]
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
             for k in a.keys:
-                _unpost(table, k, e)
+                unpost(table, k, e)
                 if k not in table:
                     n = lens[len(k)] - 1
                     if n:
@@ -193,18 +142,18 @@ class _Field:
 
     def size(self, a: Access) -> int:
         if a.kind == EQ:
-            return _size(self.eq.get(a.keys[0])) if len(a.keys) == 1 else sum(_size(self.eq.get(k)) for k in a.keys)
+            return posting_size(self.eq.get(a.keys[0])) if len(a.keys) == 1 else sum(posting_size(self.eq.get(k)) for k in a.keys)
         if a.kind == RANGE:
             return len(self.ranges.get(_side(a), ()))
         if a.kind == INTERVAL:
             return sum(len(cells) for _, cells in self.intervals.values())
         if a.kind == PREFIX:
-            return sum(_size(self.prefix.get(k)) for k in a.keys)
+            return sum(posting_size(self.prefix.get(k)) for k in a.keys)
         if a.kind == SUFFIX:
-            return sum(_size(self.suffix.get(k)) for k in a.keys)
+            return sum(posting_size(self.suffix.get(k)) for k in a.keys)
         return len(self.present)
 
-    def collect(self, v: Any, out: list[_Entry]) -> None:
+    def collect(self, v: Any, out: list[Entry]) -> None:
         """Add the entries whose access the value *v* satisfies."""
         if self.eq:
             try:
@@ -212,7 +161,7 @@ class _Field:
             except TypeError:  # unhashable: equal to no constant
                 p = None
             if p is not None:
-                if type(p) is _Entry:
+                if type(p) is Entry:
                     out.append(p)
                 else:
                     out.extend(p)
@@ -222,8 +171,8 @@ class _Field:
                 for p in (cells.get(cell), cells.get(cell - 1)):
                     if p is None:
                         continue
-                    for e in (p,) if type(p) is _Entry else p:
-                        lo_op, lo, hi_op, hi = e.access.keys  # type: ignore[union-attr]
+                    for e in (p,) if type(p) is Entry else p:
+                        lo_op, lo, hi_op, hi = e.keys
                         if (lo < v or lo == v and lo_op == ">=") and (v < hi or v == hi and hi_op == "<="):
                             out.append(e)
         if self.ranges:
@@ -242,30 +191,30 @@ class _Field:
                 if length <= n:
                     p = self.prefix.get(v[:length])
                     if p is not None:
-                        out.append(p) if type(p) is _Entry else out.extend(p)
+                        out.append(p) if type(p) is Entry else out.extend(p)
             for length in self.suffix_lens:
                 if length <= n:
                     p = self.suffix.get(v[n - length :])
                     if p is not None:
-                        out.append(p) if type(p) is _Entry else out.extend(p)
+                        out.append(p) if type(p) is Entry else out.extend(p)
         if self.present:
             out.extend(self.present)
 
 
-def _side(a: Access) -> tuple[str, str]:
+def _side(a: _Filed) -> tuple[str, str]:
     op, bound = a.keys
     return ("s" if isinstance(bound, str) else "n", "lo" if op[0] == ">" else "hi")
 
 
-def _bound(a: Access, e: _Entry) -> tuple[Any, int, _Entry]:
+def _bound(a: _Filed, e: Entry) -> tuple[Any, int, Entry]:
     """Sort key: lower bounds match bounds < (v, 1) with flag 1 for ">" and 0 for ">=";
     upper bounds match bounds >= (v, 1) with flag 0 for "<" and 1 for "<="."""
     op, bound = a.keys
     flag = 1 if op in (">", "<=") else 0
-    return (bound, flag, e)  # entries that tie compare by id (`_Entry.__lt__`)
+    return (bound, flag, e)  # entries that tie compare by id (`Entry.__lt__`)
 
 
-def _width_class(a: Access) -> int:
+def _width_class(a: _Filed) -> int:
     """e with width < 2**e; at least -64, so lo / 2**e stays a finite float."""
     return max(math.frexp(float(a.keys[3] - a.keys[1]))[1], -64)
 
@@ -277,7 +226,7 @@ class PredicateIndex:
         self._values: dict[str, _Field] = {}
         self._type = _Field()
         self._meta: dict[str, _Field] = {}
-        self._scan: dict[_Entry, None] = {}
+        self._scan: dict[Entry, None] = {}
         #: Shadowed name → the buckets to evaluate whole when an event carries that name.
         self._shadow: dict[str, dict["Bucket", None]] = {}
         self._count = 0
@@ -304,14 +253,14 @@ class PredicateIndex:
 
     def add(self, bucket: "Bucket", plan: Plan) -> None:
         """Place *bucket* (a hashable, slotted engine bucket) as *plan* says."""
-        entries: list[_Entry] = []
+        entries: list[Entry] = []
         full = not plan.exact
         conjs = plan.conjs
         if plan.scan and full:
             conjs = conjs[:1]
         for conj in conjs:
             access = None if plan.scan and full else conj.access
-            e = _Entry(bucket, None if full else conj.rest, access)
+            e = Entry(bucket, None if full else conj.rest, access)
             if access is None:
                 self._scan[e] = None
             else:
@@ -337,8 +286,8 @@ class PredicateIndex:
             return
         bucket.placed = None
         self._count -= 1
-        if type(placed) is _Entry:
-            entries: tuple[_Entry, ...] = (placed,)
+        if type(placed) is Entry:
+            entries: tuple[Entry, ...] = (placed,)
         else:
             shadow, _, *rest = placed
             entries = tuple(rest)
@@ -348,13 +297,13 @@ class PredicateIndex:
                 if not table:
                     del self._shadow[name]
         for e in entries:
-            a = e.access
-            if a is not None:
-                f = self._field(a.src, create=False)
+            if e.kind is not None:
+                src = e.src
+                f = self._field(src, create=False)
                 assert f is not None
-                f.remove(e, a)
-                if f.empty() and a.src[0] != TYPE:
-                    del (self._values if a.src[0] == VALUE else self._meta)[a.src[1]]
+                f.remove(e, e)
+                if f.empty() and src[0] != TYPE:
+                    del (self._values if src[0] == VALUE else self._meta)[src[1]]
             else:
                 del self._scan[e]
 
@@ -365,7 +314,7 @@ class PredicateIndex:
         placed = bucket.placed
         if placed is None:
             return False
-        if type(placed) is _Entry:
+        if type(placed) is Entry:
             return True
         pinned = placed[1]
         return pinned is not None and pinned.isdisjoint(names)
@@ -379,23 +328,22 @@ class PredicateIndex:
             return False
         ((name, value),) = changed.items()
         e, old = placed[2], before.get(name)
-        a = e.access
-        if placed[1] != {name} or a is None or a.kind != EQ or a.keys != (old,) or not type(value) is type(old) is type(a.keys[0]):
+        if placed[1] != {name} or e.kind != EQ or e.keys != (old,) or not type(value) is type(old) is type(e.keys[0]):
             return False
         if not _hashable(value):  # unhashable, or NaN (equal to nothing)
             return False
-        f = self._field(a.src, create=False)
+        f = self._field(e.src, create=False)
         assert f is not None
-        f.remove(e, a)
-        e.access = Access(EQ, a.src, (value,), a.exact)
-        f.add(e, e.access)
+        f.remove(e, e)
+        e.keys = (value,)
+        f.add(e, e)
         return True
 
     def match(self, event: Event, stamp: int) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
         """The placed buckets whose pattern *event* matches, and the ones the sandbox stopped.
         Marks each evaluated bucket with *stamp* (so a bucket is evaluated at most once)."""
         values = event.values
-        cands: list[_Entry] = []
+        cands: list[Entry] = []
         fields = self._values
         for name, v in values.items():
             f = fields.get(name)
@@ -418,7 +366,7 @@ class PredicateIndex:
                     shadowed.extend(s)
         return self._verify(event, stamp, cands, shadowed)
 
-    def _verify(self, event: Event, stamp: int, cands: list[_Entry], shadowed: list["Bucket"]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
+    def _verify(self, event: Event, stamp: int, cands: list[Entry], shadowed: list["Bucket"]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
         values = event.values
         matched: list["Bucket"] = []
         stops: list[tuple["Bucket", SandboxStop]] = []
