@@ -7,7 +7,8 @@ waited for a collection), they leave holes in glibc's heap that `malloc` keeps f
 with uvloop's transports (which queue each write as its own buffer) a router stayed 30 MB
 larger after every such client (tests/test_faults_memory.py). `give_back()` asks glibc to
 return the free pages of its heaps (`malloc_trim`), in a worker thread (it walks the heap:
-milliseconds for a large one) and at most once a second; elsewhere than glibc it does nothing.
+milliseconds for a large one), a tenth of a second after it is asked for and at most once a
+second; elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ MIN_INTERVAL = 1.0
 _libc: Any = None
 _last = -MIN_INTERVAL
 _due = 0.0  # when a trim was scheduled (0: none is scheduled or running)
+#: Seconds a trim waits after it is asked for (the loop's closing callbacks run first).
+AFTER_CLOSE = 0.1
 #: Seconds after which a trim still said to be due is taken as lost (its loop closed first).
 _LOST_AFTER = 60.0
 
@@ -69,8 +72,6 @@ def give_back() -> None:
         if not _libc:
             return
     _due = now
-    wait = _last + MIN_INTERVAL - now
-    if wait > 0:
-        asyncio.get_running_loop().call_later(wait, _start)
-    else:
-        _start()
+    # Not at once: a closed transport's buffers are freed by callbacks the loop has yet to
+    # run (uvloop's close), and a trim that ran first found nothing to give back.
+    asyncio.get_running_loop().call_later(max(_last + MIN_INTERVAL - now, AFTER_CLOSE), _start)
