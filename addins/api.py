@@ -12,16 +12,13 @@ entry point group. It defines one subclass of `AddIn` (or names its class or fac
 
     class Weather(AddIn):
         async def start(self, ctx: Context) -> None:
-            ctx.spawn(self.publish(ctx))             # supervised: if it dies, we restart
+            ctx.every(ctx.settings["every"], lambda: self.publish(ctx))  # supervised: restarted if it fails
 
         async def publish(self, ctx: Context) -> None:
-            while True:
-                await ctx.client.publish({"City": ctx.settings["city"], "TemperatureC": 3.5},
-                                         type="weather")
-                await asyncio.sleep(ctx.settings["every"])
+            await ctx.client.publish({"City": ctx.settings["city"], "TemperatureC": 3.5}, type="weather")
 
 `start(ctx)` sets up and returns promptly (within `ContainerConfig.start_timeout`); long
-work goes in tasks made with `ctx.spawn`. `stop()` undoes what `start` did; the container
+work goes in tasks made with `ctx.spawn`, work repeated on a period in `ctx.every`. `stop()` undoes what `start` did; the container
 then cancels the add-in's tasks and closes its client. An add-in whose `start` raises, or one
 of whose tasks ends with an exception, is stopped and started afresh (a new instance, a new
 client) after a back-off that doubles with each failure in a row; the others never notice.
@@ -47,7 +44,7 @@ import asyncio
 import logging
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Mapping
 
 if TYPE_CHECKING:
     from aa.client import AsyncClient
@@ -92,6 +89,21 @@ class Context:
         self.tasks.add(task)
         task.add_done_callback(self._done)
         return task
+
+    def every(self, seconds: float, work: Callable[[], Awaitable[Any]], *, name: str | None = None) -> "asyncio.Task[Any]":
+        """Await *work()* now and then every *seconds* (from the start of one run to the start
+        of the next; a run that overruns is followed at once, never overlapped), as a task of
+        this add-in (`spawn`): if *work* raises, the add-in is restarted."""
+
+        async def repeat() -> None:
+            loop = asyncio.get_running_loop()
+            due = loop.time()
+            while True:
+                await work()
+                due = max(due + seconds, loop.time())
+                await asyncio.sleep(due - loop.time())
+
+        return self.spawn(repeat(), name=name)
 
     def _done(self, task: "asyncio.Task[Any]") -> None:
         self.tasks.discard(task)

@@ -102,21 +102,20 @@ async def test_a_crashing_addin_never_takes_the_others_down(router: Router, tmp_
     write(folder / "healthy" / "__init__.py", """
         import asyncio
         from aa.addins import AddIn
-        from .beat import beat
+        from .beat import Beat
 
         class Healthy(AddIn):
             async def start(self, ctx):
-                ctx.spawn(beat(ctx))
+                ctx.every(ctx.settings["every"], Beat(ctx))
     """)
     write(folder / "healthy" / "beat.py", """
-        import asyncio
+        class Beat:
+            def __init__(self, ctx):
+                self.ctx, self.n = ctx, 0
 
-        async def beat(ctx):
-            n = 0
-            while True:
-                n += 1
-                await ctx.client.publish({"Beat": n, "Every": ctx.settings["every"]})
-                await asyncio.sleep(ctx.settings["every"])
+            async def __call__(self):
+                self.n += 1
+                await self.ctx.client.publish({"Beat": self.n, "Every": self.ctx.settings["every"]})
     """)
     write(folder / "healthy" / "settings.json", '{"every": 0.02}')
     beats = router.subscribe("Beat > 0")
@@ -263,3 +262,39 @@ async def test_the_context_names_match_the_docs(router: Router, tmp_path: Path) 
     async with Container(config(router, folder)):
         got = await next_event(sub)
     assert got.values == {"Names": ["client", "data_dir", "log", "logger", "settings"], "Dir": True}
+
+
+async def test_every_runs_work_at_once_then_on_its_period_never_overlapping(tmp_path: Path) -> None:
+    """`ctx.every(seconds, work)`: the first run at once, then one per period; a run that
+    overruns the period is followed at once, not run twice at the same time; a run that
+    raises is the add-in's failure (it is restarted)."""
+    import asyncio
+
+    from aa.addins import Context
+
+    failures: list[BaseException] = []
+    ctx = Context(name="t", client=None, settings={}, data_dir=tmp_path, on_failure=failures.append)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+    running = 0
+    slow = asyncio.Event()
+
+    async def work() -> None:
+        nonlocal running
+        running += 1
+        assert running == 1, "two runs at once"
+        starts.append(loop.time())
+        if len(starts) == 3:
+            await slow.wait()  # overruns: the next run must wait for it
+        if len(starts) == 5:
+            raise RuntimeError("boom")
+        running -= 1
+
+    began = loop.time()
+    ctx.every(0.02, work)
+    await wait_for(lambda: len(starts) == 3)
+    assert starts[0] - began < 0.02 and all(b - a >= 0.019 for a, b in zip(starts, starts[1:]))
+    slow.set()
+    await wait_for(lambda: bool(failures))
+    assert str(failures[0]) == "boom" and len(starts) == 5 and starts[3] - starts[2] >= 0.019
+    await ctx.cancel_tasks()

@@ -167,17 +167,11 @@ def test_service_install_writes_units(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 ADDIN = """
-    import asyncio
     from aa.addins import AddIn
 
     class Beacon(AddIn):
         async def start(self, ctx):
-            ctx.spawn(self.beat(ctx))
-
-        async def beat(self, ctx):
-            while True:
-                await ctx.client.publish({"FromAddIn": ctx.name})
-                await asyncio.sleep(0.05)
+            ctx.every(0.05, lambda: ctx.client.publish({"FromAddIn": ctx.name}))
 """
 
 

@@ -57,7 +57,9 @@ def _can_unshare() -> bool:
 
 @pytest.mark.skipif(not _can_unshare(), reason="needs root, unshare and nsenter")
 async def test_broadcast_discovery_across_a_veth_link() -> None:
-    holder = await asyncio.create_subprocess_exec("unshare", "-n", "sleep", "60")
+    # A process that holds the new network namespace until the test ends (it reads a pipe
+    # nobody writes to): the veth pair's other end lives there.
+    holder = await asyncio.create_subprocess_exec("unshare", "-n", "cat", stdin=asyncio.subprocess.PIPE)
     try:
         probe = await asyncio.create_subprocess_exec("unshare", "-n", "true")
         if await probe.wait() != 0:

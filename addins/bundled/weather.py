@@ -10,8 +10,6 @@ of the reading.
 
 from __future__ import annotations
 
-import asyncio
-
 from aa.addins import AddIn, Context
 from aa.addins.office import OfficeWorld, WorldClock
 
@@ -20,14 +18,12 @@ SETTINGS = {"seed": 0, "speed": 1.0, "every": 2.0}
 
 class Weather(AddIn):
     async def start(self, ctx: Context) -> None:
-        ctx.spawn(self.publish(ctx))
-
-    async def publish(self, ctx: Context) -> None:
         s = ctx.settings
         world = OfficeWorld(seed=int(s["seed"]))
         clock = WorldClock(speed=float(s["speed"]))
-        every = float(s["every"])
-        while True:
+
+        async def publish() -> None:
             for when, values in world.weather_now(clock.now()):
                 await ctx.client.publish(values, type="weather", meta={"sim_time": when})
-            await asyncio.sleep(every)
+
+        ctx.every(float(s["every"]), publish)

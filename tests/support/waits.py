@@ -22,7 +22,7 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
 @types.coroutine
 def next_turn() -> Generator[None, None, None]:
     """Let every other ready task and callback of the loop run once, and come back on the
-    next turn (a yield, not a wait: ``asyncio.sleep(0)``'s own mechanism), for a test that
+    next turn (a bare yield to the loop, not a wait of any length), for a test that
     feeds work in bursts or that measures how long the loop takes to come back to it."""
     yield
 
