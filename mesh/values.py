@@ -9,7 +9,7 @@ instants and come back in UTC (same instant, offset normalised).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generator, Mapping, TypeAlias, Union
+from typing import Any, Generator, Literal, Mapping, NoReturn, TypeAlias, Union, overload
 
 from .errors import InvalidValue
 
@@ -70,9 +70,17 @@ def _valid(value: Any, depth: int) -> bool:
     return False
 
 
-def _valid_map(values: dict[Any, Any], depth: int, flat: bool = False) -> bool:
+@overload
+def _valid_map(values: dict[Any, Any], depth: int, flat: Literal[False] = False) -> bool: ...
+
+
+@overload
+def _valid_map(values: dict[Any, Any], depth: int, flat: bool) -> bool | None: ...
+
+
+def _valid_map(values: dict[Any, Any], depth: int, flat: bool = False) -> bool | None:
     """Whether *values* is in the model; with *flat*, None (falsy) at its first list or map,
-    which `_valid_steps` then checks a step at a time."""
+    which `_check_steps` then checks a step at a time."""
     for key, item in values.items():
         if type(key) is not str:
             return False
@@ -84,42 +92,48 @@ def _valid_map(values: dict[Any, Any], depth: int, flat: bool = False) -> bool:
                 return False
             continue
         if flat and (cls is dict or cls is list or cls is tuple):
-            return None  # type: ignore[return-value]
+            return None
         if not _valid(item, depth):
             return False
     return True
 
 
-def _valid_steps(values: dict[Any, Any], per_step: int) -> Generator[None, None, bool]:
-    """`_valid_map(values, 0)` by a walk that yields after every *per_step* items: one event
-    of a large frame may hold ~128,000 nested values (~30 ms of checks in one go)."""
+def _check_steps(values: dict[Any, Any], where: str, per_step: int) -> Generator[None, None, None]:
+    """`check_values(values, where)` by a walk that yields after every *per_step* items: one
+    event of a large frame may hold ~128,000 nested values (~30 ms of checks in one go).
+    `InvalidValue` names what is wrong, found without a second walk of the whole."""
     stack: list[tuple[Any, int]] = []
     for key, item in values.items():
         if type(key) is not str:
-            return False
+            _refuse({key: None}, where, 0)
         stack.append((item, 0))
     left = per_step
     while stack:
         value, depth = stack.pop()
         cls = type(value)
-        if cls is dict:  # the rules of `_valid`: a container below MAX_NESTING, str keys
+        if cls is dict or cls is list or cls is tuple:  # the rules of `_valid`
             if depth >= MAX_NESTING:
-                return False
-            for key, item in value.items():
-                if type(key) is not str:
-                    return False
-                stack.append((item, depth + 1))
-        elif cls is list or cls is tuple:
-            if depth >= MAX_NESTING:
-                return False
-            stack += [(item, depth + 1) for item in value]
+                _refuse(value, where, depth)  # nested too deep: said at once
+            if cls is dict:
+                for key, item in value.items():
+                    if type(key) is not str:
+                        _refuse({key: None}, where, depth)
+                    stack.append((item, depth + 1))
+            else:
+                stack += [(item, depth + 1) for item in value]
         elif not _valid(value, depth):
-            return False
+            _refuse(value, where, depth)
         left -= 1
         if not left:
             left = per_step
             yield
-    return True
+
+
+def _refuse(value: Any, where: str, depth: int) -> NoReturn:
+    """Raise `InvalidValue` for *value*, a scalar, a container too deep or a one-key map
+    holding a bad key: `_explain` has nothing else to walk."""
+    _explain(value, where, depth)
+    raise InvalidValue(f"{where} is not an event value")
 
 
 def _explain(value: Any, where: str, depth: int) -> None:

@@ -244,17 +244,18 @@ _nested = st.recursive(_leaves, lambda inner: st.one_of(st.lists(inner, max_size
 @given(st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), _nested, max_size=4), st.integers(0, 20), st.integers(1, 5))
 def test_the_stepped_check_of_nested_values_agrees_with_the_model(values, depth, per_step):
     """A large frame's events have their nested values checked a step at a time
-    (`_valid_steps`): the same answer as the model's own check, however deep."""
-    from aa.mesh.values import _valid_map, _valid_steps
+    (`_check_steps`): refused exactly when the model's own check refuses, however deep."""
+    from aa.mesh.values import _check_steps, _valid_map
 
     for _ in range(depth):  # each wrap two levels: past 16 the model refuses
         values = {"d": [values]}
-    steps = _valid_steps(values, per_step)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            assert done.value == _valid_map(values, 0)
-            break
+    valid = _valid_map(values, 0)
+    try:
+        for _ in _check_steps(values, "values", per_step):
+            pass
+    except InvalidValue:
+        assert not valid
+    else:
+        assert valid
     flat = _valid_map(values, 0, flat=True)
-    assert flat is None or flat == _valid_map(values, 0)
+    assert flat is None or flat == valid
