@@ -19,7 +19,7 @@ from itertools import accumulate, islice
 from operator import attrgetter
 
 from aa.mesh import Event, InvalidValue
-from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, event_from_wire, packed_event, unpack
+from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event, unpacked_event
 
 from .config import BATCH_BYTES, BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
 
@@ -109,7 +109,7 @@ class Outbox:
         self._trim_recent(now)
         while self._recent:
             _, packed = self._recent.pop()
-            self._queue.extendleft(reversed([_revived(data) for data in packed]))
+            self._queue.extendleft(reversed([unpacked_event(data) for data in packed]))
         self._recent_events = 0
         if self._queue:
             self.drained.clear()
@@ -121,13 +121,6 @@ class Outbox:
             or now - recent[0][0] > REPLAY_WINDOW_SECONDS
         ):
             self._recent_events -= len(recent.popleft()[1])
-
-
-def _revived(data: bytes) -> Event:
-    """The event an outbox packed as *data*, to send again under its id (the same bytes)."""
-    event = event_from_wire(unpack(data))
-    packed_event(event)
-    return event
 
 
 def check_fits(event: Event) -> None:

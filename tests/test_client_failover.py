@@ -197,12 +197,16 @@ def test_the_replay_window_keeps_bytes_and_gives_back_the_same_events() -> None:
 
     from aa.client.outbox import Outbox
     from aa.mesh import Event
+    from aa.mesh.protocol import packed_event
 
     outbox = Outbox(max_events=100_000)
     gc.collect()
     tracked = len(gc.get_objects())
+    def event(i: int) -> Event:
+        return Event.checked({"Seq": i, "Sensor": "lab-1", "At": [i, 0.5]}, "reading", {}, f"pub:{i}")
+
     for i in range(20_000):
-        outbox.add(Event.checked({"Seq": i, "Sensor": "lab-1", "At": [i, 0.5]}, "reading", {}, f"pub:{i}"))
+        outbox.add(event(i))
     while (batch := outbox.next_batch()) is not None:
         outbox.acked(batch[0], now=1.0)
     gc.collect()
@@ -214,3 +218,4 @@ def test_the_replay_window_keeps_bytes_and_gives_back_the_same_events() -> None:
         outbox.acked(batch[0], now=2.0)
     assert [e.id for e in again] == [f"pub:{i}" for i in range(20_000)]
     assert again[7].values == {"Seq": 7, "Sensor": "lab-1", "At": [7, 0.5]} and again[7].type == "reading"
+    assert again[7].packed == packed_event(event(7))  # the bytes first sent, not packed again

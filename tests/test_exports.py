@@ -41,7 +41,7 @@ PUBLIC: dict[str, list[str]] = {
         "Quenched", "Routers", "STEP_ABOVE", "STORAGE_ANSWERS", "STORAGE_REQUESTS", "Subscribe",
         "Subscribed", "Unquench", "Unsubscribe", "Update", "Updated", "Welcome", "declared_needs",
         "event_from_wire", "event_to_wire", "pack", "pack_events", "packed_event", "register",
-        "unpack", "with_needs"
+        "unpack", "unpacked_event", "with_needs"
     ],
     "aa.router": [
         "Acknowledgements", "CacheConfig", "CacheInfo", "ClientCacheService", "DEFAULT_PORT",

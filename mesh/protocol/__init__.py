@@ -50,6 +50,7 @@ from .codec import (
     pack,
     unpack,
     packed_event,
+    unpacked_event,
     pack_events,
 )
 from .peering import (
@@ -176,6 +177,7 @@ __all__ = [
     "pack",
     "pack_events",
     "packed_event",
+    "unpacked_event",
     "register",
     "unpack",
     "with_needs",
