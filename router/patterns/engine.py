@@ -490,5 +490,6 @@ class PatternEngine:
 
 _NO_PARAMS: dict[str, Any] = {}  # of every subscriber without any (an empty dict costs 64 bytes each)
 
+
 def _mentioned(program: Program) -> frozenset[str]:
     return program.mentions

@@ -5,10 +5,9 @@ a million subscribers send. Parsing them with `ast.parse` and walking the tree c
 everything else a subscribe does, so this module reads exactly that shape (in one pass over
 `str.split` when tokens are single-spaced names, operators and integers, else with one
 regular expression) and builds the same `Grammar` (light: no closures) that `grammar.py`
-would. Any
-other source, or anything unusual in it (parentheses, escapes, comments, a leading space,
-context names, `_names`), returns None and takes the general path, so the answer can only
-be the same. The property tests compare both paths with the python kernel.
+would. Any other source, or anything unusual in it (parentheses, escapes, comments, a
+leading space, context names, `_names`), returns None and takes the general path, so the
+answer can only be the same. The property tests compare both paths with the python kernel.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ subscriptions.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable
 
 from sortedcontainers import SortedList
 
@@ -55,10 +55,6 @@ __all__ = ["PredicateIndex"]
 
 _MISSING: Any = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
-
-
-#: What `_Field` files an entry by: an `Access`, or an entry (which keeps its access's fields).
-_Filed = Union[Access, Entry]
 
 
 class _Field:
@@ -85,51 +81,52 @@ class _Field:
     def empty(self) -> bool:
         return not (self.eq or self.ranges or self.intervals or self.prefix or self.suffix or self.present)
 
-    def add(self, e: Entry, a: _Filed) -> None:
-        kind = a.kind
+    def add(self, e: Entry) -> None:
+        """File *e* under its access (the entry keeps the access's kind, src and keys)."""
+        kind = e.kind
         if kind == EQ:
-            for k in a.keys:
+            for k in e.keys:
                 post(self.eq, k, e)
         elif kind == RANGE:
-            sl = self.ranges.get(_side(a))
+            sl = self.ranges.get(_side(e))
             if sl is None:
-                sl = self.ranges[_side(a)] = SortedList()
-            sl.add(_bound(a, e))
+                sl = self.ranges[_side(e)] = SortedList()
+            sl.add(_bound(e))
         elif kind == INTERVAL:
-            cls = _width_class(a)
+            cls = _width_class(e)
             got = self.intervals.get(cls)
             if got is None:
                 got = self.intervals[cls] = (2.0**cls, {})
-            post(got[1], math.floor(a.keys[1] / got[0]), e)
+            post(got[1], math.floor(e.keys[1] / got[0]), e)
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
-            for k in a.keys:
+            for k in e.keys:
                 if k not in table:
                     lens[len(k)] = lens.get(len(k), 0) + 1
                 post(table, k, e)
         else:
             self.present[e] = None
 
-    def remove(self, e: Entry, a: _Filed) -> None:
-        kind = a.kind
+    def remove(self, e: Entry) -> None:
+        kind = e.kind
         if kind == EQ:
-            for k in a.keys:
+            for k in e.keys:
                 unpost(self.eq, k, e)
         elif kind == RANGE:
-            side = _side(a)
+            side = _side(e)
             sl = self.ranges[side]
-            sl.remove(_bound(a, e))
+            sl.remove(_bound(e))
             if not sl:
                 del self.ranges[side]
         elif kind == INTERVAL:
-            cls = _width_class(a)
+            cls = _width_class(e)
             width, cells = self.intervals[cls]
-            unpost(cells, math.floor(a.keys[1] / width), e)
+            unpost(cells, math.floor(e.keys[1] / width), e)
             if not cells:
                 del self.intervals[cls]
         elif kind == PREFIX or kind == SUFFIX:
             table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
-            for k in a.keys:
+            for k in e.keys:
                 unpost(table, k, e)
                 if k not in table:
                     n = lens[len(k)] - 1
@@ -201,22 +198,22 @@ class _Field:
             out.extend(self.present)
 
 
-def _side(a: _Filed) -> tuple[str, str]:
+def _side(a: Access | Entry) -> tuple[str, str]:
     op, bound = a.keys
     return ("s" if isinstance(bound, str) else "n", "lo" if op[0] == ">" else "hi")
 
 
-def _bound(a: _Filed, e: Entry) -> tuple[Any, int, Entry]:
+def _bound(e: Entry) -> tuple[Any, int, Entry]:
     """Sort key: lower bounds match bounds < (v, 1) with flag 1 for ">" and 0 for ">=";
     upper bounds match bounds >= (v, 1) with flag 0 for "<" and 1 for "<="."""
-    op, bound = a.keys
+    op, bound = e.keys
     flag = 1 if op in (">", "<=") else 0
     return (bound, flag, e)  # entries that tie compare by id (`Entry.__lt__`)
 
 
-def _width_class(a: _Filed) -> int:
+def _width_class(e: Entry) -> int:
     """e with width < 2**e; at least -64, so lo / 2**e stays a finite float."""
-    return max(math.frexp(float(a.keys[3] - a.keys[1]))[1], -64)
+    return max(math.frexp(float(e.keys[3] - e.keys[1]))[1], -64)
 
 
 class PredicateIndex:
@@ -266,7 +263,7 @@ class PredicateIndex:
             else:
                 f = self._field(access.src, create=True)
                 assert f is not None
-                f.add(e, access)
+                f.add(e)
             entries.append(e)
         shadow = plan.shadow
         for name in shadow:
@@ -301,7 +298,7 @@ class PredicateIndex:
                 src = e.src
                 f = self._field(src, create=False)
                 assert f is not None
-                f.remove(e, e)
+                f.remove(e)
                 if f.empty() and src[0] != TYPE:
                     del (self._values if src[0] == VALUE else self._meta)[src[1]]
             else:
@@ -334,9 +331,9 @@ class PredicateIndex:
             return False
         f = self._field(e.src, create=False)
         assert f is not None
-        f.remove(e, e)
+        f.remove(e)
         e.keys = (value,)
-        f.add(e, e)
+        f.add(e)
         return True
 
     def match(self, event: Event, stamp: int) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:

@@ -28,7 +28,7 @@ class Entry:
     means evaluating the whole pattern of the bucket; and the access it is filed under (an
     `Access`'s kind, src and keys, kind None on the scan list), kept here rather than as an
     object of its own: a million subscriptions hold a million objects fewer for the
-    collector to walk. An entry serves as its own access to `_Field`."""
+    collector to walk. The index files an entry by these."""
 
     __slots__ = ("bucket", "rest", "kind", "src", "keys")
     kind: Any

@@ -391,11 +391,11 @@ def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[s
     if len(options) > 1:  # the shortest posting; the first of equals (options are in atom order)
         least = posting(access)
         for kind, src, keys, cov in options[1:]:
-            if least:
-                other = Access(kind, src, keys, True)
-                size = posting(other)
-                if size < least:
-                    access, covered, least = other, cov, size
+            if not least:  # none shorter than empty
+                break
+            other = Access(kind, src, keys, True)
+            if (size := posting(other)) < least:
+                access, covered, least = other, cov, size
     rest: list[Any] = []
     for j, check in enumerate(checks):
         if j not in covered:
