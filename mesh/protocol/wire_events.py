@@ -86,7 +86,7 @@ def events_from_wire_steps(events: list[Any]) -> Generator[None, None, list[Even
                 if ok is None:
                     yield from _nested(meta, "event meta")
                     ok = True
-            out.append(_event(e, checked=bool(ok)))
+            out.append(_event(e, ok))
         yield
     return out
 
