@@ -30,7 +30,8 @@ def make_engine() -> PatternEngine:
 @contextmanager
 def python_kernel_only() -> Iterator[None]:
     """Patterns compiled meanwhile all go to the python kernel (today's path)."""
-    with mock.patch.object(engine_module, "parse_predicate", return_value=None), mock.patch.object(engine_module, "parse_conjunction", return_value=None):
+    with mock.patch.object(engine_module, "parse_predicate", return_value=None), mock.patch.object(engine_module, "parse_conjunction", return_value=None), \
+        mock.patch.object(engine_module, "plan_spaced", return_value=None):
         yield
 
 

@@ -307,7 +307,7 @@ def test_advice_at_subscribe_stays_cheap_whatever_the_source(engine: PatternEngi
 
 
 def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: PatternEngine) -> None:
-    """`_flat_plan` (subscribes and updates of the common conjunction) against `_plan`, on
+    """`flat_plan` (subscribes and updates of the common conjunction) against `_plan`, on
     random conjunctions, params (NaN, None, unhashable too) and posting sizes: the same
     access, the same checks left (a PARAM check read with the bucket's params), the same
     shadow."""
@@ -316,6 +316,7 @@ def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: Patte
 
     from aa.router.patterns import predicates as P
     from aa.router.patterns.fastpath import parse_conjunction
+    from aa.router.patterns.flatplan import flat_plan
 
     rng = random.Random(1)
     for k in range(200):
@@ -335,7 +336,7 @@ def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: Patte
             continue
         params = {k: rng.choice([1, 2.5, "a", math.nan, None, [1]]) for k in rng.sample(["p", "q"], rng.randint(0, 2))}
         program = P.PredicateProgram(engine.sandbox, source, g)
-        flat = P._flat_plan(g.dnf[0], params, program.builtins, posting)
+        flat = flat_plan(g.dnf[0], params, program.builtins, posting)
         if flat is None:
             continue
         compared += 1
@@ -365,3 +366,49 @@ def test_the_split_scan_reads_what_the_regular_expression_reads(tokens: list[str
         shape = [(a.op, a.left, type(a.left[1]), a.right, type(a.right[1]), a.reads) for a in split.dnf[0]]
         assert shape == [(a.op, a.left, type(a.left[1]), a.right, type(a.right[1]), a.reads) for a in scanned.dnf[0]], source
         assert (split.names, split.mentions) == (scanned.names, scanned.mentions)
+
+
+
+def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_steps(engine: PatternEngine) -> None:
+    """`plan_spaced` (the BE-Tree-style subscribe: read and planned in one pass, no atoms
+    built) gives the plan that `parse_conjunction` then `flat_plan` give, access, checks and
+    types all, on random sources of names (builtins, keywords too), operators, integers and
+    a few oddities; and it is taken whenever the source is single-spaced names, operators
+    and integers that `flat_plan` plans."""
+    from aa.router.patterns.fastpath import _UNUSUAL, _parse_spaced, parse_conjunction
+    from aa.router.patterns.flatplan import flat_plan, plan_spaced
+
+    rng = random.Random(3)
+    for k, source in enumerate(["A == 1", "A == 1", "B > 2", "b2 == 7", "b2 == -12", "B < 5"]):  # postings of unequal sizes
+        engine.subscribe(k, expr(source))
+    builtins, posting = engine.sandbox.expr_builtins, engine._index.posting  # noqa: SLF001
+    names, ints = ["A", "B", "b2"], ["0", "-0", "1", "-12", "7", "True", "False", "None"]
+    odd = ["len", "in", "_x", "1.5", "'a'", "007", "A", "1"]
+
+    def operand(pool: list[str]) -> str:
+        return rng.choice(odd) if rng.random() < 0.05 else rng.choice(pool)
+
+    def op() -> str:
+        return rng.choice(["==", "==", "!=", "<", "<=", ">", ">=", "is"])
+
+    def part() -> str:
+        shape = rng.choice(["nc", "nc", "cn", "cnc", "nn", "cc", "n"])
+        return f" {op()} ".join(operand(names if x == "n" else ints) for x in shape)
+
+    def seen(plan: Any) -> tuple[Any, ...]:
+        c = plan.conjs[0]
+        rest = [(w, k, fn, x, type(x)) for w, k, fn, x in zip(*[iter(c.rest)] * 4)]
+        return (c.access.kind, c.access.src, c.access.keys, [type(k) for k in c.access.keys], rest, plan.shadow, plan.pinned, plan.exact, plan.scan, len(plan.conjs))
+
+    planned = 0
+    for _ in range(4000):
+        source = rng.choice([" and "] * 8 + [" or ", "  and "]).join(part() for _ in range(rng.randint(1, 4))) + rng.choice(["", "", "", " "])
+        once = plan_spaced(source, builtins, posting)
+        g = parse_conjunction(source)
+        twice = flat_plan(g.dnf[0], {}, builtins, posting) if g is not None else None
+        if once is not None:
+            planned += 1
+            assert twice is not None and seen(once) == seen(twice), source
+        elif twice is not None:
+            assert _parse_spaced(source) is _UNUSUAL, source  # a float, a string: the regular expression's reading
+    assert planned > 300

@@ -31,10 +31,11 @@ from .advice import pattern_warnings
 from .budget import SandboxStop
 from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze, shared_strings
 from .fastpath import parse_conjunction
+from .flatplan import plan_spaced
 from .grammar import parse_predicate
 from .index import PredicateIndex
 from .limits import Delivery, HostFacts, SandboxLimits
-from .predicates import PredicateProgram
+from .predicates import Plan, PredicateProgram
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
 from .workers import MAX_STOP_MESSAGE, RemoteProgram, WorkerConfig, WorkerPool, WorkerTier, deliver_each, prechecked
@@ -106,8 +107,11 @@ class PatternEngine:
             check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
+        plan = None
         if instance is None:
-            program: Program | None = self._predicate(spec)
+            if not own and spec.kernel == "python" and spec.format == "expr":  # the common subscribe: read and planned at once
+                plan = plan_spaced(spec.source, self._sandbox.expr_builtins, self._index.posting)
+            program: Program | None = PredicateProgram(self._sandbox, spec.source, None) if plan is not None else self._predicate(spec)
             remote = program is None and self._tier.wants(spec)
             if program is None:
                 program = RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
@@ -115,7 +119,7 @@ class PatternEngine:
             self._instances[spec_key] = instance
         sub = Member(key, own, None, next(self._seq))  # type: ignore[arg-type]
         self._subs[key] = sub
-        self._join(sub, instance, freeze(own) if own else (), None)
+        self._join(sub, instance, freeze(own) if own else (), None, plan)
         if instance.remote:
             self._tier.subscribe(key, spec, own)
 
@@ -185,7 +189,8 @@ class PatternEngine:
         sub.params = merged
         self._join(sub, instance, new_key, state)
 
-    def _join(self, sub: Member, instance: Instance, params_key: Any, state: dict[str, Any] | None) -> None:
+    def _join(self, sub: Member, instance: Instance, params_key: Any, state: dict[str, Any] | None, plan: Plan | None = None) -> None:
+        """*plan*: the new bucket's, if it was planned already."""
         bucket = instance.buckets.get(params_key)
         new = bucket is None
         if bucket is None:
@@ -195,7 +200,7 @@ class PatternEngine:
         sub.bucket = bucket
         self._prepare(bucket)
         if new:
-            self._place(bucket)
+            self._place(bucket, plan)
 
     def _leave(self, sub: Member) -> None:
         bucket = sub.bucket
@@ -209,11 +214,11 @@ class PatternEngine:
         if not instance.buckets:
             del self._instances[instance.spec_key]
 
-    def _place(self, bucket: Bucket) -> None:
-        """Index a predicate-tier bucket; put any other on the scan list."""
+    def _place(self, bucket: Bucket, plan: Plan | None = None) -> None:
+        """Index a predicate-tier bucket (by *plan* if given); put any other on the scan list."""
         program = bucket.instance.program
         if isinstance(program, PredicateProgram):
-            self._index.add(bucket, program.plan(bucket.params, self._index.posting))
+            self._index.add(bucket, plan or program.plan(bucket.params, self._index.posting))
         elif not bucket.instance.remote:  # a worker's pattern is matched in its worker
             self._scan[bucket] = None
 

@@ -31,7 +31,7 @@ _TOKEN = re.compile(
     )""",
     re.VERBOSE,
 )
-_CONSTANT_WORDS = {"True": True, "False": False, "None": None}
+CONSTANT_WORDS = {"True": True, "False": False, "None": None}
 #: Names that resolve to more than an event value or a param: the general path handles them.
 _SPECIAL = frozenset({"type", "meta", "event", "params"}) | FORBIDDEN_NAMES.keys()
 #: Longest source tried here (characters); longer ones take the general path.
@@ -39,11 +39,11 @@ MAX_FAST_SOURCE = 1024
 
 
 #: Words that are no operand here: keywords (but True/False/None, read first) and `_SPECIAL`.
-_NOT_OPERANDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | _SPECIAL
+NOT_OPERANDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | _SPECIAL
 _NO_READS: frozenset[str] = frozenset()
 
 
-_COMPARE = frozenset(("==", "!=", "<", "<=", ">", ">="))
+COMPARE_OPS = frozenset(("==", "!=", "<", "<=", ">", ">="))
 #: The scan of `_TOKEN` is needed (see `_parse_spaced`).
 _UNUSUAL: Any = object()
 #: name → (its Ref, the reads of comparing it with a literal): shared by every atom.
@@ -83,7 +83,7 @@ def _parse_spaced(source: str) -> Grammar | None:
     op: str | None = None
     chained = False
     want_operand = True
-    compare = _COMPARE
+    compare = COMPARE_OPS
     ref: Ref
     for tok in source.split(" "):
         if tok in compare:
@@ -101,9 +101,9 @@ def _parse_spaced(source: str) -> Grammar | None:
                     prev, prev_reads, chained, want_operand = None, _NO_READS, False, True
                     continue
                 return None
-            if tok in _CONSTANT_WORDS:
-                ref, reads = ("const", _CONSTANT_WORDS[tok]), _NO_READS
-            elif tok in _NOT_OPERANDS:
+            if tok in CONSTANT_WORDS:
+                ref, reads = ("const", CONSTANT_WORDS[tok]), _NO_READS
+            elif tok in NOT_OPERANDS:
                 return None
             else:
                 ref, reads = _name_ref(tok)
@@ -143,9 +143,9 @@ def _parse_tokens(tokens: list[tuple[str, str, str, str, str]]) -> Grammar | Non
         if want_operand:
             ref: Ref
             if name:
-                if name in _CONSTANT_WORDS:
-                    ref = ("const", _CONSTANT_WORDS[name])
-                elif name in _NOT_OPERANDS:
+                if name in CONSTANT_WORDS:
+                    ref = ("const", CONSTANT_WORDS[name])
+                elif name in NOT_OPERANDS:
                     return None
                 else:
                     ref = ("name", name)

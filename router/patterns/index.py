@@ -46,7 +46,7 @@ from aa.mesh import Event
 
 from .budget import SandboxStop
 from .postings import Entry, Posting, post, posting_size, unpost
-from .predicates import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Access, Plan, _hashable
+from .plans import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Plan, hashable
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -88,9 +88,9 @@ class _Field:
             for k in e.keys:
                 post(self.eq, k, e)
         elif kind == RANGE:
-            sl = self.ranges.get(_side(e))
+            sl = self.ranges.get(_side(e.keys))
             if sl is None:
-                sl = self.ranges[_side(e)] = SortedList()
+                sl = self.ranges[_side(e.keys)] = SortedList()
             sl.add(_bound(e))
         elif kind == INTERVAL:
             cls = _width_class(e)
@@ -113,7 +113,7 @@ class _Field:
             for k in e.keys:
                 unpost(self.eq, k, e)
         elif kind == RANGE:
-            side = _side(e)
+            side = _side(e.keys)
             sl = self.ranges[side]
             sl.remove(_bound(e))
             if not sl:
@@ -137,17 +137,17 @@ class _Field:
         else:
             self.present.pop(e, None)
 
-    def size(self, a: Access) -> int:
-        if a.kind == EQ:
-            return posting_size(self.eq.get(a.keys[0])) if len(a.keys) == 1 else sum(posting_size(self.eq.get(k)) for k in a.keys)
-        if a.kind == RANGE:
-            return len(self.ranges.get(_side(a), ()))
-        if a.kind == INTERVAL:
+    def size(self, kind: str, keys: Any) -> int:
+        if kind == EQ:
+            return posting_size(self.eq.get(keys[0])) if len(keys) == 1 else sum(posting_size(self.eq.get(k)) for k in keys)
+        if kind == RANGE:
+            return len(self.ranges.get(_side(keys), ()))
+        if kind == INTERVAL:
             return sum(len(cells) for _, cells in self.intervals.values())
-        if a.kind == PREFIX:
-            return sum(posting_size(self.prefix.get(k)) for k in a.keys)
-        if a.kind == SUFFIX:
-            return sum(posting_size(self.suffix.get(k)) for k in a.keys)
+        if kind == PREFIX:
+            return sum(posting_size(self.prefix.get(k)) for k in keys)
+        if kind == SUFFIX:
+            return sum(posting_size(self.suffix.get(k)) for k in keys)
         return len(self.present)
 
     def collect(self, v: Any, out: list[Entry]) -> None:
@@ -198,8 +198,9 @@ class _Field:
             out.extend(self.present)
 
 
-def _side(a: Access | Entry) -> tuple[str, str]:
-    op, bound = a.keys
+def _side(keys: tuple[str, Any]) -> tuple[str, str]:
+    """The sorted list a range's keys (op, bound) go in."""
+    op, bound = keys
     return ("s" if isinstance(bound, str) else "n", "lo" if op[0] == ">" else "hi")
 
 
@@ -243,10 +244,11 @@ class PredicateIndex:
             f = table[key] = _Field()
         return f
 
-    def posting(self, a: Access) -> int:
-        """How many entries *a* would share its posting list with."""
-        f = self._field(a.src, create=False)
-        return 0 if f is None else f.size(a)
+    def posting(self, kind: str, src: tuple[int, Any], keys: Any) -> int:
+        """How many entries an access (*kind* on field *src* with *keys*) would share its
+        posting list with."""
+        f = self._field(src, create=False)
+        return 0 if f is None else f.size(kind, keys)
 
     def add(self, bucket: "Bucket", plan: Plan) -> None:
         """Place *bucket* (a hashable, slotted engine bucket) as *plan* says."""
@@ -327,7 +329,7 @@ class PredicateIndex:
         e, old = placed[2], before.get(name)
         if placed[1] != {name} or e.kind != EQ or e.keys != (old,) or not type(value) is type(old) is type(e.keys[0]):
             return False
-        if not _hashable(value):  # unhashable, or NaN (equal to nothing)
+        if not hashable(value):  # unhashable, or NaN (equal to nothing)
             return False
         f = self._field(e.src, create=False)
         assert f is not None

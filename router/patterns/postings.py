@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .engine import Bucket
-    from .predicates import Access
+    from .plans import Access
 
 __all__ = ["Entry", "Posting", "MAX_LIST_POSTING", "post", "unpost", "posting_size"]
 

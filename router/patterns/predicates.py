@@ -21,41 +21,24 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from aa.mesh import Event
 
 from .budget import SandboxStop
 from .fastpath import parse_conjunction
+from .flatplan import flat_plan
 from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
+from .plans import (
+    CLOSURE, EQ, FLIP, INTERVAL, MAX_BOUNDS_PAIRED, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, RANK, SUFFIX, TYPE, VALUE,
+    Access, Check, Conj, Plan, bounded, hashable, intern_names,
+)
 
 if TYPE_CHECKING:
     from .engine import Bucket
     from .sandbox import Sandbox
 
 __all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE", "PARAM", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT"]
-
-#: Where a flat check reads its operand: an event value, the event type, a meta field; or
-#: CLOSURE: the check is `fn(values, event, params)` itself.
-VALUE, TYPE, META, CLOSURE = 0, 1, 2, 3
-#: A flat check of an event value against the bucket's param named in the constant's slot,
-#: read when verifying: a parametric update of a param the access does not use then changes
-#: nothing in the index (`Plan.pinned`).
-PARAM = 4
-#: A check: (where, key, fn, constant). Flat: `fn(operand, constant)` must be true.
-Check = tuple[int, Any, Any, Any]
-#: Access kinds, best first (for equal kinds, the shorter posting list wins).
-EQ, INTERVAL, PREFIX, SUFFIX, RANGE, PRESENT = "eq", "interval", "prefix", "suffix", "range", "present"
-_RANK = {EQ: 0, INTERVAL: 1, PREFIX: 2, SUFFIX: 3, RANGE: 4, PRESENT: 5}
-#: Interval bounds are indexed only below this magnitude, where ints are exact as floats
-#: (the interval index probes `v - 2 * width` in floating point).
-MAX_INTERVAL_BOUND = 2**52
-#: Lower and upper bounds considered for pairing into intervals, per conjunction: pairing is
-#: quadratic, and a conjunction of hundreds of bounds is an attack, not a subscription.
-MAX_BOUNDS_PAIRED = 8
-_MISSING: Any = object()
-
 
 class _NeedClosures(Exception):
     """A plan needs an atom's closure: parse again with closures."""
@@ -65,46 +48,6 @@ _DEAD = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 
 
-class Access:
-    """How a conjunction is found: `kind` on field `src` ((VALUE, name), (TYPE, None) or
-    (META, key)) with `keys` (eq: constants; prefix/suffix: strings; range: (op, bound);
-    interval: (op, lo, op, hi); present: ()). `exact`: a hit means the atom holds.
-    (A plain slotted class: one is built per atom per subscribe.)"""
-
-    __slots__ = ("kind", "src", "keys", "exact")
-
-    def __init__(self, kind: str, src: tuple[int, Any], keys: tuple[Any, ...], exact: bool) -> None:
-        self.kind = kind
-        self.src = src
-        self.keys = keys
-        self.exact = exact
-
-    def __repr__(self) -> str:
-        return f"Access({self.kind!r}, {self.src!r}, {self.keys!r}, exact={self.exact})"
-
-
-@dataclass(slots=True)
-class Conj:
-    access: Access | None  # None: no indexable atom (the bucket is scanned)
-    #: Exact plans: the checks left after the access, flat (where, key, fn, constant, ...).
-    rest: tuple[Any, ...]
-
-
-@dataclass(slots=True)
-class Plan:
-    """One bucket's place in the index."""
-
-    conjs: list[Conj]
-    #: True: a conjunction's checks decide the match; False: evaluate the whole pattern.
-    exact: bool
-    shadow: frozenset[str]
-    #: The bucket is a candidate for every event (some conjunction has no access).
-    scan: bool
-    #: The params the accesses read (an update of any other param needs no new plan: its
-    #: checks read it when verifying); None: every update plans again.
-    pinned: frozenset[str] | None = None
-
-
 class PredicateProgram:
     """A `python`/`expr` pattern inside the predicate grammar."""
 
@@ -112,15 +55,16 @@ class PredicateProgram:
     tier = "predicate"
     __slots__ = ("sandbox", "source", "builtins", "arithmetic", "_grammar", "_fn", "_mentions")
 
-    def __init__(self, sandbox: "Sandbox", source: str, grammar: Grammar) -> None:
+    def __init__(self, sandbox: "Sandbox", source: str, grammar: Grammar | None) -> None:
+        """*grammar*: the source parsed; None when it was planned without (`flatplan.plan_spaced`)."""
         self.sandbox = sandbox
         self.source = source
         self.builtins: Mapping[str, Any] = sandbox.expr_builtins
-        self.arithmetic = grammar.arithmetic
+        self.arithmetic = grammar is not None and grammar.arithmetic
         #: The atoms (without closures unless needed); None once planned for the only
         #: bucket a pattern without params can have (parsed again if ever needed).
-        self._grammar: Grammar | None = grammar if grammar.fn is None else None
-        self._fn = grammar.fn
+        self._grammar: Grammar | None = grammar if grammar is not None and grammar.fn is None else None
+        self._fn = None if grammar is None else grammar.fn
         self._mentions: frozenset[str] | None = None
 
     def _parse(self, closures: bool) -> Grammar:
@@ -164,11 +108,11 @@ class PredicateProgram:
     # -- plans -----------------------------------------------------------------------------
 
     def plan(self, params: Mapping[str, Any], posting: Any) -> Plan:
-        """Where a bucket with *params* goes. *posting(access)* tells how many entries an
-        access would share its posting list with (the selectivity estimate)."""
+        """Where a bucket with *params* goes. *posting(kind, src, keys)* tells how many
+        entries an access would share its posting list with (the selectivity estimate)."""
         g = self._grammar or self._parse(False)
         try:
-            plan = (_flat_plan(g.dnf[0], params, self.builtins, posting) if g.exact else None) or self._plan(g, params, posting)
+            plan = (flat_plan(g.dnf[0], params, self.builtins, posting) if g.exact else None) or self._plan(g, params, posting)
         except _NeedClosures:
             g = self._parse(True)
             plan = self._plan(g, params, posting)
@@ -199,12 +143,12 @@ class PredicateProgram:
                 scan = True
                 conjs.append(Conj(None, tuple(x for c, _ in checks for x in c)))
                 continue
-            top = min(_RANK[o[0].kind] for o in options)
-            options = [o for o in options if _RANK[o[0].kind] == top]
-            access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0]), o[1]))
+            top = min(RANK[o[0].kind] for o in options)
+            options = [o for o in options if RANK[o[0].kind] == top]
+            access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0].kind, o[0].src, o[0].keys), o[1]))
             rest = tuple(x for j, (c, _) in enumerate(checks) if not (j in covered and access.exact) for x in c)
             conjs.append(Conj(access, rest))
-        return Plan(conjs, g.exact, _intern(shadow), scan)
+        return Plan(conjs, g.exact, intern_names(shadow), scan)
 
     def _resolve_atom(self, atom: Atom, params: Mapping[str, Any], shadow: set[str]) -> Any:
         """(check, accesses) for *atom* in this bucket; None if it always holds; _DEAD if it
@@ -240,7 +184,7 @@ class PredicateProgram:
                 return self._closure(atom, params, shadow)
             src, c = right[1], left[1]
             reversed_in = op in _REVERSED
-            op = _FLIP.get(op, op)
+            op = FLIP.get(op, op)
             fn = _REVERSED.get(op) or OPS[op]
         accesses = [] if neg or reversed_in else _accesses(op, src, c)
         if neg:
@@ -310,116 +254,11 @@ class PredicateProgram:
         return [] if src[0] == TYPE else [Access(PRESENT, src, (), exact)]
 
 
-_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
-_SRCS: dict[str, tuple[int, str]] = {}
-#: Distinct event names whose (VALUE, name) field reference is shared; past this, not shared.
-_MAX_SHARED_SRCS = 100_000
-
-
-def _src(name: str) -> tuple[int, str]:
-    """One (VALUE, name) tuple per value name: a million checks then share a few dozen."""
-    got = _SRCS.get(name)
-    if got is None:
-        got = (VALUE, name)
-        if len(_SRCS) < _MAX_SHARED_SRCS:
-            _SRCS[name] = got
-    return got
-
-
-def _flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[str, Any], posting: Any) -> Plan | None:
-    """The plan of `_plan` for the common conjunction (issue 12: subscribes and parametric
-    updates must be cheap): every atom a comparison of an event value with a constant or a
-    param, one side each, and at least one of them indexable. Anything else (two names, a
-    builtin, two constants, `!=` only, ...) returns None and takes `_plan`, whose answer this
-    reproduces (same access, same shadow, the same checks left; those that compare with a
-    param read it when verifying, `PARAM`). The property tests compare both with Python."""
-    shadow: set[str] | None = None
-    pnames: list[str | None] = []
-    checks: list[Check] = []
-    #: Candidate accesses, without the Access object yet: (kind, src, keys, atoms covered).
-    eqs: list[tuple[str, Any, Any, tuple[int, ...]]] = []
-    ranges: list[tuple[str, Any, Any, tuple[int, ...]]] = []
-    for i, atom in enumerate(atoms):
-        op = atom.op
-        if atom.negated or op not in _COMPARISONS:
-            return None
-        (lk, lx), (rk, rx) = atom.left, atom.right
-        if lk != "name" or lx in params:
-            if rk != "name" or rx in params:
-                return None  # two constants (folded by `_plan`) or something else
-            if lk == "name":
-                shadow = shadow or set()
-                shadow.add(lx)
-                c, pname = params[lx], lx
-            elif lk == "const":
-                c, pname = lx, None
-            else:
-                return None
-            if rx in builtins:
-                return None
-            name, op = rx, _FLIP.get(op, op)
-        else:
-            if lx in builtins:
-                return None
-            if rk == "name" and rx in params:
-                shadow = shadow or set()
-                shadow.add(rx)
-                c, pname = params[rx], rx
-            elif rk == "const":
-                c, pname = rx, None
-            else:
-                return None
-            name = lx
-        src = _src(name)
-        checks.append((VALUE, src[1], OPS[op], c) if pname is None else (PARAM, src[1], OPS[op], pname))
-        pnames.append(pname)
-        if op == "==":
-            if type(c) is int or type(c) is str or _hashable(c):
-                eqs.append((EQ, src, (c,), (i,)))
-        elif op != "!=" and (isinstance(c, str) or isinstance(c, (int, float)) and c == c):
-            ranges.append((RANGE, src, (op, c), (i,)))
-    # The best kind (EQ, else INTERVAL, else RANGE), then the shortest posting, then the
-    # first atoms: `_plan`'s choice, with an Access built only for the candidates compared.
-    if eqs:
-        options = eqs
-    elif not ranges:
-        return None
-    else:
-        options = _flat_intervals(ranges) or ranges
-    kind, src, keys, covered = options[0]
-    access = Access(kind, src, keys, True)
-    if len(options) > 1:  # the shortest posting; the first of equals (options are in atom order)
-        least = posting(access)
-        for kind, src, keys, cov in options[1:]:
-            if not least:  # none shorter than empty
-                break
-            other = Access(kind, src, keys, True)
-            if (size := posting(other)) < least:
-                access, covered, least = other, cov, size
-    rest: list[Any] = []
-    for j, check in enumerate(checks):
-        if j not in covered:
-            rest += check
-    if shadow is None:  # no params read: nothing pinned (a params-free subscribe)
-        return Plan([Conj(access, tuple(rest))], True, _NO_NAMES, False, _NO_NAMES)
-    pinned = _intern({n for j in covered if (n := pnames[j]) is not None})
-    return Plan([Conj(access, tuple(rest))], True, _intern(shadow), False, pinned)
-
-
-def _flat_intervals(ranges: list[tuple[str, Any, Any, tuple[int, ...]]]) -> list[tuple[str, Any, Any, tuple[int, ...]]]:
-    """`_intervals` over `_flat_plan`'s range options (kind, src, (op, bound), covered)."""
-    lows = [r for r in ranges if r[2][0][0] == ">" and _bounded(r[2][1])][:MAX_BOUNDS_PAIRED]
-    if not lows:
-        return []
-    highs = [r for r in ranges if r[2][0][0] == "<" and _bounded(r[2][1])][:MAX_BOUNDS_PAIRED]
-    return [(INTERVAL, lo[1], lo[2] + hi[2], lo[3] + hi[3]) for lo in lows for hi in highs if lo[1] == hi[1] and hi[2][1] >= lo[2][1]]
-
-
 def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
     if op == "==" or op == "is" and c is None:
-        return [Access(EQ, src, (c,), True)] if _hashable(c) else []
+        return [Access(EQ, src, (c,), True)] if hashable(c) else []
     if op == "in" and type(c) in (tuple, list, set, frozenset):
-        keys = tuple(dict.fromkeys(c)) if all(_hashable(k) for k in c) else None
+        keys = tuple(dict.fromkeys(c)) if all(hashable(k) for k in c) else None
         return [Access(EQ, src, keys, True)] if keys is not None and len(keys) <= 64 else []
     if op in ("<", "<=", ">", ">="):
         if isinstance(c, str) or isinstance(c, (int, float)) and not (isinstance(c, float) and math.isnan(c)):
@@ -432,47 +271,16 @@ def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
     return []
 
 
-_NO_NAMES: frozenset[str] = frozenset()
-_SHADOWS: dict[frozenset[str], frozenset[str]] = {}
-#: Distinct shadow sets kept for sharing; past this, new ones are simply not shared.
-_MAX_SHARED_SHADOWS = 10_000
-
-
-def _intern(names: set[str]) -> frozenset[str]:
-    """One frozenset per distinct set of names (every bucket keeps its own otherwise)."""
-    if not names:
-        return _NO_NAMES
-    key = frozenset(names)
-    got = _SHADOWS.get(key)
-    if got is None:
-        got = key
-        if len(_SHADOWS) < _MAX_SHARED_SHADOWS:
-            _SHADOWS[key] = key
-    return got
-
-
 def _intervals(options: list[tuple[Access, tuple[int, ...]]]) -> list[tuple[Access, tuple[int, ...]]]:
     """A lower and an upper numeric bound on one field, as one INTERVAL access."""
-    lows = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == ">" and _bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
-    highs = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == "<" and _bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
+    lows = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == ">" and bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
+    highs = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == "<" and bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
     out = []
     for lo, i in lows:
         for hi, j in highs:
             if lo.src == hi.src and hi.keys[1] >= lo.keys[1]:
                 out.append((Access(INTERVAL, lo.src, lo.keys + hi.keys, True), i + j))
     return out
-
-
-def _bounded(c: Any) -> bool:
-    return isinstance(c, (int, float)) and not isinstance(c, str) and -MAX_INTERVAL_BOUND < c < MAX_INTERVAL_BOUND
-
-
-def _hashable(c: Any) -> bool:
-    try:
-        hash(c)
-    except TypeError:
-        return False
-    return not (isinstance(c, float) and math.isnan(c))
 
 
 def _truthy(v: Any, c: Any) -> Any:
@@ -495,6 +303,5 @@ _METHOD_FNS = {
     "startswith": lambda v, c: v.startswith(c),
     "endswith": lambda v, c: v.endswith(c),
 }
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 #: `c in X` and `c not in X` with the event field X as the first argument.
 _REVERSED = {"in": operator.contains, "not in": lambda v, c: c not in v}
