@@ -248,6 +248,32 @@ def test_a_parametric_update_outside_the_access_moves_nothing_and_loses_nothing(
     assert keys(engine.match(Event(values={"Symbol": "S3", "Price": 1.0}))) == [3, 7, 8, 13, 18, 23, 28, 33, 38, 43, 48]
 
 
+def test_traders_sharing_buckets_follow_every_update_as_evaluating_every_pattern_does() -> None:
+    """The trading workload in small: traders share params buckets, and random updates move
+    one of them alone (the bucket's key moves), into a bucket that exists, out of a shared
+    bucket into a new one (placed by the old bucket's plan when the update touches only what
+    its checks read), or re-file the access (`Price == limit`). After each, every quote is
+    delivered to exactly the traders the python kernel picks."""
+    import random
+
+    rng = random.Random(5)
+    indexed, reference = make_engine(), make_engine()
+    patterns = ["Symbol == sym and Price < limit", "Symbol == sym and Price > limit", "Symbol == sym and Price == limit", "Price < limit and Symbol == sym and Size >= lot"]
+    limits = [1.0, 2.0, 3.0, 2]
+    for i in range(40):
+        params = {"sym": rng.choice("XYZ"), "limit": rng.choice(limits), "lot": rng.choice([1, 5])}
+        indexed.subscribe(i, PatternSpec(source=patterns[i % 4]), params)
+        with python_kernel_only():
+            reference.subscribe(i, PatternSpec(source=patterns[i % 4]), params)
+    assert reference.tier(PatternSpec(source=patterns[0])) != "predicate" == indexed.tier(PatternSpec(source=patterns[0]))
+    for _ in range(400):
+        k, change = rng.randrange(40), rng.choice([{"limit": rng.choice(limits)}, {"limit": rng.choice(limits)}, {"lot": rng.choice([1, 5])}, {"sym": rng.choice("XYZ")}])
+        for engine in (indexed, reference):
+            engine.update(k, change)
+        quote = Event(values={"Symbol": rng.choice("XYZ"), "Price": rng.choice([0.5, 1, 1.5, 2.0, 2.5, 3.0, 4.0]), "Size": rng.choice([1, 3, 7])})
+        assert keys(indexed.match(quote)) == keys(reference.match(quote)), (k, change, quote.values)
+
+
 def test_the_reference_engine_runs_the_python_kernel() -> None:
     with python_kernel_only():
         reference = make_engine()
