@@ -86,6 +86,7 @@ def flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[st
                 return None
             name = lx
         src = _src(name)
+        name = src[1]  # the shared string: a million checks keep one per distinct name
         checks.append((VALUE, name, OPS[op], c) if pname is None else (PARAM, name, OPS[op], pname))
         pnames.append(pname)
         if op == "==":
@@ -152,7 +153,7 @@ def plan_spaced(source: str, builtins: Mapping[str, Any], posting: Any) -> Plan 
                 eqs.append((EQ, src, (c,), (len(checks),)))
             elif op != "!=" and c is not None:
                 ranges.append((RANGE, src, (op, c), (len(checks),)))
-            checks.append((VALUE, name, OPS[op], c))
+            checks.append((VALUE, src[1], OPS[op], c))  # the shared name: not this source's copy
         left, left_named, op, want_operand = x, named, None, False
     if want_operand or not chained:
         return None
