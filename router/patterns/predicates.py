@@ -30,7 +30,7 @@ from .fastpath import parse_conjunction
 from .flatplan import flat_plan
 from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
 from .plans import (
-    CLOSURE, EQ, FLIP, INTERVAL, MAX_BOUNDS_PAIRED, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, RANK, SUFFIX, TYPE, VALUE,
+    CLOSURE, EQ, FLIP, INTERVAL, MAX_BOUNDS_PAIRED, META, PARAM, PREFIX, PRESENT, RANGE, RANK, SUFFIX, TYPE, VALUE,
     Access, Check, Conj, Plan, bounded, hashable, intern_names,
 )
 
