@@ -75,7 +75,8 @@ def _parse_spaced(source: str) -> Grammar | None:
     `str.split` and `str` tests in one pass instead of the regular expression; `_UNUSUAL` at
     the first token it does not read (a string or float literal, other spacing, ...): the
     regular expression's tokens up to there are the same, so the answer can only be the same
-    (a property test compares both)."""
+    (a property test compares both). `flatplan.plan_spaced` reads tokens the same way and
+    plans as it reads: a change here goes there too (a test holds the two equal)."""
     atoms: list[Atom] = []
     names: set[str] = set()
     prev: Ref | None = None

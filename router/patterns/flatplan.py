@@ -59,32 +59,22 @@ def flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[st
         if atom.negated or op not in COMPARE_OPS:
             return None
         (lk, lx), (rk, rx) = atom.left, atom.right
-        if lk != "name" or lx in params:
-            if rk != "name" or rx in params:
-                return None  # two constants (folded by `_plan`) or something else
-            if lk == "name":
-                shadow = shadow or set()
-                shadow.add(lx)
-                c, pname = params[lx], lx
-            elif lk == "const":
-                c, pname = lx, None
-            else:
-                return None
-            if rx in builtins:
-                return None
-            name, op = rx, FLIP.get(op, op)
+        if lk == "name" and lx not in params:  # the event's value on the left
+            name, other, x = lx, rk, rx
+        elif rk == "name" and rx not in params:  # on the right
+            name, other, x, op = rx, lk, lx, FLIP.get(op, op)
         else:
-            if lx in builtins:
-                return None
-            if rk == "name" and rx in params:
-                shadow = shadow or set()
-                shadow.add(rx)
-                c, pname = params[rx], rx
-            elif rk == "const":
-                c, pname = rx, None
-            else:
-                return None
-            name = lx
+            return None  # two constants (folded by `_plan`) or something else
+        if name in builtins:
+            return None
+        if other == "const":
+            c, pname = x, None
+        elif other == "name" and x in params:
+            shadow = shadow or set()
+            shadow.add(x)
+            c, pname = params[x], x
+        else:
+            return None  # two event values, or something else
         src = _src(name)
         name = src[1]  # the shared string: a million checks keep one per distinct name
         checks.append((VALUE, name, OPS[op], c) if pname is None else (PARAM, name, OPS[op], pname))
