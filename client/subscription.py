@@ -68,6 +68,10 @@ class Subscription:
         if callback is None or self._async_callback:
             self._queue = EventQueue()
         self._consumer: asyncio.Task[None] | None = None
+        #: Called once, in the loop's thread, when the subscription ends (the router stopped
+        #: the pattern, the client unsubscribed or closed): how the blocking `Client`'s
+        #: iterator, which queues events in its own thread, learns that no more will come.
+        self.on_finish: Callable[[], None] | None = None
         if self._async_callback:
             self._consumer = asyncio.get_running_loop().create_task(self._consume())
 
@@ -105,13 +109,17 @@ class Subscription:
 
     def fail(self, error: PatternError) -> None:
         self.failure = error
-        log.warning("subscription %d stopped by the router: %s", self.id, error)
+        if self._queue is None and self.on_finish is None:  # a callback's: nobody iterates to be told
+            log.warning("subscription %d stopped by the router: %s", self.id, error)
         self.finish()
 
     def finish(self) -> None:
         self.closed = True
         if self._queue is not None:
             self._queue.close(self.failure)
+        done, self.on_finish = self.on_finish, None
+        if done is not None:
+            done()
 
     @property
     def dropped(self) -> int:

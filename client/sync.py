@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
+import functools
 import logging
 import queue
 import sys
@@ -252,11 +253,17 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         if cb is None:
             q = queue.Queue()
             cb = q.put
-        inner = self._call(
-            self._async.subscribe(pattern, cb, params=params, format=format, kernel=kernel, history=history,
-                                  needs=needs)
-        )
-        return Subscription(self, inner, q)
+
+        async def go() -> AsyncSubscription:
+            inner = await self._async.subscribe(pattern, cb, params=params, format=format, kernel=kernel,
+                                                history=history, needs=needs)
+            if q is not None:  # its end (the router stopping the pattern too) ends the iteration
+                inner.on_finish = functools.partial(q.put, None)
+                if inner.closed:
+                    q.put(None)
+            return inner
+
+        return Subscription(self, self._call(go()), q)
 
     def mesh_info(self, timeout: float | None = None) -> dict[str, Any]:
         """The mesh as the connected router knows it (see `AsyncClient.mesh_info`)."""

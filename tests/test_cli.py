@@ -86,6 +86,24 @@ async def test_subscribe_with_a_script_file(router, tmp_path):
     assert stdout.decode().split() == ["Temperature=101", "Temperature=105"]
 
 
+async def test_subscribe_ends_with_one_line_when_the_router_stops_its_pattern_later(router, tmp_path):
+    """`aa subscribe --script` of a script that loops: accepted at subscribe, stopped by the
+    router on the first event. The command exits with one line saying so (it used to hang)."""
+    script = tmp_path / "loop.py"
+    script.write_text("while True:\n    pass\n")
+    proc = await asyncio.create_subprocess_exec(
+        AA, "subscribe", "--router", router.endpoint, "--script", str(script), "--count", "1",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    await wait_for(lambda: len(router.engine) == 1, timeout=20)
+    router.publish({"x": 1})
+    async with asyncio.timeout(20):
+        stdout, stderr = await proc.communicate()
+    err = stderr.decode()
+    assert proc.returncode == 1 and stdout == b""
+    assert err.startswith("aa subscribe: ") and "time" in err and err.count("\n") == 1, err
+
+
 async def test_bad_value_and_bad_pattern_give_clear_errors(router):
     code, _, err = await run_aa("send", "--router", router.endpoint, "novalue")
     assert code == 2 and err.startswith("aa send: value 'novalue' is not NAME=VALUE") and err.count("\n") == 1

@@ -78,6 +78,28 @@ async def test_refused_pattern_raises_in_the_caller(endpoint):
     await in_thread(scenario)
 
 
+async def test_iterating_a_pattern_the_router_stops_later_raises_instead_of_waiting_forever(router, endpoint):
+    """A pattern accepted at subscribe and stopped by the router afterwards (a script that
+    loops past its time budget on the first event) ends the blocking iteration with the
+    router's `PatternError`; it used to wait forever (the queue in the caller's thread never
+    heard of the end). The subscription's `failure` says the same."""
+
+    def scenario():
+        with Client(endpoint) as c:
+            sub = c.subscribe("while True:\n    pass", format="script")
+            router.publish({"x": 1})
+            started = time.monotonic()
+            with pytest.raises(PatternError, match="time"):
+                while True:
+                    sub.get(timeout=10)  # (the code before waited forever, here: AaTimeout)
+            assert sub.failure is not None and time.monotonic() - started < 10
+            with pytest.raises(PatternError):  # and iterating it, as the README does: ended at once
+                for _ in sub:
+                    pass
+
+    await in_thread(scenario)
+
+
 async def test_no_router_is_a_clear_timeout():
     def scenario():
         with pytest.raises(AaTimeout, match="no router answered"):
