@@ -15,7 +15,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence
 
-from aa.mesh import ConnectionLost, RemoteError, parse_endpoint
+from aa.mesh import ConnectionLost, ForeignProtocol, RemoteError, parse_endpoint
 from aa.mesh.protocol import Error, Hello, Message, Welcome
 
 from .link import Link, open_link
@@ -69,7 +69,7 @@ def refusal(exc: BaseException) -> str | None:
     (nothing listening, a timeout, a router too busy)."""
     if isinstance(exc, RemoteError):
         return None if exc.code == "busy" else str(exc)
-    if isinstance(exc, socket.gaierror) or isinstance(exc, ConnectionLost) and isinstance(exc.__cause__, ssl.SSLError):
+    if isinstance(exc, socket.gaierror) or isinstance(exc, ConnectionLost) and isinstance(exc.__cause__, (ssl.SSLError, ForeignProtocol)):
         return str(exc) or type(exc).__name__
     return None
 
@@ -101,6 +101,9 @@ async def open_router(
         link.send(hello)
         await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)
         if not welcome.done():
+            why = link.lost.result() if link.lost.done() else None
+            if isinstance(why, ForeignProtocol):  # an HTTP port, a TLS router: said at once
+                raise ConnectionLost(str(why)) from why
             raise ConnectionLost(f"router {endpoint} closed before welcoming us")
         return link, welcome.result()
     except BaseException:

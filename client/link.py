@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from aa.mesh import ConnectionLost, Connection, ProtocolError, UsageError
+from aa.mesh import ConnectionLost, Connection, ForeignProtocol, ProtocolError, UsageError
 from aa.mesh.protocol import Message
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ class Link(asyncio.Protocol):
                     return
                 self._on_message(self, msg)
         except ProtocolError as exc:
-            log.warning("router sent a bad frame: %s", exc)
+            # (another protocol altogether is what `connect` then says, once)
+            log.log(logging.INFO if isinstance(exc, ForeignProtocol) else logging.WARNING, "router sent a bad frame: %s", exc)
             self.close(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "InvalidPattern",
     "ProtocolError",
     "FrameTooLarge",
+    "ForeignProtocol",
     "MalformedFrame",
     "UnknownMessage",
     "RemoteError",
@@ -83,6 +84,13 @@ class ProtocolError(AaError):
 
 class FrameTooLarge(ProtocolError):
     code = "frame-too-large"
+
+
+class ForeignProtocol(FrameTooLarge):
+    """The other end speaks another protocol (HTTP, TLS): its first bytes read as a frame
+    length far over the cap. Trying again will not change that."""
+
+    code = "foreign-protocol"
 
 
 class MalformedFrame(ProtocolError):

@@ -181,6 +181,31 @@ async def test_routers_share_a_machine_with_the_http_port_after_their_own():
     assert proc.returncode == 0, err.decode()
 
 
+async def test_a_client_pointed_at_the_http_port_is_told_so_at_once():
+    """`aa send --router` with the router's HTTP port (7448 beside 7447, an easy slip): the
+    answer is HTTP, which read as a frame is 1.2 GB long. One line saying so, at once — not
+    six warnings of a bad frame and, six seconds later, "is a router running there?"."""
+    port = free_port_pair()
+    proc = await asyncio.create_subprocess_exec(
+        AA, "router", "--port", str(port), "--no-discovery", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(30):
+            assert "listening on" in (await proc.stdout.readline()).decode()
+            assert "HTTP endpoint" in (await proc.stdout.readline()).decode()
+        started = time.monotonic()
+        code, out, err = await run_aa("send", "--router", f"127.0.0.1:{port + 1}", "x=1")
+        took = time.monotonic() - started
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await proc.communicate()
+    assert code == 1 and out == ""
+    one_line(err, "aa send: ")
+    assert "speaks HTTP" in err and "not its client port" in err and "is a router running there" not in err, err
+    assert took < 4, took
+
+
 async def test_a_host_not_of_this_machine_is_one_line():
     code, _, err = await run_aa("router", "--host", "192.0.2.1", "--port", "0", "--no-discovery")
     assert code == 2

@@ -32,7 +32,7 @@ from typing import Any, Callable, Final, Generator, Sequence
 
 import msgpack
 
-from ..errors import FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
+from ..errors import ForeignProtocol, FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
 from ..event import Event
 from .messages import MESSAGE_KINDS, Message
 from .wire_events import event_from_wire
@@ -122,6 +122,21 @@ def _tally(cap: int) -> tuple[Callable[[Any], Any], Callable[[], int]]:
         return value
 
     return hook, lambda: items + built
+
+
+#: First bytes of an HTTP request or response, which read as a frame length far over the cap.
+_HTTP_STARTS = (b"HTTP", b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", b"CONN", b"TRAC")
+
+
+def _foreign(head: bytes | bytearray) -> ForeignProtocol | None:
+    """What the first bytes of an impossible frame say the other end speaks, if it is clear."""
+    if head[0] == 0x16 and head[1] == 0x03:  # a TLS record: handshake, version 3.x
+        return ForeignProtocol("a TLS handshake, not a frame: this end does not speak TLS")
+    if head in _HTTP_STARTS:
+        what = "answer" if head == b"HTTP" else "request"
+        return ForeignProtocol(f"an HTTP {what}, not a frame: that end speaks HTTP, not Aa's protocol "
+                               "(a router's HTTP port is not its client port)")
+    return None
 
 
 def _default(obj: Any) -> Any:
@@ -258,9 +273,7 @@ class Connection:
             return NEED_DATA
         size = int.from_bytes(buf[pos : pos + _HEADER], "big")
         if size > self.max_frame:
-            tls = buf[pos] == 0x16 and buf[pos + 1] == 0x03  # a TLS record: handshake, version 3.x
-            self._break(FrameTooLarge("a TLS handshake, not a frame: this end does not speak TLS" if tls else
-                                      f"frame of {size} bytes is over the cap of {self.max_frame}"))
+            self._break(_foreign(buf[pos : pos + _HEADER]) or FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}"))
             raise self._fresh_error()
         if size > STEP_ABOVE:
             self._pos += _HEADER
