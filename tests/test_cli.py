@@ -37,7 +37,12 @@ async def test_every_command_has_help(command):
 
 
 def test_value_parsing_rules():
-    assert [parse_scalar(v) for v in ["3", "2.5", "true", "false", "x", "-7", "007"]] == [3, 2.5, True, False, "x", -7, 7]
+    """Numbers as JSON writes them; anything else stays the text typed (a room `007`)."""
+    values = ["3", "2.5", "true", "false", "x", "-7", "1e3", "-0.5E-2", "0"]
+    assert [parse_scalar(v) for v in values] == [3, 2.5, True, False, "x", -7, 1000.0, -0.005, 0]
+    words = ["007", "1_000", "0x10", "2.", ".5", "+3", " 3", "nan", "inf", "1e999", "3 ", "-", "1e3.5", "9" * 5000]
+    assert [parse_scalar(v) for v in words] == words
+    assert [type(parse_scalar(v)) for v in ["3", "1e3", "007"]] == [int, float, str]
 
 
 async def test_send_then_subscribe_json_with_types(router):

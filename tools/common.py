@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import sys
 from datetime import datetime, timezone
@@ -33,27 +34,32 @@ DEFAULT_ROUTER = "127.0.0.1:7447"
 
 
 def parse_scalar(text: str) -> Any:
-    """`3` → int, `2.5` → float, `true`/`false` → bool, anything else → the string.
+    """`3` → int, `2.5` → float, `true`/`false` → bool, anything else → the string. A number
+    is one only as JSON writes it: `007` (a room, an id), `1_000`, `0x10`, `2.`, `nan` stay
+    strings, so nothing a user typed loses characters.
 
-    >>> [parse_scalar(t) for t in ("3", "-2.5", "true", "FALSE", "lab-1", "1e3")]
-    [3, -2.5, True, False, 'lab-1', 1000.0]
+    >>> [parse_scalar(t) for t in ("3", "-2.5", "true", "FALSE", "lab-1", "1e3", "007")]
+    [3, -2.5, True, False, 'lab-1', 1000.0, '007']
     """
     low = text.lower()
     if low == "true":
         return True
     if low == "false":
         return False
-    try:
-        return int(text, 10)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
+    m = _NUMBER.fullmatch(text)
+    if m is None:
         return text
-    if value != value or value in (float("inf"), float("-inf")):
-        return text  # "nan", "inf": almost always meant as words
-    return value
+    if m["fraction"] is None and m["exponent"] is None:
+        try:
+            return int(text)
+        except ValueError:  # past Python's 4,300 digits
+            return text
+    value = float(text)
+    return text if value in (float("inf"), float("-inf")) else value  # 1e999: meant as text
+
+
+#: A number as JSON writes it.
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?P<fraction>\.[0-9]+)?(?P<exponent>[eE][-+]?[0-9]+)?")
 
 
 def parse_assignments(items: list[str], what: str = "value") -> dict[str, Any]:
