@@ -59,6 +59,9 @@ _ENV_NAME = re.compile(r"[^A-Za-z0-9_]")
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "on",
+        # by hand: argparse puts PATTERN last, after --exec, which takes all that follows it
+        usage="aa on [-h] [--router H:P] [--xpath] [--count N] [--timeout S] [--log-socket PATH] [--log-tag TAG]\n"
+        "             PATTERN (--log | --exec CMD [ARG ...])",
         help="run a program, or write the system log, for each matching event",
         description="For each event PATTERN matches: run a program (--exec), never through a shell, with "
         "the event's values in its arguments ({Name} placeholders) and environment (AA_VALUE_<NAME>, "

@@ -90,9 +90,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "http", "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at /docs)."
     )
     http.add_argument("--http-port", type=int, metavar="N",
-                      help=f"TCP port of the HTTP endpoint, 0 for any free one (default: --port + 1, so "
-                      f"{DEFAULT_HTTP_PORT} beside the default port and several routers share a machine; any "
-                      "free one when --port is 0)")
+                      help=f"TCP port of the HTTP endpoint, 0 for any free one (default: --port + 1, which is "
+                      f"{DEFAULT_HTTP_PORT} for the default port and lets routers share a machine; any free one "
+                      "when --port is 0)")
     http.add_argument("--http-host", metavar="ADDR", help="address of the HTTP endpoint (default: --host)")
     http.add_argument("--http-allow", metavar="CIDR", action="append", default=[],
                       help="address range allowed to call the HTTP endpoint, e.g. 192.168.0.0/16; "
