@@ -313,7 +313,9 @@ def test_xpath_missing_variable_is_no_match(engine: PatternEngine, failures: Rec
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
-        (expr("Temperature >"), ["line 1", "col"]),
+        (expr("Temperature >"), ["line 1, at its end"]),  # Python's column 0: the end, said so
+        (expr("x >>> ("), ["line 1, col 5"]),
+        (expr("import os"), ["line 1", 'it is statements: a script pattern, format "script"']),
         (script("if X:\nforward()"), ["line 2", "indented block"]),
         (script("return 1"), ["line 1", "'return' outside function"]),
         (xpath("/event/values/T >"), ["line 1", "column"]),

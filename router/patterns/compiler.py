@@ -67,6 +67,22 @@ class CompiledPython:
     loops: bool
 
 
+def _where(exc: SyntaxError) -> str:
+    """Where a syntax error is, as a user counts: Python says column 0 for the end."""
+    if not exc.lineno:
+        return "in the source"
+    return f"line {exc.lineno}, col {exc.offset}" if exc.offset else f"line {exc.lineno}, at its end"
+
+
+def _is_script(source: str) -> bool:
+    """Does *source*, refused as an expression, parse as statements (`import os`, `x = 1`)?"""
+    try:
+        ast.parse(source, "<pattern>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 def compile_python(source: str, *, expression: bool, modules: dict[str, frozenset[str]]) -> CompiledPython:
     """Compile *source* as a pattern expression (or script). Raises `PatternError` with code
     `pattern-compile` or `pattern-refused` and a message naming line and column."""
@@ -74,8 +90,10 @@ def compile_python(source: str, *, expression: bool, modules: dict[str, frozense
     try:
         tree = ast.parse(source, "<pattern>", mode)
     except SyntaxError as exc:
-        where = f"line {exc.lineno}, col {exc.offset or 1}" if exc.lineno else "in the source"
-        raise PatternError(f"pattern does not compile: {where}: {exc.msg}", code=COMPILE_ERROR) from None
+        hint = ""
+        if expression and _is_script(source):
+            hint = ' (it is statements: a script pattern, format "script" or `aa subscribe --script FILE`, runs them)'
+        raise PatternError(f"pattern does not compile: {_where(exc)}: {exc.msg}{hint}", code=COMPILE_ERROR) from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise PatternError(f"pattern does not compile: {_short(exc)}", code=COMPILE_ERROR) from None
 
@@ -92,7 +110,7 @@ def compile_python(source: str, *, expression: bool, modules: dict[str, frozense
     try:
         result = compiler(tree, filename="<pattern>", policy=policy)  # type: ignore[arg-type]
     except SyntaxError as exc:  # found by CPython's compiler, e.g. 'return' outside function
-        raise PatternError(f"pattern does not compile: line {exc.lineno}, col {exc.offset or 1}: {exc.msg}", code=COMPILE_ERROR) from None
+        raise PatternError(f"pattern does not compile: {_where(exc)}: {exc.msg}", code=COMPILE_ERROR) from None
     except (RecursionError, MemoryError):
         raise PatternError("pattern does not compile: it is nested too deeply", code=COMPILE_ERROR) from None
     if result.errors:
