@@ -22,7 +22,13 @@ The wall clock is cheap (about 45 ns) but counts time the router was descheduled
 elsewhere; before stopping a pattern for time, `tick` confirms with the thread's CPU clock
 (about 600 ns, so it is read once at the start of scripts and looping expressions, and once
 more only when the wall clock says the budget is gone). Garbage collection that happens to
-run during an evaluation is still charged to it.
+run during an evaluation is not charged to it: a full pass over a big router's heap takes
+tens of milliseconds to seconds (2 s at a million subscriptions) and would stop whichever
+innocent pattern was running; `gc.callbacks` total the collector's CPU time, and the
+budget subtracts what was spent during the evaluation. A hostile pattern gains little by
+making garbage: a young pass walks what was allocated since the last one, in time of the
+order of allocating it, which is the pattern's own; the older passes come once per twenty
+young ones and more rarely still, and its memory guards bound what it can keep.
 
 What ticks cannot stop: one long call into C (sorting a million big equal strings, a
 catastrophic regular expression, `statistics` over a million items) runs to its end; the
@@ -32,8 +38,9 @@ what such calls work on bounded.
 
 from __future__ import annotations
 
+import gc
 import time
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 __all__ = [
     "Budget",
@@ -67,11 +74,38 @@ class SandboxStop(BaseException):
         self.message = message
 
 
+#: CPU seconds the collector has spent in this process, in total (its passes run in the
+#: thread whose allocation set them off: the evaluating thread, during an evaluation).
+_GC_CPU = [0.0]
+#: When the pass under way started (thread CPU), or None between passes.
+_GC_STARTED: list[float | None] = [None]
+
+
+def _note_collection(phase: str, info: dict[str, Any]) -> None:
+    # (An XPath evaluation's profile hook sees this callback's calls and may check the
+    # deadline inside it: `_collected` counts the pass under way too.)
+    if phase == "start":
+        _GC_STARTED[0] = _cpu()
+    else:
+        started, _GC_STARTED[0] = _GC_STARTED[0], None
+        if started is not None:
+            _GC_CPU[0] += _cpu() - started
+
+
+def _collected() -> float:
+    """The collector's CPU seconds so far, the pass under way included."""
+    started = _GC_STARTED[0]
+    return _GC_CPU[0] if started is None else _GC_CPU[0] + _cpu() - started
+
+
+gc.callbacks.append(_note_collection)
+
+
 class Budget:
     """The running evaluation's budget. One per engine; the engine is single-threaded, and
     evaluations do not nest (a pattern cannot call another)."""
 
-    __slots__ = ("limit", "deadline", "cpu_start", "violation", "allocated", "max_allocation", "depth")
+    __slots__ = ("limit", "deadline", "cpu_start", "gc_start", "violation", "allocated", "max_allocation", "depth")
 
     def __init__(self, limit: float, max_allocation: int) -> None:
         #: Seconds one evaluation may run.
@@ -79,6 +113,8 @@ class Budget:
         #: perf_counter() value after which `tick` checks the CPU clock; -inf once stopped.
         self.deadline = float("-inf")
         self.cpu_start = 0.0
+        #: `_GC_CPU` at the start: the collector's time since is not the pattern's.
+        self.gc_start = 0.0
         #: The first violation of this evaluation, or None.
         self.violation: SandboxStop | None = None
         #: Elements charged by guarded operations in this evaluation.
@@ -93,6 +129,7 @@ class Budget:
         self.allocated = 0
         self.depth = 0
         self.cpu_start = _cpu()
+        self.gc_start = _GC_CPU[0]
         self.deadline = _perf() + (self.limit if limit is None else limit)
 
     def start_untimed(self) -> None:
@@ -113,7 +150,7 @@ class Budget:
         says the evaluation was merely descheduled, in which case the deadline moves."""
         if self.violation is not None:
             raise self.violation
-        used = _cpu() - self.cpu_start
+        used = _cpu() - self.cpu_start - (_collected() - self.gc_start)
         if used < self.limit:
             self.deadline = _perf() + (self.limit - used)
             return
