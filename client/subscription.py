@@ -109,7 +109,7 @@ class Subscription:
 
     def fail(self, error: PatternError) -> None:
         self.failure = error
-        if self._queue is None and self.on_finish is None:  # a callback's: nobody iterates to be told
+        if self._callback is not None and self.on_finish is None:  # a callback's: nobody iterates to be told
             log.warning("subscription %d stopped by the router: %s", self.id, error)
         self.finish()
 
