@@ -240,6 +240,10 @@ def _handlers(app: FastAPI) -> None:
         for e in errors:
             where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
             parts.append(f"{where}: {e.get('msg', 'invalid')}")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if any(e.get("loc") == ("body",) for e in errors) and kind != "application/json":
+            # the body came as something else (curl -d sends a form), so FastAPI saw no JSON
+            parts.insert(0, f"the body must be JSON, sent with 'Content-Type: application/json' (not {kind or 'no content type'})")
         detail = json.loads(json.dumps(errors, default=str))
         return _error(422, "invalid-request", "; ".join(parts), detail=detail)
 

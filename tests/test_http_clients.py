@@ -106,6 +106,13 @@ async def test_curl_publishes_registers_and_polls() -> None:
         _, code = await curl("-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", f"{base}/events",
                              "-H", "Content-Type: application/json", "--data-binary", "{oops")
         assert code == "400"
+        # curl's -d without the header sends a form: the answer says what was missing
+        _, out = await curl("-w", "\n%{http_code}", "-X", "POST", f"{base}/events", "-d", '{"values": {"a": 1}}')
+        body, status = out.rsplit("\n", 1)
+        assert status == "422"
+        message = json.loads(body)["message"]
+        assert message.startswith("the body must be JSON, sent with 'Content-Type: application/json'"), message
+        assert "application/x-www-form-urlencoded" in message
 
 
 async def test_newsboat_reloads_the_feed_into_its_cache(tmp_path: Path) -> None:
