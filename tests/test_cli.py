@@ -100,10 +100,15 @@ async def test_subscribe_ends_with_one_line_when_the_router_stops_its_pattern_la
         AA, "subscribe", "--router", router.endpoint, "--script", str(script), "--count", "1",
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-    await wait_for(lambda: len(router.engine) == 1, timeout=20)
-    router.publish({"x": 1})
-    async with asyncio.timeout(20):
-        stdout, stderr = await proc.communicate()
+    try:
+        await wait_for(lambda: len(router.engine) == 1, timeout=20)
+        router.publish({"x": 1})
+        async with asyncio.timeout(20):
+            stdout, stderr = await proc.communicate()
+    finally:
+        if proc.returncode is None:  # (the code before this fix hung: leave no process behind)
+            proc.kill()
+            await proc.wait()
     err = stderr.decode()
     assert proc.returncode == 1 and stdout == b""
     assert err.startswith("aa subscribe: ") and "time" in err and err.count("\n") == 1, err
