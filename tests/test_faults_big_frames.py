@@ -147,7 +147,8 @@ async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_
 
 
 @pytest.mark.parametrize("shape", ["one event of nested empty lists", "a long string, then empty lists",
-                                   "nested empty lists, then a map with an int key", "nested empty lists, then too deep"])
+                                   "nested empty lists, then a map with an int key", "nested empty lists, then too deep",
+                                   "nested empty lists, and a wrong meta"])
 async def test_a_dense_frame_under_the_value_cap_holds_the_loop_at_most_10_ms(shape: str) -> None:
     # A frame of at most MAX_FRAME_VALUES bytes is decoded without counting (it cannot hold
     # more values): its steps grow while they are quick, so an attacker who has read this
@@ -162,12 +163,18 @@ async def test_a_dense_frame_under_the_value_cap_holds_the_loop_at_most_10_ms(sh
              "nested empty lists, then too deep": (eval("[" * 40 + "]" * 40), "nested deeper")}.get(shape)
     if wrong is not None:
         values["v"] = values["v"] + [wrong[0]]
-    frame = raw_frame({"kind": "publish", "seq": 1, "events": [[None, "dense", values, {}]]})
+    meta: dict[str, Any] = {}
+    if shape.endswith("a wrong meta"):  # good values, checked in steps; then a meta that is not
+        meta, wrong = {1: "x"}, None
+    frame = raw_frame({"kind": "publish", "seq": 1, "events": [[None, "dense", values, meta]]})
     assert STEP_ABOVE < len(frame) - 4 <= MAX_FRAME_VALUES
     async with Router(RouterConfig(port=0, name="dense-under-cap")) as router:
         gap, answers = await gap_while_sending(router, [frame])
         print(f"longest loop gap {gap * 1e3:.1f} ms for {len(frame)} bytes: {shape}")
-        if wrong is None:
+        if meta:  # (its values were good and checked in steps: not walked again to refuse the meta)
+            assert any(type(m) is Error and "meta" in m.message and "str" in m.message for m in answers), answers
+            assert router.counters["published"] == 0
+        elif wrong is None:
             assert any(type(m) is Ack and m.seq == 1 for m in answers) and router.counters["published"] == 1
         else:
             assert any(type(m) is Error and wrong[1] in m.message for m in answers), answers

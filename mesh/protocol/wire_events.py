@@ -7,7 +7,7 @@ one function call (`_event`); a frame decoded in steps has its events checked in
 
 from __future__ import annotations
 
-from typing import Any, Final, Generator
+from typing import Any, Final, Generator, NoReturn
 
 from ..errors import InvalidValue, MalformedFrame
 from ..event import MAX_ID_LENGTH, Event
@@ -76,19 +76,23 @@ def events_from_wire_steps(events: list[Any]) -> Generator[None, None, list[Even
             if type(e) is not list or len(e) != 4 or type(e[2]) is not dict or type(e[3]) is not dict:
                 out.append(event_from_wire(e))  # says what is wrong
                 continue
-            values, meta = e[2], e[3]
-            ok = _valid_map(values, 0, flat=True)
-            if ok is None:  # nested values: checked a step at a time
-                yield from _nested(values, "event values")
-                ok = True
-            if ok and meta:
-                ok = _valid_map(meta, 0, flat=True)
-                if ok is None:
-                    yield from _nested(meta, "event meta")
-                    ok = True
-            out.append(_event(e, ok))
+            for where, value in (("values", e[2]), ("meta", e[3])):
+                ok = _valid_map(value, 0, flat=True)
+                if ok is None:  # nested values: checked a step at a time
+                    yield from _nested(value, f"event {where}")
+                elif not ok:  # a wrong one before any list or map: said without walking again
+                    _refuse_event(e, where, value)
+            out.append(_event(e, True))
         yield
     return out
+
+
+def _refuse_event(e: list[Any], where: str, value: dict[str, Any]) -> NoReturn:
+    """`MalformedFrame` for event *e* whose *where* is wrong, its id and type said first as
+    `event_from_wire` says them — without its whole check, which would walk the values again
+    (120,000 nested ones good, then a wrong meta: 67 ms of the loop)."""
+    event_from_wire([e[0], e[1], {}, {}])  # raises for a wrong id or type
+    _bad_event(where, value)
 
 
 def _nested(values: dict[str, Any], where: str) -> Generator[None, None, None]:
@@ -98,7 +102,7 @@ def _nested(values: dict[str, Any], where: str) -> Generator[None, None, None]:
         raise MalformedFrame(str(exc)) from None
 
 
-def _bad_event(where: str, value: Any) -> None:
+def _bad_event(where: str, value: Any) -> NoReturn:
     if type(value) is not dict:
         raise MalformedFrame(f"event {where} must be a map")
     try:
