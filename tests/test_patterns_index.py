@@ -335,3 +335,31 @@ def test_a_narrow_subscription_costs_the_engine_under_1060_bytes() -> None:
         tracemalloc.stop()
     assert engine.instance_count > 10_500  # distinct patterns, each its own instance
     assert per_subscription < 1060, per_subscription
+
+
+def test_a_parametric_subscription_costs_the_engine_under_960_bytes() -> None:
+    """The same for the trading workload (three patterns, a million traders' params
+    `{sym, limit}`, most alone in their params bucket): 919 bytes each on 2026-11-27. The
+    bucket's key named each value's type by `type.__name__`, which makes a new string per
+    call for a built-in type: 1,023 bytes."""
+    import gc
+    import tracemalloc
+
+    rng = random.Random(12)
+    sources = ["Symbol == sym and Price > limit", "Symbol == sym and Price < limit", "Symbol == sym and Price == limit"]
+    subs = [(PatternSpec(source=sources[i % 3]), {"sym": f"S{rng.randrange(200)}", "limit": round(rng.uniform(50, 150), 1)}) for i in range(21_000)]
+    engine = make_engine()
+    for i, (spec, params) in enumerate(subs[:1_000]):  # the instances and symbols exist from here on
+        engine.subscribe(("warm", i), spec, params)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i, (spec, params) in enumerate(subs[1_000:]):
+            engine.subscribe(i, spec, params)
+        gc.collect()
+        per_subscription = (tracemalloc.get_traced_memory()[0] - before) / 20_000
+    finally:
+        tracemalloc.stop()
+    assert engine.instance_count == 3
+    assert per_subscription < 960, per_subscription

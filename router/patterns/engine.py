@@ -29,7 +29,7 @@ from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
 from .budget import SandboxStop
-from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze, shared_strings
+from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze, rekey_bucket, shared_strings
 from .fastpath import parse_conjunction
 from .flatplan import plan_spaced
 from .grammar import parse_predicate
@@ -143,54 +143,49 @@ class PatternEngine:
         sub = self._subs.get(key)
         if sub is None:
             raise UsageError(f"no subscriber {key!r} to update")
-        check_values(params if type(params) is dict else dict(params), "params")
-        merged = shared_strings({**sub.params, **params})
+        check_values(params, "params")
+        own = shared_strings(dict(params))  # (the others are shared already)
+        merged = {**sub.params, **own}
         new_key = freeze(merged)
         old = sub.bucket
-        if old.instance.remote:
+        instance = old.instance
+        if instance.remote:
             self._tier.update(key, params)
         if new_key == old.params_key:
             sub.params = merged
             return
-        instance = old.instance
-        if type(old.members) is Member and new_key not in instance.buckets and params.keys() <= old.params.keys() and (self._index.movable(old, params) or self._index.rekey(old, params, old.params)):
-            # Alone, and the index does not read these params: only the bucket's key moves
-            # (issue 12: a parametric update in a few microseconds, no event missed or twice).
-            drop_bucket(instance, old.params_key)
-            old.params = sub.params = merged
-            old.params_key = new_key
-            add_bucket(instance, old)
+        into = instance.buckets.get(new_key)
+        # The index reads none of the params changed (a limit checked when verifying): the
+        # bucket needs no new plan (issue 12: an update in microseconds, no event missed or twice).
+        same = into is None and own.keys() <= old.params.keys() and self._index.movable(old, own)
+        if into is None and type(old.members) is Member:  # alone: the bucket moves, state and all
+            if same or own.keys() <= old.params.keys() and self._index.rekey(old, own, old.params):
+                rekey_bucket(old, merged, new_key, placed=True)
+            else:
+                self._unplace(old)
+                rekey_bucket(old, merged, new_key)
+                self._prepare(old, force=True)
+                self._place(old)
+            sub.params = merged
             return
         drop_member(old, key)
-        into = instance.buckets.get(new_key)
         if into is not None and instance.program.kind != "script":  # most updates of a million
             if not old.members:  # (an expression's buckets share no state: nothing to prepare)
-                drop_bucket(instance, old.params_key)
                 self._unplace(old)
             add_member(into, sub)
             sub.bucket, sub.params = into, into.params
-            return
-        if not old.members and into is None:
-            drop_bucket(instance, old.params_key)  # alone: the bucket moves, state and all
-            self._unplace(old)
-            old.params, old.params_key = merged, new_key
-            add_bucket(instance, old)
-            add_member(old, sub)
-            sub.params = merged
-            self._prepare(old, force=True)
-            self._place(old)
             return
         state = None if into is not None else copy_state(old.state)
         if old.members:
             self._prepare(old)
         else:
-            drop_bucket(instance, old.params_key)
             self._unplace(old)
         sub.params = merged
-        self._join(sub, instance, new_key, state)
+        self._join(sub, instance, new_key, state, like=old if same else None)
 
-    def _join(self, sub: Member, instance: Instance, params_key: Any, state: dict[str, Any] | None, plan: Plan | None = None) -> None:
-        """*plan*: the new bucket's, if it was planned already."""
+    def _join(self, sub: Member, instance: Instance, params_key: Any, state: dict[str, Any] | None, plan: Plan | None = None, like: Bucket | None = None) -> None:
+        """*plan*: the new bucket's, if it was planned already; *like*: a placed bucket of
+        the instance whose place (accesses and checks) the new bucket can take."""
         bucket = instance.buckets.get(params_key)
         new = bucket is None
         if bucket is None:
@@ -200,7 +195,10 @@ class PatternEngine:
         sub.bucket = bucket
         self._prepare(bucket)
         if new:
-            self._place(bucket, plan)
+            if like is not None:
+                self._index.place_like(bucket, like)
+            else:
+                self._place(bucket, plan)
 
     def _leave(self, sub: Member) -> None:
         bucket = sub.bucket
@@ -209,7 +207,6 @@ class PatternEngine:
         if bucket.members:
             self._prepare(bucket)
             return
-        drop_bucket(instance, bucket.params_key)
         self._unplace(bucket)
         if not instance.buckets:
             del self._instances[instance.spec_key]
@@ -223,6 +220,8 @@ class PatternEngine:
             self._scan[bucket] = None
 
     def _unplace(self, bucket: Bucket) -> None:
+        """Take *bucket* out of its instance, and out of the index or the scan list."""
+        drop_bucket(bucket.instance, bucket.params_key)
         self._index.remove(bucket)
         self._scan.pop(bucket, None)
 
@@ -462,7 +461,6 @@ class PatternEngine:
             if instance.buckets.get(bucket.params_key) is not bucket:
                 continue  # stopped already (twice in one event)
             self._unplace(bucket)
-            drop_bucket(instance, bucket.params_key)
             keys = [k for k in bucket.members if k in self._subs]
             for k in keys:
                 del self._subs[k]

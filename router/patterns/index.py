@@ -278,6 +278,31 @@ class PredicateIndex:
         bucket.placed = entries[0] if alone else (shadow, pinned, *entries)
         self._count += 1
 
+    def place_like(self, bucket: "Bucket", like: "Bucket") -> None:
+        """Place *bucket* as placed *like* is (its accesses and checks), without planning:
+        for a subscriber leaving a shared bucket by an update of params the index does not
+        read (`movable`): the checks read the params when verifying."""
+        placed = like.placed
+        alone = type(placed) is Entry
+        copies = []
+        for e in (placed,) if alone else placed[2:]:
+            c = Entry(bucket, e.rest, None)
+            c.kind, c.src, c.keys = e.kind, e.src, e.keys
+            if c.kind is None:
+                self._scan[c] = None
+            else:
+                f = self._field(c.src, create=True)
+                assert f is not None
+                f.add(c)
+            copies.append(c)
+        if alone:
+            bucket.placed = copies[0]
+        else:
+            for name in placed[0]:
+                self._shadow.setdefault(name, {})[bucket] = None
+            bucket.placed = (placed[0], placed[1], *copies)
+        self._count += 1
+
     def remove(self, bucket: "Bucket") -> None:
         """Take *bucket* out (no-op if it is not placed)."""
         placed = bucket.placed
