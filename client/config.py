@@ -68,6 +68,12 @@ class ClientConfig:
     name: str | None = None
     #: Seconds to wait for one connection attempt (TCP and hello).
     connect_timeout: float = 5.0
+    #: True: `connect()` keeps trying a router that refuses the connection (nothing listens
+    #: there yet: it may be starting) until its timeout. False: it gives up at once when every
+    #: router it may try refused the connection — what a one-shot command wants (the `aa`
+    #: commands, as `redis-cli` or `mosquitto_pub` do). Once connected, either way, a lost
+    #: router is retried.
+    wait_for_routers: bool = True
     #: Seconds to wait for a router's answer to a request (subscribe, update).
     request_timeout: float = 10.0
     #: First retry interval after a router failed, seconds; doubles per failure.

@@ -35,10 +35,11 @@ class Refusals:
         #: Set while every router the client may try has refused it for good.
         self.everywhere = asyncio.Event()
 
-    def note(self, endpoint: str, failure: BaseException | None, everyone: Sequence[str]) -> None:
+    def note(self, endpoint: str, failure: BaseException | None, everyone: Sequence[str], impatient: bool = False) -> None:
         """Note how opening *endpoint* went (*failure*, or None: it worked); *everyone*: the
-        routers the client may try (none when it discovers more)."""
-        why = None if failure is None else refusal(failure)
+        routers the client may try (none when it discovers more); *impatient*: a connection
+        refused counts as a refusal for good (`ClientConfig.wait_for_routers`)."""
+        why = None if failure is None else refusal(failure, impatient)
         if why is None:
             self.why.pop(endpoint, None)
         else:
@@ -62,11 +63,14 @@ async def first_of(*waits: "Coroutine[Any, Any, Any]") -> None:
             t.cancel()
 
 
-def refusal(exc: BaseException) -> str | None:
+def refusal(exc: BaseException, impatient: bool = False) -> str | None:
     """Why *exc*, a failure to open a router, will not pass by trying again: the router
     refused us and said why (TLS only, no anonymous clients, not from this address...),
-    TLS cannot work with it, or its name does not resolve. None for a failure that may pass
-    (nothing listening, a timeout, a router too busy)."""
+    TLS cannot work with it, or its name does not resolve; *impatient*, also nothing
+    listening there. None for a failure that may pass (nothing listening, a timeout, a
+    router too busy)."""
+    if impatient and isinstance(exc, ConnectionRefusedError):
+        return "nothing listens there (connection refused)"
     if isinstance(exc, RemoteError):
         return None if exc.code == "busy" else str(exc)
     if isinstance(exc, socket.gaierror) or isinstance(exc, ConnectionLost) and isinstance(exc.__cause__, (ssl.SSLError, ForeignProtocol)):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -171,6 +173,35 @@ async def test_connect_to_nothing_times_out_clearly():
     c = AsyncClient("127.0.0.1:9", config=None)
     with pytest.raises(AaTimeout, match="no router answered"):
         await c.connect(timeout=0.5)
+    await c.aclose()
+
+
+async def test_a_client_that_will_not_wait_is_told_at_once_that_nothing_listens(router):
+    """`wait_for_routers=False` (the `aa` commands): a refused connection ends `connect()` at
+    once, saying so; once connected, a router that goes away is waited for as ever."""
+    from aa.client import ClientConfig
+    from aa.mesh import RemoteError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        nobody = f"127.0.0.1:{s.getsockname()[1]}"
+        c = AsyncClient(config=ClientConfig(routers=(nobody,), wait_for_routers=False))
+        started = time.monotonic()
+        with pytest.raises(RemoteError, match="nothing listens there") as raised:
+            await c.connect(timeout=30)
+        assert raised.value.code == "refused" and time.monotonic() - started < 5
+        await c.aclose()
+        patient = AsyncClient(nobody)  # the default: a router may be starting
+        with pytest.raises(AaTimeout, match="no router answered"):
+            await patient.connect(timeout=0.5)
+        await patient.aclose()
+    r = Router(RouterConfig(port=0))
+    await r.start()
+    c = AsyncClient(config=ClientConfig(routers=(r.endpoint,), wait_for_routers=False))
+    await c.connect(timeout=10)
+    await r.aclose()
+    with pytest.raises(AaTimeout, match="not reconnected"):
+        await c.wait_connected(timeout=1)
     await c.aclose()
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from aa.client import Client
 from aa.mesh import AaError, PatternSpec, RemoteError, UsageError
 
-from .common import explain, add_client_id_option, add_router_option, client_id, fail, parse_since, print_event, router_endpoints
+from .common import explain, add_client_id_option, add_router_option, client_id, fail, open_client, parse_since, print_event
 
 __all__ = ["add_parser"]
 
@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     go: Callable[[Client, argparse.Namespace], Any] = args.go
     try:
         cid = client_id(args)
-        with Client(router_endpoints(args), client_id=cid, name="aa cache") as client:
+        with open_client(args, "aa cache", cid) as client:
             go(client, args)
     except RemoteError as exc:
         if exc.code == "unknown-cache":

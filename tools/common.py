@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # aa.mesh is imported when needed: `aa --help` stays quick
+    from aa.client import Client
     from aa.mesh import Event
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "parse_assignments",
     "add_router_option",
     "router_endpoints",
+    "open_client",
     "print_event",
     "fail",
     "report",
@@ -146,6 +148,16 @@ def router_endpoints(args: argparse.Namespace) -> list[str]:
     return [e if e.rpartition(":")[2].isdigit() and not e.endswith("]") else f"{e}:7447" for e in found]
 
 
+def open_client(args: argparse.Namespace, name: str, client_id: str | None = None, **kwargs: Any) -> "Client":
+    """A connected `Client` of the routers the command line names (`router_endpoints`)
+    that gives up at once when nothing listens at any of them, instead of waiting for one
+    to start (`ClientConfig.wait_for_routers`); *kwargs* go to `Client`."""
+    from aa.client import Client, ClientConfig
+
+    config = ClientConfig(routers=tuple(router_endpoints(args)), name=name, client_id=client_id, wait_for_routers=False)
+    return Client(config=config, **kwargs)
+
+
 def _human(value: Any) -> str:
     if isinstance(value, str):
         return value if value and " " not in value and "=" not in value else json.dumps(value)
@@ -184,7 +196,7 @@ def fail(message: str, code: int = 1) -> int:
 def explain(exc: BaseException) -> str:
     """An error's message, with what to do where the message does not say it."""
     text = str(exc)
-    if text.startswith("no router answered"):
+    if text.startswith("no router answered") or text.endswith("(connection refused)"):
         text += "; is a router running there? ('aa router' starts one; --router H:P or $AA_ROUTER names another)"
     return text
 

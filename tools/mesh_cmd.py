@@ -53,7 +53,7 @@ def show(args: argparse.Namespace) -> int:
 async def _ask(endpoints: list[str], timeout: float) -> dict[str, Any]:
     from aa.client import AsyncClient, ClientConfig
 
-    config = ClientConfig(routers=tuple(endpoints), name="aa mesh", connect_timeout=timeout, request_timeout=timeout)
+    config = ClientConfig(routers=tuple(endpoints), name="aa mesh", connect_timeout=timeout, request_timeout=timeout, wait_for_routers=False)
     client = AsyncClient(config=config)
     try:
         await client.connect(timeout)

@@ -38,11 +38,10 @@ import sys
 from datetime import datetime
 from typing import Any, Final
 
-from aa.client import Client
 from aa.mesh import AaError, Event, PatternSpec, UsageError
 from aa.mesh import event_to_json, to_json
 
-from .common import explain, add_router_option, fail, router_endpoints
+from .common import explain, add_router_option, fail, open_client
 
 __all__ = ["add_parser", "render_argument", "event_environment", "ENV_LOG_SOCKET"]
 
@@ -150,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                         "socket with --log-socket (or $AA_LOG_SOCKET)")
     spec = PatternSpec(kernel="xpath", source=args.pattern) if args.xpath else PatternSpec(source=args.pattern)
     try:
-        with Client(router_endpoints(args), name="aa on") as client:
+        with open_client(args, "aa on") as client:
             sub = client.subscribe(spec)
             seen = 0
             for event in sub:

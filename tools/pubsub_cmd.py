@@ -17,7 +17,7 @@ from .common import (
     parse_json_object,
     parse_since,
     print_event,
-    router_endpoints,
+    open_client,
 )
 
 if TYPE_CHECKING:
@@ -89,7 +89,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def send(args: argparse.Namespace) -> int:
-    from aa.client import Client
     from aa.mesh import AaError, AaTimeout, UsageError
 
     refused = _RouterErrors()
@@ -101,7 +100,7 @@ def send(args: argparse.Namespace) -> int:
         if not values:
             return fail("nothing to send: give NAME=VALUE pairs or --json", 2)
         meta.update(_storage_meta(args))
-        client = Client(router_endpoints(args), name="aa send", exit_timeout=0, on_error=refused)
+        client = open_client(args, "aa send", exit_timeout=0, on_error=refused)
         try:
             event_id = client.publish(values, type=args.type, meta=meta)
             deadline = time.monotonic() + SEND_TIMEOUT
@@ -159,14 +158,13 @@ def _pattern(args: argparse.Namespace) -> "PatternSpec":
 def subscribe(args: argparse.Namespace) -> int:
     if args.count is not None and args.count <= 0:
         return fail("--count must be positive", 2)
-    from aa.client import Client
     from aa.mesh import AaError, UsageError
 
     try:
         spec = _pattern(args)
         params = parse_assignments(args.param, "param")
         history = {"since": parse_since(args.since)} if args.since else {"since": None} if args.history else None
-        with Client(router_endpoints(args), name="aa subscribe") as client:
+        with open_client(args, "aa subscribe") as client:
             sub = client.subscribe(spec, params=params, history=history, needs=args.needs)
             for warning in sub.warnings:  # a name no event has had, a bare name meant as text
                 print(f"aa subscribe: warning: {warning}", file=sys.stderr, flush=True)

@@ -18,10 +18,9 @@ import json
 import queue
 import sys
 
-from aa.client import Client
 from aa.mesh import AaError, AaTimeout, UsageError
 
-from .common import explain, add_router_option, fail, parse_assignments, parse_json_object, router_endpoints
+from .common import explain, add_router_option, fail, open_client, parse_assignments, parse_json_object
 
 __all__ = ["add_parser"]
 
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("--count must be positive", 2)
     changes: queue.Queue[tuple[str, str, bool]] = queue.Queue()
     try:
-        with Client(router_endpoints(args), name="aa quench") as client:
+        with open_client(args, "aa quench") as client:
             q = client.quench(values, lambda s, r, i: changes.put((s, r, i)), type=args.type,
                               mentioned_only=args.mentioned_only)
             if args.wait:
