@@ -82,8 +82,7 @@ class AsyncClient(QuenchClient, CacheClient):
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
         self._last_error: str | None = None  # why the last connection attempt failed, for connect()
-        self._refusals = Refusals()  # routers that refused us for good, and why
-        self._was_connected = False
+        self._refusals = Refusals(impatient=not config.wait_for_routers)  # routers that refused us for good, and why
         self._init_caching()
         self._init_quench()
 
@@ -161,15 +160,13 @@ class AsyncClient(QuenchClient, CacheClient):
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
                 self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
-                self._refusals.note(endpoint, exc, () if self.config.discovering else self.known_routers,
-                                    impatient=not (self.config.wait_for_routers or self._was_connected))
+                self._refusals.note(endpoint, exc, () if self.config.discovering else self.known_routers)
                 retry = peers.record_failure(endpoint, time.monotonic())
                 log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
                          exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
                 continue
             peers.record_success(endpoint, time.monotonic(), router_id=self.router[0] if self.router else None)
             self._refusals.note(endpoint, None, ())
-            self._was_connected = True
             self._bye = False
             self._link = link
             self._on_connected()

@@ -30,16 +30,20 @@ class Refusals:
     """The routers that refused a client for a reason trying again will not change (`refusal`),
     and why: when all it may try did, `connect` says so at once instead of waiting it out."""
 
-    def __init__(self) -> None:
+    def __init__(self, impatient: bool = False) -> None:
         self.why: dict[str, str] = {}
+        #: A refused connection counts as a refusal for good, until a router is reached
+        #: (`ClientConfig.wait_for_routers`).
+        self.impatient = impatient
         #: Set while every router the client may try has refused it for good.
         self.everywhere = asyncio.Event()
 
-    def note(self, endpoint: str, failure: BaseException | None, everyone: Sequence[str], impatient: bool = False) -> None:
+    def note(self, endpoint: str, failure: BaseException | None, everyone: Sequence[str]) -> None:
         """Note how opening *endpoint* went (*failure*, or None: it worked); *everyone*: the
-        routers the client may try (none when it discovers more); *impatient*: a connection
-        refused counts as a refusal for good (`ClientConfig.wait_for_routers`)."""
-        why = None if failure is None else refusal(failure, impatient)
+        routers the client may try (none when it discovers more)."""
+        if failure is None:
+            self.impatient = False  # once connected, a lost router is waited for
+        why = None if failure is None else refusal(failure, self.impatient)
         if why is None:
             self.why.pop(endpoint, None)
         else:

@@ -113,10 +113,20 @@ def test_type_meta_event_and_params_are_reachable(engine: PatternEngine) -> None
     assert keys(engine.match(e)) == ["t", "e", "p", "v"]
 
 
-def test_event_values_shadow_params_and_context_names(engine: PatternEngine) -> None:
-    engine.subscribe("a", expr("threshold == 1 and type == 'value'"), {"threshold": 50})
-    e = Event(values={"threshold": 1, "type": "value"}, type="reading")
-    assert keys(engine.match(e)) == ["a"]
+def test_a_publishers_values_change_no_param_and_no_name_of_the_language(engine: PatternEngine) -> None:
+    """An event carrying values named `threshold` and `type` changes neither the subscriber's
+    `threshold` nor what `type` means, in the predicate tier, in the python kernel and in
+    scripts (it reached every subscriber of `Temperature > threshold` before); such values
+    are read as `event["..."]`; a builtin's name is the event's value, as in Python."""
+    engine.subscribe("p", expr("Temperature > threshold and type == 'reading'"), {"threshold": 50})
+    engine.subscribe("k", expr("Temperature > threshold and type == 'reading' and any(True for _ in [1])"), {"threshold": 50})
+    engine.subscribe("s", script("if Temperature > threshold and event.type == 'reading':\n    forward()"), {"threshold": 50})
+    engine.subscribe("v", expr("event['threshold'] == 1 and event['type'] == 'value'"))
+    engine.subscribe("m", expr("max > 5"))
+    assert engine.tier(expr("Temperature > threshold and type == 'reading'")) == "predicate"
+    hostile = Event(values={"Temperature": 20, "threshold": 1, "type": "value", "max": 9, "params": {}}, type="reading")
+    assert keys(engine.match(hostile)) == ["v", "m"]
+    assert keys(engine.match(Event(values={"Temperature": 60, "threshold": 100}, type="reading"))) == ["p", "k", "s"]
 
 
 def test_expressions_can_use_builtins_and_modules(engine: PatternEngine) -> None:

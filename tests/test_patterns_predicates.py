@@ -91,12 +91,14 @@ def test_the_kernels_semantics(engine: PatternEngine) -> None:
     engine.subscribe("or", expr("Temperature > 100 or Humidity > 90"))
     engine.subscribe("not", expr("not (Temperature > 100)"))
     engine.subscribe("param", expr("Temperature > limit"), {"limit": 10})
-    engine.subscribe("shadow", expr("Temperature > limit"), {"limit": 1000})
+    engine.subscribe("high", expr("Temperature > limit"), {"limit": 1000})
+    engine.subscribe("len", expr("len > 3"))
     assert keys(engine.match(Event(values={"Humidity": 95}))) == []  # NameError on the left
     assert keys(engine.match(Event(values={"Temperature": "hot", "Humidity": 95}))) == []
     assert keys(engine.match(Event(values={"Temperature": 50, "Humidity": 95}))) == ["or", "not", "param"]
-    # An event value shadows a param of the same name, as in the kernel.
-    assert keys(engine.match(Event(values={"Temperature": 50, "limit": 1}))) == ["not", "param", "shadow"]
+    # A param is the subscriber's: an event value of its name does not change it (as in the
+    # kernel); a builtin's name is the event's value when it has one.
+    assert keys(engine.match(Event(values={"Temperature": 50, "limit": 1, "len": 4}))) == ["not", "param", "len"]
 
 
 def test_subscription_order_across_tiers_and_groups(engine: PatternEngine) -> None:

@@ -29,15 +29,20 @@ never match.
 
 Kernels and formats
 -------------------
-- `python`/`expr`: a boolean expression; the event's values are its names, then the
-  subscriber's params, then `type`, `meta`, `event` (a read-only view), `params`. A name
-  missing from the event, or any ordinary error (TypeError, KeyError, ZeroDivisionError...),
-  means "no match".
+- `python`/`expr`: a boolean expression; its names are `type`, `meta`, `event` (a read-only
+  view) and `params`, then the subscriber's params, then the event's values, then the
+  builtins (`len`, `max`: an event value of such a name is read instead, as in Python). A
+  publisher cannot change what the first two mean: an event carrying a value named `limit`
+  does not move a subscriber's `limit` (it would have reached every subscriber of `Price <
+  limit`, and made the index evaluate each of them whole: a million for one event), and is
+  read as `event["limit"]`. A name missing from the event, or any ordinary error
+  (TypeError, KeyError, ZeroDivisionError...), means "no match".
 - `python`/`script`: statements run once per event with the values as bare names plus
   `event`, `state` (kept between events), `forward(ev=None, to=None)`, `new_event(values,
   type=None)`, `params`, `subscribers` (`.id`, `.params`) and `router` (`.id`, `.name`,
-  `.time`, `.peer_count`). In scripts those framework names win over event values of the same
-  name (read such a value as `event["state"]`). A run that raises forwards nothing.
+  `.time`, `.peer_count`). In scripts those framework names and the params win over event
+  values of the same name (read such a value as `event["state"]`). A run that raises
+  forwards nothing.
 - `xpath`/`expr`: XPath 2.0 over the event as XML, params as `$variables`
   (mapping in `xpath_kernel`).
 

@@ -4,7 +4,7 @@ Most of what a million subscribers send is a conjunction of comparisons of event
 constants or params: `a18 == 6 and 45 <= a2 <= 49`, `Symbol == sym and Price < limit`.
 
 - `flat_plan` plans such a conjunction from its atoms as `PredicateProgram._plan` would (the
-  same access, the same checks left, the same shadow), without the general planner's `Access`
+  same access, the same checks left), without the general planner's `Access`
   per atom and its resolution of every reference: subscribes and parametric updates.
 - `plan_spaced` goes one step further for a subscribe without params whose source is
   single-spaced names, operators and integers (the BE-Tree workload of issue 12): it reads
@@ -49,7 +49,7 @@ def flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[st
     """The plan of `_plan` for *atoms*, each a comparison of an event value with a constant
     or a param, one side each, at least one of them indexable (checks that compare with a
     param read it when verifying: `PARAM`); None for anything else."""
-    shadow: set[str] | None = None
+    reads_params = False
     pnames: list[str | None] = []
     checks: list[Check] = []
     eqs: list[Option] = []
@@ -70,8 +70,7 @@ def flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[st
         if other == "const":
             c, pname = x, None
         elif other == "name" and x in params:
-            shadow = shadow or set()
-            shadow.add(x)
+            reads_params = True
             c, pname = params[x], x
         else:
             return None  # two event values, or something else
@@ -84,7 +83,7 @@ def flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[st
                 eqs.append((EQ, src, (c,), (i,)))
         elif op != "!=" and (isinstance(c, str) or isinstance(c, (int, float)) and c == c):
             ranges.append((RANGE, src, (op, c), (i,)))
-    return _choose(checks, eqs, ranges, posting, shadow, pnames)
+    return _choose(checks, eqs, ranges, posting, pnames if reads_params else None)
 
 
 def plan_spaced(source: str, builtins: Mapping[str, Any], posting: Any) -> Plan | None:
@@ -147,12 +146,13 @@ def plan_spaced(source: str, builtins: Mapping[str, Any], posting: Any) -> Plan 
         left, left_named, op, want_operand = x, named, None, False
     if want_operand or not chained:
         return None
-    return _choose(checks, eqs, ranges, posting, None, None)
+    return _choose(checks, eqs, ranges, posting, None)
 
 
-def _choose(checks: list[Check], eqs: list[Option], ranges: list[Option], posting: Any, shadow: set[str] | None, pnames: list[str | None] | None) -> Plan | None:
+def _choose(checks: list[Check], eqs: list[Option], ranges: list[Option], posting: Any, pnames: list[str | None] | None) -> Plan | None:
     """The best kind (EQ, else INTERVAL, else RANGE), then the shortest posting, then the
-    first atoms: `_plan`'s choice, with an Access built for the chosen one only."""
+    first atoms: `_plan`'s choice, with an Access built for the chosen one only. *pnames*:
+    the param each check reads (None: no check reads one)."""
     if eqs:
         options = eqs
     elif not ranges:
@@ -173,10 +173,10 @@ def _choose(checks: list[Check], eqs: list[Option], ranges: list[Option], postin
         if j not in covered:
             rest += check
     conjs = [Conj(Access(kind, src, keys, True), tuple(rest))]
-    if shadow is None or pnames is None:  # no params read: nothing pinned
+    if pnames is None:  # no params read: nothing pinned
         return Plan(conjs, True, NO_NAMES, False, NO_NAMES)
     pinned = intern_names({n for j in covered if (n := pnames[j]) is not None})
-    return Plan(conjs, True, intern_names(shadow), False, pinned)
+    return Plan(conjs, True, NO_NAMES, False, pinned)
 
 
 def _intervals(ranges: list[Option]) -> list[Option]:

@@ -7,7 +7,7 @@ it to the python kernel, whose answer is the same (see below) but which runs pat
 What is inside
 --------------
 - constants (int, float, str, bytes, True/False/None) and tuples, lists and sets of them;
-- bare names (an event value, else a param, as in the python kernel), `type`, `meta["k"]`,
+- bare names (a param, else an event value, as in the python kernel), `type`, `meta["k"]`,
   `params["k"]`, `event["X"]`, and subscripts `X[0]`, `X["k"]` of any of these;
 - comparisons `== != < <= > >=`, chained; `is`/`is not` None/True/False; `in`/`not in`
   (over constant collections, strings, lists; `"X" in event`, `"k" in meta` test presence);
@@ -17,8 +17,10 @@ What is inside
 Same answers as the python kernel
 ---------------------------------
 Each closure is `fn(values, event, params)` and does what CPython does for that node, with
-the same name resolution (event value, then `type`/`meta`/`event`/`params`, then the
-subscriber's params, then the sandbox builtins) and the same short-circuits. Any exception
+the same name resolution (`type`/`meta`/`event`/`params`, then the subscriber's params,
+then the event's value, then the sandbox builtins: a publisher's values cannot change what a
+subscriber's params or the language's names mean, `patterns/__init__.py`) and the same
+short-circuits. Any exception
 means "no match", as in the kernel. `+ * ** %` go through the sandbox's own size guards
 (so an oversized repetition stops the pattern in both tiers). The one difference: integers
 in arithmetic stay under `MAX_PREDICATE_INT_BITS`; past that the kernel would compute (up to
@@ -210,9 +212,9 @@ class _Compiler:
         builtins = self.builtins
 
         def resolve(values: Mapping[str, Any], event: Any, params: Mapping[str, Any]) -> Any:
-            v = values.get(name, _MISSING)
+            v = params.get(name, _MISSING)
             if v is _MISSING:
-                v = params.get(name, _MISSING)
+                v = values.get(name, _MISSING)
                 if v is _MISSING:
                     return builtins[name]  # KeyError: NameError in the kernel, no match
             return v
@@ -367,14 +369,14 @@ def _constant(value: Any) -> Any:
 
 
 def _context(name: str) -> Fn:
-    """`type`, `meta`, `event` (as its values) or `params`, unless an event value shadows it."""
+    """`type`, `meta`, `event` (as its values) or `params`, whatever values the event has."""
     if name == "type":
-        return lambda values, event, params: event.type if (v := values.get("type", _MISSING)) is _MISSING else v
+        return lambda values, event, params: event.type
     if name == "meta":
-        return lambda values, event, params: event.meta if (v := values.get("meta", _MISSING)) is _MISSING else v
+        return lambda values, event, params: event.meta
     if name == "event":
-        return lambda values, event, params: values if (v := values.get("event", _MISSING)) is _MISSING else v
-    return lambda values, event, params: params if (v := values.get("params", _MISSING)) is _MISSING else v
+        return lambda values, event, params: values
+    return lambda values, event, params: params
 
 
 def _op(o: ast.cmpop) -> str:

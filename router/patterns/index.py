@@ -270,11 +270,11 @@ class PredicateIndex:
         shadow = plan.shadow
         for name in shadow:
             self._shadow.setdefault(name, {})[bucket] = None
-        # Memory: one entry of a flat plan without shadow (the common case) is kept alone,
+        # Memory: one entry of a flat plan that pins no params (the common case) is alone,
         # else one tuple (shadow names, pinned params, entries...): a list and a tuple more
         # would cost ~110 bytes a subscription.
         pinned = plan.pinned
-        alone = len(entries) == 1 and not shadow and pinned is not None
+        alone = len(entries) == 1 and not shadow and pinned is not None and not pinned
         bucket.placed = entries[0] if alone else (shadow, pinned, *entries)
         self._count += 1
 

@@ -11,10 +11,12 @@ constants, prefix, range, presence; see `index.py`) plus the checks left to veri
 comparison of two constants (a param against a literal) is decided right there: true drops
 the atom, false drops the conjunction.
 
-Shadowing. A name resolved to a param (or to `type`, `meta`, `event`, `params`, a builtin)
-resolves to the event's own value when the event carries a value of that name; the plan
-lists those names in `shadow`, and the index evaluates the whole pattern for events that
-carry one of them, so that rare case stays exact.
+Names. `type`, `meta`, `event`, `params` and the subscriber's params mean what they say
+whatever values an event carries (a publisher cannot change a subscriber's `limit` by
+sending a value named `limit`; `event["limit"]` reads such a value). A builtin's name
+(`len`, `max`) is the event's value when the event has one of that name, as in Python: the
+plan lists such names in `shadow`, and the index evaluates the whole pattern for events that
+carry one of them, so that case stays exact.
 """
 
 from __future__ import annotations
@@ -196,27 +198,21 @@ class PredicateProgram:
         if kind == "const":
             return ("const", x)
         if kind == "name":
-            if x in params:
-                shadow.add(x)
+            if x in params:  # a param is the subscriber's: no event value changes it
                 return ("const", params[x])
             if x in self.builtins:
-                shadow.add(x)
+                shadow.add(x)  # an event value of that name would be read instead
                 return ("other", None)
             return ("src", (VALUE, x))
         if kind == "type":
-            shadow.add("type")
             return ("src", (TYPE, None))
         if kind == "meta":
-            shadow.add("meta")
             return ("src", (META, x))
         if kind == "event":
-            shadow.add("event")
             return ("src", (VALUE, x))
         if kind == "params":
-            shadow.add("params")
             return ("const", params[x]) if x in params else ("other", None)
         if kind == "ctx":
-            shadow.add(x)
             return ("ctx", x)
         if kind == "consts":
             make, refs = x

@@ -33,6 +33,8 @@ __all__ = ["ExprProgram", "ScriptProgram", "Forwards"]
 Forwards = dict[Hashable, list[Event]]
 
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)  # never raised by pattern code: not reachable
+#: The pattern language's own names: no event value changes what they mean.
+_CONTEXT_NAMES = frozenset({"type", "meta", "event", "params"})
 
 
 class ExprProgram:
@@ -53,16 +55,22 @@ class ExprProgram:
 
     def prepare(self, bucket: "Bucket") -> None:
         """Build the bucket's globals: builtins, then params as bare names, then `params`,
-        then the guards (last, so nothing shadows them). Event values are the locals of
-        eval(), so they take precedence over all of these."""
+        then the guards. Event values are the locals of eval(), so they take precedence over
+        builtins (as in Python); but not over the params, `type`, `meta`, `event`, `params`
+        or the guards (`patterns/__init__.py`): an event value of one of those names the
+        code reads is left out of its locals."""
         g: dict[str, Any] = {"__builtins__": self.sandbox.expr_builtins}
         g.update(bucket.params)
         g["params"] = MappingProxyType(bucket.params)
         g.update(self.sandbox.guard_names)
-        bucket.context = g
+        kept = frozenset((bucket.params.keys() | _CONTEXT_NAMES) & self.names | self.sandbox.guard_names.keys())
+        bucket.context = (g, kept)
 
     def run(self, bucket: "Bucket", event: Event) -> bool:
-        g = bucket.context
+        g, kept = bucket.context
+        values = event.values
+        if not kept.isdisjoint(values):  # a value named as a param, `type`, a guard...
+            values = {k: v for k, v in values.items() if k not in kept}
         if self.uses_type:
             g["type"] = event.type
         if self.uses_meta:
@@ -75,7 +83,7 @@ class ExprProgram:
         else:
             budget.allocated = 0
         try:
-            result = eval(self.code, g, event.values)
+            result = eval(self.code, g, values)
         except SandboxStop:
             raise
         except _PASS_THROUGH:
@@ -167,8 +175,8 @@ class ScriptProgram:
             """A new event with these values and type (meta from the current event)."""
             return view.copy(values=values, type=type)
 
-        ns = dict(base)
-        ns.update(view._values)
+        ns = dict(view._values)  # then the params over them: a publisher cannot change them
+        ns.update(base)
         ns["state"] = bucket.state if state is None else state
         ns["params"] = params
         ns["event"] = view
