@@ -45,7 +45,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
+from aa.mesh import META_TIME, AaError, PatternError, PatternSpec, StoreError, UsageError
 from aa.mesh import event_to_json, from_json, id_scope, to_json
 from aa.router import parse_duration, scoped_id
 
@@ -172,7 +172,11 @@ def create_app(
             return Published(id=scoped_id(scope + "-", body.id or ""), duplicate=True)
         return Published(id=event.id)
 
-    @app.get("/events", summary="Stored and cached events matching a pattern")
+    @app.get("/events", summary="Stored and cached events matching a pattern", description=(
+        "Oldest first, at most `limit`. JSON: `{\"events\": [...], \"more\": bool}`: `more` says the "
+        "answer was cut at `limit`, and `next` (when the cut falls between two times) is this "
+        "query from the first event left out: follow it for the rest. Events stamped with one "
+        "time are never split across `next`: a larger `limit` gets past them."))
     async def history(
         request: Request,
         pattern: str = Query("True", description="Pattern source (default: every event)"),
@@ -186,21 +190,37 @@ def create_app(
     ) -> Response:
         spec = PatternSpec(kernel=kernel, format=format, source=pattern)
         start = _parse_since(since, datetime.now(timezone.utc)) if since else None
-        events = await router.history(spec, since=start, limit=limit, include_cache=include_cache)
+        events = await router.history(spec, since=start, limit=limit + 1, include_cache=include_cache)
+        beyond = events[limit] if len(events) > limit else None  # one more: is the answer cut?
+        del events[limit:]
+        t = _later(events[-1], beyond) if beyond is not None else None
+        rest = str(request.url.include_query_params(since=t.isoformat())) if t is not None else None
         if negotiate(request.headers.get("accept"), ("application/json", ATOM_TYPE)) == ATOM_TYPE:
             body = render_atom(
                 feed_id=f"urn:aa:history:{router.id}", title=f"Aa history: {pattern}",
                 updated=datetime.now(timezone.utc), author=router.name,
-                links=[("self", str(request.url))], entries=[(e, ()) for e in events], cache=app.state.entries,
+                links=[("self", str(request.url)), *([("next", rest)] if rest else [])],
+                entries=[(e, ()) for e in events], cache=app.state.entries,
             )
             return Response(body, media_type=ATOM_TYPE)
-        return JSONResponse({"events": [event_to_json(e) for e in events]})
+        answer: dict[str, Any] = {"events": [event_to_json(e) for e in events], "more": beyond is not None}
+        if rest is not None:
+            answer["next"] = rest
+        return JSONResponse(answer)
 
     app.include_router(clients_api)
     app.include_router(stream_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
     add_docs(app, title="Aa router")
     return Guard(FeedFastPath(app), allow=allow, max_body=max_body)
+
+
+def _later(last: Any, beyond: Any) -> datetime | None:
+    """The time of *beyond*, the first event past a cut answer, if it is later than the
+    answer's *last* (asking from it then gives exactly the rest); None when the two share a
+    time (events stamped alike: only a larger limit gets past them)."""
+    t, u = last.meta.get(META_TIME), beyond.meta.get(META_TIME)
+    return u if isinstance(t, datetime) and isinstance(u, datetime) and u > t else None
 
 
 def _allowed(app: FastAPI, request: Request) -> list[str]:

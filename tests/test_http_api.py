@@ -81,7 +81,7 @@ async def test_history_asks_the_router_with_pattern_since_and_limit() -> None:
         (event,) = r.json()["events"]
         assert event["values"] == {"v": 1.5} and event["type"] == "old"
         pattern, since, limit, include_cache = calls[0]
-        assert pattern.source == "v > 1" and limit == 5 and include_cache is True
+        assert pattern.source == "v > 1" and limit == 6 and include_cache is True  # one more: is there more?
         assert since == datetime(2026, 1, 1, tzinfo=timezone.utc)
         r = await http.get("/events", params={"since": "1h"})
         assert r.status_code == 200 and calls[1][1] < datetime.now(timezone.utc)
@@ -89,6 +89,26 @@ async def test_history_asks_the_router_with_pattern_since_and_limit() -> None:
         assert atom.headers["content-type"].startswith("application/atom+xml") and b"<entry>" in atom.content
         assert (await http.get("/events", params={"since": "yesterday"})).status_code == 422
         assert (await http.get("/events", params={"limit": 0})).status_code == 422
+
+
+async def test_a_cut_history_says_so_and_links_the_rest() -> None:
+    """`more` tells a caller the answer stopped at `limit` (a newcomer could not tell), and
+    `next` asks for the rest: followed, it gives every event once, in order."""
+    async with open_api() as (router, http):
+        for n in range(5):
+            router.publish({"n": n}, type="page")  # each dispatched alone, with its own time
+        query = {"pattern": "type == 'page'", "limit": 2}
+        got = (await http.get("/events", params=query)).json()
+        assert [e["values"]["n"] for e in got["events"]] == [0, 1] and got["more"] is True, got
+        seen = [0, 1]
+        while got["more"]:
+            got = (await http.get(got["next"])).json()
+            seen += [e["values"]["n"] for e in got["events"]]
+        assert seen == [0, 1, 2, 3, 4]
+        whole = (await http.get("/events", params={**query, "limit": 5})).json()
+        assert whole["more"] is False and "next" not in whole and len(whole["events"]) == 5
+        atom = await http.get("/events", params=query, headers={"Accept": "application/atom+xml"})
+        assert b'rel="next"' in atom.content
 
 
 async def test_stream_with_a_bad_pattern_is_refused() -> None:
