@@ -56,21 +56,24 @@ class ExprProgram:
     def prepare(self, bucket: "Bucket") -> None:
         """Build the bucket's globals: builtins, then params as bare names, then `params`,
         then the guards. Event values are the locals of eval(), so they take precedence over
-        builtins (as in Python); but not over the params, `type`, `meta`, `event`, `params`
-        or the guards (`patterns/__init__.py`): an event value of one of those names the
-        code reads is left out of its locals."""
+        builtins (as in Python); but not over the params, `type`, `meta`, `event` or `params`
+        (`patterns/__init__.py`): an event value of one of those names the code reads is left
+        out of its locals. (A value named as a guard, `_getiter_`, only makes its own event
+        fail to match: a value cannot be called.)"""
         g: dict[str, Any] = {"__builtins__": self.sandbox.expr_builtins}
         g.update(bucket.params)
         g["params"] = MappingProxyType(bucket.params)
         g.update(self.sandbox.guard_names)
-        kept = frozenset((bucket.params.keys() | _CONTEXT_NAMES) & self.names | self.sandbox.guard_names.keys())
+        kept = tuple((bucket.params.keys() | _CONTEXT_NAMES) & self.names)
         bucket.context = (g, kept)
 
     def run(self, bucket: "Bucket", event: Event) -> bool:
         g, kept = bucket.context
         values = event.values
-        if not kept.isdisjoint(values):  # a value named as a param, `type`, a guard...
-            values = {k: v for k, v in values.items() if k not in kept}
+        for name in kept:  # (a few names, whatever the size of the event)
+            if name in values:  # a value named as a param or `type`: not the pattern's
+                values = {k: v for k, v in values.items() if k not in kept}
+                break
         if self.uses_type:
             g["type"] = event.type
         if self.uses_meta:
