@@ -39,10 +39,16 @@ __all__ = ["Client", "Subscription", "EXIT_TIMEOUT"]
 
 T = TypeVar("T")
 
+log = logging.getLogger("aa.client")
+
 #: Seconds a program's exit waits, per client, for a router to acknowledge what the client
 #: was given: long enough for a reconnection (the first retry comes after a second), short
 #: enough that a program without a router still ends promptly.
 EXIT_TIMEOUT: Final = 5.0
+
+#: Seconds `close()` waits beyond its own timeout for the client's thread to finish closing
+#: before it leaves the thread (a daemon) behind: closing never hangs the program.
+CLOSE_GRACE: Final = 2.0
 
 #: Clients not closed yet; the exit handler flushes and closes them (strong references: an
 #: open client's thread lives anyway, and `Client(...).publish(...)` keeps no reference).
@@ -66,7 +72,7 @@ atexit.register(_at_exit)
 class Subscription:
     """A blocking client's subscription: iterate it, `update(**params)`, `close()`."""
 
-    def __init__(self, client: "Client", inner: AsyncSubscription, q: "queue.Queue[Event | None] | None") -> None:
+    def __init__(self, client: "Client", inner: AsyncSubscription, q: "queue.SimpleQueue[Event | None] | None") -> None:
         self._client = client
         self._inner = inner
         self._queue = q
@@ -233,7 +239,10 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
                 await self._async.wait_for_room()  # outbox full: wait for an acknowledgement
             await self._async.flush(timeout)
 
-        self._call(go())
+        try:  # bounded here too: the client's thread may be stuck in a callback
+            self._call(go(), None if timeout is None else timeout + CLOSE_GRACE)
+        except TimeoutError:
+            raise AaTimeout(f"events not acknowledged within {timeout} s") from None
 
     def subscribe(
         self,
@@ -248,10 +257,13 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
     ) -> Subscription:
         """Register a pattern. With *callback*, it is called (in the client's thread) for each
         event; without, iterate the returned subscription. Raises `PatternError`."""
-        q: queue.Queue[Event | None] | None = None
+        q: queue.SimpleQueue[Event | None] | None = None
         cb = callback
         if cb is None:
-            q = queue.Queue()
+            # SimpleQueue, not Queue: Ctrl-C in the reader's `get` could leave a Queue's lock
+            # held, and the client's thread, putting the end into it at close, waited on it
+            # for ever (`aa subscribe` hung on Ctrl-C, now and then, under load).
+            q = queue.SimpleQueue()
             cb = q.put
 
         async def go() -> AsyncSubscription:
@@ -281,7 +293,9 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         except Exception:
             pass
         try:
-            self._call(self._async.aclose(timeout))
+            self._call(self._async.aclose(timeout), timeout=timeout + CLOSE_GRACE)
+        except TimeoutError:  # the client's thread is stuck (a callback that blocks): leave it
+            log.warning("client %s: not closed within %.1f s; leaving its thread", self.client_id, timeout + CLOSE_GRACE)
         finally:
             self._stop_loop()
 
@@ -319,7 +333,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         with _open_lock:
             _open.discard(self)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=CLOSE_GRACE)
         if not self._loop.is_running():
             self._loop.close()
 

@@ -202,3 +202,33 @@ async def test_exit_says_once_what_a_connected_router_did_not_acknowledge(tmp_pa
     assert text.startswith("aa.client: 1 event(s) not acknowledged by a router within 1 s"), text
     assert len(text.splitlines()) == 1, text
     assert took < 10, f"exit took {took:.1f} s"
+
+
+async def test_close_returns_even_while_a_callback_holds_the_clients_thread(endpoint):
+    """A callback that blocks holds the client's thread; `close()` used to wait for that
+    thread for ever (flush, then aclose, each without a bound). It now gives up after its
+    timeout and a grace, and the program goes on."""
+    from aa.client.sync import CLOSE_GRACE
+
+    def scenario():
+        entered, release = threading.Event(), threading.Event()
+
+        def stuck(event):
+            entered.set()
+            release.wait(60)
+
+        client = Client(endpoint)
+        try:
+            client.subscribe("Stuck == 1", stuck)
+            client.publish({"Stuck": 1})
+            assert entered.wait(10)
+            started = time.monotonic()
+            client.close(timeout=0.5)
+            took = time.monotonic() - started
+        finally:
+            release.set()
+        # flush and aclose each wait their timeout and the grace, the thread's join the grace
+        assert took < 2 * (0.5 + CLOSE_GRACE) + CLOSE_GRACE + 2, took
+
+    async with asyncio.timeout(60):  # (it never returned before)
+        await in_thread(scenario)
