@@ -260,12 +260,7 @@ class PredicateIndex:
         for conj in conjs:
             access = None if plan.scan and full else conj.access
             e = Entry(bucket, None if full else conj.rest, access)
-            if access is None:
-                self._scan[e] = None
-            else:
-                f = self._field(access.src, create=True)
-                assert f is not None
-                f.add(e)
+            self._file(e)
             entries.append(e)
         shadow = plan.shadow
         for name in shadow:
@@ -288,12 +283,7 @@ class PredicateIndex:
         for e in (placed,) if alone else placed[2:]:
             c = Entry(bucket, e.rest, None)
             c.kind, c.src, c.keys = e.kind, e.src, e.keys
-            if c.kind is None:
-                self._scan[c] = None
-            else:
-                f = self._field(c.src, create=True)
-                assert f is not None
-                f.add(c)
+            self._file(c)
             copies.append(c)
         if alone:
             bucket.placed = copies[0]
@@ -302,6 +292,15 @@ class PredicateIndex:
                 self._shadow.setdefault(name, {})[bucket] = None
             bucket.placed = (placed[0], placed[1], *copies)
         self._count += 1
+
+    def _file(self, e: Entry) -> None:
+        """File *e* under its access, or on the scan list (no access: kind None)."""
+        if e.kind is None:
+            self._scan[e] = None
+        else:
+            f = self._field(e.src, create=True)
+            assert f is not None
+            f.add(e)
 
     def remove(self, bucket: "Bucket") -> None:
         """Take *bucket* out (no-op if it is not placed)."""
