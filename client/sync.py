@@ -191,7 +191,11 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
             coro.close()
             raise ConnectionClosed("client is closed")
         fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return fut.result(timeout)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()  # given up: the loop cancels it when it gets to it
+            raise
 
     def publish(
         self,

@@ -300,9 +300,17 @@ async def test_a_closed_pipe_is_quiet(router):
     assert proc.returncode == 141
 
 
+def _ctrl_c_reaches() -> None:
+    """In the child before exec: Ctrl-C as at a terminal. A suite started as a background job
+    without job control (`make test &` in a script) has SIGINT ignored, which the child would
+    inherit (Python then installs no KeyboardInterrupt): the test hung on that, not on `aa`."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_ctrl_c_is_quiet(router):
     proc = await asyncio.create_subprocess_exec(AA, "subscribe", "--router", router.endpoint, "Go == 1",
-                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                preexec_fn=_ctrl_c_reaches)
     async with AsyncClient(router.endpoint) as pub:
         async with asyncio.timeout(30):  # it is subscribed once it printed an event
             line = b""
