@@ -264,9 +264,9 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         q: queue.SimpleQueue[Event | None] | None = None
         cb = callback
         if cb is None:
-            # SimpleQueue, not Queue: Ctrl-C in the reader's `get` could leave a Queue's lock
-            # held, and the client's thread, putting the end into it at close, waited on it
-            # for ever (`aa subscribe` hung on Ctrl-C, now and then, under load).
+            # SimpleQueue, not Queue: a KeyboardInterrupt in the reader's `get` can leave a
+            # Queue's Python-level lock held, and the client's thread, putting the end into
+            # it at close, would wait on it; a SimpleQueue has no such lock.
             q = queue.SimpleQueue()
             cb = q.put
 
