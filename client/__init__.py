@@ -2,8 +2,9 @@
 
 from .aio import AsyncClient
 from .config import ClientConfig
+from .dial import NOTHING_LISTENS
 from .quench import AsyncQuench, Quench
 from .subscription import Subscription as AsyncSubscription
 from .sync import Client, Subscription
 
-__all__ = ["AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "Quench", "Subscription"]
+__all__ = ["AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "NOTHING_LISTENS", "Quench", "Subscription"]

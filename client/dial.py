@@ -23,7 +23,7 @@ from .link import Link, open_link
 if TYPE_CHECKING:
     from .config import ClientConfig
 
-__all__ = ["open_router", "refusal", "first_of", "Refusals"]
+__all__ = ["open_router", "refusal", "first_of", "Refusals", "NOTHING_LISTENS"]
 
 
 class Refusals:
@@ -67,6 +67,10 @@ async def first_of(*waits: "Coroutine[Any, Any, Any]") -> None:
             t.cancel()
 
 
+#: Why an impatient client gave up on a router (`ClientConfig.wait_for_routers`).
+NOTHING_LISTENS = "nothing listens there (connection refused)"
+
+
 def refusal(exc: BaseException, impatient: bool = False) -> str | None:
     """Why *exc*, a failure to open a router, will not pass by trying again: the router
     refused us and said why (TLS only, no anonymous clients, not from this address...),
@@ -74,7 +78,7 @@ def refusal(exc: BaseException, impatient: bool = False) -> str | None:
     listening there. None for a failure that may pass (nothing listening, a timeout, a
     router too busy)."""
     if impatient and isinstance(exc, ConnectionRefusedError):
-        return "nothing listens there (connection refused)"
+        return NOTHING_LISTENS
     if isinstance(exc, RemoteError):
         return None if exc.code == "busy" else str(exc)
     if isinstance(exc, socket.gaierror) or isinstance(exc, ConnectionLost) and isinstance(exc.__cause__, (ssl.SSLError, ForeignProtocol)):

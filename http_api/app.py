@@ -45,9 +45,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from aa.mesh import META_TIME, AaError, PatternError, PatternSpec, StoreError, UsageError
+from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
 from aa.mesh import event_to_json, from_json, id_scope, to_json
 from aa.router import parse_duration, scoped_id
+from aa.router.store import event_order
 
 from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
@@ -217,10 +218,11 @@ def create_app(
 
 def _later(last: Any, beyond: Any) -> datetime | None:
     """The time of *beyond*, the first event past a cut answer, if it is later than the
-    answer's *last* (asking from it then gives exactly the rest); None when the two share a
-    time (events stamped alike: only a larger limit gets past them)."""
-    t, u = last.meta.get(META_TIME), beyond.meta.get(META_TIME)
-    return u if isinstance(t, datetime) and isinstance(u, datetime) and u > t else None
+    answer's *last* in the answer's own order (`event_order`): asking from it then gives
+    exactly the rest. None when the two share a time (events stamped alike: only a larger
+    limit gets past them)."""
+    t, u = event_order(last)[0], event_order(beyond)[0]
+    return u if u > t else None
 
 
 def _allowed(app: FastAPI, request: Request) -> list[str]:

@@ -14,7 +14,7 @@ from aa.client import Client
 from aa.mesh import AaTimeout, PatternError, StoreUnavailable
 from aa.router import Router, RouterConfig, StoreConfig
 
-from support import next_event
+from support import next_event, wait_for
 
 
 @pytest.fixture
@@ -227,9 +227,13 @@ async def test_close_returns_even_while_a_callback_holds_the_clients_thread(endp
             took = time.monotonic() - started
         finally:
             release.set()
-        client._thread.join(10)  # the callback returned: the loop stopped; let the
-        for _ in range(3):  # cancellations of what close() gave up on run, then close it
-            client._loop.run_until_complete(asyncio.sleep(0))
+        client._thread.join(10)  # the callback returned: the loop stopped
+
+        async def settled() -> None:  # what close() gave up on is cancelled and done
+            me = asyncio.current_task()
+            await wait_for(lambda: asyncio.all_tasks() == {me}, timeout=5)
+
+        client._loop.run_until_complete(settled())
         client._loop.close()
         # flush and aclose each wait their timeout and the grace, the thread's join the grace
         assert took < 2 * (0.5 + CLOSE_GRACE) + CLOSE_GRACE + 2, took

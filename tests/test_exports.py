@@ -85,8 +85,8 @@ PUBLIC: dict[str, list[str]] = {
         "persist_policy", "send_paged", "wants_mesh_cache"
     ],
     "aa.client": [
-        "AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "Quench",
-        "Subscription"
+        "AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "NOTHING_LISTENS",
+        "Quench", "Subscription"
     ],
     "aa.http_api": [
         "ATOM_TYPE", "BadToken", "Capacity", "DEFAULT_ALLOW", "DEFAULT_HTTP_PORT", "HttpConfig",

@@ -195,8 +195,10 @@ def fail(message: str, code: int = 1) -> int:
 
 def explain(exc: BaseException) -> str:
     """An error's message, with what to do where the message does not say it."""
+    from aa.client import NOTHING_LISTENS
+
     text = str(exc)
-    if text.startswith("no router answered") or text.endswith("(connection refused)"):
+    if text.startswith("no router answered") or text.endswith(NOTHING_LISTENS):
         text += "; is a router running there? ('aa router' starts one; --router H:P or $AA_ROUTER names another)"
     return text
 

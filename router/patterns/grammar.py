@@ -212,7 +212,7 @@ class _Compiler:
         builtins = self.builtins
 
         def resolve(values: Mapping[str, Any], event: Any, params: Mapping[str, Any]) -> Any:
-            v = params.get(name, _MISSING)
+            v = params.get(name, _MISSING) if params else _MISSING  # (most buckets have none)
             if v is _MISSING:
                 v = values.get(name, _MISSING)
                 if v is _MISSING:
