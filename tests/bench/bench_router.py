@@ -181,9 +181,20 @@ def main() -> None:
         )
     finally:
         proc.terminate()
-        proc.wait(10)
+        # With the log on, the router's stop waits for its writer to write what it was given.
+        proc.wait(120 if args.event_log else 10)
         if data is not None:
+            if args.event_log:
+                report_log(data, published=2000 + args.events + args.latency_events)
             shutil.rmtree(data, ignore_errors=True)
+
+
+def report_log(data: str, *, published: int) -> None:
+    """How many of the published events the event log holds once the router stopped."""
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(os.path.join(data, "eventlog"), format="parquet", partitioning="hive").count_rows()
+    report("router-event-log", {"published": published, "logged": rows, "lost": published - rows})
 
 
 if __name__ == "__main__":
