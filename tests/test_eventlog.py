@@ -25,7 +25,7 @@ from aa.router.eventlog import TYPE_NAMES, decode_json, decode_value, encode_jso
 from aa.router.eventlog import build_table
 from aa.router.caches import encode_events
 
-from support import Clock
+from support import Clock, wait_until
 
 T0 = datetime(2030, 1, 1, 10, 0, tzinfo=timezone.utc)
 
@@ -124,9 +124,10 @@ async def test_files_read_back_with_hive_partitions_and_schema(
     assert dict(rows[5]["values_types"]) == {"i": "int", "t": "float"}
 
 
-async def test_hidden_until_closed_and_flush_makes_visible(tmp_path: Path, elog: EventLog) -> None:
-    for i in range(10_000):  # one full row group: written at once, file still open
+async def test_hidden_until_closed_and_flush_makes_visible(tmp_path: Path, elog: EventLog, clock: Clock) -> None:
+    for i in range(10_000):  # one full row group: handed to the writer at once
         elog.append(ev(i))
+    clock.advance(elog.config.defer_seconds)  # held no longer: written, file still open
     await elog.maintain()  # runs after the write on the one writer thread
     (open_file,) = files(tmp_path)
     assert open_file.name.startswith(".") and open_file.name.endswith(".inprogress")
@@ -137,7 +138,7 @@ async def test_hidden_until_closed_and_flush_makes_visible(tmp_path: Path, elog:
 
 
 async def test_rotation_by_hour_age_and_size(tmp_path: Path, clock: Clock) -> None:
-    config = EventLogConfig(max_file_age=60.0, max_file_bytes=50_000, row_group_rows=100)
+    config = EventLogConfig(max_file_age=60.0, max_file_bytes=50_000, row_group_rows=100, defer_bytes=0)
     async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
         for i in range(100):  # a full row group: written, its file left open
             elog.append(ev(i))
@@ -320,7 +321,8 @@ def test_writer_process_relays_its_log_and_counts_what_it_cannot_read(
     writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(), clock)
     try:
         writer.write([(clock.t, 3, b"\xc1 not msgpack"), chunk([ev(1), ev(2)], clock.t)])
-        assert (writer.rows, writer.dropped, writer.errors) == (2, 3, 1)
+        writer.close()  # writes what it held
+        assert (writer.rows, writer.dropped, writer.errors, writer.waiting) == (2, 3, 1, 0)
         assert "3 rows cannot be decoded" in caplog.text  # logged by the router, for the writer
     finally:
         writer.stop()
@@ -329,14 +331,14 @@ def test_writer_process_relays_its_log_and_counts_what_it_cannot_read(
 
 
 def test_writer_process_closes_its_file_when_the_router_dies(tmp_path: Path, clock: Clock) -> None:
-    writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(), clock)
+    writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(defer_pause=3600.0), clock)
     writer.write([chunk([ev(i) for i in range(100)], clock.t)])
-    assert writer.rows == 100 and read(tmp_path).count_rows() == 0  # written, file still open
+    assert writer.waiting == 100 and writer.rows == 0  # held: rows keep coming, for all it knows
     proc = writer._proc
     assert proc is not None and writer._conn is not None
     writer._conn.close()  # what the router's death does to the writer's input
     assert proc.wait(60) == 0
-    assert read(tmp_path).count_rows() == 100  # closed, with its footer, and moved into view
+    assert read(tmp_path).count_rows() == 100  # written, closed with its footer, moved into view
 
 
 async def test_a_killed_writer_process_drops_its_rows_and_a_new_one_takes_over(
@@ -375,3 +377,68 @@ async def test_extend_logs_a_batch_at_one_time_and_drops_beyond_the_bound(tmp_pa
     table = read(tmp_path).to_table()
     times = {r["id"]: r["time"] for r in table.to_pylist()}
     assert len(times) == 5 and times["x0"] == times["x2"] == T0 + timedelta(seconds=7)
+
+
+async def test_rows_are_held_while_they_come_and_written_when_the_router_pauses(tmp_path: Path, clock: Clock) -> None:
+    config = EventLogConfig(row_group_rows=100, defer_pause=0.2)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        for start in (0, 100, 200):  # three writes of a row group each
+            elog.extend([ev(i) for i in range(start, start + 100)])
+        await elog.maintain()
+        before = elog.stats()
+
+        async def written() -> bool:
+            await elog.maintain()  # a command: brings the writer's counters
+            return elog.stats().rows == 300
+
+        await wait_until(written, timeout=30, every=0.5)  # no flush: the pause alone (0.2 s)
+        assert elog.stats().waiting == 0 and elog.stats().dropped == 0
+        assert before.rows + before.waiting == 300  # held at first (unless the machine paused)
+        await elog.flush()
+    assert sorted(read(tmp_path).to_table()["id"].to_pylist()) == sorted(f"e{i}" for i in range(300))
+
+
+async def test_held_rows_are_written_at_the_bounds_of_bytes_and_age(tmp_path: Path, clock: Clock) -> None:
+    ten_rows = len(encode_events([ev(i) for i in range(10, 20)]) or b"")  # as long as 20..29's
+    config = EventLogConfig(row_group_rows=10, defer_pause=3600.0, defer_bytes=2 * ten_rows, defer_seconds=60.0)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        elog.extend([ev(i) for i in range(10)])  # a write of 10 rows
+        elog.extend([ev(i) for i in range(10, 20)])  # and another: within the bytes
+        await elog.maintain()
+        assert (elog.stats().rows, elog.stats().waiting) == (0, 20)
+        elog.extend([ev(i) for i in range(20, 30)])  # a third: beyond them, the oldest is written
+        await elog.maintain()
+        assert (elog.stats().rows, elog.stats().waiting) == (10, 20)
+        clock.advance(59)
+        await elog.maintain()
+        assert elog.stats().waiting == 20  # not yet a minute old
+        clock.advance(1)
+        await elog.maintain()
+        assert (elog.stats().rows, elog.stats().waiting) == (30, 0)  # a minute: written
+        await elog.flush()
+    assert read(tmp_path).count_rows() == 30
+
+
+async def test_the_rows_a_killed_writer_held_are_counted_as_dropped(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = EventLogConfig(defer_pause=3600.0, row_group_rows=7)
+    async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
+        elog.extend([ev(i) for i in range(7)])
+        await elog.maintain()
+        assert elog.stats().waiting == 7
+        pid = elog._w.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        elog.extend([ev(i) for i in range(7, 9)])
+        await elog.flush()  # finds it dead: its 7 held rows and these 2 are lost, and counted
+        assert (elog.stats().dropped, elog.stats().waiting, elog.stats().rows) == (9, 0, 0)
+        assert "9 rows dropped" in caplog.text
+
+
+def test_the_defer_settings_are_checked() -> None:
+    with pytest.raises(UsageError, match="defer_bytes"):
+        EventLogConfig(defer_bytes=-1)
+    with pytest.raises(UsageError, match="defer_pause"):
+        EventLogConfig(defer_pause=0)
+    assert EventLogConfig(defer_bytes=0).defer_bytes == 0  # 0: written as they come

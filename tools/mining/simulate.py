@@ -45,6 +45,7 @@ _LOG_CONFIG: Final = EventLogConfig(
     max_file_age=7200.0,  # files close at each hour's end: one file per router and hour
     max_total_bytes=2**62,
     max_total_age=1e12,  # simulated time is far from now: never age anything out
+    defer_bytes=0,  # no router to make way for: write while the next rows are simulated
 )
 
 
