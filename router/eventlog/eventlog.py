@@ -78,8 +78,24 @@ a datetime of its own) and 6 µs per one-event batch, where msgpack takes 0.7 µ
 throughout — and the mesh cache has it already. Aware datetimes in values come back in UTC
 (the same instant), as they do everywhere in Aa. The costs: a second process (70 MB, 120
 MB while writing; 0.3 s to start, in the background), and on a machine whose cores are all
-busy its 7 µs per event are taken from someone: on the benchmark's 2 cores, 86–89% of the
-throughput without the log (medians; 85% at the router's own priority).
+busy its 7–10 µs per event are taken from someone: on the benchmark's 2 cores, 72–89% of the
+throughput without the log, by the hour (85% at the router's own priority).
+
+Why the writer holds rows while they keep coming
+------------------------------------------------
+So the writer process takes them from no one during a burst: while rows arrive faster
+than one ``write`` per `EventLogConfig.defer_pause` (0.5 s: above about 20,000 events/s),
+it keeps them as they came (about 1 µs per row: receiving the bytes) and writes them once
+the router pauses, up to `EventLogConfig.defer_bytes` (64 MiB, some 450,000 rows) and
+`EventLogConfig.defer_seconds` (60 s). A lower priority did not do that: ``SCHED_IDLE``
+for the writer gave the same 72% as nice 5 (three pairs) — the writer still ran in every
+gap the three busy processes left, and they came back to caches it had filled. Holding
+gave 0.76–1.18 of the log-off throughput over 200,000 events (five pairs, median 0.96, on
+the idle machine). A load that never pauses still pays once the bytes are full: 0.75–0.80
+over 1.5 million events (three pairs).
+The price: rows wait up to a minute in the writer's memory before they are in a file
+(files became visible only when closed anyway: `max_file_age`), and a writer killed
+meanwhile loses them — counted as dropped, like the rows in its open file.
 """
 
 from __future__ import annotations
