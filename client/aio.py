@@ -24,7 +24,7 @@ from aa.mesh import (
     PatternSpec, PeerTable, RemoteError, RouterInfo, SeenIds, Source, UsageError, id_scope,
 )
 from aa.mesh.protocol import (QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello,
-                              MeshInfo, Message, Missed, PatternFailed, Ping, Pong, Publish, Routers, Subscribed,
+                              MeshInfo, Message, Missed, PatternFailed, Ping, Pong, Routers, Subscribed,
                               Unsubscribe, Update, Updated, with_needs)
 
 from .caching import CacheClient
@@ -366,7 +366,7 @@ class AsyncClient(QuenchClient, CacheClient):
                 return
             seq, events = batch
             try:
-                link.send(Publish(seq=seq, events=tuple(events)))
+                link.send_publish(seq, events)
             except ConnectionLost:
                 return  # resent after reconnection
 

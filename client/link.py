@@ -79,6 +79,12 @@ class Link(asyncio.Protocol):
             raise ConnectionLost("not connected")
         self.transport.write(self.codec.send(msg))
 
+    def send_publish(self, seq: int, packed: list[bytes]) -> None:
+        """`send` of a `Publish` of events given as their bytes (`Connection.send_publish`)."""
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionLost("not connected")
+        self.transport.write(self.codec.send_publish(seq, packed))
+
     def close(self, exc: Exception | None = None) -> None:
         if self.transport is not None:
             self.transport.close()

@@ -1,5 +1,12 @@
 """The publisher's outbox: events waiting for a router, in flight, and recently acknowledged.
 
+Every event is kept as its bytes (`packed_event`, made once when it is published): a frame
+is those bytes joined (`Connection.send_publish`), and the outbox holds no objects the
+publisher's collector would walk. As `Event` objects (an event and its two maps), the
+50,000 events a fast publisher keeps waiting were promoted to the oldest generation and
+walked by every full pass: 22 % of the publisher's CPU (`py-spy --native` during
+`bench_router.py`), and packing each frame again another 15 %.
+
 An event stays here until a router acknowledged it, so a router lost mid-way costs nothing:
 what no router acknowledged is resent to the next router under the same ids, and the mesh
 drops the ones it had already seen. What was acknowledged only moments ago is resent too
@@ -16,31 +23,25 @@ import asyncio
 from collections import deque
 from bisect import bisect_right
 from itertools import accumulate, islice
-from operator import attrgetter
-
 from aa.mesh import Event, InvalidValue
-from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event, unpacked_event
+from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
 
 from .config import BATCH_BYTES, BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
 
 __all__ = ["Outbox", "check_fits"]
 
-#: An event's bytes, which `Outbox.add` made sure of.
-_packed = attrgetter("packed")
-
-
 class Outbox:
-    """Events published and not yet acknowledged, and the window of recent acks."""
+    """Events published and not yet acknowledged, and the window of recent acks; each
+    event as its bytes."""
 
     def __init__(self, max_events: int) -> None:
         self.max_events = max_events
-        self._queue: deque[Event] = deque()
-        self._inflight: deque[tuple[int, list[Event]]] = deque()
+        self._queue: deque[bytes] = deque()
+        self._inflight: deque[tuple[int, list[bytes]]] = deque()
         self._inflight_events = 0
-        #: Acknowledged: (when, the batch's events as bytes). Bytes, not events: the window
-        #: holds up to 20,000 events for 10 s, and as objects (an event and its two maps)
-        #: every full pass of the publisher's collector walked them (13-19 ms, the client's
-        #: longest latency at 5,000 events/s); a fail-over decodes them again.
+        #: Acknowledged: (when, the batch's events). The window holds up to 20,000 events for
+        #: 10 s; as objects, every full pass of the collector walked them (13-19 ms, the
+        #: client's longest latency at 5,000 events/s).
         self._recent: deque[tuple[float, list[bytes]]] = deque()
         self._recent_events = 0
         self._seq = 0
@@ -65,20 +66,19 @@ class Outbox:
         return bool(self._queue)
 
     def add(self, event: Event) -> None:
-        """Queue *event*, packed (`check_fits` has packed it already, and a frame needs it)."""
-        packed_event(event)
-        self._queue.append(event)
+        """Queue *event*'s bytes (`check_fits` has packed it already)."""
+        self._queue.append(packed_event(event))
         self.drained.clear()
 
-    def next_batch(self) -> tuple[int, list[Event]] | None:
-        """The next frame to send, (seq, events), now counted in flight; None when nothing
-        waits or `MAX_INFLIGHT_FRAMES` frames are unacknowledged already."""
+    def next_batch(self) -> tuple[int, list[bytes]] | None:
+        """The next frame to send, (seq, the events' bytes), now counted in flight; None when
+        nothing waits or `MAX_INFLIGHT_FRAMES` frames are unacknowledged already."""
         queue = self._queue
         if not queue or len(self._inflight) >= MAX_INFLIGHT_FRAMES:
             return None
         # At most BATCH_EVENTS events and BATCH_BYTES bytes, but never none (C loops: this
         # runs for every event a publisher sends).
-        sizes = list(accumulate(map(len, map(_packed, islice(queue, BATCH_EVENTS)))))
+        sizes = list(accumulate(map(len, islice(queue, BATCH_EVENTS))))
         n = max(1, bisect_right(sizes, BATCH_BYTES))
         batch = [queue.popleft() for _ in range(n)]
         self._seq += 1
@@ -92,7 +92,7 @@ class Outbox:
         while inflight and inflight[0][0] <= seq:
             _, events = inflight.popleft()
             self._inflight_events -= len(events)
-            self._recent.append((now, list(map(_packed, events))))
+            self._recent.append((now, events))
             self._recent_events += len(events)
         self._trim_recent(now)
         self.room.set()
@@ -108,8 +108,8 @@ class Outbox:
         self._inflight_events = 0
         self._trim_recent(now)
         while self._recent:
-            _, packed = self._recent.pop()
-            self._queue.extendleft(reversed([unpacked_event(data) for data in packed]))
+            _, events = self._recent.pop()
+            self._queue.extendleft(reversed(events))
         self._recent_events = 0
         if self._queue:
             self.drained.clear()

@@ -77,6 +77,21 @@ def test_a_frame_carries_a_batch_of_events():
     assert [e.values["i"] for e in got.events] == list(range(1000))
 
 
+def test_a_publish_frame_of_packed_events_is_the_frame_of_the_events():
+    from aa.mesh import UsageError
+    from aa.mesh.protocol import packed_event
+
+    events = tuple(Event(values={"i": i, "at": datetime(2030, 1, 1, tzinfo=timezone.utc)}, id=f"e{i}") for i in range(300))
+    a, b = Connection(), Connection()
+    frame = a.send_publish(2**40, [packed_event(e) for e in events])
+    assert frame == a.send(Publish(seq=2**40, events=events))  # byte for byte
+    b.receive_data(frame)
+    (got,) = b.next_messages()
+    assert got.seq == 2**40 and got.events == events
+    with pytest.raises(UsageError, match="over the cap"):
+        Connection(max_frame=1000).send_publish(1, [packed_event(e) for e in events])
+
+
 def test_oversized_frame_is_refused_before_it_is_buffered():
     b = Connection(max_frame=1024)
     b.receive_data(struct.pack(">I", 10_000_000))

@@ -162,6 +162,8 @@ def _packer() -> msgpack.Packer:
 
 #: The start of every `Deliver` frame: a map of two, its kind, and the key of its items.
 _DELIVER_HEAD: Final = _packer().pack_map_header(2) + _packer().pack("kind") + _packer().pack("deliver") + _packer().pack("items")
+_PUBLISH_HEAD: Final = _packer().pack_map_header(3) + _packer().pack("kind") + _packer().pack("publish") + _packer().pack("seq")
+_EVENTS_KEY: Final = _packer().pack("events")
 
 
 def pack(obj: Any) -> bytes:
@@ -435,6 +437,21 @@ class Connection:
         payload = b"".join(parts)
         if len(payload) > self.max_frame:
             raise UsageError(f"'deliver' frame of {len(payload)} bytes is over the cap of {self.max_frame}")
+        return len(payload).to_bytes(_HEADER, "big") + payload
+
+    def send_publish(self, seq: int, packed: Sequence[bytes]) -> bytes:
+        """The `Publish` frame of events given as their `packed_event` bytes: what
+        `send(Publish(seq=seq, events=...))` makes, without packing them again (a publisher's
+        outbox keeps its events as bytes). Raises `UsageError` if it would exceed the cap."""
+        packer = self._packer
+        try:
+            head = packer.pack(seq) + _EVENTS_KEY + packer.pack_array_header(len(packed))
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer = _packer()
+            raise UsageError(f"cannot encode 'publish' message: {exc}") from None
+        payload = b"".join((_PUBLISH_HEAD, head, *packed))
+        if len(payload) > self.max_frame:
+            raise UsageError(f"'publish' frame of {len(payload)} bytes is over the cap of {self.max_frame}")
         return len(payload).to_bytes(_HEADER, "big") + payload
 
     def send(self, message: Message) -> bytes:
