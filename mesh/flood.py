@@ -108,6 +108,11 @@ class SeenIds:
     OrderedDict of id → time, costs three times the memory and twice the time per check, for a
     window edge nobody needs to be sharp.)
 
+    The generations are dicts of id → None, not sets: the collector always walks a set, but
+    leaves a dict of strings and None untracked, and a full pass over a process whose
+    generations hold 100,000 ids took 12.5 ms with sets, 3.9 with dicts (as much memory, as
+    fast a lookup). A client's full passes came every 16,000 events or so, a router's rarely.
+
     >>> seen = SeenIds(max_ids=4, max_age=10.0)
     >>> seen.check("a", now=0.0), seen.check("a", now=1.0)
     (True, False)
@@ -129,8 +134,8 @@ class SeenIds:
         self.max_age = float(max_age)
         self._half_ids = max_ids // 2
         self._half_age = self.max_age / 2
-        self._current: set[str] = set()
-        self._previous: set[str] = set()
+        self._current: dict[str, None] = {}
+        self._previous: dict[str, None] = {}
         self._started = -math.inf  # when `current` began (monotonic seconds)
         self._previous_started = -math.inf  # when `previous` began
         self._deadline = -math.inf  # the next time a generation must move: checked per call
@@ -146,7 +151,7 @@ class SeenIds:
             current = self._current
         if id in current or id in self._previous:
             return False
-        current.add(id)
+        current[id] = None
         return True
 
     def __contains__(self, id: object) -> bool:
@@ -164,10 +169,10 @@ class SeenIds:
     def _age(self, now: float) -> None:
         if now - self._started >= self._half_age or len(self._current) >= self._half_ids:
             self._previous, self._previous_started = self._current, self._started
-            self._current, self._started = set(), now
+            self._current, self._started = {}, now
         if now - self._previous_started >= self.max_age:
             # Its oldest id may be max_age old: drop the whole generation.
-            self._previous, self._previous_started = set(), now
+            self._previous, self._previous_started = {}, now
         self._deadline = min(self._started + self._half_age, self._previous_started + self.max_age)
 
 
