@@ -23,12 +23,14 @@ import asyncio
 from collections import deque
 from bisect import bisect_right
 from itertools import accumulate, islice
+
 from aa.mesh import Event, InvalidValue
 from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
 
 from .config import BATCH_BYTES, BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
 
 __all__ = ["Outbox", "check_fits"]
+
 
 class Outbox:
     """Events published and not yet acknowledged, and the window of recent acks; each

@@ -21,11 +21,11 @@ Deferred writing: a ``write`` is answered once its rows are held, not written
 (`EventLogConfig.defer_bytes`). The process writes what it holds, oldest first, when no
 command has come for ``defer_pause`` seconds (the router paused: it goes on until the next
 command), before a ``close`` or ``stop``, and whatever is beyond ``defer_bytes`` or older
-than ``defer_seconds`` at once. Why: on a
-machine whose cores the router and its clients fill, the writer's 7–10 µs per row (decoding,
-the Arrow columns, Parquet) are taken from routing — 72 % of the throughput without the log,
-on the benchmark's two cores — while holding a row costs the writer about 1 µs; a burst is
-routed at full speed, and written after it.
+than ``defer_seconds`` at once. Why: on a machine whose cores the router and its clients
+fill, the writer's 7–10 µs per row (decoding, the Arrow columns, Parquet) are taken from
+routing — 72 % of the throughput without the log, on the benchmark's two cores — while
+holding a row costs the writer about 1 µs; a burst is routed at full speed, and written
+after it.
 
 Life: the process starts with the first command and ends at "stop", or when the socket
 closes because the router died — having closed its open file either way, so every row it
@@ -277,7 +277,12 @@ class _Held:
         chunks, rows, size = self._writes.popleft()
         self.rows -= rows
         self.bytes -= size
-        writer.write(chunks)
+        try:
+            writer.write(chunks)  # counts and logs what it cannot write
+        except Exception:  # never expected: a bug; the rows are counted, the writer goes on
+            writer.errors += 1
+            writer.dropped += rows
+            log.error("event log: writing %d held rows failed", rows, exc_info=True)
 
     def write_beyond(self, writer: Writer, max_bytes: int, logged_by: float) -> None:
         """Write the oldest rows while more than *max_bytes* are held or the oldest were
@@ -343,7 +348,7 @@ def child_main(fd: int) -> None:
             if writer is not None:
                 writer.errors += 1
             logger.error("event log: %s failed", command, exc_info=True)
-        counters = (0, *_ZERO) if writer is None else (
+        counters = (*_ZERO, 0) if writer is None else (
             writer.rows, writer.files, writer.deleted, writer.dropped, writer.errors, held.rows
         )  # fmt: skip
         try:
