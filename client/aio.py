@@ -1,8 +1,9 @@
 """`AsyncClient`: publish and subscribe from asyncio, riding out lost routers.
 
     async with AsyncClient("127.0.0.1:7447") as client:
+        hot = await client.subscribe("Temperature > 100")   # before publishing: events are not kept
         await client.publish({"Temperature": 101}, type="reading")
-        async for event in await client.subscribe("Temperature > 100"): print(event.values)
+        async for event in hot: print(event.values)
 
 Publishing never talks to the network directly: events join an *outbox* and are sent in
 batches; each stays there until a router acknowledged it, so a router lost mid-way costs

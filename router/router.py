@@ -366,7 +366,8 @@ class Router:
             storage["mesh_cache"] = {"events": len(self.mesh_cache), "bytes": self.mesh_cache.bytes}
         if self.event_log is not None:
             e = self.event_log.stats()
-            storage["event_log"] = {"rows": e.rows, "files": e.files, "dropped": e.dropped, "waiting": e.waiting}
+            storage["event_log"] = {"rows": e.rows, "files": e.files, "dropped": e.dropped, "errors": e.errors,
+                                    "deleted": e.deleted, "waiting": e.waiting}
         return {
             "id": self.id,
             "name": self.name,

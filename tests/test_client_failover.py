@@ -164,6 +164,7 @@ async def test_router_killed_in_the_middle_of_a_ring(start_router: StartRouter) 
         text = io.StringIO()
         format_mesh(c.mesh_info(), text)
         assert "as seen by r1" in text.getvalue() and f"poisoned: {b.endpoint}" in text.getvalue()
+        assert "FROM PEERS  TO PEERS" in text.getvalue()  # flood copies, not the events clients published
 
 
 async def test_events_acknowledged_by_a_router_that_died_before_flooding_are_not_lost(

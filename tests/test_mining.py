@@ -200,6 +200,11 @@ def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="no event log in"):
         measure_inputs([str(tmp_path / "empty")])
+    live = tmp_path / "live" / "eventlog" / "date=2030-01-07" / "hour=10"  # a running router's
+    live.mkdir(parents=True)
+    (live / ".part-r1-000001.parquet.inprogress").write_bytes(b"PAR1")
+    with pytest.raises(UsageError, match="1 still being written by a running router; a file becomes readable"):
+        measure_inputs([str(tmp_path / "live")])
     other = tmp_path / "other"
     other.mkdir()
     pq.write_table(pa.table({"x": [1]}), other / "part-0.parquet")

@@ -321,7 +321,7 @@ async def test_event_log_is_on_by_default_with_a_data_folder(tmp_path: Path) -> 
         r.publish({"i": 5})
         r.publish({"i": 6}, meta={"mesh_cache": False})  # not cached, logged all the same
         r.publish({"i": 7})
-        assert "event_log" in r.stats()["storage"]
+        assert set(r.stats()["storage"]["event_log"]) == {"rows", "files", "dropped", "errors", "deleted", "waiting"}
         assert [e.values["i"] for e in await r.history("True", include_cache=True)][-2:] == [5, 7]
     rows = ds.dataset(tmp_path / "eventlog", format="parquet", partitioning="hive").to_table().to_pylist()
     assert sorted(dict(row["values"])["i"] for row in rows) == ["0", "1", "2", "3", "4", "5", "6", "7"]

@@ -75,7 +75,7 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
     routers = info.get("routers") or []
     names = {r.get("id"): r.get("name") or r.get("id") for r in routers}
     out.write(f"{len(routers)} router(s), as seen by {names.get(info.get('router'), info.get('router'))}\n")
-    header = ("ROUTER", "ID", "ENDPOINT", "PEERS", "CLIENTS", "IN", "OUT", "DUPLICATES", "DISPATCHED", "AGE")
+    header = ("ROUTER", "ID", "ENDPOINT", "PEERS", "CLIENTS", "FROM PEERS", "TO PEERS", "DUPLICATES", "DISPATCHED", "AGE")
     rows = []
     for r in routers:
         c = r.get("counters") or {}

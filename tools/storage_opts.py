@@ -27,7 +27,8 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-store", action="store_true", help="keep no persistent store")
     g.add_argument("--event-log", action=argparse.BooleanOptionalAction, default=None,
                    help="append every event to the Parquet event log in DATA_DIR/eventlog, written by a "
-                   "process of its own (default: on with --data-dir, off without)")
+                   "process of its own; a file is readable once closed: every 10 minutes, at the hour's "
+                   "end, and when the router stops (default: on with --data-dir, off without)")
     g.add_argument("--mesh-cache-events", type=int, metavar="N", default=MESH_CACHE_MAX_EVENTS,
                    help=f"events the in-memory mesh cache keeps, 0 for none (default: {MESH_CACHE_MAX_EVENTS})")
     g.add_argument("--cache-sweep-interval", type=float, metavar="S", default=CACHE_SWEEP_INTERVAL,

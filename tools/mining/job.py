@@ -101,6 +101,13 @@ def measure_inputs(roots: Sequence[str]) -> int | None:
         local = Path(root.removeprefix("file://"))
         files = [local] if local.is_file() else [f for f in local.rglob("*.parquet") if not _hidden(f, local)]
         if not files:
+            writing = [] if local.is_file() else list(local.rglob(".part-*.parquet.inprogress"))
+            if writing:
+                raise UsageError(
+                    f"no closed event log file in {root} yet: {len(writing)} still being written by a running "
+                    "router; a file becomes readable when it is closed (every 10 minutes, at the hour's end, "
+                    "or when the router stops)"
+                )
             raise UsageError(f"no event log in {root}: no .parquet file under it (is it a router's data folder?)")
         _check_columns(files[0])
         total += sum(f.stat().st_size for f in files)
