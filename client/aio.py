@@ -1,9 +1,8 @@
 """`AsyncClient`: publish and subscribe from asyncio, riding out lost routers.
 
     async with AsyncClient("127.0.0.1:7447") as client:
-        hot = await client.subscribe("Temperature > 100")   # before publishing: events are not kept
-        await client.publish({"Temperature": 101}, type="reading")
-        async for event in hot: print(event.values)
+        hot = await client.subscribe("Temperature > 100")   # first: events are not kept for later
+        await client.publish({"Temperature": 101}, type="reading"); print((await hot.get()).values)
 
 Publishing never talks to the network directly: events join an *outbox* and are sent in
 batches; each stays there until a router acknowledged it, so a router lost mid-way costs
@@ -163,8 +162,8 @@ class AsyncClient(QuenchClient, CacheClient):
                 self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
                 self._refusals.note(endpoint, exc, () if self.config.discovering else self.known_routers)
                 retry = peers.record_failure(endpoint, time.monotonic())
-                log.info("router %s unavailable: %s; next attempt in %.1f s", endpoint,
-                         exc or type(exc).__name__, (retry or 0.0) - time.monotonic())
+                log.info("router %s unavailable: %s; %s", endpoint, exc or type(exc).__name__,
+                         "forgotten" if retry is None else f"next attempt in {retry - time.monotonic():.1f} s")
                 continue
             peers.record_success(endpoint, time.monotonic(), router_id=self.router[0] if self.router else None)
             self._refusals.note(endpoint, None, ())

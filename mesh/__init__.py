@@ -51,7 +51,7 @@ from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
 from .mdns import ZeroconfDiscovery
 from .interfaces import ENV_INTERFACES, Interface, select_targets, selected_addresses, selection_from_env
 from .jsonvalues import event_from_json, event_to_json, from_json, to_json
-from .peers import MAX_PEERS, RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER, PeerEntry, PeerState, PeerTable, Source
+from .peers import FORGET_AFTER, MAX_PEERS, RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER, PeerEntry, PeerState, PeerTable, Source
 from .protocol import (
     IN_PROGRESS,
     MAX_FRAME_BYTES,
@@ -88,6 +88,7 @@ __all__ = [
     "ENV_INTERFACES",
     "Event",
     "EventQueue",
+    "FORGET_AFTER",
     "Flood",
     "FloodRules",
     "ForeignProtocol",

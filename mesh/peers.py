@@ -32,6 +32,13 @@ that refuses it. So success does not forgive failures at once: only a connection
 stayed up for `stable_after` seconds resets the count. A flapping peer's interval keeps
 doubling, exactly as if every attempt had failed.
 
+Forgetting: a router that has been of no use for `forget_after` seconds (7 days: no
+connection, no first-hand sighting) is forgotten at its next failure, unless it is
+configured. Routers come and go — a laptop's, a test's on a random port — and without this
+every one that ever answered stayed in the table and the topology file for good, dialled
+every `retry_max`. One that comes back is heard of again (a beacon, zeroconf, a peer's
+router list, or its own dial).
+
 Size: the table is capped (entries come from peers' router lists, which we do not control).
 When full, the least recently useful entry goes: the one longest without a successful
 connection or a first-hand sighting (a beacon, configuration). Configured, connecting and
@@ -60,6 +67,7 @@ __all__ = [
     "RETRY_MAX",
     "RETRY_JITTER",
     "STABLE_AFTER",
+    "FORGET_AFTER",
 ]
 
 #: Most entries in one table, in entries. Å meshes are tens of routers; a thousand leaves room
@@ -75,6 +83,9 @@ RETRY_JITTER: Final = 0.1
 #: Seconds a connection must stay up before its peer's failures are forgiven. Well above a
 #: keep-alive round (seconds): a peer that fails within a minute of every connect is faulty.
 STABLE_AFTER: Final = 60.0
+#: Seconds a router may be of no use (no connection, no first-hand sighting) before its next
+#: failure forgets it (7 days: a laptop away for a long weekend is still known).
+FORGET_AFTER: Final = 7 * 24 * 3600.0
 #: Own addresses remembered (to never dial ourselves), in addresses: one per interface.
 _MAX_OWN_ADDRESSES: Final = 64
 
@@ -134,7 +145,7 @@ class PeerTable:
     """
 
     __slots__ = (
-        "own_id", "max_entries", "retry_base", "retry_max", "stable_after", "jitter",
+        "own_id", "max_entries", "retry_base", "retry_max", "stable_after", "jitter", "forget_after",
         "_rng", "_entries", "_own_addresses",
     )
 
@@ -148,6 +159,7 @@ class PeerTable:
         stable_after: float = STABLE_AFTER,
         jitter: float = RETRY_JITTER,
         rng: random.Random | None = None,
+        forget_after: float = FORGET_AFTER,
     ) -> None:
         if type(max_entries) is not int or max_entries < 1:
             raise UsageError("max_entries must be a positive int")
@@ -157,12 +169,15 @@ class PeerTable:
             raise UsageError("stable_after must not be negative (seconds)")
         if not 0 <= jitter < 1:
             raise UsageError("jitter must be a fraction in [0, 1)")
+        if not forget_after > 0:
+            raise UsageError("forget_after must be positive (seconds)")
         self.own_id = own_id
         self.max_entries = max_entries
         self.retry_base = float(retry_base)
         self.retry_max = float(retry_max)
         self.stable_after = float(stable_after)
         self.jitter = float(jitter)
+        self.forget_after = float(forget_after)
         self._rng = rng if rng is not None else random.Random()
         # Insertion order = eviction order: the front is the least recently useful entry.
         self._entries: OrderedDict[str, PeerEntry] = OrderedDict()
@@ -284,12 +299,17 @@ class PeerTable:
         self._useful(entry, now)
 
     def record_failure(self, address: str, now: float) -> float | None:
-        """Dialling *address* failed, or its connection broke: poison it.
+        """Dialling *address* failed, or its connection broke: poison it — or forget it, if it
+        is not configured and has been of no use for `forget_after` seconds.
 
-        Returns the monotonic time of the next attempt (None if the address is unknown).
+        Returns the monotonic time of the next attempt; None if the address is unknown, or
+        now forgotten.
         """
         entry = self._entries.get(address)
         if entry is None:
+            return None
+        if entry.source is not Source.CONFIGURED and now - entry.last_useful >= self.forget_after:
+            del self._entries[address]
             return None
         self._settle(entry, now)
         entry.failures += 1

@@ -12,7 +12,7 @@ PUBLIC: dict[str, list[str]] = {
         "AaError", "AaTimeout", "BROADCAST_INTERVAL", "Beacon", "BroadcastDiscovery", "Connection",
         "ConnectionClosed", "ConnectionLost", "Control", "DEFAULT_ROUTER_PORT", "DEFAULT_TTL",
         "DISCOVERY_PORT", "DatagramNetwork", "Discovery", "DiscoveryConfig", "ENV_INTERFACES",
-        "Event", "EventQueue", "Flood", "FloodRules", "ForeignProtocol", "FrameTooLarge", "GetMesh", "Hop",
+        "Event", "EventQueue", "FORGET_AFTER", "Flood", "FloodRules", "ForeignProtocol", "FrameTooLarge", "GetMesh", "Hop",
         "ID_SCOPE_LENGTH", "IN_PROGRESS", "IdGenerator", "Interface", "InvalidPattern",
         "InvalidPolicy", "InvalidValue", "KnownRouter", "MAX_FRAME_BYTES", "MAX_ID_LENGTH",
         "MAX_PEERS", "MAX_TTL", "META_ADDRESS", "META_CLIENT", "META_HISTORICAL", "META_PATH",

@@ -188,8 +188,29 @@ def test_bad_address_is_a_usage_error(bad: str) -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_entries": 0}, {"retry_base": 0}, {"retry_base": 10, "retry_max": 5}, {"jitter": 1.0}],
+    [{"max_entries": 0}, {"retry_base": 0}, {"retry_base": 10, "retry_max": 5}, {"jitter": 1.0}, {"forget_after": 0}],
 )
 def test_bad_limits(kwargs: dict) -> None:
     with pytest.raises(UsageError):
         PeerTable(**kwargs)
+
+
+def test_a_router_of_no_use_for_a_week_is_forgotten_at_its_next_failure_unless_configured() -> None:
+    """Routers come and go (a laptop's, a test's on a random port): one that has neither
+    answered nor been heard of first-hand for `forget_after` is dropped, not dialled every
+    `retry_max` for good; a configured one stays, whatever its record."""
+    from aa.mesh import FORGET_AFTER
+
+    week = FORGET_AFTER
+    t = table()
+    t.add(A, source=Source.DISCOVERED, now=0.0)
+    t.add(B, source=Source.CONFIGURED, now=0.0)
+    t.record_attempt(A, 1.0)
+    t.record_success(A, 1.0, router_id="ra")  # useful at 1.0
+    t.record_failure(A, 2.0)
+    assert t.record_failure(A, week) is not None  # of use a second less than a week ago: kept
+    t.add(A, source=Source.TOLD, now=week + 1.0)  # hearsay does not make it useful
+    assert t.record_failure(A, week + 1.0) is None and A not in t  # a week since it was of use
+    assert t.record_failure(B, week * 2) is not None and B in t  # configured: never forgotten
+    t.add(A, source=Source.DISCOVERED, now=week * 3)  # heard again: known again, due at once
+    assert t.due(week * 3)[0] == A

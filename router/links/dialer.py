@@ -190,7 +190,8 @@ class Dialer:
         except Exception as exc:  # refused, unreachable, timed out, a bad hello: all poison
             now = time.monotonic()
             retry = self.table.record_failure(address, now)
-            wait = f"; next attempt in {retry - now:.1f} s" if retry is not None else ""
+            wait = (f"; next attempt in {retry - now:.1f} s" if retry is not None
+                    else f"; forgotten (of no use for {self.table.forget_after / 86400:g} days)")
             log.info("peer %s unavailable: %s%s", address, exc or type(exc).__name__, wait)
 
     async def cancel_dials(self) -> None:
