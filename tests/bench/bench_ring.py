@@ -3,7 +3,7 @@
 farthest: four hops either way round), each in its own process.
 
     python tests/bench/bench_ring.py                 # throughput, latency, dispatch counts
-    python tests/bench/bench_ring.py --repeat 5      # medians of five throughput runs
+    python tests/bench/bench_ring.py --runs 5        # medians of five throughput runs
 
 Throughput: the publisher sends N events as fast as the mesh takes them; the subscriber
 measures delivered events/s from its first to its last event. Latency: the publisher paces
@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=300_000, help="events for the throughput run")
     ap.add_argument("--latency-events", type=int, default=20_000, help="events for the latency run")
     ap.add_argument("--rate", type=float, default=2000.0, help="events/s for the latency run")
-    ap.add_argument("--repeat", type=int, default=1, help="throughput runs (medians reported)")
+    ap.add_argument("--runs", "--repeat", dest="repeat", metavar="N", type=int, default=1, help="throughput runs (medians reported)")
     args = ap.parse_args()
     procs, endpoints = start_ring(ROUTERS)
     try:

@@ -1,7 +1,7 @@
 """Issue 13 benchmark: throughput with TLS against without, in the same run.
 
     python tests/bench/bench_tls.py                         # 200,000 events, 3 rounds each
-    python tests/bench/bench_tls.py --events 20000 --repeats 1   # a quick check
+    python tests/bench/bench_tls.py --events 20000 --runs 1   # a quick check
 
 Two `aa router` processes run side by side: one plaintext, one with the mesh's certificates
 (TLS, mutual-TLS CA, and users: the publisher is "alice" and the subscriber "bob", so every
@@ -106,7 +106,7 @@ def run(endpoint: str, certs: str | None, n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=200_000, help="events per run")
-    ap.add_argument("--repeats", type=int, default=3, help="rounds (each: plaintext, then TLS)")
+    ap.add_argument("--runs", "--repeats", dest="repeats", metavar="N", type=int, default=3, help="rounds (each: plaintext, then TLS)")
     args = ap.parse_args()
     from aa.tools.certs_cmd import init_ca, issue
 
