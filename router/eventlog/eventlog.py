@@ -88,7 +88,7 @@ than one ``write`` per `EventLogConfig.defer_pause` (0.5 s: above about 20,000 e
 it keeps them as they came (about 1 µs per row: receiving the bytes) and writes them once
 the router pauses, up to `EventLogConfig.defer_bytes` (64 MiB, some 450,000 rows) and
 `EventLogConfig.defer_seconds` (60 s). A lower priority did not do that: ``SCHED_IDLE``
-for the writer gave the same 72% as nice 5 (three pairs) — the writer still ran in every
+for the writer gave the same 72% as nice 5 (three pairs, load 0.3–1.3 at their starts) — the writer still ran in every
 gap the three busy processes left, and they came back to caches it had filled. Holding
 gave 0.76–1.18 of the log-off throughput over 200,000 events (five pairs, median 0.96, on
 the idle machine). A load that never pauses still pays once the bytes are full: 0.75–0.80

@@ -51,7 +51,7 @@ import sys
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final
+from typing import TYPE_CHECKING, Any, Callable, Final, NamedTuple
 
 from .logwriter import Chunk, Writer
 
@@ -112,7 +112,6 @@ class WriterProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._earlier: tuple[int, ...] = _ZERO  # the counters of writer processes that ended
-        self._current: tuple[int, ...] = _ZERO  # the running one's
         self._totals: tuple[int, ...] = _ZERO  # their sum: replaced whole, read from any thread
         self._lost_rows = self._lost_errors = 0  # on our side of the socket
         self._waiting = 0  # rows the running writer held at its last answer
@@ -182,7 +181,6 @@ class WriterProcess:
             self._end()
             return
         counters, self._waiting = counters[:5], counters[5]
-        self._current = counters
         self._totals = tuple(e + c for e, c in zip(self._earlier, counters))
         for level, text in records:
             log.log(level, "%s", text)
@@ -227,7 +225,7 @@ class WriterProcess:
     def _end(self) -> None:
         conn, proc = self._conn, self._proc
         self._conn = self._proc = None
-        self._earlier, self._current = self._totals, _ZERO
+        self._earlier = self._totals
         if conn is not None:
             conn.close()  # the writer sees the end of its input: it closes its file, exits
         if proc is not None:
@@ -257,24 +255,33 @@ class _Records(logging.Handler):
         return out
 
 
+class _Write(NamedTuple):
+    """The rows of one ``write`` command, held."""
+
+    chunks: list[Chunk]
+    rows: int
+    bytes: int
+    logged: float  # when its first rows were logged (the log's clock)
+
+
 class _Held:
     """The rows the writer process holds, oldest first: one entry per ``write``."""
 
     def __init__(self) -> None:
-        self._writes: deque[tuple[list[Chunk], int, int]] = deque()  # chunks, rows, bytes
+        self._writes: deque[_Write] = deque()
         self.rows = self.bytes = 0
 
     def __bool__(self) -> bool:
         return bool(self._writes)
 
     def add(self, chunks: list[Chunk]) -> None:
-        size = sum(len(c[2]) for c in chunks)
-        self._writes.append((chunks, sum(c[1] for c in chunks), size))
-        self.rows += self._writes[-1][1]
-        self.bytes += size
+        w = _Write(chunks, sum(c[1] for c in chunks), sum(len(c[2]) for c in chunks), chunks[0][0])
+        self._writes.append(w)
+        self.rows += w.rows
+        self.bytes += w.bytes
 
     def write_oldest(self, writer: Writer) -> None:
-        chunks, rows, size = self._writes.popleft()
+        chunks, rows, size, _ = self._writes.popleft()
         self.rows -= rows
         self.bytes -= size
         try:
@@ -284,10 +291,13 @@ class _Held:
             writer.dropped += rows
             log.error("event log: writing %d held rows failed", rows, exc_info=True)
 
-    def write_beyond(self, writer: Writer, max_bytes: int, logged_by: float) -> None:
-        """Write the oldest rows while more than *max_bytes* are held or the oldest were
-        logged at *logged_by* or earlier."""
-        while self._writes and (self.bytes > max_bytes or self._writes[0][0][0][0] <= logged_by):
+    def write_due(self, writer: Writer, now: float) -> None:
+        """Write the oldest rows while more than ``defer_bytes`` are held, or the oldest were
+        logged ``defer_seconds`` before *now* or earlier."""
+        config = writer.config
+        while self._writes and (
+            self.bytes > config.defer_bytes or self._writes[0].logged <= now - config.defer_seconds
+        ):
             self.write_oldest(writer)
 
     def write_all(self, writer: Writer) -> None:
@@ -333,9 +343,9 @@ def child_main(fd: int) -> None:
                 raise RuntimeError(f"{command!r} before 'init'")
             elif command == "write":
                 held.add(*args)
-                held.write_beyond(writer, writer.config.defer_bytes, now[0] - writer.config.defer_seconds)
+                held.write_due(writer, now[0])
             elif command == "maintain":
-                held.write_beyond(writer, writer.config.defer_bytes, now[0] - writer.config.defer_seconds)
+                held.write_due(writer, now[0])
                 writer.maintain()
             elif command in ("close", "stop"):
                 held.write_all(writer)
