@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aa.client import AsyncClient
@@ -57,7 +58,7 @@ class AddIn:
     `stop` if `start` acquired anything that the container would not release: files,
     threads, subprocesses)."""
 
-    async def start(self, ctx: "Context") -> None:
+    async def start(self, ctx: Context) -> None:
         """Set up, spawn long-running work with `ctx.spawn`, and return."""
 
     async def stop(self) -> None:
@@ -67,8 +68,15 @@ class AddIn:
 class Context:
     """What an add-in is given; see the module docstring."""
 
-    def __init__(self, *, name: str, client: "AsyncClient", settings: Mapping[str, Any], data_dir: Path,
-                 on_failure: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        client: AsyncClient,
+        settings: Mapping[str, Any],
+        data_dir: Path,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
         self.name = name
         self.client = client
         self.settings: Mapping[str, Any] = MappingProxyType(dict(settings))
@@ -82,7 +90,9 @@ class Context:
         """The same as `log`."""
         return self.log
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> "asyncio.Task[Any]":
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], *, name: str | None = None
+    ) -> asyncio.Task[Any]:
         """Run *coro* as a task of this add-in. If it raises, the add-in is restarted; if it
         returns, nothing happens. Cancelled when the add-in stops."""
         task = asyncio.get_running_loop().create_task(coro, name=name or f"aa-addin-{self.name}")
@@ -90,7 +100,9 @@ class Context:
         task.add_done_callback(self._done)
         return task
 
-    def every(self, seconds: float, work: Callable[[], Awaitable[Any]], *, name: str | None = None) -> "asyncio.Task[Any]":
+    def every(
+        self, seconds: float, work: Callable[[], Awaitable[Any]], *, name: str | None = None
+    ) -> asyncio.Task[Any]:
         """Await *work()* now and then every *seconds* (from the start of one run to the start
         of the next; a run that overruns is followed at once, never overlapped), as a task of
         this add-in (`spawn`): if *work* raises, the add-in is restarted."""
@@ -105,7 +117,7 @@ class Context:
 
         return self.spawn(repeat(), name=name)
 
-    def _done(self, task: "asyncio.Task[Any]") -> None:
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
         if task.cancelled():
             return

@@ -25,14 +25,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import UsageError
 
-from .loader import AddInLoadError, AddInSource, installed_entry_points, load_source, scan_folder, unload
+from .loader import (
+    AddInLoadError,
+    AddInSource,
+    installed_entry_points,
+    load_source,
+    scan_folder,
+    unload,
+)
 from .runner import AddInRunner, RunnerSettings
 
 if TYPE_CHECKING:
@@ -88,7 +96,14 @@ class ContainerConfig:
         object.__setattr__(self, "routers", routers)
         if self.data_dir is not None:
             object.__setattr__(self, "data_dir", Path(self.data_dir))
-        for name in ("poll_interval", "backoff_base", "backoff_max", "stable_after", "start_timeout", "stop_timeout"):
+        for name in (
+            "poll_interval",
+            "backoff_base",
+            "backoff_max",
+            "stable_after",
+            "start_timeout",
+            "stop_timeout",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise UsageError(f"{name} must be a positive number of seconds")
@@ -105,8 +120,13 @@ class Container:
     *entry_points* replaces the installed entry points.
     """
 
-    def __init__(self, config: ContainerConfig, *, make_client: Callable[[str], Any] | None = None,
-                 entry_points: Callable[[], Iterable[EntryPoint]] | None = None) -> None:
+    def __init__(
+        self,
+        config: ContainerConfig,
+        *,
+        make_client: Callable[[str], Any] | None = None,
+        entry_points: Callable[[], Iterable[EntryPoint]] | None = None,
+    ) -> None:
         self.config = config
         self.runners: dict[str, AddInRunner] = {}
         #: Add-ins that did not load, by name: the reason.
@@ -117,15 +137,21 @@ class Container:
         self._entry_points = entry_points or installed_entry_points
         self._task: asyncio.Task[None] | None = None
         self._scan_lock = asyncio.Lock()
-        self._timing = RunnerSettings(backoff_base=config.backoff_base, backoff_max=config.backoff_max,
-                                      stable_after=config.stable_after, start_timeout=config.start_timeout,
-                                      stop_timeout=config.stop_timeout)
+        self._timing = RunnerSettings(
+            backoff_base=config.backoff_base,
+            backoff_max=config.backoff_max,
+            stable_after=config.stable_after,
+            start_timeout=config.start_timeout,
+            stop_timeout=config.stop_timeout,
+        )
 
     async def start(self) -> None:
         """Load and start every add-in found, then watch the folders. Add-ins connect and
         start in the background: this returns before they run (see `status`)."""
         await self.rescan()
-        self._task = asyncio.get_running_loop().create_task(self._watch(), name="aa-container-watch")
+        self._task = asyncio.get_running_loop().create_task(
+            self._watch(), name="aa-container-watch"
+        )
 
     async def aclose(self) -> None:
         """Stop every add-in (each `stop` is called) and stop watching. Idempotent."""
@@ -136,7 +162,7 @@ class Container:
         async with self._scan_lock:
             await asyncio.gather(*(self._remove(name) for name in list(self.runners)))
 
-    async def __aenter__(self) -> "Container":
+    async def __aenter__(self) -> Container:
         await self.start()
         return self
 
@@ -148,8 +174,14 @@ class Container:
         failures in a row, last error, and where it came from."""
         out = {name: r.status() for name, r in self.runners.items()}
         for name, reason in self.broken.items():
-            out[name] = {"name": name, "state": "broken", "starts": 0, "failures": 0, "last_error": reason,
-                         "origin": str(self._sources[name].path) if name in self._sources else ""}
+            out[name] = {
+                "name": name,
+                "state": "broken",
+                "starts": 0,
+                "failures": 0,
+                "last_error": reason,
+                "origin": str(self._sources[name].path) if name in self._sources else "",
+            }
         return out
 
     # -- watching ---------------------------------------------------------------------------
@@ -168,7 +200,9 @@ class Container:
         for folder in self.config.folders:
             for name, src in scan_folder(folder).items():
                 if name in found:
-                    log.warning("add-in %s in %s hidden by the one in %s", name, folder, found[name].path)
+                    log.warning(
+                        "add-in %s in %s hidden by the one in %s", name, folder, found[name].path
+                    )
                     continue
                 found[name] = src
         if self.config.entry_points:
@@ -176,8 +210,12 @@ class Container:
             for ep in self._entry_points():
                 if ep.name in found:
                     continue
-                found[ep.name] = AddInSource(name=ep.name, entry_point=ep, settings_dir=settings_dir,
-                                             signature=(("entry-point:" + ep.value, 0, 0),))
+                found[ep.name] = AddInSource(
+                    name=ep.name,
+                    entry_point=ep,
+                    settings_dir=settings_dir,
+                    signature=(("entry-point:" + ep.value, 0, 0),),
+                )
         return found
 
     async def rescan(self) -> None:
@@ -207,8 +245,15 @@ class Container:
         self.broken.pop(src.name, None)
         self._modules[src.name] = modname
         data_dir = (self.config.data_dir or default_data_dir()) / src.name
-        runner = AddInRunner(src.name, factory, settings, data_dir=data_dir, make_client=self._make_client,
-                             timing=self._timing, origin=str(src.path or src.entry_point))
+        runner = AddInRunner(
+            src.name,
+            factory,
+            settings,
+            data_dir=data_dir,
+            make_client=self._make_client,
+            timing=self._timing,
+            origin=str(src.path or src.entry_point),
+        )
         self.runners[src.name] = runner
         runner.start()
 
@@ -220,7 +265,7 @@ class Container:
             await runner.stop()
         unload(self._modules.pop(name, None))
 
-    async def _connect(self, name: str) -> "AsyncClient":
+    async def _connect(self, name: str) -> AsyncClient:
         from aa.client import AsyncClient
 
         client = AsyncClient(list(self.config.routers), name=f"addin:{name}")

@@ -21,19 +21,28 @@ import itertools
 import json
 import sys
 import tomllib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.abc import MetaPathFinder
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from aa.mesh import UsageError
 
 from .api import AddIn
 
-__all__ = ["AddInSource", "AddInLoadError", "scan_folder", "load_source", "load_entry_point", "unload",
-           "installed_entry_points", "ENTRY_POINT_GROUP"]
+__all__ = [
+    "AddInSource",
+    "AddInLoadError",
+    "scan_folder",
+    "load_source",
+    "load_entry_point",
+    "unload",
+    "installed_entry_points",
+    "ENTRY_POINT_GROUP",
+]
 
 #: The entry-point group installed distributions declare their add-ins under.
 ENTRY_POINT_GROUP = "aa.addins"
@@ -74,7 +83,11 @@ def scan_folder(folder: Path) -> dict[str, AddInSource]:
         if p.name.startswith(("_", ".")):
             continue
         if p.is_dir() and (p / "__init__.py").is_file():
-            files = [f for f in p.rglob("*") if f.suffix in (".py", *_SETTINGS_SUFFIXES) and "__pycache__" not in f.parts]
+            files = [
+                f
+                for f in p.rglob("*")
+                if f.suffix in (".py", *_SETTINGS_SUFFIXES) and "__pycache__" not in f.parts
+            ]
             out[p.name] = AddInSource(name=p.name, path=p, signature=_signature(files))
         elif p.suffix == ".py" and p.is_file() and p.stem.isidentifier():
             files = [p, *(p.with_suffix(s) for s in _SETTINGS_SUFFIXES)]
@@ -112,7 +125,9 @@ class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
 class _AddInFinder(MetaPathFinder):
     """Gives an add-in package's submodules the source-only loader too."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> Any:
         if not fullname.startswith(_PREFIX) or "." not in fullname:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -136,22 +151,29 @@ def load_source(source: AddInSource) -> tuple[Factory, dict[str, Any], str | Non
     package = source.path.is_dir()
     file = source.path / "__init__.py" if package else source.path
     spec = importlib.util.spec_from_file_location(
-        modname, file, loader=_SourceOnlyLoader(modname, str(file)),
-        submodule_search_locations=[str(source.path)] if package else None)
+        modname,
+        file,
+        loader=_SourceOnlyLoader(modname, str(file)),
+        submodule_search_locations=[str(source.path)] if package else None,
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     try:
         spec.loader.exec_module(module)
         factory = _factory(module, source.name)
-        settings = _settings(module, source.path if package else source.path.with_suffix(""), package)
+        settings = _settings(
+            module, source.path if package else source.path.with_suffix(""), package
+        )
     except BaseException as exc:
         unload(modname)
         if isinstance(exc, AddInLoadError):
             raise
         if not isinstance(exc, Exception):
             raise
-        raise AddInLoadError(f"add-in {source.name!r} did not load: {type(exc).__name__}: {exc}") from exc
+        raise AddInLoadError(
+            f"add-in {source.name!r} did not load: {type(exc).__name__}: {exc}"
+        ) from exc
     return factory, settings, modname
 
 
@@ -174,7 +196,9 @@ def load_entry_point(source: AddInSource) -> tuple[Factory, dict[str, Any], str 
     except AddInLoadError:
         raise
     except Exception as exc:
-        raise AddInLoadError(f"add-in {source.name!r} did not load: {type(exc).__name__}: {exc}") from exc
+        raise AddInLoadError(
+            f"add-in {source.name!r} did not load: {type(exc).__name__}: {exc}"
+        ) from exc
     return factory, settings, None
 
 
@@ -190,12 +214,20 @@ def _factory(module: ModuleType, name: str) -> Factory:
     chosen = getattr(module, "ADDIN", None)
     if chosen is not None:
         return _as_factory(chosen, name)
-    classes = [c for c in vars(module).values()
-               if inspect.isclass(c) and issubclass(c, AddIn) and c is not AddIn and c.__module__ == module.__name__]
+    classes = [
+        c
+        for c in vars(module).values()
+        if inspect.isclass(c)
+        and issubclass(c, AddIn)
+        and c is not AddIn
+        and c.__module__ == module.__name__
+    ]
     if len(classes) != 1:
         found = ", ".join(c.__name__ for c in classes) or "none"
-        raise AddInLoadError(f"add-in {name!r} must define exactly one AddIn subclass or name it ADDIN "
-                             f"(found: {found})")
+        raise AddInLoadError(
+            f"add-in {name!r} must define exactly one AddIn subclass or name it ADDIN "
+            f"(found: {found})"
+        )
     return classes[0]
 
 
@@ -203,11 +235,15 @@ def _as_factory(obj: Any, name: str) -> Factory:
     if inspect.isclass(obj) and issubclass(obj, AddIn):
         return obj  # type: ignore[no-any-return]
     if callable(obj):
+
         def make() -> AddIn:
             made = obj()
             if not isinstance(made, AddIn):
-                raise AddInLoadError(f"add-in {name!r}: its factory returned {type(made).__name__}, not an AddIn")
+                raise AddInLoadError(
+                    f"add-in {name!r}: its factory returned {type(made).__name__}, not an AddIn"
+                )
             return made
+
         return make
     raise AddInLoadError(f"add-in {name!r}: {obj!r} is neither an AddIn class nor a factory")
 

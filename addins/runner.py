@@ -19,9 +19,10 @@ import asyncio
 import logging
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from .api import AddIn, Context
 
@@ -94,8 +95,17 @@ def describe(exc: BaseException) -> str:
 class AddInRunner:
     """Supervises one add-in; see the module docstring."""
 
-    def __init__(self, name: str, factory: Callable[[], AddIn], settings: dict[str, Any], *, data_dir: Path,
-                 make_client: ClientFactory, timing: RunnerSettings, origin: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        factory: Callable[[], AddIn],
+        settings: dict[str, Any],
+        *,
+        data_dir: Path,
+        make_client: ClientFactory,
+        timing: RunnerSettings,
+        origin: str = "",
+    ) -> None:
         self.name = name
         self.factory = factory
         self.settings = settings
@@ -104,7 +114,9 @@ class AddInRunner:
         self.state = "stopped"
         self.starts = 0
         self.last_error: str | None = None
-        self.backoff = Backoff(base=timing.backoff_base, maximum=timing.backoff_max, stable_after=timing.stable_after)
+        self.backoff = Backoff(
+            base=timing.backoff_base, maximum=timing.backoff_max, stable_after=timing.stable_after
+        )
         self.instance: AddIn | None = None
         self._timing = timing
         self._make_client = make_client
@@ -119,7 +131,9 @@ class AddInRunner:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._supervise(), name=f"aa-addin-{self.name}")
+            self._task = asyncio.get_running_loop().create_task(
+                self._supervise(), name=f"aa-addin-{self.name}"
+            )
 
     async def stop(self) -> None:
         """Stop the add-in and its supervision (idempotent)."""
@@ -139,8 +153,14 @@ class AddInRunner:
                 await self._changed.wait()
 
     def status(self) -> dict[str, Any]:
-        return {"name": self.name, "state": self.state, "starts": self.starts, "failures": self.failures,
-                "last_error": self.last_error, "origin": self.origin}
+        return {
+            "name": self.name,
+            "state": self.state,
+            "starts": self.starts,
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "origin": self.origin,
+        }
 
     def _set(self, state: str) -> None:
         self.state = state
@@ -158,10 +178,19 @@ class AddInRunner:
                 else:
                     cause = exc
                     self.last_error = describe(exc)
-                log.warning("add-in %s %s; restarting in %.2f s", self.name,
-                            self.last_error if self.last_error.startswith("failed to start") else
-                            f"failed: {self.last_error}", delay)  # fmt: skip
-                log.debug("add-in %s: the traceback", self.name, exc_info=(type(cause), cause, cause.__traceback__))
+                log.warning(
+                    "add-in %s %s; restarting in %.2f s",
+                    self.name,
+                    self.last_error
+                    if self.last_error.startswith("failed to start")
+                    else f"failed: {self.last_error}",
+                    delay,
+                )
+                log.debug(
+                    "add-in %s: the traceback",
+                    self.name,
+                    exc_info=(type(cause), cause, cause.__traceback__),
+                )
                 self._set("failed")
                 try:
                     async with asyncio.timeout(delay):
@@ -187,13 +216,20 @@ class AddInRunner:
             client = await self._make_client(self.name)
             addin = self.instance = self.factory()
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            ctx = Context(name=self.name, client=client, settings=self.settings, data_dir=self.data_dir,
-                          on_failure=on_failure)
+            ctx = Context(
+                name=self.name,
+                client=client,
+                settings=self.settings,
+                data_dir=self.data_dir,
+                on_failure=on_failure,
+            )
             try:
                 async with asyncio.timeout(self._timing.start_timeout):
                     await addin.start(ctx)
             except TimeoutError:
-                raise StartFailed() from TimeoutError(f"start() took longer than {self._timing.start_timeout:g} s")
+                raise StartFailed() from TimeoutError(
+                    f"start() took longer than {self._timing.start_timeout:g} s"
+                )
             except Exception as exc:
                 raise StartFailed() from exc
             self.backoff.started(time.monotonic())
@@ -210,8 +246,13 @@ class AddInRunner:
         finally:
             await self._teardown(addin, ctx, client, started=self.state == "running")
 
-    async def _teardown(self, addin: AddIn | None, ctx: Context | None, client: "AsyncClient | None",
-                        started: bool = True) -> None:
+    async def _teardown(
+        self,
+        addin: AddIn | None,
+        ctx: Context | None,
+        client: AsyncClient | None,
+        started: bool = True,
+    ) -> None:
         if addin is not None:
             try:
                 async with asyncio.timeout(self._timing.stop_timeout):
@@ -219,8 +260,12 @@ class AddInRunner:
             except Exception as exc:
                 # After a failed start, stop() meets what start left half done: that it fails
                 # too is no news (the start failure is what gets reported).
-                log.log(logging.WARNING if started else logging.DEBUG, "add-in %s failed to stop cleanly: %s",
-                        self.name, describe(exc))
+                log.log(
+                    logging.WARNING if started else logging.DEBUG,
+                    "add-in %s failed to stop cleanly: %s",
+                    self.name,
+                    describe(exc),
+                )
         if ctx is not None:
             await ctx.cancel_tasks()
         if client is not None:

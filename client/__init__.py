@@ -7,4 +7,13 @@ from .quench import AsyncQuench, Quench
 from .subscription import Subscription as AsyncSubscription
 from .sync import Client, Subscription
 
-__all__ = ["AsyncClient", "AsyncQuench", "AsyncSubscription", "Client", "ClientConfig", "NOTHING_LISTENS", "Quench", "Subscription"]
+__all__ = [
+    "AsyncClient",
+    "AsyncQuench",
+    "AsyncSubscription",
+    "Client",
+    "ClientConfig",
+    "NOTHING_LISTENS",
+    "Quench",
+    "Subscription",
+]

@@ -17,22 +17,57 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from aa.mesh import (
-    AaTimeout, ConnectionClosed, ConnectionLost, Discovery, Event, IdGenerator, OutboxFull, PatternError,
-    PatternSpec, PeerTable, RemoteError, RouterInfo, SeenIds, Source, UsageError, id_scope,
+    AaTimeout,
+    ConnectionClosed,
+    ConnectionLost,
+    Discovery,
+    Event,
+    IdGenerator,
+    OutboxFull,
+    PatternError,
+    PatternSpec,
+    PeerTable,
+    RemoteError,
+    RouterInfo,
+    SeenIds,
+    Source,
+    UsageError,
+    id_scope,
 )
-from aa.mesh.protocol import (QUENCH_ANSWERS, STORAGE_ANSWERS, Ack, Bye, Deliver, Error, GetMesh, GetRouters, Hello,
-                              MeshInfo, Message, Missed, PatternFailed, Ping, Pong, Routers, Subscribed,
-                              Unsubscribe, Update, Updated, with_needs)
+from aa.mesh.protocol import (
+    QUENCH_ANSWERS,
+    STORAGE_ANSWERS,
+    Ack,
+    Bye,
+    Deliver,
+    Error,
+    GetMesh,
+    GetRouters,
+    Hello,
+    MeshInfo,
+    Message,
+    Missed,
+    PatternFailed,
+    Ping,
+    Pong,
+    Routers,
+    Subscribed,
+    Unsubscribe,
+    Update,
+    Updated,
+    with_needs,
+)
 
 from .caching import CacheClient
-from .quench import QuenchClient
 from .config import DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE, ClientConfig
 from .dial import Refusals, first_of, open_router
 from .link import Link
 from .outbox import Outbox, check_fits
+from .quench import QuenchClient
 from .subscription import Subscription
 
 __all__ = ["AsyncClient"]
@@ -47,9 +82,15 @@ class AsyncClient(QuenchClient, CacheClient):
     *routers* is an endpoint ("host:port") or a list of them, tried in order.
     """
 
-    def __init__(self, routers: str | Sequence[str] | None = None, *, config: ClientConfig | None = None,
-                 client_id: str | None = None, name: str | None = None,
-                 on_error: Callable[[RemoteError], None] | None = None) -> None:
+    def __init__(
+        self,
+        routers: str | Sequence[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        client_id: str | None = None,
+        name: str | None = None,
+        on_error: Callable[[RemoteError], None] | None = None,
+    ) -> None:
         #: Called with a router's error outside any request (a publish not kept); else logged.
         self.on_error = on_error
         if config is None:
@@ -82,13 +123,15 @@ class AsyncClient(QuenchClient, CacheClient):
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
         self._last_error: str | None = None  # why the last connection attempt failed, for connect()
-        self._refusals = Refusals(impatient=not config.wait_for_routers)  # routers that refused us for good, and why
+        self._refusals = Refusals(
+            impatient=not config.wait_for_routers
+        )  # routers that refused us for good, and why
         self._init_caching()
         self._init_quench()
 
     # -- connecting -------------------------------------------------------------------------
 
-    async def connect(self, timeout: float | None = None) -> "AsyncClient":
+    async def connect(self, timeout: float | None = None) -> AsyncClient:
         """Connect to the first router that answers. Raises `AaTimeout` if none does in
         *timeout* seconds (default: the config's connect timeout × number of routers, plus a
         beacon interval when discovering), `RemoteError` (code "refused") at once when every
@@ -109,8 +152,12 @@ class AsyncClient(QuenchClient, CacheClient):
             await self._until_connected(timeout)
         except TimeoutError:
             tried = ", ".join(e.address for e in self.peers) or "none found"
-            last = f"; last refusal: {self._last_error}" if self._last_error else ""  # TLS, permissions
-            raise AaTimeout(f"no router answered within {timeout:.1f} s (tried {tried}){last}") from None
+            last = (
+                f"; last refusal: {self._last_error}" if self._last_error else ""
+            )  # TLS, permissions
+            raise AaTimeout(
+                f"no router answered within {timeout:.1f} s (tried {tried}){last}"
+            ) from None
         return self
 
     @property
@@ -160,12 +207,22 @@ class AsyncClient(QuenchClient, CacheClient):
                 link = await asyncio.wait_for(self._open(endpoint), self.config.connect_timeout)
             except (OSError, TimeoutError, RemoteError, ConnectionLost) as exc:
                 self._last_error = f"{endpoint}: {exc}" if str(exc) else None  # told by connect()
-                self._refusals.note(endpoint, exc, () if self.config.discovering else self.known_routers)
+                self._refusals.note(
+                    endpoint, exc, () if self.config.discovering else self.known_routers
+                )
                 retry = peers.record_failure(endpoint, time.monotonic())
-                log.info("router %s unavailable: %s; %s", endpoint, exc or type(exc).__name__,
-                         "forgotten" if retry is None else f"next attempt in {retry - time.monotonic():.1f} s")
+                log.info(
+                    "router %s unavailable: %s; %s",
+                    endpoint,
+                    exc or type(exc).__name__,
+                    "forgotten"
+                    if retry is None
+                    else f"next attempt in {retry - time.monotonic():.1f} s",
+                )
                 continue
-            peers.record_success(endpoint, time.monotonic(), router_id=self.router[0] if self.router else None)
+            peers.record_success(
+                endpoint, time.monotonic(), router_id=self.router[0] if self.router else None
+            )
             self._refusals.note(endpoint, None, ())
             self._bye = False
             self._link = link
@@ -173,7 +230,10 @@ class AsyncClient(QuenchClient, CacheClient):
             lost_wait = asyncio.ensure_future(link.lost)
             while not lost_wait.done():
                 await asyncio.wait([lost_wait], timeout=self.config.alternatives_interval)
-                if not lost_wait.done() and time.monotonic() - last_alternatives >= self.config.alternatives_interval:
+                if (
+                    not lost_wait.done()
+                    and time.monotonic() - last_alternatives >= self.config.alternatives_interval
+                ):
                     last_alternatives = time.monotonic()
                     self._send(GetRouters())
             self._link = None
@@ -198,7 +258,9 @@ class AsyncClient(QuenchClient, CacheClient):
         """Discovery heard a router (or reports a configured endpoint)."""
         endpoint = info.client or info.peer
         try:
-            entry = self.peers.add(endpoint, source=info.source, now=time.monotonic(), router_id=info.router_id)
+            entry = self.peers.add(
+                endpoint, source=info.source, now=time.monotonic(), router_id=info.router_id
+            )
         except UsageError:
             return
         if entry is not None:
@@ -206,7 +268,9 @@ class AsyncClient(QuenchClient, CacheClient):
 
     async def _open(self, endpoint: str) -> Link:
         hello = Hello(client_id=self.client_id, name=self.config.name, secret=self._secret)
-        link, welcome = await open_router(endpoint, hello, self._on_message, self._schedule_flush, config=self.config)
+        link, welcome = await open_router(
+            endpoint, hello, self._on_message, self._schedule_flush, config=self.config
+        )
         self.router = (welcome.router_id, welcome.router_name, endpoint)
         self._learn(welcome.alternatives)
         return link
@@ -303,7 +367,11 @@ class AsyncClient(QuenchClient, CacheClient):
     # -- publishing -------------------------------------------------------------------------
 
     def publish_nowait(
-        self, values: Mapping[str, Any], *, type: str | None = None, meta: Mapping[str, Any] | None = None,
+        self,
+        values: Mapping[str, Any],
+        *,
+        type: str | None = None,
+        meta: Mapping[str, Any] | None = None,
         id: str | None = None,
     ) -> str:
         """Queue an event for publishing; returns its id. Raises `InvalidValue` for values
@@ -324,7 +392,11 @@ class AsyncClient(QuenchClient, CacheClient):
         self._schedule_flush()
 
     async def publish(
-        self, values: Mapping[str, Any], *, type: str | None = None, meta: Mapping[str, Any] | None = None,
+        self,
+        values: Mapping[str, Any],
+        *,
+        type: str | None = None,
+        meta: Mapping[str, Any] | None = None,
         id: str | None = None,
     ) -> str:
         """Queue an event for publishing, waiting while the outbox is full; returns its id.
@@ -395,12 +467,26 @@ class AsyncClient(QuenchClient, CacheClient):
         (`aa.mesh.protocol.quench_messages`). *overflow*: when this client reads too slowly,
         "notify" (events dropped, `on_missed(n)` told) or "disconnect". Raises `PatternError`
         (the router's reason), `AaTimeout` if no router answers."""
-        spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
-        spec = with_needs(spec, needs)  # declared needs: quench prototypes match on them (aa.mesh.protocol.quench_messages)
+        spec = (
+            pattern
+            if isinstance(pattern, PatternSpec)
+            else PatternSpec(kernel=kernel, format=format, source=pattern)
+        )
+        spec = with_needs(
+            spec, needs
+        )  # declared needs: quench prototypes match on them (aa.mesh.protocol.quench_messages)
         sub_id = self._next_sub
         self._next_sub += 1
-        sub = Subscription(self, sub_id, spec, dict(params or {}), callback, dict(history) if history else None,
-                           overflow=overflow, on_missed=on_missed)
+        sub = Subscription(
+            self,
+            sub_id,
+            spec,
+            dict(params or {}),
+            callback,
+            dict(history) if history else None,
+            overflow=overflow,
+            on_missed=on_missed,
+        )
         self._subs[sub_id] = sub
         try:
             reply = await self._request(sub_id, sub.subscribe_message())
@@ -493,7 +579,7 @@ class AsyncClient(QuenchClient, CacheClient):
             except (asyncio.CancelledError, Exception):
                 pass
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return await self.connect()
 
     async def __aexit__(self, *exc: object) -> None:

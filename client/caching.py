@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from aa.mesh import (
     AaError,
@@ -33,21 +34,20 @@ from aa.mesh import (
     RemoteError,
     UsageError,
 )
-from aa.mesh.protocol import Error, Message
 from aa.mesh.protocol import (
     DEFAULT_CACHE_TIMEOUT,
     CacheAck,
     CacheClear,
     CacheDone,
-    CacheEvents,
     CacheFetch,
     CacheKeepalive,
     CachePolicy,
     CacheRegister,
     CacheRemove,
-    Cached,
+    Error,
     GetCached,
     GetCacheInfo,
+    Message,
 )
 
 if TYPE_CHECKING:
@@ -76,7 +76,11 @@ def _age(value: Age) -> float | str | None:
 
 
 def _spec(pattern: str | PatternSpec, format: str, kernel: str) -> PatternSpec:
-    return pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
+    return (
+        pattern
+        if isinstance(pattern, PatternSpec)
+        else PatternSpec(kernel=kernel, format=format, source=pattern)
+    )
 
 
 def _aware(since: datetime | None) -> datetime | None:
@@ -90,7 +94,7 @@ def _aware(since: datetime | None) -> datetime | None:
 class _Pending:
     __slots__ = ("future", "events")
 
-    def __init__(self, future: "asyncio.Future[Any]") -> None:
+    def __init__(self, future: asyncio.Future[Any]) -> None:
         self.future = future
         self.events: list[Event] = []
 
@@ -135,7 +139,9 @@ class CacheClient:
         *limit*; marked historical. Raises `PatternError`, `AaTimeout`, `ConnectionLost`."""
         spec = _spec(pattern, format, kernel)
         when = _aware(since)
-        events, _ = await self._storage_request(lambda req: GetCached(req=req, pattern=spec, since=when, limit=limit))
+        events, _ = await self._storage_request(
+            lambda req: GetCached(req=req, pattern=spec, since=when, limit=limit)
+        )
         return events  # type: ignore[no-any-return]
 
     # -- the client cache -------------------------------------------------------------------
@@ -161,9 +167,16 @@ class CacheClient:
         spec = _spec(pattern, format, kernel)
         age = _age(max_age)
         done = await self._storage_request(
-            lambda req: CacheRegister(req=req, pattern=spec, max_age=age, max_count=max_count, timeout=float(timeout))
+            lambda req: CacheRegister(
+                req=req, pattern=spec, max_age=age, max_count=max_count, timeout=float(timeout)
+            )
         )
-        self._cache_registration = {"pattern": spec, "max_age": age, "max_count": max_count, "timeout": float(timeout)}
+        self._cache_registration = {
+            "pattern": spec,
+            "max_age": age,
+            "max_count": max_count,
+            "timeout": float(timeout),
+        }
         self._cache_last_fetched = None
         self._start_cache_keepalives()
         return done.info  # type: ignore[no-any-return]
@@ -190,7 +203,9 @@ class CacheClient:
     ) -> dict[str, Any]:
         """Change the cache's expiry policy everywhere (it applies to what is kept too)."""
         age = _age(max_age)
-        done = await self._storage_request(lambda req: CachePolicy(req=req, max_age=age, max_count=max_count))
+        done = await self._storage_request(
+            lambda req: CachePolicy(req=req, max_age=age, max_count=max_count)
+        )
         if self._cache_registration is not None:
             self._cache_registration.update(max_age=age, max_count=max_count)
         return done.info  # type: ignore[no-any-return]
@@ -312,7 +327,7 @@ class CacheClient:
 class BlockingCacheClient:
     """The cache requests for the blocking `Client` (a mixin over its `AsyncClient`)."""
 
-    _async: "AsyncClient"
+    _async: AsyncClient
     _call: Callable[..., Any]
 
     def cached(
@@ -325,7 +340,9 @@ class BlockingCacheClient:
         kernel: str = "python",
     ) -> list[Event]:
         """Blocking `AsyncClient.cached`."""
-        return self._run(self._async.cached(pattern, since=since, limit=limit, format=format, kernel=kernel))
+        return self._run(
+            self._async.cached(pattern, since=since, limit=limit, format=format, kernel=kernel)
+        )
 
     def cache_register(
         self,
@@ -338,8 +355,16 @@ class BlockingCacheClient:
         kernel: str = "python",
     ) -> dict[str, Any]:
         """Blocking `AsyncClient.cache_register` (keep-alives go on in the client's thread)."""
-        return self._run(self._async.cache_register(
-            pattern, max_age=max_age, max_count=max_count, timeout=timeout, format=format, kernel=kernel))  # fmt: skip
+        return self._run(
+            self._async.cache_register(
+                pattern,
+                max_age=max_age,
+                max_count=max_count,
+                timeout=timeout,
+                format=format,
+                kernel=kernel,
+            )
+        )
 
     def cache_fetch(self, limit: int | None = None) -> list[Event]:
         """Blocking `AsyncClient.cache_fetch`."""
@@ -349,7 +374,9 @@ class BlockingCacheClient:
         """Blocking `AsyncClient.cache_ack`."""
         return self._run(self._async.cache_ack(upto))
 
-    def cache_policy(self, *, max_age: Age = None, max_count: int | str | None = None) -> dict[str, Any]:
+    def cache_policy(
+        self, *, max_age: Age = None, max_count: int | str | None = None
+    ) -> dict[str, Any]:
         """Blocking `AsyncClient.cache_policy`."""
         return self._run(self._async.cache_policy(max_age=max_age, max_count=max_count))
 

@@ -10,7 +10,18 @@ from aa.mesh import DiscoveryConfig, UsageError, parse_endpoint
 
 from .link import client_tls
 
-__all__ = ["ClientConfig", "ENV_CERT", "ENV_KEY", "ENV_CA", "MAX_OUTBOX", "BATCH_EVENTS", "BATCH_BYTES", "MAX_INFLIGHT_FRAMES", "REPLAY_WINDOW_EVENTS", "REPLAY_WINDOW_SECONDS"]
+__all__ = [
+    "ClientConfig",
+    "ENV_CERT",
+    "ENV_KEY",
+    "ENV_CA",
+    "MAX_OUTBOX",
+    "BATCH_EVENTS",
+    "BATCH_BYTES",
+    "MAX_INFLIGHT_FRAMES",
+    "REPLAY_WINDOW_EVENTS",
+    "REPLAY_WINDOW_SECONDS",
+]
 
 #: Events a client keeps while no router has acknowledged them. Past it `publish` waits and
 #: `publish_nowait` raises `OutboxFull`: an hour offline at 25 events/s fits.
@@ -124,7 +135,13 @@ class ClientConfig:
         object.__setattr__(self, "routers", tuple(self.routers))
         for r in self.routers:
             parse_endpoint(r)  # raises UsageError for a bad one
-        for name in ("connect_timeout", "request_timeout", "retry_base", "retry_max", "alternatives_interval"):
+        for name in (
+            "connect_timeout",
+            "request_timeout",
+            "retry_base",
+            "retry_max",
+            "alternatives_interval",
+        ):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be positive")
         if self.max_outbox <= 0:
@@ -140,7 +157,9 @@ class ClientConfig:
             if value is not None:
                 object.__setattr__(self, name, Path(value))
         if (self.cert is None) != (self.key is None):
-            raise UsageError("give a certificate and its key together (cert/key, or $AA_CERT/$AA_KEY)")
+            raise UsageError(
+                "give a certificate and its key together (cert/key, or $AA_CERT/$AA_KEY)"
+            )
         if self.cert is not None and self.ca is None:
             raise UsageError("a client certificate needs the mesh CA too (ca, or $AA_CA)")
         client_tls(self)  # UsageError now, for a missing, unreadable or expired file

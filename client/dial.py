@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import ConnectionLost, ForeignProtocol, RemoteError, parse_endpoint
 from aa.mesh.protocol import Error, Hello, Message, Welcome
@@ -57,7 +58,7 @@ class Refusals:
         return "; ".join(f"{e}: {why}" for e, why in self.why.items())
 
 
-async def first_of(*waits: "Coroutine[Any, Any, Any]") -> None:
+async def first_of(*waits: Coroutine[Any, Any, Any]) -> None:
     """Return when the first of *waits* returns; the others are cancelled."""
     tasks = [asyncio.ensure_future(w) for w in waits]
     try:
@@ -81,14 +82,21 @@ def refusal(exc: BaseException, impatient: bool = False) -> str | None:
         return NOTHING_LISTENS
     if isinstance(exc, RemoteError):
         return None if exc.code == "busy" else str(exc)
-    if isinstance(exc, socket.gaierror) or isinstance(exc, ConnectionLost) and isinstance(exc.__cause__, (ssl.SSLError, ForeignProtocol)):
+    if (
+        isinstance(exc, socket.gaierror)
+        or isinstance(exc, ConnectionLost)
+        and isinstance(exc.__cause__, (ssl.SSLError, ForeignProtocol))
+    ):
         return str(exc) or type(exc).__name__
     return None
 
 
 async def open_router(
-    endpoint: str, hello: Hello, on_message: Callable[[Message], None], on_writable: Callable[[], None],
-    config: "ClientConfig | None" = None,
+    endpoint: str,
+    hello: Hello,
+    on_message: Callable[[Message], None],
+    on_writable: Callable[[], None],
+    config: ClientConfig | None = None,
 ) -> tuple[Link, Welcome]:
     """Connect to the router at *endpoint*, say *hello*, and return the link and the
     router's welcome once it came; every later frame goes to *on_message*. Raises `OSError`

@@ -16,11 +16,12 @@ import asyncio
 import logging
 import os
 import ssl
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from aa.mesh import ConnectionLost, Connection, ForeignProtocol, ProtocolError, UsageError
+from aa.mesh import Connection, ConnectionLost, ForeignProtocol, ProtocolError, UsageError
 from aa.mesh.protocol import Message
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ log = logging.getLogger("aa.client")
 class Link(asyncio.Protocol):
     """Feeds frames to `on_message`; `lost` resolves when the connection ends."""
 
-    def __init__(self, on_message: Callable[["Link", Message], None], on_writable: Callable[[], None]) -> None:
+    def __init__(
+        self, on_message: Callable[[Link, Message], None], on_writable: Callable[[], None]
+    ) -> None:
         self.codec = Connection()
         self.transport: asyncio.Transport | None = None
         self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
@@ -60,7 +63,11 @@ class Link(asyncio.Protocol):
                 self._on_message(self, msg)
         except ProtocolError as exc:
             # (another protocol altogether is what `connect` then says, once)
-            log.log(logging.INFO if isinstance(exc, ForeignProtocol) else logging.WARNING, "router sent a bad frame: %s", exc)
+            log.log(
+                logging.INFO if isinstance(exc, ForeignProtocol) else logging.WARNING,
+                "router sent a bad frame: %s",
+                exc,
+            )
             self.close(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -103,11 +110,11 @@ def _check_cert(path: Path, what: str) -> None:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except ValueError:
         raise UsageError(f"{what} {path} is not a PEM certificate") from None
-    if cert.not_valid_after_utc < datetime.now(timezone.utc):
+    if cert.not_valid_after_utc < datetime.now(UTC):
         raise UsageError(f"{what} {path} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
 
 
-def client_tls(config: "ClientConfig") -> ssl.SSLContext | None:
+def client_tls(config: ClientConfig) -> ssl.SSLContext | None:
     """The TLS context *config* asks for (None: plaintext). Raises `UsageError` for a
     missing, unreadable or expired file, or a key that does not fit its certificate."""
     if config.ca is None:
@@ -132,8 +139,10 @@ def client_tls(config: "ClientConfig") -> ssl.SSLContext | None:
         except FileNotFoundError:
             raise UsageError(f"key {config.key} does not exist") from None
         except (ssl.SSLError, OSError) as exc:
-            raise UsageError(f"certificate {config.cert} and key {config.key} cannot be used together "
-                             f"({getattr(exc, 'reason', None) or exc})") from None
+            raise UsageError(
+                f"certificate {config.cert} and key {config.key} cannot be used together "
+                f"({getattr(exc, 'reason', None) or exc})"
+            ) from None
     if len(_CONTEXTS) >= _MAX_CONTEXTS:
         _CONTEXTS.clear()
     _CONTEXTS[token] = ctx
@@ -144,7 +153,11 @@ def _tls_failure(exc: ssl.SSLError, endpoint: str) -> str:
     reason = (exc.reason or str(exc)).upper()
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"router {endpoint}'s certificate is not one the mesh CA signed for a router ({exc.verify_message})"
-    if "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER_FAILURE" in reason or "PACKET_LENGTH_TOO_LONG" in reason:
+    if (
+        "WRONG_VERSION_NUMBER" in reason
+        or "RECORD_LAYER_FAILURE" in reason
+        or "PACKET_LENGTH_TOO_LONG" in reason
+    ):
         return f"router {endpoint} does not speak TLS (a router without --cert?): unset AA_CA to talk to it"
     if "EXPIRED" in reason:
         return f"router {endpoint} refused our certificate: it expired"
@@ -153,7 +166,9 @@ def _tls_failure(exc: ssl.SSLError, endpoint: str) -> str:
     return f"TLS with router {endpoint} failed: {exc.reason or exc}"
 
 
-async def open_link(config: "ClientConfig | None", factory: Callable[[], Link], host: str, port: int) -> Link:
+async def open_link(
+    config: ClientConfig | None, factory: Callable[[], Link], host: str, port: int
+) -> Link:
     """Connect a `Link` to (host, port), with TLS when *config* has a CA. Raises OSError
     when the router cannot be reached, `ConnectionLost` (saying why) when TLS fails."""
     loop = asyncio.get_running_loop()
@@ -162,10 +177,18 @@ async def open_link(config: "ClientConfig | None", factory: Callable[[], Link], 
         _, link = await loop.create_connection(factory, host, port)
         return link
     try:
-        _, link = await loop.create_connection(factory, host, port, ssl=ctx, server_hostname=host,
-                                               ssl_handshake_timeout=config.connect_timeout)
+        _, link = await loop.create_connection(
+            factory,
+            host,
+            port,
+            ssl=ctx,
+            server_hostname=host,
+            ssl_handshake_timeout=config.connect_timeout,
+        )
     except ssl.SSLError as exc:
         raise ConnectionLost(_tls_failure(exc, f"{host}:{port}")) from exc
     except ConnectionResetError as exc:  # the router closed during the handshake
-        raise ConnectionLost(f"router {host}:{port} closed the TLS handshake (our certificate refused?)") from exc
+        raise ConnectionLost(
+            f"router {host}:{port} closed the TLS handshake (our certificate refused?)"
+        ) from exc
     return link

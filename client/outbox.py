@@ -20,14 +20,20 @@ the acks; `room` and `drained` are the events its publishers wait on.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from bisect import bisect_right
+from collections import deque
 from itertools import accumulate, islice
 
 from aa.mesh import Event, InvalidValue
 from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
 
-from .config import BATCH_BYTES, BATCH_EVENTS, MAX_INFLIGHT_FRAMES, REPLAY_WINDOW_EVENTS, REPLAY_WINDOW_SECONDS
+from .config import (
+    BATCH_BYTES,
+    BATCH_EVENTS,
+    MAX_INFLIGHT_FRAMES,
+    REPLAY_WINDOW_EVENTS,
+    REPLAY_WINDOW_SECONDS,
+)
 
 __all__ = ["Outbox", "check_fits"]
 
@@ -134,12 +140,20 @@ def check_fits(event: Event) -> None:
     if size <= BATCH_BYTES:
         return
     if size > MAX_FRAME_BYTES - 1024:
-        raise InvalidValue(f"event of {size} bytes is over the {MAX_FRAME_BYTES} bytes a frame holds")
+        raise InvalidValue(
+            f"event of {size} bytes is over the {MAX_FRAME_BYTES} bytes a frame holds"
+        )
     items, todo = 0, [event.values, event.meta]
     while todo:
         value = todo.pop()
         items += len(value)
-        todo += [v for v in (value.values() if type(value) is dict else value) if type(v) is dict or type(v) is list]
+        todo += [
+            v
+            for v in (value.values() if type(value) is dict else value)
+            if type(v) is dict or type(v) is list
+        ]
     if items > MAX_FRAME_VALUES - 16:
-        raise InvalidValue(f"event holds {items} values in its lists and maps, more than the {MAX_FRAME_VALUES - 16} "
-                           "a router takes in one frame: send large arrays as bytes")
+        raise InvalidValue(
+            f"event holds {items} values in its lists and maps, more than the {MAX_FRAME_VALUES - 16} "
+            "a router takes in one frame: send large arrays as bytes"
+        )

@@ -25,18 +25,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import AaTimeout, ConnectionClosed, RemoteError, check_values
-from aa.mesh.protocol import Error, Message
+from aa.mesh.protocol import Error, Message, Quenched, QuenchNotice, Unquench
 from aa.mesh.protocol import Quench as QuenchRequest
-from aa.mesh.protocol import Quenched, QuenchNotice, Unquench
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
     from .sync import Client
 
-__all__ = ["AsyncQuench", "Quench", "QuenchClient", "BlockingQuenchClient", "QuenchCallback", "STALE_GRACE"]
+__all__ = [
+    "AsyncQuench",
+    "Quench",
+    "QuenchClient",
+    "BlockingQuenchClient",
+    "QuenchCallback",
+    "STALE_GRACE",
+]
 
 log = logging.getLogger("aa.client")
 
@@ -52,8 +59,15 @@ QuenchCallback = Callable[[str, str, bool], Any] | Callable[[str, str, bool], Aw
 class AsyncQuench:
     """One quench registration of an `AsyncClient`; see the module docstring."""
 
-    def __init__(self, client: "AsyncClient", reg: int, values: dict[str, Any], type: str | None,
-                 mentioned_only: bool, callback: QuenchCallback | None) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        reg: int,
+        values: dict[str, Any],
+        type: str | None,
+        mentioned_only: bool,
+        callback: QuenchCallback | None,
+    ) -> None:
         self.client = client
         self.id = reg
         self.prototype = values
@@ -113,7 +127,7 @@ class AsyncQuench:
             self.finish()
             await self.client.remove_quench(self)
 
-    async def __aenter__(self) -> "AsyncQuench":
+    async def __aenter__(self) -> AsyncQuench:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -204,12 +218,12 @@ class QuenchClient:
     #: Seconds the mesh has to confirm known interest after a reconnection.
     quench_stale_grace: float = STALE_GRACE
 
-    def _init_quench(self: "AsyncClient") -> None:  # type: ignore[misc]
+    def _init_quench(self: AsyncClient) -> None:  # type: ignore[misc]
         self._quenches: dict[int, AsyncQuench] = {}
         self._quench_waiters: dict[int, asyncio.Future[None]] = {}
 
     async def quench(  # type: ignore[misc]
-        self: "AsyncClient",
+        self: AsyncClient,
         prototype: Mapping[str, Any],
         callback: QuenchCallback | None = None,
         *,
@@ -253,16 +267,16 @@ class QuenchClient:
             self._quench_waiters.pop(reg, None)
         return q
 
-    async def remove_quench(self: "AsyncClient", q: AsyncQuench) -> None:  # type: ignore[misc]
+    async def remove_quench(self: AsyncClient, q: AsyncQuench) -> None:  # type: ignore[misc]
         if self._quenches.pop(q.id, None) is not None and self.connected:
             self._send(Unquench(reg=q.id))
 
-    def _quench_connected(self: "AsyncClient") -> None:  # type: ignore[misc]
+    def _quench_connected(self: AsyncClient) -> None:  # type: ignore[misc]
         for q in list(self._quenches.values()):
             q.reconnected(self.quench_stale_grace)
             self._send(_request(q))
 
-    def _quench_answer(self: "AsyncClient", msg: Message) -> None:  # type: ignore[misc]
+    def _quench_answer(self: AsyncClient, msg: Message) -> None:  # type: ignore[misc]
         if type(msg) is Quenched:
             fut = self._quench_waiters.get(msg.reg)
             if fut is not None and not fut.done():
@@ -272,7 +286,7 @@ class QuenchClient:
             if q is not None:
                 q.apply(msg.changes)
 
-    def _quench_error(self: "AsyncClient", msg: Error) -> bool:  # type: ignore[misc]
+    def _quench_error(self: AsyncClient, msg: Error) -> bool:  # type: ignore[misc]
         """Route a refusal of a quench registration; False if it is not one."""
         if msg.ref is None or msg.ref not in self._quenches:
             return False
@@ -284,7 +298,7 @@ class QuenchClient:
             self._quenches.pop(msg.ref).fail(error)
         return True
 
-    def _quench_close(self: "AsyncClient") -> None:  # type: ignore[misc]
+    def _quench_close(self: AsyncClient) -> None:  # type: ignore[misc]
         for q in self._quenches.values():
             q.finish()
         self._quenches.clear()
@@ -298,7 +312,7 @@ class Quench:
     """A blocking client's quench registration (`Client.quench`). The callback runs in the
     client's thread."""
 
-    def __init__(self, client: "Client", inner: AsyncQuench) -> None:
+    def __init__(self, client: Client, inner: AsyncQuench) -> None:
         self._client = client
         self._inner = inner
         self.id = inner.id
@@ -322,7 +336,7 @@ class Quench:
     def close(self) -> None:
         self._client._call(self._inner.aclose())
 
-    def __enter__(self) -> "Quench":
+    def __enter__(self) -> Quench:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -332,11 +346,19 @@ class Quench:
 class BlockingQuenchClient:
     """`quench` for the blocking `Client` (a mixin over its `AsyncClient`)."""
 
-    _async: "AsyncClient"
+    _async: AsyncClient
     _call: Callable[..., Any]
 
-    def quench(self, prototype: Mapping[str, Any], callback: Callable[[str, str, bool], Any] | None = None, *,
-               type: str | None = None, mentioned_only: bool = False) -> Quench:
+    def quench(
+        self,
+        prototype: Mapping[str, Any],
+        callback: Callable[[str, str, bool], Any] | None = None,
+        *,
+        type: str | None = None,
+        mentioned_only: bool = False,
+    ) -> Quench:
         """Blocking `AsyncClient.quench`; returns a `Quench`."""
-        inner = self._call(self._async.quench(prototype, callback, type=type, mentioned_only=mentioned_only))
+        inner = self._call(
+            self._async.quench(prototype, callback, type=type, mentioned_only=mentioned_only)
+        )
         return Quench(self, inner)  # type: ignore[arg-type]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-from aa.mesh import ConnectionClosed, Event, PatternError, PatternSpec
-from aa.mesh import EventQueue
+from aa.mesh import ConnectionClosed, Event, EventQueue, PatternError, PatternSpec
 from aa.mesh.protocol import Subscribe
 
 if TYPE_CHECKING:
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 __all__ = ["Subscription"]
 
 log = logging.getLogger("aa.client")
-
 
 
 class Subscription:
@@ -35,7 +34,7 @@ class Subscription:
 
     def __init__(
         self,
-        client: "AsyncClient",
+        client: AsyncClient,
         sub_id: int,
         spec: PatternSpec,
         params: dict[str, Any],
@@ -91,8 +90,13 @@ class Subscription:
     def subscribe_message(self, *, with_history: bool = True) -> Subscribe:
         """The frame that registers this subscription (again, after a fail-over: without
         its history)."""
-        return Subscribe(sub_id=self.id, pattern=self.pattern, params=self.params,
-                         history=self.history if with_history else None, overflow=self.overflow)
+        return Subscribe(
+            sub_id=self.id,
+            pattern=self.pattern,
+            params=self.params,
+            history=self.history if with_history else None,
+            overflow=self.overflow,
+        )
 
     def missed_events(self, count: int) -> None:
         """The router dropped *count* events of this subscription: the client read too
@@ -104,12 +108,19 @@ class Subscription:
             except Exception:
                 log.exception("subscription %d: on_missed failed", self.id)
         else:
-            log.warning("subscription %d: the router dropped %d events this client did not read in time "
-                        "(%d in all)", self.id, count, self.missed)
+            log.warning(
+                "subscription %d: the router dropped %d events this client did not read in time "
+                "(%d in all)",
+                self.id,
+                count,
+                self.missed,
+            )
 
     def fail(self, error: PatternError) -> None:
         self.failure = error
-        if self._callback is not None and self.on_finish is None:  # a callback's: nobody iterates to be told
+        if (
+            self._callback is not None and self.on_finish is None
+        ):  # a callback's: nobody iterates to be told
             log.warning("subscription %d stopped by the router: %s", self.id, error)
         self.finish()
 
@@ -162,7 +173,7 @@ class Subscription:
             raise RuntimeError("this subscription delivers to its callback")
         return self._queue
 
-    async def __aenter__(self) -> "Subscription":
+    async def __aenter__(self) -> Subscription:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

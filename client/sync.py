@@ -24,15 +24,16 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, Callable, Coroutine, Final, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Final, TypeVar
 
 from aa.mesh import AaTimeout, ConnectionClosed, Event, PatternError, PatternSpec, RemoteError
 
 from .aio import AsyncClient
 from .caching import BlockingCacheClient
-from .quench import BlockingQuenchClient
 from .config import ClientConfig
+from .quench import BlockingQuenchClient
 from .subscription import Subscription as AsyncSubscription
 
 __all__ = ["Client", "Subscription", "EXIT_TIMEOUT"]
@@ -52,7 +53,7 @@ CLOSE_GRACE: Final = 2.0
 
 #: Clients not closed yet; the exit handler flushes and closes them (strong references: an
 #: open client's thread lives anyway, and `Client(...).publish(...)` keeps no reference).
-_open: "set[Client]" = set()
+_open: set[Client] = set()
 _open_lock = threading.Lock()
 
 
@@ -72,7 +73,12 @@ atexit.register(_at_exit)
 class Subscription:
     """A blocking client's subscription: iterate it, `update(**params)`, `close()`."""
 
-    def __init__(self, client: "Client", inner: AsyncSubscription, q: "queue.SimpleQueue[Event | None] | None") -> None:
+    def __init__(
+        self,
+        client: Client,
+        inner: AsyncSubscription,
+        q: queue.SimpleQueue[Event | None] | None,
+    ) -> None:
         self._client = client
         self._inner = inner
         self._queue = q
@@ -127,7 +133,7 @@ class Subscription:
             except ConnectionClosed:
                 return
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> Subscription:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -156,14 +162,18 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         any request, such as a persisted event it did not keep; without it, logged."""
         self.exit_timeout = exit_timeout
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="aa-client", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="aa-client", daemon=True
+        )
         self._thread.start()
         self._pending: collections.deque[Event] = collections.deque()
         self._wakeup = False
         self._closed = False
 
         async def make() -> AsyncClient:
-            return AsyncClient(routers, config=config, client_id=client_id, name=name, on_error=on_error)
+            return AsyncClient(
+                routers, config=config, client_id=client_id, name=name, on_error=on_error
+            )
 
         self._async = self._call(make())
         try:
@@ -271,8 +281,15 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
             cb = q.put
 
         async def go() -> AsyncSubscription:
-            inner = await self._async.subscribe(pattern, cb, params=params, format=format, kernel=kernel,
-                                                history=history, needs=needs)
+            inner = await self._async.subscribe(
+                pattern,
+                cb,
+                params=params,
+                format=format,
+                kernel=kernel,
+                history=history,
+                needs=needs,
+            )
             if q is not None:  # its end (the router stopping the pattern too) ends the iteration
                 inner.on_finish = functools.partial(q.put, None)
                 if inner.closed:
@@ -299,7 +316,11 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         try:
             self._call(self._async.aclose(timeout), timeout=timeout + CLOSE_GRACE)
         except TimeoutError:  # the client's thread is stuck (a callback that blocks): leave it
-            log.warning("client %s: not closed within %.1f s; leaving its thread", self.client_id, timeout + CLOSE_GRACE)
+            log.warning(
+                "client %s: not closed within %.1f s; leaving its thread",
+                self.client_id,
+                timeout + CLOSE_GRACE,
+            )
         finally:
             self._stop_loop()
 
@@ -327,10 +348,17 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
             quiet.disabled = was
         if unsent:
             where = ", ".join(self._async.config.routers) or "a discovered address"
-            why = (f"the router at {where} did not acknowledge them" if connected else
-                   f"is a router running at {where}?")  # fmt: skip
-            print(f"aa.client: {unsent} event(s) not acknowledged by a router within {self.exit_timeout:g} s "
-                  f"of the program's exit; they are lost ({why})", file=sys.stderr, flush=True)
+            why = (
+                f"the router at {where} did not acknowledge them"
+                if connected
+                else f"is a router running at {where}?"
+            )
+            print(
+                f"aa.client: {unsent} event(s) not acknowledged by a router within {self.exit_timeout:g} s "
+                f"of the program's exit; they are lost ({why})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _stop_loop(self) -> None:
         self._closed = True
@@ -341,7 +369,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         if not self._loop.is_running():
             self._loop.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:

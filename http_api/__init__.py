@@ -36,8 +36,8 @@ Decisions (details in the module named):
   (`guard`, `limits`).
 """
 
-from .atom import ATOM_TYPE, entry_id, event_from_content
 from .app import create_app
+from .atom import ATOM_TYPE, entry_id, event_from_content
 from .clients import BadToken, Capacity, UnknownClient
 from .endpoint import HttpConfig, HttpEndpoint
 from .limits import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, MAX_BODY_BYTES, MAX_BODY_VALUES

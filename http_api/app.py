@@ -34,9 +34,10 @@ import json
 import logging
 import re
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from importlib.resources import files
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -45,8 +46,17 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from aa.mesh import AaError, PatternError, PatternSpec, StoreError, UsageError
-from aa.mesh import event_to_json, from_json, id_scope, to_json
+from aa.mesh import (
+    AaError,
+    PatternError,
+    PatternSpec,
+    StoreError,
+    UsageError,
+    event_to_json,
+    from_json,
+    id_scope,
+    to_json,
+)
 from aa.router import parse_duration, scoped_id
 from aa.router.store import event_order
 
@@ -68,8 +78,12 @@ log = logging.getLogger("aa.http_api")
 
 _STATIC = files("aa.http_api") / "static"
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 403: {"model": ErrorOut},
-    404: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut},
+    400: {"model": ErrorOut},
+    401: {"model": ErrorOut},
+    403: {"model": ErrorOut},
+    404: {"model": ErrorOut},
+    413: {"model": ErrorOut},
+    422: {"model": ErrorOut},
 }
 
 
@@ -87,8 +101,10 @@ def _parse_since(text: str, now: datetime) -> datetime:
         try:
             return now - parse_duration(text)
         except UsageError:
-            raise UsageError(f"since {text!r} is neither an ISO 8601 instant nor a duration such as '90s' or '1h'") from None
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+            raise UsageError(
+                f"since {text!r} is neither an ISO 8601 instant nor a duration such as '90s' or '1h'"
+            ) from None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def create_app(
@@ -146,9 +162,17 @@ def create_app(
         return info
 
     @app.post(
-        "/events", status_code=201, response_model=Published, summary="Publish an event",
-        responses={200: {"model": Published, "description": "A retried publish: an event with this `id` is "
-                         "already in the mesh, so nothing was sent (`duplicate: true`)"}},
+        "/events",
+        status_code=201,
+        response_model=Published,
+        summary="Publish an event",
+        responses={
+            200: {
+                "model": Published,
+                "description": "A retried publish: an event with this `id` is "
+                "already in the mesh, so nothing was sent (`duplicate: true`)",
+            }
+        },
     )
     async def publish(body: PublishIn, request: Request, response: Response) -> Published:
         """201 with the new event's id; 200 with ``duplicate: true`` when the ``id`` given was
@@ -164,47 +188,75 @@ def create_app(
         who = request.headers.get("authorization") or (peer.host if peer else "http")
         scope = id_scope("http:" + who)
         # The user (Å §4.6, `meta["user"]`): the HTTP client whose token the request carries.
-        owner = request.app.state.clients.owner_of(token_of(request, ""), now=request.app.state.clock())
+        owner = request.app.state.clients.owner_of(
+            token_of(request, ""), now=request.app.state.clock()
+        )
         user = f"http:{owner.id}" if owner is not None else "anonymous"
-        event = router.publish(values, type=body.type, meta=meta, id=body.id, client_id=HTTP_PUBLISHER,
-                               address=address, scope=scope, user=user)
-        if event is None:  # a retried publish: the id is already in the mesh, as the first answer gave it
+        event = router.publish(
+            values,
+            type=body.type,
+            meta=meta,
+            id=body.id,
+            client_id=HTTP_PUBLISHER,
+            address=address,
+            scope=scope,
+            user=user,
+        )
+        if (
+            event is None
+        ):  # a retried publish: the id is already in the mesh, as the first answer gave it
             response.status_code = 200
             return Published(id=scoped_id(scope + "-", body.id or ""), duplicate=True)
         return Published(id=event.id)
 
-    @app.get("/events", summary="Stored and cached events matching a pattern", description=(
-        "Oldest first, at most `limit`. JSON: `{\"events\": [...], \"more\": bool}`: `more` says the "
-        "answer was cut at `limit`, and `next` (when the cut falls between two times) is this "
-        "query from the first event left out: follow it for the rest. Events stamped with one "
-        "time are never split across `next`: a larger `limit` gets past them."))
+    @app.get(
+        "/events",
+        summary="Stored and cached events matching a pattern",
+        description=(
+            'Oldest first, at most `limit`. JSON: `{"events": [...], "more": bool}`: `more` says the '
+            "answer was cut at `limit`, and `next` (when the cut falls between two times) is this "
+            "query from the first event left out: follow it for the rest. Events stamped with one "
+            "time are never split across `next`: a larger `limit` gets past them."
+        ),
+    )
     async def history(
         request: Request,
         pattern: str = Query("True", description="Pattern source (default: every event)"),
         kernel: Literal["python", "xpath"] = "python",
         format: Literal["expr", "script"] = "expr",
         since: str | None = Query(
-            None, json_schema_extra={"pattern": _SINCE}, description="ISO 8601 instant (UTC unless it says), or a duration back: "
-            "'90s', '1h'; empty: no limit"),
+            None,
+            json_schema_extra={"pattern": _SINCE},
+            description="ISO 8601 instant (UTC unless it says), or a duration back: "
+            "'90s', '1h'; empty: no limit",
+        ),
         limit: int = Query(100, ge=1, le=MAX_HISTORY),
         include_cache: bool = True,
     ) -> Response:
         spec = PatternSpec(kernel=kernel, format=format, source=pattern)
-        start = _parse_since(since, datetime.now(timezone.utc)) if since else None
-        events = await router.history(spec, since=start, limit=limit + 1, include_cache=include_cache)
+        start = _parse_since(since, datetime.now(UTC)) if since else None
+        events = await router.history(
+            spec, since=start, limit=limit + 1, include_cache=include_cache
+        )
         beyond = events[limit] if len(events) > limit else None  # one more: is the answer cut?
         del events[limit:]
         t = _later(events[-1], beyond) if beyond is not None else None
         rest = str(request.url.include_query_params(since=t.isoformat())) if t is not None else None
         if negotiate(request.headers.get("accept"), ("application/json", ATOM_TYPE)) == ATOM_TYPE:
             body = render_atom(
-                feed_id=f"urn:aa:history:{router.id}", title=f"Aa history: {pattern}",
-                updated=datetime.now(timezone.utc), author=router.name,
+                feed_id=f"urn:aa:history:{router.id}",
+                title=f"Aa history: {pattern}",
+                updated=datetime.now(UTC),
+                author=router.name,
                 links=[("self", str(request.url)), *([("next", rest)] if rest else [])],
-                entries=[(e, ()) for e in events], cache=app.state.entries,
+                entries=[(e, ()) for e in events],
+                cache=app.state.entries,
             )
             return Response(body, media_type=ATOM_TYPE)
-        answer: dict[str, Any] = {"events": [event_to_json(e) for e in events], "more": beyond is not None}
+        answer: dict[str, Any] = {
+            "events": [event_to_json(e) for e in events],
+            "more": beyond is not None,
+        }
         if rest is not None:
             answer["next"] = rest
         return JSONResponse(answer)
@@ -244,7 +296,9 @@ def _typed_values_schema(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = build()
-            schema.setdefault("components", {}).setdefault("schemas", {})["TypedValue"] = TYPED_VALUE
+            schema.setdefault("components", {}).setdefault("schemas", {})["TypedValue"] = (
+                TYPED_VALUE
+            )
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -257,7 +311,9 @@ def _handlers(app: FastAPI) -> None:
         for e in errors:
             if e.get("type") == "json_invalid":
                 why = (e.get("ctx") or {}).get("error", "")
-                return _error(400, "malformed-json", f"the body is not valid JSON: {why}".rstrip(": "))
+                return _error(
+                    400, "malformed-json", f"the body is not valid JSON: {why}".rstrip(": ")
+                )
         parts = []
         for e in errors:
             where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
@@ -265,7 +321,10 @@ def _handlers(app: FastAPI) -> None:
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if any(e.get("loc") == ("body",) for e in errors) and kind != "application/json":
             # the body came as something else (curl -d sends a form), so FastAPI saw no JSON
-            parts.insert(0, f"the body must be JSON, sent with 'Content-Type: application/json' (not {kind or 'no content type'})")
+            parts.insert(
+                0,
+                f"the body must be JSON, sent with 'Content-Type: application/json' (not {kind or 'no content type'})",
+            )
         detail = json.loads(json.dumps(errors, default=str))
         return _error(422, "invalid-request", "; ".join(parts), detail=detail)
 
@@ -281,7 +340,9 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(BadToken)
     async def bad_token(request: Request, exc: BadToken) -> JSONResponse:
-        return _error(401, "unauthorized", str(exc), headers={"WWW-Authenticate": 'Bearer realm="aa"'})
+        return _error(
+            401, "unauthorized", str(exc), headers={"WWW-Authenticate": 'Bearer realm="aa"'}
+        )
 
     @app.exception_handler(UnknownClient)
     async def unknown(request: Request, exc: UnknownClient) -> JSONResponse:
@@ -293,7 +354,9 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def store(request: Request, exc: StoreError) -> JSONResponse:
-        return _error(503, "store", f"the store cannot answer now: {exc}", headers={"Retry-After": "10"})
+        return _error(
+            503, "store", f"the store cannot answer now: {exc}", headers={"Retry-After": "10"}
+        )
 
     @app.exception_handler(PatternError)
     async def pattern(request: Request, exc: PatternError) -> JSONResponse:
@@ -312,4 +375,3 @@ def _code(exc: BaseException) -> str:
     """An error's code in the API's style: `InvalidPolicy` → "invalid-policy", `UsageError` → "usage"."""
     name = type(exc).__name__.removesuffix("Error") or "error"
     return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
-

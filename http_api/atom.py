@@ -37,12 +37,22 @@ from __future__ import annotations
 import base64
 import json
 import re
-from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
 
-from aa.mesh import META_ADDRESS, META_CLIENT, META_ROUTER, META_TIME, Event, event_from_json, event_to_json, to_json
+from aa.mesh import (
+    META_ADDRESS,
+    META_CLIENT,
+    META_ROUTER,
+    META_TIME,
+    Event,
+    event_from_json,
+    event_to_json,
+    to_json,
+)
 
 __all__ = [
     "ATOM_TYPE",
@@ -94,7 +104,7 @@ def _attr(value: str) -> str:
 
 
 def _date(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def entry_id(event: Event) -> str:
@@ -193,8 +203,11 @@ def render_atom(
     parts = cache.parts if cache is not None else _parts
     categories: dict[Sequence[str], bytes] = {}  # most entries of a feed share their patterns
     # The link's URL is escaped once per feed (its host comes from the request: anyone's text).
-    prefix = b'<link rel="alternate" href="' + _utf8(escape(_NOT_XML.sub("\ufffd", event_url), _QUOTE)) \
-        if event_url is not None else None
+    prefix = (
+        b'<link rel="alternate" href="' + _utf8(escape(_NOT_XML.sub("\ufffd", event_url), _QUOTE))
+        if event_url is not None
+        else None
+    )
     # Bytes from here: entries are kept encoded (`EntryCache`), so a page of them is joined,
     # not encoded anew for every poll.
     chunks = [_utf8("".join(out))]
@@ -205,7 +218,9 @@ def render_atom(
             chunks += (prefix, link, b'"/>')
         tags = categories.get(pids)
         if tags is None:
-            tags = categories[pids] = _utf8("".join(_category(pid, labels.get(pid)) for pid in pids))
+            tags = categories[pids] = _utf8(
+                "".join(_category(pid, labels.get(pid)) for pid in pids)
+            )
         chunks.append(tags)
         chunks.append(body)
     chunks.append(b"</feed>\n")
@@ -245,7 +260,9 @@ class EntryCache:
         stamped = type(event.meta.get(META_TIME)) is datetime
         head, link, body = _parts(event, updated)
         length = len(head) + len(link) + len(body)
-        if key and stamped and length <= MAX_CACHED_ENTRY_CHARS:  # one dated by its feed is that feed's
+        if (
+            key and stamped and length <= MAX_CACHED_ENTRY_CHARS
+        ):  # one dated by its feed is that feed's
             parts = self._parts
             old = parts.pop(key, None)
             if old is not None:
@@ -273,10 +290,14 @@ def _parts(event: Event, updated: datetime) -> tuple[bytes, bytes, bytes]:
         head.append(f'<category scheme="{TYPE_SCHEME}" term={_attr(event.type)}/>')
     # For people: what a feed reader shows. Every piece of text is escaped (_text): values
     # are strangers' strings, and this is markup a reader renders.
-    body = [f'<summary type="text">{_text(summary(event))}</summary>',
-            f'<content type="xhtml"><div xmlns="{_XHTML}"><ul>']
+    body = [
+        f'<summary type="text">{_text(summary(event))}</summary>',
+        f'<content type="xhtml"><div xmlns="{_XHTML}"><ul>',
+    ]
     for name, value in event.values.items():
-        body.append(f"<li><b>{_text(name)}</b>: {_text(_shown(value))} <i>({type(value).__name__})</i></li>")
+        body.append(
+            f"<li><b>{_text(name)}</b>: {_text(_shown(value))} <i>({type(value).__name__})</i></li>"
+        )
     body.append("</ul><p>")
     if event.type:
         body.append(f"Type <b>{_text(event.type)}</b> · ")
@@ -310,4 +331,6 @@ def render_json(
         "links": dict(links),
         "entries": [{"patterns": list(pids), "event": event_to_json(e)} for e, pids in entries],
     }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )

@@ -42,14 +42,19 @@ import hashlib
 import heapq
 import hmac
 import secrets
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
-from aa.mesh import AaError, Event, PatternSpec, UsageError
-from aa.mesh import META_TIME
+from aa.mesh import META_TIME, AaError, Event, PatternSpec, UsageError
 
-from .limits import DEFAULT_KEEPALIVE, MAX_CONDITIONAL_VARIANTS, MAX_HTTP_CLIENTS, MAX_PATTERNS_PER_CLIENT
+from .limits import (
+    DEFAULT_KEEPALIVE,
+    MAX_CONDITIONAL_VARIANTS,
+    MAX_HTTP_CLIENTS,
+    MAX_PATTERNS_PER_CLIENT,
+)
 
 __all__ = [
     "HttpClients",
@@ -77,9 +82,13 @@ class Capacity(AaError):
 class CacheAPI(Protocol):
     """The part of `router.caches` this module uses."""
 
-    def register(self, client_id: str, pattern: PatternSpec, policy: Any, timeout: float) -> None: ...
+    def register(
+        self, client_id: str, pattern: PatternSpec, policy: Any, timeout: float
+    ) -> None: ...
     def keepalive(self, client_id: str) -> bool: ...
-    def fetch(self, client_id: str, *, after: int | None = None, limit: int | None = None) -> Any: ...
+    def fetch(
+        self, client_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> Any: ...
     def ack(self, client_id: str, upto: int | str) -> int: ...
     def set_policy(self, client_id: str, policy: Any) -> None: ...
     def clear(self, client_id: str) -> None: ...
@@ -136,7 +145,7 @@ def _arrival_key(item: tuple[Event, str]) -> datetime:
     return t if type(t) is datetime and t.tzinfo is not None else _EPOCH
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class HttpClients:
@@ -184,7 +193,7 @@ class HttpClients:
             policy=policy,
             keepalive=float(keepalive),
             token_hash=_hash(token),
-            created=datetime.now(timezone.utc),
+            created=datetime.now(UTC),
             last_seen=now,
         )
         self._clients[client.id] = client
@@ -204,9 +213,13 @@ class HttpClients:
             raise UnknownClient(f"no HTTP client {client_id!r} here (unknown, deleted or expired)")
         if now - client.last_seen > client.keepalive:
             self.remove(client)
-            raise UnknownClient(f"HTTP client {client_id!r} expired: no poll for {client.keepalive:.0f} s")
+            raise UnknownClient(
+                f"HTTP client {client_id!r} expired: no poll for {client.keepalive:.0f} s"
+            )
         if token is None or not hmac.compare_digest(_hash(token), client.token_hash):
-            raise BadToken("this resource needs the client's token: 'Authorization: Bearer <token>'")
+            raise BadToken(
+                "this resource needs the client's token: 'Authorization: Bearer <token>'"
+            )
         return client
 
     def owner_of(self, token: str | None, *, now: float) -> HttpClient | None:
@@ -264,13 +277,18 @@ class HttpClients:
         for pid in client.patterns:
             if not self.caches.keepalive(client.cache_key(pid)):
                 self.remove(client)
-                raise UnknownClient(f"HTTP client {client.id!r} expired: the router dropped its cache")
+                raise UnknownClient(
+                    f"HTTP client {client.id!r} expired: the router dropped its cache"
+                )
 
     def page(self, client: HttpClient, *, after: int | None, limit: int) -> FeedPage:
         """Events after cursor *after* (None: after what was acknowledged); see the module
         docstring for how one page is cut from several caches."""
         caches = self.caches
-        fetched = {pid: caches.fetch(client.cache_key(pid), after=after, limit=limit) for pid in client.patterns}
+        fetched = {
+            pid: caches.fetch(client.cache_key(pid), after=after, limit=limit)
+            for pid in client.patterns
+        }
         if not fetched:
             return FeedPage(entries=[], cursor=after or 0, more=False, after=after)
         waiting = [f.cursor for f in fetched.values() if f.more]
@@ -367,4 +385,3 @@ def _merge(lists: list[list[tuple[Event, str]]]) -> list[tuple[Event, tuple[str,
         elif pid not in got:
             got.append(pid)
     return [(e, tuple(tags[e.id or str(id(e))])) for e in order]
-

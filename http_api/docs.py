@@ -39,23 +39,27 @@ def add_docs(app: FastAPI, *, title: str) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def swagger() -> HTMLResponse:
-        return _confined(get_swagger_ui_html(
-            openapi_url=openapi_url,
-            title=f"{title} — API",
-            swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
-            swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
-            swagger_favicon_url=f"{DOCS_STATIC}/favicon.png",
-        ))
+        return _confined(
+            get_swagger_ui_html(
+                openapi_url=openapi_url,
+                title=f"{title} — API",
+                swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
+                swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
+                swagger_favicon_url=f"{DOCS_STATIC}/favicon.png",
+            )
+        )
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
-        return _confined(get_redoc_html(
-            openapi_url=openapi_url,
-            title=f"{title} — API",
-            redoc_js_url=f"{DOCS_STATIC}/redoc.standalone.js",
-            redoc_favicon_url=f"{DOCS_STATIC}/favicon.png",
-            with_google_fonts=False,
-        ))
+        return _confined(
+            get_redoc_html(
+                openapi_url=openapi_url,
+                title=f"{title} — API",
+                redoc_js_url=f"{DOCS_STATIC}/redoc.standalone.js",
+                redoc_favicon_url=f"{DOCS_STATIC}/favicon.png",
+                with_google_fonts=False,
+            )
+        )
 
 
 def _confined(page: HTMLResponse) -> HTMLResponse:

@@ -19,9 +19,10 @@ import asyncio
 import contextlib
 import logging
 import socket
-from pathlib import Path
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -74,9 +75,15 @@ class HttpConfig:
             object.__setattr__(self, "allow", (self.allow,))
         object.__setattr__(self, "allow", tuple(self.allow))
         parse_ranges(self.allow)  # raises UsageError for a bad range
-        if not isinstance(self.request_head_deadline, (int, float)) or not self.request_head_deadline > 0:
+        if (
+            not isinstance(self.request_head_deadline, (int, float))
+            or not self.request_head_deadline > 0
+        ):
             raise UsageError("request_head_deadline must be a positive number of seconds")
-        if type(self.max_connections_per_address) is not int or self.max_connections_per_address < 1:
+        if (
+            type(self.max_connections_per_address) is not int
+            or self.max_connections_per_address < 1
+        ):
             raise UsageError("max_connections_per_address must be a positive number")
         if type(self.max_body) is not int or self.max_body < 1:
             raise UsageError("max_body must be a positive number of bytes")
@@ -168,11 +175,14 @@ class HttpEndpoint:
                 proxy_headers=False,
                 server_header=False,
                 ws="none",
-                http=with_deadline(cfg.request_head_deadline, cfg.max_connections_per_address),  # httptools, head timed
+                http=with_deadline(
+                    cfg.request_head_deadline, cfg.max_connections_per_address
+                ),  # httptools, head timed
                 timeout_graceful_shutdown=int(cfg.shutdown_grace) or 1,
                 # Idle keep-alive connections closed after 5 s; past 1,000 connections new
                 # requests get 503 (an fd each: the router's port shares the open-file limit).
-                timeout_keep_alive=5, limit_concurrency=1_000,
+                timeout_keep_alive=5,
+                limit_concurrency=1_000,
                 ssl_certfile=str(cfg.cert) if cfg.cert else None,
                 ssl_keyfile=str(cfg.key) if cfg.key else None,
             )

@@ -34,12 +34,16 @@ class _BadQuery(Exception):
     pass
 
 
-def _int(params: dict[str, str], name: str, default: int | None, low: int, high: int | None) -> int | None:
+def _int(
+    params: dict[str, str], name: str, default: int | None, low: int, high: int | None
+) -> int | None:
     text = params.get(name)
     if text is None:
         return default
     if not _INT.fullmatch(text):
-        raise _BadQuery(f"{name}: Input should be a valid integer, unable to parse string as an integer")
+        raise _BadQuery(
+            f"{name}: Input should be a valid integer, unable to parse string as an integer"
+        )
     value = int(text)
     if value < low:
         raise _BadQuery(f"{name}: Input should be greater than or equal to {low}")
@@ -69,19 +73,29 @@ class FeedFastPath:
         scope["app"] = self.app  # what Request.app reads, as FastAPI's router would set it
         request = Request(scope, receive)
         try:
-            params = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
+            params = dict(
+                parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            )
             fmt = params.get("format")
             if fmt is not None and fmt not in FEED_FORMATS:
                 raise _BadQuery("format: Input should be 'atom' or 'json'")
             after = _int(params, "after", None, 0, None)
             limit = _int(params, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
             assert limit is not None
-            response: Any = answer_feed(request, match.group(1), after=after, limit=limit, format=fmt)
+            response: Any = answer_feed(
+                request, match.group(1), after=after, limit=limit, format=fmt
+            )
         except _BadQuery as exc:
             response = error(422, "invalid-request", str(exc))
         except Exception as exc:
-            handler = next((self.app.exception_handlers[c] for c in type(exc).__mro__
-                            if c in self.app.exception_handlers), None)
+            handler = next(
+                (
+                    self.app.exception_handlers[c]
+                    for c in type(exc).__mro__
+                    if c in self.app.exception_handlers
+                ),
+                None,
+            )
             if handler is None:
                 raise
             response = handler(request, exc)

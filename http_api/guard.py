@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Any, Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
 
 from aa.mesh import UsageError
 
@@ -44,10 +45,17 @@ def parse_ranges(ranges: Iterable[str]) -> tuple[Network, ...]:
 
 async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     body = json.dumps({"error": code, "message": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -128,8 +136,13 @@ class Guard:
                 break
         body = b"".join(chunks)
         if body.count(b",") + body.count(b"[") + body.count(b"{") > MAX_BODY_VALUES:
-            await _refuse(send, 413, "too-many-values", f"request body has more than {MAX_BODY_VALUES} values "
-                          "(every ',', '[' and '{' counts): send large arrays as base64 bytes, or in several requests")
+            await _refuse(
+                send,
+                413,
+                "too-many-values",
+                f"request body has more than {MAX_BODY_VALUES} values "
+                "(every ',', '[' and '{' counts): send large arrays as base64 bytes, or in several requests",
+            )
             return
         replay = [{"type": "http.request", "body": body, "more_body": False}]
 

@@ -51,7 +51,7 @@ _INT64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1}
 #: carries — ints in 64 bits, tagged bytes and datetimes, lists, maps.
 TYPED_VALUE: dict[str, Any] = {
     "description": "An event value: null, bool, 64-bit int, float, string, list, map; "
-    "bytes as {\"$bytes\": base64}, datetimes as {\"$datetime\": ISO 8601}",
+    'bytes as {"$bytes": base64}, datetimes as {"$datetime": ISO 8601}',
     "anyOf": [
         {"type": "null"},
         {"type": "boolean"},
@@ -59,14 +59,34 @@ TYPED_VALUE: dict[str, Any] = {
         _INT64,
         {"type": "number", "not": {"type": "integer"}},
         {"type": "array", "items": {"$ref": "#/components/schemas/TypedValue"}},
-        {"type": "object", "required": ["$bytes"], "additionalProperties": False,
-         "properties": {"$bytes": {"type": "string", "pattern": _BASE64}}},
-        {"type": "object", "required": ["$datetime"], "additionalProperties": False,
-         "properties": {"$datetime": {"type": "string", "pattern": ISO_INSTANT}}},
-        {"type": "object", "required": ["$map"], "additionalProperties": False,
-         "properties": {"$map": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/TypedValue"}}}},
-        {"type": "object", "propertyNames": {"pattern": "^([^$].*)?$"},
-         "additionalProperties": {"$ref": "#/components/schemas/TypedValue"}},
+        {
+            "type": "object",
+            "required": ["$bytes"],
+            "additionalProperties": False,
+            "properties": {"$bytes": {"type": "string", "pattern": _BASE64}},
+        },
+        {
+            "type": "object",
+            "required": ["$datetime"],
+            "additionalProperties": False,
+            "properties": {"$datetime": {"type": "string", "pattern": ISO_INSTANT}},
+        },
+        {
+            "type": "object",
+            "required": ["$map"],
+            "additionalProperties": False,
+            "properties": {
+                "$map": {
+                    "type": "object",
+                    "additionalProperties": {"$ref": "#/components/schemas/TypedValue"},
+                }
+            },
+        },
+        {
+            "type": "object",
+            "propertyNames": {"pattern": "^([^$].*)?$"},
+            "additionalProperties": {"$ref": "#/components/schemas/TypedValue"},
+        },
     ],
 }
 _TYPED_MAP = {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/TypedValue"}}
@@ -78,6 +98,8 @@ TypedMap = Annotated[dict[str, Any], WithJsonSchema(_TYPED_MAP)]
 #: surely within every bound below).
 _DURATION = r"^[1-9][0-9]{0,3}(ms|s|m|h|d)$"
 _KEEPALIVE_TEXT = r"^([1-9][0-9]{0,3}(s|m)|[1-9][0-9]?h|[1-7]d|1w)$"
+
+
 def _whole(value: Any) -> Any:
     """JSON Schema counts 5.0 as an integer; so does this API (strict otherwise: "5" is not)."""
     return int(value) if type(value) is float and value.is_integer() else value
@@ -94,8 +116,12 @@ _META: dict[str, Any] = {
     "every router's store (`max_count` needs an event type)",
     "properties": {
         "persist": {"type": "boolean"},
-        "max_age": {"anyOf": [{"type": "number", "minimum": 0.001, "maximum": MAX_POLICY_AGE_S},
-                              {"type": "string", "pattern": _DURATION}]},
+        "max_age": {
+            "anyOf": [
+                {"type": "number", "minimum": 0.001, "maximum": MAX_POLICY_AGE_S},
+                {"type": "string", "pattern": _DURATION},
+            ]
+        },
         "max_count": {"type": "integer", "minimum": 1, "maximum": MAX_POLICY_COUNT},
         "mesh_cache": {"type": "boolean"},
     },
@@ -124,10 +150,14 @@ class PublishIn(BaseModel):
         },
     )
 
-    values: TypedMap = Field(description="Name/value pairs, typed JSON: `{\"$bytes\": b64}`, `{\"$datetime\": iso}`")
+    values: TypedMap = Field(
+        description='Name/value pairs, typed JSON: `{"$bytes": b64}`, `{"$datetime": iso}`'
+    )
     type: str | None = Field(None, max_length=1000, description="Opaque event type")
     meta: Annotated[dict[str, Any], WithJsonSchema(_META)] = Field(default_factory=dict)
-    id: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH, description="Id for a retried publish")
+    id: str | None = Field(
+        None, min_length=1, max_length=MAX_ID_LENGTH, description="Id for a retried publish"
+    )
 
 
 class Published(BaseModel):
@@ -145,8 +175,10 @@ class PatternIn(BaseModel):
         json_schema_extra={
             "examples": [{"source": "Temperature > 100"}],
             # XPath patterns are expressions only.
-            "not": {"required": ["kernel", "format"],
-                    "properties": {"kernel": {"const": "xpath"}, "format": {"const": "script"}}},
+            "not": {
+                "required": ["kernel", "format"],
+                "properties": {"kernel": {"const": "xpath"}, "format": {"const": "script"}},
+            },
         },
     )
 
@@ -177,8 +209,14 @@ class ClientIn(BaseModel):
         extra="forbid",
         strict=True,
         json_schema_extra={
-            "examples": [{"name": "phone", "patterns": [{"source": "Temperature > 100"}],
-                          "policy": {"max_age": "1d", "max_count": 500}, "keepalive": "3d"}]
+            "examples": [
+                {
+                    "name": "phone",
+                    "patterns": [{"source": "Temperature > 100"}],
+                    "policy": {"max_age": "1d", "max_count": 500},
+                    "keepalive": "3d",
+                }
+            ]
         },
     )
 
@@ -189,7 +227,9 @@ class ClientIn(BaseModel):
         Annotated[float, Field(ge=MIN_KEEPALIVE, le=MAX_KEEPALIVE)]
         | Annotated[str, WithJsonSchema({"type": "string", "pattern": _KEEPALIVE_TEXT})]
         | None
-    ) = Field(None, description="Seconds (or text such as '3d') without a poll before the client goes")
+    ) = Field(
+        None, description="Seconds (or text such as '3d') without a poll before the client goes"
+    )
 
 
 class ClientOut(BaseModel):

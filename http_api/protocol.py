@@ -22,7 +22,12 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HeadDeadlineProtocol", "MAX_CONNECTIONS_PER_ADDRESS", "REQUEST_HEAD_DEADLINE", "with_deadline"]
+__all__ = [
+    "HeadDeadlineProtocol",
+    "MAX_CONNECTIONS_PER_ADDRESS",
+    "REQUEST_HEAD_DEADLINE",
+    "with_deadline",
+]
 
 log = logging.getLogger("aa.http_api")
 
@@ -51,10 +56,14 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         address = str(self.client[0]) if self.client else None
         if address is not None and self.held[address] >= self.per_address:
-            log.debug("refusing an HTTP connection from %s: %d held already", address, self.per_address)
+            log.debug(
+                "refusing an HTTP connection from %s: %d held already", address, self.per_address
+            )
             body = f"{self.per_address} connections from {address} already, the limit per address\n".encode()
-            transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            transport.write(
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
             transport.close()
             return
         if address is not None:
@@ -91,12 +100,21 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     def _too_slow(self) -> None:
         self._head_timer = None
         if not self.transport.is_closing():
-            log.debug("closing an HTTP connection from %s: no request head within %g s", self.client, self.head_deadline)
+            log.debug(
+                "closing an HTTP connection from %s: no request head within %g s",
+                self.client,
+                self.head_deadline,
+            )
             self.transport.close()
 
 
-def with_deadline(seconds: float, per_address: int = MAX_CONNECTIONS_PER_ADDRESS) -> type[HeadDeadlineProtocol]:
+def with_deadline(
+    seconds: float, per_address: int = MAX_CONNECTIONS_PER_ADDRESS
+) -> type[HeadDeadlineProtocol]:
     """The protocol class of one server: a deadline of *seconds*, *per_address* connections
     at most from one address (uvicorn takes a class)."""
-    return type("HeadDeadlineProtocol", (HeadDeadlineProtocol,),
-                {"head_deadline": seconds, "per_address": per_address, "held": Counter()})
+    return type(
+        "HeadDeadlineProtocol",
+        (HeadDeadlineProtocol,),
+        {"head_deadline": seconds, "per_address": per_address, "held": Counter()},
+    )

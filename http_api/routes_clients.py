@@ -10,7 +10,7 @@ either gives a 304 without rendering. A poll, conditional or not, is the client'
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -21,7 +21,14 @@ from aa.router import ExpiryPolicy, parse_duration
 
 from .atom import ATOM_TYPE, render_atom, render_json
 from .clients import HttpClient, HttpClients
-from .limits import DEFAULT_KEEPALIVE, DEFAULT_MAX_COUNT, DEFAULT_PAGE, MAX_KEEPALIVE, MAX_PAGE, MIN_KEEPALIVE
+from .limits import (
+    DEFAULT_KEEPALIVE,
+    DEFAULT_MAX_COUNT,
+    DEFAULT_PAGE,
+    MAX_KEEPALIVE,
+    MAX_PAGE,
+    MIN_KEEPALIVE,
+)
 from .models import AckIn, AckOut, ClientIn, ClientOut, PatternIn, PatternOut, PolicyIn, Registered
 from .web import error, etag_matches, http_date, negotiate, parse_http_date, token_of
 
@@ -38,7 +45,9 @@ def _clients(request: Request) -> HttpClients:
 
 
 def _client(request: Request, client_id: str) -> HttpClient:
-    return _clients(request).get(client_id, token_of(request, client_id), now=request.app.state.clock())
+    return _clients(request).get(
+        client_id, token_of(request, client_id), now=request.app.state.clock()
+    )
 
 
 async def _authenticated(client_id: str, request: Request) -> HttpClient:
@@ -61,7 +70,9 @@ def _keepalive(value: float | int | str | None) -> float:
         return DEFAULT_KEEPALIVE
     seconds = parse_duration(value).total_seconds() if type(value) is str else float(value)
     if not MIN_KEEPALIVE <= seconds <= MAX_KEEPALIVE:
-        raise UsageError(f"keepalive must be {MIN_KEEPALIVE:.0f} to {MAX_KEEPALIVE:.0f} seconds, not {seconds:g}")
+        raise UsageError(
+            f"keepalive must be {MIN_KEEPALIVE:.0f} to {MAX_KEEPALIVE:.0f} seconds, not {seconds:g}"
+        )
     return seconds
 
 
@@ -152,13 +163,24 @@ async def set_policy(client: Authenticated, body: PolicyIn, request: Request) ->
     return _describe(request, client)
 
 
-@api.get("/clients/{client_id}/patterns", response_model=list[PatternOut], summary="The client's patterns")
+@api.get(
+    "/clients/{client_id}/patterns",
+    response_model=list[PatternOut],
+    summary="The client's patterns",
+)
 async def patterns(client: Authenticated) -> list[dict[str, str]]:
     return [_pattern_out(pid, s) for pid, s in client.patterns.items()]
 
 
-@api.post("/clients/{client_id}/patterns", status_code=201, response_model=PatternOut, summary="Add a pattern")
-async def add_pattern(client: Authenticated, body: PatternIn, request: Request, response: Response) -> dict[str, str]:
+@api.post(
+    "/clients/{client_id}/patterns",
+    status_code=201,
+    response_model=PatternOut,
+    summary="Add a pattern",
+)
+async def add_pattern(
+    client: Authenticated, body: PatternIn, request: Request, response: Response
+) -> dict[str, str]:
     """Events matching it are kept for the client from now on."""
     spec = _spec(body)
     pid = _clients(request).add_pattern(client, spec)
@@ -166,7 +188,9 @@ async def add_pattern(client: Authenticated, body: PatternIn, request: Request, 
     return _pattern_out(pid, spec)
 
 
-@api.delete("/clients/{client_id}/patterns/{pattern_id}", status_code=204, summary="Remove a pattern")
+@api.delete(
+    "/clients/{client_id}/patterns/{pattern_id}", status_code=204, summary="Remove a pattern"
+)
 async def remove_pattern(client: Authenticated, pattern_id: str, request: Request) -> Response:
     if not _clients(request).remove_pattern(client, pattern_id):
         return error(404, "unknown-pattern", f"client {client.id!r} has no pattern {pattern_id!r}")
@@ -192,14 +216,19 @@ async def clear(client: Authenticated, request: Request) -> Response:
 @api.get(
     "/clients/{client_id}/events/{event_id}",
     summary="One event kept for the client, as typed JSON (each feed entry links here)",
-    responses={200: {"content": {"application/json": {}}}, 404: {"description": "Not kept for this client"}},
+    responses={
+        200: {"content": {"application/json": {}}},
+        404: {"description": "Not kept for this client"},
+    },
 )
 async def event(client: Authenticated, event_id: str, request: Request) -> Response:
     """``{"patterns": [...], "event": {"id", "type", "values", "meta"}}`` while the client's
     caches hold the event (until acknowledged or expired)."""
     found = _clients(request).find(client, event_id)
     if found is None:
-        return error(404, "unknown-event", f"no event {event_id!r} is kept for client {client.id!r}")
+        return error(
+            404, "unknown-event", f"no event {event_id!r} is kept for client {client.id!r}"
+        )
     e, pids = found
     return JSONResponse({"patterns": list(pids), "event": event_to_json(e)})
 
@@ -208,21 +237,30 @@ async def event(client: Authenticated, event_id: str, request: Request) -> Respo
 @api.get(
     "/clients/{client_id}/feed",
     summary="Queued events: Atom (RFC 4287, paged per RFC 5005), or JSON",
-    responses={200: {"content": {ATOM_TYPE: {}, "application/json": {}}}, 304: {"description": "Not modified"}},
+    responses={
+        200: {"content": {ATOM_TYPE: {}, "application/json": {}}},
+        304: {"description": "Not modified"},
+    },
 )
 async def feed(
     client_id: str,
     request: Request,
     after: int | None = Query(None, ge=0, description="Only events after this cursor"),
-    limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Events per pattern on this page"),
-    format: Literal["atom", "json"] | None = Query(None, description="Atom or JSON, whatever Accept says"),
+    limit: int = Query(
+        DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Events per pattern on this page"
+    ),
+    format: Literal["atom", "json"] | None = Query(
+        None, description="Atom or JSON, whatever Accept says"
+    ),
 ) -> Response:
     """The events kept for the client, oldest first. Polling is the client's keep-alive and
     removes nothing: acknowledge with ``POST /clients/{id}/ack``."""
     return answer_feed(request, client_id, after=after, limit=limit, format=format)
 
 
-def answer_feed(request: Request, client_id: str, *, after: int | None, limit: int, format: str | None) -> Response:
+def answer_feed(
+    request: Request, client_id: str, *, after: int | None, limit: int, format: str | None
+) -> Response:
     """The feed route's work, also called by `fastfeed` (which parses the query itself)."""
     state = request.app.state
     clients = _clients(request)
@@ -235,9 +273,15 @@ def answer_feed(request: Request, client_id: str, *, after: int | None, limit: i
 
     # The ETag names the page: its request, its bounds and every entry (one digest update,
     # not one per entry: most of the cost of a 304 was here).
-    shown = "|".join([f"{kind}|{format}|{base}|{after}|{limit}|{page.cursor}|{page.more}|{','.join(client.patterns)}",
-                      *(f"{event.id}:{','.join(pids)}" for event, pids in page.entries)])
-    etag = f'"{hashlib.blake2b(shown.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()}"'
+    shown = "|".join(
+        [
+            f"{kind}|{format}|{base}|{after}|{limit}|{page.cursor}|{page.more}|{','.join(client.patterns)}",
+            *(f"{event.id}:{','.join(pids)}" for event, pids in page.entries),
+        ]
+    )
+    etag = (
+        f'"{hashlib.blake2b(shown.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()}"'
+    )
     modified = clients.conditional(client, (kind, format, base, after, limit), etag, state.wall())
     headers = {
         "ETag": etag,
@@ -256,11 +300,16 @@ def answer_feed(request: Request, client_id: str, *, after: int | None, limit: i
         if since is not None and modified <= since:
             return Response(status_code=304, headers=headers)
 
-    links = {"self": _page_url(base, after, limit, format), "first": _page_url(base, None, limit, format)}
+    links = {
+        "self": _page_url(base, after, limit, format),
+        "first": _page_url(base, None, limit, format),
+    }
     if page.more:
         links["next"] = _page_url(base, page.cursor, limit, format)
     if kind == "application/json":
-        body = render_json(links=links, entries=page.entries, cursor=page.cursor, more=page.more, client=client.id)
+        body = render_json(
+            links=links, entries=page.entries, cursor=page.cursor, more=page.more, client=client.id
+        )
         return Response(body, media_type="application/json", headers=headers)
     events = f"{base.removesuffix('/feed')}/events"
     stamps = [t for e, _ in page.entries if type(t := e.meta.get(META_TIME)) is datetime]
@@ -268,7 +317,7 @@ def answer_feed(request: Request, client_id: str, *, after: int | None, limit: i
     body = render_atom(
         feed_id=f"urn:aa:client:{client.id}",
         title=f"Aa events for {client.name or client.id}",
-        updated=updated.astimezone(timezone.utc),
+        updated=updated.astimezone(UTC),
         author=str(getattr(state.router, "name", "aa")),
         links=list(links.items()),
         entries=page.entries,
@@ -278,4 +327,3 @@ def answer_feed(request: Request, client_id: str, *, after: int | None, limit: i
         cache=state.entries,
     )
     return Response(body, media_type=ATOM_TYPE, headers=headers)
-

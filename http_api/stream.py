@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from aa.mesh import Event, PatternSpec
-from aa.mesh import event_to_json
+from aa.mesh import Event, PatternSpec, event_to_json
 
 from .limits import MAX_STREAM_BACKLOG, MAX_STREAMS, STREAM_HEARTBEAT
 from .web import error
@@ -111,7 +111,12 @@ async def stream(
 ) -> Response:
     state = request.app.state
     if len(state.streams) >= MAX_STREAMS:
-        return error(503, "full", f"this router already serves {MAX_STREAMS} streams", headers={"Retry-After": "10"})
+        return error(
+            503,
+            "full",
+            f"this router already serves {MAX_STREAMS} streams",
+            headers={"Retry-After": "10"},
+        )
     spec = PatternSpec(kernel=kernel, format=format, source=pattern)
     s = _Stream()
     sub = s.sub = state.router.subscribe(spec, s.deliver)  # a refused pattern raises here: a 422

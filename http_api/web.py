@@ -15,9 +15,13 @@ from fastapi.responses import JSONResponse
 __all__ = ["negotiate", "error", "token_of", "http_date", "parse_http_date", "etag_matches"]
 
 
-def error(status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+def error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
     """The error body every route uses: ``{"error": code, "message": text}``."""
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": code, "message": message, **extra}, status_code=status, headers=headers
+    )
 
 
 def negotiate(accept: str | None, offers: tuple[str, ...]) -> str:
@@ -59,7 +63,9 @@ def token_of(request: Request, client_id: str) -> str | None:
         return value.strip() or None
     if scheme == "basic":
         try:
-            user, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+            user, _, password = (
+                base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+            )
         except (binascii.Error, UnicodeDecodeError):
             return None
         return password if user == client_id and password else None

@@ -7,8 +7,20 @@ subpackage `aa.mesh.protocol`; the names most code needs are re-exported here.
 
 from .beacon import Beacon, RouterInfo
 from .datagram import DatagramNetwork, UdpNetwork
-from .discovery import BROADCAST_INTERVAL, DISCOVERY_PORT, BroadcastDiscovery, Discovery, DiscoveryConfig
-from .endpoints import DEFAULT_ROUTER_PORT, check_endpoint, format_endpoint, is_unspecified, parse_endpoint
+from .discovery import (
+    BROADCAST_INTERVAL,
+    DISCOVERY_PORT,
+    BroadcastDiscovery,
+    Discovery,
+    DiscoveryConfig,
+)
+from .endpoints import (
+    DEFAULT_ROUTER_PORT,
+    check_endpoint,
+    format_endpoint,
+    is_unspecified,
+    parse_endpoint,
+)
 from .errors import (
     AaError,
     AaTimeout,
@@ -32,6 +44,7 @@ from .errors import (
     UsageError,
 )
 from .event import (
+    ID_SCOPE_LENGTH,
     MAX_ID_LENGTH,
     META_ADDRESS,
     META_CLIENT,
@@ -41,17 +54,33 @@ from .event import (
     META_TIME,
     META_TTL,
     ROUTER_META_KEYS,
-    ID_SCOPE_LENGTH,
     Event,
     IdGenerator,
     id_scope,
 )
 from .eventqueue import EventQueue
 from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
-from .mdns import ZeroconfDiscovery
-from .interfaces import ENV_INTERFACES, Interface, select_targets, selected_addresses, selection_from_env
+from .interfaces import (
+    ENV_INTERFACES,
+    Interface,
+    select_targets,
+    selected_addresses,
+    selection_from_env,
+)
 from .jsonvalues import event_from_json, event_to_json, from_json, to_json
-from .peers import FORGET_AFTER, MAX_PEERS, RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER, PeerEntry, PeerState, PeerTable, Source
+from .mdns import ZeroconfDiscovery
+from .peers import (
+    FORGET_AFTER,
+    MAX_PEERS,
+    RETRY_BASE,
+    RETRY_JITTER,
+    RETRY_MAX,
+    STABLE_AFTER,
+    PeerEntry,
+    PeerState,
+    PeerTable,
+    Source,
+)
 from .protocol import (
     IN_PROGRESS,
     MAX_FRAME_BYTES,

@@ -20,8 +20,8 @@ import msgpack
 from .endpoints import check_endpoint, format_endpoint, is_unspecified, parse_endpoint
 from .errors import InvalidValue, MalformedFrame
 from .event import MAX_ID_LENGTH
-from .protocol import PROTOCOL_VERSION
 from .peers import Source
+from .protocol import PROTOCOL_VERSION
 
 __all__ = [
     "Beacon",
@@ -81,7 +81,13 @@ class Beacon:
 def encode_beacon(beacon: Beacon) -> bytes:
     """The datagram for *beacon*. Raises `InvalidValue` if it would exceed `MAX_BEACON_BYTES`."""
     body = msgpack.packb(
-        {"i": beacon.router_id, "n": beacon.name, "p": beacon.peer, "c": beacon.client, "v": beacon.protocol},
+        {
+            "i": beacon.router_id,
+            "n": beacon.name,
+            "p": beacon.peer,
+            "c": beacon.client,
+            "v": beacon.protocol,
+        },
         use_bin_type=True,
     )
     data = BEACON_MAGIC + bytes([BEACON_FORMAT]) + body
@@ -139,7 +145,7 @@ class RouterInfo:
         return Source.CONFIGURED if self.via == "configured" else Source.DISCOVERED
 
     @classmethod
-    def from_beacon(cls, beacon: Beacon, *, sender_host: str, via: Via) -> "RouterInfo":
+    def from_beacon(cls, beacon: Beacon, *, sender_host: str, via: Via) -> RouterInfo:
         """The info in *beacon*, with unspecified hosts replaced by *sender_host*."""
         return cls(
             peer=_fill(beacon.peer, sender_host),

@@ -112,7 +112,9 @@ class UdpNetwork:
             sock.setblocking(False)
             sock.bind(bind)
             loop = asyncio.get_running_loop()
-            transport, _ = await loop.create_datagram_endpoint(lambda: _Protocol(on_datagram), sock=sock)
+            transport, _ = await loop.create_datagram_endpoint(
+                lambda: _Protocol(on_datagram), sock=sock
+            )
         except BaseException:
             sock.close()
             raise

@@ -35,7 +35,13 @@ from .beacon import Beacon, RouterInfo, decode_beacon, encode_beacon
 from .datagram import DatagramNetwork, DatagramSocket, UdpNetwork
 from .endpoints import check_endpoint
 from .errors import MalformedFrame, UsageError
-from .interfaces import BroadcastTarget, check_selection, select_targets, selected_addresses, selection_from_env
+from .interfaces import (
+    BroadcastTarget,
+    check_selection,
+    select_targets,
+    selected_addresses,
+    selection_from_env,
+)
 from .mdns import ZeroconfDiscovery
 
 __all__ = [
@@ -110,12 +116,16 @@ class DiscoveryConfig:
         if type(self.port) is not int or not 0 < self.port < 65536:
             raise UsageError(f"port must be 1 to 65535, not {self.port!r}")
         if self.interfaces is not None:
-            items = (self.interfaces,) if isinstance(self.interfaces, str) else tuple(self.interfaces)
+            items = (
+                (self.interfaces,) if isinstance(self.interfaces, str) else tuple(self.interfaces)
+            )
             if not items or any(type(i) is not str or not i.strip() for i in items):
                 raise UsageError("interfaces must be None or non-empty names, addresses or subnets")
             object.__setattr__(self, "interfaces", items)
             check_selection(items)  # InvalidValue (a UsageError) for a malformed subnet
-        if isinstance(self.broadcast_interval, bool) or not isinstance(self.broadcast_interval, (int, float)):
+        if isinstance(self.broadcast_interval, bool) or not isinstance(
+            self.broadcast_interval, (int, float)
+        ):
             raise UsageError("broadcast_interval must be a number of seconds")
         if not 0 < self.broadcast_interval <= 3600:
             raise UsageError("broadcast_interval must be in (0, 3600] seconds")
@@ -181,7 +191,9 @@ class BroadcastDiscovery:
             raise
         self.announce()
         if self.beacon is not None:
-            self._task = asyncio.get_running_loop().create_task(self._beacon_loop(), name="aa-beacons")
+            self._task = asyncio.get_running_loop().create_task(
+                self._beacon_loop(), name="aa-beacons"
+            )
 
     async def _open_sockets(self) -> None:
         wildcard: DatagramSocket | None = None
@@ -193,7 +205,12 @@ class BroadcastDiscovery:
                     try:
                         sock = await self.network.open((t.broadcast, self.port), self._on_datagram)
                     except OSError as exc:
-                        log.debug("cannot bind %s:%d (%s): using the wildcard address", t.broadcast, self.port, exc)
+                        log.debug(
+                            "cannot bind %s:%d (%s): using the wildcard address",
+                            t.broadcast,
+                            self.port,
+                            exc,
+                        )
                 if sock is None:
                     if wildcard is None:
                         wildcard = await self.network.open(("", self.port), self._on_datagram)
@@ -258,7 +275,11 @@ class BroadcastDiscovery:
         if self._last_garbage_log is None or now - self._last_garbage_log >= GARBAGE_LOG_INTERVAL:
             log.warning(
                 "discovery: ignored %d datagram(s) on port %d that are not beacons; last from %s:%d: %s",
-                self._garbage_since_log, self.port, sender[0], sender[1], reason,
+                self._garbage_since_log,
+                self.port,
+                sender[0],
+                sender[1],
+                reason,
             )
             self._last_garbage_log = now
             self._garbage_since_log = 0
@@ -279,7 +300,7 @@ class BroadcastDiscovery:
                 pass
         self._close_sockets()
 
-    async def __aenter__(self) -> "BroadcastDiscovery":
+    async def __aenter__(self) -> BroadcastDiscovery:
         await self.start()
         return self
 
@@ -363,11 +384,14 @@ class Discovery:
             if bc is not None:
                 await bc.aclose()
 
-    async def __aenter__(self) -> "Discovery":
+    async def __aenter__(self) -> Discovery:
         await self.start()
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.aclose()

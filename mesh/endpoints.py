@@ -36,7 +36,9 @@ def parse_endpoint(text: object) -> tuple[str, int]:
     (('127.0.0.1', 4000), ('::1', 4000))
     """
     if type(text) is not str or not 0 < len(text) <= MAX_ENDPOINT_LENGTH:
-        raise InvalidValue(f"an endpoint must be 'host:port' of at most {MAX_ENDPOINT_LENGTH} characters")
+        raise InvalidValue(
+            f"an endpoint must be 'host:port' of at most {MAX_ENDPOINT_LENGTH} characters"
+        )
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit() or not port_text.isascii():
         raise InvalidValue(f"endpoint {text!r} is not 'host:port'")

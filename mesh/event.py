@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import InvalidValue
 from .values import Values, check_values
@@ -52,7 +53,16 @@ META_HISTORICAL = "historical"
 
 #: Keys only routers set; a publisher's values for them are replaced.
 ROUTER_META_KEYS = frozenset(
-    {META_TIME, META_CLIENT, META_ADDRESS, META_USER, META_TTL, META_PATH, META_ROUTER, META_HISTORICAL}
+    {
+        META_TIME,
+        META_CLIENT,
+        META_ADDRESS,
+        META_USER,
+        META_TTL,
+        META_PATH,
+        META_ROUTER,
+        META_HISTORICAL,
+    }
 )
 
 #: Longest event id accepted from a client, in characters. Ids are kept in the seen-id set
@@ -83,7 +93,13 @@ class Event:
         _check(self.values, self.type, self.meta, self.id)
 
     @classmethod
-    def checked(cls, values: Values, type: str | None = None, meta: Values | None = None, id: str | None = None) -> "Event":
+    def checked(
+        cls,
+        values: Values,
+        type: str | None = None,
+        meta: Values | None = None,
+        id: str | None = None,
+    ) -> Event:
         """`Event(values=values, type=type, meta=meta, id=id)`, with the same checks (raises
         `InvalidValue`), at about a third of the cost: for publishers' hot paths. *values*
         and *meta* are kept as they are, not copied."""
@@ -94,7 +110,7 @@ class Event:
         return cls.trusted(values, type, meta, id)
 
     @classmethod
-    def trusted(cls, values: Values, type: str | None, meta: Values, id: str | None) -> "Event":
+    def trusted(cls, values: Values, type: str | None, meta: Values, id: str | None) -> Event:
         """Build an event without checking it: for data that is already known good."""
         # Two per event on a router's hot path (decoded, then stamped). Filling a frozen
         # dataclass takes one object.__setattr__ per field (1.6 µs for five on the shared
@@ -110,11 +126,11 @@ class Event:
         ev.__class__ = cls  # type: ignore[assignment]
         return ev  # type: ignore[return-value]
 
-    def with_meta(self, **changes: Any) -> "Event":
+    def with_meta(self, **changes: Any) -> Event:
         """A copy with *changes* merged into `meta`."""
         return Event.trusted(self.values, self.type, {**self.meta, **changes}, self.id)
 
-    def with_id(self, id: str) -> "Event":
+    def with_id(self, id: str) -> Event:
         return Event.trusted(self.values, self.type, self.meta, id)
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,7 +138,7 @@ class Event:
         return {"id": self.id, "type": self.type, "values": self.values, "meta": self.meta}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Event":
+    def from_dict(cls, data: Mapping[str, Any]) -> Event:
         """The inverse of `to_dict`, checked."""
         return cls(
             values=dict(data.get("values") or {}),
@@ -165,7 +181,9 @@ def id_scope(secret: str) -> str:
     must carry (`aa.router.dispatch`). A keyed hash, so knowing a scope (every event id
     shows one) gives no way to the secret; without the secret nobody can publish under
     another publisher's ids, so nobody can make the mesh drop its events as duplicates."""
-    digest = hashlib.blake2b(secret.encode(), digest_size=ID_SCOPE_LENGTH // 2, person=b"aa.event-id")
+    digest = hashlib.blake2b(
+        secret.encode(), digest_size=ID_SCOPE_LENGTH // 2, person=b"aa.event-id"
+    )
     return digest.hexdigest()
 
 

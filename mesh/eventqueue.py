@@ -10,7 +10,8 @@ error given, e.g. the `PatternError` of a pattern the router stopped).
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Final
+from collections.abc import AsyncIterator
+from typing import Final
 
 from .errors import AaError, ConnectionClosed
 from .event import Event

@@ -121,8 +121,15 @@ class SeenIds:
     """
 
     __slots__ = (
-        "max_ids", "max_age", "_half_ids", "_half_age", "_current", "_previous",
-        "_started", "_previous_started", "_deadline",
+        "max_ids",
+        "max_age",
+        "_half_ids",
+        "_half_age",
+        "_current",
+        "_previous",
+        "_started",
+        "_previous_started",
+        "_deadline",
     )
 
     def __init__(self, *, max_ids: int = SEEN_IDS_MAX, max_age: float = SEEN_IDS_MAX_AGE) -> None:
@@ -201,7 +208,9 @@ def check_flood_meta(ttl: object, path: object) -> None:
         raise MalformedFrame(f"flood path must hold 1 to {MAX_PATH_LENGTH} router ids")
     for hop in path:  # type: ignore[attr-defined]
         if type(hop) is not str or not 0 < len(hop) <= MAX_ID_LENGTH:
-            raise MalformedFrame(f"flood path entries must be router ids of 1 to {MAX_ID_LENGTH} characters")
+            raise MalformedFrame(
+                f"flood path entries must be router ids of 1 to {MAX_ID_LENGTH} characters"
+            )
 
 
 class FloodRules:
@@ -219,7 +228,9 @@ class FloodRules:
 
     __slots__ = ("router_id", "seen", "initial_ttl")
 
-    def __init__(self, router_id: str, *, seen: SeenIds | None = None, initial_ttl: int = DEFAULT_TTL) -> None:
+    def __init__(
+        self, router_id: str, *, seen: SeenIds | None = None, initial_ttl: int = DEFAULT_TTL
+    ) -> None:
         if type(router_id) is not str or not 0 < len(router_id) <= MAX_ID_LENGTH:
             raise UsageError(f"router_id must be a str of 1 to {MAX_ID_LENGTH} characters")
         if type(initial_ttl) is not int or not 0 <= initial_ttl <= MAX_TTL:

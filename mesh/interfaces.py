@@ -61,7 +61,9 @@ class Interface:
         """The subnet's broadcast address; None for /31 and /32 links, which have none."""
         if self.prefix >= 31:
             return None
-        return str(ipaddress.IPv4Network(f"{self.address}/{self.prefix}", strict=False).broadcast_address)
+        return str(
+            ipaddress.IPv4Network(f"{self.address}/{self.prefix}", strict=False).broadcast_address
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,25 +145,38 @@ def select_targets(
             broadcast = str(net.broadcast_address)
             local = [i for i in interfaces if i.broadcast == broadcast]
             if local:
-                add(BroadcastTarget(broadcast=broadcast, interface=local[0].name, address=local[0].address))
+                add(
+                    BroadcastTarget(
+                        broadcast=broadcast, interface=local[0].name, address=local[0].address
+                    )
+                )
             else:
                 add(BroadcastTarget(broadcast=broadcast))
             continue
         found = _matching(item, interfaces)
         if not found:
-            log.warning("discovery interface %r not found (have: %s): skipped",
-                        item, ", ".join(sorted({i.name for i in interfaces})) or "none")
+            log.warning(
+                "discovery interface %r not found (have: %s): skipped",
+                item,
+                ", ".join(sorted({i.name for i in interfaces})) or "none",
+            )
             continue
         for i in found:
             if i.broadcast is None:
-                log.warning("discovery interface %s (%s/%d) has no broadcast address: skipped",
-                            i.name, i.address, i.prefix)
+                log.warning(
+                    "discovery interface %s (%s/%d) has no broadcast address: skipped",
+                    i.name,
+                    i.address,
+                    i.prefix,
+                )
             else:
                 add(BroadcastTarget(broadcast=i.broadcast, interface=i.name, address=i.address))
     return list(targets.values())
 
 
-def selected_addresses(selection: Sequence[str] | None, interfaces: Sequence[Interface]) -> list[str] | None:
+def selected_addresses(
+    selection: Sequence[str] | None, interfaces: Sequence[Interface]
+) -> list[str] | None:
     """Our IPv4 addresses on the selected interfaces (for zeroconf); None means all.
 
     Subnets select the local interface on them, if any.

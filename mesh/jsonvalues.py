@@ -49,7 +49,7 @@ def from_json(value: Any) -> Any:
     cls = type(value)
     if cls is dict:
         if len(value) == 1:
-            (key, inner), = value.items()
+            ((key, inner),) = value.items()
             if key == "$bytes":
                 if type(inner) is not str:
                     raise InvalidValue("$bytes takes a base64 string")
@@ -78,7 +78,12 @@ def from_json(value: Any) -> Any:
 
 def event_to_json(event: Any) -> dict[str, Any]:
     """`{"id", "type", "values", "meta"}` of an `Event`, JSON-ready."""
-    return {"id": event.id, "type": event.type, "values": to_json(event.values), "meta": to_json(event.meta)}
+    return {
+        "id": event.id,
+        "type": event.type,
+        "values": to_json(event.values),
+        "meta": to_json(event.meta),
+    }
 
 
 def event_from_json(data: Any) -> Any:

@@ -78,7 +78,9 @@ class ZeroconfDiscovery:
             if self.beacon is not None:
                 self._info = self._service_info(self.beacon)
                 self._spawn(self._register(self._info))
-            self._browser = AsyncServiceBrowser(self._azc.zeroconf, SERVICE_TYPE, handlers=[self._on_change])
+            self._browser = AsyncServiceBrowser(
+                self._azc.zeroconf, SERVICE_TYPE, handlers=[self._on_change]
+            )
         except BaseException:
             await self.aclose()
             raise
@@ -88,7 +90,11 @@ class ZeroconfDiscovery:
 
         host, port = parse_endpoint(beacon.peer)
         if is_unspecified(host):
-            addrs = self.addresses if self.addresses is not None else [i.address for i in system_interfaces()]
+            addrs = (
+                self.addresses
+                if self.addresses is not None
+                else [i.address for i in system_interfaces()]
+            )
         else:
             addrs = [host]
         instance = beacon.router_id.encode()[:_MAX_LABEL].decode(errors="ignore")
@@ -153,7 +159,9 @@ class ZeroconfDiscovery:
         addresses.sort(key=lambda a: a.startswith("127."))
         try:
             found = RouterInfo(
-                peer=_fill(props.get("peer") or format_endpoint(addresses[0], info.port or 0), addresses),
+                peer=_fill(
+                    props.get("peer") or format_endpoint(addresses[0], info.port or 0), addresses
+                ),
                 router_id=router_id,
                 name=props.get("name") or None,
                 client=_fill(props["client"], addresses) if props.get("client") else None,
@@ -186,7 +194,7 @@ class ZeroconfDiscovery:
             finally:
                 await azc.async_close()
 
-    async def __aenter__(self) -> "ZeroconfDiscovery":
+    async def __aenter__(self) -> ZeroconfDiscovery:
         await self.start()
         return self
 

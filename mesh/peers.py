@@ -145,8 +145,16 @@ class PeerTable:
     """
 
     __slots__ = (
-        "own_id", "max_entries", "retry_base", "retry_max", "stable_after", "jitter", "forget_after",
-        "_rng", "_entries", "_own_addresses",
+        "own_id",
+        "max_entries",
+        "retry_base",
+        "retry_max",
+        "stable_after",
+        "jitter",
+        "forget_after",
+        "_rng",
+        "_entries",
+        "_own_addresses",
     )
 
     def __init__(

@@ -41,7 +41,7 @@ class SentDatagram:
 class FakeSocket:
     """A socket on a `FakeHost` (implements `aa.mesh.datagram.DatagramSocket`)."""
 
-    def __init__(self, host: "FakeHost", bind: tuple[str, int], handler: DatagramHandler) -> None:
+    def __init__(self, host: FakeHost, bind: tuple[str, int], handler: DatagramHandler) -> None:
         self.host = host
         self.bind = bind
         self.handler = handler
@@ -63,7 +63,7 @@ class FakeSocket:
 class FakeHost:
     """One machine on a `FakeLan` (implements `aa.mesh.datagram.DatagramNetwork`)."""
 
-    def __init__(self, lan: "FakeLan", name: str, interfaces: list[Interface]) -> None:
+    def __init__(self, lan: FakeLan, name: str, interfaces: list[Interface]) -> None:
         self.lan = lan
         self.name = name
         self._interfaces = interfaces
@@ -77,8 +77,10 @@ class FakeHost:
 
     async def open(self, bind: tuple[str, int], on_datagram: DatagramHandler) -> FakeSocket:
         host, port = bind
-        if host not in ("", "0.0.0.0") and not self.owns(host) and not any(
-            i.broadcast == host for i in self._interfaces
+        if (
+            host not in ("", "0.0.0.0")
+            and not self.owns(host)
+            and not any(i.broadcast == host for i in self._interfaces)
         ):
             raise OSError(errno.EADDRNOTAVAIL, f"cannot assign requested address {host}")
         if port == 0:
@@ -99,12 +101,16 @@ class FakeLan:
     def host(self, *addresses: str, prefix: int = 24, name: str | None = None) -> FakeHost:
         """A new host with a loopback interface and *addresses* (each /prefix) on "eth0"..."""
         interfaces = [Interface(name="lo", address="127.0.0.1", prefix=8)]
-        interfaces += [Interface(name=f"eth{n}", address=a, prefix=prefix) for n, a in enumerate(addresses)]
+        interfaces += [
+            Interface(name=f"eth{n}", address=a, prefix=prefix) for n, a in enumerate(addresses)
+        ]
         h = FakeHost(self, name or f"host{len(self.hosts)}", interfaces)
         self.hosts.append(h)
         return h
 
-    def inject(self, data: bytes, *, to: tuple[str, int], source: tuple[str, int] = ("10.0.0.99", 9999)) -> None:
+    def inject(
+        self, data: bytes, *, to: tuple[str, int], source: tuple[str, int] = ("10.0.0.99", 9999)
+    ) -> None:
         """Deliver *data* as if a host outside our control sent it (garbage, foreign beacons)."""
         self.sent.append(SentDatagram(source, to, data))
         for sock in self._receivers(None, to):

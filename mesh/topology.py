@@ -32,7 +32,13 @@ from .errors import InvalidValue
 from .event import MAX_ID_LENGTH
 from .peers import PeerEntry, PeerState, PeerTable, Source
 
-__all__ = ["save_topology", "load_topology", "TOPOLOGY_FILE", "TOPOLOGY_FORMAT", "MAX_TOPOLOGY_BYTES"]
+__all__ = [
+    "save_topology",
+    "load_topology",
+    "TOPOLOGY_FILE",
+    "TOPOLOGY_FORMAT",
+    "MAX_TOPOLOGY_BYTES",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +53,9 @@ MAX_TOPOLOGY_BYTES: Final = 4 * 1024 * 1024
 _MAX_FAILURES: Final = 64
 
 
-def save_topology(path: str | os.PathLike[str], table: PeerTable, *, now: float, wall_now: float) -> None:
+def save_topology(
+    path: str | os.PathLike[str], table: PeerTable, *, now: float, wall_now: float
+) -> None:
     """Write *table* to *path* atomically. *now* is monotonic time, *wall_now* wall-clock time
     (`time.time()`) at the same instant. Raises `OSError` if the folder cannot be written."""
     path = Path(path)
@@ -85,7 +93,9 @@ def save_topology(path: str | os.PathLike[str], table: PeerTable, *, now: float,
         raise
 
 
-def load_topology(path: str | os.PathLike[str], table: PeerTable, *, now: float, wall_now: float) -> int:
+def load_topology(
+    path: str | os.PathLike[str], table: PeerTable, *, now: float, wall_now: float
+) -> int:
     """Put the entries saved in *path* into *table*; returns how many were restored.
 
     Never raises for a bad file: a missing one is normal at first start; an unreadable,
@@ -101,7 +111,9 @@ def load_topology(path: str | os.PathLike[str], table: PeerTable, *, now: float,
         log.debug("no topology file at %s: starting with an empty peer table", path)
         return 0
     except OSError as exc:
-        log.warning("cannot read topology file %s (%s): starting with an empty peer table", path, exc)
+        log.warning(
+            "cannot read topology file %s (%s): starting with an empty peer table", path, exc
+        )
         return 0
     if len(raw) > MAX_TOPOLOGY_BYTES:
         log.warning("topology file %s is over %d bytes: ignored", path, MAX_TOPOLOGY_BYTES)
@@ -111,7 +123,11 @@ def load_topology(path: str | os.PathLike[str], table: PeerTable, *, now: float,
     except (UnicodeDecodeError, ValueError) as exc:
         log.warning("topology file %s is corrupt (%s): ignored", path, exc)
         return 0
-    if type(data) is not dict or data.get("format") != TOPOLOGY_FORMAT or type(data.get("routers")) is not list:
+    if (
+        type(data) is not dict
+        or data.get("format") != TOPOLOGY_FORMAT
+        or type(data.get("routers")) is not list
+    ):
         log.warning("topology file %s is not format %d: ignored", path, TOPOLOGY_FORMAT)
         return 0
     restored = bad = 0
@@ -135,7 +151,9 @@ def _entry(item: Any, table: PeerTable, *, now: float, wall_now: float) -> PeerE
     address = item["address"]
     parse_endpoint(address)
     router_id = item.get("router_id")
-    if router_id is not None and (type(router_id) is not str or not 0 < len(router_id) <= MAX_ID_LENGTH):
+    if router_id is not None and (
+        type(router_id) is not str or not 0 < len(router_id) <= MAX_ID_LENGTH
+    ):
         raise ValueError("bad router id")
     Source(item.get("source", "persisted"))  # ValueError when not a source we know
     failures = item.get("failures", 0)

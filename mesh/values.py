@@ -8,16 +8,17 @@ instants and come back in UTC (same instant, offset normalised).
 
 from __future__ import annotations
 
+from collections.abc import Generator, Mapping
 from datetime import datetime
-from typing import Any, Generator, Literal, Mapping, NoReturn, TypeAlias, Union, overload
+from typing import Any, Literal, NoReturn, TypeAlias, overload
 
 from .errors import InvalidValue
 
 __all__ = ["Value", "Values", "check_value", "check_values", "MAX_NESTING"]
 
-Value: TypeAlias = Union[
-    None, bool, int, float, str, bytes, datetime, list["Value"], dict[str, "Value"]
-]
+Value: TypeAlias = (
+    None | bool | int | float | str | bytes | datetime | list["Value"] | dict[str, "Value"]
+)
 Values: TypeAlias = dict[str, Value]
 
 #: Deepest nesting of lists/maps inside one value. Deeper structures are refused: they only
@@ -39,7 +40,9 @@ def check_values(values: Mapping[str, Any], where: str = "values") -> None:
     """Raise `InvalidValue` unless *values* is a str-keyed map of event values."""
     if type(values) is not dict:
         if not isinstance(values, Mapping):
-            raise InvalidValue(f"{where} must be a map of names to values, not {type(values).__name__}")
+            raise InvalidValue(
+                f"{where} must be a map of names to values, not {type(values).__name__}"
+            )
         values = dict(values)
     if not _valid_map(values, 0):
         _explain(values, where, 0)
@@ -52,7 +55,14 @@ def check_values(values: Mapping[str, Any], where: str = "values") -> None:
 
 def _valid(value: Any, depth: int) -> bool:
     cls = type(value)
-    if cls is str or cls is float or cls is bool or value is None or cls is bytes or cls is datetime:
+    if (
+        cls is str
+        or cls is float
+        or cls is bool
+        or value is None
+        or cls is bytes
+        or cls is datetime
+    ):
         return True
     if cls is int:
         return _INT_MIN <= value <= _INT_MAX
@@ -66,7 +76,9 @@ def _valid(value: Any, depth: int) -> bool:
                 return False
         return True
     if isinstance(value, _SCALARS):  # subclasses (IntEnum, datetime subclasses)
-        return not isinstance(value, int) or isinstance(value, bool) or _INT_MIN <= value <= _INT_MAX
+        return (
+            not isinstance(value, int) or isinstance(value, bool) or _INT_MIN <= value <= _INT_MAX
+        )
     return False
 
 
@@ -154,7 +166,9 @@ def _explain(value: Any, where: str, depth: int) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             if type(key) is not str:
-                raise InvalidValue(f"{where}: names and map keys must be str, not {type(key).__name__}")
+                raise InvalidValue(
+                    f"{where}: names and map keys must be str, not {type(key).__name__}"
+                )
             _explain(item, f"{where}.{key}", depth + 1)
         return
     raise InvalidValue(

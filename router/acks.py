@@ -36,7 +36,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Any, Final, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
 
 from aa.mesh.protocol import Error
 
@@ -77,7 +78,9 @@ class Durable(Protocol):
 class Acknowledgements:
     """The acknowledgement rule of one router (see the module docstring)."""
 
-    def __init__(self, floods: FloodMarks, store: Durable | None = None, *, stall_after: float = 5.0) -> None:
+    def __init__(
+        self, floods: FloodMarks, store: Durable | None = None, *, stall_after: float = 5.0
+    ) -> None:
         self._floods = floods
         self._store = store
         self.stall_after = stall_after
@@ -92,13 +95,20 @@ class Acknowledgements:
         """The store persisted frames wait for (None: this router keeps none)."""
         self._store = store
 
-    def publish_handled(self, session: ClientPort, seq: int, *, persisted: bool, refused: int = 0) -> None:
+    def publish_handled(
+        self, session: ClientPort, seq: int, *, persisted: bool, refused: int = 0
+    ) -> None:
         """Frame *seq* of *session* is dispatched; acknowledge it when the rule allows.
         *persisted*: an event of it asked to be kept here; *refused*: how many of its events
         the store refused (the client is told before the ack)."""
         if persisted and refused:
-            session.send(Error(code="not-persisted", message=f"the store refused {refused} event(s) of this publish "
-                               f"(store full or unavailable): they were delivered but are not kept"))  # fmt: skip
+            session.send(
+                Error(
+                    code="not-persisted",
+                    message=f"the store refused {refused} event(s) of this publish "
+                    f"(store full or unavailable): they were delivered but are not kept",
+                )
+            )
         chain = self._durable.get(session)
         if chain is None:
             if not persisted or self._store is None:
@@ -112,13 +122,15 @@ class Acknowledgements:
             fut = asyncio.ensure_future(self._store.flush())
             fut.add_done_callback(lambda f: self._committed(session, entry, f))
 
-    def _committed(self, session: ClientPort, entry: list[Any], fut: "asyncio.Future[None]") -> None:
+    def _committed(self, session: ClientPort, entry: list[Any], fut: asyncio.Future[None]) -> None:
         chain = self._durable.get(session)
         if chain is None:
             return  # closed meanwhile
         if fut.cancelled() or fut.exception() is not None:
             exc = None if fut.cancelled() else fut.exception()
-            log.error("store flush failed; closing %s so it publishes again: %s", session.client_id, exc)
+            log.error(
+                "store flush failed; closing %s so it publishes again: %s", session.client_id, exc
+            )
             del self._durable[session]
             session.fail("store-unavailable", f"the event store cannot write: {exc}")
             return

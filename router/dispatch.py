@@ -30,8 +30,9 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from datetime import datetime, timezone
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from aa.mesh import (
     MAX_ID_LENGTH,
@@ -93,7 +94,9 @@ class Dispatcher:
     is recognised wherever the mesh has carried it).
     """
 
-    def __init__(self, *, ids: IdGenerator, rules: FloodRules, engine: PatternEngine, counters: Counter[str]) -> None:
+    def __init__(
+        self, *, ids: IdGenerator, rules: FloodRules, engine: PatternEngine, counters: Counter[str]
+    ) -> None:
         self.ids = ids
         self.rules = rules
         self.engine = engine
@@ -115,7 +118,12 @@ class Dispatcher:
         return self.ids()
 
     def accept(
-        self, events: Sequence[Event], client_id: str, address: str, user: str | None = None, scope: str | None = None
+        self,
+        events: Sequence[Event],
+        client_id: str,
+        address: str,
+        user: str | None = None,
+        scope: str | None = None,
     ) -> list[Event]:
         """Stamp events from a client (Å §4.2; and *user*, the user its certificate names or
         "anonymous", Å §4.6), drop retried ones, dispatch and forward them.
@@ -127,7 +135,7 @@ class Dispatcher:
         client that publishes the next ids of another publisher (ids show their prefix and
         counter) made the mesh drop that publisher's real events as duplicates."""
         now = time.monotonic()
-        stamp_time = datetime.now(timezone.utc)  # one clock read per batch, not per event
+        stamp_time = datetime.now(UTC)  # one clock read per batch, not per event
         originate = self.rules.originate
         router_id = self.rules.router_id
         forwarders = self.forwarders
@@ -150,11 +158,25 @@ class Dispatcher:
             meta: dict[str, Any] = ev.meta
             if meta:
                 meta = {k: v for k, v in meta.items() if k not in ROUTER_META_KEYS}
-                meta.update({META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
-                             META_ROUTER: router_id, META_TTL: hop[0], META_PATH: hop[1]})
+                meta.update(
+                    {
+                        META_TIME: stamp_time,
+                        META_CLIENT: client_id,
+                        META_ADDRESS: address,
+                        META_ROUTER: router_id,
+                        META_TTL: hop[0],
+                        META_PATH: hop[1],
+                    }
+                )
             else:
-                meta = {META_TIME: stamp_time, META_CLIENT: client_id, META_ADDRESS: address,
-                        META_ROUTER: router_id, META_TTL: hop[0], META_PATH: hop[1]}
+                meta = {
+                    META_TIME: stamp_time,
+                    META_CLIENT: client_id,
+                    META_ADDRESS: address,
+                    META_ROUTER: router_id,
+                    META_TTL: hop[0],
+                    META_PATH: hop[1],
+                }
             if user is not None:
                 meta[META_USER] = user  # a publisher's own "user" was dropped with ROUTER_META_KEYS
             stamped = trusted(ev.values, ev.type, meta, eid)
@@ -168,8 +190,16 @@ class Dispatcher:
         return out
 
     def accept_in_steps(
-        self, events: Sequence[Event], client_id: str, address: str, user: str | None, scope: str | None,
-        *, until: float, going_on: Callable[[], bool], then: Callable[[], None],
+        self,
+        events: Sequence[Event],
+        client_id: str,
+        address: str,
+        user: str | None,
+        scope: str | None,
+        *,
+        until: float,
+        going_on: Callable[[], bool],
+        then: Callable[[], None],
     ) -> None:
         """`accept` *events* `DISPATCH_STEP` at a time until `time.perf_counter()` passes
         *until*, the rest on later turns of the loop, `DISPATCH_BUDGET` seconds each, for as
@@ -185,9 +215,18 @@ class Dispatcher:
             self.flush()
             if start < len(events) and going_on():
                 rest = events[start:]
-                asyncio.get_running_loop().call_soon(lambda: self.accept_in_steps(
-                    rest, client_id, address, user, scope,
-                    until=time.perf_counter() + DISPATCH_BUDGET, going_on=going_on, then=then))
+                asyncio.get_running_loop().call_soon(
+                    lambda: self.accept_in_steps(
+                        rest,
+                        client_id,
+                        address,
+                        user,
+                        scope,
+                        until=time.perf_counter() + DISPATCH_BUDGET,
+                        going_on=going_on,
+                        then=then,
+                    )
+                )
                 return
         except Exception:  # never for events the codec checked; the frame is still acked
             log.exception("dispatching a publish of %s failed", client_id)

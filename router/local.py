@@ -4,10 +4,10 @@ subscribes without a socket."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
-from aa.mesh import ConnectionClosed, Event, PatternError
-from aa.mesh import EventQueue
+from aa.mesh import ConnectionClosed, Event, EventQueue, PatternError
 
 if TYPE_CHECKING:
     from .seams import SubscriptionHost
@@ -24,7 +24,9 @@ class LocalSubscription:
     it quick). Without one, iterate: ``async for event in sub``. Close with `close()`.
     """
 
-    def __init__(self, host: "SubscriptionHost", callback: Callable[[Event], Any] | None, *, client_id: str) -> None:
+    def __init__(
+        self, host: SubscriptionHost, callback: Callable[[Event], Any] | None, *, client_id: str
+    ) -> None:
         self._host = host
         self._callback = callback
         self._queue = None if callback else EventQueue()
@@ -96,7 +98,7 @@ class LocalSubscription:
             raise RuntimeError("this subscription delivers to its callback")
         return self._queue
 
-    def __enter__(self) -> "LocalSubscription":
+    def __enter__(self) -> LocalSubscription:
         return self
 
     def __exit__(self, *exc: object) -> None:

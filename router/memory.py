@@ -41,7 +41,7 @@ def _trim() -> None:
     global _due
     try:
         _libc.malloc_trim(0)
-    except Exception:  # noqa: BLE001 (best effort: nothing depends on it)
+    except Exception:
         log.debug("malloc_trim failed", exc_info=True)
     finally:
         _due = 0.0

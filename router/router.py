@@ -24,10 +24,19 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from datetime import datetime, timezone
-from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence, cast
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol, cast
 
-from aa.mesh import Event, FloodRules, IdGenerator, PatternSpec, StoreError, UsageError, check_values
+from aa.mesh import (
+    Event,
+    FloodRules,
+    IdGenerator,
+    PatternSpec,
+    StoreError,
+    UsageError,
+    check_values,
+)
 from aa.mesh.protocol import Bye, GetMesh, MeshInfo, Message, PeerHello, Publish
 
 from .acks import Acknowledgements
@@ -52,7 +61,7 @@ log = logging.getLogger("aa.router")
 class Endpoint(Protocol):
     """Something served alongside the router (the HTTP endpoint, for instance)."""
 
-    async def start(self, router: "Router") -> None: ...
+    async def start(self, router: Router) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -60,7 +69,9 @@ class Endpoint(Protocol):
 class Router:
     """A broker, embeddable in any asyncio program. See the module docstring."""
 
-    def __init__(self, config: RouterConfig | None = None, *, endpoints: Sequence[Endpoint] = ()) -> None:
+    def __init__(
+        self, config: RouterConfig | None = None, *, endpoints: Sequence[Endpoint] = ()
+    ) -> None:
         self.config = config = config or RouterConfig()
         #: TLS, users, permissions (`aa.router.security`); raises UsageError for bad files.
         self.security = Gate(config.security)
@@ -84,7 +95,7 @@ class Router:
             host=HostFacts(
                 router_id=self.id,
                 router_name=self.name,
-                clock=lambda: datetime.now(timezone.utc),
+                clock=lambda: datetime.now(UTC),
                 peer_count=self.peer_count,
             ),
             limits=SandboxLimits(time_budget=config.pattern_time_budget),
@@ -94,7 +105,9 @@ class Router:
         )
         rules = FloodRules(self.id, initial_ttl=config.mesh.ttl)
         #: Stamping, matching, sinks and forwarding of each event (`aa.router.dispatch`).
-        self.dispatcher = Dispatcher(ids=ids, rules=rules, engine=self.engine, counters=self.counters)
+        self.dispatcher = Dispatcher(
+            ids=ids, rules=rules, engine=self.engine, counters=self.counters
+        )
         self.dispatcher.after_step = self._flush_sinks
         #: Peer links, flooding, control messages, discovery (`aa.router.links`).
         self.mesh = MeshService(
@@ -111,7 +124,11 @@ class Router:
         self.dispatcher.forwarders.append(self.mesh.originated)
         cc = config.caches
         #: The mesh cache (None when `CacheConfig.mesh_cache` is off).
-        self.mesh_cache = MeshCache(max_events=cc.mesh_cache_events, max_bytes=cc.mesh_cache_bytes) if cc.mesh_cache else None
+        self.mesh_cache = (
+            MeshCache(max_events=cc.mesh_cache_events, max_bytes=cc.mesh_cache_bytes)
+            if cc.mesh_cache
+            else None
+        )
         #: The event log, once started (None: off).
         self.event_log: EventLog | None = None
         self._sinks: LocalSinks | None = None
@@ -121,7 +138,8 @@ class Router:
             data_dir=config.data_dir,
             mesh_cache=self.mesh_cache,
             matcher=self.engine.matcher,
-            matches_prototype=self.engine.matches_prototype, select=self.engine.select,
+            matches_prototype=self.engine.matches_prototype,
+            select=self.engine.select,
             dispatch=self.dispatcher,
             counters=self.counters,
             router_id=self.id,
@@ -144,7 +162,11 @@ class Router:
         )
         #: Quench registrations and notifications across the mesh (`aa.router.quench`).
         self.quench = QuenchService(
-            self.id, config.quench, engine=self.engine, controls=self.mesh, info_interval=config.mesh.info_interval
+            self.id,
+            config.quench,
+            engine=self.engine,
+            controls=self.mesh,
+            info_interval=config.mesh.info_interval,
         )
 
     # -- life cycle -------------------------------------------------------------------------
@@ -167,11 +189,22 @@ class Router:
         await self._open_storage()  # raises StoreUnavailable before anything is bound
         try:
             if self.config.security.active:  # TLS and address ranges: our own accept loop
-                self._server = cast(asyncio.Server, await self.security.serve(  # duck-types a Server
-                    lambda: ClientSession(self), self.config.host, self.config.port, self.counters))
+                self._server = cast(
+                    asyncio.Server,
+                    await self.security.serve(  # duck-types a Server
+                        lambda: ClientSession(self),
+                        self.config.host,
+                        self.config.port,
+                        self.counters,
+                    ),
+                )
             else:
-                self._server = await loop.create_server(lambda: ClientSession(self), self.config.host,
-                                                        self.config.port, reuse_address=True)  # fmt: skip
+                self._server = await loop.create_server(
+                    lambda: ClientSession(self),
+                    self.config.host,
+                    self.config.port,
+                    reuse_address=True,
+                )
         except BaseException:
             await self._close_storage()
             raise
@@ -200,8 +233,12 @@ class Router:
         await self.storage.start()
         store = self.storage.store
         try:
-            self._sinks = await LocalSinks.open(self.config, self.id, persist=self.storage.persist if store else None,
-                                                mesh_cache=self.mesh_cache)  # fmt: skip
+            self._sinks = await LocalSinks.open(
+                self.config,
+                self.id,
+                persist=self.storage.persist if store else None,
+                mesh_cache=self.mesh_cache,
+            )
         except BaseException:
             await self.storage.aclose()
             raise
@@ -262,7 +299,7 @@ class Router:
                     s.transport.abort()
         await server.wait_closed()
 
-    async def __aenter__(self) -> "Router":
+    async def __aenter__(self) -> Router:
         await self.start()
         return self
 
@@ -292,7 +329,9 @@ class Router:
         event = Event(values=dict(values), type=type, meta=dict(meta or {}), id=id)
         if meta:
             check_persistable(event)
-        stamped = self.dispatcher.accept([event], client_id or self._local_client, address, user, scope)
+        stamped = self.dispatcher.accept(
+            [event], client_id or self._local_client, address, user, scope
+        )
         self.dispatcher.flush()
         return stamped[0] if stamped else None
 
@@ -310,7 +349,11 @@ class Router:
         the stored events the pattern matches come first, oldest first, marked historical,
         then the live ones (`aa.router.store.HistoryReplay`). Raises `PatternError` for a
         refused pattern, `UsageError` for a bad *history*."""
-        spec = pattern if isinstance(pattern, PatternSpec) else PatternSpec(kernel=kernel, format=format, source=pattern)
+        spec = (
+            pattern
+            if isinstance(pattern, PatternSpec)
+            else PatternSpec(kernel=kernel, format=format, source=pattern)
+        )
         sub = LocalSubscription(self, callback, client_id=self._local_client)
         self.add_subscription(sub, spec, dict(params or {}), history)
         self.subscription_added(sub, history)
@@ -333,7 +376,9 @@ class Router:
         Raises `PatternError` for a refused pattern, `UsageError` for a bad argument,
         `StoreUnavailable` when the store cannot be read.
         """
-        return await self.storage.history(pattern, since=since, limit=limit, include_cache=include_cache)
+        return await self.storage.history(
+            pattern, since=since, limit=limit, include_cache=include_cache
+        )
 
     def peer_count(self) -> int:
         """Peer routers this router has a link with."""
@@ -366,8 +411,14 @@ class Router:
             storage["mesh_cache"] = {"events": len(self.mesh_cache), "bytes": self.mesh_cache.bytes}
         if self.event_log is not None:
             e = self.event_log.stats()
-            storage["event_log"] = {"rows": e.rows, "files": e.files, "dropped": e.dropped, "errors": e.errors,
-                                    "deleted": e.deleted, "waiting": e.waiting}
+            storage["event_log"] = {
+                "rows": e.rows,
+                "files": e.files,
+                "dropped": e.dropped,
+                "errors": e.errors,
+                "deleted": e.deleted,
+                "waiting": e.waiting,
+            }
         return {
             "id": self.id,
             "name": self.name,
@@ -384,7 +435,12 @@ class Router:
     # -- what a client session asks (aa.router.session) -------------------------------------
 
     def accept_publish(
-        self, session: ClientSession, msg: Publish, *, until: float | None = None, done: Callable[[], None] | None = None
+        self,
+        session: ClientSession,
+        msg: Publish,
+        *,
+        until: float | None = None,
+        done: Callable[[], None] | None = None,
     ) -> None:
         """A client's publish frame: screen its store policies, dispatch and flood its
         events, then acknowledge it when the rule allows (`aa.router.acks`). With *until*
@@ -397,7 +453,9 @@ class Router:
         client_id, address, user = session.client_id or "?", session.address, session.identity.user
 
         def handled() -> None:
-            self.acks.publish_handled(session, msg.seq, persisted=persisted, refused=storage.refused - refused)
+            self.acks.publish_handled(
+                session, msg.seq, persisted=persisted, refused=storage.refused - refused
+            )
             if done is not None:
                 done()
 
@@ -407,11 +465,23 @@ class Router:
             finally:
                 handled()
             return
-        self.dispatcher.accept_in_steps(events, client_id, address, user, session.id_scope,
-                                        until=until, going_on=lambda: session.is_open, then=handled)
+        self.dispatcher.accept_in_steps(
+            events,
+            client_id,
+            address,
+            user,
+            session.id_scope,
+            until=until,
+            going_on=lambda: session.is_open,
+            then=handled,
+        )
 
     def add_subscription(
-        self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], history: Mapping[str, Any] | None
+        self,
+        key: Hashable,
+        spec: PatternSpec,
+        params: Mapping[str, Any],
+        history: Mapping[str, Any] | None,
     ) -> None:
         """Register *key*'s pattern. Raises `PatternError`, `UsageError` (bad params or
         history); nothing is registered then."""
@@ -444,7 +514,9 @@ class Router:
 
     def session_opened(self, session: ClientSession) -> None:
         self.sessions.add(session)
-        self.security.admission.opened(session)  # caps, hello deadline (aa.router.security.admission)
+        self.security.admission.opened(
+            session
+        )  # caps, hello deadline (aa.router.security.admission)
 
     def session_closed(self, session: ClientSession) -> None:
         self.sessions.discard(session)

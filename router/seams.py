@@ -8,12 +8,22 @@ tests can hand a room a small fake instead. Nothing here holds state.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Mapping, Protocol
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Protocol
 
 from aa.mesh import Control, Event
 from aa.mesh.protocol import Message
 
-__all__ = ["Clock", "Sink", "Dispatch", "Controls", "ClientPort", "Subscriber", "SubscriptionHost", "RouterFacts"]
+__all__ = [
+    "Clock",
+    "Sink",
+    "Dispatch",
+    "Controls",
+    "ClientPort",
+    "Subscriber",
+    "SubscriptionHost",
+    "RouterFacts",
+]
 
 #: Monotonic seconds (`time.monotonic`); every deadline of a room is measured with one.
 Clock = Callable[[], float]
@@ -39,7 +49,9 @@ class Controls(Protocol):
     def on_control(self, topic: str, callback: Callable[[Control], None]) -> Callable[[], None]:
         """Call *callback(control)* for each control of *topic*; returns the undo."""
 
-    def flood_control(self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None) -> str:
+    def flood_control(
+        self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None
+    ) -> str:
         """Send a control to every router of the mesh; returns its id."""
 
 

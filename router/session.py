@@ -14,16 +14,41 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
-from aa.mesh.protocol import IN_PROGRESS, QUENCH_REQUESTS, STORAGE_REQUESTS, CacheRegister, GetMesh, MeshInfo, Quench
-from aa.mesh.protocol import (Ack, Bye, Deliver, Error, GetRouters, Hello, Message, Missed, PatternFailed, Ping, Pong, Publish,
-                              Routers, Subscribe, Subscribed, Unsubscribe, Update, Updated, Welcome)
+from aa.mesh.protocol import (
+    IN_PROGRESS,
+    QUENCH_REQUESTS,
+    STORAGE_REQUESTS,
+    Ack,
+    Bye,
+    CacheRegister,
+    Error,
+    GetMesh,
+    GetRouters,
+    Hello,
+    MeshInfo,
+    Message,
+    Missed,
+    PatternFailed,
+    Ping,
+    Pong,
+    Publish,
+    Quench,
+    Routers,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Update,
+    Updated,
+    Welcome,
+)
 
 from .dispatch import DISPATCH_STEP
 from .memory import give_back
-from .security import Identity, PartialFrames
+from .security import Identity
 
 if TYPE_CHECKING:
     from .router import Router
@@ -57,7 +82,7 @@ class SessionSubscriber:
 
     def __init__(
         self,
-        session: "ClientSession",
+        session: ClientSession,
         sub_id: int,
         receives: Callable[[str | None], bool] | None = None,
         overflow: str = "notify",
@@ -110,7 +135,7 @@ class SessionSubscriber:
 class ClientSession(asyncio.Protocol):
     """Router side of one client connection."""
 
-    def __init__(self, router: "Router") -> None:
+    def __init__(self, router: Router) -> None:
         self.router = router
         self.codec = Connection(max_items=MAX_FRAME_ITEMS)
         self.transport: asyncio.Transport | None = None
@@ -177,10 +202,18 @@ class ClientSession(asyncio.Protocol):
                     continue
                 if not isinstance(msg, Message):
                     break
-                if type(msg) is Publish and self.client_id is not None and len(msg.events) > DISPATCH_STEP:  # type: ignore[attr-defined]
-                    self._slicing = True  # reading waits until it is dispatched, across turns if need be
+                if (
+                    type(msg) is Publish
+                    and self.client_id is not None
+                    and len(msg.events) > DISPATCH_STEP
+                ):  # type: ignore[attr-defined]
+                    self._slicing = (
+                        True  # reading waits until it is dispatched, across turns if need be
+                    )
                     self.transport.pause_reading() if self.transport is not None else None
-                    self.router.accept_publish(self, msg, until=start + TURN_BUDGET, done=self._next_turn)  # type: ignore[arg-type]
+                    self.router.accept_publish(
+                        self, msg, until=start + TURN_BUDGET, done=self._next_turn
+                    )  # type: ignore[arg-type]
                     return
                 self.handle(msg)
                 if self._closing:
@@ -195,10 +228,17 @@ class ClientSession(asyncio.Protocol):
             self._processing = False
             self.router.dispatcher.flush()
         if not self._closing and not self.router.partial_frames.hold(self, self.codec.buffered):
-            log.warning("closing %s: %d bytes of an unfinished frame while the router holds %d for all",
-                        self.client_id or self.address, self.codec.buffered, self.router.partial_frames.total)
+            log.warning(
+                "closing %s: %d bytes of an unfinished frame while the router holds %d for all",
+                self.client_id or self.address,
+                self.codec.buffered,
+                self.router.partial_frames.total,
+            )
             self.router.counters["busy_closed"] += 1
-            self.fail("busy", "the router holds too many partly received frames; send smaller frames or retry")
+            self.fail(
+                "busy",
+                "the router holds too many partly received frames; send smaller frames or retry",
+            )
 
     def _next_turn(self) -> None:
         self._slicing = True
@@ -238,7 +278,11 @@ class ClientSession(asyncio.Protocol):
         """Return once the transport takes more data (at once unless `DRAIN_ABOVE` bytes wait):
         bulk senders (history replay) pace themselves with it, bounding the router's memory."""
         transport = self.transport
-        if self._writable is not None and transport is not None and transport.get_write_buffer_size() > DRAIN_ABOVE:
+        if (
+            self._writable is not None
+            and transport is not None
+            and transport.get_write_buffer_size() > DRAIN_ABOVE
+        ):
             await asyncio.shield(self._writable)
 
     # -- handling ---------------------------------------------------------------------------
@@ -269,7 +313,9 @@ class ClientSession(asyncio.Protocol):
         elif kind is GetMesh:
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
-            if kind is not CacheRegister or self._may("client_caches", "own client caches", msg.req):  # type: ignore[attr-defined]
+            if kind is not CacheRegister or self._may(
+                "client_caches", "own client caches", msg.req
+            ):  # type: ignore[attr-defined]
                 self.router.caches.handle_request(self, msg)
         elif kind in QUENCH_REQUESTS:
             if kind is not Quench or self._may("quench", "register quench prototypes", msg.reg):  # type: ignore[attr-defined]
@@ -284,8 +330,18 @@ class ClientSession(asyncio.Protocol):
         rules = self.router.security.rules_for(self.identity)
         if rules is not None and getattr(rules, rule):
             return True
-        message = rules.refusal(rule, what) if rules is not None else "not allowed anything (no rule covers this user)"
-        self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {message}", ref=ref))
+        message = (
+            rules.refusal(rule, what)
+            if rules is not None
+            else "not allowed anything (no rule covers this user)"
+        )
+        self.send(
+            Error(
+                code="permission-denied",
+                message=f"user {self.identity.user!r} is {message}",
+                ref=ref,
+            )
+        )
         return False
 
     def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
@@ -297,8 +353,13 @@ class ClientSession(asyncio.Protocol):
         allowed, reason = gate.screen(rules, events, "persist")
         if reason is not None:
             self.router.counters["refused_permission"] += len(events) - len(allowed)
-            self.send(Error(code="permission-denied", message=f"{len(events) - len(allowed)} event(s) refused: "
-                            f"user {self.identity.user!r} is {reason}"))  # fmt: skip
+            self.send(
+                Error(
+                    code="permission-denied",
+                    message=f"{len(events) - len(allowed)} event(s) refused: "
+                    f"user {self.identity.user!r} is {reason}",
+                )
+            )
         return allowed
 
     def _hello(self, msg: Hello) -> None:
@@ -324,19 +385,39 @@ class ClientSession(asyncio.Protocol):
 
     def _subscribe(self, msg: Subscribe) -> None:
         if msg.sub_id in self.subscriptions:
-            self.send(Error(code="duplicate", message=f"sub_id {msg.sub_id} is in use", ref=msg.sub_id))
+            self.send(
+                Error(code="duplicate", message=f"sub_id {msg.sub_id} is in use", ref=msg.sub_id)
+            )
             return
         limit = self.router.config.max_subscriptions_per_client
         if len(self.subscriptions) >= limit:
-            self.send(Error(code="limit", message=f"at most {limit} subscriptions per client", ref=msg.sub_id))
+            self.send(
+                Error(
+                    code="limit",
+                    message=f"at most {limit} subscriptions per client",
+                    ref=msg.sub_id,
+                )
+            )
             return
         rules = self.router.security.rules_for(self.identity)
-        refusal = rules.pattern_refusal(msg.pattern) if rules is not None else "not allowed to subscribe (no rule covers this user)"
+        refusal = (
+            rules.pattern_refusal(msg.pattern)
+            if rules is not None
+            else "not allowed to subscribe (no rule covers this user)"
+        )
         if refusal is not None:
-            self.send(Error(code="permission-denied", message=f"user {self.identity.user!r} is {refusal}", ref=msg.sub_id))
+            self.send(
+                Error(
+                    code="permission-denied",
+                    message=f"user {self.identity.user!r} is {refusal}",
+                    ref=msg.sub_id,
+                )
+            )
             return
         assert rules is not None
-        sub = SessionSubscriber(self, msg.sub_id, None if rules.subscribe_any else rules.may_receive, msg.overflow)
+        sub = SessionSubscriber(
+            self, msg.sub_id, None if rules.subscribe_any else rules.may_receive, msg.overflow
+        )
         try:
             self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
@@ -344,18 +425,28 @@ class ClientSession(asyncio.Protocol):
             self.send(Error(code=code, message=str(exc), ref=msg.sub_id))
             return
         self.subscriptions[msg.sub_id] = sub
-        self.send(Subscribed(sub_id=msg.sub_id, **self.router.subscription_notes(msg.pattern, msg.params)))
+        self.send(
+            Subscribed(sub_id=msg.sub_id, **self.router.subscription_notes(msg.pattern, msg.params))
+        )
         self.router.subscription_added(sub, msg.history)
 
     def _update(self, msg: Update) -> None:
         sub = self.subscriptions.get(msg.sub_id)
         if sub is None:
-            self.send(Error(code="unknown-subscription", message=f"no subscription {msg.sub_id}", ref=msg.sub_id))
+            self.send(
+                Error(
+                    code="unknown-subscription",
+                    message=f"no subscription {msg.sub_id}",
+                    ref=msg.sub_id,
+                )
+            )
             return
         try:
             self.router.update_subscription(sub, msg.params)
         except (PatternError, UsageError) as exc:
-            self.send(Error(code=getattr(exc, "code", "bad-params"), message=str(exc), ref=msg.sub_id))
+            self.send(
+                Error(code=getattr(exc, "code", "bad-params"), message=str(exc), ref=msg.sub_id)
+            )
             return
         self.send(Updated(sub_id=msg.sub_id))
 
@@ -418,9 +509,15 @@ class ClientSession(asyncio.Protocol):
                 if sub is None:
                     continue
                 if sub.overflow == "disconnect":
-                    log.info("closing %s: it does not read its deliveries (overflow=disconnect)", self.client_id)
-                    self.fail("overflow", f"subscription {sid} asked to be disconnected rather than miss events, "
-                              f"and this client did not read fast enough: {self.dropped} events dropped")  # fmt: skip
+                    log.info(
+                        "closing %s: it does not read its deliveries (overflow=disconnect)",
+                        self.client_id,
+                    )
+                    self.fail(
+                        "overflow",
+                        f"subscription {sid} asked to be disconnected rather than miss events, "
+                        f"and this client did not read fast enough: {self.dropped} events dropped",
+                    )
                     return
                 sub.missed += 1
                 self._missed = True

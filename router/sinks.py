@@ -23,7 +23,8 @@ batch); the event log under 1 µs per event on the router (its own process does 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aa.mesh import Event
 
@@ -52,8 +53,13 @@ class LocalSinks:
 
     @classmethod
     async def open(
-        cls, config: Any, router_id: str, *, persist: Callable[[Event], None] | None, mesh_cache: MeshCache | None
-    ) -> "LocalSinks":
+        cls,
+        config: Any,
+        router_id: str,
+        *,
+        persist: Callable[[Event], None] | None,
+        mesh_cache: MeshCache | None,
+    ) -> LocalSinks:
         """The sinks of a router with *config* (`RouterConfig`): the event log is started
         when it has a data folder and a log config. Raises what `EventLog.start` raises."""
         elog = None

@@ -8,7 +8,7 @@ import os
 os.environ["AA_DISCOVERY_INTERFACES"] = "lo"
 
 
-from support import free_udp_port  # noqa: E402  (imports no aa)
+from support import free_udp_port
 
 # ... and on a beacon port of this test run's own: the `aa router` processes tests start find
 # each other as they should, never a router someone runs on this machine (`make run`).

@@ -3,22 +3,25 @@ router, a real uvicorn server (the clock tests move is `support.Clock`)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import httpx
+from support import Clock
 
 from aa.http_api import HttpEndpoint, create_app
 from aa.router import Router, RouterConfig
-
-from support import Clock
 
 PEER = ("127.0.0.1", 40000)
 
 
 @asynccontextmanager
 async def open_api(
-    *, allow: tuple[str, ...] = ("127.0.0.0/8",), max_body: int | None = None, peer: tuple[str, int] = PEER,
+    *,
+    allow: tuple[str, ...] = ("127.0.0.0/8",),
+    max_body: int | None = None,
+    peer: tuple[str, int] = PEER,
     clock: Clock | None = None,
 ) -> AsyncIterator[tuple[Router, httpx.AsyncClient]]:
     """A started router and an httpx client talking to its app in-process."""
@@ -63,18 +66,32 @@ def chromium(*, window: str = "1280,1000") -> Iterator[Any]:
 
     for program, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
         if shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed (Debian package {package}; see tests/setup/system-deps.sh)")
+            pytest.skip(
+                f"{program} is not installed (Debian package {package}; see tests/setup/system-deps.sh)"
+            )
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
     profile = tempfile.mkdtemp(prefix="aa-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={profile}", f"--window-size={window}", "--proxy-server=direct://"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--window-size={window}",
+        "--proxy-server=direct://",
+    ):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
+    driver = webdriver.Chrome(
+        service=Service(shutil.which("chromedriver") or "chromedriver"), options=options
+    )
     try:
         yield driver
     finally:

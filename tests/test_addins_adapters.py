@@ -4,8 +4,10 @@ guard, and an adapter running on a real router."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from support import next_event
 
 from aa.addins.adapters import (
     ADAPTED_BY,
@@ -19,13 +21,19 @@ from aa.addins.adapters import (
 from aa.mesh import Event
 from aa.tools.mining import write_artefact
 
-from support import next_event
-
-T0 = datetime(2030, 1, 7, 9, 0, tzinfo=timezone.utc)
-QUOTE_TICKER = {"from": "quote", "to": "ticker", "confidence": 0.95,
-                "attributes": {"StockSymbol": "Symbol", "Price": "Last", "Currency": "Ccy"}}  # fmt: skip
-TICKER_QUOTE = {"from": "ticker", "to": "quote", "confidence": 0.95,
-                "attributes": {"Symbol": "StockSymbol", "Last": "Price", "Ccy": "Currency"}}  # fmt: skip
+T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
+QUOTE_TICKER = {
+    "from": "quote",
+    "to": "ticker",
+    "confidence": 0.95,
+    "attributes": {"StockSymbol": "Symbol", "Price": "Last", "Currency": "Ccy"},
+}
+TICKER_QUOTE = {
+    "from": "ticker",
+    "to": "quote",
+    "confidence": 0.95,
+    "attributes": {"Symbol": "StockSymbol", "Last": "Price", "Ccy": "Currency"},
+}
 
 
 def put(folder: Path, task: str, data: dict) -> None:
@@ -33,7 +41,12 @@ def put(folder: Path, task: str, data: dict) -> None:
 
 
 def quote(**extra: object) -> Event:
-    return Event(values={"StockSymbol": "ABB", "Price": 45.5, "Currency": "CHF"}, type="quote", id="q1", **extra)  # type: ignore[arg-type]
+    return Event(
+        values={"StockSymbol": "ABB", "Price": 45.5, "Currency": "CHF"},
+        type="quote",
+        id="q1",
+        **extra,
+    )  # type: ignore[arg-type]
 
 
 def test_watch_reports_each_new_version_once(tmp_path: Path) -> None:
@@ -56,10 +69,16 @@ def test_schema_adapter_republishes_and_reloads(tmp_path: Path) -> None:
     assert adapter.pattern() == "type in ('quote',)"
     assert adapter.handle(quote()) == [("ticker", {"Ccy": "CHF", "Last": 45.5, "Symbol": "ABB"})]
     assert adapter.handle(Event(values={"StockSymbol": "ABB"}, type="quote")) == []  # incomplete
-    put(tmp_path, "schema", {"mappings": [QUOTE_TICKER, TICKER_QUOTE, {**TICKER_QUOTE, "to": "x", "confidence": 0.1}]})
+    put(
+        tmp_path,
+        "schema",
+        {"mappings": [QUOTE_TICKER, TICKER_QUOTE, {**TICKER_QUOTE, "to": "x", "confidence": 0.1}]},
+    )
     assert adapter.reload() and adapter.input_types() == {"quote", "ticker"}
     ticker = Event(values={"Symbol": "NHY", "Last": 60.0, "Ccy": "NOK"}, type="ticker")
-    assert adapter.handle(ticker) == [("quote", {"Currency": "NOK", "Price": 60.0, "StockSymbol": "NHY"})]
+    assert adapter.handle(ticker) == [
+        ("quote", {"Currency": "NOK", "Price": 60.0, "StockSymbol": "NHY"})
+    ]
 
 
 def test_adapted_events_are_not_adapted_again(tmp_path: Path) -> None:
@@ -99,16 +118,28 @@ def test_location_adapter_follows_the_loudest_floor(tmp_path: Path) -> None:
     put(tmp_path, "location", LOCATIONS)
     adapter = LocationAdapter(tmp_path)
     adapter.reload()
-    (kind, loc), = adapter.handle(scan("phone-a", ("ap-1", -45), ("ap-2", -65), ("ap-3", -70), ("ap-weak", -30)))
+    ((kind, loc),) = adapter.handle(
+        scan("phone-a", ("ap-1", -45), ("ap-2", -65), ("ap-3", -70), ("ap-weak", -30))
+    )
     assert kind == "location" and loc["Node"] == "phone-a"
-    assert (loc["Building"], loc["Floor"], loc["Radios"]) == ("B1", 2, 2)  # ap-weak: too unsure to use
+    assert (loc["Building"], loc["Floor"], loc["Radios"]) == (
+        "B1",
+        2,
+        2,
+    )  # ap-weak: too unsure to use
     assert 10.0 <= loc["X"] < 11.0 and loc["Y"] == 5.0 and loc["Confidence"] > 0.9
     assert adapter.handle(scan("phone-a", ("unknown", -40))) == []
     assert adapter.handle(Event(values={"Node": "x", "Radios": "garbage"}, type="wifi-scan")) == []
 
 
-PRESENCE = {"window_seconds": 60, "threshold_db": 6.0, "floor_dbm": -95.0, "min_common": 2,
-            "scan_types": ["wifi-scan"], "attributes": {"node": "Node", "radios": "Radios"}}  # fmt: skip
+PRESENCE = {
+    "window_seconds": 60,
+    "threshold_db": 6.0,
+    "floor_dbm": -95.0,
+    "min_common": 2,
+    "scan_types": ["wifi-scan"],
+    "attributes": {"node": "Node", "radios": "Radios"},
+}
 
 
 def test_presence_adapter_publishes_company_changes(tmp_path: Path) -> None:
@@ -118,25 +149,39 @@ def test_presence_adapter_publishes_company_changes(tmp_path: Path) -> None:
     room = (("ap-1", -50), ("ap-2", -70), ("ap-3", -80))
     elsewhere = (("ap-1", -85), ("ap-2", -50), ("ap-4", -60))
     assert adapter.handle(scan("a", *room))[0][1]["With"] == []
-    (kind, p), = adapter.handle(scan("b", ("ap-1", -52), ("ap-2", -68), ("ap-3", -83)))
+    ((kind, p),) = adapter.handle(scan("b", ("ap-1", -52), ("ap-2", -68), ("ap-3", -83)))
     assert kind == "presence" and p == {"Node": "b", "With": ["a"], "Window": T0}
     assert adapter.handle(scan("c", *elsewhere))[0][1]["With"] == []
-    assert adapter.handle(scan("b", ("ap-1", -50), ("ap-2", -70), ("ap-3", -80))) == []  # same company: quiet
+    assert (
+        adapter.handle(scan("b", ("ap-1", -50), ("ap-2", -70), ("ap-3", -80))) == []
+    )  # same company: quiet
     later = T0 + timedelta(minutes=1)  # a new window: b alone again until a scans in it
     assert adapter.handle(scan("b", *room, at=later))[0][1]["With"] == []
     # Without a time stamp the time passed in is used.
-    bare = Event(values={"Node": "a", "Radios": [{"Id": k, "Rssi": v} for k, v in room]}, type="wifi-scan")
-    assert adapter.handle(bare, now=later.timestamp())[0][1] == {"Node": "a", "With": ["b"], "Window": later}
+    bare = Event(
+        values={"Node": "a", "Radios": [{"Id": k, "Rssi": v} for k, v in room]}, type="wifi-scan"
+    )
+    assert adapter.handle(bare, now=later.timestamp())[0][1] == {
+        "Node": "a",
+        "With": ["b"],
+        "Window": later,
+    }
 
 
-async def test_runner_republishes_on_a_router_and_reloads(tmp_path: Path, client, make_client) -> None:  # type: ignore[no-untyped-def]
+async def test_runner_republishes_on_a_router_and_reloads(
+    tmp_path: Path, client, make_client
+) -> None:  # type: ignore[no-untyped-def]
     put(tmp_path, "schema", {"mappings": [QUOTE_TICKER]})
     adapter_client = await make_client(name="schema-adapter")
     tickers = await client.subscribe("type == 'ticker'")
     quotes = await client.subscribe("type == 'quote'")
-    async with AdapterRunner(SchemaAdapter(tmp_path), adapter_client, reload_interval=3600) as runner:
+    async with AdapterRunner(
+        SchemaAdapter(tmp_path), adapter_client, reload_interval=3600
+    ) as runner:
         publisher = await make_client()
-        qid = await publisher.publish({"StockSymbol": "ABB", "Price": 45.5, "Currency": "CHF"}, type="quote")
+        qid = await publisher.publish(
+            {"StockSymbol": "ABB", "Price": 45.5, "Currency": "CHF"}, type="quote"
+        )
         ev = await next_event(tickers)
         assert ev.values == {"Symbol": "ABB", "Last": 45.5, "Ccy": "CHF"}
         assert ev.meta[ADAPTED_BY] == "schema" and ev.meta[ADAPTED_FROM] == qid
@@ -152,20 +197,37 @@ async def test_runner_republishes_on_a_router_and_reloads(tmp_path: Path, client
 
 
 async def test_schema_adapter_runs_in_the_container(tmp_path: Path, router, client) -> None:  # type: ignore[no-untyped-def]
-    from aa.addins import Container, ContainerConfig
-
     from support import wait_for
+
+    from aa.addins import Container, ContainerConfig
 
     put(tmp_path / "adapters", "schema", {"mappings": [QUOTE_TICKER]})
     folder = tmp_path / "addins"
     folder.mkdir()
-    (folder / "schema_adapter.py").write_text("from aa.addins.adapters.addin import SchemaAdapterAddIn as ADDIN\n")
-    (folder / "schema_adapter.json").write_text(f'{{"adapters": "{tmp_path / "adapters"}", "reload_interval": 3600}}')
+    (folder / "schema_adapter.py").write_text(
+        "from aa.addins.adapters.addin import SchemaAdapterAddIn as ADDIN\n"
+    )
+    (folder / "schema_adapter.json").write_text(
+        f'{{"adapters": "{tmp_path / "adapters"}", "reload_interval": 3600}}'
+    )
     tickers = await client.subscribe("type == 'ticker'")
-    config = ContainerConfig(folders=(folder,), routers=(router.endpoint,), entry_points=False, data_dir=tmp_path / "data")
+    config = ContainerConfig(
+        folders=(folder,),
+        routers=(router.endpoint,),
+        entry_points=False,
+        data_dir=tmp_path / "data",
+    )
     async with Container(config) as container:
-        await wait_for(lambda: container.status().get("schema_adapter", {}).get("state") == "running", timeout=10)
+        await wait_for(
+            lambda: container.status().get("schema_adapter", {}).get("state") == "running",
+            timeout=10,
+        )
         # Running means started: the adapter has subscribed before its start returned.
-        await client.publish({"StockSymbol": "EQNR", "Price": 280.0, "Currency": "NOK"}, type="quote")
+        await client.publish(
+            {"StockSymbol": "EQNR", "Price": 280.0, "Currency": "NOK"}, type="quote"
+        )
         ev = await next_event(tickers)
-        assert ev.values == {"Symbol": "EQNR", "Last": 280.0, "Ccy": "NOK"} and ev.meta[ADAPTED_BY] == "schema"
+        assert (
+            ev.values == {"Symbol": "EQNR", "Last": 280.0, "Ccy": "NOK"}
+            and ev.meta[ADAPTED_BY] == "schema"
+        )

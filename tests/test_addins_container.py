@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import next_event, wait_for
 
 import aa.addins.bundled
 from aa.addins import Backoff, Container, ContainerConfig
 from aa.router import Router
-
-from support import next_event, wait_for
 
 BUNDLED = Path(aa.addins.bundled.__file__).parent
 
@@ -27,9 +26,15 @@ def write(path: Path, source: str) -> None:
 
 
 def config(router: Router, folder: Path, **kw: Any) -> ContainerConfig:
-    settings: dict[str, Any] = dict(folders=(folder,), routers=(router.endpoint,), poll_interval=0.05,
-                                    entry_points=False, data_dir=folder.parent / "data",
-                                    backoff_base=0.02, backoff_max=0.1)
+    settings: dict[str, Any] = dict(
+        folders=(folder,),
+        routers=(router.endpoint,),
+        poll_interval=0.05,
+        entry_points=False,
+        data_dir=folder.parent / "data",
+        backoff_base=0.02,
+        backoff_max=0.1,
+    )
     return ContainerConfig(**{**settings, **kw})
 
 
@@ -51,7 +56,9 @@ PUBLISH_ONCE = """
 """
 
 
-async def test_addin_dropped_into_a_running_container_then_changed(router: Router, tmp_path: Path) -> None:
+async def test_addin_dropped_into_a_running_container_then_changed(
+    router: Router, tmp_path: Path
+) -> None:
     folder = tmp_path / "addins"
     folder.mkdir()
     sub = router.subscribe('Source == "dropin"')
@@ -79,7 +86,9 @@ async def test_addin_dropped_into_a_running_container_then_changed(router: Route
 
 async def test_a_crashing_addin_never_takes_the_others_down(router: Router, tmp_path: Path) -> None:
     folder = tmp_path / "addins"
-    write(folder / "crashy.py", """
+    write(
+        folder / "crashy.py",
+        """
         import asyncio
         from aa.addins import AddIn
 
@@ -90,16 +99,22 @@ async def test_a_crashing_addin_never_takes_the_others_down(router: Router, tmp_
             async def die(self, ctx):
                 await ctx.client.publish({"Crashy": 1})
                 raise RuntimeError("boom")
-    """)
-    write(folder / "failstart.py", """
+    """,
+    )
+    write(
+        folder / "failstart.py",
+        """
         from aa.addins import AddIn
 
         class FailStart(AddIn):
             async def start(self, ctx):
                 raise ValueError("no start for me")
-    """)
+    """,
+    )
     write(folder / "broken.py", "def broken(:\n")
-    write(folder / "healthy" / "__init__.py", """
+    write(
+        folder / "healthy" / "__init__.py",
+        """
         import asyncio
         from aa.addins import AddIn
         from .beat import Beat
@@ -107,8 +122,11 @@ async def test_a_crashing_addin_never_takes_the_others_down(router: Router, tmp_
         class Healthy(AddIn):
             async def start(self, ctx):
                 ctx.every(ctx.settings["every"], Beat(ctx))
-    """)
-    write(folder / "healthy" / "beat.py", """
+    """,
+    )
+    write(
+        folder / "healthy" / "beat.py",
+        """
         class Beat:
             def __init__(self, ctx):
                 self.ctx, self.n = ctx, 0
@@ -116,7 +134,8 @@ async def test_a_crashing_addin_never_takes_the_others_down(router: Router, tmp_
             async def __call__(self):
                 self.n += 1
                 await self.ctx.client.publish({"Beat": self.n, "Every": self.ctx.settings["every"]})
-    """)
+    """,
+    )
     write(folder / "healthy" / "settings.json", '{"every": 0.02}')
     beats = router.subscribe("Beat > 0")
     crashes = router.subscribe("Crashy == 1")
@@ -125,7 +144,10 @@ async def test_a_crashing_addin_never_takes_the_others_down(router: Router, tmp_
             await next_event(crashes)  # restarted again and again (with back-off)
         await wait_for(lambda: container.runners["failstart"].starts >= 3)
         status = container.status()
-        assert status["broken"]["state"] == "broken" and "SyntaxError" in status["broken"]["last_error"]
+        assert (
+            status["broken"]["state"] == "broken"
+            and "SyntaxError" in status["broken"]["last_error"]
+        )
         assert "boom" in status["crashy"]["last_error"] and status["crashy"]["failures"] >= 3
         assert "no start for me" in status["failstart"]["last_error"]
         assert status["healthy"]["state"] == "running" and status["healthy"]["starts"] == 1
@@ -133,13 +155,19 @@ async def test_a_crashing_addin_never_takes_the_others_down(router: Router, tmp_
         later = (await next_event(beats)).values
         assert later["Beat"] > first and later["Every"] == 0.02
         # A broken add-in that gets fixed is loaded at the next poll.
-        write(folder / "broken.py", "from aa.addins import AddIn\n\nclass Fixed(AddIn):\n    pass\n")
+        write(
+            folder / "broken.py", "from aa.addins import AddIn\n\nclass Fixed(AddIn):\n    pass\n"
+        )
         await wait_for(lambda: container.status()["broken"]["state"] == "running")
 
 
-async def test_entry_point_addins_and_load_rules(router: Router, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_entry_point_addins_and_load_rules(
+    router: Router, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pkg = tmp_path / "site"
-    write(pkg / "ep_addin_mod.py", """
+    write(
+        pkg / "ep_addin_mod.py",
+        """
         from aa.addins import AddIn
 
         SETTINGS = {"word": "default"}
@@ -147,16 +175,20 @@ async def test_entry_point_addins_and_load_rules(router: Router, tmp_path: Path,
         class Installed(AddIn):
             async def start(self, ctx):
                 await ctx.client.publish({"Installed": ctx.settings["word"], "Name": ctx.name})
-    """)
+    """,
+    )
     monkeypatch.syspath_prepend(str(pkg))
     folder = tmp_path / "addins"
     write(folder / "installed.toml", 'word = "configured"\n')
     write(folder / "_helper.py", "raise SystemExit('helpers are not add-ins')\n")
-    write(folder / "two.py", """
+    write(
+        folder / "two.py",
+        """
         from aa.addins import AddIn
         class A(AddIn): pass
         class B(AddIn): pass
-    """)
+    """,
+    )
     ep = EntryPoint(name="installed", value="ep_addin_mod:Installed", group="aa.addins")
     sub = router.subscribe("Installed")
     container = Container(config(router, folder, entry_points=True), entry_points=lambda: [ep])
@@ -182,7 +214,9 @@ async def test_bundled_quotes_and_ticker_follow_interest(router: Router, tmp_pat
         # The weather is there at once (the latest reading).
         got = await next_event(weather, timeout=10)
         assert {"City", "TemperatureC", "Humidity", "Condition"} == set(got.values)
-        await wait_for(lambda: all(r.state == "running" for r in bundled.runners.values()), timeout=10)
+        await wait_for(
+            lambda: all(r.state == "running" for r in bundled.runners.values()), timeout=10
+        )
         assert set(bundled.runners) == {"weather", "quotes", "ticker", "laptops", "phones"}
         quotes = bundled.runners["quotes"].instance
         ticker = bundled.runners["ticker"].instance
@@ -207,7 +241,9 @@ def test_bundled_copy_runs_from_any_folder(tmp_path: Path) -> None:
 
 
 async def test_bundled_laptops_and_phones_publish_their_own_nodes(router: Router) -> None:
-    laptop_scans = router.subscribe('type in ("wifi-scan", "bt-scan") and Node.startswith("laptop-")')
+    laptop_scans = router.subscribe(
+        'type in ("wifi-scan", "bt-scan") and Node.startswith("laptop-")'
+    )
     phone_positions = router.subscribe('type == "position"')
     strays = router.subscribe('type == "position" and not Node.startswith("phone-")')
     async with Container(config(router, BUNDLED)):
@@ -223,7 +259,9 @@ async def test_a_start_failure_is_one_clear_message(router: Router, tmp_path: Pa
     start", with the exception and where it happened, once per attempt; not "failed to stop
     cleanly", and no traceback above debug level."""
     folder = tmp_path / "addins"
-    write(folder / "halfway.py", """
+    write(
+        folder / "halfway.py",
+        """
         from aa.addins import AddIn
 
         class Halfway(AddIn):
@@ -233,23 +271,34 @@ async def test_a_start_failure_is_one_clear_message(router: Router, tmp_path: Pa
 
             async def stop(self):
                 self.conn.close()
-    """)
+    """,
+    )
     caplog.set_level("INFO", logger="aa.addins")
     async with Container(config(router, folder)) as container:
         await wait_for(lambda: container.runners["halfway"].starts >= 2)
         status = container.status()["halfway"]
-    assert status["last_error"] == "failed to start: ValueError: no database at db.example (halfway.py:6)"
+    assert (
+        status["last_error"]
+        == "failed to start: ValueError: no database at db.example (halfway.py:6)"
+    )
     loud = [r for r in caplog.records if r.levelno >= 30 and "halfway" in r.getMessage()]
     assert loud and all(r.exc_info is None for r in loud)
-    assert all(r.getMessage().startswith("add-in halfway failed to start: ValueError: no database at db.example "
-                                         "(halfway.py:6); restarting in ") for r in loud), [r.getMessage() for r in loud]
+    assert all(
+        r.getMessage().startswith(
+            "add-in halfway failed to start: ValueError: no database at db.example "
+            "(halfway.py:6); restarting in "
+        )
+        for r in loud
+    ), [r.getMessage() for r in loud]
 
 
 async def test_the_context_names_match_the_docs(router: Router, tmp_path: Path) -> None:
     """README: `ctx` gives a connected client, settings, a logger (`ctx.log`, alias
     `ctx.logger`) and a data folder."""
     folder = tmp_path / "addins"
-    write(folder / "names.py", """
+    write(
+        folder / "names.py",
+        """
         from aa.addins import AddIn
 
         class Names(AddIn):
@@ -257,7 +306,8 @@ async def test_the_context_names_match_the_docs(router: Router, tmp_path: Path) 
                 assert ctx.logger is ctx.log and ctx.log.name == "aa.addins.names"
                 await ctx.client.publish({"Names": sorted(k for k in ("client", "settings", "log", "logger",
                                           "data_dir") if hasattr(ctx, k)), "Dir": ctx.data_dir.is_dir()})
-    """)
+    """,
+    )
     sub = router.subscribe("Names")
     async with Container(config(router, folder)):
         got = await next_event(sub)

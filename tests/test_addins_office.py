@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from aa.addins.office import CORRESPONDENCES, OfficeWorld
 from aa.addins.office.feed import WorldClock, office_origin
 
-MONDAY = datetime(2030, 1, 7, tzinfo=timezone.utc)
+MONDAY = datetime(2030, 1, 7, tzinfo=UTC)
 DAY = (MONDAY + timedelta(hours=7), MONDAY + timedelta(hours=18))
 
 
@@ -28,7 +28,9 @@ def test_same_seed_same_events_in_any_pieces(day) -> None:
     again = list(OfficeWorld(seed=7).events(*DAY))
     assert again == events
     cut = DAY[0] + timedelta(hours=3, seconds=29.5)  # off the step grid
-    pieces = list(OfficeWorld(seed=7).events(DAY[0], cut)) + list(OfficeWorld(seed=7).events(cut, DAY[1]))
+    pieces = list(OfficeWorld(seed=7).events(DAY[0], cut)) + list(
+        OfficeWorld(seed=7).events(cut, DAY[1])
+    )
     assert pieces == events
     assert list(OfficeWorld(seed=8).events(*DAY)) != events
     only = list(OfficeWorld(seed=7).events(*DAY, kinds={"ticker", "bt-scan"}))
@@ -38,19 +40,24 @@ def test_same_seed_same_events_in_any_pieces(day) -> None:
 def test_time_order_and_documented_shapes(day) -> None:
     world, events = day
     times = [t for t, _, _ in events]
-    assert times == sorted(times) and all(t.tzinfo is timezone.utc and DAY[0] <= t < DAY[1] for t in times)
+    assert times == sorted(times) and all(t.tzinfo is UTC and DAY[0] <= t < DAY[1] for t in times)
     keys = {
-        "wifi-scan": {"Node", "Radios"}, "bt-scan": {"Node", "Radios"},
+        "wifi-scan": {"Node", "Radios"},
+        "bt-scan": {"Node", "Radios"},
         "position": {"Node", "Building", "Floor", "X", "Y"},
         "weather": {"City", "TemperatureC", "Humidity", "Condition"},
-        "quote": {"StockSymbol", "Price", "Currency"}, "ticker": {"Symbol", "Last", "Ccy"},
+        "quote": {"StockSymbol", "Price", "Currency"},
+        "ticker": {"Symbol", "Last", "Ccy"},
     }
     seen = set()
     for _, kind, values in events:
         seen.add(kind)
         assert set(values) == keys[kind], kind
         if kind.endswith("-scan"):
-            assert all(set(r) == {"Id", "Name", "Rssi"} and type(r["Rssi"]) is int for r in values["Radios"])
+            assert all(
+                set(r) == {"Id", "Name", "Rssi"} and type(r["Rssi"]) is int
+                for r in values["Radios"]
+            )
             rssi = [r["Rssi"] for r in values["Radios"]]
             assert rssi == sorted(rssi, reverse=True)
         if kind == "position":
@@ -59,7 +66,9 @@ def test_time_order_and_documented_shapes(day) -> None:
             assert values["Condition"] in {"clear", "cloudy", "rain", "snow"}
     assert seen == set(keys)
     # Nobody at the office on Saturday; the market never sleeps.
-    saturday = list(world.events(MONDAY + timedelta(days=5, hours=10), MONDAY + timedelta(days=5, hours=11)))
+    saturday = list(
+        world.events(MONDAY + timedelta(days=5, hours=10), MONDAY + timedelta(days=5, hours=11))
+    )
     assert {k for _, k, _ in saturday} == {"weather", "quote", "ticker"}
 
 
@@ -89,7 +98,10 @@ def test_scans_and_positions_agree_with_ground_truth(day) -> None:
             if kind == "wifi-scan" and values["Radios"]:
                 strongest = truth.radio_place[values["Radios"][0]["Id"]]
                 scans += 1
-                near += strongest.floor == at.floor and math.hypot(strongest.x - at.x, strongest.y - at.y) < 20
+                near += (
+                    strongest.floor == at.floor
+                    and math.hypot(strongest.x - at.x, strongest.y - at.y) < 20
+                )
     # The strongest access point is nearly always a near one on the same floor (noise aside).
     assert near / scans > 0.95
 
@@ -105,10 +117,15 @@ def test_colocation_ground_truth(day) -> None:
             here, _ = world.where(p, t)
             if here is not None:
                 rooms[t][p.name] = here.room
-    for (a, b, t) in truth.colocated:
+    for a, b, t in truth.colocated:
         assert a < b and rooms[t][a] == rooms[t][b]
-    expected = {(a, b, t) for t, where in rooms.items() for a in where for b in where
-                if a < b and where[a] == where[b]}
+    expected = {
+        (a, b, t)
+        for t, where in rooms.items()
+        for a in where
+        for b in where
+        if a < b and where[a] == where[b]
+    }
     assert expected == truth.colocated
     # Co-location varies: meetings and lunch bring together people who do not share an office.
     desks = {p.name: p.desk.room for p in world.people}
@@ -127,7 +144,11 @@ def test_quotes_and_tickers_correspond(day) -> None:
         tk = tickers.get((t + timedelta(seconds=2), symbol))
         if tk is not None:
             matched += 1
-            assert (tk["Symbol"], tk["Last"], tk["Ccy"]) == (q["StockSymbol"], q["Price"], q["Currency"])
+            assert (tk["Symbol"], tk["Last"], tk["Ccy"]) == (
+                q["StockSymbol"],
+                q["Price"],
+                q["Currency"],
+            )
     assert matched >= len(quotes) - 4
 
 
@@ -150,7 +171,9 @@ def test_world_clock_and_office_origin() -> None:
     assert clock.origin == MONDAY + timedelta(hours=10)  # evening: back to the day's 10:00
     assert clock.now() == MONDAY + timedelta(hours=10, minutes=1)
     assert office_origin(MONDAY + timedelta(hours=9)) == MONDAY + timedelta(hours=9)
-    assert office_origin(MONDAY + timedelta(hours=5)) == MONDAY - timedelta(days=3) + timedelta(hours=10)
+    assert office_origin(MONDAY + timedelta(hours=5)) == MONDAY - timedelta(days=3) + timedelta(
+        hours=10
+    )
 
 
 def test_bad_world_arguments() -> None:
@@ -166,9 +189,14 @@ def test_weather_now_is_each_citys_latest_reading(day) -> None:
     world, events = day
     readings = [(t, v) for t, kind, v in events if kind == "weather"]
     assert len({v["City"] for _, v in readings}) == 2
-    for at in (DAY[0] + timedelta(minutes=17, seconds=3), DAY[0] + timedelta(hours=5, minutes=10, seconds=5.05)):
+    for at in (
+        DAY[0] + timedelta(minutes=17, seconds=3),
+        DAY[0] + timedelta(hours=5, minutes=10, seconds=5.05),
+    ):
         latest = {}
         for t, v in readings:
             if t <= at:
                 latest[v["City"]] = (t, v)
-        assert sorted(world.weather_now(at), key=lambda tv: tv[1]["City"]) == [latest[c] for c in sorted(latest)]
+        assert sorted(world.weather_now(at), key=lambda tv: tv[1]["City"]) == [
+            latest[c] for c in sorted(latest)
+        ]

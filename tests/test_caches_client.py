@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, timedelta
 
 import pytest
 
-from aa.mesh import Event, UsageError
-from aa.router.caches import ClientCaches
-from aa.mesh import UnknownCache
+from aa.mesh import Event, UnknownCache, UsageError
 from aa.router import ExpiryPolicy
+from aa.router.caches import ClientCaches
 
 ANY = ExpiryPolicy()
 
@@ -80,7 +79,9 @@ def test_count_policy_keeps_newest_n() -> None:
 
 def test_age_policy_by_moving_now() -> None:
     caches = ClientCaches()
-    caches.register("c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=600, now=0.0)
+    caches.register(
+        "c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=600, now=0.0
+    )
     for i in range(5):
         caches.offer(ev(i), now=float(i * 5))  # taken at 0, 5, 10, 15, 20
     assert ids(caches.fetch("c1", now=20.0).events) == [2, 3, 4]  # 10 s old is still in
@@ -125,7 +126,9 @@ def test_register_again_same_pattern_keeps_events_other_pattern_starts_afresh() 
     caches = ClientCaches()
     caches.register("c1", everything, ANY, timeout=60, now=0.0, key="all")
     caches.offer(ev(1), now=1.0)
-    assert not caches.register("c1", everything, ExpiryPolicy(max_count=5), timeout=90, now=2.0, key="all")
+    assert not caches.register(
+        "c1", everything, ExpiryPolicy(max_count=5), timeout=90, now=2.0, key="all"
+    )
     assert ids(caches.fetch("c1", now=2.0).events) == [1]
     assert caches.info("c1").timeout == 90
     caches.register("c1", lambda e: True, ANY, timeout=60, now=3.0, key="other")
@@ -136,7 +139,14 @@ def test_policies_of_members_sharing_a_pattern_hold_each() -> None:
     caches = ClientCaches()
     caches.register("few", everything, ExpiryPolicy(max_count=2), timeout=600, now=0.0, key="p")
     caches.register("many", everything, ExpiryPolicy(max_count=50), timeout=600, now=0.0, key="p")
-    caches.register("young", everything, ExpiryPolicy(max_age=timedelta(seconds=3)), timeout=600, now=0.0, key="p")
+    caches.register(
+        "young",
+        everything,
+        ExpiryPolicy(max_age=timedelta(seconds=3)),
+        timeout=600,
+        now=0.0,
+        key="p",
+    )
     for i in range(10):
         caches.offer(ev(i), now=float(i))
     assert ids(caches.fetch("few", now=9.0).events) == [8, 9]
@@ -186,7 +196,9 @@ def test_caches_are_bounded() -> None:
 
 def test_shared_log_is_trimmed() -> None:
     caches = ClientCaches()
-    caches.register("c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=10**5, now=0.0)
+    caches.register(
+        "c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=10**5, now=0.0
+    )
     for i in range(5000):
         caches.offer(ev(i), now=float(i))
     (group,) = caches._groups.values()
@@ -215,9 +227,9 @@ def test_a_matcher_that_raises_is_no_match() -> None:
 
 def at(i: int, t: float, eid: str | None = None) -> Event:
     """Event *i* stamped at *t* seconds (as a router stamps it), id e<i>."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return Event(values={"i": i}, id=eid or f"e{i}", meta={"time": datetime.fromtimestamp(t, timezone.utc)})
+    return Event(values={"i": i}, id=eid or f"e{i}", meta={"time": datetime.fromtimestamp(t, UTC)})
 
 
 def test_one_order_everywhere_a_late_event_goes_to_its_place_and_no_cursor_skips_it() -> None:
@@ -231,7 +243,11 @@ def test_one_order_everywhere_a_late_event_goes_to_its_place_and_no_cursor_skips
         here.offer(e, now=110.0)
     for e in reversed(events):
         there.offer(e, now=110.0)
-    assert ids(here.fetch("c1", now=110.0).events) == ids(there.fetch("c1", now=110.0).events) == [3, 4, 5]
+    assert (
+        ids(here.fetch("c1", now=110.0).events)
+        == ids(there.fetch("c1", now=110.0).events)
+        == [3, 4, 5]
+    )
     page = here.fetch("c1", now=110.0, limit=2)
     late = at(9, 103.5)  # stamped between e3 and e4, arrives after the client fetched e3, e4
     assert here.insert("c1", late, now=110.0) and not here.insert("c1", late, now=110.0)  # once
@@ -253,14 +269,18 @@ def test_floors_are_marks_an_ack_holds_on_a_router_that_lacks_the_event() -> Non
     assert floor is not None
     there.ack_mark("c1", floor)
     assert ids(there.fetch("c1", now=110.0).events) == [4, 5]
-    assert not there.insert("c1", at(3, 103.0), now=110.0)  # acknowledged: a repair does not bring it back
+    assert not there.insert(
+        "c1", at(3, 103.0), now=110.0
+    )  # acknowledged: a repair does not bring it back
     there.ack_mark("c1", (101.0, 2, "e1"))  # floors only rise
     assert there.floor("c1") == floor
 
 
 def test_the_age_limit_is_the_events_own_time() -> None:
     caches = ClientCaches()
-    caches.register("c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=600, now=100.0)
+    caches.register(
+        "c1", everything, ExpiryPolicy(max_age=timedelta(seconds=10)), timeout=600, now=100.0
+    )
     assert not caches.insert("c1", at(1, 95.0), now=110.0)  # 15 s old when it arrives: not taken
     assert caches.insert("c1", at(2, 105.0), now=110.0)
     assert ids(caches.fetch("c1", now=114.0).events) == [2]

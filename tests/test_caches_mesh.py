@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from aa.mesh import Event, PatternSpec, UsageError
-from aa.router.caches import MESH_CACHE_MAX_BYTES, MESH_CACHE_MAX_EVENTS, approx_size
 from aa.router import MeshCache
+from aa.router.caches import MESH_CACHE_MAX_BYTES, MESH_CACHE_MAX_EVENTS, approx_size
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def ev(i: int, payload: str = "") -> Event:
-    return Event(values={"i": i, "p": payload}, meta={"time": T0 + timedelta(seconds=i)}, id=f"e{i}")
+    return Event(
+        values={"i": i, "p": payload}, meta={"time": T0 + timedelta(seconds=i)}, id=f"e{i}"
+    )
 
 
 def test_defaults_are_the_named_constants() -> None:
@@ -86,7 +88,9 @@ def test_clear_and_bad_bounds() -> None:
         MeshCache(max_bytes=-1)
 
 
-async def test_a_client_that_asks_for_the_mesh_cache_and_never_reads_is_refused_busy(router) -> None:
+async def test_a_client_that_asks_for_the_mesh_cache_and_never_reads_is_refused_busy(
+    router,
+) -> None:
     """Answers are written only while the client takes them: past a few MiB of unread
     answers, the next request gets error 'busy' instead of more of the router's memory."""
     import asyncio

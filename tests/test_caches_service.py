@@ -4,16 +4,15 @@ acknowledge; replication of registrations, acks, policies and keep-alives across
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
-
-from aa.client import AsyncClient, Client
-from aa.mesh import PatternSpec, RemoteError, UnknownCache
-from aa.router import CacheConfig, ExpiryPolicy, Router, RouterConfig
-
 from support import mesh, wait_for
+
+from aa.client import Client
+from aa.mesh import PatternSpec, RemoteError, UnknownCache
+from aa.router import CacheConfig, ExpiryPolicy, Router
 
 SWEEP_FAST = CacheConfig(sweep_interval=0.02)
 
@@ -90,7 +89,9 @@ async def test_policy_clear_and_remove_flood(two) -> None:
     await wait_for(lambda: b.caches.info("app").size == 4)
     a.caches.set_policy("app", ExpiryPolicy(max_count=1, max_age=timedelta(hours=1)))
     await wait_for(lambda: b.caches.info("app").policy.max_count == 1)
-    assert b.caches.info("app").policy.max_age == timedelta(hours=1) and b.caches.info("app").size == 1
+    assert (
+        b.caches.info("app").policy.max_age == timedelta(hours=1) and b.caches.info("app").size == 1
+    )
     a.caches.clear("app")
     await wait_for(lambda: b.caches.info("app").size == 0)
     assert a.caches.remove("app") is True
@@ -128,7 +129,9 @@ async def test_lapsed_keepalive_removes_the_cache_everywhere(two, open_client) -
     assert "live" in a.caches and "live" in b.caches
 
 
-async def test_a_router_that_lost_the_cache_gets_it_again_from_the_client(router: Router, open_client) -> None:
+async def test_a_router_that_lost_the_cache_gets_it_again_from_the_client(
+    router: Router, open_client
+) -> None:
     c = await open_client(router, "c")
     await c.cache_register("x > 1", max_count=5, timeout=60)
     router.caches.remove("c")  # as if it lapsed here, or the router restarted
@@ -170,14 +173,24 @@ def test_equality_patterns_are_looked_up_not_evaluated() -> None:
 
     assert equality_of(PatternSpec(source='Device == "phone-7"')) == ("Device", "phone-7")
     assert equality_of(PatternSpec(source="3 == n")) == ("n", 3)
-    for source in ("type == 'x'", "len == 3", "a == b", "a == [1]", "a != 1", "a == 1 == 1", "_x == 1"):
+    for source in (
+        "type == 'x'",
+        "len == 3",
+        "a == b",
+        "a == [1]",
+        "a != 1",
+        "a == 1 == 1",
+        "_x == 1",
+    ):
         assert equality_of(PatternSpec(source=source)) is None, source
     index = CacheIndex()
     seen: list[Event] = []
     index.add("d7", PatternSpec(source='Device == "phone-7"'), lambda e: False)
     index.add("one", PatternSpec(source="n == 1"), lambda e: False)
     index.add("true", PatternSpec(source="n == True"), lambda e: False)
-    index.add("big", PatternSpec(source="n > 5"), lambda e: seen.append(e) or e.values.get("n", 0) > 5)
+    index.add(
+        "big", PatternSpec(source="n > 5"), lambda e: seen.append(e) or e.values.get("n", 0) > 5
+    )
     assert index.match(Event(values={"Device": "phone-7"})) == ["d7"]
     assert sorted(index.match(Event(values={"n": 1.0}))) == ["one", "true"]  # as == says
     assert index.match(Event(values={"n": [1]})) == []  # unhashable: equal to no constant

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+
+from support import FAST, wait_for
 
 from aa.mesh import Event, PatternSpec
 from aa.router import CacheConfig, ExpiryPolicy, Router, RouterConfig
 from aa.router.caches import ClientCacheService
-
-from support import FAST, wait_for
 
 QUICK = CacheConfig(sweep_interval=0.05, sync_interval=0.3)
 #: Seconds within which copies must agree once the mesh is connected again (the issue's 10 s).
@@ -37,7 +37,7 @@ class Cable:
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
 
-    async def __aenter__(self) -> "Cable":
+    async def __aenter__(self) -> Cable:
         self._server = await asyncio.start_server(self._carry, "127.0.0.1", 0)
         return self
 
@@ -86,10 +86,15 @@ async def test_a_router_that_was_down_catches_up_and_so_does_the_one_behind_it()
         b.mesh.add_peer(a.endpoint)
         c.mesh.add_peer(b.endpoint)
         await wait_for(lambda: b.peer_count() == 2, timeout=10)
-        a.caches.register("phone", PatternSpec(source="i >= 0"), ExpiryPolicy(max_count=1000), 600.0)
+        a.caches.register(
+            "phone", PatternSpec(source="i >= 0"), ExpiryPolicy(max_count=1000), 600.0
+        )
         a.caches.register("few", PatternSpec(source="i >= 0"), ExpiryPolicy(max_count=25), 600.0)
         a.caches.register("doomed", PatternSpec(source="i >= 0"), ExpiryPolicy(), 600.0)
-        await wait_for(lambda: all(n in r.caches for r in (b, c) for n in ("phone", "few", "doomed")), timeout=10)
+        await wait_for(
+            lambda: all(n in r.caches for r in (b, c) for n in ("phone", "few", "doomed")),
+            timeout=10,
+        )
         for i in range(20):
             a.publish({"i": i})
         await wait_for(lambda: len(ids(c, "phone")) == 20, timeout=10)
@@ -97,7 +102,9 @@ async def test_a_router_that_was_down_catches_up_and_so_does_the_one_behind_it()
         await wait_for(lambda: len(ids(c, "phone")) == 15, timeout=10)
 
         await b.aclose()  # B goes down: its caches (in memory) are gone
-        a.caches.register("late", PatternSpec(source="i >= 40"), ExpiryPolicy(), 600.0)  # C never hears of it
+        a.caches.register(
+            "late", PatternSpec(source="i >= 40"), ExpiryPolicy(), 600.0
+        )  # C never hears of it
         for i in range(20, 50):
             a.publish({"i": i})  # reaches neither B nor C
         for i in range(50, 60):
@@ -105,7 +112,12 @@ async def test_a_router_that_was_down_catches_up_and_so_does_the_one_behind_it()
         a.caches.ack("phone", ids(a, "phone")[4])  # five more; the ack does not reach C
         a.caches.set_policy("few", ExpiryPolicy(max_count=30))  # nor this change
         a.caches.remove("doomed")  # nor this removal
-        assert len(ids(c, "phone")) == 25 and len(ids(a, "phone")) == 40 and "doomed" in c.caches and "late" not in c.caches
+        assert (
+            len(ids(c, "phone")) == 25
+            and len(ids(a, "phone")) == 40
+            and "doomed" in c.caches
+            and "late" not in c.caches
+        )
 
         b = Router(config("b"))  # B is back, empty
         await b.start()
@@ -119,22 +131,36 @@ async def test_a_router_that_was_down_catches_up_and_so_does_the_one_behind_it()
             def converged() -> bool:
                 if any("doomed" in r.caches or "late" not in r.caches for r in routers):
                     return False
-                return all(len({tuple(sorted(ids(r, n))) for r in routers}) == 1 for n in ("phone", "few", "late"))
+                return all(
+                    len({tuple(sorted(ids(r, n))) for r in routers}) == 1
+                    for n in ("phone", "few", "late")
+                )
 
             try:
                 await wait_for(converged, timeout=30)
             except TimeoutError:
-                state = {r.name: {n: sorted(ids(r, n)) if n in r.caches else None for n in ("phone", "few", "late", "doomed")}
-                         for r in routers}  # fmt: skip
+                state = {
+                    r.name: {
+                        n: sorted(ids(r, n)) if n in r.caches else None
+                        for n in ("phone", "few", "late", "doomed")
+                    }
+                    for r in routers
+                }
                 raise AssertionError(f"copies differ: {state}") from None
             took = time.monotonic() - linked
             assert took < CONVERGE_WITHIN, f"converged {took:.1f} s after the mesh reconnected"
             phone = ids(b, "phone")
             assert len(phone) == len(set(phone)) == 50  # 60 published, 10 acknowledged, each once
             assert {e.values["i"] for e in b.caches.fetch("phone").events} == set(range(10, 60))
-            assert len(ids(b, "few")) == 30 and all(r.caches.info("few").policy.max_count == 30 for r in routers)
-            assert ids(a, "few") == ids(b, "few") == ids(c, "few")  # the same newest 30, in the same order
-            assert sorted(e.values["i"] for e in c.caches.fetch("late").events) == list(range(40, 50))  # C took 50–59 before it knew the cache
+            assert len(ids(b, "few")) == 30 and all(
+                r.caches.info("few").policy.max_count == 30 for r in routers
+            )
+            assert (
+                ids(a, "few") == ids(b, "few") == ids(c, "few")
+            )  # the same newest 30, in the same order
+            assert sorted(e.values["i"] for e in c.caches.fetch("late").events) == list(
+                range(40, 50)
+            )  # C took 50–59 before it knew the cache
             assert b.caches.sync.counters["events_repaired"] > 0
         finally:
             await b.aclose()
@@ -146,7 +172,9 @@ async def test_a_partition_heals_both_ways_and_the_age_limit_holds() -> None:
     async with Router(config("a")) as a, Router(config("b")) as b, Cable(a.address) as cable:
         b.mesh.add_peer(cable.endpoint)
         await wait_for(lambda: a.peer_count() == 1, timeout=10)
-        a.caches.register("app", PatternSpec(source="True"), ExpiryPolicy(max_age=timedelta(seconds=3)), 600.0)
+        a.caches.register(
+            "app", PatternSpec(source="True"), ExpiryPolicy(max_age=timedelta(seconds=3)), 600.0
+        )
         await wait_for(lambda: "app" in b.caches, timeout=10)
         cable.cut()
         await wait_for(lambda: a.peer_count() == 0 and b.peer_count() == 0, timeout=10)
@@ -156,11 +184,15 @@ async def test_a_partition_heals_both_ways_and_the_age_limit_holds() -> None:
         assert len(ids(a, "app")) == len(ids(b, "app")) == 10
         cable.up = True  # mended: B's next redial goes through
         try:
-            await wait_for(lambda: sorted(ids(a, "app")) == sorted(ids(b, "app")) and len(ids(a, "app")) == 20,
-                           timeout=CONVERGE_WITHIN)  # fmt: skip
+            await wait_for(
+                lambda: sorted(ids(a, "app")) == sorted(ids(b, "app")) and len(ids(a, "app")) == 20,
+                timeout=CONVERGE_WITHIN,
+            )
         except TimeoutError:
-            raise AssertionError(f"{a.peer_count()} {b.peer_count()} {len(ids(a, 'app'))} {len(ids(b, 'app'))} "
-                                 f"{a.caches.sync.counters} {b.caches.sync.counters}") from None
+            raise AssertionError(
+                f"{a.peer_count()} {b.peer_count()} {len(ids(a, 'app'))} {len(ids(b, 'app'))} "
+                f"{a.caches.sync.counters} {b.caches.sync.counters}"
+            ) from None
         assert ids(a, "app") == ids(b, "app")  # one order everywhere
         # The age limit is the events' own: they leave both copies together, none comes back.
         await wait_for(lambda: ids(a, "app") == [] and ids(b, "app") == [], timeout=10)
@@ -183,15 +215,28 @@ async def test_a_cache_whose_pattern_runs_in_a_worker_heals_too() -> None:
         for i in range(20):
             a.publish({"i": i})
             b.publish({"i": 100 + i})
-        await wait_for(lambda: len(ids(a, "app")) == len(ids(b, "app")) == 10, timeout=10)  # the workers' verdicts
+        await wait_for(
+            lambda: len(ids(a, "app")) == len(ids(b, "app")) == 10, timeout=10
+        )  # the workers' verdicts
         cable.up = True
         try:
-            await wait_for(lambda: sorted(ids(a, "app")) == sorted(ids(b, "app")) and len(ids(a, "app")) == 20,
-                           timeout=CONVERGE_WITHIN)  # fmt: skip
+            await wait_for(
+                lambda: sorted(ids(a, "app")) == sorted(ids(b, "app")) and len(ids(a, "app")) == 20,
+                timeout=CONVERGE_WITHIN,
+            )
         except TimeoutError:
-            raise AssertionError(f"{len(ids(a, 'app'))} {len(ids(b, 'app'))} {a.caches.sync.counters} {b.caches.sync.counters}") from None
-        assert sorted(e.values["i"] for e in a.caches.fetch("app").events) == [*range(0, 20, 2), *range(100, 120, 2)]
-        assert a.caches.sync.counters["events_repaired"] == b.caches.sync.counters["events_repaired"] == 10
+            raise AssertionError(
+                f"{len(ids(a, 'app'))} {len(ids(b, 'app'))} {a.caches.sync.counters} {b.caches.sync.counters}"
+            ) from None
+        assert sorted(e.values["i"] for e in a.caches.fetch("app").events) == [
+            *range(0, 20, 2),
+            *range(100, 120, 2),
+        ]
+        assert (
+            a.caches.sync.counters["events_repaired"]
+            == b.caches.sync.counters["events_repaired"]
+            == 10
+        )
 
 
 class Cut:
@@ -205,7 +250,9 @@ class Cut:
 
 
 def service() -> ClientCacheService:
-    return ClientCacheService(CacheConfig(), controls=Cut(), matcher=lambda spec: lambda e: True, sinks=[])
+    return ClientCacheService(
+        CacheConfig(), controls=Cut(), matcher=lambda spec: lambda e: True, sinks=[]
+    )
 
 
 def exchange(x: ClientCacheService, y: ClientCacheService, now: float) -> int:
@@ -249,6 +296,6 @@ def test_equal_copies_cost_one_digest_each_way() -> None:
     a.register("c", PatternSpec(source="True"), ExpiryPolicy(), 600.0)
     now = time.time()
     exchange(a, b, now)
-    a._offer(Event(values={"i": 1}, id="e1", meta={"time": datetime.now(timezone.utc)}))
+    a._offer(Event(values={"i": 1}, id="e1", meta={"time": datetime.now(UTC)}))
     assert exchange(a, b, now + 2) > 2 and [e.id for e in b.fetch("c").events] == ["e1"]
     assert exchange(a, b, now + 4) == 2  # nothing differs: the two digests, nothing more

@@ -4,20 +4,25 @@ the router goes on repairing honest peers' caches. The same for the store's anti
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from support import FAST, wait_for
 
 from aa.mesh import Event, PatternSpec
 from aa.mesh.protocol import event_to_wire
 from aa.router import CacheConfig, ExpiryPolicy, Router, RouterConfig, StoreConfig
 from aa.router.caches import CACHE_SYNC_TOPIC
-from aa.router.caches.cachesync import DEFS_PER_MESSAGE, EVENTS_PER_MESSAGE, MAX_DIGEST_CACHES, MAX_IDS_PER_MESSAGE
+from aa.router.caches.cachesync import (
+    DEFS_PER_MESSAGE,
+    EVENTS_PER_MESSAGE,
+    MAX_DIGEST_CACHES,
+    MAX_IDS_PER_MESSAGE,
+)
 from aa.router.store import SYNC_TOPIC
 from aa.router.store.sync import MAX_BUCKETS, MAX_SYNC_IDS, SYNC_IDS_PART
-
-from support import FAST, wait_for
 
 
 @pytest.fixture
@@ -27,7 +32,9 @@ async def pair(tmp_path: Any) -> AsyncIterator[tuple[Router, Router]]:
     store = StoreConfig(sync_interval=0)
 
     def config(name: str) -> RouterConfig:
-        return RouterConfig(port=0, name=name, mesh=FAST, caches=quiet, store=store, data_dir=tmp_path / name)
+        return RouterConfig(
+            port=0, name=name, mesh=FAST, caches=quiet, store=store, data_dir=tmp_path / name
+        )
 
     async with Router(config("a")) as a, Router(config("b")) as b:
         b.mesh.add_peer(a.endpoint)
@@ -50,7 +57,11 @@ async def test_oversized_or_malformed_cache_sync_messages_are_refused_whole(pair
     before = dict(a.caches.sync.counters)
     huge = [[f"c{i}", [1, "x"], None, 0, 0, "0"] for i in range(MAX_DIGEST_CACHES + 1)]
     send(b, a, {"op": "digest", "caches": huge, "gone": [], "complete": True})
-    send(b, a, {"op": "ids", "client": "phone", "ids": [f"e{i}" for i in range(MAX_IDS_PER_MESSAGE + 1)]})
+    send(
+        b,
+        a,
+        {"op": "ids", "client": "phone", "ids": [f"e{i}" for i in range(MAX_IDS_PER_MESSAGE + 1)]},
+    )
     send(b, a, {"op": "events", "client": "phone", "events": [{}] * (EVENTS_PER_MESSAGE + 1)})
     send(b, a, {"op": "defs", "caches": [{}] * (DEFS_PER_MESSAGE + 1)})
     send(b, a, {"op": "gone", "caches": [["phone", "not a version"]]})
@@ -59,7 +70,9 @@ async def test_oversized_or_malformed_cache_sync_messages_are_refused_whole(pair
     send(b, a, {"op": "events", "client": "phone", "events": [{}]})  # not an event
     await settle(a, "refused", 8)
     assert len(a.caches) == 1 and "phone" in a.caches  # nothing applied, not even in part
-    sent = {k: v - before.get(k, 0) for k, v in a.caches.sync.counters.items() if k.startswith("sent_")}
+    sent = {
+        k: v - before.get(k, 0) for k, v in a.caches.sync.counters.items() if k.startswith("sent_")
+    }
     assert not any(sent.values()), sent  # and nothing answered
 
 
@@ -84,7 +97,9 @@ async def test_unknown_caches_and_endless_id_lists_cost_a_bounded_answer(pair) -
     received_before = a.caches.sync.counters["received_ids"]
     for _ in range(300):
         send(b, a, {"op": "ids", "client": "phone", "ids": [], "reply": True})
-    await settle(a, "received_ids", received_before + 300)  # the burst's own, however many turns it takes
+    await settle(
+        a, "received_ids", received_before + 300
+    )  # the burst's own, however many turns it takes
     assert a.caches.sync.counters["sent_events"] - sent_before == 1  # 50 events: one message
     assert a.caches.sync.counters["dropped_busy"] == 299
     a.caches.sync.min_gap = 0.0
@@ -100,12 +115,17 @@ async def test_a_peer_cannot_put_into_a_cache_what_its_pattern_does_not_take(pai
     a, b = pair
     a.caches.register("phone", PatternSpec(source="i >= 0"), ExpiryPolicy(), 600.0)
     await wait_for(lambda: "phone" in b.caches)
-    stamp = {"time": datetime.now(timezone.utc)}
-    forged = [Event(values={"evil": 1}, id="forged-1", meta=stamp), Event(values={"i": 1}, meta=stamp),
-              Event(values={"i": 2}, id="real-2", meta=stamp)]  # fmt: skip
+    stamp = {"time": datetime.now(UTC)}
+    forged = [
+        Event(values={"evil": 1}, id="forged-1", meta=stamp),
+        Event(values={"i": 1}, meta=stamp),
+        Event(values={"i": 2}, id="real-2", meta=stamp),
+    ]
     send(b, a, {"op": "events", "client": "phone", "events": [event_to_wire(e) for e in forged]})
     await settle(a, "received_events", 1)
-    assert [e.id for e in a.caches.fetch("phone").events] == ["real-2"]  # not the unmatched, not the id-less
+    assert [e.id for e in a.caches.fetch("phone").events] == [
+        "real-2"
+    ]  # not the unmatched, not the id-less
 
 
 async def test_after_a_hostile_burst_honest_repair_still_works(pair) -> None:
@@ -113,7 +133,9 @@ async def test_after_a_hostile_burst_honest_repair_still_works(pair) -> None:
     a.caches.register("phone", PatternSpec(source="i >= 0"), ExpiryPolicy(max_count=100), 600.0)
     await wait_for(lambda: "phone" in b.caches)
     for i in range(10):
-        send(b, a, {"op": "digest", "caches": [[f"c{j}", 1, None, 0, 0, "0"] for j in range(100)]})  # bad versions
+        send(
+            b, a, {"op": "digest", "caches": [[f"c{j}", 1, None, 0, 0, "0"] for j in range(100)]}
+        )  # bad versions
     await settle(a, "refused", 10)
     a.caches.sync.min_gap = b.caches.sync.min_gap = 0.0  # (B's link-up digest may be < 1 s old)
     b.caches._caches.remove("phone")  # B lost its copy behind the mesh's back
@@ -126,11 +148,38 @@ async def test_after_a_hostile_burst_honest_repair_still_works(pair) -> None:
 
 async def test_the_store_sync_refuses_huge_digests_and_id_lists(pair) -> None:
     a, b = pair
-    send(b, a, {"op": "digest", "buckets": [["t", h, 1, "0"] for h in range(MAX_BUCKETS + 1)]}, SYNC_TOPIC)
-    send(b, a, {"op": "ids", "buckets": [["t", 0]], "ids": [["x"] * SYNC_IDS_PART] * (MAX_SYNC_IDS // SYNC_IDS_PART + 1), "reply": True}, SYNC_TOPIC)
-    send(b, a, {"op": "ids", "buckets": [["t", h] for h in range(MAX_BUCKETS + 1)], "ids": []}, SYNC_TOPIC)
+    send(
+        b,
+        a,
+        {"op": "digest", "buckets": [["t", h, 1, "0"] for h in range(MAX_BUCKETS + 1)]},
+        SYNC_TOPIC,
+    )
+    send(
+        b,
+        a,
+        {
+            "op": "ids",
+            "buckets": [["t", 0]],
+            "ids": [["x"] * SYNC_IDS_PART] * (MAX_SYNC_IDS // SYNC_IDS_PART + 1),
+            "reply": True,
+        },
+        SYNC_TOPIC,
+    )
+    send(
+        b,
+        a,
+        {"op": "ids", "buckets": [["t", h] for h in range(MAX_BUCKETS + 1)], "ids": []},
+        SYNC_TOPIC,
+    )
     send(b, a, {"op": "digest", "buckets": [["t", "noon", 1, "0"]]}, SYNC_TOPIC)
-    for bad_slice in ([0, 0], [2, 2], [2, -1], [10**9, 1], ["2", 1], [2]):  # k ≥ 1, 0 ≤ j < k ≤ 1024
+    for bad_slice in (
+        [0, 0],
+        [2, 2],
+        [2, -1],
+        [10**9, 1],
+        ["2", 1],
+        [2],
+    ):  # k ≥ 1, 0 ≤ j < k ≤ 1024
         send(b, a, {"op": "ids", "buckets": [["t", 0]], "ids": [], "slice": bad_slice}, SYNC_TOPIC)
     await wait_for(lambda: a.storage.sync.counters["refused"] >= 10, timeout=10)
     assert not a.storage.sync.counters["sent_ids"] and not a.storage.sync.counters["sent_events"]

@@ -12,10 +12,10 @@ import signal
 import time
 from pathlib import Path
 
-from aa.client import AsyncClient, ClientConfig
-
 from support import free_tcp_port, wait_until
 from test_store_sync_kill import publish, start
+
+from aa.client import AsyncClient, ClientConfig
 
 #: Seconds from B's restart to every copy agreeing: the issue's 10 s after reconnecting, counted
 #: from before the links are even back (about 2 s measured on the shared 2-core machine).
@@ -23,7 +23,9 @@ CONVERGE_WITHIN = 10.0
 
 
 def phone(port: int) -> AsyncClient:
-    return AsyncClient(config=ClientConfig(routers=(f"127.0.0.1:{port}",), client_id="phone", connect_timeout=2.0))
+    return AsyncClient(
+        config=ClientConfig(routers=(f"127.0.0.1:{port}",), client_id="phone", connect_timeout=2.0)
+    )
 
 
 async def cached_ids(port: int) -> list[str] | None:
@@ -35,7 +37,9 @@ async def cached_ids(port: int) -> list[str] | None:
         return None
 
 
-async def test_every_copy_of_a_cache_converges_after_a_kill_9_of_the_middle_router(tmp_path: Path) -> None:
+async def test_every_copy_of_a_cache_converges_after_a_kill_9_of_the_middle_router(
+    tmp_path: Path,
+) -> None:
     pa, pb, pc = free_tcp_port(), free_tcp_port(), free_tcp_port()
     a = await start("a", pa, tmp_path)
     b = await start("b", pb, tmp_path, pa)
@@ -58,7 +62,11 @@ async def test_every_copy_of_a_cache_converges_after_a_kill_9_of_the_middle_rout
 
         async def converged() -> bool:
             copies = [await cached_ids(p) for p in (pa, pb, pc)]
-            return copies[0] is not None and len(copies[0]) == 350 and all(sorted(x or []) == sorted(copies[0]) for x in copies)
+            return (
+                copies[0] is not None
+                and len(copies[0]) == 350
+                and all(sorted(x or []) == sorted(copies[0]) for x in copies)
+            )
 
         await wait_until(converged, timeout=60, every=0.3)
         took = time.monotonic() - restarted

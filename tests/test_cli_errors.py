@@ -14,25 +14,29 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from support import wait_for
 
 from aa.client import AsyncClient
 from aa.mesh import StoreUnavailable
 from aa.router import Router, RouterConfig, StoreConfig
 
-from support import wait_for
-
 AA = str(Path(sys.executable).with_name("aa"))
 
 
-async def run_aa(*args: str, timeout: float = 30, env: dict[str, str] | None = None,
-                 prefix: tuple[str, ...] = ()) -> tuple[int, str, str]:
+async def run_aa(
+    *args: str, timeout: float = 30, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *prefix, AA, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+        *prefix,
+        AA,
+        *args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     async with asyncio.timeout(timeout):
         out, err = await proc.communicate()
@@ -74,17 +78,39 @@ def free_port_pair() -> int:
 # -- start-up -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["send", "--help"], ["subscribe", "--help"],
-                                  ["mesh", "--help"], ["router", "--help"], ["container", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--version"],
+        ["send", "--help"],
+        ["subscribe", "--help"],
+        ["mesh", "--help"],
+        ["router", "--help"],
+        ["container", "--help"],
+    ],
+)
 def test_help_imports_nothing_heavy(argv):
     """`aa --help` and a simple command's --help import neither Aa's client, router, HTTP API
     nor asyncio: the subcommand's module is imported only when chosen, and lazily inside."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "aa.tools", *argv],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "aa.tools", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    heavy = {m for m in imported if m.split(".")[0] in ("asyncio", "fastapi", "msgpack", "sqlalchemy")
-             or m.startswith(("aa.mesh", "aa.client", "aa.router", "aa.http_api", "aa.addins"))}
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    heavy = {
+        m
+        for m in imported
+        if m.split(".")[0] in ("asyncio", "fastapi", "msgpack", "sqlalchemy")
+        or m.startswith(("aa.mesh", "aa.client", "aa.router", "aa.http_api", "aa.addins"))
+    }
     assert not heavy, sorted(heavy)
 
 
@@ -101,16 +127,20 @@ def test_the_defaults_help_shows_are_the_librarys():
     def default(cls, name):
         return next(f.default for f in fields(cls) if f.name == name)
 
-    assert (defaults.DEFAULT_PORT, defaults.DEFAULT_HTTP_PORT) == (DEFAULT_PORT, DEFAULT_HTTP_PORT) == (7447, 7448)
-    assert defaults.DISCOVERY_PORT == default(DiscoveryConfig, "port")
-    assert defaults.BROADCAST_INTERVAL == default(DiscoveryConfig, "broadcast_interval")
+    assert (
+        (defaults.DEFAULT_PORT, defaults.DEFAULT_HTTP_PORT)
+        == (DEFAULT_PORT, DEFAULT_HTTP_PORT)
+        == (7447, 7448)
+    )
+    assert default(DiscoveryConfig, "port") == defaults.DISCOVERY_PORT
+    assert default(DiscoveryConfig, "broadcast_interval") == defaults.BROADCAST_INTERVAL
     assert defaults.ENV_INTERFACES == ENV_INTERFACES
     assert (defaults.RETRY_BASE, defaults.RETRY_MAX) == (RETRY_BASE, RETRY_MAX)
-    assert defaults.PEER_KEEPALIVE == default(MeshConfig, "keepalive")
-    assert defaults.ROUTER_INFO_INTERVAL == default(MeshConfig, "info_interval")
-    assert defaults.MESH_CACHE_MAX_EVENTS == default(CacheConfig, "mesh_cache_events")
-    assert defaults.CACHE_SWEEP_INTERVAL == default(CacheConfig, "sweep_interval")
-    assert defaults.DEFAULT_POLL_INTERVAL == default(ContainerConfig, "poll_interval")
+    assert default(MeshConfig, "keepalive") == defaults.PEER_KEEPALIVE
+    assert default(MeshConfig, "info_interval") == defaults.ROUTER_INFO_INTERVAL
+    assert default(CacheConfig, "mesh_cache_events") == defaults.MESH_CACHE_MAX_EVENTS
+    assert default(CacheConfig, "sweep_interval") == defaults.CACHE_SWEEP_INTERVAL
+    assert default(ContainerConfig, "poll_interval") == defaults.DEFAULT_POLL_INTERVAL
 
 
 def test_help_starts_in_under_300_ms():
@@ -166,7 +196,13 @@ async def test_the_http_port_is_the_next_one_and_in_use_is_one_line():
 async def test_routers_share_a_machine_with_the_http_port_after_their_own():
     port = free_port_pair()
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", str(port), "--no-discovery", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        AA,
+        "router",
+        "--port",
+        str(port),
+        "--no-discovery",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         async with asyncio.timeout(30):
@@ -187,7 +223,13 @@ async def test_a_client_pointed_at_the_http_port_is_told_so_at_once():
     six warnings of a bad frame and, six seconds later, "is a router running there?"."""
     port = free_port_pair()
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", str(port), "--no-discovery", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        AA,
+        "router",
+        "--port",
+        str(port),
+        "--no-discovery",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         async with asyncio.timeout(30):
@@ -202,7 +244,11 @@ async def test_a_client_pointed_at_the_http_port_is_told_so_at_once():
             await proc.communicate()
     assert code == 1 and out == ""
     one_line(err, "aa send: ")
-    assert "speaks HTTP" in err and "not its client port" in err and "is a router running there" not in err, err
+    assert (
+        "speaks HTTP" in err
+        and "not its client port" in err
+        and "is a router running there" not in err
+    ), err
     assert took < 4, took
 
 
@@ -212,27 +258,42 @@ async def test_a_host_not_of_this_machine_is_one_line():
     one_line(err, "aa router: cannot listen on 192.0.2.1 (not an address of this machine)")
 
 
-@pytest.mark.parametrize("flag, value, says", [
-    ("--pattern-workers", "0", "aa router: --pattern-workers must be 1..64, not 0"),
-    ("--probation-workers", "-1", "aa router: --probation-workers must be 0..64, not -1"),
-])
+@pytest.mark.parametrize(
+    "flag, value, says",
+    [
+        ("--pattern-workers", "0", "aa router: --pattern-workers must be 1..64, not 0"),
+        ("--probation-workers", "-1", "aa router: --probation-workers must be 0..64, not -1"),
+    ],
+)
 async def test_a_worker_count_out_of_range_is_one_line(flag, value, says):
     code, _, err = await run_aa("router", flag, value, "--port", "0", "--no-discovery")
     assert code == 2
     one_line(err, says)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to run as nobody")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to run as nobody"
+)
 async def test_a_data_folder_without_permission_is_one_line(tmp_path):
     tmp_path.chmod(0o755)
     folder = tmp_path / "data"  # nobody may not create it
     code, _, err = await run_aa(
-        "router", "--port", "0", "--no-discovery", "--no-http", "--data-dir", str(folder),
+        "router",
+        "--port",
+        "0",
+        "--no-discovery",
+        "--no-http",
+        "--data-dir",
+        str(folder),
         prefix=("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"),
     )
     assert code != 0
     one_line(err, "aa router: ")
-    assert str(folder) in err and "Permission denied" in err and "give a folder this user may write to" in err
+    assert (
+        str(folder) in err
+        and "Permission denied" in err
+        and "give a folder this user may write to" in err
+    )
 
 
 # -- clients: no router, bad input ---------------------------------------------------------------
@@ -248,26 +309,41 @@ async def test_send_to_no_router_is_one_line_at_once():
         code, out, err = await run_aa("send", "--router", endpoint, "Temperature=1")
         took = time.monotonic() - started
     assert code == 1 and out == ""
-    one_line(err, f"aa send: {endpoint}: nothing listens there (connection refused); is a router running there?")
+    one_line(
+        err,
+        f"aa send: {endpoint}: nothing listens there (connection refused); is a router running there?",
+    )
     assert took < 4, took  # the interpreter's start and the imports; no connect timeout
 
 
 async def test_a_bad_duration_is_one_line(router):
-    code, _, err = await run_aa("send", "--router", router.endpoint, "--persist", "--max-age", "3x", "--type", "t", "A=1")
+    code, _, err = await run_aa(
+        "send", "--router", router.endpoint, "--persist", "--max-age", "3x", "--type", "t", "A=1"
+    )
     assert code == 2
     one_line(err, "aa send: duration '3x' has an unknown unit 'x'")
-    code, _, err = await run_aa("subscribe", "--router", router.endpoint, "--since", "yesterday-ish")
+    code, _, err = await run_aa(
+        "subscribe", "--router", router.endpoint, "--since", "yesterday-ish"
+    )
     assert code == 2
     one_line(err, "aa subscribe: cannot read time 'yesterday-ish': give ISO 8601")
 
 
 async def test_a_script_file_that_is_not_there_is_one_line(router, tmp_path):
-    code, _, err = await run_aa("subscribe", "--router", router.endpoint, "--script", str(tmp_path / "nope.py"))
+    code, _, err = await run_aa(
+        "subscribe", "--router", router.endpoint, "--script", str(tmp_path / "nope.py")
+    )
     assert code == 2
-    one_line(err, f"aa subscribe: cannot read the script {tmp_path / 'nope.py'}: No such file or directory")
+    one_line(
+        err,
+        f"aa subscribe: cannot read the script {tmp_path / 'nope.py'}: No such file or directory",
+    )
 
 
-@pytest.mark.skipif(any(os.path.exists(p) for p in ("/dev/log", "/var/run/syslog")), reason="this machine has a system log")
+@pytest.mark.skipif(
+    any(os.path.exists(p) for p in ("/dev/log", "/var/run/syslog")),
+    reason="this machine has a system log",
+)
 async def test_on_log_without_a_system_log_is_one_line(router):
     code, _, err = await run_aa("on", "--router", router.endpoint, "True", "--log")
     assert code == 2
@@ -276,10 +352,14 @@ async def test_on_log_without_a_system_log_is_one_line(router):
 
 
 async def test_on_log_to_a_socket_that_is_not_there_is_one_line(router, tmp_path):
-    code, _, err = await run_aa("on", "--router", router.endpoint, "True", "--log", "--log-socket",
-                                str(tmp_path / "log"))
+    code, _, err = await run_aa(
+        "on", "--router", router.endpoint, "True", "--log", "--log-socket", str(tmp_path / "log")
+    )
     assert code == 1
-    one_line(err, f"aa on: cannot open the system log {tmp_path / 'log'}: No such file or directory; give another")
+    one_line(
+        err,
+        f"aa on: cannot open the system log {tmp_path / 'log'}: No such file or directory; give another",
+    )
 
 
 # -- output: broken pipes, Ctrl-C ------------------------------------------------------------------
@@ -290,8 +370,9 @@ async def test_a_closed_pipe_is_quiet(router):
     r, w = os.pipe()
     os.close(r)
     try:
-        proc = await asyncio.create_subprocess_exec(AA, "mesh", "--json", "--router", router.endpoint,
-                                                    stdout=w, stderr=subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            AA, "mesh", "--json", "--router", router.endpoint, stdout=w, stderr=subprocess.PIPE
+        )
     finally:
         os.close(w)
     async with asyncio.timeout(30):
@@ -308,9 +389,16 @@ def _ctrl_c_reaches() -> None:
 
 
 async def test_ctrl_c_is_quiet(router):
-    proc = await asyncio.create_subprocess_exec(AA, "subscribe", "--router", router.endpoint, "Go == 1",
-                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                preexec_fn=_ctrl_c_reaches)
+    proc = await asyncio.create_subprocess_exec(
+        AA,
+        "subscribe",
+        "--router",
+        router.endpoint,
+        "Go == 1",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ctrl_c_reaches,
+    )
     async with AsyncClient(router.endpoint) as pub:
         async with asyncio.timeout(30):  # it is subscribed once it printed an event
             line = b""
@@ -333,14 +421,28 @@ async def test_ctrl_c_is_quiet(router):
 
 async def test_cache_policy_changes_only_what_is_given(router):
     env = {"AA_CLIENT_ID": "policy-test"}
-    code, _, err = await run_aa("cache", "register", "--router", router.endpoint, "--max-age", "3h",
-                                "--max-count", "5", "A == 1", env=env)
+    code, _, err = await run_aa(
+        "cache",
+        "register",
+        "--router",
+        router.endpoint,
+        "--max-age",
+        "3h",
+        "--max-count",
+        "5",
+        "A == 1",
+        env=env,
+    )
     assert code == 0, err
-    code, out, err = await run_aa("cache", "policy", "--router", router.endpoint, "--max-count", "10", env=env)
+    code, out, err = await run_aa(
+        "cache", "policy", "--router", router.endpoint, "--max-count", "10", env=env
+    )
     assert code == 0, err
     info = json.loads(out)
     assert (info["max_age"], info["max_count"]) == (3 * 3600, 10)
-    code, out, err = await run_aa("cache", "policy", "--router", router.endpoint, "--max-age", "none", env=env)
+    code, out, err = await run_aa(
+        "cache", "policy", "--router", router.endpoint, "--max-age", "none", env=env
+    )
     assert code == 0, err
     info = json.loads(out)
     assert (info["max_age"], info["max_count"]) == (None, 10)
@@ -366,8 +468,9 @@ async def test_send_persist_reports_an_event_the_router_did_not_keep(tmp_path):
             store = router.storage.store
             assert store is not None
             await wait_for(lambda: store.stats().pending >= 1)
-            code, out, err = await run_aa("send", "--router", router.endpoint, "--persist", "--type", "t", "A=1",
-                                          timeout=8)
+            code, out, err = await run_aa(
+                "send", "--router", router.endpoint, "--persist", "--type", "t", "A=1", timeout=8
+            )
         finally:
             await first.aclose(timeout=0)
     finally:
@@ -381,7 +484,9 @@ async def test_send_persist_reports_an_event_the_router_did_not_keep(tmp_path):
 
 
 async def test_send_persist_to_a_router_without_a_store_is_not_silent(router):
-    code, out, err = await run_aa("send", "--router", router.endpoint, "--persist", "--type", "t", "A=1")
+    code, out, err = await run_aa(
+        "send", "--router", router.endpoint, "--persist", "--type", "t", "A=1"
+    )
     assert code == 1 and out == ""
     one_line(err, "aa send: the router did not keep event ")
     assert "no store" in err
@@ -398,13 +503,23 @@ def test_an_error_no_command_handled_is_one_line(capsys):
     common.set_program("aa demo")
     try:
         cases = [
-            (RuntimeError("boom"), 1, "aa demo: unexpected error: RuntimeError: boom (run 'aa -v demo …' for the traceback)"),
+            (
+                RuntimeError("boom"),
+                1,
+                "aa demo: unexpected error: RuntimeError: boom (run 'aa -v demo …' for the traceback)",
+            ),
             (UsageError("--limit must be positive"), 2, "aa demo: --limit must be positive"),
-            (AaTimeout("no router answered within 6.0 s (tried 127.0.0.1:1)"), 1,
-             "aa demo: no router answered within 6.0 s (tried 127.0.0.1:1); is a router running there? ('aa router' "
-             "starts one; --router H:P or $AA_ROUTER names another)"),
-            (PermissionError(13, "Permission denied", "/srv/aa"), 1,
-             "aa demo: permission denied on /srv/aa: give a folder you may write to, or fix its permissions"),
+            (
+                AaTimeout("no router answered within 6.0 s (tried 127.0.0.1:1)"),
+                1,
+                "aa demo: no router answered within 6.0 s (tried 127.0.0.1:1); is a router running there? ('aa router' "
+                "starts one; --router H:P or $AA_ROUTER names another)",
+            ),
+            (
+                PermissionError(13, "Permission denied", "/srv/aa"),
+                1,
+                "aa demo: permission denied on /srv/aa: give a folder you may write to, or fix its permissions",
+            ),
         ]
         for exc, code, line in cases:
             assert common.report(exc) == code

@@ -10,10 +10,11 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
+from support import wait_for
 
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import UsageError
@@ -21,12 +22,12 @@ from aa.router import EventLogConfig, Router, RouterConfig
 from aa.tools.cli import build_parser, main
 from aa.tools.router_cmd import config_from_args
 
-from support import wait_for
-
 AA = str(Path(sys.executable).with_name("aa"))
 
 
-async def run_aa(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> tuple[int, str, str]:
+async def run_aa(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         AA, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
     )
@@ -62,11 +63,32 @@ def test_storage_options_have_help(capsys: pytest.CaptureFixture[str]) -> None:
 async def test_send_persist_then_subscribe_history(drouter: Router) -> None:
     ep = drouter.endpoint
     for depth in (3, 4, 5):
-        code, _, err = await run_aa("send", "--router", ep, "--persist", "--max-age", "3h", "--max-count", "2",
-                                    "--type", "snow", f"Depth={depth}")  # fmt: skip
+        code, _, err = await run_aa(
+            "send",
+            "--router",
+            ep,
+            "--persist",
+            "--max-age",
+            "3h",
+            "--max-count",
+            "2",
+            "--type",
+            "snow",
+            f"Depth={depth}",
+        )
         assert code == 0, err
-    code, out, err = await run_aa("subscribe", "--router", ep, "--history", "--since", "1h", "--count", "2", "--json",
-                                  "Depth > 0")  # fmt: skip
+    code, out, err = await run_aa(
+        "subscribe",
+        "--router",
+        ep,
+        "--history",
+        "--since",
+        "1h",
+        "--count",
+        "2",
+        "--json",
+        "Depth > 0",
+    )
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]
     assert [e["values"]["Depth"] for e in events] == [4, 5]  # the newest two of type snow
@@ -91,7 +113,9 @@ def test_send_refuses_bad_policies_before_sending(capsys: pytest.CaptureFixture[
 async def test_cache_commands(drouter: Router, tmp_path: Path) -> None:
     env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "AA_CLIENT_ID": ""}
     ep = ["--router", drouter.endpoint]
-    code, out, err = await run_aa("cache", "register", *ep, "--max-count", "10", "--timeout", "1h", "x > 1", env=env)
+    code, out, err = await run_aa(
+        "cache", "register", *ep, "--max-count", "10", "--timeout", "1h", "x > 1", env=env
+    )
     assert code == 0, err
     assert json.loads(out)["max_count"] == 10
     kept = (tmp_path / "config" / "aa" / "client-id").read_text().strip()
@@ -115,9 +139,18 @@ async def test_cache_commands(drouter: Router, tmp_path: Path) -> None:
 
 async def start_router(data_dir: Path, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--data-dir", str(data_dir), "--no-http", "--no-discovery", *extra,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        AA,
+        "router",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        "--no-http",
+        "--no-discovery",
+        *extra,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     async with asyncio.timeout(30):
         line = (await proc.stdout.readline()).decode()
@@ -137,7 +170,10 @@ async def test_acknowledged_persisted_events_survive_kill_9_of_the_router(tmp_pa
     async def burst() -> None:
         i = 0
         while True:
-            ids = [pub.publish_nowait({"i": i + k}, type="r", meta={"persist": True}) for k in range(1500)]
+            ids = [
+                pub.publish_nowait({"i": i + k}, type="r", meta={"persist": True})
+                for k in range(1500)
+            ]
             i += len(ids)
             await pub.flush()
             acked.extend(ids)
@@ -170,7 +206,9 @@ async def test_acknowledged_persisted_events_survive_kill_9_of_the_router(tmp_pa
         await proc.wait()
 
 
-def test_event_log_is_on_with_a_data_folder_unless_no_event_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_event_log_is_on_with_a_data_folder_unless_no_event_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     def config(*argv: str) -> RouterConfig:
         return config_from_args(build_parser().parse_args(["router", *argv]), environ={})
 

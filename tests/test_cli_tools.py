@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support import next_event, wait_for
 
 from aa.client import AsyncClient
 from aa.router import Router
@@ -21,12 +22,10 @@ from aa.tools.cli import main
 from aa.tools.on_cmd import event_environment, render_argument
 from aa.tools.service_cmd import systemd_quote
 
-from support import next_event, wait_for
-
 AA = str(Path(sys.executable).with_name("aa"))
 
 #: Everything a shell would act on: quotes, separators, substitutions, globs, newlines.
-HOSTILE = "it's \"quoted\"; $(touch PWNED) `touch PWNED2` && rm -rf ~ | cat > x\nsecond line\t* ? ~ $HOME  end "
+HOSTILE = 'it\'s "quoted"; $(touch PWNED) `touch PWNED2` && rm -rf ~ | cat > x\nsecond line\t* ? ~ $HOME  end '
 
 #: The exec'd program: writes its argv and the AA_ environment to the file named first.
 RECORDER = textwrap.dedent("""
@@ -38,7 +37,9 @@ RECORDER = textwrap.dedent("""
 
 
 async def start_aa(*args: str, cwd: Path | None = None) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(AA, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    return await asyncio.create_subprocess_exec(
+        AA, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd
+    )
 
 
 async def finish(proc: asyncio.subprocess.Process, timeout: float = 30) -> tuple[int, str, str]:
@@ -47,7 +48,9 @@ async def finish(proc: asyncio.subprocess.Process, timeout: float = 30) -> tuple
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-@pytest.mark.parametrize("command", [["on"], ["quench"], ["container"], ["service"], ["service", "install"]])
+@pytest.mark.parametrize(
+    "command", [["on"], ["quench"], ["container"], ["service"], ["service", "install"]]
+)
 def test_new_commands_have_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main([*command, "--help"])
@@ -64,22 +67,62 @@ def aa_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 async def test_on_exec_passes_hostile_values_verbatim(router: Router, tmp_path: Path) -> None:
     record = tmp_path / "record.json"
     proc = await start_aa(
-        "on", "--router", router.endpoint, "--count", "1", 'Kind == "hostile"',
-        "--exec", sys.executable, "-c", RECORDER, str(record),
-        "{Text}", "pre {Text} post", "{{Text}}", "{Missing}", "{N}", "{Ok}", "{List}", "{odd-name.x}", "{a: {b}}",
+        "on",
+        "--router",
+        router.endpoint,
+        "--count",
+        "1",
+        'Kind == "hostile"',
+        "--exec",
+        sys.executable,
+        "-c",
+        RECORDER,
+        str(record),
+        "{Text}",
+        "pre {Text} post",
+        "{{Text}}",
+        "{Missing}",
+        "{N}",
+        "{Ok}",
+        "{List}",
+        "{odd-name.x}",
+        "{a: {b}}",
         cwd=tmp_path,
     )
     await wait_for(lambda: len(router.engine) == 1, timeout=20)
-    event = router.publish({"Kind": "hostile", "Text": HOSTILE, "N": 3, "Ok": True, "List": [1, "a b"],
-                            "odd-name.x": "$(id)"}, type="evil;type")
+    event = router.publish(
+        {
+            "Kind": "hostile",
+            "Text": HOSTILE,
+            "N": 3,
+            "Ok": True,
+            "List": [1, "a b"],
+            "odd-name.x": "$(id)",
+        },
+        type="evil;type",
+    )
     assert event is not None
     code, _, err = await finish(proc)
     assert code == 0, err
     assert record.exists(), err
     got = json.loads(record.read_text())
-    assert got["argv"] == [HOSTILE, f"pre {HOSTILE} post", "{Text}", "", "3", "true", '[1,"a b"]', "$(id)", "{a: }"]
+    assert got["argv"] == [
+        HOSTILE,
+        f"pre {HOSTILE} post",
+        "{Text}",
+        "",
+        "3",
+        "true",
+        '[1,"a b"]',
+        "$(id)",
+        "{a: }",
+    ]
     env = got["env"]
-    assert env["AA_VALUE_TEXT"] == HOSTILE and env["AA_VALUE_N"] == "3" and env["AA_VALUE_ODD_NAME_X"] == "$(id)"
+    assert (
+        env["AA_VALUE_TEXT"] == HOSTILE
+        and env["AA_VALUE_N"] == "3"
+        and env["AA_VALUE_ODD_NAME_X"] == "$(id)"
+    )
     assert env["AA_EVENT_ID"] == event.id and env["AA_EVENT_TYPE"] == "evil;type"
     assert json.loads(env["AA_EVENT_JSON"])["values"]["Text"] == HOSTILE
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
@@ -90,13 +133,17 @@ def test_argument_and_environment_rendering() -> None:
     assert render_argument("{A.__class__}", {"A": 1}) == ""  # a dotted name, never attribute access
     from aa.mesh import Event
 
-    env = event_environment(Event(values={"a b": 1.5}, id="e1"), base={"AA_VALUE_STALE": "x", "PATH": "/bin"})
+    env = event_environment(
+        Event(values={"a b": 1.5}, id="e1"), base={"AA_VALUE_STALE": "x", "PATH": "/bin"}
+    )
     assert env["AA_VALUE_A_B"] == "1.5" and "AA_VALUE_STALE" not in env and env["PATH"] == "/bin"
     assert env["AA_EVENT_TYPE"] == "" and env["AA_EVENT_ID"] == "e1"
 
 
 async def test_on_exec_refuses_a_missing_program(router: Router) -> None:
-    code, _, err = await finish(await start_aa("on", "--router", router.endpoint, "True", "--exec", "no-such-program-x"))
+    code, _, err = await finish(
+        await start_aa("on", "--router", router.endpoint, "True", "--exec", "no-such-program-x")
+    )
     assert code == 127 and "no-such-program-x" in err
 
 
@@ -106,8 +153,17 @@ async def test_on_log_writes_the_system_log(router: Router, tmp_path: Path) -> N
     sock.bind(str(path))
     sock.setblocking(False)
     try:
-        proc = await start_aa("on", "--router", router.endpoint, "--count", "2", "--log", "--log-socket", str(path),
-                              "Alarm > 0")
+        proc = await start_aa(
+            "on",
+            "--router",
+            router.endpoint,
+            "--count",
+            "2",
+            "--log",
+            "--log-socket",
+            str(path),
+            "Alarm > 0",
+        )
         await wait_for(lambda: len(router.engine) == 1, timeout=20)
         first = router.publish({"Alarm": 1, "Where": "lab\nline two"}, type="alarm")
         router.publish({"Alarm": 2})
@@ -121,13 +177,26 @@ async def test_on_log_writes_the_system_log(router: Router, tmp_path: Path) -> N
     m = re.fullmatch(r"<14>aa-on\[(\d+)\]: alarm (\S+) (.*)\x00", grams[0])
     assert m, grams[0]  # <14>: facility user, priority info, as logger(1) writes
     assert int(m.group(1)) == proc.pid and m.group(2) == first.id  # type: ignore[union-attr]
-    assert json.loads(m.group(3)) == {"Alarm": 1, "Where": "lab\nline two"}  # one line, newline escaped
-    assert grams[1].startswith("<14>aa-on[") and ' - ' in grams[1]
+    assert json.loads(m.group(3)) == {
+        "Alarm": 1,
+        "Where": "lab\nline two",
+    }  # one line, newline escaped
+    assert grams[1].startswith("<14>aa-on[") and " - " in grams[1]
 
 
 async def test_quench_command_shows_interest_appearing_and_going(router: Router) -> None:
-    proc = await start_aa("quench", "--router", router.endpoint, "--json", "--count", "2", "--type", "snow",
-                          "SnowDepthSensor=true", "SnowDepth=50")
+    proc = await start_aa(
+        "quench",
+        "--router",
+        router.endpoint,
+        "--json",
+        "--count",
+        "2",
+        "--type",
+        "snow",
+        "SnowDepthSensor=true",
+        "SnowDepth=50",
+    )
     await wait_for(lambda: len(router.quench.table) == 1, timeout=20)
     sub = router.subscribe("SnowDepth == 80  # needs: SnowDepth")
     await wait_for(lambda: router.quench.counters["notices"] == 1)  # told "+", now take it away
@@ -135,9 +204,14 @@ async def test_quench_command_shows_interest_appearing_and_going(router: Router)
     code, out, err = await finish(proc)
     assert code == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
-    assert [(x["interested"], x["any"], x["router"]) for x in lines] == [(True, True, router.id), (False, False, router.id)]
+    assert [(x["interested"], x["any"], x["router"]) for x in lines] == [
+        (True, True, router.id),
+        (False, False, router.id),
+    ]
     # --wait: exits 0 once someone is interested.
-    waiting = await start_aa("quench", "--router", router.endpoint, "--wait", "--timeout", "20", "X=1")
+    waiting = await start_aa(
+        "quench", "--router", router.endpoint, "--wait", "--timeout", "20", "X=1"
+    )
     await wait_for(lambda: len(router.quench.table) == 1, timeout=20)
     keep = router.subscribe("X > 0")
     code, _, err = await finish(waiting)
@@ -146,23 +220,66 @@ async def test_quench_command_shows_interest_appearing_and_going(router: Router)
 
 
 def test_service_install_writes_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = aa_here(capsys, "service", "install", "router", "--unit-dir", str(tmp_path),
-                             "--env", "AA_DISCOVERY_INTERFACES=eth0", "--run-as", "aa")
+    code, out, err = aa_here(
+        capsys,
+        "service",
+        "install",
+        "router",
+        "--unit-dir",
+        str(tmp_path),
+        "--env",
+        "AA_DISCOVERY_INTERFACES=eth0",
+        "--run-as",
+        "aa",
+    )
     assert code == 0, err
     unit = (tmp_path / "aa-router.service").read_text()
     assert f"ExecStart={AA} router --host 0.0.0.0 --data-dir ${{STATE_DIRECTORY}}\n" in unit
-    for line in ("[Service]", "Restart=on-failure", "StateDirectory=aa", "User=aa",
-                 "Environment=AA_DISCOVERY_INTERFACES=eth0", "WantedBy=multi-user.target"):
+    for line in (
+        "[Service]",
+        "Restart=on-failure",
+        "StateDirectory=aa",
+        "User=aa",
+        "Environment=AA_DISCOVERY_INTERFACES=eth0",
+        "WantedBy=multi-user.target",
+    ):
         assert line in unit.splitlines()
     assert "systemctl daemon-reload" in out
-    code, out, err = aa_here(capsys, "service", "install", "container", "--user", "--unit-dir", str(tmp_path),
-                             "--name", "office", "--args", "'/srv/my add-ins' --bundled")
+    code, out, err = aa_here(
+        capsys,
+        "service",
+        "install",
+        "container",
+        "--user",
+        "--unit-dir",
+        str(tmp_path),
+        "--name",
+        "office",
+        "--args",
+        "'/srv/my add-ins' --bundled",
+    )
     assert code == 0, err
     unit = (tmp_path / "office.service").read_text()
-    assert f'ExecStart={AA} container "/srv/my add-ins" --bundled\n' in unit and "WantedBy=default.target" in unit
-    code, out, _ = aa_here(capsys, "service", "install", "container", "--dry-run", "--unit-dir",
-                           str(tmp_path / "none"), "--user")
-    assert code == 0 and "ExecStart=" in out and "%h/.config/aa/addins" in out and not (tmp_path / "none").exists()
+    assert (
+        f'ExecStart={AA} container "/srv/my add-ins" --bundled\n' in unit
+        and "WantedBy=default.target" in unit
+    )
+    code, out, _ = aa_here(
+        capsys,
+        "service",
+        "install",
+        "container",
+        "--dry-run",
+        "--unit-dir",
+        str(tmp_path / "none"),
+        "--user",
+    )
+    assert (
+        code == 0
+        and "ExecStart=" in out
+        and "%h/.config/aa/addins" in out
+        and not (tmp_path / "none").exists()
+    )
     assert systemd_quote('a"b $c') == '"a\\"b $$c"'
 
 
@@ -179,8 +296,17 @@ async def test_container_command_hosts_a_folder(router: Router, tmp_path: Path) 
     (tmp_path / "addins").mkdir()
     (tmp_path / "addins" / "beacon.py").write_text(textwrap.dedent(ADDIN))
     sub = router.subscribe("FromAddIn")
-    proc = await start_aa("container", "--router", router.endpoint, "--no-entry-points", "--poll", "0.1",
-                          "--data-dir", str(tmp_path / "data"), str(tmp_path / "addins"))
+    proc = await start_aa(
+        "container",
+        "--router",
+        router.endpoint,
+        "--no-entry-points",
+        "--poll",
+        "0.1",
+        "--data-dir",
+        str(tmp_path / "data"),
+        str(tmp_path / "addins"),
+    )
     try:
         assert (await next_event(sub, timeout=20)).values == {"FromAddIn": "beacon"}
     finally:
@@ -193,8 +319,17 @@ async def test_container_command_hosts_a_folder(router: Router, tmp_path: Path) 
 async def test_router_hosts_add_ins_in_its_own_process(tmp_path: Path) -> None:
     (tmp_path / "addins").mkdir()
     (tmp_path / "addins" / "beacon.py").write_text(textwrap.dedent(ADDIN))
-    proc = await start_aa("router", "--port", "0", "--no-http", "--no-discovery", "--data-dir", str(tmp_path / "d"),
-                          "--container", str(tmp_path / "addins"))
+    proc = await start_aa(
+        "router",
+        "--port",
+        "0",
+        "--no-http",
+        "--no-discovery",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--container",
+        str(tmp_path / "addins"),
+    )
     try:
         assert proc.stdout is not None
         async with asyncio.timeout(20):

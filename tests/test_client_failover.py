@@ -12,22 +12,30 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
+from support import FAST, mesh, wait_for
 
 from aa.client import AsyncClient, ClientConfig
 from aa.router import Router, RouterConfig
 from aa.tools.mesh_cmd import format_mesh
 
-from support import FAST, mesh
-from support import wait_for
-
 AA = str(Path(sys.executable).with_name("aa"))
 #: Short protocol intervals: a dead peer is retried within half a second at most.
-FAST_ROUTER = ("--no-discovery", "--no-http", "--retry-base", "0.05", "--retry-max", "0.5",
-               "--keepalive", "0.3", "--info-interval", "0.2")
+FAST_ROUTER = (
+    "--no-discovery",
+    "--no-http",
+    "--retry-base",
+    "0.05",
+    "--retry-max",
+    "0.5",
+    "--keepalive",
+    "0.3",
+    "--info-interval",
+    "0.2",
+)
 
 
 class RouterProcess:
@@ -49,8 +57,14 @@ async def start_router() -> AsyncIterator[StartRouter]:
 
     async def start(*args: str) -> RouterProcess:
         proc = await asyncio.create_subprocess_exec(
-            AA, "router", "--port", "0", *FAST_ROUTER, *args,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            AA,
+            "router",
+            "--port",
+            "0",
+            *FAST_ROUTER,
+            *args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         procs.append(proc)
         assert proc.stdout is not None
@@ -87,9 +101,11 @@ async def test_client_fails_over_when_its_router_is_killed(start_router: StartRo
 async def _fail_over(r1: RouterProcess, r2: Router) -> None:
     got: list[str] = []
     orphan_got: list[str] = []
-    async with AsyncClient(config=client_config(r2.endpoint)) as watcher, \
-            AsyncClient(config=client_config(r1.endpoint, r2.endpoint)) as orphan, \
-            AsyncClient(config=client_config(r1.endpoint, r2.endpoint)) as pub:
+    async with (
+        AsyncClient(config=client_config(r2.endpoint)) as watcher,
+        AsyncClient(config=client_config(r1.endpoint, r2.endpoint)) as orphan,
+        AsyncClient(config=client_config(r1.endpoint, r2.endpoint)) as pub,
+    ):
         await watcher.subscribe("True", lambda ev: got.append(ev.id))
         await orphan.subscribe("True", lambda ev: orphan_got.append(ev.id))
         assert pub.router is not None and pub.router[2] == r1.endpoint
@@ -110,10 +126,14 @@ async def _fail_over(r1: RouterProcess, r2: Router) -> None:
         await wait_for(lambda: marker in got, timeout=10)
         # r2 dispatched the marker after everything acknowledged before it: all is in.
         assert len(got) == len(set(got)), "an event was delivered twice"
-        assert set(got) == set(ids) | {marker}, f"{len(set(ids) - set(got))} acknowledged events lost"
+        assert set(got) == set(ids) | {marker}, (
+            f"{len(set(ids) - set(got))} acknowledged events lost"
+        )
 
         # The subscriber whose router died is on r2 within 5 s, its pattern registered again.
-        await wait_for(lambda: orphan.router is not None and orphan.router[2] == r2.endpoint, timeout=5)
+        await wait_for(
+            lambda: orphan.router is not None and orphan.router[2] == r2.endpoint, timeout=5
+        )
         assert time.monotonic() - killed < 5.0
         probes: list[str] = []
         async with asyncio.timeout(5):
@@ -151,7 +171,13 @@ async def test_router_killed_in_the_middle_of_a_ring(start_router: StartRouter) 
         # a and c notice that b is gone and keep it on their poison lists; `aa mesh` shows it.
         await wait_for(lambda: a.peer_count() == 1 and c.peer_count() == 1)
         proc = await asyncio.create_subprocess_exec(
-            AA, "mesh", "--router", a.endpoint, "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            AA,
+            "mesh",
+            "--router",
+            a.endpoint,
+            "--json",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         async with asyncio.timeout(30):
             out, err = await proc.communicate()
@@ -164,7 +190,9 @@ async def test_router_killed_in_the_middle_of_a_ring(start_router: StartRouter) 
         text = io.StringIO()
         format_mesh(c.mesh_info(), text)
         assert "as seen by r1" in text.getvalue() and f"poisoned: {b.endpoint}" in text.getvalue()
-        assert "FROM PEERS  TO PEERS" in text.getvalue()  # flood copies, not the events clients published
+        assert (
+            "FROM PEERS  TO PEERS" in text.getvalue()
+        )  # flood copies, not the events clients published
 
 
 async def test_events_acknowledged_by_a_router_that_died_before_flooding_are_not_lost(
@@ -182,7 +210,9 @@ async def test_events_acknowledged_by_a_router_that_died_before_flooding_are_not
                 pub.publish_nowait({"n": i})
             await pub.flush(10)  # acknowledged by r1, which floods to nobody
             r1.kill9()
-            await wait_for(lambda: pub.router is not None and pub.router[2] == r2.endpoint, timeout=5)
+            await wait_for(
+                lambda: pub.router is not None and pub.router[2] == r2.endpoint, timeout=5
+            )
             await pub.publish({"n": 300})
             await pub.flush(10)
             await wait_for(lambda: 300 in got, timeout=5)
@@ -204,8 +234,11 @@ def test_the_outbox_keeps_bytes_and_gives_back_the_same_events() -> None:
     outbox = Outbox(max_events=100_000)
     gc.collect()
     tracked = len(gc.get_objects())
+
     def event(i: int) -> Event:
-        return Event.checked({"Seq": i, "Sensor": "lab-1", "At": [i, 0.5]}, "reading", {}, f"pub:{i}")
+        return Event.checked(
+            {"Seq": i, "Sensor": "lab-1", "At": [i, 0.5]}, "reading", {}, f"pub:{i}"
+        )
 
     for i in range(20_000):
         outbox.add(event(i))
@@ -214,7 +247,9 @@ def test_the_outbox_keeps_bytes_and_gives_back_the_same_events() -> None:
     while (batch := outbox.next_batch()) is not None:
         outbox.acked(batch[0], now=1.0)
     gc.collect()
-    assert len(gc.get_objects()) - tracked < 200  # a list per acknowledged frame, not 3 objects per event
+    assert (
+        len(gc.get_objects()) - tracked < 200
+    )  # a list per acknowledged frame, not 3 objects per event
     outbox.reconnected(now=2.0)
     again = []
     while (batch := outbox.next_batch()) is not None:
@@ -223,4 +258,7 @@ def test_the_outbox_keeps_bytes_and_gives_back_the_same_events() -> None:
     assert again[7] == packed_event(event(7))  # the bytes first sent, not packed again
     events = [unpacked_event(data) for data in again]
     assert [e.id for e in events] == [f"pub:{i}" for i in range(20_000)]
-    assert events[7].values == {"Seq": 7, "Sensor": "lab-1", "At": [7, 0.5]} and events[7].type == "reading"
+    assert (
+        events[7].values == {"Seq": 7, "Sensor": "lab-1", "At": [7, 0.5]}
+        and events[7].type == "reading"
+    )

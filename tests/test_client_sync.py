@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from support import next_event, wait_for
 
 from aa.client import Client
 from aa.mesh import AaTimeout, PatternError, StoreUnavailable
 from aa.router import Router, RouterConfig, StoreConfig
-
-from support import next_event, wait_for
 
 
 @pytest.fixture
@@ -38,7 +37,10 @@ async def test_three_lines_to_publish_and_iterate(endpoint):
             c.publish({"Temperature": 7}, type="reading")
             c.publish({"Temperature": 102}, type="reading")
             c.close()
-            got = [sub.get(timeout=5).values["Temperature"], sub.get(timeout=5).values["Temperature"]]
+            got = [
+                sub.get(timeout=5).values["Temperature"],
+                sub.get(timeout=5).values["Temperature"],
+            ]
             with pytest.raises(AaTimeout):
                 sub.get(timeout=0.2)
             return got
@@ -71,14 +73,15 @@ async def test_callback_and_update_and_unsubscribe(endpoint):
 
 async def test_refused_pattern_raises_in_the_caller(endpoint):
     def scenario():
-        with Client(endpoint) as c:
-            with pytest.raises(PatternError):
-                c.subscribe("import os", format="script")
+        with Client(endpoint) as c, pytest.raises(PatternError):
+            c.subscribe("import os", format="script")
 
     await in_thread(scenario)
 
 
-async def test_iterating_a_pattern_the_router_stops_later_raises_instead_of_waiting_forever(router, endpoint):
+async def test_iterating_a_pattern_the_router_stops_later_raises_instead_of_waiting_forever(
+    router, endpoint
+):
     """A pattern accepted at subscribe and stopped by the router afterwards (a script that
     loops past its time budget on the first event) ends the blocking iteration with the
     router's `PatternError`; it used to wait forever (the queue in the caller's thread never
@@ -120,7 +123,12 @@ THREE_LINES = (
 
 async def _python(code: str, **kwargs):
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **kwargs
+        sys.executable,
+        "-c",
+        code,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        **kwargs,
     )
 
 
@@ -146,15 +154,20 @@ async def test_exit_says_what_it_could_not_send():
     code = (
         "import sys\n"
         "from aa.client import Client\n"
-        f"c = Client(sys.argv[1], exit_timeout=1.0)\n"
+        "c = Client(sys.argv[1], exit_timeout=1.0)\n"
         "print('connected', flush=True)\n"
         "sys.stdin.readline()\n"
         'c.publish({"Temperature": 101}, type="reading")\n'
     )
     async with Router(RouterConfig(port=0)) as router:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", code, router.endpoint, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-c",
+            code,
+            router.endpoint,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         async with asyncio.timeout(20):
             assert await proc.stdout.readline() == b"connected\n"
@@ -187,8 +200,14 @@ async def test_exit_says_once_what_a_connected_router_did_not_acknowledge(tmp_pa
     )
     try:
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, router.endpoint,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code,
+            router.endpoint,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         async with asyncio.timeout(30):
             _, err = await proc.communicate()
         took = time.monotonic() - started

@@ -6,28 +6,32 @@ from __future__ import annotations
 import math
 import os
 import signal
-from datetime import datetime, timedelta, timezone
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
 from enum import IntEnum
 from pathlib import Path
-from typing import AsyncIterator
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-
-from aa.mesh import Event, UsageError
-from aa.router.eventlog import logprocess as eventlogprocess
-from aa.router.eventlog import SCHEMA
-from aa.router import EventLog
-from aa.router import EventLogConfig
-from aa.router.eventlog import WriterProcess
-from aa.router.eventlog import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
-from aa.router.eventlog import build_table
-from aa.router.caches import encode_events
-
 from support import Clock, wait_until
 
-T0 = datetime(2030, 1, 1, 10, 0, tzinfo=timezone.utc)
+from aa.mesh import Event, UsageError
+from aa.router import EventLog, EventLogConfig
+from aa.router.caches import encode_events
+from aa.router.eventlog import (
+    SCHEMA,
+    TYPE_NAMES,
+    WriterProcess,
+    build_table,
+    decode_json,
+    decode_value,
+    encode_json,
+    encode_value,
+)
+from aa.router.eventlog import logprocess as eventlogprocess
+
+T0 = datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
 
 
 def ev(i: int, **values: object) -> Event:
@@ -60,11 +64,11 @@ SAMPLE = {
     "float": 1.0,
     "nan": math.nan,
     "inf": -math.inf,
-    "str": "snø \"quoted\"",
+    "str": 'snø "quoted"',
     "bytes": b"\x00\xff",
     "none": None,
     "bool": False,
-    "aware": datetime(2024, 5, 1, 12, 0, 0, 250_000, tzinfo=timezone.utc),
+    "aware": datetime(2024, 5, 1, 12, 0, 0, 250_000, tzinfo=UTC),
     "naive": datetime(2024, 5, 1, 12, 0, 0),
     "list": [1, 2.0, b"x", None, [datetime(2024, 1, 1)]],
     "map": {"$bytes": "not a tag", "$$x": 1, "inner": {"f": math.inf}},
@@ -124,7 +128,9 @@ async def test_files_read_back_with_hive_partitions_and_schema(
     assert dict(rows[5]["values_types"]) == {"i": "int", "t": "float"}
 
 
-async def test_hidden_until_closed_and_flush_makes_visible(tmp_path: Path, elog: EventLog, clock: Clock) -> None:
+async def test_hidden_until_closed_and_flush_makes_visible(
+    tmp_path: Path, elog: EventLog, clock: Clock
+) -> None:
     for i in range(10_000):  # one full row group: handed to the writer at once
         elog.append(ev(i))
     clock.advance(elog.config.defer_seconds)  # held no longer: written, file still open
@@ -138,7 +144,9 @@ async def test_hidden_until_closed_and_flush_makes_visible(tmp_path: Path, elog:
 
 
 async def test_rotation_by_hour_age_and_size(tmp_path: Path, clock: Clock) -> None:
-    config = EventLogConfig(max_file_age=60.0, max_file_bytes=50_000, row_group_rows=100, defer_bytes=0)
+    config = EventLogConfig(
+        max_file_age=60.0, max_file_bytes=50_000, row_group_rows=100, defer_bytes=0
+    )
     async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
         for i in range(100):  # a full row group: written, its file left open
             elog.append(ev(i))
@@ -156,7 +164,9 @@ async def test_rotation_by_hour_age_and_size(tmp_path: Path, clock: Clock) -> No
         await elog.flush()
     names = [p.relative_to(tmp_path / "eventlog").as_posix() for p in files(tmp_path)]
     assert names[0] == "date=2030-01-01/hour=10/part-r1-000001.parquet"
-    assert all(n.startswith(("date=2030-01-01/hour=10/", "date=2030-01-01/hour=11/")) for n in names)
+    assert all(
+        n.startswith(("date=2030-01-01/hour=10/", "date=2030-01-01/hour=11/")) for n in names
+    )
     assert len([n for n in names if "hour=11" in n]) >= 3  # hour change, then size
     assert read(tmp_path).count_rows() == 2120
     for p in files(tmp_path):
@@ -184,7 +194,9 @@ async def test_total_size_and_age_bounds_delete_oldest(tmp_path: Path, clock: Cl
         assert elog.stats().deleted == 1
 
 
-async def test_restart_continues_numbering_and_removes_crash_leftovers(tmp_path: Path, clock: Clock) -> None:
+async def test_restart_continues_numbering_and_removes_crash_leftovers(
+    tmp_path: Path, clock: Clock
+) -> None:
     async with EventLog(data_dir=tmp_path, router_id="r/1", clock=clock) as elog:
         elog.append(ev(1))
         await elog.flush()
@@ -197,7 +209,11 @@ async def test_restart_continues_numbering_and_removes_crash_leftovers(tmp_path:
         elog.append(ev(2))
         await elog.flush()
     names = sorted(p.name for p in files(tmp_path))
-    assert names == ["part-other-000007.parquet", "part-r_1-000001.parquet", "part-r_1-000003.parquet"]
+    assert names == [
+        "part-other-000007.parquet",
+        "part-r_1-000001.parquet",
+        "part-r_1-000003.parquet",
+    ]
 
 
 async def test_writer_too_far_behind_drops_and_counts(tmp_path: Path, clock: Clock) -> None:
@@ -222,7 +238,9 @@ async def test_append_needs_a_started_log(tmp_path: Path) -> None:
         EventLogConfig(row_group_rows=0)
 
 
-async def test_event_without_time_stamp_keeps_all_meta(tmp_path: Path, elog: EventLog, clock: Clock) -> None:
+async def test_event_without_time_stamp_keeps_all_meta(
+    tmp_path: Path, elog: EventLog, clock: Clock
+) -> None:
     naive = datetime(2030, 1, 1, 9, 0)
     elog.append(Event(values={"v": b"\x01"}, meta={"time": naive}, id="a"))
     elog.append(Event(values={}, id="b"), now=clock.t + 5)
@@ -245,17 +263,24 @@ def reference_rows(events: list[Event], logged: float) -> list[dict[str, object]
         meta, t = dict(e.meta), e.meta.get("time")
         if type(t) is datetime and t.tzinfo is not None:
             del meta["time"]
-            when = t.astimezone(timezone.utc)
+            when = t.astimezone(UTC)
         else:
-            when = datetime.fromtimestamp(logged, timezone.utc)
+            when = datetime.fromtimestamp(logged, UTC)
         r, c = meta.get("router"), meta.get("client")
         pairs = [(k, *encode_value(v)) for k, v in e.values.items()]  # type: ignore[arg-type]
-        rows.append({
-            "id": e.id or "", "type": e.type, "time": when, "router": r if type(r) is str else None,
-            "client": c if type(c) is str else None, "logged_by": "me",
-            "values": [(k, text) for k, text, _ in pairs], "values_types": [(k, ty) for k, _, ty in pairs],
-            "meta_json": encode_json(meta),  # type: ignore[arg-type]
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": e.id or "",
+                "type": e.type,
+                "time": when,
+                "router": r if type(r) is str else None,
+                "client": c if type(c) is str else None,
+                "logged_by": "me",
+                "values": [(k, text) for k, text, _ in pairs],
+                "values_types": [(k, ty) for k, _, ty in pairs],
+                "meta_json": encode_json(meta),  # type: ignore[arg-type]
+            }
+        )
     return rows
 
 
@@ -285,16 +310,40 @@ def test_build_table_matches_logcodec_row_by_row() -> None:
         ],
         # Metas of one shape (keys and their order): encoded a column at a time.
         [
-            Event.trusted({"v": i}, None, {"time": stamp, "client": "c", "ttl": i % 3, "path": ["r1", f"r{i % 2}"],
-                                           "on": i % 2 == 0, "w": i / 4, "s": f"${i}\u00e6", "l": [1, 2.0, "x"],
-                                           "tag": Tag("t")}, f"s{i}")  # fmt: skip
+            Event.trusted(
+                {"v": i},
+                None,
+                {
+                    "time": stamp,
+                    "client": "c",
+                    "ttl": i % 3,
+                    "path": ["r1", f"r{i % 2}"],
+                    "on": i % 2 == 0,
+                    "w": i / 4,
+                    "s": f"${i}\u00e6",
+                    "l": [1, 2.0, "x"],
+                    "tag": Tag("t"),
+                },
+                f"s{i}",
+            )
             for i in range(40)
         ],
-        [Event.trusted({}, None, {"time": stamp, "m": {"$x": i}, "k": "v"}, f"m{i}") for i in range(3)],
+        [
+            Event.trusted({}, None, {"time": stamp, "m": {"$x": i}, "k": "v"}, f"m{i}")
+            for i in range(3)
+        ],
         [Event.trusted({}, None, {"time": stamp, "$k": i}, f"k{i}") for i in range(3)],
-        [Event.trusted({}, None, {"time": stamp, "f": x, "b": b"\x01"}, f"f{i}") for i, x in enumerate([1.0, math.nan])],
-        [Event.trusted({}, None, {"time": stamp, "n": v, "x": w}, f"n{i}") for i, (v, w) in enumerate([(1, True), (True, 1)])],
-        [Event.trusted({}, None, {"time": stamp}, f"t{i}") for i in range(2)],  # nothing but the time
+        [
+            Event.trusted({}, None, {"time": stamp, "f": x, "b": b"\x01"}, f"f{i}")
+            for i, x in enumerate([1.0, math.nan])
+        ],
+        [
+            Event.trusted({}, None, {"time": stamp, "n": v, "x": w}, f"n{i}")
+            for i, (v, w) in enumerate([(1, True), (True, 1)])
+        ],
+        [
+            Event.trusted({}, None, {"time": stamp}, f"t{i}") for i in range(2)
+        ],  # nothing but the time
     ]
     logged = T0.timestamp() + 0.5
     for events in batches:
@@ -364,10 +413,14 @@ async def test_a_killed_writer_process_drops_its_rows_and_a_new_one_takes_over(
         assert elog.stats().rows == 14 and elog.stats().files == 2
     names = sorted(p.name for p in files(tmp_path))
     assert names == ["part-r1-000001.parquet", "part-r1-000002.parquet"]
-    assert sorted(read(tmp_path).to_table()["id"].to_pylist()) == sorted(f"e{i}" for i in [*range(10), *range(16, 20)])
+    assert sorted(read(tmp_path).to_table()["id"].to_pylist()) == sorted(
+        f"e{i}" for i in [*range(10), *range(16, 20)]
+    )
 
 
-async def test_extend_logs_a_batch_at_one_time_and_drops_beyond_the_bound(tmp_path: Path, clock: Clock) -> None:
+async def test_extend_logs_a_batch_at_one_time_and_drops_beyond_the_bound(
+    tmp_path: Path, clock: Clock
+) -> None:
     config = EventLogConfig(max_pending_rows=5, row_group_rows=1000)
     async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
         elog.extend([Event(values={"i": i}, id=f"x{i}") for i in range(3)], now=clock.t + 7)
@@ -379,7 +432,9 @@ async def test_extend_logs_a_batch_at_one_time_and_drops_beyond_the_bound(tmp_pa
     assert len(times) == 5 and times["x0"] == times["x2"] == T0 + timedelta(seconds=7)
 
 
-async def test_rows_are_held_while_they_come_and_written_when_the_router_pauses(tmp_path: Path, clock: Clock) -> None:
+async def test_rows_are_held_while_they_come_and_written_when_the_router_pauses(
+    tmp_path: Path, clock: Clock
+) -> None:
     config = EventLogConfig(row_group_rows=100, defer_pause=0.2)
     async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
         for start in (0, 100, 200):  # three writes of a row group each
@@ -395,12 +450,18 @@ async def test_rows_are_held_while_they_come_and_written_when_the_router_pauses(
         assert elog.stats().waiting == 0 and elog.stats().dropped == 0
         assert before.rows + before.waiting == 300  # held at first (unless the machine paused)
         await elog.flush()
-    assert sorted(read(tmp_path).to_table()["id"].to_pylist()) == sorted(f"e{i}" for i in range(300))
+    assert sorted(read(tmp_path).to_table()["id"].to_pylist()) == sorted(
+        f"e{i}" for i in range(300)
+    )
 
 
-async def test_held_rows_are_written_at_the_bounds_of_bytes_and_age(tmp_path: Path, clock: Clock) -> None:
+async def test_held_rows_are_written_at_the_bounds_of_bytes_and_age(
+    tmp_path: Path, clock: Clock
+) -> None:
     ten_rows = len(encode_events([ev(i) for i in range(10, 20)]) or b"")  # as long as 20..29's
-    config = EventLogConfig(row_group_rows=10, defer_pause=3600.0, defer_bytes=2 * ten_rows, defer_seconds=60.0)
+    config = EventLogConfig(
+        row_group_rows=10, defer_pause=3600.0, defer_bytes=2 * ten_rows, defer_seconds=60.0
+    )
     async with EventLog(config, data_dir=tmp_path, router_id="r1", clock=clock) as elog:
         elog.extend([ev(i) for i in range(10)])  # a write of 10 rows
         elog.extend([ev(i) for i in range(10, 20)])  # and another: within the bytes

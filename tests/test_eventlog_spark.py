@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,12 +14,14 @@ from aa.router import EventLog
 
 pytestmark = pytest.mark.spark
 
-T0 = datetime(2030, 1, 1, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
 def spark():  # type: ignore[no-untyped-def]
-    pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'aa-mesh[mining]'")
+    pyspark = pytest.importorskip(
+        "pyspark", reason="pyspark is not installed: pip install 'aa-mesh[mining]'"
+    )
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java: apt-get install default-jre-headless")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -43,9 +45,18 @@ async def test_spark_reads_the_log(tmp_path: Path, spark) -> None:  # type: igno
     async with EventLog(data_dir=tmp_path, router_id="r1", clock=lambda: clock[0]) as elog:
         for i in range(10):
             meta = {"time": T0 + timedelta(seconds=i), "client": "c1"}
-            elog.append(Event(values={"Temperature": 20 + i, "Where": "hall", "raw": b"\x01"}, type="t", meta=meta, id=f"e{i}"))
+            elog.append(
+                Event(
+                    values={"Temperature": 20 + i, "Where": "hall", "raw": b"\x01"},
+                    type="t",
+                    meta=meta,
+                    id=f"e{i}",
+                )
+            )
         clock[0] += 3600
-        elog.append(Event(values={"Temperature": 21.5}, meta={"time": T0 + timedelta(hours=1)}, id="late"))
+        elog.append(
+            Event(values={"Temperature": 21.5}, meta={"time": T0 + timedelta(hours=1)}, id="late")
+        )
         await elog.flush()
 
     df = spark.read.parquet(str(tmp_path / "eventlog"))
@@ -58,8 +69,16 @@ async def test_spark_reads_the_log(tmp_path: Path, spark) -> None:  # type: igno
     )
     assert [r.t for r in ints] == list(range(20, 30))
     assert {r.hour for r in ints} == {10}
-    assert ints[0].time.replace(tzinfo=timezone.utc) == T0  # naive UTC from Spark
-    late = df.where(F.col("hour") == 11).select(F.col("values")["Temperature"].cast("double").alias("t")).collect()
+    assert ints[0].time.replace(tzinfo=UTC) == T0  # naive UTC from Spark
+    late = (
+        df.where(F.col("hour") == 11)
+        .select(F.col("values")["Temperature"].cast("double").alias("t"))
+        .collect()
+    )
     assert [r.t for r in late] == [21.5]
-    raw = df.where(F.col("id") == "e0").select(F.unbase64(F.col("values")["raw"]).alias("b")).collect()
+    raw = (
+        df.where(F.col("id") == "e0")
+        .select(F.unbase64(F.col("values")["raw"]).alias("b"))
+        .collect()
+    )
     assert bytes(raw[0].b) == b"\x01"

@@ -21,13 +21,20 @@ from typing import Any
 
 import msgpack
 import pytest
+from support import next_turn
 
 from aa.mesh import Connection, Event
-from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, STEP_ABOVE, Ack, Error, Hello, Publish
+from aa.mesh.protocol import (
+    MAX_FRAME_BYTES,
+    MAX_FRAME_VALUES,
+    STEP_ABOVE,
+    Ack,
+    Error,
+    Hello,
+    Publish,
+)
 from aa.router import Router, RouterConfig
 from aa.router.session import MAX_FRAME_ITEMS
-
-from support import next_turn
 
 #: The issue's figure, in seconds.
 MAX_DELAY = 0.010
@@ -38,7 +45,7 @@ MARGIN = 0.005
 pytestmark = pytest.mark.usefixtures("router_collector")
 
 
-async def longest_gap_while(work: "asyncio.Future[Any]") -> float:
+async def longest_gap_while(work: asyncio.Future[Any]) -> float:
     """The longest the loop took to come back to a task that only yields, while *work*
     runs, in the loop thread's CPU seconds (the longest in wall seconds is printed too)."""
     longest = longest_wall = 0.0
@@ -78,7 +85,9 @@ def raw_frame(message: dict[str, Any]) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
-async def gap_while_sending(router: Router, frames: list[bytes], last_seq: int = 1) -> tuple[float, list[Any]]:
+async def gap_while_sending(
+    router: Router, frames: list[bytes], last_seq: int = 1
+) -> tuple[float, list[Any]]:
     work = asyncio.ensure_future(asyncio.to_thread(send_frames, router.address, frames, last_seq))
     gap = await longest_gap_while(work)
     return gap, await work
@@ -89,10 +98,21 @@ async def test_the_largest_frame_allowed_holds_the_loop_at_most_10_ms() -> None:
         per_event = min(MAX_FRAME_BYTES // MAX_FRAME_ITEMS - 64, 1500)
         pad = "x" * per_event
         codec = Connection()
-        frames = [codec.send(Publish(seq=s, events=tuple(Event(values={"i": i, "pad": pad}) for i in range(MAX_FRAME_ITEMS))))
-                  for s in (1, 2, 3)]
+        frames = [
+            codec.send(
+                Publish(
+                    seq=s,
+                    events=tuple(
+                        Event(values={"i": i, "pad": pad}) for i in range(MAX_FRAME_ITEMS)
+                    ),
+                )
+            )
+            for s in (1, 2, 3)
+        ]
         gap, answers = await gap_while_sending(router, frames, last_seq=3)
-        print(f"longest loop gap {gap * 1e3:.1f} ms for frames of {MAX_FRAME_ITEMS} events, {len(frames[0])} bytes")
+        print(
+            f"longest loop gap {gap * 1e3:.1f} ms for frames of {MAX_FRAME_ITEMS} events, {len(frames[0])} bytes"
+        )
         assert [m.seq for m in answers if type(m) is Ack][-1] == 3
         assert router.counters["published"] == 3 * MAX_FRAME_ITEMS
         assert gap <= MAX_DELAY + MARGIN
@@ -102,8 +122,18 @@ async def test_a_client_batch_of_small_events_holds_the_loop_at_most_10_ms() -> 
     # The client library's own batches: 1,000 events a frame, 16 frames in flight.
     async with Router(RouterConfig(port=0, name="batches")) as router:
         codec = Connection()
-        frames = [codec.send(Publish(seq=s, events=tuple(Event(type="reading", values={"Sensor": f"s-{i % 50}", "Value": i * 0.5})
-                                                         for i in range(1000)))) for s in range(1, 17)]
+        frames = [
+            codec.send(
+                Publish(
+                    seq=s,
+                    events=tuple(
+                        Event(type="reading", values={"Sensor": f"s-{i % 50}", "Value": i * 0.5})
+                        for i in range(1000)
+                    ),
+                )
+            )
+            for s in range(1, 17)
+        ]
         gap, answers = await gap_while_sending(router, frames, last_seq=16)
         print(f"longest loop gap {gap * 1e3:.1f} ms for 16 frames of 1,000 events")
         assert any(type(m) is Ack and m.seq == 16 for m in answers)
@@ -132,7 +162,9 @@ async def test_a_frame_of_dense_msgpack_is_refused_without_holding_the_loop(dens
             writer.close()
 
 
-async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_the_loop_at_most_10_ms() -> None:
+async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_the_loop_at_most_10_ms() -> (
+    None
+):
     # Below STEP_ABOVE a frame is decoded, checked and freed in one piece: its size must bound
     # that (64 KiB of empty maps took 21 ms), and the turn budget the frames after it.
     rows = (STEP_ABOVE - 200) // 1003
@@ -141,14 +173,26 @@ async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_
     assert len(frames[0]) <= STEP_ABOVE
     async with Router(RouterConfig(port=0, name="dense-small")) as router:
         gap, answers = await gap_while_sending(router, frames, last_seq=100)
-        print(f"longest loop gap {gap * 1e3:.1f} ms for 100 frames of {len(frames[0])} bytes of empty maps")
-        assert any(type(m) is Ack and m.seq == 100 for m in answers) and router.counters["published"] == 100
+        print(
+            f"longest loop gap {gap * 1e3:.1f} ms for 100 frames of {len(frames[0])} bytes of empty maps"
+        )
+        assert (
+            any(type(m) is Ack and m.seq == 100 for m in answers)
+            and router.counters["published"] == 100
+        )
         assert gap <= MAX_DELAY + MARGIN
 
 
-@pytest.mark.parametrize("shape", ["one event of nested empty lists", "a long string, then empty lists",
-                                   "nested empty lists, then a map with an int key", "nested empty lists, then too deep",
-                                   "nested empty lists, and a wrong meta"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "one event of nested empty lists",
+        "a long string, then empty lists",
+        "nested empty lists, then a map with an int key",
+        "nested empty lists, then too deep",
+        "nested empty lists, and a wrong meta",
+    ],
+)
 async def test_a_dense_frame_under_the_value_cap_holds_the_loop_at_most_10_ms(shape: str) -> None:
     # A frame of at most MAX_FRAME_VALUES bytes is decoded without counting (it cannot hold
     # more values): its steps grow while they are quick, so an attacker who has read this
@@ -156,11 +200,17 @@ async def test_a_dense_frame_under_the_value_cap_holds_the_loop_at_most_10_ms(sh
     # one event's nested values were checked in one go (120,000 empty lists: 27 ms); a wrong
     # value at the end of them was then looked for again, whole, to say what was wrong (85-100
     # ms). The wrong ones are refused with the reason, the others taken.
-    lists = (MAX_FRAME_VALUES - 70 * 1024) // 1001 if shape.startswith("a long") else (MAX_FRAME_VALUES - 8 * 1024) // 1001
+    lists = (
+        (MAX_FRAME_VALUES - 70 * 1024) // 1001
+        if shape.startswith("a long")
+        else (MAX_FRAME_VALUES - 8 * 1024) // 1001
+    )
     values: dict[str, Any] = {"s": "a" * 60 * 1024} if shape.startswith("a long") else {}
     values["v"] = [[[]] * 1000] * lists
-    wrong = {"nested empty lists, then a map with an int key": ({1: 2}, "must be str"),
-             "nested empty lists, then too deep": (eval("[" * 40 + "]" * 40), "nested deeper")}.get(shape)
+    wrong = {
+        "nested empty lists, then a map with an int key": ({1: 2}, "must be str"),
+        "nested empty lists, then too deep": (eval("[" * 40 + "]" * 40), "nested deeper"),
+    }.get(shape)
     if wrong is not None:
         values["v"] = values["v"] + [wrong[0]]
     meta: dict[str, Any] = {}
@@ -172,10 +222,15 @@ async def test_a_dense_frame_under_the_value_cap_holds_the_loop_at_most_10_ms(sh
         gap, answers = await gap_while_sending(router, [frame])
         print(f"longest loop gap {gap * 1e3:.1f} ms for {len(frame)} bytes: {shape}")
         if meta:  # (its values were good and checked in steps: not walked again to refuse the meta)
-            assert any(type(m) is Error and "meta" in m.message and "str" in m.message for m in answers), answers
+            assert any(
+                type(m) is Error and "meta" in m.message and "str" in m.message for m in answers
+            ), answers
             assert router.counters["published"] == 0
         elif wrong is None:
-            assert any(type(m) is Ack and m.seq == 1 for m in answers) and router.counters["published"] == 1
+            assert (
+                any(type(m) is Ack and m.seq == 1 for m in answers)
+                and router.counters["published"] == 1
+            )
         else:
             assert any(type(m) is Error and wrong[1] in m.message for m in answers), answers
             assert router.counters["published"] == 0
@@ -212,8 +267,10 @@ async def test_the_client_library_sends_frames_a_router_takes(router: Router, cl
 def http_post(address: tuple[str, int], path: str, body: bytes) -> tuple[int, bytes]:
     """In a thread: one POST over a blocking socket; the status and the body."""
     with socket.create_connection(address, timeout=60) as sock:
-        sock.sendall(b"POST %s HTTP/1.1\r\nHost: aa\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n\r\n" % (path.encode(), len(body)) + body)
+        sock.sendall(
+            b"POST %s HTTP/1.1\r\nHost: aa\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n" % (path.encode(), len(body)) + body
+        )
         answer = b""
         while data := sock.recv(1 << 16):
             answer += data
@@ -221,8 +278,13 @@ def http_post(address: tuple[str, int], path: str, body: bytes) -> tuple[int, by
     return int(head.split()[1]), payload
 
 
-@pytest.mark.parametrize("inner, n, status", [("{}", 1 << 18, 413), ("0", 1 << 18, 413), ("{}", 4000, 201), ("0", 8000, 201)])
-async def test_a_dense_http_body_holds_the_loop_at_most_10_ms(inner: str, n: int, status: int) -> None:
+@pytest.mark.parametrize(
+    "inner, n, status",
+    [("{}", 1 << 18, 413), ("0", 1 << 18, 413), ("{}", 4000, 201), ("0", 8000, 201)],
+)
+async def test_a_dense_http_body_holds_the_loop_at_most_10_ms(
+    inner: str, n: int, status: int
+) -> None:
     # JSON is parsed and checked in one piece on the router's loop: a megabyte of empty maps
     # held it 360 ms. Bodies of more than MAX_BODY_VALUES values are refused unparsed.
     from aa.http_api import MAX_BODY_VALUES, HttpEndpoint
@@ -230,7 +292,9 @@ async def test_a_dense_http_body_holds_the_loop_at_most_10_ms(inner: str, n: int
     endpoint = HttpEndpoint(port=0)
     body = ('{"type": "dense", "values": {"v": [' + ",".join([inner] * n) + "]}}").encode()
     async with Router(RouterConfig(port=0, name="http-dense"), endpoints=[endpoint]):
-        work = asyncio.ensure_future(asyncio.to_thread(http_post, endpoint.address, "/events", body))
+        work = asyncio.ensure_future(
+            asyncio.to_thread(http_post, endpoint.address, "/events", body)
+        )
         gap = await longest_gap_while(work)
         code, answer = await work
         print(f"longest loop gap {gap * 1e3:.1f} ms for {len(body)} bytes of {inner!r}: {code}")

@@ -20,19 +20,20 @@ the seen-id set holds some 100 bytes per event id for up to 300 s, about 10 MB f
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
-from aa.mesh import Connection, Event, PatternSpec
-from aa.mesh.protocol import Ack, Cached, Error, GetCached, Hello, Publish, Subscribe, Subscribed
-
 from support import settle
 from support.routerproc import RouterProcess
 from support.wire import Bystander, Wire, frame_bytes
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc (Linux)")
+from aa.mesh import Connection, Event, PatternSpec
+from aa.mesh.protocol import Ack, Cached, Error, GetCached, Hello, Publish, Subscribe, Subscribed
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc (Linux)"
+)
 
 #: Bytes of resident memory the router may keep over its warmed-up size (the issue's figure).
 RSS_SLACK = 20 * 1024 * 1024
@@ -48,7 +49,9 @@ CACHE_EVENTS = 20_000
 def router(request: pytest.FixtureRequest) -> Iterator[RouterProcess]:
     # on both loops `aa router` runs on: uvloop's transports held a closed client's buffers
     # until a collection, and freed they stayed in the heap (`aa.router.memory`)
-    with RouterProcess("--no-http", "--mesh-cache-events", str(CACHE_EVENTS), "--event-loop", request.param) as r:
+    with RouterProcess(
+        "--no-http", "--mesh-cache-events", str(CACHE_EVENTS), "--event-loop", request.param
+    ) as r:
         yield r
 
 
@@ -60,10 +63,15 @@ def settled_rss(router: RouterProcess, baseline: int) -> int:
 
 def check_back(router: RouterProcess, baseline: int, what: str, peak: int | None = None) -> None:
     after = settled_rss(router, baseline)
-    print(f"{what}: RSS {baseline / MiB:.1f} MiB after warm-up"
-          + (f", {peak / MiB:.1f} MiB at the worst" if peak else "") + f", {after / MiB:.1f} MiB after")
+    print(
+        f"{what}: RSS {baseline / MiB:.1f} MiB after warm-up"
+        + (f", {peak / MiB:.1f} MiB at the worst" if peak else "")
+        + f", {after / MiB:.1f} MiB after"
+    )
     assert router.alive(), router.stderr_tail()
-    assert after - baseline < RSS_SLACK, f"{what}: RSS {baseline / MiB:.1f} MiB -> {after / MiB:.1f} MiB"
+    assert after - baseline < RSS_SLACK, (
+        f"{what}: RSS {baseline / MiB:.1f} MiB -> {after / MiB:.1f} MiB"
+    )
 
 
 def publish(router: RouterProcess, n: int, pad: int = 100, per_frame: int = 1000) -> None:
@@ -74,10 +82,14 @@ def publish(router: RouterProcess, n: int, pad: int = 100, per_frame: int = 1000
     seq = 0
     for start in range(0, n, per_frame):
         seq += 1
-        events = tuple(Event(values={"i": i, "pad": blob}) for i in range(start, min(n, start + per_frame)))
+        events = tuple(
+            Event(values={"i": i, "pad": blob}) for i in range(start, min(n, start + per_frame))
+        )
         wire.send(Publish(seq=seq, events=events))
         if seq % 10 == 0:  # a window of ten frames in flight
-            assert wire.read_until(lambda got: any(type(m) is Ack and m.seq >= seq - 5 for m in got), 60)  # type: ignore[attr-defined]
+            assert wire.read_until(
+                lambda got: any(type(m) is Ack and m.seq >= seq - 5 for m in got), 60
+            )  # type: ignore[attr-defined]
     assert wire.read_until(lambda got: any(type(m) is Ack and m.seq == seq for m in got), 60)  # type: ignore[attr-defined]
     assert not [m for m in wire.got if type(m) is Error], wire.got
     wire.close()
@@ -86,7 +98,9 @@ def publish(router: RouterProcess, n: int, pad: int = 100, per_frame: int = 1000
 def non_reader(router: RouterProcess, pattern: str | None = "True") -> socket.socket:
     """A client that subscribes to *pattern* (if any) and from then on never reads."""
     wire = Wire(router.host, router.port)
-    wire.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little for it
+    wire.sock.setsockopt(
+        socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
+    )  # the kernel holds little for it
     wire.send(Hello(client_id=f"non-reader-{id(wire)}"))
     if pattern is not None:
         wire.send(Subscribe(sub_id=1, pattern=PatternSpec(source=pattern)))
@@ -150,7 +164,9 @@ def bad_frames(router: RouterProcess, connections: int) -> None:
         wires.append(wire)
     for wire in wires:
         wire.read_until(lambda got: False, 60)  # until the router closes it
-        assert wire.closed and any(type(m) is Error and m.code in ("malformed", "busy") for m in wire.got), wire.got  # type: ignore[attr-defined]
+        assert wire.closed and any(
+            type(m) is Error and m.code in ("malformed", "busy") for m in wire.got
+        ), wire.got  # type: ignore[attr-defined]
         wire.close()
 
 

@@ -19,11 +19,11 @@ import json
 import sqlite3
 import sys
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import pytest
-
 from support import wait_until
 from support.netlab import LabAgent, NetLab, built
 
@@ -33,7 +33,16 @@ HOSTS = {"r1": "10.78.1.11/24", "r2": "10.78.1.12/24", "r3": "10.78.1.13/24"}
 PACER = str(Path(__file__).parent / "support" / "netns_pacer.py")
 #: Seconds between keep-alive pings on a quiet link; three silent ones break it.
 KEEPALIVE = 0.5
-TIMING = ("--keepalive", str(KEEPALIVE), "--retry-base", "0.05", "--retry-max", "0.5", "--info-interval", "0.5")
+TIMING = (
+    "--keepalive",
+    str(KEEPALIVE),
+    "--retry-base",
+    "0.05",
+    "--retry-max",
+    "0.5",
+    "--info-interval",
+    "0.5",
+)
 #: The issue's figure: every store identical within this many seconds of the links coming back.
 CONVERGE_WITHIN = 10.0
 PERSIST = {"persist": True}
@@ -101,7 +110,9 @@ async def test_every_store_holds_the_same_events_within_10_s_of_a_partition_and_
     await asyncio.gather(a1.ask("peers", n=2, timeout=30), a3.ask("peers", n=2, timeout=30))
 
     async def publish(agent: LabAgent, side: str, n: int) -> list[str]:
-        answer = await agent.ask("publish", values={"side": side}, type="reading", meta=PERSIST, count=n, timeout=60)
+        answer = await agent.ask(
+            "publish", values={"side": side}, type="reading", meta=PERSIST, count=n, timeout=60
+        )
         return answer["ids"]  # type: ignore[no-any-return]
 
     acked = await publish(a1, "before", 100)
@@ -116,7 +127,9 @@ async def test_every_store_holds_the_same_events_within_10_s_of_a_partition_and_
     await net.router("r2", *router_args(net, "r2", tmp_path))
     await a1.ask("peers", n=1, timeout=30)
     stores = {h: set(stored_ids(tmp_path, h)) for h in HOSTS}
-    assert all(not set(acked) <= ids for ids in stores.values()), {h: len(i) for h, i in stores.items()}
+    assert all(not set(acked) <= ids for ids in stores.values()), {
+        h: len(i) for h, i in stores.items()
+    }
 
     net.heal("r3")
     await asyncio.gather(a3.ask("peers", n=2, timeout=30), a1.ask("peers", n=2, timeout=30))
@@ -144,8 +157,18 @@ async def test_a_cable_cut_stalls_no_publisher_beyond_the_keepalive_window(net: 
     await start_mesh(net, None, "--no-store")
     a1 = await net.agent("r1")
     await a1.ask("peers", n=2, timeout=30)
-    pacer = await net.exec("r1", sys.executable, PACER, net.endpoint("r1"), "--rate", "2000", "--size", "500",
-                           "--seconds", str(CUT_TEST_SECONDS))  # fmt: skip
+    pacer = await net.exec(
+        "r1",
+        sys.executable,
+        PACER,
+        net.endpoint("r1"),
+        "--rate",
+        "2000",
+        "--size",
+        "500",
+        "--seconds",
+        str(CUT_TEST_SECONDS),
+    )
     assert pacer.stdout is not None
 
     async def line() -> dict[str, Any]:
@@ -164,7 +187,9 @@ async def test_a_cable_cut_stalls_no_publisher_beyond_the_keepalive_window(net: 
     await a1.ask("peers", n=2, timeout=30)
     while "done" not in (result := await line()):
         pass
-    print(f"longest ack wait {result['max_wait']} s (frame sent at {result['worst_sent_at']} s), "
-          f"{result['acked']} of {result['frames']} frames acknowledged")
+    print(
+        f"longest ack wait {result['max_wait']} s (frame sent at {result['worst_sent_at']} s), "
+        f"{result['acked']} of {result['frames']} frames acknowledged"
+    )
     assert result["acked"] == result["frames"]
     assert result["max_wait"] <= 3 * KEEPALIVE + ACK_MARGIN

@@ -21,21 +21,24 @@ import time
 from pathlib import Path
 
 import pytest
-
 from support import wait_for, wait_until
 from support.netlab import NetLab
 from test_faults_partition import CONVERGE_WITHIN, HOSTS, PERSIST, lab, net, start_mesh, stored_ids  # noqa: F401
 
 pytestmark = [
     pytest.mark.netns,
-    pytest.mark.skipif(not os.environ.get("AA_FAULTS_LONG"), reason="long fault run: set AA_FAULTS_LONG=1"),
+    pytest.mark.skipif(
+        not os.environ.get("AA_FAULTS_LONG"), reason="long fault run: set AA_FAULTS_LONG=1"
+    ),
     pytest.mark.timeout(300),
 ]
 
 CYCLES = 6
 
 
-async def test_stores_converge_within_10_s_after_repeated_partitions_under_load(net: NetLab, tmp_path: Path) -> None:
+async def test_stores_converge_within_10_s_after_repeated_partitions_under_load(
+    net: NetLab, tmp_path: Path
+) -> None:
     await start_mesh(net, tmp_path)
     agents = {h: await net.agent(h) for h in HOSTS}
     await asyncio.gather(*(a.ask("peers", n=2, timeout=30) for a in agents.values()))
@@ -46,8 +49,14 @@ async def test_stores_converge_within_10_s_after_repeated_partitions_under_load(
         k = 0
         while not stop.is_set():
             k += 1
-            answer = await agents[host].ask("publish", values={"host": host, "k": k}, type="reading", meta=PERSIST,
-                                            count=50, timeout=60)  # fmt: skip
+            answer = await agents[host].ask(
+                "publish",
+                values={"host": host, "k": k},
+                type="reading",
+                meta=PERSIST,
+                count=50,
+                timeout=60,
+            )
             acked.extend(answer["ids"])
 
     tasks = [asyncio.create_task(publisher(h)) for h in HOSTS]

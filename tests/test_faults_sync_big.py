@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support import FAST, next_turn, wait_for, wait_until
 
 from aa.router import Router, RouterConfig, StoreConfig
 from aa.router.session import MAX_FRAME_ITEMS
-
-from support import FAST, next_turn, wait_for, wait_until
 
 PERSIST = {"persist": True}
 #: Events each router takes while they are apart: more than a client frame's item cap.
@@ -43,9 +42,17 @@ async def publish_apart(router: Router, key: str) -> None:
     await wait_for(lambda: store.stats().written >= APART, timeout=60)
 
 
-async def test_stores_apart_by_more_than_a_frames_item_cap_converge_without_breaking_the_link(tmp_path: Path) -> None:
+async def test_stores_apart_by_more_than_a_frames_item_cap_converge_without_breaking_the_link(
+    tmp_path: Path,
+) -> None:
     def config(name: str) -> RouterConfig:
-        return RouterConfig(port=0, name=name, mesh=FAST, data_dir=tmp_path / name, store=StoreConfig(sync_interval=1.0))
+        return RouterConfig(
+            port=0,
+            name=name,
+            mesh=FAST,
+            data_dir=tmp_path / name,
+            store=StoreConfig(sync_interval=1.0),
+        )
 
     async with Router(config("a")) as a, Router(config("b")) as b:
         await asyncio.gather(publish_apart(a, "a"), publish_apart(b, "b"))
@@ -64,13 +71,15 @@ async def test_stores_apart_by_more_than_a_frames_item_cap_converge_without_brea
         assert a.mesh.counters["peer_errors"] == b.mesh.counters["peer_errors"] == 0
 
 
-async def test_a_flood_of_more_groups_than_a_peer_decodes_in_one_frame_is_cut_in_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_flood_of_more_groups_than_a_peer_decodes_in_one_frame_is_cut_in_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The sending side keeps to the same cap: queued groups beyond it go in more frames."""
+    from support import mesh
+
     from aa.mesh import Event
     from aa.mesh.protocol import FloodGroup, event_to_wire, pack
     from aa.router.links import peerlink
-
-    from support import mesh
 
     monkeypatch.setattr(peerlink, "MAX_PEER_FRAME_ITEMS", 50)
     async with mesh(2, [(0, 1)]) as (a, b):  # links made with the small cap on both ends
@@ -86,7 +95,9 @@ async def test_a_flood_of_more_groups_than_a_peer_decodes_in_one_frame_is_cut_in
         assert b.mesh.counters["peer_errors"] == 0
 
 
-async def test_a_bucket_larger_than_one_id_list_is_compared_a_slice_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_bucket_larger_than_one_id_list_is_compared_a_slice_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Past `MAX_SYNC_IDS` ids a bucket was compared by its first ids only, and the peer sent
     back every other event of the bucket, held already or not, at every round: 100,000
     events in an hour took 20 rounds of mostly useless traffic (the partition-cycle runs
@@ -98,7 +109,13 @@ async def test_a_bucket_larger_than_one_id_list_is_compared_a_slice_at_a_time(tm
     apart = 4_000  # each side: 8,000 in one bucket, 8 slices
 
     def config(name: str) -> RouterConfig:
-        return RouterConfig(port=0, name=name, mesh=FAST, data_dir=tmp_path / name, store=StoreConfig(sync_interval=30.0))
+        return RouterConfig(
+            port=0,
+            name=name,
+            mesh=FAST,
+            data_dir=tmp_path / name,
+            store=StoreConfig(sync_interval=30.0),
+        )
 
     async with Router(config("a")) as a, Router(config("b")) as b:
         for router, key in ((a, "a"), (b, "b")):

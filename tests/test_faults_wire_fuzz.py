@@ -24,19 +24,32 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from aa.mesh.protocol import MAX_FRAME_BYTES, MESSAGE_KINDS, Connection, Error, Hello, PeerHello, Ping, Pong, pack
-
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.routerproc import RouterProcess
 from support.wire import Bystander, Wire, frame_bytes
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc (Linux)")
+from aa.mesh.protocol import (
+    MAX_FRAME_BYTES,
+    MESSAGE_KINDS,
+    Connection,
+    Error,
+    Hello,
+    PeerHello,
+    Ping,
+    Pong,
+    pack,
+)
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc (Linux)"
+)
 
 #: Seconds the router has to answer a fuzzed connection or close it (generous: a loaded
 #: 2-core CI machine; the router answers in milliseconds).
@@ -53,12 +66,23 @@ PEER_HELLO = Connection().send(PeerHello(router_id="fuzz-peer", name="fuzz", pee
 
 _EVENT = [None, None, {"a": 1}, {}]
 _BY_TYPE: dict[str, Any] = {
-    "int": 1, "str": "x", "bool": False, "float": 1.0, "Values": {}, "int | str": 1,
-    "str | None": None, "int | None": None, "Values | None": None, "datetime | None": None,
-    "float | str | None": None, "int | str | None": None,
-    "tuple[str, ...]": [], "tuple[KnownRouter, ...]": [{"peer": DEAD_PEER, "id": "fz-known"}],
+    "int": 1,
+    "str": "x",
+    "bool": False,
+    "float": 1.0,
+    "Values": {},
+    "int | str": 1,
+    "str | None": None,
+    "int | None": None,
+    "Values | None": None,
+    "datetime | None": None,
+    "float | str | None": None,
+    "int | str | None": None,
+    "tuple[str, ...]": [],
+    "tuple[KnownRouter, ...]": [{"peer": DEAD_PEER, "id": "fz-known"}],
     "tuple[tuple[str, str, bool], ...]": [["a", "x", True]],
-    "PatternSpec": {"source": "a > 0"}, "tuple[Event, ...]": [_EVENT],
+    "PatternSpec": {"source": "a > 0"},
+    "tuple[Event, ...]": [_EVENT],
     "tuple[FloodGroup, ...]": [[3, ["fuzz-peer"], ["fz-1"], pack([["fz-1", None, {"a": 1}, {}]])]],
     "tuple[tuple[tuple[int, ...], Event], ...]": [[[1], _EVENT]],
 }
@@ -90,14 +114,22 @@ def test_every_sample_is_a_valid_message() -> None:
 # -- strategies ------------------------------------------------------------------------------
 
 _scalars = (
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=30)
-    | st.binary(max_size=30) | st.sampled_from(["", DEAD_PEER, "x" * 70, "\x00", "True", "fz-1", -1, 0, 1, 2, 2**31])
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=30)
+    | st.binary(max_size=30)
+    | st.sampled_from(["", DEAD_PEER, "x" * 70, "\x00", "True", "fz-1", -1, 0, 1, 2, 2**31])
     | st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=12))
     | st.builds(msgpack.Timestamp, st.integers(-(2**40), 2**40), st.integers(0, 999_999_999))
 )
 values = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=6) | st.integers(-(2**63), 2**64 - 1), inner, max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=6)
+        | st.dictionaries(st.text(max_size=6) | st.integers(-(2**63), 2**64 - 1), inner, max_size=6)
+    ),
     max_leaves=25,
 )
 prefixes = st.sampled_from([b"", HELLO, PEER_HELLO])
@@ -130,7 +162,15 @@ def hellos(draw: st.DrawFn) -> bytes:
     wire = dict(SAMPLES[draw(st.sampled_from(["hello", "peer-hello"]))])
     for key in draw(st.lists(st.sampled_from(sorted(wire)), max_size=3, unique=True)):
         wire[key] = draw(values)
-    follow = dict(SAMPLES[draw(st.sampled_from(["flood", "control", "peer-routers", "publish", "subscribe", "ping"]))])
+    follow = dict(
+        SAMPLES[
+            draw(
+                st.sampled_from(
+                    ["flood", "control", "peer-routers", "publish", "subscribe", "ping"]
+                )
+            )
+        ]
+    )
     key = draw(st.sampled_from(sorted(follow)))
     follow[key] = draw(values)
     return frame_bytes(_packed(wire)) + frame_bytes(_packed(follow))
@@ -142,7 +182,9 @@ def floods(draw: st.DrawFn) -> bytes:
     fuzzed parts, ids that do not match the header's, bytes that are not msgpack."""
     n = draw(st.integers(1, 4))
     ids = [f"fz-{draw(st.integers(0, 10**6))}" for _ in range(n)]
-    events: list[Any] = [[ids[i], draw(st.none() | st.text(max_size=5)), {"a": i}, {}] for i in range(n)]
+    events: list[Any] = [
+        [ids[i], draw(st.none() | st.text(max_size=5)), {"a": i}, {}] for i in range(n)
+    ]
     for _ in range(draw(st.integers(0, 3))):
         event = events[draw(st.integers(0, n - 1))]
         event[draw(st.integers(0, 3))] = draw(values)
@@ -160,7 +202,9 @@ def shapes(draw: st.DrawFn) -> bytes:
     as an event's values."""
     which = draw(st.sampled_from(["huge", "deep", "big", "garbage"]))
     if which == "huge":
-        return draw(prefixes) + frame_bytes(draw(st.binary(max_size=64)), draw(st.integers(MAX_FRAME_BYTES + 1, 2**32 - 1)))
+        return draw(prefixes) + frame_bytes(
+            draw(st.binary(max_size=64)), draw(st.integers(MAX_FRAME_BYTES + 1, 2**32 - 1))
+        )
     if which == "garbage":  # sometimes a frame of a broken timestamp (ext -1 of 3 bytes)
         ext = draw(st.sampled_from([b"", frame_bytes(b"\xc7\x03\xff\x01\x02\x03")]))
         return draw(prefixes) + ext + draw(st.binary(min_size=1, max_size=400))
@@ -170,8 +214,13 @@ def shapes(draw: st.DrawFn) -> bytes:
         body = opener * depth + b"\xc0"
     else:
         n = draw(st.integers(5_000, 120_000))
-        body = (b"\xdf" + n.to_bytes(4, "big") + b"".join(b"\xce" + i.to_bytes(4, "big") + b"\xc0" for i in range(n))
-                if draw(st.booleans()) else b"\xdd" + n.to_bytes(4, "big") + b"\x01" * n)
+        body = (
+            b"\xdf"
+            + n.to_bytes(4, "big")
+            + b"".join(b"\xce" + i.to_bytes(4, "big") + b"\xc0" for i in range(n))
+            if draw(st.booleans())
+            else b"\xdd" + n.to_bytes(4, "big") + b"\x01" * n
+        )
     if draw(st.booleans()):  # the shape as a frame of its own
         return draw(prefixes) + frame_bytes(body)
     head = _packed({"kind": "publish", "seq": 1})[1:]  # the map's items without its header
@@ -193,7 +242,7 @@ def ends_inside_a_frame(data: bytes) -> bool:
         if len(data) - pos - 4 < size:
             return True
         pos += 4 + size
-    return 0 < len(data) - pos  # a header cut short
+    return len(data) - pos > 0  # a header cut short
 
 
 class Fuzzing:
@@ -221,15 +270,24 @@ class Fuzzing:
             answer = wire.read_until(answered, ANSWER_BOUND) or wire.closed
             waits = ends_inside_a_frame(data + probe)
             assert answer or waits, f"no answer within {ANSWER_BOUND} s to {data[:200]!r}"
-            outcome = ("error" if any(type(m) is Error for m in wire.got) else "pong" if answer and not wire.closed
-                       else "closed" if wire.closed else "waiting")
+            outcome = (
+                "error"
+                if any(type(m) is Error for m in wire.got)
+                else "pong"
+                if answer and not wire.closed
+                else "closed"
+                if wire.closed
+                else "waiting"
+            )
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
             try:
                 wire.sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
             wire.read_until(lambda got: False, ANSWER_BOUND)
-            assert wire.closed, f"the router kept the connection open after the fuzzer closed it: {data[:200]!r}"
+            assert wire.closed, (
+                f"the router kept the connection open after the fuzzer closed it: {data[:200]!r}"
+            )
         finally:
             wire.close()
         assert self.router.alive(), self.router.stderr_tail()
@@ -252,8 +310,12 @@ FUZZ_SCALE = float(os.environ.get("AA_FUZZ_SCALE", "1"))
 
 def fuzz(examples: int) -> settings:
     """Settings of one fuzzer (on top of the loaded profile: derandomized in CI)."""
-    return settings(max_examples=max(1, round(examples * FUZZ_SCALE)), deadline=None,
-                    suppress_health_check=list(HealthCheck), database=None)
+    return settings(
+        max_examples=max(1, round(examples * FUZZ_SCALE)),
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
 
 
 def test_fuzzed_frames_harm_nobody_and_leave_no_memory_behind(fuzzing: Fuzzing) -> None:
@@ -291,6 +353,10 @@ def test_fuzzed_frames_harm_nobody_and_leave_no_memory_behind(fuzzing: Fuzzing) 
         fuzzer()
         ran[fuzzer.__name__] = fuzzing.examples - start
     after = fuzzing.router.rss()
-    print(f"fuzzed {fuzzing.examples} connections {ran} {fuzzing.outcomes}; RSS {before / 2**20:.1f} MiB "
-          f"-> {after / 2**20:.1f} MiB")
-    assert after - before < RSS_SLACK, f"RSS {before / 2**20:.1f} MiB after warm-up, {after / 2**20:.1f} MiB after fuzzing"
+    print(
+        f"fuzzed {fuzzing.examples} connections {ran} {fuzzing.outcomes}; RSS {before / 2**20:.1f} MiB "
+        f"-> {after / 2**20:.1f} MiB"
+    )
+    assert after - before < RSS_SLACK, (
+        f"RSS {before / 2**20:.1f} MiB after warm-up, {after / 2**20:.1f} MiB after fuzzing"
+    )

@@ -16,14 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import wait_for
 
 from aa.client import AsyncClient
 from aa.mesh import Connection
 from aa.mesh.protocol import Error
 from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
-
-from support import wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 
@@ -58,7 +57,9 @@ async def test_a_connection_that_never_says_hello_is_cut_and_a_client_stays() ->
 
 
 async def test_connections_past_the_cap_per_address_are_refused_with_a_reason() -> None:
-    async with Router(RouterConfig(port=0, security=SecurityConfig(max_connections_per_address=3))) as router:
+    async with Router(
+        RouterConfig(port=0, security=SecurityConfig(max_connections_per_address=3))
+    ) as router:
         host, port = router.address
         held = [await asyncio.open_connection(host, port) for _ in range(3)]
         reader, writer = await asyncio.open_connection(host, port)
@@ -76,12 +77,28 @@ async def test_connections_past_the_cap_per_address_are_refused_with_a_reason() 
 
 
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
-async def test_a_router_at_1024_open_files_lets_a_client_in_past_a_stranger_with_1100_sockets(tmp_path: Path) -> None:
+async def test_a_router_at_1024_open_files_lets_a_client_in_past_a_stranger_with_1100_sockets(
+    tmp_path: Path,
+) -> None:
     """The a10 attack on a real `aa router` process: the stranger's oldest silent sockets
     are closed to make room; a real client connects while the stranger keeps opening."""
-    proc = subprocess.Popen(["prlimit", "--nofile=1024:1024", AA, "router", "--port", "0", "--no-discovery",
-                             "--no-http", "--data-dir", str(tmp_path / "r")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            "prlimit",
+            "--nofile=1024:1024",
+            AA,
+            "router",
+            "--port",
+            "0",
+            "--no-discovery",
+            "--no-http",
+            "--data-dir",
+            str(tmp_path / "r"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ),
+    )
     try:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 60)

@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from support import FAST, wait_for, wait_until
+
 from aa.client import AsyncClient
 from aa.mesh import Connection, Control, Event, PeerHello
 from aa.mesh.protocol import Ping, Pong, event_to_wire
 from aa.router import Router, RouterConfig, StoreConfig
-
-from support import FAST, wait_for, wait_until
 
 PERSIST = {"persist": True}
 
@@ -29,7 +29,7 @@ class Impostor:
         self.remote_id: str | None = None
         self.n = 0
 
-    async def connect(self, host: str, port: int) -> "Impostor":
+    async def connect(self, host: str, port: int) -> Impostor:
         self.reader, self.writer = await asyncio.open_connection(host, port)
         self.writer.write(self.codec.send(PeerHello(router_id=self.id, name="impostor")))
         self.task = asyncio.get_running_loop().create_task(self._read())
@@ -47,8 +47,18 @@ class Impostor:
 
     def sync(self, body: dict[str, Any], *, origin: str | None = None) -> None:
         self.n += 1
-        self.writer.write(self.codec.send(Control(id=f"{self.id}-{self.n:x}", ttl=0, path=(origin or self.id,),
-                                                  topic="store-sync", body=body, to=self.remote_id)))  # fmt: skip
+        self.writer.write(
+            self.codec.send(
+                Control(
+                    id=f"{self.id}-{self.n:x}",
+                    ttl=0,
+                    path=(origin or self.id,),
+                    topic="store-sync",
+                    body=body,
+                    to=self.remote_id,
+                )
+            )
+        )
 
     async def aclose(self) -> None:
         self.writer.close()
@@ -57,11 +67,22 @@ class Impostor:
 
 
 def forged(ids: list[str]) -> list[Any]:
-    return [event_to_wire(Event(values={"forged": True}, type="reading", id=i,
-                                meta={"persist": True, "user": "alice", "client": "victim"})) for i in ids]  # fmt: skip
+    return [
+        event_to_wire(
+            Event(
+                values={"forged": True},
+                type="reading",
+                id=i,
+                meta={"persist": True, "user": "alice", "client": "victim"},
+            )
+        )
+        for i in ids
+    ]
 
 
-async def test_a_copy_sent_ahead_under_predicted_ids_never_displaces_the_real_events(tmp_path: Path) -> None:
+async def test_a_copy_sent_ahead_under_predicted_ids_never_displaces_the_real_events(
+    tmp_path: Path,
+) -> None:
     """The victim's next ids, predicted from one it published, are sent ahead by store sync;
     the victim's real persisted publishes are then acknowledged AND in the store: each
     real event replaced its forged copy."""
@@ -106,7 +127,9 @@ async def test_a_sync_message_claiming_another_router_is_refused(tmp_path: Path)
         other = await Impostor().connect(host, port)
         imp = await Impostor().connect(host, port)
         try:
-            imp.sync({"op": "events", "events": forged(["x-1"])}, origin=other.id)  # a linked router's id
+            imp.sync(
+                {"op": "events", "events": forged(["x-1"])}, origin=other.id
+            )  # a linked router's id
             imp.sync({"op": "events", "events": forged(["x-2"])}, origin="made-up")
             imp.sync({"op": "events", "events": forged(["x-3"])})  # its own: stored (an open mesh)
             await wait_for(lambda: router.storage.sync.counters["events_repaired"] == 1, timeout=10)
@@ -122,8 +145,9 @@ async def test_a_sync_message_claiming_another_router_is_refused(tmp_path: Path)
 async def test_digests_from_one_link_get_one_scan_at_a_time(tmp_path: Path) -> None:
     """Twenty digest requests at once from one link (each claiming a different origin, as
     attack a4 did): at most one exchange runs for the link, the forged origins are refused."""
-    async with Router(RouterConfig(port=0, mesh=FAST, data_dir=tmp_path / "r",
-                                   store=StoreConfig(sync_interval=0))) as router:  # fmt: skip
+    async with Router(
+        RouterConfig(port=0, mesh=FAST, data_dir=tmp_path / "r", store=StoreConfig(sync_interval=0))
+    ) as router:
         host, port = router.address
         imp = await Impostor().connect(host, port)
         try:
@@ -135,6 +159,8 @@ async def test_digests_from_one_link_get_one_scan_at_a_time(tmp_path: Path) -> N
             counters = router.storage.sync.counters
             await wait_for(lambda: counters["received_digest"] == 20, timeout=10)
             assert router.mesh.relay.counters["controls_refused"] == 20
-            assert counters["dropped_busy"] >= 10  # one runs at a time (a few, if earlier ones ended)
+            assert (
+                counters["dropped_busy"] >= 10
+            )  # one runs at a time (a few, if earlier ones ended)
         finally:
             await imp.aclose()

@@ -4,23 +4,32 @@ the address wall, and bad input that must get a clear 4xx and leave the router a
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
-from aa.http_api import HttpConfig, HttpEndpoint
-from aa.mesh import UsageError
-from aa.mesh import to_json
 from http_helpers import bearer, open_api, register
 from support import next_event
 
+from aa.http_api import HttpConfig, HttpEndpoint
+from aa.mesh import UsageError, to_json
+
 
 async def test_publish_keeps_value_types_end_to_end() -> None:
-    when = datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
-    values = {"n": 3, "x": 2.0, "s": "hi", "b": b"\x00\xff", "t": when, "l": [1, 2.5, None], "m": {"$odd": True}}
+    when = datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    values = {
+        "n": 3,
+        "x": 2.0,
+        "s": "hi",
+        "b": b"\x00\xff",
+        "t": when,
+        "l": [1, 2.5, None],
+        "m": {"$odd": True},
+    }
     async with open_api() as (router, http):
         sub = router.subscribe("True")
-        r = await http.post("/events", json={"values": to_json(values), "type": "reading", "meta": {"k": 1}})
+        r = await http.post(
+            "/events", json={"values": to_json(values), "type": "reading", "meta": {"k": 1}}
+        )
         assert r.status_code == 201, r.text
         event = await next_event(sub)
         assert r.json() == {"id": event.id, "duplicate": False}
@@ -42,7 +51,9 @@ async def test_a_retried_publish_with_the_same_id_is_not_sent_twice() -> None:
 async def test_publisher_cannot_forge_router_meta() -> None:
     async with open_api() as (router, http):
         sub = router.subscribe("True")
-        await http.post("/events", json={"values": {}, "meta": {"client": "someone-else", "ttl": 999}})
+        await http.post(
+            "/events", json={"values": {}, "meta": {"client": "someone-else", "ttl": 999}}
+        )
         event = await next_event(sub)
         assert event.meta["client"] == "http" and event.meta["ttl"] != 999
 
@@ -59,7 +70,9 @@ async def test_health_mesh_docs_and_monitor() -> None:
         ui = await http.get("/docs-static/swagger-ui-bundle.js")
         assert ui.status_code == 200 and len(ui.content) > 100_000
         schema = (await http.get("/openapi.json")).json()
-        assert {"/events", "/clients", "/clients/{client_id}/feed", "/mesh", "/stream"} <= set(schema["paths"])
+        assert {"/events", "/clients", "/clients/{client_id}/feed", "/mesh", "/stream"} <= set(
+            schema["paths"]
+        )
         page = await http.get("/")
         assert page.status_code == 200 and "monitor.js" in page.text
         js = await http.get("/static/aa.js")
@@ -76,17 +89,24 @@ async def test_history_asks_the_router_with_pattern_since_and_limit() -> None:
             return [router.publish({"v": 1.5}, type="old")]
 
         router.history = history  # type: ignore[attr-defined]
-        r = await http.get("/events", params={"pattern": "v > 1", "since": "2026-01-01T00:00:00", "limit": 5})
+        r = await http.get(
+            "/events", params={"pattern": "v > 1", "since": "2026-01-01T00:00:00", "limit": 5}
+        )
         assert r.status_code == 200, r.text
         (event,) = r.json()["events"]
         assert event["values"] == {"v": 1.5} and event["type"] == "old"
         pattern, since, limit, include_cache = calls[0]
-        assert pattern.source == "v > 1" and limit == 6 and include_cache is True  # one more: is there more?
-        assert since == datetime(2026, 1, 1, tzinfo=timezone.utc)
+        assert (
+            pattern.source == "v > 1" and limit == 6 and include_cache is True
+        )  # one more: is there more?
+        assert since == datetime(2026, 1, 1, tzinfo=UTC)
         r = await http.get("/events", params={"since": "1h"})
-        assert r.status_code == 200 and calls[1][1] < datetime.now(timezone.utc)
+        assert r.status_code == 200 and calls[1][1] < datetime.now(UTC)
         atom = await http.get("/events", headers={"Accept": "application/atom+xml"})
-        assert atom.headers["content-type"].startswith("application/atom+xml") and b"<entry>" in atom.content
+        assert (
+            atom.headers["content-type"].startswith("application/atom+xml")
+            and b"<entry>" in atom.content
+        )
         assert (await http.get("/events", params={"since": "yesterday"})).status_code == 422
         assert (await http.get("/events", params={"limit": 0})).status_code == 422
 
@@ -124,7 +144,12 @@ async def test_stream_with_a_bad_pattern_is_refused() -> None:
 
 async def test_callers_outside_the_allowed_ranges_get_403() -> None:
     async with open_api(peer=("10.1.2.3", 5000)) as (router, http):
-        for method, path in [("GET", "/health"), ("POST", "/events"), ("GET", "/"), ("POST", "/clients")]:
+        for method, path in [
+            ("GET", "/health"),
+            ("POST", "/events"),
+            ("GET", "/"),
+            ("POST", "/clients"),
+        ]:
             r = await http.request(method, path, json={"values": {}})
             assert r.status_code == 403 and r.json()["error"] == "forbidden"
         assert router.stats()["counters"].get("published", 0) == 0
@@ -134,7 +159,9 @@ async def test_allowed_ranges_admit_their_callers_and_forwarded_headers_do_not_c
     async with open_api(allow=("10.0.0.0/8",), peer=("10.1.2.3", 5000)) as (router, http):
         assert (await http.get("/health")).status_code == 200
     async with open_api(allow=("10.0.0.0/8",), peer=("192.168.1.1", 5000)) as (router, http):
-        assert (await http.get("/health", headers={"X-Forwarded-For": "10.1.2.3"})).status_code == 403
+        assert (
+            await http.get("/health", headers={"X-Forwarded-For": "10.1.2.3"})
+        ).status_code == 403
 
 
 def test_default_allow_is_loopback_only_and_bad_ranges_are_refused() -> None:
@@ -163,7 +190,9 @@ def test_default_allow_is_loopback_only_and_bad_ranges_are_refused() -> None:
         (b'{"values": {}, "meta": {"persist": true, "max_age": -5}}', None, None),
     ],
 )
-async def test_malformed_publishes_get_a_clear_4xx(body: bytes, status: int | None, words: str | None) -> None:
+async def test_malformed_publishes_get_a_clear_4xx(
+    body: bytes, status: int | None, words: str | None
+) -> None:
     async with open_api() as (router, http):
         r = await http.post("/events", content=body, headers={"Content-Type": "application/json"})
         if status is None:
@@ -185,7 +214,9 @@ async def test_oversized_bodies_get_413_before_they_are_read() -> None:
             for _ in range(10):
                 yield b"x" * 200
 
-        r = await http.post("/events", content=chunks(), headers={"Content-Type": "application/json"})
+        r = await http.post(
+            "/events", content=chunks(), headers={"Content-Type": "application/json"}
+        )
         assert r.status_code == 413
         assert (await http.post("/events", json={"values": {"a": 1}})).status_code == 201
 
@@ -208,24 +239,50 @@ async def test_unknown_routes_and_methods_answer_in_the_error_shape() -> None:
 
 async def test_edges_schemathesis_found_are_accepted_or_refused_by_the_schema() -> None:
     async with open_api() as (router, http):
-        assert (await http.get("/events", params={"since": ""})).status_code == 200  # empty: no limit
-        r = await http.post("/clients", json={"keepalive": "1h30m", "policy": {"max_age": "2w"}})  # beyond the
-        assert r.status_code == 201 and r.json()["keepalive"] == 5400.0  # schema's simple pattern, still read
-        r = await http.post("/clients", json={"keepalive": 1, "policy": {"max_count": 5.0}})  # 5.0 is a count
-        assert r.status_code == 201 and r.json()["keepalive"] == 1.0 and r.json()["policy"]["max_count"] == 5
+        assert (
+            await http.get("/events", params={"since": ""})
+        ).status_code == 200  # empty: no limit
+        r = await http.post(
+            "/clients", json={"keepalive": "1h30m", "policy": {"max_age": "2w"}}
+        )  # beyond the
+        assert (
+            r.status_code == 201 and r.json()["keepalive"] == 5400.0
+        )  # schema's simple pattern, still read
+        r = await http.post(
+            "/clients", json={"keepalive": 1, "policy": {"max_count": 5.0}}
+        )  # 5.0 is a count
+        assert (
+            r.status_code == 201
+            and r.json()["keepalive"] == 1.0
+            and r.json()["policy"]["max_count"] == 5
+        )
         r = await http.post("/events", json={"values": {"big": 2**64}})
         assert r.status_code == 422 and "64-bit" in r.json()["message"]
         schema = (await http.get("/openapi.json")).json()
         big = schema["components"]["schemas"]["TypedValue"]["anyOf"][3]
-        assert big == {"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1}  # …and the schema says so
-        keepalive = schema["components"]["schemas"]["ClientIn"]["properties"]["keepalive"]["anyOf"][0]
+        assert big == {
+            "type": "integer",
+            "minimum": -(2**63),
+            "maximum": 2**64 - 1,
+        }  # …and the schema says so
+        keepalive = schema["components"]["schemas"]["ClientIn"]["properties"]["keepalive"]["anyOf"][
+            0
+        ]
         assert keepalive["minimum"] >= 1
         assert "200" in schema["paths"]["/events"]["post"]["responses"]  # the duplicate answer
-        for method, path, allow in [("OPTIONS", "/events", "GET, HEAD, POST"), ("PUT", "/events", "GET, HEAD, POST"),
-                                    ("POST", "/mesh", "GET, HEAD"), ("PATCH", "/clients/x", "DELETE, GET, HEAD"),
-                                    ("PUT", "/clients/x/feed", "DELETE, GET, HEAD")]:
+        for method, path, allow in [
+            ("OPTIONS", "/events", "GET, HEAD, POST"),
+            ("PUT", "/events", "GET, HEAD, POST"),
+            ("POST", "/mesh", "GET, HEAD"),
+            ("PATCH", "/clients/x", "DELETE, GET, HEAD"),
+            ("PUT", "/clients/x/feed", "DELETE, GET, HEAD"),
+        ]:
             r = await http.request(method, path)
-            assert r.status_code == 405 and r.headers["allow"] == allow, (method, path, r.headers.get("allow"))
+            assert r.status_code == 405 and r.headers["allow"] == allow, (
+                method,
+                path,
+                r.headers.get("allow"),
+            )
 
 
 async def test_client_registration_refuses_bad_patterns_and_policies() -> None:
@@ -233,7 +290,10 @@ async def test_client_registration_refuses_bad_patterns_and_policies() -> None:
         cases = [
             ({"patterns": [{"source": "import os"}]}, "pattern"),
             ({"patterns": [{"source": "x", "kernel": "cobol"}]}, "invalid-request"),
-            ({"patterns": [{"source": "x", "kernel": "xpath", "format": "script"}]}, "invalid-value"),
+            (
+                {"patterns": [{"source": "x", "kernel": "xpath", "format": "script"}]},
+                "invalid-value",
+            ),
             ({"policy": {"max_age": "3 fortnights"}}, "invalid-policy"),
             ({"policy": {"max_count": 0}}, "invalid-request"),
             ({"policy": {"max_count": "5"}}, "invalid-request"),
@@ -252,7 +312,9 @@ async def test_client_registration_refuses_bad_patterns_and_policies() -> None:
             assert r.json()["error"] == code, (body, r.json())
         assert len(router.caches) == 0  # nothing left behind
         ok = await register(http, "True")
-        assert (await http.get(f"/clients/{ok['id']}", headers=bearer(ok["token"]))).status_code == 200
+        assert (
+            await http.get(f"/clients/{ok['id']}", headers=bearer(ok["token"]))
+        ).status_code == 200
 
 
 def test_content_negotiation_and_etag_matching() -> None:
@@ -261,11 +323,17 @@ def test_content_negotiation_and_etag_matching() -> None:
     offers = ("application/atom+xml", "application/json")
     assert negotiate(None, offers) == "application/atom+xml"
     assert negotiate("application/json", offers) == "application/json"
-    assert negotiate("application/json;q=0.5, application/atom+xml", offers) == "application/atom+xml"
+    assert (
+        negotiate("application/json;q=0.5, application/atom+xml", offers) == "application/atom+xml"
+    )
     assert negotiate("application/*;q=0.2, application/json", offers) == "application/json"
     assert negotiate("text/html", offers) == "application/atom+xml"
     assert negotiate("application/json;q=0", offers) == "application/atom+xml"
-    assert etag_matches('"x", W/"y"', 'W/"y"') and etag_matches("*", '"z"') and not etag_matches('"x"', '"y"')
+    assert (
+        etag_matches('"x", W/"y"', 'W/"y"')
+        and etag_matches("*", '"z"')
+        and not etag_matches('"x"', '"y"')
+    )
 
 
 def test_guard_reads_ipv6_and_mapped_addresses() -> None:
@@ -273,7 +341,11 @@ def test_guard_reads_ipv6_and_mapped_addresses() -> None:
 
     guard = Guard(lambda *a: None, allow=("127.0.0.0/8", "::1/128"))  # type: ignore[arg-type, return-value]
     assert guard.allowed("127.0.0.1") and guard.allowed("::1") and guard.allowed("::ffff:127.0.0.1")
-    assert not guard.allowed("10.0.0.1") and not guard.allowed("fe80::1%lo") and not guard.allowed(None)
+    assert (
+        not guard.allowed("10.0.0.1")
+        and not guard.allowed("fe80::1%lo")
+        and not guard.allowed(None)
+    )
     assert not guard.allowed("not-an-address")
 
 
@@ -285,7 +357,9 @@ async def test_an_http_publish_is_stamped_with_the_user_whose_token_it_carries()
         reg = await register(http)
         client_id, token = reg["id"], reg["token"]
         assert (await http.post("/events", json={"values": {"x": 1}})).status_code == 201
-        assert (await http.post("/events", json={"values": {"x": 2}}, headers=bearer(token))).status_code == 201
+        assert (
+            await http.post("/events", json={"values": {"x": 2}}, headers=bearer(token))
+        ).status_code == 201
         users = {e.values["x"]: e.meta["user"] for e in got}
         assert users == {1: "anonymous", 2: f"http:{client_id}"}
 
@@ -293,7 +367,10 @@ async def test_an_http_publish_is_stamped_with_the_user_whose_token_it_carries()
 async def test_a_count_limit_written_as_a_whole_float_is_taken_as_an_int() -> None:
     """JSON has one number type: `"max_count": 5.0` is 5 (schemathesis found the 422)."""
     async with open_api() as (router, http):
-        r = await http.post("/events", json={"values": {"x": 1}, "type": "t", "meta": {"persist": True, "max_count": 5.0}})
+        r = await http.post(
+            "/events",
+            json={"values": {"x": 1}, "type": "t", "meta": {"persist": True, "max_count": 5.0}},
+        )
         assert r.status_code == 201, r.text
 
 
@@ -303,4 +380,6 @@ async def test_a_bad_since_is_named_as_such() -> None:
         for since in ("3x", "1 fortnight"):
             r = await http.get("/events", params={"since": since})
             assert r.status_code == 422, r.text
-            assert r.json()["error"] in ("usage", "invalid-request") and "since" in r.json()["message"], r.json()
+            assert (
+                r.json()["error"] in ("usage", "invalid-request") and "since" in r.json()["message"]
+            ), r.json()

@@ -15,8 +15,11 @@ RENDER_TIMEOUT = 30
 def _severe(driver: Any) -> list[dict[str, Any]]:
     """The browser's errors, but for loads our Content-Security-Policy refused: the page
     tried to reach another host and was stopped, as it must be."""
-    return [e for e in driver.get_log("browser")
-            if e["level"] == "SEVERE" and "Content Security Policy" not in e["message"]]
+    return [
+        e
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and "Content Security Policy" not in e["message"]
+    ]
 
 
 def _swagger(url: str) -> dict[str, Any]:
@@ -29,14 +32,22 @@ def _swagger(url: str) -> dict[str, Any]:
         # Swagger UI draws each operation as a block: method and path side by side.
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-get [data-path='/events']"))
         blocks = driver.find_elements(By.CSS_SELECTOR, ".opblock")
-        ops = {(b.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text,
-                b.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path"))
-               for b in blocks}
+        ops = {
+            (
+                b.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text,
+                b.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path"),
+            )
+            for b in blocks
+        }
         # Open POST /events: its request body example is drawn from the schema.
         post = driver.find_element(By.CSS_SELECTOR, ".opblock-post [data-path='/events']")
         post.click()
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-post.is-open .body-param__example, "
-                                                              ".opblock-post.is-open .highlight-code"))
+        wait.until(
+            lambda d: d.find_elements(
+                By.CSS_SELECTOR,
+                ".opblock-post.is-open .body-param__example, .opblock-post.is-open .highlight-code",
+            )
+        )
         example = driver.find_element(By.CSS_SELECTOR, ".opblock-post.is-open .opblock-body").text
         return {
             "ops": ops,
@@ -66,8 +77,15 @@ async def test_swagger_ui_renders_every_operation_in_chromium() -> None:
     async with open_server() as (router, endpoint):
         got = await asyncio.to_thread(_swagger, endpoint.url)
     assert "Unable to render" not in got["text"]
-    expected = {("GET", "/events"), ("POST", "/events"), ("POST", "/clients"), ("GET", "/clients/{client_id}/feed"),
-                ("POST", "/clients/{client_id}/ack"), ("GET", "/mesh"), ("GET", "/stream")}
+    expected = {
+        ("GET", "/events"),
+        ("POST", "/events"),
+        ("POST", "/clients"),
+        ("GET", "/clients/{client_id}/feed"),
+        ("POST", "/clients/{client_id}/ack"),
+        ("GET", "/mesh"),
+        ("GET", "/stream"),
+    }
     assert expected <= got["ops"], got["ops"]
     assert "Temperature" in got["example"]  # PublishIn's example, from the schema
     assert got["errors"] == [], got["errors"]
@@ -85,7 +103,9 @@ async def test_doc_pages_name_no_outside_host() -> None:
         for page, script in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
             r = await http.get(page)
             assert r.status_code == 200 and f"/docs-static/{script}" in r.text
-            assert "https://" not in r.text and "http://" not in r.text.replace("http://www.w3.org", "")
+            assert "https://" not in r.text and "http://" not in r.text.replace(
+                "http://www.w3.org", ""
+            )
             assert r.headers["content-security-policy"].startswith("default-src 'self'")
             js = await http.get(f"/docs-static/{script}")
             assert js.status_code == 200 and len(js.content) > 500_000

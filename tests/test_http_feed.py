@@ -4,15 +4,15 @@ paging, acknowledgement, conditional requests, tokens and keep-alive."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from http_helpers import Clock, bearer, open_api, register
 from lxml import etree
 
 from aa.http_api import event_from_content
 from aa.mesh import to_json
-from http_helpers import Clock, bearer, open_api, register
 
 ATOM = "{http://www.w3.org/2005/Atom}"
 AA = "{urn:aa:atom:1}"
@@ -21,7 +21,9 @@ JSON = {"Accept": "application/json"}
 
 
 async def feed_json(http: httpx.AsyncClient, c: dict[str, Any], **params: Any) -> dict[str, Any]:
-    r = await http.get(f"/clients/{c['id']}/feed", params=params, headers={**bearer(c["token"]), **JSON})
+    r = await http.get(
+        f"/clients/{c['id']}/feed", params=params, headers={**bearer(c["token"]), **JSON}
+    )
     assert r.status_code == 200, r.text
     return r.json()  # type: ignore[no-any-return]
 
@@ -31,7 +33,7 @@ def values_of(page: dict[str, Any]) -> list[Any]:
 
 
 async def test_feed_holds_the_matching_events_as_atom_with_exact_values() -> None:
-    when = datetime(2026, 3, 1, 8, 0, 0, 5, tzinfo=timezone.utc)
+    when = datetime(2026, 3, 1, 8, 0, 0, 5, tzinfo=UTC)
     async with open_api() as (router, http):
         c = await register(http, "Temperature > 100", name="phone")
         router.publish({"Temperature": 99})
@@ -53,16 +55,28 @@ async def test_feed_holds_the_matching_events_as_atom_with_exact_values() -> Non
         content = entry.find(f"{ATOM}content")
         assert content.get("type") == "xhtml"
         text = "".join(content.itertext())
-        for words in ("Temperature: 101 (int)", "x: 1.0 (float)", "b: <2 bytes> (bytes)", "t: 2026-03-01T08:00:00",
-                      "Type reading", f"published by local:{router.id}"):
+        for words in (
+            "Temperature: 101 (int)",
+            "x: 1.0 (float)",
+            "b: <2 bytes> (bytes)",
+            "t: 2026-03-01T08:00:00",
+            "Type reading",
+            f"published by local:{router.id}",
+        ):
             assert words in text, (words, text)
         assert entry.findtext(f"{ATOM}author/{ATOM}name") == f"local:{router.id}"
         # For programs: the entry's link is the event as typed JSON.
         link = entry.find(f"{ATOM}link[@rel='alternate']").get("href")
         one = await http.get(link, headers=bearer(c["token"]))
-        assert one.status_code == 200 and one.json()["event"]["id"] == event.id and one.json()["patterns"] == ["p1"]
+        assert (
+            one.status_code == 200
+            and one.json()["event"]["id"] == event.id
+            and one.json()["patterns"] == ["p1"]
+        )
         assert (await http.get(link)).status_code == 401
-        await http.post(f"/clients/{c['id']}/ack", json={"event": event.id}, headers=bearer(c["token"]))
+        await http.post(
+            f"/clients/{c['id']}/ack", json={"event": event.id}, headers=bearer(c["token"])
+        )
         gone = await http.get(link, headers=bearer(c["token"]))
         assert gone.status_code == 404 and gone.json()["error"] == "unknown-event"
 
@@ -74,12 +88,18 @@ async def test_http_publishers_are_named_by_address_and_strange_values_stay_exac
         body = json.dumps({"values": {"s": odd}, "type": "<script>"})  # ASCII: \ud800 escaped
         r = await http.post("/events", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 201
-        feed = etree.fromstring((await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).content)
+        feed = etree.fromstring(
+            (await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).content
+        )
         (entry,) = feed.findall(f"{ATOM}entry")
         assert entry.findtext(f"{ATOM}author/{ATOM}name") == "HTTP client at 127.0.0.1:40000"
-        assert event_from_content(entry.findtext(f"{AA}event")).values == {"s": odd}  # exact, surrogate and all
+        assert event_from_content(entry.findtext(f"{AA}event")).values == {
+            "s": odd
+        }  # exact, surrogate and all
         div = entry.find(f"{ATOM}content/{XHTML}div")
-        assert div.find(f".//{XHTML}script") is None and "<script>" in "".join(div.itertext())  # text, not markup
+        assert div.find(f".//{XHTML}script") is None and "<script>" in "".join(
+            div.itertext()
+        )  # text, not markup
 
 
 async def test_several_patterns_make_one_feed_in_arrival_order_tagged_by_pattern() -> None:
@@ -90,7 +110,12 @@ async def test_several_patterns_make_one_feed_in_arrival_order_tagged_by_pattern
         page = await feed_json(http, c)
         assert values_of(page) == [2, 3, 4, 6, 8, 9, 10, 12]
         tags = {e["event"]["values"]["i"]: e["patterns"] for e in page["entries"]}
-        assert tags[6] == ["p1", "p2"] and tags[12] == ["p1", "p2"] and tags[3] == ["p2"] and tags[4] == ["p1"]
+        assert (
+            tags[6] == ["p1", "p2"]
+            and tags[12] == ["p1", "p2"]
+            and tags[3] == ["p2"]
+            and tags[4] == ["p1"]
+        )
 
 
 async def test_pages_chain_by_next_links_and_lose_or_repeat_nothing() -> None:
@@ -126,11 +151,15 @@ async def test_ack_drops_what_was_handled_and_after_polls_only_what_is_new() -> 
         newer = await feed_json(http, c, after=page["cursor"])  # a phone polling on
         assert values_of(newer) == [5]
         assert values_of(await feed_json(http, c)) == [0, 1, 2, 3, 4, 5]  # nothing acknowledged yet
-        r = await http.post(f"/clients/{c['id']}/ack", json={"cursor": page["cursor"]}, headers=bearer(c["token"]))
+        r = await http.post(
+            f"/clients/{c['id']}/ack", json={"cursor": page["cursor"]}, headers=bearer(c["token"])
+        )
         assert r.status_code == 200 and r.json()["cursor"] == page["cursor"]
         assert values_of(await feed_json(http, c)) == [5]
         last_id = newer["entries"][0]["event"]["id"]
-        r = await http.post(f"/clients/{c['id']}/ack", json={"event": last_id}, headers=bearer(c["token"]))
+        r = await http.post(
+            f"/clients/{c['id']}/ack", json={"event": last_id}, headers=bearer(c["token"])
+        )
         assert r.status_code == 200
         assert values_of(await feed_json(http, c)) == []
         bad = await http.post(f"/clients/{c['id']}/ack", json={}, headers=bearer(c["token"]))
@@ -148,15 +177,25 @@ async def test_etag_and_last_modified_answer_304_until_the_feed_changes() -> Non
         assert first.headers["vary"] == "Accept, Authorization"
         for method in ("GET", "HEAD"):
             again = await http.request(method, url, headers={**auth, "If-None-Match": etag})
-            assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
-        assert (await http.get(url, headers={**auth, "If-Modified-Since": modified})).status_code == 304
-        assert (await http.get(url, headers={**auth, "If-None-Match": '"other"'})).status_code == 200
+            assert (
+                again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+            )
+        assert (
+            await http.get(url, headers={**auth, "If-Modified-Since": modified})
+        ).status_code == 304
+        assert (
+            await http.get(url, headers={**auth, "If-None-Match": '"other"'})
+        ).status_code == 200
         router.publish({"i": 2})  # changed within the same second: the date must still move
         changed = await http.get(url, headers={**auth, "If-None-Match": etag})
         assert changed.status_code == 200 and changed.headers["etag"] != etag
-        assert (await http.get(url, headers={**auth, "If-Modified-Since": modified})).status_code == 200
+        assert (
+            await http.get(url, headers={**auth, "If-Modified-Since": modified})
+        ).status_code == 200
         assert changed.headers["last-modified"] != modified
-        as_json = await http.get(url, headers={**auth, **JSON, "If-None-Match": changed.headers["etag"]})
+        as_json = await http.get(
+            url, headers={**auth, **JSON, "If-None-Match": changed.headers["etag"]}
+        )
         assert as_json.status_code == 200  # another representation, another tag
 
 
@@ -170,14 +209,25 @@ async def test_tokens_guard_everything_about_a_client() -> None:
         assert (await http.get(feed, headers=bearer("x" * 43))).status_code == 401
         assert (await http.get(feed, headers=bearer(b["token"]))).status_code == 401
         assert (await http.get(feed, headers={"Authorization": "Token abc"})).status_code == 401
-        for method, path in [("GET", ""), ("DELETE", ""), ("POST", "/patterns"), ("DELETE", "/patterns/p1"),
-                             ("POST", "/ack"), ("PUT", "/policy"), ("GET", "/patterns")]:
-            r = await http.request(method, f"/clients/{a['id']}{path}", json={"source": "True", "cursor": 1})
+        for method, path in [
+            ("GET", ""),
+            ("DELETE", ""),
+            ("POST", "/patterns"),
+            ("DELETE", "/patterns/p1"),
+            ("POST", "/ack"),
+            ("PUT", "/policy"),
+            ("GET", "/patterns"),
+        ]:
+            r = await http.request(
+                method, f"/clients/{a['id']}{path}", json={"source": "True", "cursor": 1}
+            )
             assert r.status_code == 401, (method, path)
         basic = httpx.BasicAuth(a["id"], a["token"])
         assert (await http.get(feed, auth=basic)).status_code == 200
         assert (await http.get(feed, auth=httpx.BasicAuth(b["id"], b["token"]))).status_code == 401
-        assert (await http.get("/clients/nobody/feed", headers=bearer(a["token"]))).status_code == 404
+        assert (
+            await http.get("/clients/nobody/feed", headers=bearer(a["token"]))
+        ).status_code == 404
 
 
 async def test_polling_is_the_keepalive_and_a_silent_client_goes() -> None:
@@ -186,7 +236,9 @@ async def test_polling_is_the_keepalive_and_a_silent_client_goes() -> None:
         c = await register(http, "True", keepalive=100)
         for _ in range(5):  # 5 x 60 s > 100 s, but each poll pushes the end back
             clock.advance(60)
-            assert (await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).status_code == 200
+            assert (
+                await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))
+            ).status_code == 200
         clock.advance(101)
         r = await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))
         assert r.status_code == 404 and "expired" in r.json()["message"]
@@ -211,13 +263,21 @@ async def test_patterns_come_and_go() -> None:
         auth = bearer(c["token"])
         router.publish({"i": 0})
         r = await http.post(f"/clients/{c['id']}/patterns", json={"source": "i > 0"}, headers=auth)
-        assert r.status_code == 201 and r.json()["id"] == "p1" and r.headers["location"].endswith("/patterns/p1")
+        assert (
+            r.status_code == 201
+            and r.json()["id"] == "p1"
+            and r.headers["location"].endswith("/patterns/p1")
+        )
         router.publish({"i": 1})
         assert values_of(await feed_json(http, c)) == [1]
         listed = (await http.get(f"/clients/{c['id']}/patterns", headers=auth)).json()
         assert listed == [{"id": "p1", "source": "i > 0", "kernel": "python", "format": "expr"}]
-        assert (await http.delete(f"/clients/{c['id']}/patterns/p1", headers=auth)).status_code == 204
-        assert (await http.delete(f"/clients/{c['id']}/patterns/p1", headers=auth)).status_code == 404
+        assert (
+            await http.delete(f"/clients/{c['id']}/patterns/p1", headers=auth)
+        ).status_code == 204
+        assert (
+            await http.delete(f"/clients/{c['id']}/patterns/p1", headers=auth)
+        ).status_code == 404
         router.publish({"i": 2})
         assert values_of(await feed_json(http, c)) == []
         bad = await http.post(f"/clients/{c['id']}/patterns", json={"source": "i >"}, headers=auth)
@@ -246,21 +306,37 @@ async def test_json_feed_carries_typed_values_and_the_cursor() -> None:
         c = await register(http, "True")
         router.publish({"i": 1, "b": b"\xff", "f": 2.0})
         page = await feed_json(http, c)
-        assert page["client"] == c["id"] and page["more"] is False and page["links"]["first"].endswith("/feed")
+        assert (
+            page["client"] == c["id"]
+            and page["more"] is False
+            and page["links"]["first"].endswith("/feed")
+        )
         (entry,) = page["entries"]
         assert entry["event"]["values"] == to_json({"i": 1, "b": b"\xff", "f": 2.0})
         r = await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))
         assert r.headers["aa-cursor"] == str(page["cursor"])
-        by_url = await http.get(f"/clients/{c['id']}/feed", params={"format": "json"}, headers=bearer(c["token"]))
-        assert by_url.headers["content-type"] == "application/json" and by_url.json()["entries"] == page["entries"]
+        by_url = await http.get(
+            f"/clients/{c['id']}/feed", params={"format": "json"}, headers=bearer(c["token"])
+        )
+        assert (
+            by_url.headers["content-type"] == "application/json"
+            and by_url.json()["entries"] == page["entries"]
+        )
         assert by_url.json()["links"]["self"].endswith("?format=json")
 
 
 def test_last_modified_never_repeats_a_date_for_changed_content() -> None:
     from aa.http_api.clients import HttpClient, HttpClients
 
-    client = HttpClient(id="c", name=None, policy=None, keepalive=60.0, token_hash=b"",
-                        created=datetime.now(timezone.utc), last_seen=0.0)
+    client = HttpClient(
+        id="c",
+        name=None,
+        policy=None,
+        keepalive=60.0,
+        token_hash=b"",
+        created=datetime.now(UTC),
+        last_seen=0.0,
+    )
     when = 1_000.5
     first = HttpClients.conditional(client, ("atom", 0), '"a"', when)
     assert HttpClients.conditional(client, ("atom", 0), '"a"', when + 5) == first  # unchanged
@@ -279,14 +355,21 @@ async def test_an_event_rendered_once_serves_every_feed_with_its_own_links_and_p
         router.publish({"i": 1})
         entries = []
         for c in (a, b):
-            feed = etree.fromstring((await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).content)
+            feed = etree.fromstring(
+                (await http.get(f"/clients/{c['id']}/feed", headers=bearer(c["token"]))).content
+            )
             (entry,) = feed.findall(f"{ATOM}entry")
             entries.append(entry)
         body = [etree.tostring(e.find(f"{ATOM}content")) for e in entries]
         assert body[0] == body[1]  # the shared part
         links = [e.find(f"{ATOM}link").get("href") for e in entries]
-        assert f"/clients/{a['id']}/" in links[0] and f"/clients/{b['id']}/" in links[1]  # each client's own
-        terms = [[k.get("term") for k in e.findall(f"{ATOM}category[@scheme='urn:aa:pattern']")] for e in entries]
+        assert (
+            f"/clients/{a['id']}/" in links[0] and f"/clients/{b['id']}/" in links[1]
+        )  # each client's own
+        terms = [
+            [k.get("term") for k in e.findall(f"{ATOM}category[@scheme='urn:aa:pattern']")]
+            for e in entries
+        ]
         assert terms == [["p1"], ["p1", "p2"]]
 
 
@@ -294,7 +377,7 @@ def test_entry_cache_keeps_a_bounded_number_and_never_answers_for_another_event(
     from aa.http_api.atom import EntryCache
     from aa.mesh import Event
 
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
     cache = EntryCache(size=3)
     events = [Event(values={"i": i}, id=f"e-{i}", meta={"time": now}) for i in range(5)]
     for e in events:
@@ -305,22 +388,39 @@ def test_entry_cache_keeps_a_bounded_number_and_never_answers_for_another_event(
     assert b"other" in body and b"other" not in cache.parts(events[3], now)[2]
     big = Event(values={"s": "x" * 100_000}, id="big", meta={"time": now})  # rendered, not kept
     assert b"x" * 1000 in cache.parts(big, now)[2] and len(cache) == 3
-    assert cache.chars == sum(len(h) + len(k) + len(b) for _, h, k, b in cache._parts.values()) < 20_000
+    assert (
+        cache.chars
+        == sum(len(h) + len(k) + len(b) for _, h, k, b in cache._parts.values())
+        < 20_000
+    )
 
 
 async def test_bad_feed_queries_get_the_routes_422() -> None:
     async with open_api() as (router, http):
         c = await register(http, "True")
         url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
-        for query in ({"after": "-1"}, {"after": "x"}, {"after": "9" * 30}, {"limit": "0"}, {"limit": "1001"},
-                      {"format": "xml"}, {"limit": ""}):
+        for query in (
+            {"after": "-1"},
+            {"after": "x"},
+            {"after": "9" * 30},
+            {"limit": "0"},
+            {"limit": "1001"},
+            {"format": "xml"},
+            {"limit": ""},
+        ):
             r = await http.get(url, params=query, headers=auth)
             assert r.status_code == 422 and r.json()["error"] == "invalid-request", (query, r.text)
             assert next(iter(query)) in r.json()["message"]
-        ok = await http.get(url, params={"after": "0", "limit": "1000", "format": "atom", "other": "x"}, headers=auth)
+        ok = await http.get(
+            url,
+            params={"after": "0", "limit": "1000", "format": "atom", "other": "x"},
+            headers=auth,
+        )
         assert ok.status_code == 200
         assert (await http.head(url, headers=auth)).status_code == 200
-        r = await http.get(f"/clients/{c['id']}/feed/x", headers=auth)  # not the feed: FastAPI's 404
+        r = await http.get(
+            f"/clients/{c['id']}/feed/x", headers=auth
+        )  # not the feed: FastAPI's 404
         assert r.status_code == 404 and r.json()["error"] == "not-found"
 
 
@@ -328,11 +428,18 @@ def test_a_hostile_host_in_the_links_cannot_break_the_feed_markup() -> None:
     from aa.http_api.atom import render_atom
     from aa.mesh import Event
 
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
     event = Event(values={"i": 1}, id="r-1", meta={"time": now})
     base = "http://h\"'<x>&y/clients/c/events/"  # the Host header is the caller's text
-    body = render_atom(feed_id="f", title="t", updated=now, author="a", links=[("self", base)],
-                       entries=[(event, ("p1",))], event_url=base)
+    body = render_atom(
+        feed_id="f",
+        title="t",
+        updated=now,
+        author="a",
+        links=[("self", base)],
+        entries=[(event, ("p1",))],
+        event_url=base,
+    )
     feed = etree.fromstring(body)  # well-formed
     assert feed.find(f"{ATOM}entry/{ATOM}link").get("href") == base + "r-1"
     assert feed.find(f"{ATOM}entry/x") is None
@@ -345,13 +452,24 @@ async def test_each_host_gets_its_own_links_and_made_up_hosts_are_not_hoarded() 
         c = await register(http, "True")
         url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
         router.publish({"i": 1}, id="ev/1")
-        for host in ("a.example", "b.example:8080", "a.example"):  # the base URL is remembered per host
+        for host in (
+            "a.example",
+            "b.example:8080",
+            "a.example",
+        ):  # the base URL is remembered per host
             feed = etree.fromstring((await http.get(url, headers={**auth, "Host": host})).content)
-            assert feed.find(f"{ATOM}link[@rel='self']").get("href") == f"http://{host}/clients/{c['id']}/feed"
+            assert (
+                feed.find(f"{ATOM}link[@rel='self']").get("href")
+                == f"http://{host}/clients/{c['id']}/feed"
+            )
             link = feed.find(f"{ATOM}entry/{ATOM}link").get("href")
-            assert link == f"http://{host}/clients/{c['id']}/events/ev%2F1"  # the id, percent-encoded
+            assert (
+                link == f"http://{host}/clients/{c['id']}/events/ev%2F1"
+            )  # the id, percent-encoded
         for k in range(3 * routes_clients._MAX_BASES):  # a stranger's made-up hosts
-            assert (await http.get(url, headers={**auth, "Host": f"h{k}.example"})).status_code == 200
+            assert (
+                await http.get(url, headers={**auth, "Host": f"h{k}.example"})
+            ).status_code == 200
         assert len(routes_clients._BASES) <= routes_clients._MAX_BASES
         same = await http.get(url, headers={**auth, "Host": "a.example"})
         assert f"http://a.example/clients/{c['id']}/feed" in same.text

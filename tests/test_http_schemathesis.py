@@ -12,9 +12,8 @@ case may delete it), so they are exercised past the token check.
 
 from __future__ import annotations
 
-import os
-
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -25,11 +24,11 @@ import pytest
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a dev dependency")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
-
 from schemathesis.checks import negative_data_rejection  # noqa: E402
 
 from aa.http_api import HttpEndpoint  # noqa: E402
 from aa.router import Router, RouterConfig  # noqa: E402
+
 
 def _semantic(failure: BaseException, response: Any) -> bool:
     """A schema-valid request refused (ST202) for what JSON Schema cannot say beforehand: a
@@ -40,6 +39,7 @@ def _semantic(failure: BaseException, response: Any) -> bool:
         return False
     text = response.text
     return '"error":"pattern"' in text or "has no format" in text
+
 
 #: Examples generated per operation and mode: enough to meet every parameter's edges
 #: (empty, zero, huge, unknown), few enough that the module takes well under a minute.
@@ -56,7 +56,9 @@ class _Served:
         self.url = ""
         self.router: Router | None = None
         self._stop: asyncio.Event | None = None
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_until_complete, args=(self._main(),), daemon=True
+        )
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -104,9 +106,14 @@ def _fuzz(served: _Served, mode: Any) -> dict[str, str]:
         @given(case=operation.as_strategy(generation_mode=mode))
         # Derandomized: the suite explores the same cases on every run, so CI cannot fail on a
         # case nobody saw; AA_FUZZ_RANDOM=1 explores new ones (how the max_count 5.0 case was found).
-        @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate],
-                  suppress_health_check=list(HealthCheck), database=None,
-                  derandomize=os.environ.get("AA_FUZZ_RANDOM") != "1")
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=os.environ.get("AA_FUZZ_RANDOM") != "1",
+        )
         def run(case: Any) -> None:
             if "client_id" in (case.path_parameters or {}):
                 c = _client(served)
@@ -123,8 +130,13 @@ def _fuzz(served: _Served, mode: Any) -> dict[str, str]:
                     rest = [f for f in group.exceptions if not _semantic(f, response)]
                     if rest:
                         found = "\n".join(f"{getattr(f, 'code', '')} {f}" for f in rest)
-                        raise AssertionError(f"{found}\n  answer: {response.status_code} {response.text[:500]}") from None
-            except (Exception, BaseExceptionGroup) as exc:  # schemathesis' failures: collected, not shrunk
+                        raise AssertionError(
+                            f"{found}\n  answer: {response.status_code} {response.text[:500]}"
+                        ) from None
+            except (
+                Exception,
+                BaseExceptionGroup,
+            ) as exc:  # schemathesis' failures: collected, not shrunk
                 key = f"{operation.method.upper()} {operation.path}: {type(exc).__name__}"
                 failures.setdefault(key, f"{exc}\n  {case.as_curl_command()}")
 

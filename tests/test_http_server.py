@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
+from http_helpers import bearer, open_server
 from lxml import etree
+from support import wait_for
 
 from aa.http_api import HttpEndpoint
 from aa.router import Router, RouterConfig
-from http_helpers import bearer, open_server
-from support import wait_for
 
 AA = str(Path(sys.executable).with_name("aa"))
 ATOM_NS = {"a": "http://www.w3.org/2005/Atom"}
@@ -46,7 +46,10 @@ async def test_head_answers_as_get_without_a_body() -> None:
             for path in ("/health", "/docs", "/", "/events"):
                 got, head = await http.get(path), await http.head(path)
                 assert head.status_code == got.status_code == 200, path
-                assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
+                assert (
+                    head.content == b""
+                    and head.headers["content-type"] == got.headers["content-type"]
+                ), path
             r = await http.put("/health")
             assert r.status_code == 405 and "HEAD" in r.headers["allow"].split(", ")
 
@@ -66,7 +69,9 @@ async def test_sse_stream_over_a_socket() -> None:
     async with open_server() as (router, endpoint):
         async with httpx.AsyncClient(base_url=endpoint.url) as http:
             async with http.stream("GET", "/stream", params={"pattern": "n > 1"}) as r:
-                assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+                assert r.status_code == 200 and r.headers["content-type"].startswith(
+                    "text/event-stream"
+                )
                 lines = r.aiter_lines()
                 async with asyncio.timeout(10):
                     assert (await anext(lines)).startswith("retry:")
@@ -95,21 +100,27 @@ async def test_open_streams_do_not_hold_up_shutdown() -> None:
 async def test_the_feed_validates_against_the_rfc_4287_schema() -> None:
     async with open_server() as (router, endpoint):
         async with httpx.AsyncClient(base_url=endpoint.url) as http:
-            r = await http.post("/clients", json={"name": "schema <&>", "patterns": [{"source": "True"},
-                                                                                   {"source": "i > 2"}]})
+            r = await http.post(
+                "/clients",
+                json={"name": "schema <&>", "patterns": [{"source": "True"}, {"source": "i > 2"}]},
+            )
             c = r.json()
             feed_url = f"/clients/{c['id']}/feed"
             empty = etree.fromstring((await http.get(feed_url, headers=bearer(c["token"]))).content)
             assert SCHEMA.validate(empty), SCHEMA.error_log
             for i in range(5):
-                router.publish({"i": i, "s": "odd \x01 chars <&>", "b": b"\x00"}, type="t<&>" if i else None)
+                router.publish(
+                    {"i": i, "s": "odd \x01 chars <&>", "b": b"\x00"}, type="t<&>" if i else None
+                )
             r = await http.get(feed_url, params={"limit": 2}, headers=bearer(c["token"]))
             doc = etree.fromstring(r.content)
             assert SCHEMA.validate(doc), SCHEMA.error_log
             # The RFC's two Schematron rules, which RELAX NG leaves aside:
             assert doc.xpath("a:author or not(a:entry[not(a:author)])", namespaces=ATOM_NS)
             for entry in doc.xpath("a:entry", namespaces=ATOM_NS):
-                assert entry.xpath("a:link[@rel='alternate'] or a:link[not(@rel)] or a:content", namespaces=ATOM_NS)
+                assert entry.xpath(
+                    "a:link[@rel='alternate'] or a:link[not(@rel)] or a:content", namespaces=ATOM_NS
+                )
                 assert entry.xpath("a:content[@type='xhtml']/x:div", namespaces=XHTML_NS)
             assert doc.xpath("a:link[@rel='next']/@href", namespaces=ATOM_NS)
 
@@ -117,8 +128,15 @@ async def test_the_feed_validates_against_the_rfc_4287_schema() -> None:
 async def run_router(*args: str) -> tuple[asyncio.subprocess.Process, list[str]]:
     env = {**os.environ, "AA_DISCOVERY_INTERFACES": "lo"}
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--no-discovery", *args,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        AA,
+        "router",
+        "--port",
+        "0",
+        "--no-discovery",
+        *args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     assert proc.stdout is not None
     lines = []
@@ -162,8 +180,15 @@ async def test_aa_router_no_http() -> None:
 
 async def test_aa_router_refuses_a_bad_allow_range() -> None:
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--no-discovery", "--http-allow", "10.0.0.0/99",
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        AA,
+        "router",
+        "--port",
+        "0",
+        "--no-discovery",
+        "--http-allow",
+        "10.0.0.0/99",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     async with asyncio.timeout(30):
         out, err = await proc.communicate()
@@ -178,7 +203,7 @@ async def test_a_feed_answer_leaves_in_one_write_and_whole_when_the_connection_c
     from asyncio import selector_events
 
     writes: list[bytes] = []
-    transport: Any = getattr(selector_events, "_SelectorSocketTransport")  # what uvicorn writes to
+    transport: Any = selector_events._SelectorSocketTransport  # what uvicorn writes to
     real = transport.write
 
     def write(self: object, data: bytes) -> None:
@@ -224,8 +249,12 @@ async def test_connections_that_do_not_send_a_request_head_in_time_are_closed() 
         started = asyncio.get_running_loop().time()
         async with asyncio.timeout(5):
             assert await silent[0].read() == b"" and await trickle[0].read() == b""
-        assert asyncio.get_running_loop().time() - started < 4.0  # the 0.5 s deadline, not uvicorn's 5 s keep-alive
-        assert (await health()).startswith(b"HTTP/1.1 200")  # idle between requests: uvicorn's keep-alive
+        assert (
+            asyncio.get_running_loop().time() - started < 4.0
+        )  # the 0.5 s deadline, not uvicorn's 5 s keep-alive
+        assert (await health()).startswith(
+            b"HTTP/1.1 200"
+        )  # idle between requests: uvicorn's keep-alive
         for _, writer in (silent, trickle, keep):
             writer.close()
 
@@ -244,7 +273,10 @@ async def test_one_address_cannot_take_every_http_connection() -> None:
         reader, writer = await asyncio.open_connection(host, port)
         async with asyncio.timeout(5):
             refused = await reader.read()  # answered and closed without a request
-        assert refused.startswith(b"HTTP/1.1 503") and b"3 connections from 127.0.0.1 already" in refused
+        assert (
+            refused.startswith(b"HTTP/1.1 503")
+            and b"3 connections from 127.0.0.1 already" in refused
+        )
         writer.close()
         other = await asyncio.open_connection(host, port, local_addr=("127.0.0.2", 0))
         other[1].write(b"GET /health HTTP/1.1\r\nHost: aa\r\nConnection: close\r\n\r\n")

@@ -12,16 +12,33 @@ import time
 from pathlib import Path
 
 import pytest
+from support import (
+    FAST,
+    Collector,
+    free_udp_port,
+    full,
+    line,
+    lo_discovery,
+    mesh,
+    random_graph,
+    ring,
+    wait_for,
+    wait_shape,
+)
 
 from aa.client import AsyncClient, ClientConfig
-from aa.mesh import AaTimeout, Connection, Control, DiscoveryConfig, Event, PeerHello
-from aa.mesh import Beacon
+from aa.mesh import (
+    AaTimeout,
+    Beacon,
+    Connection,
+    Control,
+    DiscoveryConfig,
+    Event,
+    PeerHello,
+    PeerState,
+)
 from aa.mesh.beacon import encode_beacon
-from aa.mesh import PeerState
 from aa.router import MeshConfig, Router, RouterConfig
-
-from support import FAST, Collector, free_udp_port, full, line, lo_discovery, mesh, random_graph, ring, wait_shape
-from support import wait_for
 
 TOPOLOGIES = {
     "line-5": (5, line(5)),
@@ -83,7 +100,9 @@ async def _next(router: Router, pattern: str, publish) -> Event:  # type: ignore
 
 
 async def test_ttl_bounds_the_flood() -> None:
-    async with mesh(4, line(4), config=MeshConfig(ttl=2, retry_base=0.05, keepalive=0.3)) as routers:
+    async with mesh(
+        4, line(4), config=MeshConfig(ttl=2, retry_base=0.05, keepalive=0.3)
+    ) as routers:
         c2, c3 = Collector(), Collector()
         routers[2].subscribe("True", c2)
         routers[3].subscribe("True", c3)
@@ -95,17 +114,20 @@ async def test_ttl_bounds_the_flood() -> None:
 
 
 async def test_clients_across_the_mesh_exactly_once() -> None:
-    async with mesh(5, ring(5)) as routers:
-        async with AsyncClient(routers[0].endpoint) as pub, AsyncClient(routers[2].endpoint) as sub_client:
-            got: list[int] = []
-            await sub_client.subscribe("i >= 0", lambda ev: got.append(ev.values["i"]))
-            for i in range(3000):
-                pub.publish_nowait({"i": i})
-            await pub.flush(timeout=10)
-            await wait_for(lambda: len(got) >= 3000, timeout=10)
-            done = await pub.publish({"i": -1, "last": True})
-            await wait_for(lambda: routers[2].counters["dispatched"] == 3001)
-            assert sorted(got) == list(range(3000)) and done
+    async with (
+        mesh(5, ring(5)) as routers,
+        AsyncClient(routers[0].endpoint) as pub,
+        AsyncClient(routers[2].endpoint) as sub_client,
+    ):
+        got: list[int] = []
+        await sub_client.subscribe("i >= 0", lambda ev: got.append(ev.values["i"]))
+        for i in range(3000):
+            pub.publish_nowait({"i": i})
+        await pub.flush(timeout=10)
+        await wait_for(lambda: len(got) >= 3000, timeout=10)
+        done = await pub.publish({"i": -1, "last": True})
+        await wait_for(lambda: routers[2].counters["dispatched"] == 3001)
+        assert sorted(got) == list(range(3000)) and done
 
 
 async def test_the_same_id_from_two_publishers_is_two_events_mesh_wide() -> None:
@@ -140,7 +162,13 @@ async def test_controls_flood_once_to_every_other_router() -> None:
         assert seen[routers[0].id] == []  # not to ourselves
         for r in routers[1:]:
             c = seen[r.id][0]
-            assert (c.id, c.topic, c.body, c.to, c.path[0]) == (cid, "test.ping", {"n": 1}, "client-42", routers[0].id)
+            assert (c.id, c.topic, c.body, c.to, c.path[0]) == (
+                cid,
+                "test.ping",
+                {"n": 1},
+                "client-42",
+                routers[0].id,
+            )
 
 
 async def test_mesh_info_describes_every_router() -> None:
@@ -169,7 +197,9 @@ async def test_mesh_info_describes_every_router() -> None:
 
 async def test_routers_tell_clients_their_alternatives() -> None:
     async with mesh(3, line(3)) as routers:
-        await wait_for(lambda: set(routers[0].alternatives()) == {routers[1].endpoint, routers[2].endpoint})
+        await wait_for(
+            lambda: set(routers[0].alternatives()) == {routers[1].endpoint, routers[2].endpoint}
+        )
         async with AsyncClient(routers[0].endpoint) as c:
             assert set(c.known_routers) == {r.endpoint for r in routers}
 
@@ -189,7 +219,9 @@ async def test_routers_that_dial_each_other_keep_one_link() -> None:
         assert b.mesh.counters["duplicates"] == 0
 
 
-async def test_a_failing_peer_is_tried_less_and_less_often(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_failing_peer_is_tried_less_and_less_often(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # A "router" that accepts and hangs up at once: as faulty as one that refuses.
     accepted: list[float] = []
     server = await _hang_up_server(accepted)
@@ -201,10 +233,17 @@ async def test_a_failing_peer_is_tried_less_and_less_often(caplog: pytest.LogCap
             async with Router(RouterConfig(port=0, peers=(bad,), mesh=config)) as r:
                 await wait_for(lambda: len(accepted) >= 5, timeout=10)
                 entry = r.mesh.table.get(bad)
-                assert entry is not None and entry.state in (PeerState.POISONED, PeerState.CONNECTING)
+                assert entry is not None and entry.state in (
+                    PeerState.POISONED,
+                    PeerState.CONNECTING,
+                )
                 assert entry.failures >= 4
                 info = r.mesh_info()["routers"][0]
-                await wait_for(lambda: any(p["address"] == bad for p in r.mesh_info()["routers"][0]["poisoned"]))
+                await wait_for(
+                    lambda: any(
+                        p["address"] == bad for p in r.mesh_info()["routers"][0]["poisoned"]
+                    )
+                )
                 assert r.peer_count() == 0 and info["id"] == r.id
     finally:
         server.close()
@@ -219,7 +258,9 @@ def _frame(conn: Connection, msg: object) -> bytes:
     return conn.send(msg)  # type: ignore[arg-type]
 
 
-async def test_a_peer_that_speaks_nonsense_is_closed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_peer_that_speaks_nonsense_is_closed_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with mesh(2, line(2)) as (a, b):
         c = Collector()
         b.subscribe("True", c)
@@ -243,7 +284,9 @@ async def test_a_peer_that_speaks_nonsense_is_closed_and_logged(caplog: pytest.L
             writer.write(_frame(conn, PeerHello(router_id="liar2", peer="127.0.0.1:9")))
             from aa.mesh.protocol import pack
 
-            payload = pack({"kind": "flood", "events": [[None, None, {"x": 1}, {"ttl": 3, "path": ["liar2"]}]]})
+            payload = pack(
+                {"kind": "flood", "events": [[None, None, {"x": 1}, {"ttl": 3, "path": ["liar2"]}]]}
+            )
             writer.write(len(payload).to_bytes(4, "big") + payload)
             assert await _read_until_closed(reader)
             writer.close()
@@ -274,7 +317,9 @@ async def test_broadcast_discovery_forms_a_full_mesh_on_lo() -> None:
         await wait_for(lambda: c.ids == [ev.id])
 
 
-async def test_garbage_on_the_discovery_port_is_ignored_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+async def test_garbage_on_the_discovery_port_is_ignored_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     port = free_udp_port()
     with caplog.at_level(logging.WARNING, logger="aa.mesh.discovery"):
         async with mesh(2, discovery=lo_discovery(port, broadcast_interval=0.2)) as routers:
@@ -290,7 +335,9 @@ async def test_garbage_on_the_discovery_port_is_ignored_and_logged(caplog: pytes
             d = routers[0].mesh.discovery
             assert d is not None and d.broadcast is not None
             await wait_for(lambda: d.broadcast.ignored >= 2)  # type: ignore[union-attr]
-            await wait_for(lambda: any(e.router_id == "ghost" and e.failures for e in routers[0].mesh.table))
+            await wait_for(
+                lambda: any(e.router_id == "ghost" and e.failures for e in routers[0].mesh.table)
+            )
     assert "not beacons" in caplog.text
 
 
@@ -317,12 +364,16 @@ async def test_zeroconf_forms_a_mesh_on_lo() -> None:
         await ctx.__aexit__(None, None, None)
 
 
-async def test_topology_is_persisted_and_a_restarted_router_rejoins_without_discovery(tmp_path: Path) -> None:
+async def test_topology_is_persisted_and_a_restarted_router_rejoins_without_discovery(
+    tmp_path: Path,
+) -> None:
     async with mesh(2, line(2)) as (b, c):
         data = tmp_path / "a"
         a = Router(RouterConfig(port=0, name="a", data_dir=data, peers=(b.endpoint,), mesh=FAST))
         async with a:
-            await wait_for(lambda: b.id in a.mesh.links and c.endpoint in [e.address for e in a.mesh.table])
+            await wait_for(
+                lambda: b.id in a.mesh.links and c.endpoint in [e.address for e in a.mesh.table]
+            )
             # Saved soon after the link came up, while running (a crash would keep it).
             path = data / "topology.json"
             await wait_for(lambda: path.exists() and b.endpoint in path.read_text(), timeout=5)

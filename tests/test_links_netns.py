@@ -13,18 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-
 from support.netlab import Links, NetLab, built
 
 pytestmark = pytest.mark.netns
 
 PORT = 7447
 DISCOVERY_PORT = 47474  # the namespaces are private: the default port is safe there
-FAST = ("--beacon-interval", "0.2", "--retry-base", "0.05", "--retry-max", "0.5",
-        "--keepalive", "0.3", "--info-interval", "0.2", "--discovery-port", str(DISCOVERY_PORT))
+FAST = (
+    "--beacon-interval",
+    "0.2",
+    "--retry-base",
+    "0.05",
+    "--retry-max",
+    "0.5",
+    "--keepalive",
+    "0.3",
+    "--info-interval",
+    "0.2",
+    "--discovery-port",
+    str(DISCOVERY_PORT),
+)
 
 HOSTS: dict[str, str | Links] = {
     "a1": "10.77.1.11/24",

@@ -5,37 +5,46 @@ cap); and beacons."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timezone
+from datetime import UTC
 from typing import Any
 
 import msgpack
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from support import line, mesh, wait_for
 
+from aa.mesh import (
+    META_PATH,
+    META_TTL,
+    Beacon,
+    Event,
+    FloodRules,
+    InvalidValue,
+    MalformedFrame,
+    RouterInfo,
+    Source,
+    UsageError,
+)
 from aa.mesh.beacon import BEACON_MAGIC, MAX_BEACON_BYTES, decode_beacon, encode_beacon
-from aa.mesh import Beacon, RouterInfo
-from aa.mesh.protocol import Connection, pack, unpack
-from aa.mesh import InvalidValue, MalformedFrame, UsageError
-from aa.mesh import META_PATH, META_TTL, Event
-from aa.mesh import FloodRules
 from aa.mesh.protocol import (
     MAX_GROUP_EVENTS,
     MAX_KNOWN_ROUTERS,
     MESH_PROTOCOL_VERSION,
+    Connection,
     Control,
+    Error,
     Flood,
     FloodGroup,
     KnownRouter,
+    Message,
     PeerHello,
     PeerRouters,
+    event_from_wire,
+    pack,
+    unpack,
 )
-from aa.mesh.protocol import Error, Message, event_from_wire
-from aa.mesh import Source
 from aa.router import Router
-
-from support import line, mesh
-from support import wait_for
 
 
 def round_trip(msg: object) -> object:
@@ -57,13 +66,17 @@ def test_peer_hello_round_trip() -> None:
         name="lab",
         peer="10.0.0.1:7447",
         client="10.0.0.1:7448",
-        routers=(KnownRouter(peer="10.0.0.2:7447", router_id="r2", client="10.0.0.2:7448", name="b"),),
+        routers=(
+            KnownRouter(peer="10.0.0.2:7447", router_id="r2", client="10.0.0.2:7448", name="b"),
+        ),
     )
     assert round_trip(hello) == hello
 
 
 def test_peer_routers_round_trip_and_cap() -> None:
-    msg = PeerRouters(routers=[KnownRouter(peer=f"10.0.{i // 250}.{i % 250 + 1}:7447") for i in range(5)])
+    msg = PeerRouters(
+        routers=[KnownRouter(peer=f"10.0.{i // 250}.{i % 250 + 1}:7447") for i in range(5)]
+    )
     assert round_trip(msg) == msg
     too_many = [{"peer": "10.0.0.1:1"}] * (MAX_KNOWN_ROUTERS + 1)
     with pytest.raises(MalformedFrame):
@@ -71,7 +84,9 @@ def test_peer_routers_round_trip_and_cap() -> None:
 
 
 def _group(*ids: str, ttl: int = 15, path: tuple[str, ...] = ("r1", "r2")) -> FloodGroup:
-    return FloodGroup.encode([Event(values={"T": 101, "i": i}, id=i) for i in ids], ttl=ttl, path=path)
+    return FloodGroup.encode(
+        [Event(values={"T": 101, "i": i}, id=i) for i in ids], ttl=ttl, path=path
+    )
 
 
 def test_flood_round_trip() -> None:
@@ -137,7 +152,9 @@ def test_flood_from_peer_is_checked(groups: object) -> None:
 
 def test_the_old_flood_form_is_malformed() -> None:
     with pytest.raises(MalformedFrame):
-        raw_frame({"kind": "flood", "events": [["e1", None, {}, {"ttl": 3, "path": ["r1"]}]]}).next_message()
+        raw_frame(
+            {"kind": "flood", "events": [["e1", None, {}, {"ttl": 3, "path": ["r1"]}]]}
+        ).next_message()
 
 
 @pytest.mark.parametrize(
@@ -170,9 +187,13 @@ _scalars = (
     | st.floats(allow_nan=False)
     | st.text(max_size=5)
     | st.binary(max_size=5)
-    | st.datetimes(timezones=st.sampled_from([None, timezone.utc]))
+    | st.datetimes(timezones=st.sampled_from([None, UTC]))
 )
-def _mostly(usual: st.SearchStrategy[Any], odd: st.SearchStrategy[Any], in_ten: int = 8) -> st.SearchStrategy[Any]:
+
+
+def _mostly(
+    usual: st.SearchStrategy[Any], odd: st.SearchStrategy[Any], in_ten: int = 8
+) -> st.SearchStrategy[Any]:
     """*usual* in *in_ten* draws out of ten, else *odd* (`one_of` draws its branches evenly)."""
     return st.integers(0, 9).flatmap(lambda k: usual if k < in_ten else odd)
 
@@ -180,8 +201,11 @@ def _mostly(usual: st.SearchStrategy[Any], odd: st.SearchStrategy[Any], in_ten: 
 # Mostly sound events, with now and then one thing wrong: a key that is no str, a nested or
 # odd value, a type or id that is not one, a nil meta; and now and then no event at all.
 _keys = _mostly(st.text(max_size=3), st.integers(0, 3) | st.binary(max_size=2), 9)
-_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=3),
-                       max_leaves=8)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=8,
+)
 _maps = st.dictionaries(_keys, _mostly(_scalars, _values, 9), max_size=5)
 _events = st.tuples(
     _mostly(st.just("e1"), st.sampled_from(["e2", None, 7])),
@@ -207,7 +231,9 @@ def test_fast_decoding_accepts_exactly_what_the_full_check_does(item: Any) -> No
     except MalformedFrame:
         expected = MalformedFrame
     try:
-        got: Any = FloodGroup(ttl=5, path=("r1",), ids=("e1",), blob=blob).decode(ttl=4, path=["r1", "r2"])[0]
+        got: Any = FloodGroup(ttl=5, path=("r1",), ids=("e1",), blob=blob).decode(
+            ttl=4, path=["r1", "r2"]
+        )[0]
     except MalformedFrame:
         got = MalformedFrame
     event("refused" if expected is MalformedFrame else "accepted")
@@ -236,7 +262,14 @@ def test_flood_group_validates(fields: dict) -> None:
 
 
 def test_control_round_trip_and_forwarding() -> None:
-    msg = Control(id="c1", ttl=64, path=("r1",), topic="quench.prototype", body={"pattern": "x > 1"}, to="client-7")
+    msg = Control(
+        id="c1",
+        ttl=64,
+        path=("r1",),
+        topic="quench.prototype",
+        body={"pattern": "x > 1"},
+        to="client-7",
+    )
     assert round_trip(msg) == msg
     hop = FloodRules("r2").receive(msg.id, msg.ttl, msg.path, 0.0)
     assert hop is not None
@@ -264,7 +297,9 @@ def test_bad_hello_is_malformed() -> None:
     with pytest.raises(MalformedFrame):
         raw_frame({"kind": "peer-hello", "router_id": "r1", "peer": "nohost"}).next_message()
     with pytest.raises(MalformedFrame):
-        raw_frame({"kind": "peer-hello", "router_id": "r1", "routers": [{"peer": 5}]}).next_message()
+        raw_frame(
+            {"kind": "peer-hello", "router_id": "r1", "routers": [{"peer": 5}]}
+        ).next_message()
 
 
 # -- a router acting on flood groups from a peer ---------------------------------------------
@@ -375,7 +410,9 @@ async def test_a_router_of_the_one_by_one_flood_protocol_is_refused_at_the_hello
         assert "old" not in a.mesh.links
 
 
-async def test_events_are_packed_once_at_the_origin_and_never_by_relays(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_events_are_packed_once_at_the_origin_and_never_by_relays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     packed: list[int] = []
     encode = FloodGroup.encode.__func__  # type: ignore[attr-defined]
 
@@ -390,7 +427,10 @@ async def test_events_are_packed_once_at_the_origin_and_never_by_relays(monkeypa
             routers[0].publish({"i": i})
         await wait_for(lambda: all(r.counters["dispatched"] == 20 for r in routers))
         assert packed == [20]
-        assert routers[0].mesh.counters["events_out"] == 60 and routers[3].mesh.counters["events_out"] == 20
+        assert (
+            routers[0].mesh.counters["events_out"] == 60
+            and routers[3].mesh.counters["events_out"] == 20
+        )
 
 
 async def test_frames_over_the_cap_are_split_and_an_event_too_large_is_dropped() -> None:
@@ -416,7 +456,12 @@ async def test_frames_over_the_cap_are_split_and_an_event_too_large_is_dropped()
 
 
 def test_beacon_round_trip_is_small() -> None:
-    b = Beacon(router_id="0123456789abcdef", name="lab router", peer="10.0.0.1:7447", client="10.0.0.1:7448")
+    b = Beacon(
+        router_id="0123456789abcdef",
+        name="lab router",
+        peer="10.0.0.1:7447",
+        client="10.0.0.1:7448",
+    )
     data = encode_beacon(b)
     assert data.startswith(BEACON_MAGIC) and len(data) < 120
     assert decode_beacon(data) == b
@@ -444,7 +489,13 @@ def test_garbage_is_not_a_beacon(data: bytes) -> None:
 def test_router_info_fills_unspecified_hosts() -> None:
     b = Beacon(router_id="r1", peer="0.0.0.0:7447", client="0.0.0.0:7448")
     info = RouterInfo.from_beacon(b, sender_host="10.0.0.5", via="broadcast")
-    assert (info.peer, info.client, info.source) == ("10.0.0.5:7447", "10.0.0.5:7448", Source.DISCOVERED)
-    fixed = RouterInfo.from_beacon(Beacon(router_id="r1", peer="10.9.9.9:1"), sender_host="10.0.0.5", via="zeroconf")
+    assert (info.peer, info.client, info.source) == (
+        "10.0.0.5:7447",
+        "10.0.0.5:7448",
+        Source.DISCOVERED,
+    )
+    fixed = RouterInfo.from_beacon(
+        Beacon(router_id="r1", peer="10.9.9.9:1"), sender_host="10.0.0.5", via="zeroconf"
+    )
     assert fixed.peer == "10.9.9.9:1" and fixed.client is None
     assert RouterInfo(peer="h:1", via="configured").source is Source.CONFIGURED

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+from support import wait_for
+
 from aa.client import AsyncClient
 from aa.mesh import Connection, PeerHello
 from aa.mesh.protocol import Ping
 from aa.router import MeshConfig, Router, RouterConfig
-
-from support import wait_for
 
 
 async def test_a_peer_that_pings_but_never_reads_holds_acks_for_one_keepalive_window() -> None:
@@ -20,7 +20,9 @@ async def test_a_peer_that_pings_but_never_reads_holds_acks_for_one_keepalive_wi
     async with Router(RouterConfig(port=0, mesh=config)) as router:
         reader, writer = await asyncio.open_connection(*router.address)
         codec = Connection()
-        writer.write(codec.send(PeerHello(router_id="impostor", name="impostor", peer="127.0.0.1:9")))
+        writer.write(
+            codec.send(PeerHello(router_id="impostor", name="impostor", peer="127.0.0.1:9"))
+        )
         loop = asyncio.get_running_loop()
 
         def ping() -> None:  # a sign of life every 0.2 s, and never a byte read

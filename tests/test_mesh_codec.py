@@ -5,16 +5,35 @@ from __future__ import annotations
 import itertools
 import random
 import struct
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aa.mesh import IN_PROGRESS, NEED_DATA, Connection, Event, FrameTooLarge, InvalidValue, MalformedFrame, UnknownMessage
-from aa.mesh.protocol import MAX_FRAME_VALUES, Deliver, Hello, Ping, Publish, Subscribe, PatternSpec, codec
-from aa.mesh import event_from_json, event_to_json
+from aa.mesh import (
+    IN_PROGRESS,
+    NEED_DATA,
+    Connection,
+    Event,
+    FrameTooLarge,
+    InvalidValue,
+    MalformedFrame,
+    UnknownMessage,
+    event_from_json,
+    event_to_json,
+)
+from aa.mesh.protocol import (
+    MAX_FRAME_VALUES,
+    Deliver,
+    Hello,
+    PatternSpec,
+    Ping,
+    Publish,
+    Subscribe,
+    codec,
+)
 
 VALUES = {
     "int": 3,
@@ -25,7 +44,7 @@ VALUES = {
     "none": None,
     "str": "lab-1 ✓",
     "bytes": b"\x00\xff",
-    "aware": datetime(2026, 11, 21, 7, 0, 0, 123456, tzinfo=timezone.utc),
+    "aware": datetime(2026, 11, 21, 7, 0, 0, 123456, tzinfo=UTC),
     "naive": datetime(2026, 11, 21, 7, 0, 0),
     "list": [1, "two", 3.0, [None]],
     "map": {"nested": {"deep": [b"x", False]}},
@@ -81,7 +100,10 @@ def test_a_publish_frame_of_packed_events_is_the_frame_of_the_events():
     from aa.mesh import UsageError
     from aa.mesh.protocol import packed_event
 
-    events = tuple(Event(values={"i": i, "at": datetime(2030, 1, 1, tzinfo=timezone.utc)}, id=f"e{i}") for i in range(300))
+    events = tuple(
+        Event(values={"i": i, "at": datetime(2030, 1, 1, tzinfo=UTC)}, id=f"e{i}")
+        for i in range(300)
+    )
     a, b = Connection(), Connection()
     frame = a.send_publish(2**40, [packed_event(e) for e in events])
     assert frame == a.send(Publish(seq=2**40, events=events))  # byte for byte
@@ -114,19 +136,44 @@ def frame(obj) -> bytes:
         (msgpack.packb({"kind": "teleport"}), UnknownMessage, "unknown message kind 'teleport'"),
         (msgpack.packb({"no": "kind"}), UnknownMessage, "unknown message kind None"),
         (msgpack.packb({"kind": "publish", "seq": "x", "events": []}), MalformedFrame, "int seq"),
-        (msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, None, {1: 2}, {}]]}), MalformedFrame, "must be str"),
-        (msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, None, 3, {}]]}), MalformedFrame, "values must be a map"),
-        (msgpack.packb({"kind": "publish", "seq": 1, "events": [{"v": {}}]}), MalformedFrame, "must be an array"),
+        (
+            msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, None, {1: 2}, {}]]}),
+            MalformedFrame,
+            "must be str",
+        ),
+        (
+            msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, None, 3, {}]]}),
+            MalformedFrame,
+            "values must be a map",
+        ),
+        (
+            msgpack.packb({"kind": "publish", "seq": 1, "events": [{"v": {}}]}),
+            MalformedFrame,
+            "must be an array",
+        ),
         (msgpack.packb({"kind": "hello"}), MalformedFrame, "bad 'hello' message"),
-        (msgpack.packb({"kind": "subscribe", "sub_id": 1, "pattern": {"kernel": "lua", "source": "x"}}), MalformedFrame, "unknown pattern kernel"),
+        (
+            msgpack.packb(
+                {"kind": "subscribe", "sub_id": 1, "pattern": {"kernel": "lua", "source": "x"}}
+            ),
+            MalformedFrame,
+            "unknown pattern kernel",
+        ),
         (msgpack.packb({"kind": "hello", "client_id": "x" * 65}), MalformedFrame, "1 to 64"),
         # Every check of an event, in a publish and in a deliver frame (both decode events
         # on a fast path: each wrong field must still be caught and named).
         *[
             (msgpack.packb(wrap(ev)), MalformedFrame, text)
             for wrap in (
-                lambda ev: {"kind": "publish", "seq": 1, "events": [[None, None, {"a": 1}, {}], ev]},
-                lambda ev: {"kind": "deliver", "items": [[[1], [None, None, {"a": 1}, {}]], [[1], ev]]},
+                lambda ev: {
+                    "kind": "publish",
+                    "seq": 1,
+                    "events": [[None, None, {"a": 1}, {}], ev],
+                },
+                lambda ev: {
+                    "kind": "deliver",
+                    "items": [[[1], [None, None, {"a": 1}, {}]], [[1], ev]],
+                },
             )
             for ev, text in (
                 (["x" * 65, None, {"a": 1}, {}], "event id must be a str of 1 to 64"),
@@ -135,7 +182,19 @@ def frame(obj) -> bytes:
                 (["e", 5, {"a": 1}, {}], "event type must be str or nil"),
                 (["e", None, {"a": 1}, 3], "meta must be a map"),
                 (["e", None, {"a": 1}, {"k": {1: 2}}], "must be str"),
-                (["e", None, {"a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, {}], "nested deeper"),
+                (
+                    [
+                        "e",
+                        None,
+                        {
+                            "a": [
+                                [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+                            ]
+                        },
+                        {},
+                    ],
+                    "nested deeper",
+                ),
                 (["e", None, {"a": 1}], "must be an array"),
             )
         ],
@@ -160,8 +219,15 @@ def test_a_large_frame_decoded_in_steps_is_the_frame_decoded_whole(cuts, seed):
     as decoding each frame whole, and `IN_PROGRESS` / `NEED_DATA` between."""
     rng = random.Random(seed)
     a = Connection()
-    publish = Publish(seq=1, events=tuple(Event(values={"i": i, "pad": "é" * rng.randrange(300), "l": [i, {"k": None}]}, id=f"e{i}")
-                                         for i in range(400)))
+    publish = Publish(
+        seq=1,
+        events=tuple(
+            Event(
+                values={"i": i, "pad": "é" * rng.randrange(300), "l": [i, {"k": None}]}, id=f"e{i}"
+            )
+            for i in range(400)
+        ),
+    )
     data = a.send(publish) + a.send(Ping(token=7)) + a.send(publish)
     assert len(data) > 2 * codec.STEP_ABOVE
     b = Connection()
@@ -179,8 +245,12 @@ def test_a_large_frame_decoded_in_steps_is_the_frame_decoded_whole(cuts, seed):
 
 def test_a_large_frame_of_too_many_values_is_refused_early():
     b = Connection()
-    payload = msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, "t", {"v": [[[]] * 10_000] * 1600}, {}]]})
-    b.receive_data(struct.pack(">I", len(payload)) + payload[: 2 * MAX_FRAME_VALUES])  # the rest never needed
+    payload = msgpack.packb(
+        {"kind": "publish", "seq": 1, "events": [[None, "t", {"v": [[[]] * 10_000] * 1600}, {}]]}
+    )
+    b.receive_data(
+        struct.pack(">I", len(payload)) + payload[: 2 * MAX_FRAME_VALUES]
+    )  # the rest never needed
     with pytest.raises(MalformedFrame, match=f"more than {MAX_FRAME_VALUES} values"):
         while b.next_message() is not NEED_DATA:
             pass
@@ -197,7 +267,9 @@ def test_values_outside_the_model_are_refused_when_building_an_event():
 
 def test_subscribe_and_deliver_round_trip():
     spec = PatternSpec(format="script", source="forward()")
-    msg = roundtrip(Subscribe(sub_id=4, pattern=spec, params={"threshold": 30}, history={"since": None}))
+    msg = roundtrip(
+        Subscribe(sub_id=4, pattern=spec, params={"threshold": 30}, history={"since": None})
+    )
     assert (msg.sub_id, msg.pattern, msg.params) == (4, spec, {"threshold": 30})
     ev = Event(values={"a": 1}, id="x")
     got = roundtrip(Deliver(items=(((1, 2), ev),)))
@@ -238,7 +310,9 @@ def test_a_step_of_dense_msgpack_stays_small(item):
     build), and pieces grow only for sparse data: empty lists hold no item, and once counted
     as sparse they grew the pieces to 64 KiB, ~10 ms of work in one step. (Pieces of small
     ints may grow: no object is built for them.)"""
-    payload = msgpack.packb({"kind": "publish", "seq": 1, "events": [[None, "t", {"v": [[item] * 10_000] * 100}, {}]]})
+    payload = msgpack.packb(
+        {"kind": "publish", "seq": 1, "events": [[None, "t", {"v": [[item] * 10_000] * 100}, {}]]}
+    )
     b = Connection()
     b.receive_data(struct.pack(">I", len(payload)) + payload)
     steps = 0
@@ -248,15 +322,32 @@ def test_a_step_of_dense_msgpack_stays_small(item):
     assert steps >= MAX_FRAME_VALUES // codec.STEP_BYTES - 1  # ~1 value per byte: 4 KiB a step
 
 
-_leaves = st.one_of(st.none(), st.booleans(), st.integers(-(2**65), 2**65), st.floats(), st.text(max_size=3), st.binary(max_size=3),
-                    st.sampled_from([set(), object(), 1j]))
-_nested = st.recursive(_leaves, lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
-                                                          st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 3)), inner, max_size=3)),
-                       max_leaves=40)
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**65), 2**65),
+    st.floats(),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.sampled_from([set(), object(), 1j]),
+)
+_nested = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 3)), inner, max_size=3),
+    ),
+    max_leaves=40,
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), _nested, max_size=4), st.integers(0, 20), st.integers(1, 5))
+@given(
+    st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), _nested, max_size=4),
+    st.integers(0, 20),
+    st.integers(1, 5),
+)
 def test_the_stepped_check_of_nested_values_agrees_with_the_model(values, depth, per_step):
     """A large frame's events have their nested values checked a step at a time
     (`_check_steps`): refused exactly when the model's own check refuses, however deep."""

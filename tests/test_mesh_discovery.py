@@ -9,10 +9,18 @@ from collections.abc import Callable
 import pytest
 
 import aa.mesh.discovery as discovery_module
-from aa.mesh import Beacon, RouterInfo
-from aa.mesh import BroadcastDiscovery, Discovery, DiscoveryConfig
-from aa.mesh import UsageError
-from aa.mesh import Interface, select_targets, selected_addresses, selection_from_env
+from aa.mesh import (
+    Beacon,
+    BroadcastDiscovery,
+    Discovery,
+    DiscoveryConfig,
+    Interface,
+    RouterInfo,
+    UsageError,
+    select_targets,
+    selected_addresses,
+    selection_from_env,
+)
 from aa.mesh.testing import FakeLan
 
 PORT = 47474
@@ -46,10 +54,20 @@ def beacon(router_id: str, host: str = "0.0.0.0") -> Beacon:
 async def test_two_routers_on_a_lan_find_each_other() -> None:
     lan = FakeLan()
     found_a, found_b = Found(), Found()
-    a = BroadcastDiscovery(port=PORT, on_found=found_a, beacon=beacon("ra"), selection=["eth0"],
-                           network=lan.host("10.0.0.1"))
-    b = BroadcastDiscovery(port=PORT, on_found=found_b, beacon=beacon("rb"), selection=["eth0"],
-                           network=lan.host("10.0.0.2"))
+    a = BroadcastDiscovery(
+        port=PORT,
+        on_found=found_a,
+        beacon=beacon("ra"),
+        selection=["eth0"],
+        network=lan.host("10.0.0.1"),
+    )
+    b = BroadcastDiscovery(
+        port=PORT,
+        on_found=found_b,
+        beacon=beacon("rb"),
+        selection=["eth0"],
+        network=lan.host("10.0.0.2"),
+    )
     async with a, b:
         await found_a.until(lambda: "rb" in found_a.ids())
         await found_b.until(lambda: "ra" in found_b.ids())
@@ -62,9 +80,17 @@ async def test_two_routers_on_a_lan_find_each_other() -> None:
 async def test_beacons_repeat_every_interval() -> None:
     lan = FakeLan()
     found = Found()
-    listener = BroadcastDiscovery(port=PORT, on_found=found, network=lan.host("10.0.0.1"), selection=["eth0"])
-    sender = BroadcastDiscovery(port=PORT, on_found=Found(), beacon=beacon("rb"), selection=["eth0"],
-                                interval=0.01, network=lan.host("10.0.0.2"))
+    listener = BroadcastDiscovery(
+        port=PORT, on_found=found, network=lan.host("10.0.0.1"), selection=["eth0"]
+    )
+    sender = BroadcastDiscovery(
+        port=PORT,
+        on_found=Found(),
+        beacon=beacon("rb"),
+        selection=["eth0"],
+        interval=0.01,
+        network=lan.host("10.0.0.2"),
+    )
     async with listener, sender:
         await found.until(lambda: len(found.items) >= 3)
     assert found.ids() == {"rb"}
@@ -74,11 +100,23 @@ async def test_beacons_repeat_every_interval() -> None:
 async def test_other_subnet_is_not_heard_unless_configured() -> None:
     lan = FakeLan()
     found_far = Found()
-    far = BroadcastDiscovery(port=PORT, on_found=found_far, selection=["eth0"], network=lan.host("10.0.1.1"))
-    near_only = BroadcastDiscovery(port=PORT, on_found=Found(), beacon=beacon("ra"), selection=["eth0"],
-                                   network=lan.host("10.0.0.1"))
-    reaching = BroadcastDiscovery(port=PORT, on_found=Found(), beacon=beacon("rc"),
-                                  selection=["eth0", "10.0.1.0/24"], network=lan.host("10.0.0.3"))
+    far = BroadcastDiscovery(
+        port=PORT, on_found=found_far, selection=["eth0"], network=lan.host("10.0.1.1")
+    )
+    near_only = BroadcastDiscovery(
+        port=PORT,
+        on_found=Found(),
+        beacon=beacon("ra"),
+        selection=["eth0"],
+        network=lan.host("10.0.0.1"),
+    )
+    reaching = BroadcastDiscovery(
+        port=PORT,
+        on_found=Found(),
+        beacon=beacon("rc"),
+        selection=["eth0", "10.0.1.0/24"],
+        network=lan.host("10.0.0.3"),
+    )
     async with far, near_only, reaching:
         await found_far.until(lambda: "rc" in found_far.ids())
         assert reaching.targets[1].local is False
@@ -90,9 +128,15 @@ async def test_routers_on_one_host_meet_on_loopback_only() -> None:
     lan = FakeLan()
     host, other = lan.host("10.0.0.1"), lan.host("10.0.0.2")
     f1, f2, f3 = Found(), Found(), Found()
-    r1 = BroadcastDiscovery(port=PORT, on_found=f1, beacon=beacon("r1"), selection=["lo"], network=host)
-    r2 = BroadcastDiscovery(port=PORT, on_found=f2, beacon=beacon("r2"), selection=["lo"], network=host)
-    r3 = BroadcastDiscovery(port=PORT, on_found=f3, beacon=beacon("r3"), selection=["lo"], network=other)
+    r1 = BroadcastDiscovery(
+        port=PORT, on_found=f1, beacon=beacon("r1"), selection=["lo"], network=host
+    )
+    r2 = BroadcastDiscovery(
+        port=PORT, on_found=f2, beacon=beacon("r2"), selection=["lo"], network=host
+    )
+    r3 = BroadcastDiscovery(
+        port=PORT, on_found=f3, beacon=beacon("r3"), selection=["lo"], network=other
+    )
     async with r1, r2, r3:
         await f1.until(lambda: "r2" in f1.ids())
         await f2.until(lambda: "r1" in f2.ids())
@@ -104,14 +148,21 @@ async def test_routers_on_one_host_meet_on_loopback_only() -> None:
 async def test_garbage_is_ignored_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     lan = FakeLan()
     found = Found()
-    d = BroadcastDiscovery(port=PORT, on_found=found, selection=["eth0"], network=lan.host("10.0.0.1"))
+    d = BroadcastDiscovery(
+        port=PORT, on_found=found, selection=["eth0"], network=lan.host("10.0.0.1")
+    )
     with caplog.at_level(logging.WARNING, logger="aa.mesh.discovery"):
         async with d:
             for junk in (b"GET / HTTP/1.0\r\n", b"AaMB\x01\xc1", b"AaMB\x07"):
                 lan.inject(junk, to=("10.0.0.255", PORT))
             lan.inject(b"x", to=("10.0.0.255", PORT + 1))  # another port: not ours to see
-            other = BroadcastDiscovery(port=PORT, on_found=Found(), beacon=beacon("rb"), selection=["eth0"],
-                                       network=lan.host("10.0.0.2"))
+            other = BroadcastDiscovery(
+                port=PORT,
+                on_found=Found(),
+                beacon=beacon("rb"),
+                selection=["eth0"],
+                network=lan.host("10.0.0.2"),
+            )
             async with other:
                 await found.until(lambda: "rb" in found.ids())
     assert d.ignored == 3
@@ -133,21 +184,38 @@ async def test_callback_errors_do_not_stop_discovery(caplog: pytest.LogCaptureFi
             raise RuntimeError("boom")
         found(info)
 
-    d = BroadcastDiscovery(port=PORT, on_found=flaky, selection=["eth0"], network=lan.host("10.0.0.1"))
-    s = BroadcastDiscovery(port=PORT, on_found=Found(), beacon=beacon("rb"), selection=["eth0"], interval=0.01,
-                           network=lan.host("10.0.0.2"))
+    d = BroadcastDiscovery(
+        port=PORT, on_found=flaky, selection=["eth0"], network=lan.host("10.0.0.1")
+    )
+    s = BroadcastDiscovery(
+        port=PORT,
+        on_found=Found(),
+        beacon=beacon("rb"),
+        selection=["eth0"],
+        interval=0.01,
+        network=lan.host("10.0.0.2"),
+    )
     async with d, s:
         await found.until(lambda: bool(found.items))
     assert "on_found callback failed" in caplog.text
 
 
-async def test_wildcard_socket_where_broadcast_addresses_cannot_be_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_wildcard_socket_where_broadcast_addresses_cannot_be_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(discovery_module, "_BIND_BROADCAST_ADDRESS", False)
     lan = FakeLan()
     found = Found()
-    a = BroadcastDiscovery(port=PORT, on_found=found, selection=["lo", "eth0"], network=lan.host("10.0.0.1"))
-    b = BroadcastDiscovery(port=PORT, on_found=Found(), beacon=beacon("rb"), selection=["eth0"],
-                           network=lan.host("10.0.0.2"))
+    a = BroadcastDiscovery(
+        port=PORT, on_found=found, selection=["lo", "eth0"], network=lan.host("10.0.0.1")
+    )
+    b = BroadcastDiscovery(
+        port=PORT,
+        on_found=Found(),
+        beacon=beacon("rb"),
+        selection=["eth0"],
+        network=lan.host("10.0.0.2"),
+    )
     async with a, b:
         assert a.addresses == [("0.0.0.0", PORT)]  # one socket for both interfaces
         await found.until(lambda: "rb" in found.ids())
@@ -160,7 +228,9 @@ async def test_discovery_reports_configured_peers_and_closes() -> None:
     config = DiscoveryConfig(interfaces=("eth0",), port=PORT, peers=("10.5.5.5:7447",))
     async with Discovery(config, on_found=found, beacon=beacon("ra"), network=host) as d:
         assert d.addresses == [("10.0.0.255", PORT)]
-        assert [(i.peer, i.router_id, i.via) for i in found.items] == [("10.5.5.5:7447", None, "configured")]
+        assert [(i.peer, i.router_id, i.via) for i in found.items] == [
+            ("10.5.5.5:7447", None, "configured")
+        ]
         d.announce()
     assert d.addresses == [] and not lan._sockets
 
@@ -177,8 +247,12 @@ async def test_discovery_disabled_still_reports_peers() -> None:
 async def test_discovery_takes_interfaces_from_the_environment() -> None:
     lan = FakeLan()
     config = DiscoveryConfig(port=PORT)
-    async with Discovery(config, on_found=Found(), network=lan.host("10.0.0.1"),
-                         environ={"AA_DISCOVERY_INTERFACES": "lo"}) as d:
+    async with Discovery(
+        config,
+        on_found=Found(),
+        network=lan.host("10.0.0.1"),
+        environ={"AA_DISCOVERY_INTERFACES": "lo"},
+    ) as d:
         assert d.addresses == [("127.255.255.255", PORT)]
     async with Discovery(config, on_found=Found(), network=lan.host("10.0.0.2"), environ={}) as d:
         assert sorted(d.addresses) == [("10.0.0.255", PORT), ("127.255.255.255", PORT)]  # all
@@ -209,13 +283,28 @@ async def test_failed_start_closes_what_was_opened() -> None:
 
 def test_config_defaults_and_validation() -> None:
     c = DiscoveryConfig()
-    assert (c.enabled, c.port, c.interfaces, c.broadcast, c.zeroconf, c.peers) == (True, 47474, None, True, False, ())
+    assert (c.enabled, c.port, c.interfaces, c.broadcast, c.zeroconf, c.peers) == (
+        True,
+        47474,
+        None,
+        True,
+        False,
+        (),
+    )
     assert DiscoveryConfig(interfaces="lo").interfaces == ("lo",)
     assert DiscoveryConfig(interfaces=["lo", "10.0.0.0/8"], peers=["h:1"]).peers == ("h:1",)
     for bad in (
-        {"port": 0}, {"port": 70000}, {"port": "1"}, {"interfaces": ()}, {"interfaces": ("",)},
-        {"interfaces": ("10.0.0.0/33",)}, {"interfaces": ("10.0.0.1/32",)}, {"broadcast_interval": 0},
-        {"broadcast_interval": True}, {"peers": ("nohost",)}, {"zeroconf": 1},
+        {"port": 0},
+        {"port": 70000},
+        {"port": "1"},
+        {"interfaces": ()},
+        {"interfaces": ("",)},
+        {"interfaces": ("10.0.0.0/33",)},
+        {"interfaces": ("10.0.0.1/32",)},
+        {"broadcast_interval": 0},
+        {"broadcast_interval": True},
+        {"peers": ("nohost",)},
+        {"zeroconf": 1},
     ):
         with pytest.raises(UsageError):
             DiscoveryConfig(**bad)  # type: ignore[arg-type]
@@ -247,7 +336,10 @@ def test_select_by_name_address_and_subnet(caplog: pytest.LogCaptureFixture) -> 
     assert [t.broadcast for t in select_targets(["lo"], IFACES)] == ["127.255.255.255"]
     assert [t.broadcast for t in select_targets(["10.0.0.5"], IFACES)] == ["10.0.255.255"]
     targets = select_targets(["192.168.1.0/24", "172.16.4.0/22"], IFACES)
-    assert [(t.broadcast, t.local) for t in targets] == [("192.168.1.255", True), ("172.16.7.255", False)]
+    assert [(t.broadcast, t.local) for t in targets] == [
+        ("192.168.1.255", True),
+        ("172.16.7.255", False),
+    ]
     with caplog.at_level(logging.WARNING):
         assert select_targets(["wlan0", "tun0"], IFACES) == []
     assert "'wlan0' not found" in caplog.text and "no broadcast address" in caplog.text
@@ -256,21 +348,34 @@ def test_select_by_name_address_and_subnet(caplog: pytest.LogCaptureFixture) -> 
 def test_selected_addresses_for_zeroconf() -> None:
     assert selected_addresses(None, IFACES) is None
     assert selected_addresses(["lo"], IFACES) == ["127.0.0.1"]
-    assert selected_addresses(["eth0", "10.0.0.0/8"], IFACES) == ["192.168.1.20", "10.0.0.5", "10.8.0.2"]
+    assert selected_addresses(["eth0", "10.0.0.0/8"], IFACES) == [
+        "192.168.1.20",
+        "10.0.0.5",
+        "10.8.0.2",
+    ]
     assert Interface(name="x", address="10.0.0.1", prefix=31).broadcast is None
 
 
 async def test_newcomers_are_answered_at_once_but_rate_limited() -> None:
     lan = FakeLan()
-    a = BroadcastDiscovery(port=PORT, on_found=Found(), beacon=beacon("ra"), selection=["eth0"],
-                           network=lan.host("10.0.0.1"))
+    a = BroadcastDiscovery(
+        port=PORT,
+        on_found=Found(),
+        beacon=beacon("ra"),
+        selection=["eth0"],
+        network=lan.host("10.0.0.1"),
+    )
     async with a:
         from aa.mesh.beacon import encode_beacon
 
         found = Found()
         a.on_found = found
         for i in range(5):  # five routers start at once
-            lan.inject(encode_beacon(beacon(f"new{i}")), to=("10.0.0.255", PORT), source=(f"10.0.0.{10 + i}", PORT))
+            lan.inject(
+                encode_beacon(beacon(f"new{i}")),
+                to=("10.0.0.255", PORT),
+                source=(f"10.0.0.{10 + i}", PORT),
+            )
         await found.until(lambda: len(found.items) == 5)
     from_a = [s for s in lan.sent if s.source[0] == "10.0.0.1"]
     assert len(from_a) == 2  # the first beacon, and one answer for all five newcomers

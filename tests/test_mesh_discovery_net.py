@@ -10,10 +10,15 @@ from collections.abc import Callable
 
 import pytest
 
-from aa.mesh import Beacon, RouterInfo
+from aa.mesh import (
+    Beacon,
+    BroadcastDiscovery,
+    Discovery,
+    DiscoveryConfig,
+    RouterInfo,
+    ZeroconfDiscovery,
+)
 from aa.mesh.beacon import encode_beacon
-from aa.mesh import BroadcastDiscovery, Discovery, DiscoveryConfig
-from aa.mesh import ZeroconfDiscovery
 
 
 class Found:
@@ -42,7 +47,9 @@ def free_udp_port() -> int:
 
 
 def beacon(router_id: str) -> Beacon:
-    return Beacon(router_id=router_id, name=router_id, peer="127.0.0.1:7447", client="127.0.0.1:7448")
+    return Beacon(
+        router_id=router_id, name=router_id, peer="127.0.0.1:7447", client="127.0.0.1:7448"
+    )
 
 
 async def test_two_routers_find_each_other_by_broadcast_on_lo() -> None:
@@ -90,7 +97,9 @@ async def test_zeroconf_on_loopback_finds_each_other() -> None:
     a = ZeroconfDiscovery(on_found=fa, beacon=beacon("zc-a"), addresses=["127.0.0.1"])
     # The other through the aggregate: `lo` selects 127.0.0.1 for zeroconf.
     config = DiscoveryConfig(interfaces=("lo",), broadcast=False, zeroconf=True)
-    b = Discovery(config, on_found=fb, beacon=Beacon(router_id="zc-b", name="b", peer="0.0.0.0:7449"))
+    b = Discovery(
+        config, on_found=fb, beacon=Beacon(router_id="zc-b", name="b", peer="0.0.0.0:7449")
+    )
     try:
         await a.start()
     except OSError as exc:  # port 5353 taken without SO_REUSEPORT, or no multicast at all

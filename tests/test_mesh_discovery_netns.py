@@ -52,20 +52,30 @@ wait $!
 
 
 def _can_unshare() -> bool:
-    return os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("nsenter") is not None
+    return (
+        os.geteuid() == 0
+        and shutil.which("unshare") is not None
+        and shutil.which("nsenter") is not None
+    )
 
 
 @pytest.mark.skipif(not _can_unshare(), reason="needs root, unshare and nsenter")
 async def test_broadcast_discovery_across_a_veth_link() -> None:
     # A process that holds the new network namespace until the test ends (it reads a pipe
     # nobody writes to): the veth pair's other end lives there.
-    holder = await asyncio.create_subprocess_exec("unshare", "-n", "cat", stdin=asyncio.subprocess.PIPE)
+    holder = await asyncio.create_subprocess_exec(
+        "unshare", "-n", "cat", stdin=asyncio.subprocess.PIPE
+    )
     try:
         probe = await asyncio.create_subprocess_exec("unshare", "-n", "true")
         if await probe.wait() != 0:
             pytest.skip("unshare -n is not permitted here")
         proc = await asyncio.create_subprocess_exec(
-            "unshare", "-n", "sh", "-c", SCRIPT.format(pid=holder.pid, py=sys.executable),
+            "unshare",
+            "-n",
+            "sh",
+            "-c",
+            SCRIPT.format(pid=holder.pid, py=sys.executable),
             env={**os.environ, "NODE": NODE},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -74,7 +84,10 @@ async def test_broadcast_discovery_across_a_veth_link() -> None:
             out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
         lines = sorted(out.decode().split("\n"))
-        assert "found node-a 10.9.0.1:7447" in lines and "found node-b 10.9.0.2:7447" in lines, (out, err)
+        assert "found node-a 10.9.0.1:7447" in lines and "found node-b 10.9.0.2:7447" in lines, (
+            out,
+            err,
+        )
     finally:
         holder.kill()
         await holder.wait()

@@ -8,10 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from aa.mesh import MalformedFrame, UsageError
-from aa.mesh import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
+from aa.mesh import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, MalformedFrame, SeenIds, UsageError
 from aa.mesh.flood import check_flood_meta
-
 
 # -- SeenIds -------------------------------------------------------------------------------
 

@@ -6,8 +6,7 @@ import random
 
 import pytest
 
-from aa.mesh import UsageError
-from aa.mesh import PeerState, PeerTable, Source
+from aa.mesh import PeerState, PeerTable, Source, UsageError
 
 A = "10.0.0.2:7447"
 B = "10.0.0.3:7447"
@@ -188,7 +187,13 @@ def test_bad_address_is_a_usage_error(bad: str) -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_entries": 0}, {"retry_base": 0}, {"retry_base": 10, "retry_max": 5}, {"jitter": 1.0}, {"forget_after": 0}],
+    [
+        {"max_entries": 0},
+        {"retry_base": 0},
+        {"retry_base": 10, "retry_max": 5},
+        {"jitter": 1.0},
+        {"forget_after": 0},
+    ],
 )
 def test_bad_limits(kwargs: dict) -> None:
     with pytest.raises(UsageError):

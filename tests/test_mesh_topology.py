@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aa.mesh import PeerState, PeerTable, Source
-from aa.mesh import TOPOLOGY_FILE, load_topology, save_topology
+from aa.mesh import TOPOLOGY_FILE, PeerState, PeerTable, Source, load_topology, save_topology
 
 A, B, C = "10.0.0.2:7447", "10.0.0.3:7447", "10.0.0.4:7447"
 
@@ -83,7 +82,9 @@ def test_missing_file_starts_empty(tmp_path: Path) -> None:
     "content",
     [b"{not json", b"\xff\xfe\x00", b"[]", b'{"format": 99, "routers": []}', b'{"format": 1}', b""],
 )
-def test_corrupt_file_is_logged_and_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes) -> None:
+def test_corrupt_file_is_logged_and_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes
+) -> None:
     path = tmp_path / TOPOLOGY_FILE
     path.write_bytes(content)
     t = table()

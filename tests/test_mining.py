@@ -7,7 +7,7 @@ import io
 import json
 import os
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,20 +39,29 @@ from aa.tools.mining.artefacts import KEEP_VERSIONS
 from aa.tools.mining.presence import otsu_threshold
 from aa.tools.mining.schema import type_mappings
 
-MONDAY = datetime(2030, 1, 7, tzinfo=timezone.utc)
+MONDAY = datetime(2030, 1, 7, tzinfo=UTC)
 
 
 def test_artefacts_are_versioned_with_a_current_pointer(tmp_path: Path) -> None:
-    a1 = write_artefact(tmp_path, "schema", {"x": 1}, inputs=["/in"], events={"unique": 3}, config={"k": 2})
+    a1 = write_artefact(
+        tmp_path, "schema", {"x": 1}, inputs=["/in"], events={"unique": 3}, config={"k": 2}
+    )
     a2 = write_artefact(tmp_path, "schema", {"x": 2}, inputs=["/in"], events={"unique": 4})
     assert (a1.version, a2.version) == (1, 2)
     assert read_pointer(tmp_path / "schema") == "v2.json"
     cur = read_artefact(tmp_path / "schema")
     assert cur.version == 2 and cur.data == {"x": 2}
     doc = cur.document
-    assert doc["format"] == 1 and doc["task"] == "schema" and doc["inputs"] == ["/in"] and doc["events"] == {"unique": 4}
+    assert (
+        doc["format"] == 1
+        and doc["task"] == "schema"
+        and doc["inputs"] == ["/in"]
+        and doc["events"] == {"unique": 4}
+    )
     assert datetime.fromisoformat(doc["created"]).tzinfo is not None
-    assert read_artefact(tmp_path / "schema", "v1.json").data == {"x": 1}  # kept: roll back by pointer
+    assert read_artefact(tmp_path / "schema", "v1.json").data == {
+        "x": 1
+    }  # kept: roll back by pointer
     assert not list((tmp_path / "schema").glob(".*"))  # no temporary files left
 
 
@@ -88,13 +97,17 @@ class FakeTracker:
 
 
 def _stage(sid: int, tasks: int, done: int = 0, active: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(stageId=sid, numTasks=tasks, numCompletedTasks=done, numActiveTasks=active)
+    return SimpleNamespace(
+        stageId=sid, numTasks=tasks, numCompletedTasks=done, numActiveTasks=active
+    )
 
 
 def test_progress_is_one_line_with_an_overall_percentage() -> None:
     now = [0.0]
     tracker, out = FakeTracker(), io.StringIO()
-    progress = Progress(plan(["schema", "presence"]), out=out, tty=False, every=10.0, clock=lambda: now[0])
+    progress = Progress(
+        plan(["schema", "presence"]), out=out, tty=False, every=10.0, clock=lambda: now[0]
+    )
     assert progress.poll(0.0) == "aa mine   0% starting Spark (0 s)"
     assert progress.poll(5.0) is None  # not a terminal: a line per step, or every 10 s
     now[0] = 8.0
@@ -121,7 +134,9 @@ def test_progress_is_one_line_with_an_overall_percentage() -> None:
 
 
 def test_progress_of_tasks_side_by_side() -> None:
-    progress = Progress(plan(["schema", "location"]), out=io.StringIO(), tty=False, clock=lambda: 0.0)
+    progress = Progress(
+        plan(["schema", "location"]), out=io.StringIO(), tty=False, clock=lambda: 0.0
+    )
     progress.begin("read")
     progress.finish("read")
     progress.begin("schema", 4, alongside=True)
@@ -143,26 +158,47 @@ def test_progress_rewrites_its_line_on_a_terminal() -> None:
     progress.close()  # the status line is cleared: the command's results follow
     text = out.getvalue()
     assert "\n" not in text.split("ERROR")[0]  # status lines only rewritten in place
-    assert text.count("\r") == 5 and "\r\x1b[K26/11/23 19:00:00 ERROR Executor: gone\n\raa mine" in text
+    assert (
+        text.count("\r") == 5
+        and "\r\x1b[K26/11/23 19:00:00 ERROR Executor: gone\n\raa mine" in text
+    )
     assert text.endswith("(3 s)\x1b[K\r\x1b[K")
 
 
 def test_session_is_sized_from_the_input() -> None:
     mib = 2**20
     small = session_settings(SparkConfig(master="local[2]"), 2 * mib)
-    assert small["spark.sql.shuffle.partitions"] == "2" and small["spark.sql.codegen.wholeStage"] == "false"
+    assert (
+        small["spark.sql.shuffle.partitions"] == "2"
+        and small["spark.sql.codegen.wholeStage"] == "false"
+    )
     assert "TieredStopAtLevel=1" in small["spark.driver.defaultJavaOptions"]
     assert small["spark.ui.enabled"] == "false" and small["spark.driver.bindAddress"] == "127.0.0.1"
     big = session_settings(SparkConfig(master="local[2]"), 350 * mib)  # ~10 M logged events
     assert big["spark.sql.shuffle.partitions"] == "44" and "spark.sql.codegen.wholeStage" not in big
     assert "spark.driver.defaultJavaOptions" not in big
-    assert session_settings(SparkConfig(master="local[2]"), 10**12)["spark.sql.shuffle.partitions"] == "64"
-    assert session_settings(SparkConfig(master="local[2]"), None)["spark.sql.shuffle.partitions"] == "64"
+    assert (
+        session_settings(SparkConfig(master="local[2]"), 10**12)["spark.sql.shuffle.partitions"]
+        == "64"
+    )
+    assert (
+        session_settings(SparkConfig(master="local[2]"), None)["spark.sql.shuffle.partitions"]
+        == "64"
+    )
     cluster = session_settings(SparkConfig(master="spark://127.0.0.1:7077"), 2 * mib)
     assert "spark.sql.shuffle.partitions" not in cluster and "spark.ui.enabled" not in cluster
-    mine = session_settings(SparkConfig(master="local[2]", shuffle_partitions=5,
-                                        extra=(("spark.sql.codegen.wholeStage", "true"),)), 2 * mib)  # fmt: skip
-    assert (mine["spark.sql.shuffle.partitions"], mine["spark.sql.codegen.wholeStage"]) == ("5", "true")
+    mine = session_settings(
+        SparkConfig(
+            master="local[2]",
+            shuffle_partitions=5,
+            extra=(("spark.sql.codegen.wholeStage", "true"),),
+        ),
+        2 * mib,
+    )
+    assert (mine["spark.sql.shuffle.partitions"], mine["spark.sql.codegen.wholeStage"]) == (
+        "5",
+        "true",
+    )
     for bad in ("lokal[2]", "local[x]", "local[0]", "", "spark:/host"):
         with pytest.raises(UsageError, match="master"):
             SparkConfig(master=bad)
@@ -179,16 +215,22 @@ def test_class_archive_is_written_once_then_used(tmp_path: Path) -> None:
     assert part.parent == tmp_path and part.name.endswith(".part") and "-Xlog:disable" in first
     part.write_bytes(b"being written by a JVM at its exit")
     os.utime(part, (1000.0, 1000.0))
-    assert class_archive_options(tmp_path, "/usr/bin/java", now=1010.0) == ""  # not settled: neither use nor write
+    assert (
+        class_archive_options(tmp_path, "/usr/bin/java", now=1010.0) == ""
+    )  # not settled: neither use nor write
     used = class_archive_options(tmp_path, "/usr/bin/java", now=1100.0)
     final = Path(used.split("-XX:SharedArchiveFile=")[1].split()[0])
     assert final.is_file() and not part.exists() and final.suffix == ".jsa"
     assert class_archive_options(tmp_path, "/usr/bin/java", now=2000.0) == used
-    other = class_archive_options(tmp_path, "/opt/other-java/bin/java", now=2000.0)  # another Java: its own
+    other = class_archive_options(
+        tmp_path, "/opt/other-java/bin/java", now=2000.0
+    )  # another Java: its own
     assert "ArchiveClassesAtExit" in other
     from aa.tools.mining.session import class_archive_file
 
-    assert class_archive_file(tmp_path, "/usr/bin/java") == final  # what `aa mine prepare` looks for
+    assert (
+        class_archive_file(tmp_path, "/usr/bin/java") == final
+    )  # what `aa mine prepare` looks for
 
 
 def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
@@ -203,7 +245,9 @@ def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
     live = tmp_path / "live" / "eventlog" / "date=2030-01-07" / "hour=10"  # a running router's
     live.mkdir(parents=True)
     (live / ".part-r1-000001.parquet.inprogress").write_bytes(b"PAR1")
-    with pytest.raises(UsageError, match="1 still being written by a running router; a file becomes readable"):
+    with pytest.raises(
+        UsageError, match="1 still being written by a running router; a file becomes readable"
+    ):
         measure_inputs([str(tmp_path / "live")])
     other = tmp_path / "other"
     other.mkdir()
@@ -211,7 +255,12 @@ def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not an event log: no column id"):
         measure_inputs([str(other)])
     (other / "part-0.parquet").unlink()
-    row = {"id": ["a"], "type": ["x"], "time": pa.array([MONDAY], pa.timestamp("us", tz="UTC")), "values_types": ["s"]}
+    row = {
+        "id": ["a"],
+        "type": ["x"],
+        "time": pa.array([MONDAY], pa.timestamp("us", tz="UTC")),
+        "values_types": ["s"],
+    }
     pq.write_table(pa.table({**row, "values": ["not a map"]}), other / "part-0.parquet")
     with pytest.raises(UsageError, match="column values, values_types of another type"):
         measure_inputs([str(other)])
@@ -235,8 +284,12 @@ def test_cli_bad_input_is_one_line(
     with socket.socket() as s:  # a port nothing listens on (bound, never listening)
         s.bind(("127.0.0.1", 0))
         closed = str(s.getsockname()[1])
-        argv = [{"EMPTY": str(tmp_path / "empty"), "LOGS": str(tmp_path / "logs")}.get(a, a).replace("CLOSED", closed)
-                for a in argv]  # fmt: skip
+        argv = [
+            {"EMPTY": str(tmp_path / "empty"), "LOGS": str(tmp_path / "logs")}.get(a, a).replace(
+                "CLOSED", closed
+            )
+            for a in argv
+        ]
         assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("aa mine: ") and says in err, err
@@ -258,7 +311,11 @@ def test_cli_without_java_is_one_line(
 
 
 def test_otsu_finds_the_valley() -> None:
-    hist = [(float(v), 100) for v in range(2, 6)] + [(float(v), 1) for v in range(6, 14)] + [(float(v), 80) for v in range(14, 20)]
+    hist = (
+        [(float(v), 100) for v in range(2, 6)]
+        + [(float(v), 1) for v in range(6, 14)]
+        + [(float(v), 80) for v in range(14, 20)]
+    )
     cut = otsu_threshold(hist)
     assert cut is not None and 5 < cut < 14
     assert otsu_threshold([(1.0, 3)]) is None
@@ -281,40 +338,84 @@ def test_type_mappings_need_every_frequent_target_attribute() -> None:
     maps = type_mappings(types, corr)
     assert {(m["from"], m["to"]) for m in maps} == {("quote", "ticker"), ("ticker", "quote")}
     q2t = next(m for m in maps if m["from"] == "quote")
-    assert q2t["attributes"] == {"Price": "Last", "StockSymbol": "Symbol"} and q2t["confidence"] == 0.9
+    assert (
+        q2t["attributes"] == {"Price": "Last", "StockSymbol": "Symbol"} and q2t["confidence"] == 0.9
+    )
     assert type_mappings(types, corr[:1]) == []  # Price ↔ Last missing: no mapping either way
 
 
 def test_scores() -> None:
     truth = [("quote", "StockSymbol", "ticker", "Symbol"), ("quote", "Price", "ticker", "Last")]
-    data = {"correspondences": [
-        {"a": ["quote", "StockSymbol"], "b": ["ticker", "Symbol"]},
-        {"a": ["bt-scan", "Node"], "b": ["wifi-scan", "Node"]},  # same name: counted apart
-        {"a": ["quote", "Price"], "b": ["weather", "Humidity"]},
-    ], "mappings": []}  # fmt: skip
+    data = {
+        "correspondences": [
+            {"a": ["quote", "StockSymbol"], "b": ["ticker", "Symbol"]},
+            {"a": ["bt-scan", "Node"], "b": ["wifi-scan", "Node"]},  # same name: counted apart
+            {"a": ["quote", "Price"], "b": ["weather", "Humidity"]},
+        ],
+        "mappings": [],
+    }
     s = score_schema(data, truth)
     assert (s["precision"], s["recall"], s["same_name_found"]) == (0.5, 0.5, 1)
     place = SimpleNamespace(building="B1", floor=2, x=10.0, y=5.0, room="B1/2/office-1")
-    loc = score_location({"radios": {"r1": {"building": "B1", "floor": 2, "x": 13.0, "y": 9.0},
-                                     "r2": {"building": "B1", "floor": 1, "x": 0.0, "y": 0.0}}},
-                         {"r1": place, "r2": place, "r3": place})  # fmt: skip
+    loc = score_location(
+        {
+            "radios": {
+                "r1": {"building": "B1", "floor": 2, "x": 13.0, "y": 9.0},
+                "r2": {"building": "B1", "floor": 1, "x": 0.0, "y": 0.0},
+            }
+        },
+        {"r1": place, "r2": place, "r3": place},
+    )
     assert (loc["precision"], loc["recall"], loc["error_m"]["mean"]) == (0.5, round(1 / 3, 4), 5.0)
-    people = [SimpleNamespace(name="alice", phone="phone-alice"), SimpleNamespace(name="bob", phone="phone-bob")]
+    people = [
+        SimpleNamespace(name="alice", phone="phone-alice"),
+        SimpleNamespace(name="bob", phone="phone-bob"),
+    ]
     t0 = MONDAY + timedelta(hours=9)
     truth_p = frozenset({("alice", "bob", t0 + timedelta(minutes=m)) for m in range(4)})
-    episodes = [["phone-bob", "phone-alice", (t0 + timedelta(minutes=2)).isoformat(), (t0 + timedelta(minutes=6)).isoformat()],
-                ["laptop-bob", "phone-alice", t0.isoformat(), (t0 + timedelta(hours=1)).isoformat()]]  # fmt: skip
-    pr = score_presence({"episodes": episodes}, truth_p, people, MONDAY, MONDAY + timedelta(days=1), timedelta(minutes=1))
+    episodes = [
+        [
+            "phone-bob",
+            "phone-alice",
+            (t0 + timedelta(minutes=2)).isoformat(),
+            (t0 + timedelta(minutes=6)).isoformat(),
+        ],
+        ["laptop-bob", "phone-alice", t0.isoformat(), (t0 + timedelta(hours=1)).isoformat()],
+    ]
+    pr = score_presence(
+        {"episodes": episodes},
+        truth_p,
+        people,
+        MONDAY,
+        MONDAY + timedelta(days=1),
+        timedelta(minutes=1),
+    )
     assert (pr["precision"], pr["recall"]) == (0.5, 0.5)
-    text = format_report({"world": "w", "span": ["a", "b"], "schema": {"version": 1, **s}, "location": {"missing": "none"}})
+    text = format_report(
+        {
+            "world": "w",
+            "span": ["a", "b"],
+            "schema": {"version": 1, **s},
+            "location": {"missing": "none"},
+        }
+    )
     assert "precision 0.500" in text and "no artefact" in text
 
 
 def test_simulate_writes_routers_logs_with_duplicates(tmp_path: Path) -> None:
-    cfg = SimulateConfig(out=str(tmp_path), start=MONDAY + timedelta(hours=9), days=1 / 24, routers=("r1", "r2", "r3"),
-                         overlap=0.5, seed=3)  # fmt: skip
+    cfg = SimulateConfig(
+        out=str(tmp_path),
+        start=MONDAY + timedelta(hours=9),
+        days=1 / 24,
+        routers=("r1", "r2", "r3"),
+        overlap=0.5,
+        seed=3,
+    )
     result = simulate(cfg)
-    tables = [ds.dataset(Path(f) / "eventlog", format="parquet", partitioning="hive").to_table() for f in result.folders]
+    tables = [
+        ds.dataset(Path(f) / "eventlog", format="parquet", partitioning="hive").to_table()
+        for f in result.folders
+    ]
     assert [t.num_rows for t in tables] == [result.rows[r] for r in ("r1", "r2", "r3")]
     ids = [i for t in tables for i in t.column("id").to_pylist()]
     assert len(set(ids)) == result.events < len(ids)  # every event logged, some by several routers
@@ -322,7 +423,9 @@ def test_simulate_writes_routers_logs_with_duplicates(tmp_path: Path) -> None:
     assert {"wifi-scan", "bt-scan", "position", "quote", "ticker"} <= types
     world = json.loads((tmp_path / "world.json").read_text())
     assert world["world"]["seed"] == 3 and world["events"] == result.events
-    assert sorted(resolve_inputs([str(tmp_path)])) == sorted(str(Path(f, "eventlog").resolve()) for f in result.folders)
+    assert sorted(resolve_inputs([str(tmp_path)])) == sorted(
+        str(Path(f, "eventlog").resolve()) for f in result.folders
+    )
 
 
 def test_inputs_and_config_are_checked(tmp_path: Path) -> None:
@@ -340,14 +443,26 @@ def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--master URL" in out and "aa mine simulate" in out and "aa mine report" in out
-    args = build_parser().parse_args(["mine", "--master", "local[2]", "--tasks", "schema", "/a", "/b"])
+    args = build_parser().parse_args(
+        ["mine", "--master", "local[2]", "--tasks", "schema", "/a", "/b"]
+    )
     assert args.logdirs == ["/a", "/b"] and args.master == "local[2]"
 
 
-def test_cli_simulate_and_report_without_artefacts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["mine", "simulate", "--out", str(tmp_path / "w"), "--days", "0.01", "--routers", "a"]) == 0
+def test_cli_simulate_and_report_without_artefacts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["mine", "simulate", "--out", str(tmp_path / "w"), "--days", "0.01", "--routers", "a"])
+        == 0
+    )
     assert "events written" in capsys.readouterr().out
-    assert main(["mine", "report", "--adapters", str(tmp_path / "none"), "--world", str(tmp_path / "w")]) == 0
+    assert (
+        main(
+            ["mine", "report", "--adapters", str(tmp_path / "none"), "--world", str(tmp_path / "w")]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.count("no artefact") == 3
     assert main(["mine", "report", "--world", str(tmp_path / "nothing")]) == 2
 
@@ -357,16 +472,42 @@ def test_pathloss_fit_and_place_a_radio_nobody_stands_near() -> None:
 
     true = PathLoss(at_1m=-40.0, exponent=3.0, floor_loss=15.0)
     radio = (1, 33.0, 5.0)  # floor 1, in a corner nobody on floor 1 visits
-    spots = [(1, x, 15.0) for x in range(2, 20, 3)] + [(2, x, y) for x in range(24, 40, 3) for y in (3.0, 7.0)]
-    cells = [Cell(f, float(x), y, true.predict((x - radio[1]) ** 2 + (y - radio[2]) ** 2, abs(f - radio[0])), 5)
-             for f, x, y in spots]  # fmt: skip
+    spots = [(1, x, 15.0) for x in range(2, 20, 3)] + [
+        (2, x, y) for x in range(24, 40, 3) for y in (3.0, 7.0)
+    ]
+    cells = [
+        Cell(
+            f,
+            float(x),
+            y,
+            true.predict((x - radio[1]) ** 2 + (y - radio[2]) ** 2, abs(f - radio[0])),
+            5,
+        )
+        for f, x, y in spots
+    ]
     # Loudest on floor 2 (right above it), yet the model puts it on floor 1.
     assert max(cells, key=lambda c: c.rssi).floor == 2
     best, second = place(cells, true, [0, 1, 2], (0.0, 0.0, 40.0, 20.0))[:2]
-    assert (best.floor, round(best.x), round(best.y)) == (1, 33, 5) and best.rmse < 0.1 < second.rmse
-    samples = [(((c.x - radio[1]) ** 2 + (c.y - radio[2]) ** 2) ** 0.5, abs(c.floor - radio[0]), c.rssi, c.n) for c in cells]
+    assert (best.floor, round(best.x), round(best.y)) == (
+        1,
+        33,
+        5,
+    ) and best.rmse < 0.1 < second.rmse
+    samples = [
+        (
+            ((c.x - radio[1]) ** 2 + (c.y - radio[2]) ** 2) ** 0.5,
+            abs(c.floor - radio[0]),
+            c.rssi,
+            c.n,
+        )
+        for c in cells
+    ]
     got = fit(samples)
-    assert abs(got.at_1m + 40) < 0.01 and abs(got.exponent - 3) < 0.01 and abs(got.floor_loss - 15) < 0.01
+    assert (
+        abs(got.at_1m + 40) < 0.01
+        and abs(got.exponent - 3) < 0.01
+        and abs(got.floor_loss - 15) < 0.01
+    )
 
 
 def test_public_names_exist() -> None:

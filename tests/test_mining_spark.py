@@ -9,16 +9,25 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
 
 from aa.addins.adapters import LocationAdapter, SchemaAdapter
 from aa.mesh import Event
-from aa.tools.mining import MineConfig, SimulateConfig, SparkConfig, load_world, open_session, run_mining, simulate
+from aa.tools.mining import (
+    MineConfig,
+    SimulateConfig,
+    SparkConfig,
+    load_world,
+    open_session,
+    run_mining,
+    simulate,
+)
 from aa.tools.mining.accuracy import accuracy_report, format_report
 
 #: Each test starts or drives a JVM, whose start and mining take minutes on a busy 2-core
@@ -26,7 +35,7 @@ from aa.tools.mining.accuracy import accuracy_report, format_report
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 #: A Monday, office hours: people arrive from 07:30, leave by 17:30.
-START = datetime(2030, 1, 7, 7, 0, tzinfo=timezone.utc)
+START = datetime(2030, 1, 7, 7, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +44,11 @@ def spark() -> Iterator[Any]:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java: apt-get install default-jre-headless")
     # No class archive: it would be ~180 MB written at exit (the CLI test below writes one).
-    session = open_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g", class_archive_dir=""))
+    session = open_session(
+        SparkConfig(
+            master="local[2]", shuffle_partitions=2, driver_memory="1g", class_archive_dir=""
+        )
+    )
     yield session
     session.stop()
 
@@ -45,21 +58,32 @@ def office(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One simulated working day (a scan round every 2 minutes), logged by two routers with
     overlap, so the job must de-duplicate."""
     out = tmp_path_factory.mktemp("office")
-    simulate(SimulateConfig(out=str(out), start=START, days=11 / 24, step_seconds=120, seed=1, overlap=0.4))
+    simulate(
+        SimulateConfig(
+            out=str(out), start=START, days=11 / 24, step_seconds=120, seed=1, overlap=0.4
+        )
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def mined(spark: Any, office: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     adapters = tmp_path_factory.mktemp("adapters")
-    result = run_mining(spark, MineConfig(inputs=(str(office / "r1"), str(office / "r2")), adapters=str(adapters)))
+    result = run_mining(
+        spark, MineConfig(inputs=(str(office / "r1"), str(office / "r2")), adapters=str(adapters))
+    )
     return result, adapters
 
 
 def test_events_are_counted_once(mined: tuple[Any, Path], office: Path) -> None:
     result, _ = mined
-    ids = [ds.dataset(office / r / "eventlog", format="parquet", partitioning="hive").to_table(columns=["id"])
-           .column("id").to_pylist() for r in ("r1", "r2")]  # fmt: skip
+    ids = [
+        ds.dataset(office / r / "eventlog", format="parquet", partitioning="hive")
+        .to_table(columns=["id"])
+        .column("id")
+        .to_pylist()
+        for r in ("r1", "r2")
+    ]
     assert result.events["read"] == len(ids[0]) + len(ids[1])
     assert result.events["unique"] == len(set(ids[0]) | set(ids[1])) < result.events["read"]
     assert set(result.artefacts) == {"schema", "location", "presence"}
@@ -86,7 +110,10 @@ def test_schema_profile(mined: tuple[Any, Path]) -> None:
     result, _ = mined
     types = result.artefacts["schema"].data["types"]
     quote = types["quote"]["attributes"]
-    assert quote["Price"]["types"] == {"float": types["quote"]["events"]} and quote["Price"]["frequency"] == 1.0
+    assert (
+        quote["Price"]["types"] == {"float": types["quote"]["events"]}
+        and quote["Price"]["frequency"] == 1.0
+    )
     assert 40 < quote["Price"]["min"] < quote["Price"]["max"] < 300
     assert [v for v, _ in quote["StockSymbol"]["top"]] == ["ABB", "EQNR", "NHY", "TEL"]
     assert types["position"]["attributes"]["Floor"]["types"].keys() == {"int"}
@@ -97,7 +124,9 @@ def test_adapters_use_the_mined_artefacts(mined: tuple[Any, Path], office: Path)
     _, adapters = mined
     schema = SchemaAdapter(adapters)
     assert schema.reload() and not schema.reload()
-    quote = Event(values={"StockSymbol": "ABB", "Price": 45.5, "Currency": "CHF"}, type="quote", id="q1")
+    quote = Event(
+        values={"StockSymbol": "ABB", "Price": 45.5, "Currency": "CHF"}, type="quote", id="q1"
+    )
     assert schema.handle(quote) == [("ticker", {"Ccy": "CHF", "Last": 45.5, "Symbol": "ABB"})]
 
     # The location adapter on the phones' own scans: the floor it says vs where they were.
@@ -107,10 +136,12 @@ def test_adapters_use_the_mined_artefacts(mined: tuple[Any, Path], office: Path)
     phones = {p.phone: p for p in world.people}
     right = total = 0
     t0 = START + timedelta(hours=3)
-    for t, kind, values in world.events(t0, t0 + timedelta(minutes=30), step=timedelta(seconds=120)):
+    for t, kind, values in world.events(
+        t0, t0 + timedelta(minutes=30), step=timedelta(seconds=120)
+    ):
         if kind != "wifi-scan" or values["Node"] not in phones:
             continue
-        (out_type, loc), = location.handle(Event(values=values, type=kind))
+        ((out_type, loc),) = location.handle(Event(values=values, type=kind))
         here, _ = world.where(phones[values["Node"]], t)
         total += 1
         right += (loc["Building"], loc["Floor"]) == (here.building, here.floor)
@@ -132,24 +163,47 @@ def test_cli_mines_with_one_progress_line_and_spark_quiet(office: Path, tmp_path
     here: plain progress lines."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the JVM's class archive goes there
-    prep = subprocess.run([_aa(), "mine", "prepare"], capture_output=True, text=True, timeout=600, env=env)
-    assert prep.returncode == 0 and "class archive written" in prep.stdout, (prep.stdout, prep.stderr)
-    assert [p.suffix for p in (tmp_path / "cache" / "aa").iterdir()] == [".jsa"]  # in place, nothing half written
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }  # the JVM's class archive goes there
+    prep = subprocess.run(
+        [_aa(), "mine", "prepare"], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert prep.returncode == 0 and "class archive written" in prep.stdout, (
+        prep.stdout,
+        prep.stderr,
+    )
+    assert [p.suffix for p in (tmp_path / "cache" / "aa").iterdir()] == [
+        ".jsa"
+    ]  # in place, nothing half written
     load = os.getloadavg()[0]
     t = time.perf_counter()
-    out = subprocess.run([_aa(), "mine", "--master", "local[2]", "--adapters", str(tmp_path / "ad"), str(office)],
-                         capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    out = subprocess.run(
+        [_aa(), "mine", "--master", "local[2]", "--adapters", str(tmp_path / "ad"), str(office)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     seconds = time.perf_counter() - t
     assert out.returncode == 0, out.stderr
     busy = max(1.0, (load + os.getloadavg()[0]) / 2 / (os.cpu_count() or 1))
     assert seconds < SMALL_LOG_SECONDS * busy, f"{seconds:.1f} s at load {load:.1f}"
-    again = subprocess.run([_aa(), "mine", "prepare"], capture_output=True, text=True, timeout=60, env=env)
+    again = subprocess.run(
+        [_aa(), "mine", "prepare"], capture_output=True, text=True, timeout=60, env=env
+    )
     assert again.returncode == 0 and "class archive already there" in again.stdout, again.stdout
     assert re.search(r"^events: \d+ read, \d+ unique, in [\d.]+ s", out.stdout, re.M), out.stdout
-    assert all((tmp_path / "ad" / task / "current").is_file() for task in ("schema", "location", "presence"))
+    assert all(
+        (tmp_path / "ad" / task / "current").is_file()
+        for task in ("schema", "location", "presence")
+    )
     lines = out.stderr.splitlines()
-    assert lines and all(re.match(r"aa mine +\d+% (starting Spark|read|schema|location|presence|done)", ln) for ln in lines), lines
+    assert lines and all(
+        re.match(r"aa mine +\d+% (starting Spark|read|schema|location|presence|done)", ln)
+        for ln in lines
+    ), lines
     percents = [int(re.match(r"aa mine +(\d+)%", ln)[1]) for ln in lines]  # type: ignore[index]
     assert percents == sorted(percents)
 
@@ -159,8 +213,24 @@ def test_cli_spark_that_cannot_start_is_one_line(office: Path, tmp_path: Path) -
         pytest.skip("Spark needs Java")
     # A heap no machine has: the JVM refuses to start.
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    out = subprocess.run([_aa(), "mine", "-q", "--driver-memory", "1000000g", "--adapters", str(tmp_path / "ad"),
-                          str(office)], capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    out = subprocess.run(
+        [
+            _aa(),
+            "mine",
+            "-q",
+            "--driver-memory",
+            "1000000g",
+            "--adapters",
+            str(tmp_path / "ad"),
+            str(office),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert out.returncode == 1
-    assert out.stderr.count("\n") == 1 and out.stderr.startswith("aa mine: Spark could not start: "), out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(
+        "aa mine: Spark could not start: "
+    ), out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "ad").exists()

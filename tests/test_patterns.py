@@ -3,8 +3,9 @@ shared instances (hostile patterns are in test_patterns_sandbox.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Hashable
+from collections.abc import Hashable
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ import aa.router.patterns as patterns
 from aa.mesh import Event, InvalidValue, PatternError, PatternSpec, UsageError
 from aa.router.patterns import HostFacts, PatternEngine, SandboxLimits
 
-NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 ALARM = """\
 if Temperature > 100:
@@ -45,7 +46,9 @@ def failures() -> Recorder:
 
 @pytest.fixture
 def engine(failures: Recorder) -> PatternEngine:
-    host = HostFacts(router_id="r-1", router_name="lab-router", clock=lambda: NOW, peer_count=lambda: 3)
+    host = HostFacts(
+        router_id="r-1", router_name="lab-router", clock=lambda: NOW, peer_count=lambda: 3
+    )
     return PatternEngine(host=host, on_failure=failures)
 
 
@@ -70,15 +73,25 @@ def keys(deliveries: list[tuple[Hashable, Event]]) -> list[Hashable]:
 
 
 def test_public_api() -> None:
-    assert {"PatternEngine", "PatternSet", "PREDICATE_TIER", "WORKER_TIER", "SANDBOX_TIER", "Matcher",
-            "pattern_warnings"} <= set(patterns.__all__)  # the exact list: tests/test_exports.py
+    assert {
+        "PatternEngine",
+        "PatternSet",
+        "PREDICATE_TIER",
+        "WORKER_TIER",
+        "SANDBOX_TIER",
+        "Matcher",
+        "pattern_warnings",
+    } <= set(patterns.__all__)  # the exact list: tests/test_exports.py
 
 
 def test_standalone_matcher_is_no_subscriber(engine: PatternEngine, failures: Recorder) -> None:
     hot = engine.matcher(expr("Temperature > limit"), {"limit": 30})
     runaway = engine.matcher(script("while True: pass"))
     assert hot(ev(Temperature=31)) and not hot(ev(Temperature=3))
-    assert not runaway(ev()) and runaway.stopped == "pattern stopped: exceeded its time budget of 20 ms"
+    assert (
+        not runaway(ev())
+        and runaway.stopped == "pattern stopped: exceeded its time budget of 20 ms"
+    )
     assert len(engine) == 0 and engine.match(ev(Temperature=31)) == [] and failures.failures == []
 
 
@@ -96,9 +109,19 @@ def test_expression_matches_and_delivers_the_same_event(engine: PatternEngine) -
 
 @pytest.mark.parametrize(
     "source",
-    ["Missing > 1", "Sensor > 100", "Temperature / 0", "L[10]", "d['nope']", "Sensor.nothing()", "int('x')"],
+    [
+        "Missing > 1",
+        "Sensor > 100",
+        "Temperature / 0",
+        "L[10]",
+        "d['nope']",
+        "Sensor.nothing()",
+        "int('x')",
+    ],
 )
-def test_errors_in_expressions_mean_no_match(engine: PatternEngine, failures: Recorder, source: str) -> None:
+def test_errors_in_expressions_mean_no_match(
+    engine: PatternEngine, failures: Recorder, source: str
+) -> None:
     engine.subscribe("a", expr(source))
     assert engine.match(ev(Temperature=1, Sensor="lab", L=[1], d={})) == []
     assert failures.failures == [] and len(engine) == 1
@@ -106,31 +129,54 @@ def test_errors_in_expressions_mean_no_match(engine: PatternEngine, failures: Re
 
 def test_type_meta_event_and_params_are_reachable(engine: PatternEngine) -> None:
     engine.subscribe("t", expr('type == "reading" and meta["client"] == "c1"'))
-    engine.subscribe("e", expr('event.id == "e-1" and event["odd name"] == 1 and event.values["Temperature"] == 5'))
+    engine.subscribe(
+        "e",
+        expr('event.id == "e-1" and event["odd name"] == 1 and event.values["Temperature"] == 5'),
+    )
     engine.subscribe("p", expr('params["limit"] == 3 and Temperature > limit'), {"limit": 3})
     engine.subscribe("v", expr("event.Temperature == 5 and event.get('x', 7) == 7"))
-    e = Event(values={"Temperature": 5, "odd name": 1}, type="reading", meta={"client": "c1"}, id="e-1")
+    e = Event(
+        values={"Temperature": 5, "odd name": 1}, type="reading", meta={"client": "c1"}, id="e-1"
+    )
     assert keys(engine.match(e)) == ["t", "e", "p", "v"]
 
 
-def test_a_publishers_values_change_no_param_and_no_name_of_the_language(engine: PatternEngine) -> None:
+def test_a_publishers_values_change_no_param_and_no_name_of_the_language(
+    engine: PatternEngine,
+) -> None:
     """An event carrying values named `threshold` and `type` changes neither the subscriber's
     `threshold` nor what `type` means, in the predicate tier, in the python kernel and in
     scripts (it reached every subscriber of `Temperature > threshold` before); such values
     are read as `event["..."]`; a builtin's name is the event's value, as in Python."""
     engine.subscribe("p", expr("Temperature > threshold and type == 'reading'"), {"threshold": 50})
-    engine.subscribe("k", expr("Temperature > threshold and type == 'reading' and any(True for _ in [1])"), {"threshold": 50})
-    engine.subscribe("s", script("if Temperature > threshold and event.type == 'reading':\n    forward()"), {"threshold": 50})
+    engine.subscribe(
+        "k",
+        expr("Temperature > threshold and type == 'reading' and any(True for _ in [1])"),
+        {"threshold": 50},
+    )
+    engine.subscribe(
+        "s",
+        script("if Temperature > threshold and event.type == 'reading':\n    forward()"),
+        {"threshold": 50},
+    )
     engine.subscribe("v", expr("event['threshold'] == 1 and event['type'] == 'value'"))
     engine.subscribe("m", expr("max > 5"))
     assert engine.tier(expr("Temperature > threshold and type == 'reading'")) == "predicate"
-    hostile = Event(values={"Temperature": 20, "threshold": 1, "type": "value", "max": 9, "params": {}}, type="reading")
+    hostile = Event(
+        values={"Temperature": 20, "threshold": 1, "type": "value", "max": 9, "params": {}},
+        type="reading",
+    )
     assert keys(engine.match(hostile)) == ["v", "m"]
-    assert keys(engine.match(Event(values={"Temperature": 60, "threshold": 100}, type="reading"))) == ["p", "k", "s"]
+    assert keys(
+        engine.match(Event(values={"Temperature": 60, "threshold": 100}, type="reading"))
+    ) == ["p", "k", "s"]
 
 
 def test_expressions_can_use_builtins_and_modules(engine: PatternEngine) -> None:
-    engine.subscribe("a", expr("math.sqrt(X) == 3 and re.match('la', S) and max(L) == 3 and any(v > 2 for v in L)"))
+    engine.subscribe(
+        "a",
+        expr("math.sqrt(X) == 3 and re.match('la', S) and max(L) == 3 and any(v > 2 for v in L)"),
+    )
     engine.subscribe("b", expr("f'{X:>4}' == '   9' and isinstance(S, str) and len(str(L)) == 9"))
     assert keys(engine.match(ev(X=9, S="lab", L=[1, 2, 3]))) == ["a", "b"]
 
@@ -169,8 +215,12 @@ def test_subscribe_twice_and_unknown_update_are_usage_errors(engine: PatternEngi
 
 
 def test_params_are_per_subscriber_and_update_merges(engine: PatternEngine) -> None:
-    engine.subscribe("low", expr("Temperature > threshold and Room == room"), {"threshold": 10, "room": "A"})
-    engine.subscribe("high", expr("Temperature > threshold and Room == room"), {"threshold": 50, "room": "A"})
+    engine.subscribe(
+        "low", expr("Temperature > threshold and Room == room"), {"threshold": 10, "room": "A"}
+    )
+    engine.subscribe(
+        "high", expr("Temperature > threshold and Room == room"), {"threshold": 50, "room": "A"}
+    )
     assert engine.instance_count == 1
     assert keys(engine.match(ev(Temperature=30, Room="A"))) == ["low"]
     engine.update("low", {"threshold": 40})  # room stays "A"
@@ -191,7 +241,9 @@ def test_script_state_is_shared_by_a_group(engine: PatternEngine) -> None:
 
 
 def test_update_moves_state_with_a_lone_subscriber(engine: PatternEngine) -> None:
-    counting = script("state['n'] = state.get('n', 0) + step\nforward(event.with_values(n=state['n']))")
+    counting = script(
+        "state['n'] = state.get('n', 0) + step\nforward(event.with_values(n=state['n']))"
+    )
     engine.subscribe("a", counting, {"step": 1})
     engine.match(ev())
     engine.match(ev())
@@ -200,7 +252,9 @@ def test_update_moves_state_with_a_lone_subscriber(engine: PatternEngine) -> Non
 
 
 def test_update_copies_state_when_others_stay(engine: PatternEngine) -> None:
-    counting = script("state['n'] = state.get('n', 0) + step\nforward(event.with_values(n=state['n']))")
+    counting = script(
+        "state['n'] = state.get('n', 0) + step\nforward(event.with_values(n=state['n']))"
+    )
     engine.subscribe("a", counting, {"step": 1})
     engine.subscribe("b", counting, {"step": 1})
     engine.match(ev())
@@ -300,7 +354,9 @@ def test_xpath_patterns(engine: PatternEngine) -> None:
     engine.subscribe("t", xpath("/event/values/Temperature > 100"))
     engine.subscribe("p", xpath("/event/values/Temperature > $threshold"), {"threshold": 50})
     engine.subscribe("m", xpath("/event/@type = 'reading' and /event/meta/client = 'c1'"))
-    engine.subscribe("n", xpath("/event/values/value[@name='odd name'] = 'x' and /event/values/On = 'true'"))
+    engine.subscribe(
+        "n", xpath("/event/values/value[@name='odd name'] = 'x' and /event/values/On = 'true'")
+    )
     engine.subscribe("l", xpath("count(/event/values/L/item) = 2 and /event/values/Map/Room = 'A'"))
     e = Event(
         values={"Temperature": 101, "odd name": "x", "On": True, "L": [1, 2], "Map": {"Room": "A"}},
@@ -331,7 +387,9 @@ def test_xpath_missing_variable_is_no_match(engine: PatternEngine, failures: Rec
         (xpath("/event/values/T >"), ["line 1", "column"]),
     ],
 )
-def test_compile_errors_are_clear(engine: PatternEngine, spec: PatternSpec, words: list[str]) -> None:
+def test_compile_errors_are_clear(
+    engine: PatternEngine, spec: PatternSpec, words: list[str]
+) -> None:
     with pytest.raises(PatternError) as info:
         engine.subscribe("a", spec)
     assert info.value.code == "pattern-compile"
@@ -365,7 +423,13 @@ def test_matches_prototype(engine: PatternEngine) -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"time_budget": 0}, {"time_budget": float("nan")}, {"max_state_bytes": 10}, {"max_sequence": "x"}, {"max_patterns_per_owner": 0}],
+    [
+        {"time_budget": 0},
+        {"time_budget": float("nan")},
+        {"max_state_bytes": 10},
+        {"max_sequence": "x"},
+        {"max_patterns_per_owner": 0},
+    ],
 )
 def test_limits_are_validated(kwargs: dict[str, Any]) -> None:
     with pytest.raises(UsageError):

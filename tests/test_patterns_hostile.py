@@ -23,17 +23,22 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
+from support import paced, wait_for
 
 from aa.mesh import Event, PatternError
 from aa.router import Router
 
-from support import paced, wait_for
-
 #: Events the publisher sends per test, at `RATE` per second.
 EVENTS = 300
 RATE = 200
-STOP_CODES = {"pattern-timeout", "pattern-memory", "pattern-forbidden", "pattern-refused", "pattern-compile", "pattern-crash"}
+STOP_CODES = {
+    "pattern-timeout",
+    "pattern-memory",
+    "pattern-forbidden",
+    "pattern-refused",
+    "pattern-compile",
+    "pattern-crash",
+}
 
 
 @dataclass
@@ -62,15 +67,20 @@ async def until(condition: Any, timeout: float) -> bool:
     return True
 
 
-async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *, during: Any = None) -> dict[str, Any]:
+async def run_attacks(
+    router: Router, open_client: Any, attacks: list[Attack], *, during: Any = None
+) -> dict[str, Any]:
     """Subscribe every attack from its own client, publish EVENTS events, and check the
     containment rules common to all attacks. Returns what each attack ended with."""
     victim_lat: list[float] = []
     bystander: list[int] = []
     bystander_lat: list[float] = []
     victim = await open_client(router, client_id="victim")
-    await victim.subscribe("Seq >= 0", lambda e: victim_lat.append(time.perf_counter() - e.values["t"]))
+    await victim.subscribe(
+        "Seq >= 0", lambda e: victim_lat.append(time.perf_counter() - e.values["t"])
+    )
     honest = await open_client(router, client_id="honest")
+
     def honest_got(e: Event) -> None:
         if e.values["Seq"] >= 0:
             bystander.append(e.values["Seq"])
@@ -102,7 +112,9 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
         c = await open_client(router, client_id=f"attacker{i}")
         got[attack.name] = []
         try:
-            subs[attack.name] = await c.subscribe(attack.source, got[attack.name].append, format=attack.fmt, kernel=attack.kernel)
+            subs[attack.name] = await c.subscribe(
+                attack.source, got[attack.name].append, format=attack.fmt, kernel=attack.kernel
+            )
         except PatternError as exc:
             outcomes[attack.name] = ("refused", exc.code, str(exc))
     pub = await open_client(router, client_id="publisher")
@@ -112,14 +124,26 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
     assert await until(lambda: warmed, 60)
     assert await until(lambda: router.engine.workers is None or router.engine.workers.warm, 60)
     async for seq, _ in paced(RATE, EVENTS):
-        pub.publish_nowait({"Seq": seq, "t": time.perf_counter(), "Name": "sensor-1", "Temperature": 20 + seq % 10, "Readings": [1.5, 2.5]})
+        pub.publish_nowait(
+            {
+                "Seq": seq,
+                "t": time.perf_counter(),
+                "Name": "sensor-1",
+                "Temperature": 20 + seq % 10,
+                "Readings": [1.5, 2.5],
+            }
+        )
         if during is not None and seq == EVENTS // 3:
             during()
     await pub.flush(timeout=30)
-    assert await until(lambda: len(victim_lat) >= EVENTS, 30), f"victim got {len(victim_lat)} of {EVENTS}"
+    assert await until(lambda: len(victim_lat) >= EVENTS, 30), (
+        f"victim got {len(victim_lat)} of {EVENTS}"
+    )
     stopping = [a for a in attacks if a.expect == "stopped" and a.name in subs]
     await until(lambda: all(subs[a.name].failure is not None for a in stopping), 30)
-    assert await until(lambda: len(bystander) >= EVENTS, 30), f"bystander got {len(bystander)} of {EVENTS} ({honest_sub.failure}); {router.engine.workers and router.engine.workers.counters}; {outcomes}"
+    assert await until(lambda: len(bystander) >= EVENTS, 30), (
+        f"bystander got {len(bystander)} of {EVENTS} ({honest_sub.failure}); {router.engine.workers and router.engine.workers.counters}; {outcomes}"
+    )
     for attack in attacks:
         if attack.name in subs and subs[attack.name].failure is not None:
             f = subs[attack.name].failure
@@ -157,9 +181,15 @@ async def run_attacks(router: Router, open_client: Any, attacks: list[Attack], *
     # time stretches with the run queue per core: the bound here does too.
     by99 = bystander_lat[int(len(bystander_lat) * 0.99) - 1]
     stretch = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-    print(f"bystander p50 {bystander_lat[len(bystander_lat) // 2] * 1000:.1f} ms, p99 {by99 * 1000:.1f} ms, max {bystander_lat[-1] * 1000:.1f} ms")
-    assert by99 < 0.100 * stretch + machine, f"bystander p99 {by99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms, load x{stretch:.1f})"
-    assert p99 < 0.010 + machine, f"victim p99 {p99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms)"
+    print(
+        f"bystander p50 {bystander_lat[len(bystander_lat) // 2] * 1000:.1f} ms, p99 {by99 * 1000:.1f} ms, max {bystander_lat[-1] * 1000:.1f} ms"
+    )
+    assert by99 < 0.100 * stretch + machine, (
+        f"bystander p99 {by99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms, load x{stretch:.1f})"
+    )
+    assert p99 < 0.010 + machine, (
+        f"victim p99 {p99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms)"
+    )
     assert rss() - baseline < 100 * 1024 * 1024, f"router RSS grew {(rss() - baseline) >> 20} MB"
     # The router still answers.
     last: list[Event] = []
@@ -184,61 +214,201 @@ ESCAPE = [
     Attack("rebind-state", "state = []", "refused"),
     Attack("dunder-values", "event.values.__class__", "refused"),
     Attack("json-submodule", "from json import decoder", "refused"),
-    Attack("private-dynamic", "n = '_ev' + 'ent'\nforward(getattr(event, n))", "stopped", codes=("pattern-forbidden",)),
-    Attack("str-format", "forward(new_event({'r': '{0.__class__}'.format(event)}))", "stopped", codes=("pattern-forbidden",)),
+    Attack(
+        "private-dynamic",
+        "n = '_ev' + 'ent'\nforward(getattr(event, n))",
+        "stopped",
+        codes=("pattern-forbidden",),
+    ),
+    Attack(
+        "str-format",
+        "forward(new_event({'r': '{0.__class__}'.format(event)}))",
+        "stopped",
+        codes=("pattern-forbidden",),
+    ),
     Attack("type-event", "forward(type(event)(None, {'r': 1}, None))", "inert"),
     Attack("type-subscriber", "forward(to=type(subscribers[0])('victim', {}))", "inert"),
-    Attack("type-of-class", "t = type(type(event))\nforward()", "stopped", codes=("pattern-forbidden",)),
-    Attack("module-proxy", "import math\nforward(new_event({'r': str(type(math)('os', {}))}))", "inert"),
-    Attack("xpath-doc", "doc('file:///etc/passwd')", "stopped", kernel="xpath", fmt="expr", codes=("pattern-compile",)),
-    Attack("huge-private-name", "n = '_' + 'a' * 900000\nforward(getattr(event, n))", "stopped", codes=("pattern-forbidden",)),
+    Attack(
+        "type-of-class", "t = type(type(event))\nforward()", "stopped", codes=("pattern-forbidden",)
+    ),
+    Attack(
+        "module-proxy", "import math\nforward(new_event({'r': str(type(math)('os', {}))}))", "inert"
+    ),
+    Attack(
+        "xpath-doc",
+        "doc('file:///etc/passwd')",
+        "stopped",
+        kernel="xpath",
+        fmt="expr",
+        codes=("pattern-compile",),
+    ),
+    Attack(
+        "huge-private-name",
+        "n = '_' + 'a' * 900000\nforward(getattr(event, n))",
+        "stopped",
+        codes=("pattern-forbidden",),
+    ),
 ]
 
 CPU = [
-    Attack("redos-script", "import re\nre.match('(a+)+$', 'a' * 32 + 'b')\nforward()", "stopped", codes=("pattern-timeout",)),
-    Attack("redos-expr", "re.match('(a+)+$', 'a' * 32 + 'b') is None", "stopped", fmt="expr", codes=("pattern-timeout",)),
-    Attack("pow-mod-expr", "pow(3, 2 ** 20000, 7 ** 20000 + 2) > 0", "stopped", fmt="expr", codes=("pattern-timeout",)),
-    Attack("bigint-floordiv", "for i in range(100000):\n    q = (7 ** 20000 + i) // (3 ** 11000)", "stopped", codes=("pattern-timeout",)),
-    Attack("isqrt", "import math\nfor i in range(100000):\n    math.isqrt(7 ** 20000 + i)", "stopped", codes=("pattern-timeout",)),
-    Attack("sorted-5m", "sorted(list(range(1000000)) * 5)", "stopped", codes=("pattern-memory", "pattern-timeout")),
-    Attack("sorted-1m-strings", "x = sorted([str(i) * 20 for i in range(1000000)])", "stopped", codes=("pattern-timeout", "pattern-memory")),
-    Attack("hash-collisions", "L = [i * (2 ** 61 - 1) for i in range(60000)]\ns = set(L)", "stopped", codes=("pattern-timeout",)),
-    Attack("statistics", "import statistics\nstatistics.variance(range(1000000))", "stopped", codes=("pattern-timeout",)),
-    Attack("random-sample", "import random\nrandom.sample(range(1000000), 1000000)", "stopped", codes=("pattern-timeout", "pattern-memory")),
-    Attack("counter-chain", "import collections, itertools\ncollections.Counter(itertools.chain(range(1000000), range(1000000)))", "stopped", codes=("pattern-timeout", "pattern-memory")),
+    Attack(
+        "redos-script",
+        "import re\nre.match('(a+)+$', 'a' * 32 + 'b')\nforward()",
+        "stopped",
+        codes=("pattern-timeout",),
+    ),
+    Attack(
+        "redos-expr",
+        "re.match('(a+)+$', 'a' * 32 + 'b') is None",
+        "stopped",
+        fmt="expr",
+        codes=("pattern-timeout",),
+    ),
+    Attack(
+        "pow-mod-expr",
+        "pow(3, 2 ** 20000, 7 ** 20000 + 2) > 0",
+        "stopped",
+        fmt="expr",
+        codes=("pattern-timeout",),
+    ),
+    Attack(
+        "bigint-floordiv",
+        "for i in range(100000):\n    q = (7 ** 20000 + i) // (3 ** 11000)",
+        "stopped",
+        codes=("pattern-timeout",),
+    ),
+    Attack(
+        "isqrt",
+        "import math\nfor i in range(100000):\n    math.isqrt(7 ** 20000 + i)",
+        "stopped",
+        codes=("pattern-timeout",),
+    ),
+    Attack(
+        "sorted-5m",
+        "sorted(list(range(1000000)) * 5)",
+        "stopped",
+        codes=("pattern-memory", "pattern-timeout"),
+    ),
+    Attack(
+        "sorted-1m-strings",
+        "x = sorted([str(i) * 20 for i in range(1000000)])",
+        "stopped",
+        codes=("pattern-timeout", "pattern-memory"),
+    ),
+    Attack(
+        "hash-collisions",
+        "L = [i * (2 ** 61 - 1) for i in range(60000)]\ns = set(L)",
+        "stopped",
+        codes=("pattern-timeout",),
+    ),
+    Attack(
+        "statistics",
+        "import statistics\nstatistics.variance(range(1000000))",
+        "stopped",
+        codes=("pattern-timeout",),
+    ),
+    Attack(
+        "random-sample",
+        "import random\nrandom.sample(range(1000000), 1000000)",
+        "stopped",
+        codes=("pattern-timeout", "pattern-memory"),
+    ),
+    Attack(
+        "counter-chain",
+        "import collections, itertools\ncollections.Counter(itertools.chain(range(1000000), range(1000000)))",
+        "stopped",
+        codes=("pattern-timeout", "pattern-memory"),
+    ),
     Attack("while-true", "while True:\n    pass", "stopped", codes=("pattern-timeout",)),
-    Attack("recursion", "def f(n):\n    return f(n + 1)\nf(0)", "stopped", codes=("pattern-memory",)),
-    Attack("xpath-loop", "count(for $i in 1 to 100000, $j in 1 to 100000 return $i) > 0", "stopped", kernel="xpath", fmt="expr", codes=("pattern-timeout",)),
+    Attack(
+        "recursion", "def f(n):\n    return f(n + 1)\nf(0)", "stopped", codes=("pattern-memory",)
+    ),
+    Attack(
+        "xpath-loop",
+        "count(for $i in 1 to 100000, $j in 1 to 100000 return $i) > 0",
+        "stopped",
+        kernel="xpath",
+        fmt="expr",
+        codes=("pattern-timeout",),
+    ),
     Attack("printf-redos", "x = ('%(' * 200000) % {}", "inert"),
 ]
 
 MEMORY = [
-    Attack("chain-list", "import itertools\nx = list(itertools.chain(*([range(1000000)] * 60)))", "stopped", codes=("pattern-memory", "pattern-timeout")),
-    Attack("tee", "import itertools, collections\na, b = itertools.tee(itertools.chain(*([range(1000000)] * 60)))\ncollections.deque(a, maxlen=0)", "stopped", codes=("pattern-memory", "pattern-timeout")),
-    Attack("growing-state", "state.setdefault('x', []).append('y' * 200000)\nforward()", "stopped", codes=("pattern-memory",)),
-    Attack("deep-state", "s = state\nfor i in range(200):\n    s['a'] = {}\n    s = s['a']", "stopped", codes=("pattern-memory",)),
+    Attack(
+        "chain-list",
+        "import itertools\nx = list(itertools.chain(*([range(1000000)] * 60)))",
+        "stopped",
+        codes=("pattern-memory", "pattern-timeout"),
+    ),
+    Attack(
+        "tee",
+        "import itertools, collections\na, b = itertools.tee(itertools.chain(*([range(1000000)] * 60)))\ncollections.deque(a, maxlen=0)",
+        "stopped",
+        codes=("pattern-memory", "pattern-timeout"),
+    ),
+    Attack(
+        "growing-state",
+        "state.setdefault('x', []).append('y' * 200000)\nforward()",
+        "stopped",
+        codes=("pattern-memory",),
+    ),
+    Attack(
+        "deep-state",
+        "s = state\nfor i in range(200):\n    s['a'] = {}\n    s = s['a']",
+        "stopped",
+        codes=("pattern-memory",),
+    ),
     Attack("big-repeat", "x = 'x' * 10 ** 8", "stopped", codes=("pattern-memory",)),
     Attack("big-bytes", "x = bytes(10 ** 9)", "stopped", codes=("pattern-memory",)),
     Attack("list-repeat", "x = [0] * 10 ** 7", "stopped", codes=("pattern-memory",)),
     Attack("format-width", "x = f'{Seq:>{10 ** 9}}'", "stopped", codes=("pattern-memory",)),
-    Attack("nested-repeat", "x = [[0] * 1000000] * 1000\ny = str(x)", "stopped", codes=("pattern-memory",)),
+    Attack(
+        "nested-repeat",
+        "x = [[0] * 1000000] * 1000\ny = str(x)",
+        "stopped",
+        codes=("pattern-memory",),
+    ),
 ]
 
 FLOOD = [
-    Attack("distinct-forwards", "for i in range(9998):\n    forward(event.with_values(r=i))", "stopped", codes=("pattern-memory", "pattern-timeout")),
+    Attack(
+        "distinct-forwards",
+        "for i in range(9998):\n    forward(event.with_values(r=i))",
+        "stopped",
+        codes=("pattern-memory", "pattern-timeout"),
+    ),
     Attack("same-forwards", "for i in range(9998):\n    forward()", "contained"),
     Attack("big-derived", "forward(event.with_values(r='x' * 900000))", "contained"),
-    Attack("many-big-derived", "for i in range(10):\n    forward(event.with_values(r='x' * 900000 + str(i)))", "stopped", codes=("pattern-memory",)),
+    Attack(
+        "many-big-derived",
+        "for i in range(10):\n    forward(event.with_values(r='x' * 900000 + str(i)))",
+        "stopped",
+        codes=("pattern-memory",),
+    ),
     Attack("source-64k", "x = 0\n" + "x = x + 1\n" * 6500 + "forward()", "contained"),
-    Attack("deep-derived", "v = []\nfor i in range(200):\n    v = [v]\nforward(new_event({'r': v}))", "inert"),
+    Attack(
+        "deep-derived",
+        "v = []\nfor i in range(200):\n    v = [v]\nforward(new_event({'r': v}))",
+        "inert",
+    ),
 ]
 
 CRASH = [
     Attack("json-deep", "import json\njson.loads('[' * 100000 + ']' * 100000)", "inert"),
-    Attack("repr-deep", "x = []\nfor i in range(100000):\n    x = [x]\nforward(new_event({'r': repr(x)}))", "contained"),
+    Attack(
+        "repr-deep",
+        "x = []\nfor i in range(100000):\n    x = [x]\nforward(new_event({'r': repr(x)}))",
+        "contained",
+    ),
     Attack("int-digits", "forward(new_event({'r': int('9' * 5000)}))", "inert"),
     Attack("system-exit", "raise SystemExit(1)", "inert"),
-    Attack("memory-error-loop", "x = []\nwhile True:\n    x.append(' ' * 100000)", "stopped", codes=("pattern-memory", "pattern-timeout")),
+    Attack(
+        "memory-error-loop",
+        "x = []\nwhile True:\n    x.append(' ' * 100000)",
+        "stopped",
+        codes=("pattern-memory", "pattern-timeout"),
+    ),
 ]
 
 
@@ -277,7 +447,10 @@ async def test_sixty_just_under_budget_patterns_from_one_client(router, open_cli
     # One worker, so the bystander shares it with the sixty (with two, affinity keeps them
     # apart and the sixty only slow down their own worker).
     router.engine.workers.config = WorkerConfig(workers=1)
-    subs += [await c.subscribe(f"n = {i}\nfor i in range(25000):\n    n = n + 1", format="script") for i in range(59)]
+    subs += [
+        await c.subscribe(f"n = {i}\nfor i in range(25000):\n    n = n + 1", format="script")
+        for i in range(59)
+    ]
     await run_attacks(router, open_client, [])
     stopped = [s for s in subs if s.failure is not None]
     assert len(stopped) >= 50
@@ -292,7 +465,11 @@ async def test_random_seed_in_one_pattern_fixes_nobody_elses_numbers(router, ope
     got: list[float] = []
     router.engine.workers  # noqa: B018  (both land on workers; force one worker to share it)
     await a.subscribe("import random\nrandom.seed(4242)", format="script")
-    router.subscribe("import random\nforward(event.with_values(r=random.random()))", lambda e: got.append(e.values["r"]), format="script")
+    router.subscribe(
+        "import random\nforward(event.with_values(r=random.random()))",
+        lambda e: got.append(e.values["r"]),
+        format="script",
+    )
     pub = await open_client(router, client_id="p")
     for i in range(20):
         pub.publish_nowait({"i": i})

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Hashable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +19,7 @@ import aa.router.patterns.engine as engine_module
 from aa.mesh import Event, PatternSpec
 from aa.router.patterns import HostFacts, PatternEngine
 
-NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 NAMES = ["A", "B", "S", "T", "p"]  # "p" is also a param name: shadowing
 PARAMS = ["p", "q", "A"]
 
@@ -31,8 +32,11 @@ def make_engine() -> PatternEngine:
 @contextmanager
 def python_kernel_only() -> Iterator[None]:
     """Patterns compiled meanwhile all go to the python kernel (today's path)."""
-    with mock.patch.object(engine_module, "parse_predicate", return_value=None), mock.patch.object(engine_module, "parse_conjunction", return_value=None), \
-        mock.patch.object(engine_module, "plan_spaced", return_value=None):
+    with (
+        mock.patch.object(engine_module, "parse_predicate", return_value=None),
+        mock.patch.object(engine_module, "parse_conjunction", return_value=None),
+        mock.patch.object(engine_module, "plan_spaced", return_value=None),
+    ):
         yield
 
 
@@ -74,12 +78,20 @@ def atoms(draw: Any) -> str:
     if kind == 9:
         return f"{draw(st.sampled_from(['A', 'S', 'zz']))!r} {draw(st.sampled_from(['in', 'not in']))} {draw(st.sampled_from(['event', 'meta', 'params']))}"
     if kind == 10:
-        return f"{draw(st.sampled_from(['len', 'A']))}({f}) {op} {c}" if draw(st.booleans()) else f"{f}.{draw(st.sampled_from(['lower', 'upper']))}() == {c}"
+        return (
+            f"{draw(st.sampled_from(['len', 'A']))}({f}) {op} {c}"
+            if draw(st.booleans())
+            else f"{f}.{draw(st.sampled_from(['lower', 'upper']))}() == {c}"
+        )
     if kind == 11:
         return f"{f} {draw(st.sampled_from(['+', '-', '*', '/', '//', '%', '**']))} {c} {op} {draw(consts)}"
     if kind == 12:
         return f"{c} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {draw(consts)}"
-    return f"{f} is {draw(st.sampled_from(['None', 'not None', 'True']))}" if draw(st.booleans()) else f
+    return (
+        f"{f} is {draw(st.sampled_from(['None', 'not None', 'True']))}"
+        if draw(st.booleans())
+        else f
+    )
 
 
 @st.composite
@@ -104,10 +116,17 @@ def conjunctions(draw: Any) -> str:
     for _ in range(draw(st.integers(1, 3))):
         f = draw(st.sampled_from(["A", "B", "type", 'meta["m"]']))
         rhs = draw(st.one_of(pool.map(repr), st.sampled_from(["p", "q", 'params["p"]'])))
-        op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "startswith", "is", "between"]))
+        op = draw(
+            st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "startswith", "is", "between"])
+        )
         if op == "between":
-            lo, hi = draw(st.sampled_from([-1, 0, 1, 1.5, 2])), draw(st.sampled_from([0, 1, 2, 2.5, 1e300]))
-            parts.append(f"{lo} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {hi}")
+            lo, hi = (
+                draw(st.sampled_from([-1, 0, 1, 1.5, 2])),
+                draw(st.sampled_from([0, 1, 2, 2.5, 1e300])),
+            )
+            parts.append(
+                f"{lo} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {hi}"
+            )
         elif op == "in":
             parts.append(f"{f} in ({rhs}, {draw(pool)!r})")
         elif op == "startswith":
@@ -131,7 +150,11 @@ def events(draw: Any) -> Event:
         vals = draw(st.dictionaries(st.sampled_from(["A", "B", "p"]), pool, max_size=3))
         meta = draw(st.dictionaries(st.just("m"), pool, max_size=1))
         return Event(values=vals, type=draw(st.sampled_from([None, "a", "ab"])), meta=meta)
-    vals = draw(st.dictionaries(st.sampled_from(NAMES + ["type", "meta", "params", "event", "len"]), values, max_size=4))
+    vals = draw(
+        st.dictionaries(
+            st.sampled_from(NAMES + ["type", "meta", "params", "event", "len"]), values, max_size=4
+        )
+    )
     meta = draw(st.dictionaries(st.sampled_from(["m", "n"]), scalars, max_size=2))
     return Event(values=vals, type=draw(st.sampled_from([None, "reading", "a"])), meta=meta)
 
@@ -182,7 +205,9 @@ def test_index_delivers_what_evaluating_every_pattern_delivers(ops: list[tuple[A
 
 @settings(max_examples=300, deadline=None)
 @given(expressions(), param_sets, st.lists(events(), min_size=1, max_size=5))
-def test_predicate_tier_answers_like_the_python_kernel(source: str, params: dict[str, Any], evs: list[Event]) -> None:
+def test_predicate_tier_answers_like_the_python_kernel(
+    source: str, params: dict[str, Any], evs: list[Event]
+) -> None:
     engine = make_engine()
     with python_kernel_only():
         reference = make_engine().matcher(PatternSpec(source=source), params)
@@ -198,8 +223,13 @@ def pool_events(draw: Any) -> Event:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(conjunctions(), pool_params), min_size=1, max_size=6), st.lists(pool_events(), min_size=1, max_size=8))
-def test_index_on_conjunctions_of_constants_and_params(subs: list[tuple[str, dict[str, Any]]], evs: list[Event]) -> None:
+@given(
+    st.lists(st.tuples(conjunctions(), pool_params), min_size=1, max_size=6),
+    st.lists(pool_events(), min_size=1, max_size=8),
+)
+def test_index_on_conjunctions_of_constants_and_params(
+    subs: list[tuple[str, dict[str, Any]]], evs: list[Event]
+) -> None:
     indexed = make_engine()
     naive = []
     for i, (source, params) in enumerate(subs):
@@ -209,18 +239,73 @@ def test_index_on_conjunctions_of_constants_and_params(subs: list[tuple[str, dic
         assert keys(indexed.match(e)) == [i for i, m in naive if m(e)], (subs, e)
 
 
-BOUNDARY_VALUES = [-1, 0, 0.5, 1, 1.0, True, 1.5, 2, 3, math.inf, math.nan, "1", "a", "b", None, [1]]
-BOUNDARY_VALUES += [-0.5, 0.25, 0.3, 1e-30, 2e-30, 3e-30, -1e15, 1e15, 2**52 - 1, 2**52, 2**52 + 1, 3.0]
+BOUNDARY_VALUES = [
+    -1,
+    0,
+    0.5,
+    1,
+    1.0,
+    True,
+    1.5,
+    2,
+    3,
+    math.inf,
+    math.nan,
+    "1",
+    "a",
+    "b",
+    None,
+    [1],
+]
+BOUNDARY_VALUES += [
+    -0.5,
+    0.25,
+    0.3,
+    1e-30,
+    2e-30,
+    3e-30,
+    -1e15,
+    1e15,
+    2**52 - 1,
+    2**52,
+    2**52 + 1,
+    3.0,
+]
 
 
 def test_range_and_interval_boundaries_exhaustively() -> None:
     """Every bound form, strict or not, against values at, between and beyond the bounds."""
     indexed = make_engine()
-    sources = [f"A {op} {c}" for op in ("<", "<=", ">", ">=", "==", "!=") for c in ("0", "1", "2", "'a'", "1.5")]
-    sources += [f"{lo} {a} A {b} {hi}" for lo in (0, 1) for hi in (1, 2) for a in ("<", "<=") for b in ("<", "<=")]
-    pairs = [(-0.5, 0.25), (0.25, 0.5), (1e-30, 3e-30), (-1e15, 1e15), (2**52 - 2, 2**52 + 2), (3, 3)]
-    sources += [f"{lo} {a} A {b} {hi}" for lo, hi in pairs for a in ("<", "<=") for b in ("<", "<=")]
-    sources += ["A.startswith('a')", "A.endswith('')", "A in (0, 'a', 1.5)", "A is None", "'A' in event"]
+    sources = [
+        f"A {op} {c}"
+        for op in ("<", "<=", ">", ">=", "==", "!=")
+        for c in ("0", "1", "2", "'a'", "1.5")
+    ]
+    sources += [
+        f"{lo} {a} A {b} {hi}"
+        for lo in (0, 1)
+        for hi in (1, 2)
+        for a in ("<", "<=")
+        for b in ("<", "<=")
+    ]
+    pairs = [
+        (-0.5, 0.25),
+        (0.25, 0.5),
+        (1e-30, 3e-30),
+        (-1e15, 1e15),
+        (2**52 - 2, 2**52 + 2),
+        (3, 3),
+    ]
+    sources += [
+        f"{lo} {a} A {b} {hi}" for lo, hi in pairs for a in ("<", "<=") for b in ("<", "<=")
+    ]
+    sources += [
+        "A.startswith('a')",
+        "A.endswith('')",
+        "A in (0, 'a', 1.5)",
+        "A is None",
+        "'A' in event",
+    ]
     naive = []
     for i, source in enumerate(sources):
         indexed.subscribe(i, PatternSpec(source=source))
@@ -236,17 +321,33 @@ def test_a_parametric_update_outside_the_access_moves_nothing_and_loses_nothing(
     limit in force: between the old and the new limit, delivered once, then not."""
     engine = make_engine()
     for i in range(50):
-        engine.subscribe(i, PatternSpec(source="Symbol == sym and Price < limit"), {"sym": f"S{i % 5}", "limit": 10.0 + i / 100})
-    placed = engine._subs[7].bucket.placed  # noqa: SLF001 (the index's own record)
+        engine.subscribe(
+            i,
+            PatternSpec(source="Symbol == sym and Price < limit"),
+            {"sym": f"S{i % 5}", "limit": 10.0 + i / 100},
+        )
+    placed = engine._subs[7].bucket.placed
     for limit in (30.0, 15.0, 40.0, 5.0):
         engine.update(7, {"limit": limit})
-        assert engine._subs[7].bucket.placed is placed  # noqa: SLF001 (not placed again)
+        assert engine._subs[7].bucket.placed is placed
         for price in (4.0, 12.0, 20.0, 35.0):
             got = keys(engine.match(Event(values={"Symbol": "S2", "Price": price})))
             want = [i for i in range(2, 50, 5) if price < (limit if i == 7 else 10.0 + i / 100)]
             assert got == want, (limit, price)
     engine.update(7, {"sym": "S3"})  # the access's own param: placed again
-    assert keys(engine.match(Event(values={"Symbol": "S3", "Price": 1.0}))) == [3, 7, 8, 13, 18, 23, 28, 33, 38, 43, 48]
+    assert keys(engine.match(Event(values={"Symbol": "S3", "Price": 1.0}))) == [
+        3,
+        7,
+        8,
+        13,
+        18,
+        23,
+        28,
+        33,
+        38,
+        43,
+        48,
+    ]
 
 
 def test_traders_sharing_buckets_follow_every_update_as_evaluating_every_pattern_does() -> None:
@@ -259,19 +360,44 @@ def test_traders_sharing_buckets_follow_every_update_as_evaluating_every_pattern
 
     rng = random.Random(5)
     indexed, reference = make_engine(), make_engine()
-    patterns = ["Symbol == sym and Price < limit", "Symbol == sym and Price > limit", "Symbol == sym and Price == limit", "Price < limit and Symbol == sym and Size >= lot"]
+    patterns = [
+        "Symbol == sym and Price < limit",
+        "Symbol == sym and Price > limit",
+        "Symbol == sym and Price == limit",
+        "Price < limit and Symbol == sym and Size >= lot",
+    ]
     limits = [1.0, 2.0, 3.0, 2]
     for i in range(40):
         params = {"sym": rng.choice("XYZ"), "limit": rng.choice(limits), "lot": rng.choice([1, 5])}
         indexed.subscribe(i, PatternSpec(source=patterns[i % 4]), params)
         with python_kernel_only():
             reference.subscribe(i, PatternSpec(source=patterns[i % 4]), params)
-    assert reference.tier(PatternSpec(source=patterns[0])) != "predicate" == indexed.tier(PatternSpec(source=patterns[0]))
+    assert (
+        reference.tier(PatternSpec(source=patterns[0]))
+        != "predicate"
+        == indexed.tier(PatternSpec(source=patterns[0]))
+    )
     for _ in range(400):
-        k, change = rng.randrange(40), rng.choice([{"limit": rng.choice(limits)}, {"limit": rng.choice(limits)}, {"lot": rng.choice([1, 5])}, {"sym": rng.choice("XYZ")}])
+        k, change = (
+            rng.randrange(40),
+            rng.choice(
+                [
+                    {"limit": rng.choice(limits)},
+                    {"limit": rng.choice(limits)},
+                    {"lot": rng.choice([1, 5])},
+                    {"sym": rng.choice("XYZ")},
+                ]
+            ),
+        )
         for engine in (indexed, reference):
             engine.update(k, change)
-        quote = Event(values={"Symbol": rng.choice("XYZ"), "Price": rng.choice([0.5, 1, 1.5, 2.0, 2.5, 3.0, 4.0]), "Size": rng.choice([1, 3, 7])})
+        quote = Event(
+            values={
+                "Symbol": rng.choice("XYZ"),
+                "Price": rng.choice([0.5, 1, 1.5, 2.0, 2.5, 3.0, 4.0]),
+                "Size": rng.choice([1, 3, 7]),
+            }
+        )
         assert keys(indexed.match(quote)) == keys(reference.match(quote)), (k, change, quote.values)
 
 
@@ -295,7 +421,9 @@ def test_postings_grow_and_shrink_through_every_form() -> None:
     random.Random(3).shuffle(order)
     for k in order:
         for b in (0, 20, 39, 41):
-            assert keys(engine.match(Event(values={"A": 1, "B": b}))) == sorted(j for j in live if b > j)
+            assert keys(engine.match(Event(values={"A": 1, "B": b}))) == sorted(
+                j for j in live if b > j
+            )
         engine.unsubscribe(k)
         live.discard(k)
     assert engine.match(Event(values={"A": 1, "B": 99})) == []
@@ -316,7 +444,9 @@ def test_a_narrow_subscription_costs_the_engine_under_1060_bytes() -> None:
         parts = []
         for a in rng.sample(range(20), rng.randint(1, 5)):
             c = rng.randrange(10_000)
-            parts.append(f"a{a} == {c}" if rng.random() < 0.6 else f"{c} <= a{a} <= {c + rng.randint(1, 10)}")
+            parts.append(
+                f"a{a} == {c}" if rng.random() < 0.6 else f"{c} <= a{a} <= {c + rng.randint(1, 10)}"
+            )
         return " and ".join(parts)
 
     specs = [PatternSpec(source=source()) for _ in range(11_000)]
@@ -347,10 +477,22 @@ def test_a_parametric_subscription_costs_the_engine_under_900_bytes() -> None:
     import tracemalloc
 
     rng = random.Random(12)
-    sources = ["Symbol == sym and Price > limit", "Symbol == sym and Price < limit", "Symbol == sym and Price == limit"]
-    subs = [(PatternSpec(source=sources[i % 3]), {"sym": f"S{rng.randrange(200)}", "limit": round(rng.uniform(50, 150), 1)}) for i in range(21_000)]
+    sources = [
+        "Symbol == sym and Price > limit",
+        "Symbol == sym and Price < limit",
+        "Symbol == sym and Price == limit",
+    ]
+    subs = [
+        (
+            PatternSpec(source=sources[i % 3]),
+            {"sym": f"S{rng.randrange(200)}", "limit": round(rng.uniform(50, 150), 1)},
+        )
+        for i in range(21_000)
+    ]
     engine = make_engine()
-    for i, (spec, params) in enumerate(subs[:1_000]):  # the instances and symbols exist from here on
+    for i, (spec, params) in enumerate(
+        subs[:1_000]
+    ):  # the instances and symbols exist from here on
         engine.subscribe(("warm", i), spec, params)
     gc.collect()
     tracemalloc.start()
@@ -373,10 +515,18 @@ def test_an_event_carrying_the_traders_param_names_is_matched_as_any_other() -> 
     trader whose `Price < limit` the value satisfied. A param is the subscriber's now: the
     event is matched through the index, as one without those values."""
     rng = random.Random(5)
-    sources = ["Symbol == sym and Price > limit", "Symbol == sym and Price < limit", "Symbol == sym and Price == limit"]
+    sources = [
+        "Symbol == sym and Price > limit",
+        "Symbol == sym and Price < limit",
+        "Symbol == sym and Price == limit",
+    ]
     engine = make_engine()
     for i in range(3_000):
-        engine.subscribe(i, PatternSpec(source=sources[i % 3]), {"sym": f"S{rng.randrange(20)}", "limit": float(rng.randrange(50, 150))})
+        engine.subscribe(
+            i,
+            PatternSpec(source=sources[i % 3]),
+            {"sym": f"S{rng.randrange(20)}", "limit": float(rng.randrange(50, 150))},
+        )
     whole = 0
 
     def counting(bucket: Any, event: Event) -> Any:
@@ -384,11 +534,13 @@ def test_an_event_carrying_the_traders_param_names_is_matched_as_any_other() -> 
         whole += 1
         return run(bucket, event)
 
-    buckets = [b for instance in engine._instances.values() for b in instance.buckets.values()]  # noqa: SLF001
+    buckets = [b for instance in engine._instances.values() for b in instance.buckets.values()]
     run = buckets[0].run
     for b in buckets:
         b.run = counting
     plain = keys(engine.match(Event(values={"Symbol": "S3", "Price": 100.0})))
-    hostile = keys(engine.match(Event(values={"Symbol": "S3", "Price": 100.0, "sym": "S3", "limit": 1e9})))
+    hostile = keys(
+        engine.match(Event(values={"Symbol": "S3", "Price": 100.0, "sym": "S3", "limit": 1e9}))
+    )
     assert hostile == plain and len(plain) > 10
     assert whole == 0

@@ -11,14 +11,13 @@ from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import cpu_seconds, wait_for
+from test_patterns_index import conjunctions, events, expressions, make_engine, python_kernel_only
 
 from aa.mesh import Event, PatternSpec
 from aa.router import Router, RouterConfig
 from aa.router.caches import CacheIndex
 from aa.router.patterns import PREDICATE_TIER, PatternSet
-
-from support import cpu_seconds, wait_for
-from test_patterns_index import conjunctions, events, expressions, make_engine, python_kernel_only
 
 cache_ops = st.lists(
     st.one_of(
@@ -33,7 +32,9 @@ cache_ops = st.lists(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cache_ops)
-def test_client_cache_index_answers_like_evaluating_every_pattern(ops: list[tuple[Any, ...]]) -> None:
+def test_client_cache_index_answers_like_evaluating_every_pattern(
+    ops: list[tuple[Any, ...]],
+) -> None:
     engine = make_engine()
     index = CacheIndex()
     with python_kernel_only():
@@ -52,7 +53,9 @@ def test_client_cache_index_answers_like_evaluating_every_pattern(ops: list[tupl
             index.remove(op[1])
             naive.pop(op[1], None)
         else:
-            assert sorted(index.match(op[1])) == sorted(k for k, m in naive.items() if m(op[1])), ops
+            assert sorted(index.match(op[1])) == sorted(k for k, m in naive.items() if m(op[1])), (
+                ops
+            )
 
 
 def test_client_cache_patterns_of_the_predicate_tier_are_indexed() -> None:
@@ -61,10 +64,16 @@ def test_client_cache_patterns_of_the_predicate_tier_are_indexed() -> None:
     engine = make_engine()
     index = CacheIndex()
     for i in range(10_000):
-        source = [f'Device == "phone-{i}"', f"{i} <= Temperature < {i + 1} and Room == 'A'", f"Name.startswith('n{i}-')"][i % 3]
+        source = [
+            f'Device == "phone-{i}"',
+            f"{i} <= Temperature < {i + 1} and Room == 'A'",
+            f"Name.startswith('n{i}-')",
+        ][i % 3]
         index.add(i, PatternSpec(source=source), engine.matcher(PatternSpec(source=source)))
-    with mock.patch.object(PatternSet, "match", wraps=index._set.match) as indexed:  # noqa: SLF001
-        got = index.match(Event(values={"Device": "phone-3", "Temperature": 4.5, "Room": "A", "Name": "n5-x"}))
+    with mock.patch.object(PatternSet, "match", wraps=index._set.match) as indexed:
+        got = index.match(
+            Event(values={"Device": "phone-3", "Temperature": 4.5, "Room": "A", "Name": "n5-x"})
+        )
     assert indexed.call_count == 1 and sorted(got) == [3, 4, 5]
     for i in range(10_000):
         index.remove(i)
@@ -78,21 +87,38 @@ async def test_history_replay_matches_through_the_predicate_tier(tmp_path: Path)
     router = Router(RouterConfig(port=0, data_dir=tmp_path / "r"))
     await router.start()
     try:
-        stored = [{"A": rng.randrange(6), "B": rng.choice(["a", "ab", "b"]), "n": i} for i in range(300)]
+        stored = [
+            {"A": rng.randrange(6), "B": rng.choice(["a", "ab", "b"]), "n": i} for i in range(300)
+        ]
         for values in stored:
             router.publish(values, meta={"persist": True})
         await router.storage.flush()
-        sources = ["A == 3", "A >= 4 and B == 'ab'", "1 < A <= 2", "B.startswith('a') and A != 0", "A in (1, 5) or B == 'b'"]
+        sources = [
+            "A == 3",
+            "A >= 4 and B == 'ab'",
+            "1 < A <= 2",
+            "B.startswith('a') and A != 0",
+            "A in (1, 5) or B == 'b'",
+        ]
         with python_kernel_only():
             reference = make_engine()
-            naive = {s: [v["n"] for v in stored if reference.matcher(PatternSpec(source=s))(Event(values=v))] for s in sources}
+            naive = {
+                s: [
+                    v["n"]
+                    for v in stored
+                    if reference.matcher(PatternSpec(source=s))(Event(values=v))
+                ]
+                for s in sources
+            }
         got: dict[str, list[int]] = {s: [] for s in sources}
         from aa.router.patterns.python_kernel import ExprProgram
 
         with mock.patch.object(ExprProgram, "run", side_effect=AssertionError("pattern code run")):
             for s in sources:
                 assert router.engine.tier(PatternSpec(source=s)) == PREDICATE_TIER
-                router.subscribe(s, lambda e, s=s: got[s].append(e.values["n"]), history={"since": None})
+                router.subscribe(
+                    s, lambda e, s=s: got[s].append(e.values["n"]), history={"since": None}
+                )
             await wait_for(lambda: all(len(got[s]) == len(naive[s]) for s in sources), timeout=30)
         assert got == naive
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 
 from aa.mesh import Event
 
@@ -51,12 +52,17 @@ def test_an_update_of_the_param_a_trader_is_filed_under_moves_only_its_entry() -
     """`Symbol == sym and Price == limit` is filed under its limit when that is the rarer
     key: an update of the limit re-files the same entry under the new value (issue 12: an
     update at least 100,000 a second), and the trader then hears the new limit only."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from aa.mesh import PatternSpec
     from aa.router.patterns import HostFacts, PatternEngine
 
-    host = HostFacts(router_id="r", router_name="r", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    host = HostFacts(
+        router_id="r",
+        router_name="r",
+        clock=lambda: datetime.now(UTC),
+        peer_count=lambda: 0,
+    )
     engine = PatternEngine(host=host, on_failure=lambda *a: None)
     source = PatternSpec(source="Symbol == sym and Price == limit")
     for i in range(50):  # many traders of one symbol: the limit is the rarer key
@@ -64,11 +70,16 @@ def test_an_update_of_the_param_a_trader_is_filed_under_moves_only_its_entry() -
     entry = engine.bucket_of(7).placed[2]
     assert entry.keys == (7.0,)
     engine.update(7, {"limit": 99.5})
-    assert engine.bucket_of(7).placed[2] is entry and entry.keys == (99.5,)  # moved, not planned again
+    assert engine.bucket_of(7).placed[2] is entry and entry.keys == (
+        99.5,
+    )  # moved, not planned again
     assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 99.5}))] == [7]
     assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 7.0}))] == []
     assert [k for k, _ in engine.match(Event(values={"Symbol": "S2", "Price": 99.5}))] == []
     engine.update(7, {"limit": float("nan")})  # NaN equals nothing: planned again, matches nothing
     assert [k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": float("nan")}))] == []
     engine.update(7, {"limit": 3})  # an int where a float was: planned again (1 == 1.0)
-    assert sorted(k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 3.0}))) == [3, 7]
+    assert sorted(k for k, _ in engine.match(Event(values={"Symbol": "S1", "Price": 3.0}))) == [
+        3,
+        7,
+    ]

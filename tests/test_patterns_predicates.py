@@ -4,18 +4,19 @@ what stays in the sandbox, and the helpers around it (warnings, pattern sets, qu
 from __future__ import annotations
 
 import random
-from datetime import datetime, timezone
-from typing import Any, Hashable
+from collections.abc import Hashable
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import cpu_seconds
 
 from aa.mesh import Event, PatternSpec
 from aa.router.patterns import PREDICATE_TIER, SANDBOX_TIER, HostFacts, PatternEngine, PatternSet
-from support import cpu_seconds
 
-NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -26,7 +27,9 @@ def failures() -> list[tuple[list[Hashable], str, str]]:
 @pytest.fixture
 def engine(failures: list[Any]) -> PatternEngine:
     host = HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0)
-    return PatternEngine(host=host, on_failure=lambda keys, code, message: failures.append((keys, code, message)))
+    return PatternEngine(
+        host=host, on_failure=lambda keys, code, message: failures.append((keys, code, message))
+    )
 
 
 def expr(source: str) -> PatternSpec:
@@ -82,7 +85,10 @@ def test_inside_the_grammar(engine: PatternEngine, source: str) -> None:
 )
 def test_outside_the_grammar_stays_in_the_sandbox(engine: PatternEngine, source: str) -> None:
     assert engine.tier(expr(source)) == SANDBOX_TIER
-    assert engine.tier(PatternSpec(kernel="python", format="script", source="forward()")) == SANDBOX_TIER
+    assert (
+        engine.tier(PatternSpec(kernel="python", format="script", source="forward()"))
+        == SANDBOX_TIER
+    )
 
 
 def test_the_kernels_semantics(engine: PatternEngine) -> None:
@@ -95,10 +101,18 @@ def test_the_kernels_semantics(engine: PatternEngine) -> None:
     engine.subscribe("len", expr("len > 3"))
     assert keys(engine.match(Event(values={"Humidity": 95}))) == []  # NameError on the left
     assert keys(engine.match(Event(values={"Temperature": "hot", "Humidity": 95}))) == []
-    assert keys(engine.match(Event(values={"Temperature": 50, "Humidity": 95}))) == ["or", "not", "param"]
+    assert keys(engine.match(Event(values={"Temperature": 50, "Humidity": 95}))) == [
+        "or",
+        "not",
+        "param",
+    ]
     # A param is the subscriber's: an event value of its name does not change it (as in the
     # kernel); a builtin's name is the event's value when it has one.
-    assert keys(engine.match(Event(values={"Temperature": 50, "limit": 1, "len": 4}))) == ["not", "param", "len"]
+    assert keys(engine.match(Event(values={"Temperature": 50, "limit": 1, "len": 4}))) == [
+        "not",
+        "param",
+        "len",
+    ]
 
 
 def test_subscription_order_across_tiers_and_groups(engine: PatternEngine) -> None:
@@ -119,7 +133,9 @@ def test_parametric_update_moves_the_subscription(engine: PatternEngine) -> None
     engine.update("t", {"limit": 30.0})
     assert keys(engine.match(quote)) == ["t"]
     engine.update("t", {"sym": "ACME"})
-    assert engine.match(quote) == [] and keys(engine.match(Event(values={"Symbol": "ACME", "Price": 1}))) == ["t"]
+    assert engine.match(quote) == [] and keys(
+        engine.match(Event(values={"Symbol": "ACME", "Price": 1}))
+    ) == ["t"]
 
 
 def test_a_disjunction_that_would_explode_is_scanned_not_refused(engine: PatternEngine) -> None:
@@ -144,7 +160,9 @@ def test_huge_integers_are_no_match_not_a_stall(engine: PatternEngine, failures:
     assert spent() < 1.0 and failures == []
 
 
-def test_oversized_repetition_stops_the_pattern_as_in_the_kernel(engine: PatternEngine, failures: list[Any]) -> None:
+def test_oversized_repetition_stops_the_pattern_as_in_the_kernel(
+    engine: PatternEngine, failures: list[Any]
+) -> None:
     engine.subscribe("big", expr("S * N == ''"))
     engine.subscribe("fine", expr("S == 'ab'"))
     assert keys(engine.match(Event(values={"S": "ab", "N": 10**9}))) == ["fine"]
@@ -154,25 +172,60 @@ def test_oversized_repetition_stops_the_pattern_as_in_the_kernel(engine: Pattern
 
 def test_warnings_for_patterns_that_cannot_match(engine: PatternEngine) -> None:
     seen = {"Temperature", "Sensor", "Room"}
-    assert engine.pattern_warnings(expr("Temprature > 100"), seen) == ["no event has had `Temprature`; did you mean `Temperature`?"]
-    assert engine.pattern_warnings(expr("Sensor == lab-1"), seen) == ["`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"]
-    assert engine.pattern_warnings(expr("Room == A"), seen) == ["`A` is read as an expression, not as text; did you mean Room == 'A'?"]
-    assert engine.pattern_warnings(expr("Sensor == lab-1"), set()) == ["`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"]
+    assert engine.pattern_warnings(expr("Temprature > 100"), seen) == [
+        "no event has had `Temprature`; did you mean `Temperature`?"
+    ]
+    assert engine.pattern_warnings(expr("Sensor == lab-1"), seen) == [
+        "`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"
+    ]
+    assert engine.pattern_warnings(expr("Room == A"), seen) == [
+        "`A` is read as an expression, not as text; did you mean Room == 'A'?"
+    ]
+    assert engine.pattern_warnings(expr("Sensor == lab-1"), set()) == [
+        "`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"
+    ]
     # a name beside a literal is the field, seen or not yet (a newcomer's first subscribe)
     for source in ['Door == "open"', "X == 1", '"open" != Door', "X in (1, 2)"]:
-        assert not any("read as an expression" in w for w in engine.pattern_warnings(expr(source), set())), source
-    assert engine.pattern_warnings(expr("Temperature > limit and len(Sensor) > 2"), seen, {"limit": 3}) == []
-    script = PatternSpec(kernel="python", format="script", source="n = state.get('n', 0)\nif Tempratur > n:\n    forward()")
-    assert engine.pattern_warnings(script, seen) == ["no event has had `Tempratur`; did you mean `Temperature`?"]
+        assert not any(
+            "read as an expression" in w for w in engine.pattern_warnings(expr(source), set())
+        ), source
+    assert (
+        engine.pattern_warnings(expr("Temperature > limit and len(Sensor) > 2"), seen, {"limit": 3})
+        == []
+    )
+    script = PatternSpec(
+        kernel="python",
+        format="script",
+        source="n = state.get('n', 0)\nif Tempratur > n:\n    forward()",
+    )
+    assert engine.pattern_warnings(script, seen) == [
+        "no event has had `Tempratur`; did you mean `Temperature`?"
+    ]
     assert engine.pattern_warnings(expr("Temperature >"), seen) == []
 
 
 def test_pattern_set_answers_like_each_matcher(engine: PatternEngine) -> None:
     caches = PatternSet(engine)
-    sources = ['Device == "phone-7"', "Device == 'phone-8' or Battery < 10", "Battery < level", "int(Battery) == 5", "'Device' in event"]
-    assert [caches.add(i, expr(s), {"level": 20}) for i, s in enumerate(sources)] == [PREDICATE_TIER] * 3 + [SANDBOX_TIER, PREDICATE_TIER]
+    sources = [
+        'Device == "phone-7"',
+        "Device == 'phone-8' or Battery < 10",
+        "Battery < level",
+        "int(Battery) == 5",
+        "'Device' in event",
+    ]
+    assert [caches.add(i, expr(s), {"level": 20}) for i, s in enumerate(sources)] == [
+        PREDICATE_TIER
+    ] * 3 + [SANDBOX_TIER, PREDICATE_TIER]
     matchers = [engine.matcher(expr(s), {"level": 20}) for s in sources]
-    events = [Event(values=v) for v in ({"Device": "phone-7", "Battery": 5}, {"Device": "phone-8", "Battery": 50}, {"Battery": 15}, {})]
+    events = [
+        Event(values=v)
+        for v in (
+            {"Device": "phone-7", "Battery": 5},
+            {"Device": "phone-8", "Battery": 50},
+            {"Battery": 15},
+            {},
+        )
+    ]
     for e in events:
         assert caches.match(e) == [i for i, m in enumerate(matchers) if m(e)]
     caches.update(2, {"level": 10})
@@ -186,11 +239,16 @@ def test_keys_matching_is_matches_prototype_for_every_key(engine: PatternEngine)
     engine.subscribe("snow", expr("SnowDepth == 80"))
     engine.subscribe("sensor", expr("SnowDepthSensor == True"))
     engine.subscribe("all", expr("True"))
-    engine.subscribe("script", PatternSpec(kernel="python", format="script", source="if SnowDepth > 10:\n    forward()"))
+    engine.subscribe(
+        "script",
+        PatternSpec(kernel="python", format="script", source="if SnowDepth > 10:\n    forward()"),
+    )
     engine.subscribe("kernel", expr("int(SnowDepth) > 10"))
     proto = Event(values={"SnowDepthSensor": True, "SnowDepth": 50})
     for needs in (False, True):
-        expected = [k for k in engine.keys() if engine.matches_prototype(k, proto, needs_names=needs)]
+        expected = [
+            k for k in engine.keys() if engine.matches_prototype(k, proto, needs_names=needs)
+        ]
         assert engine.keys_matching(proto, needs_names=needs) == expected
     assert engine.keys_matching(proto) == ["sensor", "all", "script", "kernel"]
 
@@ -199,7 +257,25 @@ def mostly(valid: list[str], tricky: list[str]) -> st.SearchStrategy[str]:
     return st.sampled_from(valid * 4 + tricky)
 
 
-literals = mostly(["0", "-0", "7", "-12", "1.5", "-0.0", "1e3", "2.5E-2", "1.", "'a'", '"b c"', "''", "True", "None"], ["007", "0x1F", "1_000", "1j", "r'a'", "'\\n'"])
+literals = mostly(
+    [
+        "0",
+        "-0",
+        "7",
+        "-12",
+        "1.5",
+        "-0.0",
+        "1e3",
+        "2.5E-2",
+        "1.",
+        "'a'",
+        '"b c"',
+        "''",
+        "True",
+        "None",
+    ],
+    ["007", "0x1F", "1_000", "1j", "r'a'", "'\\n'"],
+)
 fast_names = mostly(["A", "b2", "len"], ["type", "_x", "and", "Xﬁ", "in"])
 fast_ops = mostly(["==", "!=", "<", "<=", ">", ">="], ["=<", "is"])
 
@@ -211,7 +287,11 @@ def fast_sources(draw: Any) -> str:
         items = [draw(st.one_of(literals, fast_names)) for _ in range(draw(st.integers(1, 3)))]
         parts.append(f" {draw(fast_ops)} ".join(items))
     space = draw(mostly(["", " "], ["\t", "\n", "  "]))
-    return space.join(["", " and ".join(parts)]) if draw(st.booleans()) else " and ".join(parts) + space
+    return (
+        space.join(["", " and ".join(parts)])
+        if draw(st.booleans())
+        else " and ".join(parts) + space
+    )
 
 
 @settings(max_examples=500, deadline=None)
@@ -220,11 +300,16 @@ def test_the_fast_path_reads_what_the_ast_path_reads(source: str) -> None:
     from aa.router.patterns.fastpath import parse_conjunction
     from aa.router.patterns.grammar import parse_predicate
 
-    engine = PatternEngine(host=HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0), on_failure=lambda *a: None)
+    engine = PatternEngine(
+        host=HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0),
+        on_failure=lambda *a: None,
+    )
     fast = parse_conjunction(source)
     if fast is None:
         return  # the general path decides
-    slow = parse_predicate(source, engine._sandbox.expr_builtins, engine._sandbox.guards, closures=False)
+    slow = parse_predicate(
+        source, engine._sandbox.expr_builtins, engine._sandbox.guards, closures=False
+    )
     assert slow is not None and slow.exact
     shape = [[(a.op, a.left, a.right, a.negated, a.reads) for a in c] for c in fast.dnf]
     assert shape == [[(a.op, a.left, a.right, a.negated, a.reads) for a in c] for c in slow.dnf]
@@ -246,7 +331,7 @@ COSTLY_SOURCES = [
     '["a"*2]*999999 in [["a"*2]*999998+["b"]]*999999',
     '"a"*4000+"b" in ["a"*4001]*999999',
     " or ".join(['"a"*4000+"b" in ["a"*4001]*999999'] * 15),
-    "len((\"\\u0130\"*999999)" + ".lower()" * 35 + ") > 0",
+    'len(("\\u0130"*999999)' + ".lower()" * 35 + ") > 0",
     "X in [S * 999999]",
     "(S * 4000) * 4000 == S",
     "S + S + S + S == T",
@@ -255,18 +340,24 @@ COSTLY_SOURCES = [
 
 
 @pytest.mark.parametrize("source", COSTLY_SOURCES)
-def test_no_grammar_legal_source_is_slow(engine: PatternEngine, failures: list[Any], source: str) -> None:
+def test_no_grammar_legal_source_is_slow(
+    engine: PatternEngine, failures: list[Any], source: str
+) -> None:
     if engine.tier(expr(source)) != PREDICATE_TIER:
         return  # the worker tier runs it, under its deadline, in another process
     with cpu_seconds() as spent:
         engine.subscribe("costly", expr(source))
         engine.subscribe("victim", expr("V == 1"))
         for _ in range(20):
-            assert "victim" in keys(engine.match(Event(values={"V": 1, "X": "x", "S": "s" * 3000, "T": "t"})))
+            assert "victim" in keys(
+                engine.match(Event(values={"V": 1, "X": "x", "S": "s" * 3000, "T": "t"}))
+            )
     assert spent() < 0.5  # in the router, with no deadline: microseconds
 
 
-def test_the_attackers_sources_left_in_the_predicate_tier_are_the_bounded_ones(engine: PatternEngine) -> None:
+def test_the_attackers_sources_left_in_the_predicate_tier_are_the_bounded_ones(
+    engine: PatternEngine,
+) -> None:
     inside = [s for s in COSTLY_SOURCES if engine.tier(expr(s)) == PREDICATE_TIER]
     assert inside == ["X in [S * 999999]", "(S * 4000) * 4000 == S", "S + S + S + S == T"]
 
@@ -278,7 +369,9 @@ def test_literal_sequences_built_by_arithmetic_go_to_the_workers(engine: Pattern
     assert keys(engine.match(Event(values={"S": "ab"}))) == []
 
 
-def test_sequences_past_the_tier_cap_do_not_match(engine: PatternEngine, failures: list[Any]) -> None:
+def test_sequences_past_the_tier_cap_do_not_match(
+    engine: PatternEngine, failures: list[Any]
+) -> None:
     engine.subscribe("short", expr("S * 2 == T"))
     engine.subscribe("long", expr("S * 3000 == T"))
     hit = Event(values={"S": "ab", "T": "abab"})
@@ -303,7 +396,12 @@ def test_advice_at_subscribe_stays_cheap_whatever_the_source(engine: PatternEngi
         "x = 1\n" + "\n".join(f"if A == b{i}: forward()" for i in range(300)),
     ):
         with cpu_seconds() as spent:  # 15 ms here; the attacks took 15 s and 52 s
-            warnings = engine.pattern_warnings(PatternSpec(kernel="python", format="script" if "\n" in source else "expr", source=source), seen)
+            warnings = engine.pattern_warnings(
+                PatternSpec(
+                    kernel="python", format="script" if "\n" in source else "expr", source=source
+                ),
+                seen,
+            )
         assert spent() < 0.3, source[:40]
         assert 0 < len(warnings) <= 5
 
@@ -324,19 +422,28 @@ def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: Patte
     for k in range(200):
         engine.subscribe(k, expr(f"A == {rng.choice([1, 2, 3])}"))
         engine.subscribe(-k - 1, expr(f"B > {rng.choice([1, 2, 3])}"))
-    posting = engine._index.posting  # noqa: SLF001 (the engine's own index sizes)
+    posting = engine._index.posting
     operands = ["1", "2", "2.5", "'a'", "0", "-1", "p", "q", "True", "None"]
     compared = 0
     for _ in range(3000):
         parts = []
         for _ in range(rng.randint(1, 5)):
-            field, op, operand = rng.choice("ABC"), rng.choice(["==", "!=", "<", "<=", ">", ">="]), rng.choice(operands)
-            parts.append(f"{field} {op} {operand}" if rng.random() < 0.7 else f"{operand} {op} {field}")
+            field, op, operand = (
+                rng.choice("ABC"),
+                rng.choice(["==", "!=", "<", "<=", ">", ">="]),
+                rng.choice(operands),
+            )
+            parts.append(
+                f"{field} {op} {operand}" if rng.random() < 0.7 else f"{operand} {op} {field}"
+            )
         source = " and ".join(parts)
         g = parse_conjunction(source)
         if g is None:
             continue
-        params = {k: rng.choice([1, 2.5, "a", math.nan, None, [1]]) for k in rng.sample(["p", "q"], rng.randint(0, 2))}
+        params = {
+            k: rng.choice([1, 2.5, "a", math.nan, None, [1]])
+            for k in rng.sample(["p", "q"], rng.randint(0, 2))
+        }
         program = P.PredicateProgram(engine.sandbox, source, g)
         flat = flat_plan(g.dnf[0], params, program.builtins, posting)
         if flat is None:
@@ -345,17 +452,41 @@ def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: Patte
 
         def seen(plan: Any) -> tuple[Any, ...]:
             c = plan.conjs[0]
-            rest = [(P.VALUE, k, fn, params[x]) if w == P.PARAM else (w, k, fn, x) for w, k, fn, x in zip(*[iter(c.rest)] * 4)]
-            return (c.access.kind, c.access.src, repr(c.access.keys), repr(rest), plan.shadow, len(plan.conjs))
+            rest = [
+                (P.VALUE, k, fn, params[x]) if w == P.PARAM else (w, k, fn, x)
+                for w, k, fn, x in zip(*[iter(c.rest)] * 4)
+            ]
+            return (
+                c.access.kind,
+                c.access.src,
+                repr(c.access.keys),
+                repr(rest),
+                plan.shadow,
+                len(plan.conjs),
+            )
 
         assert seen(flat) == seen(program._plan(g, params, posting)), (source, params)
     assert compared > 1000
 
 
 @settings(max_examples=1000, deadline=None)
-@given(st.lists(st.one_of(literals, fast_names, fast_ops, st.sampled_from(["and", "-5", "-0", "00", "-", "--1", "5-3", "²", "1 ", ""]),
-                          st.text(max_size=3)), min_size=1, max_size=9), st.sampled_from([" ", "  ", "\t"]))
-def test_the_split_scan_reads_what_the_regular_expression_reads(tokens: list[str], sep: str) -> None:
+@given(
+    st.lists(
+        st.one_of(
+            literals,
+            fast_names,
+            fast_ops,
+            st.sampled_from(["and", "-5", "-0", "00", "-", "--1", "5-3", "²", "1 ", ""]),
+            st.text(max_size=3),
+        ),
+        min_size=1,
+        max_size=9,
+    ),
+    st.sampled_from([" ", "  ", "\t"]),
+)
+def test_the_split_scan_reads_what_the_regular_expression_reads(
+    tokens: list[str], sep: str
+) -> None:
     from aa.router.patterns.fastpath import _TOKEN, _UNUSUAL, _parse_spaced, _parse_tokens
 
     source = sep.join(tokens)
@@ -365,13 +496,20 @@ def test_the_split_scan_reads_what_the_regular_expression_reads(tokens: list[str
     scanned = _parse_tokens(_TOKEN.findall(source.rstrip()))
     assert (split is None) == (scanned is None), source
     if split is not None and scanned is not None:
-        shape = [(a.op, a.left, type(a.left[1]), a.right, type(a.right[1]), a.reads) for a in split.dnf[0]]
-        assert shape == [(a.op, a.left, type(a.left[1]), a.right, type(a.right[1]), a.reads) for a in scanned.dnf[0]], source
+        shape = [
+            (a.op, a.left, type(a.left[1]), a.right, type(a.right[1]), a.reads)
+            for a in split.dnf[0]
+        ]
+        assert shape == [
+            (a.op, a.left, type(a.left[1]), a.right, type(a.right[1]), a.reads)
+            for a in scanned.dnf[0]
+        ], source
         assert (split.names, split.mentions) == (scanned.names, scanned.mentions)
 
 
-
-def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_steps(engine: PatternEngine) -> None:
+def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_steps(
+    engine: PatternEngine,
+) -> None:
     """`plan_spaced` (the BE-Tree-style subscribe: read and planned in one pass, no atoms
     built) gives the plan that `parse_conjunction` then `flat_plan` give, access, checks and
     types all, on random sources of names (builtins, keywords too), operators, integers and
@@ -381,9 +519,11 @@ def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_s
     from aa.router.patterns.flatplan import flat_plan, plan_spaced
 
     rng = random.Random(3)
-    for k, source in enumerate(["A == 1", "A == 1", "B > 2", "b2 == 7", "b2 == -12", "B < 5"]):  # postings of unequal sizes
+    for k, source in enumerate(
+        ["A == 1", "A == 1", "B > 2", "b2 == 7", "b2 == -12", "B < 5"]
+    ):  # postings of unequal sizes
         engine.subscribe(k, expr(source))
-    builtins, posting = engine.sandbox.expr_builtins, engine._index.posting  # noqa: SLF001
+    builtins, posting = engine.sandbox.expr_builtins, engine._index.posting
     names, ints = ["A", "B", "b2"], ["0", "-0", "1", "-12", "7", "True", "False", "None"]
     odd = ["len", "in", "_x", "1.5", "'a'", "007", "A", "1"]
 
@@ -400,11 +540,24 @@ def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_s
     def seen(plan: Any) -> tuple[Any, ...]:
         c = plan.conjs[0]
         rest = [(w, k, fn, x, type(x)) for w, k, fn, x in zip(*[iter(c.rest)] * 4)]
-        return (c.access.kind, c.access.src, c.access.keys, [type(k) for k in c.access.keys], rest, plan.shadow, plan.pinned, plan.exact, plan.scan, len(plan.conjs))
+        return (
+            c.access.kind,
+            c.access.src,
+            c.access.keys,
+            [type(k) for k in c.access.keys],
+            rest,
+            plan.shadow,
+            plan.pinned,
+            plan.exact,
+            plan.scan,
+            len(plan.conjs),
+        )
 
     planned = 0
     for _ in range(4000):
-        source = rng.choice([" and "] * 8 + [" or ", "  and "]).join(part() for _ in range(rng.randint(1, 4))) + rng.choice(["", "", "", " "])
+        source = rng.choice([" and "] * 8 + [" or ", "  and "]).join(
+            part() for _ in range(rng.randint(1, 4))
+        ) + rng.choice(["", "", "", " "])
         once = plan_spaced(source, builtins, posting)
         g = parse_conjunction(source)
         twice = flat_plan(g.dnf[0], {}, builtins, posting) if g is not None else None
@@ -412,5 +565,7 @@ def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_s
             planned += 1
             assert twice is not None and seen(once) == seen(twice), source
         elif twice is not None:
-            assert _parse_spaced(source) is _UNUSUAL, source  # a float, a string: the regular expression's reading
+            assert _parse_spaced(source) is _UNUSUAL, (
+                source
+            )  # a float, a string: the regular expression's reading
     assert planned > 300

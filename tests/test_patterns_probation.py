@@ -11,23 +11,23 @@ import time
 from typing import Any
 
 import pytest
+from support import paced, wait_for
 
 from aa.mesh import Event
 from aa.router import Router, RouterConfig, WorkerConfig
 from aa.router.patterns.workers import WorkerPool
 from aa.router.patterns.workers.carry import NotPortable, dump_state, load_state
 
-from support import paced, wait_for
-
 #: Probation as short as a test wants it: five events and 50 ms.
 QUICK = WorkerConfig(probation_events=5, probation_seconds=0.05)
-
 
 
 @pytest.fixture
 async def router(request: Any) -> Any:
     """A router whose worker config is the test's parameter (`indirect`), else `QUICK`."""
-    async with Router(RouterConfig(port=0, name="test", workers=getattr(request, "param", QUICK))) as r:
+    async with Router(
+        RouterConfig(port=0, name="test", workers=getattr(request, "param", QUICK))
+    ) as r:
         yield r
 
 
@@ -48,7 +48,9 @@ def on_probation(pool: WorkerPool, source: str) -> bool:
 
 async def test_a_pattern_leaves_probation_with_its_state_and_every_event(router, make_client):
     got: list[Event] = []
-    sub = await (await make_client(client_id="counting")).subscribe(COUNTER, got.append, format="script")
+    sub = await (await make_client(client_id="counting")).subscribe(
+        COUNTER, got.append, format="script"
+    )
     pool = pool_of(router)
     assert on_probation(pool, COUNTER)
     pub = await make_client()
@@ -69,7 +71,11 @@ async def test_a_pattern_leaves_probation_with_its_state_and_every_event(router,
     assert [e.values["i"] for e in got] == list(range(sent))
     assert sub.failure is None
     workers = router.stats()["workers"]  # what /health shows an operator
-    assert workers["graduated"] == 1 and workers["patterns_on_probation"] == 0 and workers["regular_workers"] == 1
+    assert (
+        workers["graduated"] == 1
+        and workers["patterns_on_probation"] == 0
+        and workers["regular_workers"] == 1
+    )
 
 
 async def test_a_state_that_cannot_be_carried_keeps_its_pattern_on_probation(router, make_client):
@@ -87,7 +93,9 @@ async def test_a_state_that_cannot_be_carried_keeps_its_pattern_on_probation(rou
     assert [e.values["n"] for e in got] == list(range(30))
 
 
-async def test_newcomers_striking_at_once_do_not_delay_a_pattern_that_proved_itself(router, make_client):
+async def test_newcomers_striking_at_once_do_not_delay_a_pattern_that_proved_itself(
+    router, make_client
+):
     """Twenty new clients whose scripts get stuck in C on their first event (each costs its
     worker a kill: ~40 ms) against a bystander that left probation: it gets its deliveries
     as promptly as before. Without probation it shared a worker with about half of them
@@ -111,7 +119,9 @@ async def strike(router: Router, make_client: Any, attackers: int) -> list[float
     sets them all off; returns the bystander's delays (receipt - publication) from then on."""
     seen: dict[int, float] = {}
     bystander = await make_client(client_id="bystander")
-    await bystander.subscribe("forward()", lambda e: seen.setdefault(e.values["i"], time.perf_counter()), format="script")
+    await bystander.subscribe(
+        "forward()", lambda e: seen.setdefault(e.values["i"], time.perf_counter()), format="script"
+    )
     pool = pool_of(router)
     config = pool.config
     pub = await make_client(client_id="publisher")
@@ -136,8 +146,12 @@ async def strike(router: Router, make_client: Any, attackers: int) -> list[float
     return [seen[k] - sent[k] for k in range(first, i)]
 
 
-@pytest.mark.parametrize("router", [WorkerConfig(probation_events=5, probation_seconds=0.05, workers=1)], indirect=True)
-async def test_a_pattern_that_gets_a_regular_worker_killed_takes_its_clients_others_back(router, make_client):
+@pytest.mark.parametrize(
+    "router", [WorkerConfig(probation_events=5, probation_seconds=0.05, workers=1)], indirect=True
+)
+async def test_a_pattern_that_gets_a_regular_worker_killed_takes_its_clients_others_back(
+    router, make_client
+):
     neighbour_got: list[Event] = []
     neighbour = await make_client(client_id="neighbour")
     await neighbour.subscribe("forward()", neighbour_got.append, format="script")
@@ -166,12 +180,24 @@ async def test_a_pattern_that_gets_a_regular_worker_killed_takes_its_clients_oth
 
 def test_carried_states_are_plain_data_only() -> None:
     state = {
-        "n": 3, "big": 2 ** 100, "f": 1.5, "s": "x", "b": b"y", "none": None, "c": 1j,
-        "l": [1, (2, 3)], "set": {1, 2}, "fs": frozenset({(1, 2)}), ("k", 1): "tuple key",
-        "q": collections.deque([1, 2], 5), "counter": collections.Counter("hello"),
-        "od": collections.OrderedDict(a=1), "dd": collections.defaultdict(list, {"a": [1]}),
+        "n": 3,
+        "big": 2**100,
+        "f": 1.5,
+        "s": "x",
+        "b": b"y",
+        "none": None,
+        "c": 1j,
+        "l": [1, (2, 3)],
+        "set": {1, 2},
+        "fs": frozenset({(1, 2)}),
+        ("k", 1): "tuple key",
+        "q": collections.deque([1, 2], 5),
+        "counter": collections.Counter("hello"),
+        "od": collections.OrderedDict(a=1),
+        "dd": collections.defaultdict(list, {"a": [1]}),
         "when": dt.datetime(2026, 11, 24, tzinfo=dt.timezone(dt.timedelta(hours=2))),
-        "day": dt.date(2026, 11, 24), "gap": dt.timedelta(days=1, seconds=2),
+        "day": dt.date(2026, 11, 24),
+        "gap": dt.timedelta(days=1, seconds=2),
     }
     back = load_state(dump_state(state))
     assert back == state
@@ -197,13 +223,17 @@ def test_carried_states_are_plain_data_only() -> None:
             load_state(blob)
 
 
-async def test_new_params_on_a_proven_pattern_are_new_behaviour_and_go_on_probation(router, make_client):
+async def test_new_params_on_a_proven_pattern_are_new_behaviour_and_go_on_probation(
+    router, make_client
+):
     """Joining a pattern that left probation with params nobody there has would run new
     behaviour beside the proven patterns: those subscribers start on probation, in a second
     instance of the pattern, and join the proven one when they leave it."""
     source = "if i % k == 0:\n    forward()"
     first: list[Event] = []
-    await (await make_client(client_id="first")).subscribe(source, first.append, params={"k": 1}, format="script")
+    await (await make_client(client_id="first")).subscribe(
+        source, first.append, params={"k": 1}, format="script"
+    )
     pool = pool_of(router)
     pub = await make_client()
     sent = 0
@@ -220,15 +250,24 @@ async def test_new_params_on_a_proven_pattern_are_new_behaviour_and_go_on_probat
     await publish_until(lambda: pool.counters["graduated"] == 1)
     same: list[Event] = []
     other: list[Event] = []
-    await (await make_client(client_id="same")).subscribe(source, same.append, params={"k": 1}, format="script")
-    await (await make_client(client_id="other")).subscribe(source, other.append, params={"k": 2}, format="script")
+    await (await make_client(client_id="same")).subscribe(
+        source, same.append, params={"k": 1}, format="script"
+    )
+    await (await make_client(client_id="other")).subscribe(
+        source, other.append, params={"k": 2}, format="script"
+    )
     places = {(i.spec_key[2], i.worker.probation): len(i.subs) for i in pool._instances.values()}
     assert places == {(source, False): 2, (source, True): 1}  # "same" joined the proven instance
     joined = sent
     await publish_until(lambda: pool.counters["graduated"] == 2)
     assert [(i.worker.probation, len(i.subs)) for i in pool._instances.values()] == [(False, 3)]
     await publish_until(lambda: sent >= joined + 60)
-    await wait_for(lambda: len(same) == sent - joined and len(other) == len(range(joined + joined % 2, sent, 2)), 10)
+    await wait_for(
+        lambda: (
+            len(same) == sent - joined and len(other) == len(range(joined + joined % 2, sent, 2))
+        ),
+        10,
+    )
     assert [e.values["i"] for e in other] == [i for i in range(joined, sent) if i % 2 == 0]
 
 
@@ -239,9 +278,15 @@ async def test_a_stop_takes_only_the_subscribers_whose_params_caused_it(router, 
     subscriber of the same pattern goes on."""
     source = "import re\nif slow == 1:\n    while True:\n        pass\nif slow == 2:\n    re.match('(a+)+$', 'a' * 34 + 'b')\nforward()"
     honest: list[Event] = []
-    await (await make_client(client_id="honest")).subscribe(source, honest.append, params={"slow": 0}, format="script")
-    looping = await (await make_client(client_id="looping")).subscribe(source, params={"slow": 1}, format="script")
-    hanging = await (await make_client(client_id="hanging")).subscribe(source, params={"slow": 2}, format="script")
+    await (await make_client(client_id="honest")).subscribe(
+        source, honest.append, params={"slow": 0}, format="script"
+    )
+    looping = await (await make_client(client_id="looping")).subscribe(
+        source, params={"slow": 1}, format="script"
+    )
+    hanging = await (await make_client(client_id="hanging")).subscribe(
+        source, params={"slow": 2}, format="script"
+    )
     pub = await make_client()
     for i in range(5):
         pub.publish_nowait({"i": i})
@@ -259,8 +304,12 @@ async def test_a_kill_tells_params_apart_as_buckets_do(router, make_client):
     the kill the second one causes stops only its own subscribers."""
     source = "import re\nif str(slow) == '1':\n    re.match('(a+)+$', 'a' * 34 + 'b')\nforward()"
     honest: list[Event] = []
-    await (await make_client(client_id="honest")).subscribe(source, honest.append, params={"slow": True}, format="script")
-    hanging = await (await make_client(client_id="hanging")).subscribe(source, params={"slow": 1}, format="script")
+    await (await make_client(client_id="honest")).subscribe(
+        source, honest.append, params={"slow": True}, format="script"
+    )
+    hanging = await (await make_client(client_id="hanging")).subscribe(
+        source, params={"slow": 1}, format="script"
+    )
     pub = await make_client()
     pub.publish_nowait({"i": 0})
     await wait_for(lambda: hanging.failure is not None, 30)
@@ -269,12 +318,18 @@ async def test_a_kill_tells_params_apart_as_buckets_do(router, make_client):
 
 
 @pytest.mark.parametrize("router", [WorkerConfig(probation_workers=0, workers=1)], indirect=True)
-async def test_an_update_behind_a_strike_does_not_pass_the_blame_to_the_new_params(router, make_client):
+async def test_an_update_behind_a_strike_does_not_pass_the_blame_to_the_new_params(
+    router, make_client
+):
     """The attacker sets off a hang, then updates its params to the victim's at once: the
     worker is still running the old bucket, and the kill must stop that one."""
-    source = "import re\nif slow == 2 and i == -1:\n    re.match('(a+)+$', 'a' * 40 + 'b')\nforward()"
+    source = (
+        "import re\nif slow == 2 and i == -1:\n    re.match('(a+)+$', 'a' * 40 + 'b')\nforward()"
+    )
     honest: list[Event] = []
-    await (await make_client(client_id="honest")).subscribe(source, honest.append, params={"slow": 0}, format="script")
+    await (await make_client(client_id="honest")).subscribe(
+        source, honest.append, params={"slow": 0}, format="script"
+    )
     attacker = await make_client(client_id="attacker")
     hanging = await attacker.subscribe(source, params={"slow": 2}, format="script")
     pub = await make_client()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import gc
 import time
-from datetime import datetime, timezone
-from typing import Any, Hashable
+from collections.abc import Hashable
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -24,17 +25,21 @@ class Harness:
         host = HostFacts(
             router_id="r-1",
             router_name="r",
-            clock=lambda: datetime(2024, 1, 1, tzinfo=timezone.utc),
+            clock=lambda: datetime(2024, 1, 1, tzinfo=UTC),
             peer_count=lambda: 0,
         )
-        self.engine = PatternEngine(host=host, limits=limits, on_failure=lambda *f: self.failures.append(f))
+        self.engine = PatternEngine(
+            host=host, limits=limits, on_failure=lambda *f: self.failures.append(f)
+        )
         self.engine.subscribe("ok", PatternSpec(source="Temperature > 100"))
 
     def run(self, kernel: str, fmt: str, source: str) -> tuple[str, str]:
         """Subscribe *source* as "bad", match one event; return the (code, message) of the stop."""
         self.engine.subscribe("bad", PatternSpec(kernel=kernel, format=fmt, source=source))
         out = self.engine.match(EVENT)
-        assert [k for k, _ in out] == ["ok"], "the honest pattern keeps matching, the bad one delivers nothing"
+        assert [k for k, _ in out] == ["ok"], (
+            "the honest pattern keeps matching, the bad one delivers nothing"
+        )
         assert len(self.failures) == 1, self.failures
         keys, code, message = self.failures[0]
         assert keys == ["bad"]
@@ -87,7 +92,7 @@ def test_a_collection_during_an_evaluation_is_not_the_patterns_time() -> None:
     # own callbacks too
     from aa.router.patterns.xpath_kernel import _timed
 
-    _timed(Harness().engine._sandbox, gc.collect)  # noqa: SLF001 (raises SandboxStop if charged)
+    _timed(Harness().engine._sandbox, gc.collect)
     del heap
     budget.start()
     cpu = time.thread_time()
@@ -130,12 +135,16 @@ class Collections:
 
 
 def test_runaway_expressions_are_stopped() -> None:
-    code, message = Harness().run("python", "expr", "[x for x in range(10**5) for y in range(10**5)]")
+    code, message = Harness().run(
+        "python", "expr", "[x for x in range(10**5) for y in range(10**5)]"
+    )
     assert code == "pattern-timeout"
 
 
 def test_runaway_xpath_is_stopped() -> None:
-    code, _ = Harness().run("xpath", "expr", "count(for $i in 1 to 100000, $j in 1 to 100000 return $i) > 0")
+    code, _ = Harness().run(
+        "xpath", "expr", "count(for $i in 1 to 100000, $j in 1 to 100000 return $i) > 0"
+    )
     assert code == "pattern-timeout"
 
 
@@ -199,7 +208,10 @@ REFUSED = {
     "lambda code": ("f = (lambda: 1).__code__", "'__code__'"),
     "generator function": ("def g():\n    yield 1", "generators (yield)"),
     "class": ("class A:\n    pass", "class definitions"),
-    "attribute assignment": ("import collections\ncollections.Counter.most_common = len", "cannot be assigned"),
+    "attribute assignment": (
+        "import collections\ncollections.Counter.most_common = len",
+        "cannot be assigned",
+    ),
     "globals": ("x = globals()", "'globals' is not available"),
     "rebinding state": ("state = {}", "'state' cannot be rebound"),
 }
@@ -236,8 +248,14 @@ STOPPED = {
     "format string": ("x = '{0.__class__}'.format(1)", "str.format"),
     "format through alias": ("f = 'x{0.__class__}'.format\nx = f(1)", "str.format"),
     "unbound str.format": ("x = str.format('{0.__class__}', 1)", "not available"),
-    "unbound Counter.elements": ("import collections\nx = collections.Counter.elements(collections.Counter(a=10**18))", "call it on a value"),
-    "unbound Pattern.sub": ("import re\np = re.compile('a')\nx = type(p).sub(p, 'b', 'a')", "call it on a value"),
+    "unbound Counter.elements": (
+        "import collections\nx = collections.Counter.elements(collections.Counter(a=10**18))",
+        "call it on a value",
+    ),
+    "unbound Pattern.sub": (
+        "import re\np = re.compile('a')\nx = type(p).sub(p, 'b', 'a')",
+        "call it on a value",
+    ),
     "type of a class": ("t = type(int)\nX = t('X', (), {})", "type() of a class"),
 }
 
@@ -273,10 +291,16 @@ def test_module_proxies_do_not_leak_their_imports() -> None:
 
 def test_a_stopped_pattern_can_be_subscribed_again_and_other_instances_survive() -> None:
     h = Harness()
-    h.engine.subscribe("twin", PatternSpec(kernel="python", format="script", source="while True: pass"))
-    h.engine.subscribe("bad", PatternSpec(kernel="python", format="script", source="while True: pass"))
+    h.engine.subscribe(
+        "twin", PatternSpec(kernel="python", format="script", source="while True: pass")
+    )
+    h.engine.subscribe(
+        "bad", PatternSpec(kernel="python", format="script", source="while True: pass")
+    )
     h.engine.match(EVENT)
-    assert h.failures == [(["twin", "bad"], "pattern-timeout", "pattern stopped: exceeded its time budget of 20 ms")]
+    assert h.failures == [
+        (["twin", "bad"], "pattern-timeout", "pattern stopped: exceeded its time budget of 20 ms")
+    ]
     h.engine.subscribe("again", PatternSpec(kernel="python", format="script", source="forward()"))
     assert [k for k, _ in h.engine.match(EVENT)] == ["ok", "again"]
 
@@ -289,7 +313,12 @@ def test_smaller_budgets_apply() -> None:
 
 def test_on_failure_may_call_back_into_the_engine() -> None:
     calls: list[Any] = []
-    host = HostFacts(router_id="r", router_name="r", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    host = HostFacts(
+        router_id="r",
+        router_name="r",
+        clock=lambda: datetime.now(UTC),
+        peer_count=lambda: 0,
+    )
 
     def on_failure(keys: list[Hashable], code: str, message: str) -> None:
         calls.append(keys)

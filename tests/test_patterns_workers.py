@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from datetime import UTC
 from typing import Any
 
 import pytest
+from support import wait_for
 
 from aa.mesh import Event, PatternError, PatternSpec, UsageError
 from aa.router import Router
 from aa.router.patterns.workers import WorkerConfig
-
-from support import wait_for
 
 
 async def until(condition: Any, timeout: float = 10.0) -> None:
@@ -45,11 +45,16 @@ def worker_pids(router: Router) -> list[int]:
 def test_each_pattern_gets_its_tier(source: str, fmt: str, kernel: str, tier: str) -> None:
     """The closed grammar is the predicate compiler's (`grammar.py`); everything else is
     pattern code, for the workers."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from aa.router.patterns import HostFacts, PatternEngine
 
-    host = HostFacts(router_id="r", router_name="r", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    host = HostFacts(
+        router_id="r",
+        router_name="r",
+        clock=lambda: datetime.now(UTC),
+        peer_count=lambda: 0,
+    )
     engine = PatternEngine(host=host, on_failure=lambda *a: None, isolation="workers")
     assert engine.tier(PatternSpec(kernel=kernel, format=fmt, source=source)) == tier
 
@@ -67,12 +72,19 @@ async def test_a_script_runs_in_a_worker_and_derives_events(router, make_client)
     # An in-process subscription: the client library drops every id-less (derived) event
     # after the first as a duplicate (reported to the lead), which is not under test here.
     got: list[Event] = []
-    router.subscribe("if Temperature > 30:\n    forward(event.with_values(Alarm=True))", got.append, format="script")
+    router.subscribe(
+        "if Temperature > 30:\n    forward(event.with_values(Alarm=True))",
+        got.append,
+        format="script",
+    )
     pub = await make_client()
     for t in (10, 40, 20, 50):
         pub.publish_nowait({"Temperature": t})
     await until(lambda: len(got) == 2)
-    assert [e.values for e in got] == [{"Temperature": 40, "Alarm": True}, {"Temperature": 50, "Alarm": True}]
+    assert [e.values for e in got] == [
+        {"Temperature": 40, "Alarm": True},
+        {"Temperature": 50, "Alarm": True},
+    ]
     assert all(e.id is None for e in got)  # derived events have no id of their own
     pids = worker_pids(router)
     assert pids and os.getpid() not in pids
@@ -114,7 +126,9 @@ async def test_groups_share_state_and_round_robin_in_a_worker(router, make_clien
 
 async def test_updates_in_a_worker_lose_nothing_and_double_nothing(router, client, make_client):
     got: list[Event] = []
-    sub = await client.subscribe("if n % k == 0:\n    forward()", got.append, params={"k": 2}, format="script")
+    sub = await client.subscribe(
+        "if n % k == 0:\n    forward()", got.append, params={"k": 2}, format="script"
+    )
     pub = await make_client()
     for i in range(2000):
         pub.publish_nowait({"n": i, "phase": 0})
@@ -169,7 +183,9 @@ async def test_a_stuck_pattern_is_stopped_and_its_neighbours_recreated(router, m
     await neighbour.subscribe("forward()", got.append, format="script")
     # Same worker as the neighbour? Only with one worker: force it.
     router.engine.workers.config = WorkerConfig(workers=1)
-    bad = await attacker.subscribe("import re\nif i == 1:\n    re.match('(a+)+$', 'a' * 34 + 'b')", format="script")
+    bad = await attacker.subscribe(
+        "import re\nif i == 1:\n    re.match('(a+)+$', 'a' * 34 + 'b')", format="script"
+    )
     pub = await make_client()
     for i in range(4):
         pub.publish_nowait({"i": i})

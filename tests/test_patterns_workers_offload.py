@@ -4,17 +4,16 @@ worker that falls behind tells its subscribers how many events they missed."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
+from support import wait_for
 
 from aa.mesh import META_HISTORICAL, Event, PatternSpec
 from aa.router import Router, RouterConfig
 from aa.router.store import ExpiryPolicy
-
-from support import wait_for
 
 PERSIST = {"persist": True}
 
@@ -49,7 +48,9 @@ def cache_events(router: Router, client_id: str) -> list[Any]:
 
 
 async def test_a_client_cache_script_runs_in_a_worker(router: Router, in_router: list[str]) -> None:
-    spec = PatternSpec(format="script", source="if i % 2 == 0:\n    forward(event.with_values(x=1))")
+    spec = PatternSpec(
+        format="script", source="if i % 2 == 0:\n    forward(event.with_values(x=1))"
+    )
     router.caches.register("phone-1", spec, ExpiryPolicy(max_count=100), 60)
     router.caches.register("phone-2", spec, ExpiryPolicy(max_count=100), 60)  # one matcher for both
     pool = router.engine.workers
@@ -66,9 +67,13 @@ async def test_a_client_cache_script_runs_in_a_worker(router: Router, in_router:
     assert len(pool) == 0
 
 
-async def test_a_stuck_client_cache_pattern_is_stopped_and_the_router_goes_on(router: Router, make_client: Any) -> None:
+async def test_a_stuck_client_cache_pattern_is_stopped_and_the_router_goes_on(
+    router: Router, make_client: Any
+) -> None:
     bad = "import re\nif i == 3:\n    re.match('(a+)+$', 'a' * 34 + 'b')\nforward()"
-    router.caches.register("evil", PatternSpec(format="script", source=bad), ExpiryPolicy(max_count=100), 60)
+    router.caches.register(
+        "evil", PatternSpec(format="script", source=bad), ExpiryPolicy(max_count=100), 60
+    )
     victim = await make_client(client_id="victim")
     got: list[Event] = []
     await victim.subscribe("i >= 0", got.append)
@@ -86,12 +91,16 @@ async def test_a_stuck_client_cache_pattern_is_stopped_and_the_router_goes_on(ro
     assert router.engine.workers.counters["kills"] == 1
 
 
-async def test_quench_dry_runs_of_scripts_happen_in_their_worker(router: Router, make_client: Any, in_router: list[str]) -> None:
+async def test_quench_dry_runs_of_scripts_happen_in_their_worker(
+    router: Router, make_client: Any, in_router: list[str]
+) -> None:
     pub = await make_client()
     q = await pub.quench({"Price": 100.0})
     sub = await make_client()
     await sub.subscribe("if Price > 1000:\n    forward()", format="script")
-    para = await sub.subscribe("if Price > limit:\n    forward()", params={"limit": 50}, format="script")
+    para = await sub.subscribe(
+        "if Price > limit:\n    forward()", params={"limit": 50}, format="script"
+    )
     await q.wait_interested(timeout=20)
     assert len(q.interest) == 1  # only the second
     await para.update(limit=500)
@@ -101,20 +110,26 @@ async def test_quench_dry_runs_of_scripts_happen_in_their_worker(router: Router,
     assert in_router == []
 
 
-async def test_history_replay_of_a_script_runs_in_its_worker(srouter: Router, open_client: Any, in_router: list[str]) -> None:
+async def test_history_replay_of_a_script_runs_in_its_worker(
+    srouter: Router, open_client: Any, in_router: list[str]
+) -> None:
     pub = await open_client(srouter)
     for i in range(10):
         await pub.publish({"i": i}, meta=PERSIST)
     await pub.flush()
     got: list[Event] = []
-    await pub.subscribe("if i % 2 == 0:\n    forward()", got.append, format="script", history={"since": None})
+    await pub.subscribe(
+        "if i % 2 == 0:\n    forward()", got.append, format="script", history={"since": None}
+    )
     await wait_for(lambda: len(got) == 5, 20)
     await pub.publish({"i": 12})
     await wait_for(lambda: len(got) == 6, 20)
     assert [e.values["i"] for e in got] == [0, 2, 4, 6, 8, 12]
     assert [bool(e.meta.get(META_HISTORICAL)) for e in got] == [True] * 5 + [False]
     # A one-shot history query with a script: evaluated in a worker too.
-    found = await srouter.history(PatternSpec(format="script", source="if i > 6:\n    forward()"), limit=2)
+    found = await srouter.history(
+        PatternSpec(format="script", source="if i > 6:\n    forward()"), limit=2
+    )
     assert [e.values["i"] for e in found] == [7, 8]
     # ... and a mesh-cache query (`GetCached`) from a client.
     cached = await pub.cached("if i > 7:\n    forward()", format="script")
@@ -122,14 +137,21 @@ async def test_history_replay_of_a_script_runs_in_its_worker(srouter: Router, op
     assert in_router == []
 
 
-async def test_a_worker_that_drops_events_tells_its_subscribers_how_many(router: Router, make_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_worker_that_drops_events_tells_its_subscribers_how_many(
+    router: Router, make_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import aa.router.patterns.workers.pool as pool_module
 
     monkeypatch.setattr(pool_module, "MAX_BACKLOG_EVENTS", 50)
     c = await make_client()
     got: list[Event] = []
     missed: list[int] = []
-    await c.subscribe("for i in range(2000):\n    pass\nforward()", got.append, format="script", on_missed=missed.append)
+    await c.subscribe(
+        "for i in range(2000):\n    pass\nforward()",
+        got.append,
+        format="script",
+        on_missed=missed.append,
+    )
     router.publish({"i": -1})
     await wait_for(lambda: got, 20)  # the worker is up
     for i in range(500):  # dispatched in one go: the worker cannot have answered meanwhile

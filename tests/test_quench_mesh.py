@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractAsyncContextManager
-from typing import AsyncIterator
 
 import pytest
+from support import FAST, line, mesh, wait_for
 
 from aa.client import AsyncClient, Client
 from aa.mesh import Connection, Event, PatternSpec, RemoteError
@@ -17,16 +17,15 @@ from aa.mesh.protocol import Quench, QuenchNotice, declared_needs, with_needs
 from aa.router import QuenchConfig, Router, RouterConfig
 from aa.router.quench import QuenchTable, Registration
 
-from support import FAST, line, mesh, wait_shape
-from support import wait_for
-
 #: Keep-alives every 0.2 s, lapse after 0.7 s: a router's disappearance shows within a second.
 QUICK = QuenchConfig(keepalive=0.2, timeout=0.7)
 #: Keep-alives too slow to matter in a test: only the join snapshot can inform a new router.
 SLOW = QuenchConfig(keepalive=60.0, timeout=300.0)
 
 
-def routers(n: int, edges: list[tuple[int, int]], quench: QuenchConfig = QUICK) -> AbstractAsyncContextManager[list[Router]]:
+def routers(
+    n: int, edges: list[tuple[int, int]], quench: QuenchConfig = QUICK
+) -> AbstractAsyncContextManager[list[Router]]:
     return mesh(n, edges, quench=quench)
 
 
@@ -68,35 +67,47 @@ async def test_notices_across_a_line_of_three_routers() -> None:
 
 
 async def test_session_end_pattern_stop_and_update_are_noticed() -> None:
-    async with routers(2, line(2)) as (r0, r1):
-        async with AsyncClient(r0.endpoint) as pub:
-            changes = Changes()
-            q = await pub.quench({"Price": 100.0, "StockSymbol": "ABB"}, changes, type="quote")
-            await wait_for(lambda: len(r1.quench.table) == 1)
-            # Session ends: every subscription of the client goes.
-            c = AsyncClient(r1.endpoint)
-            await c.connect()
-            await c.subscribe("Price > 10")
-            await q.wait_interested(timeout=5)
-            await c.aclose()
-            await q.wait_uninterested(timeout=5)
-            # Params updated: the same subscription stops and starts matching.
-            para = r1.subscribe("Price > limit", params={"limit": 50})
-            await q.wait_interested(timeout=5)
-            para.update(limit=500)
-            await q.wait_uninterested(timeout=5)
-            para.update(limit=5)
-            await q.wait_interested(timeout=5)
-            para.close()
-            await q.wait_uninterested(timeout=5)
-            # The sandbox stops a pattern: its subscriptions are gone for quenching too.
-            script = r1.subscribe(PatternSpec(format="script", source=(
-                "if Price > 1000:\n    while True:\n        pass\nforward()")))
-            await q.wait_interested(timeout=5)
-            r1.publish({"Price": 2000.0})
-            await q.wait_uninterested(timeout=5)
-            assert script.failure is not None
-            assert [i for _, _, i in changes.seen] == [True, False, True, False, True, False, True, False]
+    async with routers(2, line(2)) as (r0, r1), AsyncClient(r0.endpoint) as pub:
+        changes = Changes()
+        q = await pub.quench({"Price": 100.0, "StockSymbol": "ABB"}, changes, type="quote")
+        await wait_for(lambda: len(r1.quench.table) == 1)
+        # Session ends: every subscription of the client goes.
+        c = AsyncClient(r1.endpoint)
+        await c.connect()
+        await c.subscribe("Price > 10")
+        await q.wait_interested(timeout=5)
+        await c.aclose()
+        await q.wait_uninterested(timeout=5)
+        # Params updated: the same subscription stops and starts matching.
+        para = r1.subscribe("Price > limit", params={"limit": 50})
+        await q.wait_interested(timeout=5)
+        para.update(limit=500)
+        await q.wait_uninterested(timeout=5)
+        para.update(limit=5)
+        await q.wait_interested(timeout=5)
+        para.close()
+        await q.wait_uninterested(timeout=5)
+        # The sandbox stops a pattern: its subscriptions are gone for quenching too.
+        script = r1.subscribe(
+            PatternSpec(
+                format="script",
+                source=("if Price > 1000:\n    while True:\n        pass\nforward()"),
+            )
+        )
+        await q.wait_interested(timeout=5)
+        r1.publish({"Price": 2000.0})
+        await q.wait_uninterested(timeout=5)
+        assert script.failure is not None
+        assert [i for _, _, i in changes.seen] == [
+            True,
+            False,
+            True,
+            False,
+            True,
+            False,
+            True,
+            False,
+        ]
 
 
 async def test_needs_declaration_overcomes_narrow_patterns() -> None:
@@ -116,50 +127,47 @@ async def test_needs_declaration_overcomes_narrow_patterns() -> None:
 
 
 async def test_mentioned_only_ignores_catch_all_patterns() -> None:
-    async with routers(1, []) as (r0,):
-        async with AsyncClient(r0.endpoint) as pub:
-            strict = await pub.quench({"Symbol": "ABB"}, mentioned_only=True)
-            loose = await pub.quench({"Symbol": "ABB"})
-            everything = r0.subscribe("True")
-            await loose.wait_interested(timeout=5)
-            assert not strict.interested
-            r0.subscribe('Symbol == "ABB"')
-            await strict.wait_interested(timeout=5)
-            everything.close()
+    async with routers(1, []) as (r0,), AsyncClient(r0.endpoint) as pub:
+        strict = await pub.quench({"Symbol": "ABB"}, mentioned_only=True)
+        loose = await pub.quench({"Symbol": "ABB"})
+        everything = r0.subscribe("True")
+        await loose.wait_interested(timeout=5)
+        assert not strict.interested
+        r0.subscribe('Symbol == "ABB"')
+        await strict.wait_interested(timeout=5)
+        everything.close()
 
 
 async def test_a_router_that_joins_later_learns_registrations_at_once() -> None:
     # Keep-alives are a minute apart: only the snapshot sent when a new router appears can
     # tell the newcomer about the registration within the test's time.
-    async with routers(2, line(2), quench=SLOW) as (r0, r1):
-        async with AsyncClient(r0.endpoint) as pub:
-            changes = Changes()
-            q = await pub.quench(SNOW, changes)
-            await wait_for(lambda: len(r1.quench.table) == 1)
-            late = Router(RouterConfig(port=0, name="late", mesh=FAST, quench=SLOW))
-            async with late:
-                late.subscribe("SnowDepth >= 0")  # there before it joins
-                late.mesh.add_peer(r1.endpoint)
-                await q.wait_interested(timeout=5)
-                assert changes.seen[0][1] == late.id
-                assert late.quench.registrations()[0]["values"] == SNOW
+    async with routers(2, line(2), quench=SLOW) as (r0, r1), AsyncClient(r0.endpoint) as pub:
+        changes = Changes()
+        q = await pub.quench(SNOW, changes)
+        await wait_for(lambda: len(r1.quench.table) == 1)
+        late = Router(RouterConfig(port=0, name="late", mesh=FAST, quench=SLOW))
+        async with late:
+            late.subscribe("SnowDepth >= 0")  # there before it joins
+            late.mesh.add_peer(r1.endpoint)
+            await q.wait_interested(timeout=5)
+            assert changes.seen[0][1] == late.id
+            assert late.quench.registrations()[0]["values"] == SNOW
 
 
 async def test_interest_of_a_router_that_vanishes_lapses() -> None:
-    async with routers(2, line(2)) as (r0, r1):
-        async with AsyncClient(r0.endpoint) as pub:
-            changes = Changes()
-            q = await pub.quench(SNOW, changes)
-            gone = Router(RouterConfig(port=0, name="gone", mesh=FAST, quench=QUICK))
-            await gone.start()
-            try:
-                gone.mesh.add_peer(r1.endpoint)
-                gone.subscribe("SnowDepth > 1")
-                await q.wait_interested(timeout=5)
-            finally:
-                await gone.aclose()  # says goodbye, but nobody tells quenching: it lapses
-            await q.wait_uninterested(timeout=5)
-            assert changes.seen[-1] == (changes.seen[0][0], gone.id, False)
+    async with routers(2, line(2)) as (r0, r1), AsyncClient(r0.endpoint) as pub:
+        changes = Changes()
+        q = await pub.quench(SNOW, changes)
+        gone = Router(RouterConfig(port=0, name="gone", mesh=FAST, quench=QUICK))
+        await gone.start()
+        try:
+            gone.mesh.add_peer(r1.endpoint)
+            gone.subscribe("SnowDepth > 1")
+            await q.wait_interested(timeout=5)
+        finally:
+            await gone.aclose()  # says goodbye, but nobody tells quenching: it lapses
+        await q.wait_uninterested(timeout=5)
+        assert changes.seen[-1] == (changes.seen[0][0], gone.id, False)
 
 
 async def test_registrations_go_with_the_publisher_and_with_unquench() -> None:
@@ -186,7 +194,9 @@ async def test_publisher_fail_over_keeps_interest_without_flapping() -> None:
             q = await pub.quench(SNOW, changes)
             await q.wait_interested(timeout=5)
             await r0.aclose()  # the publisher's router goes: it fails over to r1
-            await wait_for(lambda: pub.connected and pub.router is not None and pub.router[0] == r1.id)
+            await wait_for(
+                lambda: pub.connected and pub.router is not None and pub.router[0] == r1.id
+            )
             await wait_for(lambda: any(reg["owned"] for reg in r1.quench.registrations()))
             r2.subscribe("SnowDepthSensor")
             await wait_for(lambda: len(q.interest) == 2)
@@ -232,22 +242,33 @@ def test_blocking_client_quench() -> None:
 
 
 async def test_refused_registration_raises_remote_error() -> None:
-    async with routers(1, [], quench=QuenchConfig(keepalive=0.2, timeout=0.7, max_per_client=1)) as (r0,):
-        async with AsyncClient(r0.endpoint) as pub:
-            await pub.quench({"A": 1})
-            with pytest.raises(RemoteError) as info:
-                await pub.quench({"B": 1})
-            assert info.value.code == "limit"
+    async with (
+        routers(1, [], quench=QuenchConfig(keepalive=0.2, timeout=0.7, max_per_client=1)) as (r0,),
+        AsyncClient(r0.endpoint) as pub,
+    ):
+        await pub.quench({"A": 1})
+        with pytest.raises(RemoteError) as info:
+            await pub.quench({"B": 1})
+        assert info.value.code == "limit"
 
 
 # -- pure parts ------------------------------------------------------------------------------
 
 
 def test_needs_declarations() -> None:
-    assert declared_needs(PatternSpec(source="SnowDepth == 80  # needs: SnowDepth")) == {"SnowDepth"}
-    assert declared_needs(PatternSpec(source="# NEEDS: a, b c\n# needs: d\nTrue")) == {"a", "b", "c", "d"}
+    assert declared_needs(PatternSpec(source="SnowDepth == 80  # needs: SnowDepth")) == {
+        "SnowDepth"
+    }
+    assert declared_needs(PatternSpec(source="# NEEDS: a, b c\n# needs: d\nTrue")) == {
+        "a",
+        "b",
+        "c",
+        "d",
+    }
     assert declared_needs(PatternSpec(source='x == "# needs: y"')) == frozenset()
-    assert declared_needs(PatternSpec(format="script", source="if x:\n    forward()  # needs: x")) == {"x"}
+    assert declared_needs(
+        PatternSpec(format="script", source="if x:\n    forward()  # needs: x")
+    ) == {"x"}
     assert declared_needs(PatternSpec(kernel="xpath", source="(: needs: A :) //A = 1")) == {"A"}
     spec = with_needs(PatternSpec(kernel="xpath", source="//A = 1"), ["A", "B"])
     assert declared_needs(spec) == {"A", "B"}
@@ -257,25 +278,51 @@ def test_needs_declarations() -> None:
 
 def test_messages_round_trip() -> None:
     a, b = Connection(), Connection()
-    for msg in (Quench(reg=4, values={"A": [1, 2]}, type="t", mentioned_only=True),
-                QuenchNotice(reg=4, changes=(("r1", "c#1", True), ("r2", "c#2", False)))):
+    for msg in (
+        Quench(reg=4, values={"A": [1, 2]}, type="t", mentioned_only=True),
+        QuenchNotice(reg=4, changes=(("r1", "c#1", True), ("r2", "c#2", False))),
+    ):
         b.receive_data(a.send(msg))
         assert b.next_message() == msg
 
 
 def test_table_reports_diff_and_lapse() -> None:
     table = QuenchTable("me")
-    reg = Registration(reg="c/1", client="c", number=1, owner="me", prototype=Event(values={"A": 1}),
-                       mentioned_only=False, timeout=10.0, expires=None)
+    reg = Registration(
+        reg="c/1",
+        client="c",
+        number=1,
+        owner="me",
+        prototype=Event(values={"A": 1}),
+        mentioned_only=False,
+        timeout=10.0,
+        expires=None,
+    )
     table.add_owned(reg)
-    assert table.report("c/1", "r2", frozenset({"s1", "s2"}), now=0.0) == [("r2", "s1", True), ("r2", "s2", True)]
-    assert table.report("c/1", "r2", frozenset({"s2", "s3"}), now=5.0) == [("r2", "s1", False), ("r2", "s3", True)]
+    assert table.report("c/1", "r2", frozenset({"s1", "s2"}), now=0.0) == [
+        ("r2", "s1", True),
+        ("r2", "s2", True),
+    ]
+    assert table.report("c/1", "r2", frozenset({"s2", "s3"}), now=5.0) == [
+        ("r2", "s1", False),
+        ("r2", "s3", True),
+    ]
     assert table.report("c/1", "me", frozenset({"x"}), now=5.0) == [("me", "x", True)]
     assert table.expire_interest(now=14.0, timeout=10.0) == {}
-    assert table.expire_interest(now=15.1, timeout=10.0) == {"c/1": [("r2", "s2", False), ("r2", "s3", False)]}
+    assert table.expire_interest(now=15.1, timeout=10.0) == {
+        "c/1": [("r2", "s2", False), ("r2", "s3", False)]
+    }
     # Our own interest never lapses; registrations from elsewhere do.
-    remote = Registration(reg="d/1", client="d", number=1, owner="r9", prototype=Event(values={}),
-                          mentioned_only=False, timeout=3.0, expires=None)
+    remote = Registration(
+        reg="d/1",
+        client="d",
+        number=1,
+        owner="r9",
+        prototype=Event(values={}),
+        mentioned_only=False,
+        timeout=3.0,
+        expires=None,
+    )
     entry, new = table.upsert(remote, now=0.0)
     assert new and entry.expires == 3.0
     assert table.upsert(_copy(remote), now=2.0)[1] is False  # a keep-alive: pushed back to 5.0
@@ -284,5 +331,13 @@ def test_table_reports_diff_and_lapse() -> None:
 
 
 def _copy(reg: Registration) -> Registration:
-    return Registration(reg=reg.reg, client=reg.client, number=reg.number, owner=reg.owner, prototype=reg.prototype,
-                        mentioned_only=reg.mentioned_only, timeout=reg.timeout, expires=None)
+    return Registration(
+        reg=reg.reg,
+        client=reg.client,
+        number=reg.number,
+        owner=reg.owner,
+        prototype=reg.prototype,
+        mentioned_only=reg.mentioned_only,
+        timeout=reg.timeout,
+        expires=None,
+    )

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import shlex
 import signal
 import socket
@@ -42,9 +41,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -103,8 +102,15 @@ def readme_blocks(text: str) -> list[Block]:
         if lang is not None:
             before = lines[start - 1] if start > 0 else ""
             skip, file = NOT_RUN.match(before), FILE.match(before)
-            blocks.append(Block(line=start + 1, lang=lang, code="\n".join(lines[start + 1:j]) + "\n",
-                                skip=skip.group(1) if skip else None, file=file.group(1) if file else None))
+            blocks.append(
+                Block(
+                    line=start + 1,
+                    lang=lang,
+                    code="\n".join(lines[start + 1 : j]) + "\n",
+                    skip=skip.group(1) if skip else None,
+                    file=file.group(1) if file else None,
+                )
+            )
         i = j + 1
     return blocks
 
@@ -120,7 +126,14 @@ def test_the_conventions_are_understood():
     assert sum(1 for b in RUN if not b.skip) >= 5
     assert all(b.skip.strip() for b in BLOCKS if b.skip)
     for m in re.finditer(r"^```(\w+)", README.read_text(), re.M):  # tags we neither run nor know
-        assert m.group(1) in LANGS or m.group(1) in ("text", "console", "json", "toml", "xml", "http"), m.group(1)
+        assert m.group(1) in LANGS or m.group(1) in (
+            "text",
+            "console",
+            "json",
+            "toml",
+            "xml",
+            "http",
+        ), m.group(1)
 
 
 # -- ports and environment ----------------------------------------------------------------------
@@ -171,11 +184,11 @@ class World:
 def makefile_router_argv() -> list[str]:
     """The `aa router …` command of the Makefile's `run` target, as argv after `aa`."""
     text = (ROOT / "Makefile").read_text()
-    recipe = text[text.index("\nrun:"):].split("\n\n", 1)[0]
+    recipe = text[text.index("\nrun:") :].split("\n\n", 1)[0]
     line = next(l for l in recipe.splitlines() if "bin/aa router" in l)
     port = re.search(r"^PORT\s*\?=\s*(\d+)$", text, re.M)
     argv = shlex.split(line.strip().replace("$(PORT)", port.group(1) if port else "$(PORT)"))
-    return argv[argv.index("router"):]
+    return argv[argv.index("router") :]
 
 
 class Output:
@@ -212,8 +225,14 @@ class Output:
 class Background:
     def __init__(self, argv: list[str], world: World) -> None:
         self.argv = argv
-        self.proc = subprocess.Popen(argv, cwd=world.cwd, env=world.env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=world.cwd,
+            env=world.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         world.procs.append(self.proc)
         self.out = Output(self.proc.stdout)
         self.err = Output(self.proc.stderr)
@@ -237,9 +256,15 @@ class Background:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     cwd = tmp_path_factory.mktemp("readme")
     ports = Ports()
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "AA_ROUTER": f"127.0.0.1:{ports(7447)}", "XDG_CONFIG_HOME": str(cwd / ".config"),
-           "XDG_DATA_HOME": str(cwd / ".local"), "HOME": str(cwd), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AA_ROUTER": f"127.0.0.1:{ports(7447)}",
+        "XDG_CONFIG_HOME": str(cwd / ".config"),
+        "XDG_DATA_HOME": str(cwd / ".local"),
+        "HOME": str(cwd),
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("VIRTUAL_ENV", None)
     w = World(cwd=cwd, ports=ports, env=env, router=env["AA_ROUTER"])
     for block in BLOCKS:  # files first: the blocks that use them may come in any order
@@ -251,8 +276,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     assert "--bundled" in argv and "--data-dir" in argv  # what `make run` promises
     router = Background(argv, w)
     try:
-        assert router.out.wait_for(lambda ls: any("listening on" in l for l in ls), READY_TIMEOUT), router.err.text
-        assert router.out.wait_for(lambda ls: any("hosting add-ins" in l for l in ls), READY_TIMEOUT), router.err.text
+        assert router.out.wait_for(
+            lambda ls: any("listening on" in l for l in ls), READY_TIMEOUT
+        ), router.err.text
+        assert router.out.wait_for(
+            lambda ls: any("hosting add-ins" in l for l in ls), READY_TIMEOUT
+        ), router.err.text
         yield w
     finally:
         code, err = router.stop()
@@ -270,29 +299,69 @@ def _lines(out: str) -> list[str]:
     return [l for l in out.splitlines() if l.strip()]
 
 
-WEATHER = re.compile(r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+ Condition=(clear|cloudy|rain|snow)$")
+WEATHER = re.compile(
+    r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+ Condition=(clear|cloudy|rain|snow)$"
+)
 
 #: (pattern on the command line or the code, check of its stdout, seconds it may take)
 EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     # "events at once": the office's weather station speaks every 2 s
-    (re.compile(r"^aa subscribe --count 3 'type == \"weather\"'"),
-     lambda out: len(_lines(out)) == 3 and all(WEATHER.match(l) for l in _lines(out)), 15.0),
-    (re.compile(r'^aa subscribe "Temperature > 100"'),
-     lambda out: "[reading] Temperature=101 Sensor=lab-1" in _lines(out), READY_TIMEOUT),
-    (re.compile(r"^aa send "), lambda out: bool(re.fullmatch(r"[0-9a-f]+-\d+\n", out)), COMMAND_TIMEOUT),
-    (re.compile(r"^aa --version$"), lambda out: bool(re.fullmatch(r"aa \d+\.\d+\.\d+\S*\n", out)), 10.0),
-    (re.compile(r"^aa mesh --json \| head -n 3$"), lambda out: len(out.splitlines()) == 3 and out.startswith("{"), 30.0),
+    (
+        re.compile(r"^aa subscribe --count 3 'type == \"weather\"'"),
+        lambda out: len(_lines(out)) == 3 and all(WEATHER.match(l) for l in _lines(out)),
+        15.0,
+    ),
+    (
+        re.compile(r'^aa subscribe "Temperature > 100"'),
+        lambda out: "[reading] Temperature=101 Sensor=lab-1" in _lines(out),
+        READY_TIMEOUT,
+    ),
+    (
+        re.compile(r"^aa send "),
+        lambda out: bool(re.fullmatch(r"[0-9a-f]+-\d+\n", out)),
+        COMMAND_TIMEOUT,
+    ),
+    (
+        re.compile(r"^aa --version$"),
+        lambda out: bool(re.fullmatch(r"aa \d+\.\d+\.\d+\S*\n", out)),
+        10.0,
+    ),
+    (
+        re.compile(r"^aa mesh --json \| head -n 3$"),
+        lambda out: len(out.splitlines()) == 3 and out.startswith("{"),
+        30.0,
+    ),
     # three routers beside make run's: all four in one mesh, eventually (summaries every 10 s)
-    (re.compile(r"^aa mesh --router "), lambda out: bool(re.match(r"([4-9]|\d\d+) router\(s\)", out)), COMMAND_TIMEOUT),
-    (re.compile(r"^aa subscribe --count 2 'type == \"greeting\"'"),
-     lambda out: [re.sub(r"N=\d+", "N=n", l) for l in _lines(out)] == ["[greeting] Greeting=hello N=n"] * 2, 30.0),
+    (
+        re.compile(r"^aa mesh --router "),
+        lambda out: bool(re.match(r"([4-9]|\d\d+) router\(s\)", out)),
+        COMMAND_TIMEOUT,
+    ),
+    (
+        re.compile(r"^aa subscribe --count 2 'type == \"greeting\"'"),
+        lambda out: (
+            [re.sub(r"N=\d+", "N=n", l) for l in _lines(out)]
+            == ["[greeting] Greeting=hello N=n"] * 2
+        ),
+        30.0,
+    ),
     # Python: the subscribing example prints the event's values and time
-    (re.compile(r"for event in sub:"),
-     lambda out: bool(re.fullmatch(r"\{'Temperature': 102, 'Sensor': 'lab-2'\} \d{4}-\d\d-\d\d[ T][\d:.]+\+00:00\n", out)),
-     COMMAND_TIMEOUT),
+    (
+        re.compile(r"for event in sub:"),
+        lambda out: bool(
+            re.fullmatch(
+                r"\{'Temperature': 102, 'Sensor': 'lab-2'\} \d{4}-\d\d-\d\d[ T][\d:.]+\+00:00\n",
+                out,
+            )
+        ),
+        COMMAND_TIMEOUT,
+    ),
     # Python: the embedded router prints its endpoint, then the event it published to itself
-    (re.compile(r"async with Router\(RouterConfig\(port=0\)\)"),
-     lambda out: bool(re.fullmatch(r"127\.0\.0\.1:\d+\n\{'Temperature': 101\}\n", out)), COMMAND_TIMEOUT),
+    (
+        re.compile(r"async with Router\(RouterConfig\(port=0\)\)"),
+        lambda out: bool(re.fullmatch(r"127\.0\.0\.1:\d+\n\{'Temperature': 101\}\n", out)),
+        COMMAND_TIMEOUT,
+    ),
 ]
 
 
@@ -321,12 +390,16 @@ def commands(code: str) -> list[str]:
 
 
 def runs_until_stopped(argv: list[str]) -> str | None:
-    """"router", "container" or "listener" for a command that runs until stopped, else None."""
+    """ "router", "container" or "listener" for a command that runs until stopped, else None."""
     if len(argv) < 2 or Path(argv[0]).name != "aa":
         return None
     if argv[1] in ("router", "container"):
         return argv[1]
-    if argv[1] in ("subscribe", "on") and "--count" not in argv and not any(a.startswith("--count=") for a in argv):
+    if (
+        argv[1] in ("subscribe", "on")
+        and "--count" not in argv
+        and not any(a.startswith("--count=") for a in argv)
+    ):
         return "listener"
     return None
 
@@ -337,8 +410,14 @@ def run_foreground(line: str, world: World) -> str:
     deadline = time.monotonic() + seconds
     while True:
         try:
-            done = subprocess.run(["bash", "-c", line], cwd=world.cwd, env=world.env, capture_output=True,
-                                  text=True, timeout=max(1.0, deadline - time.monotonic()))
+            done = subprocess.run(
+                ["bash", "-c", line],
+                cwd=world.cwd,
+                env=world.env,
+                capture_output=True,
+                text=True,
+                timeout=max(1.0, deadline - time.monotonic()),
+            )
         except subprocess.TimeoutExpired:
             pytest.fail(f"{line!r} did not finish within {seconds:g} s")
         assert done.returncode == 0, f"{line!r} exited with {done.returncode}: {done.stderr}"
@@ -366,8 +445,9 @@ def run_sh(block: Block, world: World) -> None:
             background.append((line, kind, bg))
             ready = {"router": "listening on", "container": "hosting"}.get(kind)
             if ready is not None:
-                assert bg.out.wait_for(lambda ls: any(ready in l for l in ls), READY_TIMEOUT), \
+                assert bg.out.wait_for(lambda ls: any(ready in l for l in ls), READY_TIMEOUT), (
                     f"{line!r} never said it was ready: {bg.err.text}"
+                )
         for line, kind, bg in background:
             if kind != "listener":
                 continue
@@ -376,7 +456,9 @@ def run_sh(block: Block, world: World) -> None:
             deadline = time.monotonic() + READY_TIMEOUT
             while not bg.out.wait_for(lambda ls: check("".join(ls)), 0.5):
                 assert bg.proc.poll() is None, f"{line!r} ended: {bg.err.text}"
-                assert time.monotonic() < deadline, f"{line!r} printed {bg.out.text!r}, not what the README says"
+                assert time.monotonic() < deadline, (
+                    f"{line!r} printed {bg.out.text!r}, not what the README says"
+                )
                 for send in sends:  # it may have subscribed after they were sent
                     run_foreground(send, world)
     finally:
@@ -391,8 +473,14 @@ def run_python(block: Block, world: World) -> None:
     path.write_text(world.ports.rewrite(block.code))
     want = expectation(block.code)
     seconds = want[1] if want else COMMAND_TIMEOUT
-    done = subprocess.run([sys.executable, str(path)], cwd=world.cwd, env=world.env, capture_output=True, text=True,
-                          timeout=seconds)
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=world.cwd,
+        env=world.env,
+        capture_output=True,
+        text=True,
+        timeout=seconds,
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     if want:
         assert want[0](done.stdout), f"README line {block.line} printed {done.stdout!r}"
@@ -411,7 +499,11 @@ def test_readme_block(block: Block, world: World) -> None:
 
 def test_the_three_line_publish_arrives(world: World) -> None:
     """The README's three lines (no close()) deliver their event: watched from outside."""
-    block = next(b for b in RUN if 'c.publish({"Temperature": 101}, type="reading")' in b.code and "with" not in b.code)
+    block = next(
+        b
+        for b in RUN
+        if 'c.publish({"Temperature": 101}, type="reading")' in b.code and "with" not in b.code
+    )
     from aa.client import Client
 
     with Client(world.router) as watcher:

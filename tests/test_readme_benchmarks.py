@@ -27,14 +27,20 @@ def commands() -> list[tuple[str, list[str]]]:
 
 def test_the_readme_names_its_benchmarks() -> None:
     named = {path for path, _ in commands()}
-    assert {"tests/bench/bench_router.py", "tests/bench/bench_peers.py", "tests/bench/bench_ring.py"} <= named
+    assert {
+        "tests/bench/bench_router.py",
+        "tests/bench/bench_peers.py",
+        "tests/bench/bench_ring.py",
+    } <= named
 
 
 @pytest.mark.parametrize("path", sorted({path for path, _ in commands()}))
 def test_each_benchmark_command_of_the_readme_runs_as_written(path: str) -> None:
     script = ROOT / path
     assert script.is_file(), f"the README names {path}, which does not exist"
-    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", done.stdout))
     for _, args in (c for c in commands() if c[0] == path):

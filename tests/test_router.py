@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from support import next_event, wait_for
 
 from aa.client import AsyncClient
 from aa.mesh import AaTimeout, Event
 from aa.router import Router, RouterConfig
-
-from support import next_event, wait_for
 
 
 async def test_publish_reaches_a_matching_subscriber_with_types_kept(client, make_client):
@@ -21,7 +20,9 @@ async def test_publish_reaches_a_matching_subscriber_with_types_kept(client, mak
     pub = await make_client()
     await pub.publish({"Temperature": 99, "Sensor": "lab-1"}, type="reading")
     await pub.publish({"Temperature": 101, "Sensor": "yard"}, type="reading")
-    await pub.publish({"Temperature": 101, "Sensor": "lab-2", "Raw": b"\x01", "Ratio": 1.0}, type="reading")
+    await pub.publish(
+        {"Temperature": 101, "Sensor": "lab-2", "Raw": b"\x01", "Ratio": 1.0}, type="reading"
+    )
     ev = await next_event(sub)
     assert ev.values == {"Temperature": 101, "Sensor": "lab-2", "Raw": b"\x01", "Ratio": 1.0}
     assert type(ev.values["Temperature"]) is int and type(ev.values["Ratio"]) is float
@@ -31,7 +32,7 @@ async def test_publish_reaches_a_matching_subscriber_with_types_kept(client, mak
 async def test_router_stamps_metadata(router, client, make_client):
     sub = await client.subscribe("True")
     pub = await make_client(client_id="publisher-7")
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     event_id = await pub.publish({"x": 1}, meta={"note": "hi", "client": "forged", "ttl": 999})
     ev = await next_event(sub)
     assert ev.id == event_id
@@ -40,7 +41,7 @@ async def test_router_stamps_metadata(router, client, make_client):
     assert ev.meta["router"] == router.id
     assert ev.meta["path"] == [router.id]
     assert ev.meta["address"].startswith("127.0.0.1:")
-    assert before <= ev.meta["time"] <= datetime.now(timezone.utc)
+    assert before <= ev.meta["time"] <= datetime.now(UTC)
     assert ev.meta["ttl"] != 999
 
 
@@ -162,7 +163,7 @@ async def test_clean_shutdown_delivers_what_is_in_flight():
     await pub.flush(timeout=10)  # acknowledged: dispatched, deliveries written or queued
     await r.aclose()
     async with asyncio.timeout(5):
-        while len(got) < 2000 and not sub_client._link is None:
+        while len(got) < 2000 and sub_client._link is not None:
             await asyncio.wait([sub_client._link.lost], timeout=5)
     assert got == list(range(2000))
     await pub.aclose()

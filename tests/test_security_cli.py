@@ -13,13 +13,11 @@ import sys
 from pathlib import Path
 
 import httpx
-import pytest
+from support import next_event
 
 from aa.client import AsyncClient, ClientConfig
 from aa.tools.certs_cmd import init_ca, issue
 from aa.tools.service_cmd import unit_text
-
-from support import next_event
 
 AA = str(Path(sys.executable).with_name("aa"))
 
@@ -40,25 +38,57 @@ async def test_secured_router_on_the_console(tmp_path: Path) -> None:
     issue(tmp_path, "alice", "client", days=5)
     perms = tmp_path / "perms.toml"
     perms.write_text('[users.alice]\npublish = ["*"]\nsubscribe = ["*"]\npatterns = "predicates"\n')
-    env = {**os.environ, "AA_CERT": str(tmp_path / "r1.pem"), "AA_KEY": str(tmp_path / "r1.key"),
-           "AA_CA": str(tmp_path / "ca.pem")}
+    env = {
+        **os.environ,
+        "AA_CERT": str(tmp_path / "r1.pem"),
+        "AA_KEY": str(tmp_path / "r1.key"),
+        "AA_CA": str(tmp_path / "ca.pem"),
+    }
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--no-discovery", "--no-anonymous", "--permissions", str(perms),
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        AA,
+        "router",
+        "--port",
+        "0",
+        "--no-discovery",
+        "--no-anonymous",
+        "--permissions",
+        str(perms),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     try:
         endpoint = (await _line(proc.stdout, r"listening on (127\.0\.0\.1:\d+)")).group(1)
         url = (await _line(proc.stdout, r"HTTP endpoint and monitor on (\S+)")).group(1)
         assert url.startswith("https://")
-        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))) as http:
+        async with httpx.AsyncClient(
+            verify=ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        ) as http:
             assert (await http.get(url + "mesh")).status_code in (200, 403)  # served over TLS
-        config = ClientConfig(routers=(endpoint,), ca=tmp_path / "ca.pem", cert=tmp_path / "alice.pem",
-                              key=tmp_path / "alice.key")
+        config = ClientConfig(
+            routers=(endpoint,),
+            ca=tmp_path / "ca.pem",
+            cert=tmp_path / "alice.pem",
+            key=tmp_path / "alice.key",
+        )
         async with AsyncClient(config=config) as alice:
             sub = await alice.subscribe('meta["user"] == "alice"')
-            user_env = {**env, "AA_CERT": str(tmp_path / "alice.pem"), "AA_KEY": str(tmp_path / "alice.key")}
-            send = await asyncio.create_subprocess_exec(AA, "send", "--router", endpoint, "x=1", env=user_env,
-                                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            user_env = {
+                **env,
+                "AA_CERT": str(tmp_path / "alice.pem"),
+                "AA_KEY": str(tmp_path / "alice.key"),
+            }
+            send = await asyncio.create_subprocess_exec(
+                AA,
+                "send",
+                "--router",
+                endpoint,
+                "x=1",
+                env=user_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             async with asyncio.timeout(30):
                 _, err = await send.communicate()
             assert send.returncode == 0, err
@@ -75,22 +105,42 @@ async def test_secured_router_on_the_console(tmp_path: Path) -> None:
 
 async def test_bad_security_flags_get_one_line(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
-        AA, "router", "--port", "0", "--no-discovery", "--cert", str(tmp_path / "none.pem"), "--key",
-        str(tmp_path / "none.key"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        AA,
+        "router",
+        "--port",
+        "0",
+        "--no-discovery",
+        "--cert",
+        str(tmp_path / "none.pem"),
+        "--key",
+        str(tmp_path / "none.key"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     async with asyncio.timeout(30):
         _, err = await proc.communicate()
     assert proc.returncode == 2
-    assert err.decode().strip().splitlines() == [f"aa router: certificate {tmp_path / 'none.pem'} does not exist"]
+    assert err.decode().strip().splitlines() == [
+        f"aa router: certificate {tmp_path / 'none.pem'} does not exist"
+    ]
 
 
 def test_service_unit_runs_unprivileged_and_points_at_the_certificates() -> None:
-    text = unit_text("router", user=False, program="/usr/bin/aa", certs=Path("/etc/aa/certs"), cert_name="lab")
+    text = unit_text(
+        "router", user=False, program="/usr/bin/aa", certs=Path("/etc/aa/certs"), cert_name="lab"
+    )
     assert "DynamicUser=yes" in text and "NoNewPrivileges=yes" in text
     assert "LoadCredential=lab.key:/etc/aa/certs/lab.key" in text
-    assert "--cert ${CREDENTIALS_DIRECTORY}/lab.pem" in text and "--ca ${CREDENTIALS_DIRECTORY}/ca.pem" in text
+    assert (
+        "--cert ${CREDENTIALS_DIRECTORY}/lab.pem" in text
+        and "--ca ${CREDENTIALS_DIRECTORY}/ca.pem" in text
+    )
 
 
 def test_service_unit_raises_the_open_file_limit() -> None:
     """systemd's default 1,024 open files would cap a router at about a thousand clients."""
     for user in (False, True):
-        assert "LimitNOFILE=65536" in unit_text("router", user=user, program="/usr/bin/aa").splitlines()
+        assert (
+            "LimitNOFILE=65536"
+            in unit_text("router", user=user, program="/usr/bin/aa").splitlines()
+        )

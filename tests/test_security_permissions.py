@@ -4,19 +4,19 @@ request gets an error naming the rule, and nothing else is affected."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
+from support import next_event, wait_for
 
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import PatternError, RemoteError
 from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
 from aa.tools.certs_cmd import init_ca, issue
-
-from support import next_event, wait_for
 
 RULES = """\
 [users.alice]
@@ -48,20 +48,29 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def router(pki: Path, tmp_path: Path) -> AsyncIterator[Router]:
     perms = tmp_path / "perms.toml"
     perms.write_text(RULES)
-    security = SecurityConfig(cert=pki / "r1.pem", key=pki / "r1.key", ca=pki / "ca.pem", permissions=perms)
+    security = SecurityConfig(
+        cert=pki / "r1.pem", key=pki / "r1.key", ca=pki / "ca.pem", permissions=perms
+    )
     async with Router(RouterConfig(port=0, security=security, data_dir=tmp_path / "data")) as r:
         yield r
 
 
 async def as_user(router: Router, pki: Path, name: str) -> AsyncClient:
-    c = AsyncClient(config=ClientConfig(routers=(router.endpoint,), ca=pki / "ca.pem", cert=pki / f"{name}.pem",
-                                        key=pki / f"{name}.key"))
+    c = AsyncClient(
+        config=ClientConfig(
+            routers=(router.endpoint,),
+            ca=pki / "ca.pem",
+            cert=pki / f"{name}.pem",
+            key=pki / f"{name}.key",
+        )
+    )
     await c.connect()
     return c
 
 
 async def test_denied_publish_names_the_rule_and_affects_nothing_else(
-        router: Router, pki: Path, caplog: pytest.LogCaptureFixture) -> None:
+    router: Router, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     alice, bob = await as_user(router, pki, "alice"), await as_user(router, pki, "bob")
     try:
         got = await bob.subscribe("True")
@@ -73,9 +82,14 @@ async def test_denied_publish_names_the_rule_and_affects_nothing_else(
             await bob.flush()
             first, second = await next_event(got), await next_event(got)
             await wait_for(lambda: "permission-denied" in caplog.text)
-        assert [(e.values["n"], e.meta["user"]) for e in (first, second)] == [(2, "alice"), (3, "bob")]
-        assert ('user \'alice\' is not allowed to publish events of type \'alarm\' (rule publish = ["reading"] '
-                "in [users.alice]") in caplog.text
+        assert [(e.values["n"], e.meta["user"]) for e in (first, second)] == [
+            (2, "alice"),
+            (3, "bob"),
+        ]
+        assert (
+            "user 'alice' is not allowed to publish events of type 'alarm' (rule publish = [\"reading\"] "
+            "in [users.alice]"
+        ) in caplog.text
         assert router.counters["refused_permission"] == 1
         assert alice.connected and bob.connected
     finally:
@@ -83,11 +97,14 @@ async def test_denied_publish_names_the_rule_and_affects_nothing_else(
         await bob.aclose()
 
 
-async def test_subscriptions_scripts_persist_caches_and_quench(router: Router, pki: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+async def test_subscriptions_scripts_persist_caches_and_quench(
+    router: Router, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     alice, bob = await as_user(router, pki, "alice"), await as_user(router, pki, "bob")
     try:
-        with pytest.raises(PatternError, match=r'register scripts.*rule patterns = "predicates" in \[users.alice\]'):
+        with pytest.raises(
+            PatternError, match=r'register scripts.*rule patterns = "predicates" in \[users.alice\]'
+        ):
             await alice.subscribe("forward()", format="script")
         sub = await alice.subscribe("True")  # allowed, but receives only the types alice may see
         await bob.publish({"n": 1}, type="secret")
@@ -104,7 +121,7 @@ async def test_subscriptions_scripts_persist_caches_and_quench(router: Router, p
             await wait_for(lambda: "rule persist = false" in caplog.text)
         await bob.publish({"n": 4}, type="reading", meta={"persist": True})  # bob may
         await bob.flush()
-        since = datetime.now(timezone.utc) - timedelta(minutes=1)
+        since = datetime.now(UTC) - timedelta(minutes=1)
         kept = await router.history("True", since=since, include_cache=False)
         assert [e.values["n"] for e in kept] == [4]
         assert await bob.cache_register("True", max_count=10) is not None  # and bob may own caches
@@ -113,7 +130,9 @@ async def test_subscriptions_scripts_persist_caches_and_quench(router: Router, p
         await bob.aclose()
 
 
-async def test_reload_applies_new_rules_and_keeps_them_on_a_broken_file(router: Router, pki: Path) -> None:
+async def test_reload_applies_new_rules_and_keeps_them_on_a_broken_file(
+    router: Router, pki: Path
+) -> None:
     path = router.config.security.permissions
     assert path is not None
     path.write_text(RULES.replace('publish = ["reading"]', 'publish = ["reading", "alarm"]'))

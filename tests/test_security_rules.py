@@ -35,14 +35,23 @@ def test_permissions_by_user_with_defaults_denied() -> None:
     assert alice.may_publish("sensor.kitchen") and alice.may_publish("reading")
     assert not alice.may_publish("alarm") and not alice.may_publish(None)
     assert other.may_publish(None) and not other.may_publish("reading")  # "" = untyped only
-    assert not anon.may_publish("weather") and anon.may_receive("weather") and not anon.may_receive("x")
+    assert (
+        not anon.may_publish("weather")
+        and anon.may_receive("weather")
+        and not anon.may_receive("x")
+    )
     assert anon.pattern_refusal(PatternSpec(source="x = 1", format="script")) == (
-        'not allowed to register scripts, only predicate patterns '
-        '(rule patterns = "predicates" in [anonymous] in perms.toml)')
+        "not allowed to register scripts, only predicate patterns "
+        '(rule patterns = "predicates" in [anonymous] in perms.toml)'
+    )
     assert anon.pattern_refusal(PatternSpec(source="True")) is None
-    assert other.pattern_refusal(PatternSpec(source="True")) is not None  # subscribe = [] by default
+    assert (
+        other.pattern_refusal(PatternSpec(source="True")) is not None
+    )  # subscribe = [] by default
     assert not alice.quench and alice.persist
-    assert Permissions.parse("[anonymous]\n").rules_for("bob") is None  # no section: nothing allowed
+    assert (
+        Permissions.parse("[anonymous]\n").rules_for("bob") is None
+    )  # no section: nothing allowed
     assert Permissions.open().rules_for("anyone") is ALLOW_ALL
 
 
@@ -50,8 +59,11 @@ def test_permissions_by_user_with_defaults_denied() -> None:
     ("text", "error"),
     [
         ("[users.bob]\npublish = 3\n", "line 2: publish in [users.bob] must be a list"),
-        ("[users.bob]\nsubscribe = [\"a\"]\n\npersist = \"yes\"\n", "line 4: persist in [users.bob] must be true or false"),
-        ("[anonymous]\npatterns = \"all\"\n", "line 2: patterns in [anonymous] must be one of"),
+        (
+            '[users.bob]\nsubscribe = ["a"]\n\npersist = "yes"\n',
+            "line 4: persist in [users.bob] must be true or false",
+        ),
+        ('[anonymous]\npatterns = "all"\n', "line 2: patterns in [anonymous] must be one of"),
         ("[anonymous]\npublihs = []\n", "line 2: unknown key 'publihs'"),
         ("[admins]\n", "line 1: unknown section 'admins'"),
         ("[users.bob\n", "line 1"),  # TOML syntax: tomllib's own position

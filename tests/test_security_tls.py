@@ -8,20 +8,20 @@ import asyncio
 import logging
 import ssl
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
+from support import next_event, wait_for
 
 from aa.client import AsyncClient, ClientConfig
-from aa.mesh import AaTimeout, RemoteError, UsageError
+from aa.mesh import RemoteError, UsageError
 from aa.mesh.protocol import NEED_DATA, Connection, Error, Hello, PeerHello
 from aa.router import MeshConfig, Router, RouterConfig
 from aa.router.security import SecurityConfig
 from aa.tools.certs_cmd import init_ca, issue
-
-from support import next_event, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -36,27 +36,37 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         issue(mesh, name, "router", days=30)
     for name in ("alice", "bob"):
         issue(mesh, name, "client", days=30)
-    issue(mesh, "old", "client", days=1, now=datetime.now(timezone.utc) - timedelta(days=3))
+    issue(mesh, "old", "client", days=1, now=datetime.now(UTC) - timedelta(days=3))
     issue(evil, "impostor", "router", days=30)
     return {"mesh": mesh, "evil": evil}
 
 
 def sec(folder: Path, name: str, **kw: Any) -> SecurityConfig:
-    return SecurityConfig(cert=folder / f"{name}.pem", key=folder / f"{name}.key", ca=folder / "ca.pem", **kw)
+    return SecurityConfig(
+        cert=folder / f"{name}.pem", key=folder / f"{name}.key", ca=folder / "ca.pem", **kw
+    )
 
 
 def user(pki: dict[str, Path], name: str | None, **kw: Any) -> ClientConfig:
     mesh = pki["mesh"]
-    files = {"cert": mesh / f"{name}.pem", "key": mesh / f"{name}.key"} if name else {"cert": None, "key": None}
+    files = (
+        {"cert": mesh / f"{name}.pem", "key": mesh / f"{name}.key"}
+        if name
+        else {"cert": None, "key": None}
+    )
     return ClientConfig(ca=mesh / "ca.pem", **files, **kw)  # type: ignore[arg-type]
 
 
-FAST = MeshConfig(retry_base=0.05, retry_max=0.2, retry_jitter=0.0, keepalive=1.0, info_interval=1.0)
+FAST = MeshConfig(
+    retry_base=0.05, retry_max=0.2, retry_jitter=0.0, keepalive=1.0, info_interval=1.0
+)
 
 
 @pytest.fixture
 async def r1(pki: dict[str, Path]) -> AsyncIterator[Router]:
-    async with Router(RouterConfig(port=0, name="r1", security=sec(pki["mesh"], "r1"), mesh=FAST)) as r:
+    async with Router(
+        RouterConfig(port=0, name="r1", security=sec(pki["mesh"], "r1"), mesh=FAST)
+    ) as r:
         yield r
 
 
@@ -83,7 +93,10 @@ async def test_user_is_stamped_and_patterns_filter_on_it(pki: dict[str, Path], r
         await alice.flush()
         got = await next_event(only_alice)  # n=1 was dispatched first: the filter dropped it
         assert (got.values["n"], got.meta["user"]) == (2, "alice")
-        seen = sorted(((await next_event(everyone)), (await next_event(everyone))), key=lambda e: e.values["n"])
+        seen = sorted(
+            ((await next_event(everyone)), (await next_event(everyone))),
+            key=lambda e: e.values["n"],
+        )
         assert [e.meta["user"] for e in seen] == ["anonymous", "alice"]
     finally:
         for c in (alice, anon, watcher):
@@ -91,7 +104,11 @@ async def test_user_is_stamped_and_patterns_filter_on_it(pki: dict[str, Path], r
 
 
 async def test_plaintext_client_on_a_tls_port_is_told_why(r1: Router) -> None:
-    client = AsyncClient(config=ClientConfig(routers=(r1.endpoint,), ca=None, cert=None, key=None, connect_timeout=1.0))
+    client = AsyncClient(
+        config=ClientConfig(
+            routers=(r1.endpoint,), ca=None, cert=None, key=None, connect_timeout=1.0
+        )
+    )
     started = time.monotonic()
     with pytest.raises(RemoteError, match="accepts TLS only"):
         await client.connect(timeout=20.0)  # at once: a refusal that trying again will not change
@@ -100,11 +117,20 @@ async def test_plaintext_client_on_a_tls_port_is_told_why(r1: Router) -> None:
     assert r1.counters["refused_plaintext"] >= 1
 
 
-async def test_tls_client_on_a_plaintext_router_is_told_why(pki: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
+async def test_tls_client_on_a_plaintext_router_is_told_why(
+    pki: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="aa.router")
     async with Router(RouterConfig(port=0)) as plain:
-        client = AsyncClient(config=ClientConfig(**{**_fields(user(pki, "alice")), "routers": (plain.endpoint,),
-                                                    "connect_timeout": 1.0}))
+        client = AsyncClient(
+            config=ClientConfig(
+                **{
+                    **_fields(user(pki, "alice")),
+                    "routers": (plain.endpoint,),
+                    "connect_timeout": 1.0,
+                }
+            )
+        )
         with pytest.raises(RemoteError, match="does not speak TLS"):
             await client.connect(timeout=20.0)
         await client.aclose()
@@ -115,7 +141,9 @@ async def test_tls_client_on_a_plaintext_router_is_told_why(pki: dict[str, Path]
 async def test_anonymous_clients_refused_when_the_router_says_so(pki: dict[str, Path]) -> None:
     config = RouterConfig(port=0, security=sec(pki["mesh"], "r1", anonymous=False))
     async with Router(config) as router:
-        anon = AsyncClient(config=ClientConfig(**{**_fields(user(pki, None)), "routers": (router.endpoint,)}))
+        anon = AsyncClient(
+            config=ClientConfig(**{**_fields(user(pki, None)), "routers": (router.endpoint,)})
+        )
         with pytest.raises(RemoteError, match="refuses anonymous clients"):
             await anon.connect(timeout=20.0)
         await anon.aclose()
@@ -126,7 +154,9 @@ async def test_anonymous_clients_refused_when_the_router_says_so(pki: dict[str, 
 async def test_client_ranges_refuse_others_with_the_reason(pki: dict[str, Path]) -> None:
     config = RouterConfig(port=0, security=sec(pki["mesh"], "r1", allow_clients=("10.0.0.0/8",)))
     async with Router(config) as router:
-        c = AsyncClient(config=ClientConfig(**{**_fields(user(pki, "alice")), "routers": (router.endpoint,)}))
+        c = AsyncClient(
+            config=ClientConfig(**{**_fields(user(pki, "alice")), "routers": (router.endpoint,)})
+        )
         with pytest.raises(RemoteError, match="not allowed here"):
             await c.connect(timeout=20.0)  # told at once: waiting would not change it
         await c.aclose()
@@ -134,7 +164,9 @@ async def test_client_ranges_refuse_others_with_the_reason(pki: dict[str, Path])
 
 async def test_expired_certificates_are_refused(pki: dict[str, Path], r1: Router) -> None:
     mesh = pki["mesh"]
-    with pytest.raises(UsageError, match="expired"):  # the client's own check, before any connection
+    with pytest.raises(
+        UsageError, match="expired"
+    ):  # the client's own check, before any connection
         ClientConfig(ca=mesh / "ca.pem", cert=mesh / "old.pem", key=mesh / "old.key")
     with pytest.raises(UsageError, match="expired"):  # a router refuses to start with one
         Router(RouterConfig(port=0, security=sec(mesh, "old")))
@@ -151,10 +183,19 @@ async def test_expired_certificates_are_refused(pki: dict[str, Path], r1: Router
     assert r1.sessions == set()
 
 
-async def test_impostor_router_cannot_join_and_its_events_reach_no_one(pki: dict[str, Path], r1: Router) -> None:
-    r2_config = RouterConfig(port=0, name="r2", security=sec(pki["mesh"], "r2"), peers=(r1.endpoint,), mesh=FAST)
-    bad_config = RouterConfig(port=0, name="impostor", security=sec(pki["evil"], "impostor"),
-                              peers=(r1.endpoint,), mesh=FAST)
+async def test_impostor_router_cannot_join_and_its_events_reach_no_one(
+    pki: dict[str, Path], r1: Router
+) -> None:
+    r2_config = RouterConfig(
+        port=0, name="r2", security=sec(pki["mesh"], "r2"), peers=(r1.endpoint,), mesh=FAST
+    )
+    bad_config = RouterConfig(
+        port=0,
+        name="impostor",
+        security=sec(pki["evil"], "impostor"),
+        peers=(r1.endpoint,),
+        mesh=FAST,
+    )
     async with Router(r2_config) as r2, Router(bad_config) as impostor:
         await wait_for(lambda: r1.peer_count() == 1 and r2.peer_count() == 1)
         assert r2.id.startswith("r2~")
@@ -189,7 +230,9 @@ async def _raw_peer_hello(router: Router, ctx: ssl.SSLContext, router_id: str) -
         writer.close()
 
 
-async def test_peer_links_need_a_router_certificate_bound_to_the_claimed_id(pki: dict[str, Path], r1: Router) -> None:
+async def test_peer_links_need_a_router_certificate_bound_to_the_claimed_id(
+    pki: dict[str, Path], r1: Router
+) -> None:
     mesh = pki["mesh"]
 
     def ctx(name: str) -> ssl.SSLContext:
@@ -206,7 +249,9 @@ async def test_peer_links_need_a_router_certificate_bound_to_the_claimed_id(pki:
     assert r1.peer_count() == 0 and r1.mesh.counters["refused_peers"] == 2
 
 
-async def test_garbage_and_half_handshakes_cost_others_nothing(pki: dict[str, Path], r1: Router) -> None:
+async def test_garbage_and_half_handshakes_cost_others_nothing(
+    pki: dict[str, Path], r1: Router
+) -> None:
     host, port = r1.address
     strangers = []
     for i in range(60):
@@ -214,7 +259,9 @@ async def test_garbage_and_half_handshakes_cost_others_nothing(pki: dict[str, Pa
         if i % 3 == 0:
             writer.write(b"GET / HTTP/1.1\r\n\r\n" * 50)  # garbage: answered, closed
         elif i % 3 == 1:
-            writer.write(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # half a ClientHello, then silence
+            writer.write(
+                b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+            )  # half a ClientHello, then silence
         strangers.append((reader, writer))
     # Meanwhile a user connects, publishes and receives as if nobody else were there.
     started = time.monotonic()
@@ -232,12 +279,20 @@ async def test_garbage_and_half_handshakes_cost_others_nothing(pki: dict[str, Pa
         writer.close()
 
 
-async def test_without_tls_permissions_apply_to_anonymous_and_ranges_to_everyone(tmp_path: Path) -> None:
+async def test_without_tls_permissions_apply_to_anonymous_and_ranges_to_everyone(
+    tmp_path: Path,
+) -> None:
     perms = tmp_path / "perms.toml"
-    perms.write_text('[anonymous]\npublish = ["news"]\nsubscribe = ["*"]\npatterns = "predicates"\n')
-    config = RouterConfig(port=0, security=SecurityConfig(permissions=perms, allow_clients=("127.0.0.0/8",)))
+    perms.write_text(
+        '[anonymous]\npublish = ["news"]\nsubscribe = ["*"]\npatterns = "predicates"\n'
+    )
+    config = RouterConfig(
+        port=0, security=SecurityConfig(permissions=perms, allow_clients=("127.0.0.0/8",))
+    )
     async with Router(config) as router:
-        c = AsyncClient(config=ClientConfig(routers=(router.endpoint,), ca=None, cert=None, key=None))
+        c = AsyncClient(
+            config=ClientConfig(routers=(router.endpoint,), ca=None, cert=None, key=None)
+        )
         await c.connect()
         try:
             sub = await c.subscribe("True")
@@ -248,7 +303,9 @@ async def test_without_tls_permissions_apply_to_anonymous_and_ranges_to_everyone
             await wait_for(lambda: router.counters["refused_permission"] == 1)
         finally:
             await c.aclose()
-    closed = RouterConfig(port=0, security=SecurityConfig(allow_clients=("10.0.0.0/8",), allow_peers=("10.0.0.0/8",)))
+    closed = RouterConfig(
+        port=0, security=SecurityConfig(allow_clients=("10.0.0.0/8",), allow_peers=("10.0.0.0/8",))
+    )
     async with Router(closed) as router:
         reader, writer = await asyncio.open_connection(*router.address)
         async with asyncio.timeout(5):
@@ -257,7 +314,9 @@ async def test_without_tls_permissions_apply_to_anonymous_and_ranges_to_everyone
         assert router.counters["refused_address"] == 1
 
 
-async def test_a_full_handshake_queue_evicts_the_oldest_stranger_not_the_newcomer(pki: dict[str, Path]) -> None:
+async def test_a_full_handshake_queue_evicts_the_oldest_stranger_not_the_newcomer(
+    pki: dict[str, Path],
+) -> None:
     from aa.router.security import Listener, server_context
 
     mesh = pki["mesh"]
@@ -270,11 +329,18 @@ async def test_a_full_handshake_queue_evicts_the_oldest_stranger_not_the_newcome
     import socket as _socket
 
     sock = _socket.create_server(("127.0.0.1", 0))
-    listener = Listener(sock, factory, tls=server_context(mesh / "r1.pem", mesh / "r1.key", mesh / "ca.pem"),
-                        max_pending=8, counters={})
+    listener = Listener(
+        sock,
+        factory,
+        tls=server_context(mesh / "r1.pem", mesh / "r1.key", mesh / "ca.pem"),
+        max_pending=8,
+        counters={},
+    )
     listener.start()
     port = sock.getsockname()[1]
-    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(8)]  # strangers who say nothing
+    idle = [
+        await asyncio.open_connection("127.0.0.1", port) for _ in range(8)
+    ]  # strangers who say nothing
     await wait_for(lambda: listener.pending == 8)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
@@ -301,7 +367,9 @@ async def test_a_refusal_counts_only_while_it_lasts() -> None:
     r = Refusals()
     r.note("a:1", RemoteError("this router accepts TLS only", code="tls-required"), ["a:1", "b:2"])
     assert not r.everywhere.is_set()  # b:2 may still take us
-    r.note("b:2", RemoteError("clients from here are not allowed", code="forbidden"), ["a:1", "b:2"])
+    r.note(
+        "b:2", RemoteError("clients from here are not allowed", code="forbidden"), ["a:1", "b:2"]
+    )
     assert r.everywhere.is_set() and "not allowed" in str(r) and "TLS only" in str(r)
     r.note("b:2", None, ())
     assert not r.everywhere.is_set() and "b:2" not in str(r)

@@ -7,11 +7,10 @@ import struct
 
 import msgpack
 import pytest
+from support import next_event
 
 from aa.mesh import Connection, PatternError, PatternSpec
 from aa.mesh.protocol import Error, Hello, Message, Publish
-
-from support import next_event
 
 
 async def raw_exchange(router, data: bytes) -> list[Message]:
@@ -40,13 +39,28 @@ HELLO = Connection().send(Hello(client_id="raw"))
     [
         (HELLO + struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1", "malformed", "not valid msgpack"),
         (HELLO + struct.pack(">I", 2**31), "frame-too-large", "over the cap"),
-        (HELLO + frame({"kind": "warp-drive"}), "unknown-kind", "unknown message kind 'warp-drive'"),
+        (
+            HELLO + frame({"kind": "warp-drive"}),
+            "unknown-kind",
+            "unknown message kind 'warp-drive'",
+        ),
         (frame({"kind": "publish", "seq": 1, "events": []}), "protocol", "expected 'hello' first"),
-        (HELLO + frame({"kind": "publish", "seq": 1, "events": [[7, None, {"x": 1}, {}]]}), "malformed", "event id"),
-        (HELLO + frame({"kind": "welcome", "router_id": "x", "router_name": "y", "client_id": "z"}), "protocol", "may not send 'welcome'"),
+        (
+            HELLO + frame({"kind": "publish", "seq": 1, "events": [[7, None, {"x": 1}, {}]]}),
+            "malformed",
+            "event id",
+        ),
+        (
+            HELLO
+            + frame({"kind": "welcome", "router_id": "x", "router_name": "y", "client_id": "z"}),
+            "protocol",
+            "may not send 'welcome'",
+        ),
     ],
 )
-async def test_bad_frame_gets_an_error_frame_and_only_that_connection_closes(router, client, make_client, data, code, text):
+async def test_bad_frame_gets_an_error_frame_and_only_that_connection_closes(
+    router, client, make_client, data, code, text
+):
     sub = await client.subscribe("True")
     answers = await raw_exchange(router, data)
     errors = [m for m in answers if isinstance(m, Error)]
@@ -146,17 +160,27 @@ async def test_connections_holding_big_unfinished_frames_are_closed_past_a_total
     """One connection may hold up to a frame's cap; many of them together may not hold the
     router's memory: past `MAX_PARTIAL_TOTAL` the ones holding big partial frames go, and a
     client sending normal frames goes on."""
+    from support import wait_for
+
     from aa.mesh.protocol import Ack
     from aa.router.security import MAX_PARTIAL_TOTAL
-
-    from support import wait_for
 
     part = 15 * 1024 * 1024
     header = struct.pack(">I", part + 64)  # never finished
     # A valid start (large frames are decoded as they arrive): a publish whose one event holds
     # a bytes value announced longer than what is sent, so the decoder keeps every byte.
-    start = (b"\x83" + msgpack.packb("kind") + msgpack.packb("publish") + msgpack.packb("seq") + msgpack.packb(1)
-             + msgpack.packb("events") + b"\x91\x94\xc0\xc0\x81" + msgpack.packb("b") + b"\xc6" + struct.pack(">I", part))
+    start = (
+        b"\x83"
+        + msgpack.packb("kind")
+        + msgpack.packb("publish")
+        + msgpack.packb("seq")
+        + msgpack.packb(1)
+        + msgpack.packb("events")
+        + b"\x91\x94\xc0\xc0\x81"
+        + msgpack.packb("b")
+        + b"\xc6"
+        + struct.pack(">I", part)
+    )
     hogs = []
     try:
         for i in range(MAX_PARTIAL_TOTAL // part + 2):
@@ -167,7 +191,9 @@ async def test_connections_holding_big_unfinished_frames_are_closed_past_a_total
         assert router.partial_frames.total <= MAX_PARTIAL_TOTAL
         reader, writer = await asyncio.open_connection(*router.address)  # an ordinary client
         codec = Connection()
-        writer.write(codec.send(Hello(client_id="ordinary")) + codec.send(Publish(seq=1, events=())))
+        writer.write(
+            codec.send(Hello(client_id="ordinary")) + codec.send(Publish(seq=1, events=()))
+        )
         got: list[Message] = []
         async with asyncio.timeout(10):
             while not any(type(m) is Ack for m in got):
@@ -240,14 +266,16 @@ async def test_a_big_publish_is_dispatched_in_slices_while_others_are_served(rou
 async def test_a_subscriber_that_does_not_read_is_told_how_many_events_it_missed(router) -> None:
     """overflow="notify": the router drops what the client cannot take and says how many
     once it reads again; overflow="disconnect": it closes the connection instead."""
-    from aa.mesh.protocol import Missed, Subscribe, Subscribed
-
     from aa.client import AsyncClient
+    from aa.mesh.protocol import Missed, Subscribe, Subscribed
 
     router_limit = router.config.max_session_backlog
     slow = Connection()
     reader, writer = await asyncio.open_connection(*router.address)
-    writer.write(slow.send(Hello(client_id="slow")) + slow.send(Subscribe(sub_id=1, pattern=PatternSpec(source="True"))))
+    writer.write(
+        slow.send(Hello(client_id="slow"))
+        + slow.send(Subscribe(sub_id=1, pattern=PatternSpec(source="True")))
+    )
     got: list[Message] = []
     async with asyncio.timeout(10):
         while not any(type(m) is Subscribed for m in got):
@@ -284,8 +312,10 @@ async def test_a_subscriber_that_asked_for_disconnect_is_closed_with_the_reason(
 
     slow = Connection()
     reader, writer = await asyncio.open_connection(*router.address)
-    writer.write(slow.send(Hello(client_id="slow"))
-                 + slow.send(Subscribe(sub_id=1, pattern=PatternSpec(source="True"), overflow="disconnect")))
+    writer.write(
+        slow.send(Hello(client_id="slow"))
+        + slow.send(Subscribe(sub_id=1, pattern=PatternSpec(source="True"), overflow="disconnect"))
+    )
     got: list[Message] = []
     async with asyncio.timeout(10):
         while not any(type(m) is Subscribed for m in got):
@@ -322,7 +352,10 @@ async def test_a_burst_of_small_frames_does_not_hold_other_clients(router) -> No
     o_reader, o_writer = await asyncio.open_connection(*router.address)
     other = Connection()
     o_writer.write(other.send(Hello(client_id="other")))
-    f_writer.write(flood.send(Hello(client_id="flood")) + flood.send(Subscribe(sub_id=1, pattern=PatternSpec(source=source), params={"p": 0})))
+    f_writer.write(
+        flood.send(Hello(client_id="flood"))
+        + flood.send(Subscribe(sub_id=1, pattern=PatternSpec(source=source), params={"p": 0}))
+    )
     from support import wait_for
 
     await wait_for(lambda: {"other", "flood"} <= {s.client_id for s in router.sessions}, timeout=10)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+from support import mesh, wait_for
+
 from aa.client import AsyncClient
 from aa.mesh import Connection, Event, id_scope
 from aa.mesh.protocol import Ack, Hello, Message, Publish, Welcome
 from aa.router import Router
-
-from support import mesh, wait_for
 
 
 async def raw_client(router: Router, client_id: str, secret: str | None = None):
@@ -29,7 +29,9 @@ async def read_until(reader, codec, kind) -> list[Message]:
     return got
 
 
-async def test_a_client_publishing_another_publishers_next_ids_takes_nothing_from_it(router: Router) -> None:
+async def test_a_client_publishing_another_publishers_next_ids_takes_nothing_from_it(
+    router: Router,
+) -> None:
     got: list[Event] = []
     router.subscribe("True", got.append)
     async with AsyncClient(router.endpoint) as victim:
@@ -37,8 +39,13 @@ async def test_a_client_publishing_another_publishers_next_ids_takes_nothing_fro
         await victim.flush()
         prefix, counter = first.rsplit("-", 1)
         # The attacker has read the victim's event and publishes its next 500 ids first.
-        reader, writer, codec = await raw_client(router, client_id=victim.client_id)  # even its client id
-        stolen = tuple(Event(values={"evil": i}, id=f"{prefix}-{int(counter, 16) + i:x}") for i in range(1, 501))
+        reader, writer, codec = await raw_client(
+            router, client_id=victim.client_id
+        )  # even its client id
+        stolen = tuple(
+            Event(values={"evil": i}, id=f"{prefix}-{int(counter, 16) + i:x}")
+            for i in range(1, 501)
+        )
         writer.write(codec.send(Publish(seq=1, events=stolen)))
         await read_until(reader, codec, Ack)
         for n in range(1, 501):

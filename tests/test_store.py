@@ -9,26 +9,26 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
 from sqlalchemy.exc import OperationalError
-
-import aa.router.store.storewriter as writer_mod
-from aa.mesh import Event, InvalidPolicy, UsageError
-from aa.router import ExpiryPolicy
-from aa.router.store import EventStore
-from aa.mesh import StoreFull, StoreUnavailable
-from aa.router import StoreConfig
 from support import wait_for
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+import aa.router.store.storewriter as writer_mod
+from aa.mesh import Event, InvalidPolicy, StoreFull, StoreUnavailable, UsageError
+from aa.router import ExpiryPolicy, StoreConfig
+from aa.router.store import EventStore
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 NO_LIMIT = ExpiryPolicy()
 
 
-def ev(i: int, *, type: str | None = "reading", at: datetime | None = None, **values: object) -> Event:
+def ev(
+    i: int, *, type: str | None = "reading", at: datetime | None = None, **values: object
+) -> Event:
     """Event number *i*, stamped *i* seconds after T0 unless *at* says otherwise."""
     t = at if at is not None else T0 + timedelta(seconds=i)
     return Event(values={"i": i, **values}, type=type, meta={"time": t, "client": "c1"}, id=f"e{i}")
@@ -58,7 +58,9 @@ async def make_store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Mak
     stores: list[EventStore] = []
 
     async def make(clock: Clock | None = None, **config: object) -> EventStore:
-        s = EventStore(StoreConfig(url=store_url, **config), data_dir=tmp_path, clock=clock or Clock())  # type: ignore[arg-type]
+        s = EventStore(
+            StoreConfig(url=store_url, **config), data_dir=tmp_path, clock=clock or Clock()
+        )  # type: ignore[arg-type]
         await s.start()
         stores.append(s)
         return s
@@ -79,11 +81,13 @@ async def test_values_and_meta_keep_their_types(make_store: MakeStore) -> None:
         "bytes": b"\x00\xff",
         "none": None,
         "bool": True,
-        "aware": datetime(2024, 5, 1, 12, 0, 0, 250_000, tzinfo=timezone.utc),
+        "aware": datetime(2024, 5, 1, 12, 0, 0, 250_000, tzinfo=UTC),
         "naive": datetime(2024, 5, 1, 12, 0, 0),
         "nested": {"list": [1, 2.5, b"x", {"deep": None}]},
     }
-    original = Event(values=values, type="t", meta={"time": T0, "path": ["r1", "r2"], "ttl": 3}, id="x1")
+    original = Event(
+        values=values, type="t", meta={"time": T0, "path": ["r1", "r2"], "ttl": 3}, id="x1"
+    )
     store.put_nowait(original, NO_LIMIT)
     await store.flush()
     (got,) = await store.query()
@@ -100,7 +104,10 @@ async def test_query_is_oldest_first_with_since_limit_and_match(make_store: Make
     assert [e.values["i"] for e in await store.query()] == [1, 3, 5, 7, 9]
     assert [e.values["i"] for e in await store.query(since=T0 + timedelta(seconds=5))] == [5, 7, 9]
     assert [e.values["i"] for e in await store.query(limit=2)] == [1, 3]
-    assert [e.values["i"] for e in await store.query(lambda e: e.values["i"] > 4, limit=2)] == [5, 7]
+    assert [e.values["i"] for e in await store.query(lambda e: e.values["i"] > 4, limit=2)] == [
+        5,
+        7,
+    ]
     assert await store.query(limit=0) == []
     with pytest.raises(UsageError):
         await store.query(limit=-1)
@@ -172,7 +179,11 @@ async def test_event_without_time_stamp_ages_from_now(make_store: MakeStore) -> 
     clock = Clock()
     store = await make_store(clock)
     store.put_nowait(Event(values={}, id="a"), ExpiryPolicy(max_age=timedelta(seconds=10)))
-    store.put_nowait(Event(values={}, id="b"), ExpiryPolicy(max_age=timedelta(seconds=10)), now=T0 + timedelta(seconds=5))
+    store.put_nowait(
+        Event(values={}, id="b"),
+        ExpiryPolicy(max_age=timedelta(seconds=10)),
+        now=T0 + timedelta(seconds=5),
+    )
     await store.flush()
     assert [e.id for e in await store.query(now=T0 + timedelta(seconds=12))] == ["b"]
 
@@ -333,7 +344,9 @@ async def test_acknowledged_events_survive_kill_9(tmp_path: Path) -> None:
         asyncio.run(main())
         """
     )
-    proc = subprocess.run([sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == -9, proc.stderr
     assert proc.stdout.strip() == "acked"
     async with EventStore(StoreConfig(), data_dir=tmp_path) as store:
@@ -349,7 +362,9 @@ async def test_replay_of_100k_events_is_ordered_and_fast(make_store: MakeStore) 
         # ids descend while times ascend: replay must order by time, not by id or insertion
         t = T0 + timedelta(microseconds=i // 2)  # pairs of equal times: ties broken by id
         store.put_nowait(
-            Event.trusted({"Temperature": i, "Where": "hall"}, "r", {**meta, "time": t}, f"e{n - i:06d}"),
+            Event.trusted(
+                {"Temperature": i, "Where": "hall"}, "r", {**meta, "time": t}, f"e{n - i:06d}"
+            ),
             NO_LIMIT,
         )
     await store.flush()

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import wait_for
 from support.postgres import PgServer
 
 from aa.mesh import Event
-from aa.router.store import EventStore
 from aa.router import StoreConfig
-from support import wait_for
+from aa.router.store import EventStore
 
 pytestmark = pytest.mark.postgres
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def ev(i: int) -> Event:
@@ -25,7 +24,9 @@ def ev(i: int) -> Event:
 
 
 async def test_lost_connection_is_reported_and_queued_events_written_after_reconnect(
-    pg_server: PgServer, pg_url: str, caplog: pytest.LogCaptureFixture  # noqa: F811
+    pg_server: PgServer,
+    pg_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="aa.router.store")
     config = StoreConfig(url=pg_url, retry_min=0.02, retry_max=0.2)
@@ -55,7 +56,7 @@ async def test_lost_connection_is_reported_and_queued_events_written_after_recon
     assert any("writes work again" in r.message for r in caplog.records)
 
 
-async def test_postgres_store_round_trip_and_counts(pg_url: str) -> None:  # noqa: F811
+async def test_postgres_store_round_trip_and_counts(pg_url: str) -> None:
     from aa.router import ExpiryPolicy
 
     async with EventStore(StoreConfig(url=pg_url)) as store:

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from aa.mesh import Event, InvalidPolicy, UsageError
-from aa.router.store.expiry import MAX_POLICY_AGE
+from aa.router import ExpiryPolicy, parse_duration
 from aa.router.store import (
     META_MAX_AGE,
     META_MAX_COUNT,
@@ -16,7 +16,7 @@ from aa.router.store import (
     persist_policy,
     wants_mesh_cache,
 )
-from aa.router import ExpiryPolicy, parse_duration
+from aa.router.store.expiry import MAX_POLICY_AGE
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,9 @@ def test_persist_policy_from_meta() -> None:
         max_age=timedelta(hours=3), max_count=5
     )
     assert persist_policy(_ev({"persist": True, "max_age": 1.5})).max_age == timedelta(seconds=1.5)
-    assert persist_policy(_ev({"persist": True, "max_age": "1h30m"})).max_age == timedelta(minutes=90)
+    assert persist_policy(_ev({"persist": True, "max_age": "1h30m"})).max_age == timedelta(
+        minutes=90
+    )
     # the policy itself round-trips through meta
     p = ExpiryPolicy(max_age=timedelta(minutes=5), max_count=2)
     assert persist_policy(_ev(p.to_meta())) == p

@@ -4,19 +4,17 @@ acks after commit, history on subscribe, the mesh cache on request, bad policies
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
+from support import next_event, next_turn, wait_for
 
 from aa.client import AsyncClient
-from aa.mesh import NEED_DATA, Connection, Event, PatternError, RemoteError
-from aa.mesh import META_HISTORICAL
+from aa.mesh import META_HISTORICAL, NEED_DATA, Connection, Event, PatternError, RemoteError
 from aa.mesh.protocol import Ack, Error, Hello, Publish, Welcome
 from aa.router import EventLogConfig, Router, RouterConfig, StoreConfig
-
-from support import next_event, next_turn, wait_for
 
 PERSIST = {"persist": True}
 MakeRouter = Callable[..., Awaitable[Router]]
@@ -28,7 +26,9 @@ async def make_router(tmp_path: Path) -> AsyncIterator[MakeRouter]:
     routers: list[Router] = []
 
     async def make(data_dir: Path | None = None, **kwargs: object) -> Router:
-        r = Router(RouterConfig(port=0, data_dir=data_dir or tmp_path / f"r{len(routers)}", **kwargs))  # type: ignore[arg-type]
+        r = Router(
+            RouterConfig(port=0, data_dir=data_dir or tmp_path / f"r{len(routers)}", **kwargs)
+        )  # type: ignore[arg-type]
         await r.start()
         routers.append(r)
         return r
@@ -44,7 +44,9 @@ async def srouter(make_router: MakeRouter) -> Router:
 
 
 @pytest.fixture
-def connect(srouter: Router, open_client: Callable[..., Awaitable[AsyncClient]]) -> Callable[..., Awaitable[AsyncClient]]:
+def connect(
+    srouter: Router, open_client: Callable[..., Awaitable[AsyncClient]]
+) -> Callable[..., Awaitable[AsyncClient]]:
     """A client on *router*, or on the test's storage router (see conftest's `open_client`)."""
     return lambda router=None, **kwargs: open_client(router or srouter, **kwargs)
 
@@ -56,7 +58,9 @@ async def take(sub: object, n: int) -> list[Event]:
 # -- persistence and history ---------------------------------------------------------------------
 
 
-async def test_history_replays_persisted_events_oldest_first_marked(srouter: Router, connect) -> None:
+async def test_history_replays_persisted_events_oldest_first_marked(
+    srouter: Router, connect
+) -> None:
     pub = await connect()
     for i in range(5):
         await pub.publish({"i": i}, meta=PERSIST)
@@ -79,8 +83,8 @@ async def test_history_since_limits_the_replay(srouter: Router, connect) -> None
     pub = await connect()
     await pub.publish({"i": 0}, meta=PERSIST)
     await pub.flush()
-    cut = datetime.now(timezone.utc)
-    await wait_for(lambda: datetime.now(timezone.utc) > cut)  # the next stamp is later than cut
+    cut = datetime.now(UTC)
+    await wait_for(lambda: datetime.now(UTC) > cut)  # the next stamp is later than cut
     await pub.publish({"i": 1}, meta=PERSIST)
     await pub.flush()
     sub = await pub.subscribe("True", history={"since": cut})
@@ -90,7 +94,9 @@ async def test_history_since_limits_the_replay(srouter: Router, connect) -> None
     assert err.value.code == "bad-history" and "datetime" in str(err.value)
 
 
-async def test_history_has_no_gap_and_no_duplicate_under_concurrent_publishing(srouter: Router, connect) -> None:
+async def test_history_has_no_gap_and_no_duplicate_under_concurrent_publishing(
+    srouter: Router, connect
+) -> None:
     """Two of three events are persisted (they come through the history or live), the third
     is not (it comes live, through the hold, if published after the subscription)."""
     pub = await connect()
@@ -120,7 +126,9 @@ async def test_history_has_no_gap_and_no_duplicate_under_concurrent_publishing(s
     assert len(set(ids)) == len(ids)  # no duplicate
     assert set(kept_ids) <= set(ids)  # no persisted event missing
     arrived = [i for i in ids if i in set(live_only)]
-    assert arrived and arrived == live_only[len(live_only) - len(arrived):]  # no gap in the live stream
+    assert (
+        arrived and arrived == live_only[len(live_only) - len(arrived) :]
+    )  # no gap in the live stream
     flags = [bool(e.meta.get(META_HISTORICAL)) for e in got]
     k = flags.count(True)
     assert k > 0 and flags == [True] * k + [False] * (len(got) - k)  # history first, then live
@@ -140,10 +148,16 @@ async def test_count_and_age_policies_are_enforced(srouter: Router, connect) -> 
         await pub.publish({"i": i}, type="rain", meta={**PERSIST, "max_count": 10})
     await pub.publish({"i": 9}, type="fog", meta={**PERSIST, "max_age": 0.001})
     await pub.flush()
-    stamped = datetime.now(timezone.utc)
-    await wait_for(lambda: datetime.now(timezone.utc) > stamped + timedelta(milliseconds=5))
+    stamped = datetime.now(UTC)
+    await wait_for(lambda: datetime.now(UTC) > stamped + timedelta(milliseconds=5))
     got = await srouter.history("True", include_cache=False)
-    assert sorted((e.type, e.values["i"]) for e in got) == [("rain", 0), ("rain", 1), ("rain", 2), ("snow", 3), ("snow", 4)]
+    assert sorted((e.type, e.values["i"]) for e in got) == [
+        ("rain", 0),
+        ("rain", 1),
+        ("rain", 2),
+        ("snow", 3),
+        ("snow", 4),
+    ]
 
 
 async def test_ack_of_a_persisted_publish_follows_the_commit(srouter: Router, connect) -> None:
@@ -192,7 +206,12 @@ async def test_bad_policies_are_refused_over_the_wire(srouter: Router) -> None:
         Event(values={"i": 3}, meta={"persist": True, "max_age": "3 fortnights"}, id="unit"),
         Event(values={"i": 4}, meta={"max_age": "3h"}, id="nopersist"),
         Event(values={"i": 5}, meta={"persist": True, "max_count": 3}, id="notype"),
-        Event(values={"i": 6}, type="t", meta={"persist": True, "max_age": "3h", "max_count": 5}, id="good"),
+        Event(
+            values={"i": 6},
+            type="t",
+            meta={"persist": True, "max_age": "3h", "max_count": 5},
+            id="good",
+        ),
     ]
     writer.write(codec.send(Publish(seq=1, events=tuple(bad))))
     got: list[object] = []
@@ -217,7 +236,9 @@ async def test_bad_policies_are_refused_over_the_wire(srouter: Router) -> None:
     assert [e.id.split("-", 1)[1] for e in await srouter.history("True")] == ["good"]  # type: ignore[union-attr]
 
 
-async def test_bad_cache_policies_are_refused_with_the_routers_reason(srouter: Router, connect) -> None:
+async def test_bad_cache_policies_are_refused_with_the_routers_reason(
+    srouter: Router, connect
+) -> None:
     c = await connect()
     for kwargs, reason in [
         ({"max_age": -3.0}, "positive"),
@@ -247,7 +268,7 @@ async def test_mesh_cache_on_request_with_opt_out(srouter: Router, connect) -> N
     assert [e.values["i"] for e in cached] == [1, 3]  # opted out: not cached
     assert all(e.meta[META_HISTORICAL] for e in cached)
     assert [e.values["i"] for e in await pub.cached("i > 0", limit=1)] == [1]
-    assert await pub.cached("True", since=datetime.now(timezone.utc) + timedelta(hours=1)) == []
+    assert await pub.cached("True", since=datetime.now(UTC) + timedelta(hours=1)) == []
     with pytest.raises(TimeoutError):
         await next_event(sub, timeout=0.1)  # the mesh cache is never replayed on subscribe
     with pytest.raises(PatternError):
@@ -321,10 +342,30 @@ async def test_event_log_is_on_by_default_with_a_data_folder(tmp_path: Path) -> 
         r.publish({"i": 5})
         r.publish({"i": 6}, meta={"mesh_cache": False})  # not cached, logged all the same
         r.publish({"i": 7})
-        assert set(r.stats()["storage"]["event_log"]) == {"rows", "files", "dropped", "errors", "deleted", "waiting"}
+        assert set(r.stats()["storage"]["event_log"]) == {
+            "rows",
+            "files",
+            "dropped",
+            "errors",
+            "deleted",
+            "waiting",
+        }
         assert [e.values["i"] for e in await r.history("True", include_cache=True)][-2:] == [5, 7]
-    rows = ds.dataset(tmp_path / "eventlog", format="parquet", partitioning="hive").to_table().to_pylist()
-    assert sorted(dict(row["values"])["i"] for row in rows) == ["0", "1", "2", "3", "4", "5", "6", "7"]
+    rows = (
+        ds.dataset(tmp_path / "eventlog", format="parquet", partitioning="hive")
+        .to_table()
+        .to_pylist()
+    )
+    assert sorted(dict(row["values"])["i"] for row in rows) == [
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+        "7",
+    ]
     assert {row["logged_by"] for row in rows} == {r.id}
     assert {row["router"] for row in rows if row["type"] == "reading"} == {r.id}
 
@@ -347,9 +388,19 @@ def test_storage_names_are_public_and_in_the_error_tree() -> None:
     errors = {"StoreError", "StoreFull", "StoreUnavailable", "UnknownCache"}
     assert errors <= set(aa.mesh.__all__)
     assert all(name in (aa.mesh.errors.__doc__ or "") for name in errors)
-    assert issubclass(aa.mesh.StoreFull, aa.mesh.StoreError) and issubclass(aa.mesh.UnknownCache, aa.mesh.UsageError)
-    assert {"ClientCacheService", "StoreConfig", "EventLogConfig", "CacheConfig", "ExpiryPolicy", "Fetched",
-            "CacheInfo", "StoreService"} <= set(aa.router.__all__)  # fmt: skip
+    assert issubclass(aa.mesh.StoreFull, aa.mesh.StoreError) and issubclass(
+        aa.mesh.UnknownCache, aa.mesh.UsageError
+    )
+    assert {
+        "ClientCacheService",
+        "StoreConfig",
+        "EventLogConfig",
+        "CacheConfig",
+        "ExpiryPolicy",
+        "Fetched",
+        "CacheInfo",
+        "StoreService",
+    } <= set(aa.router.__all__)
 
 
 async def test_a_bad_store_url_fails_the_start_with_the_reason(tmp_path: Path) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aa.router import Router, RouterConfig, StoreConfig
-
 from support import FAST, wait_for, wait_until
+
+from aa.router import Router, RouterConfig, StoreConfig
 
 PERSIST = {"persist": True}
 QUICK_SYNC = StoreConfig(sync_interval=0.3)
@@ -17,11 +17,16 @@ async def ids_in(router: Router) -> list[str]:
     return sorted(e.id for e in await router.history("True", include_cache=False))  # type: ignore[misc]
 
 
-async def test_a_router_that_was_down_catches_up_and_so_does_the_one_behind_it(tmp_path: Path) -> None:
+async def test_a_router_that_was_down_catches_up_and_so_does_the_one_behind_it(
+    tmp_path: Path,
+) -> None:
     """A line A–B–C; B (C's only path) is down while A takes persisted events, and C takes
     some of its own: once B is back, all three stores hold every event, once."""
+
     def config(name: str) -> RouterConfig:
-        return RouterConfig(port=0, name=name, mesh=FAST, data_dir=tmp_path / name, store=QUICK_SYNC)
+        return RouterConfig(
+            port=0, name=name, mesh=FAST, data_dir=tmp_path / name, store=QUICK_SYNC
+        )
 
     async with Router(config("a")) as a, Router(config("c")) as c:
         b = Router(config("b"))
@@ -31,7 +36,10 @@ async def test_a_router_that_was_down_catches_up_and_so_does_the_one_behind_it(t
         await wait_for(lambda: b.peer_count() == 2, timeout=10)
         for i in range(20):
             a.publish({"i": i}, type="t", meta=PERSIST)
-        await wait_for(lambda: False if not c.storage.store else c.storage.store.stats().written >= 20, timeout=10)
+        await wait_for(
+            lambda: False if not c.storage.store else c.storage.store.stats().written >= 20,
+            timeout=10,
+        )
         await b.aclose()  # B goes down
         for i in range(20, 50):
             a.publish({"i": i}, type="t", meta=PERSIST)  # reaches neither B nor C

@@ -14,20 +14,36 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aa.client import AsyncClient, ClientConfig
-
 from support import free_tcp_port, wait_for, wait_until
+
+from aa.client import AsyncClient, ClientConfig
 
 AA = str(Path(sys.executable).with_name("aa"))
 PERSIST = {"persist": True}
 
 
 async def start(name: str, port: int, data: Path, *peers: int) -> asyncio.subprocess.Process:
-    args = [AA, "router", "--port", str(port), "--data-dir", str(data / name), "--no-http", "--no-discovery",
-            "--retry-base", "0.1", "--retry-max", "0.5", "--name", name]
+    args = [
+        AA,
+        "router",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data / name),
+        "--no-http",
+        "--no-discovery",
+        "--retry-base",
+        "0.1",
+        "--retry-max",
+        "0.5",
+        "--name",
+        name,
+    ]
     for p in peers:
         args += ["--peer", f"127.0.0.1:{p}"]
-    proc = await asyncio.create_subprocess_exec(*args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     assert proc.stdout is not None
     async with asyncio.timeout(30):
         line = (await proc.stdout.readline()).decode()
@@ -46,7 +62,10 @@ def stored_ids(data: Path, name: str) -> list[str]:
 async def publish(port: int, n: int, start_at: int) -> list[str]:
     config = ClientConfig(routers=(f"127.0.0.1:{port}",), connect_timeout=2.0)
     async with AsyncClient(config=config) as client:
-        ids = [await client.publish({"i": start_at + i}, type="reading", meta=PERSIST) for i in range(n)]
+        ids = [
+            await client.publish({"i": start_at + i}, type="reading", meta=PERSIST)
+            for i in range(n)
+        ]
         await client.flush(timeout=30)
     return ids
 

@@ -13,6 +13,9 @@ PACKAGES = ["mesh", "router", "client", "http_api", "addins", "tools"]
 def test_packages_are_mypy_clean(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), *PACKAGES],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aa.client import Client
 from aa.mesh import AaError, PatternSpec, RemoteError, UsageError
 
-from .common import explain, add_client_id_option, add_router_option, client_id, fail, open_client, parse_since, print_event
+from .common import (
+    add_client_id_option,
+    add_router_option,
+    client_id,
+    explain,
+    fail,
+    open_client,
+    parse_since,
+    print_event,
+)
 
 __all__ = ["add_parser"]
 
@@ -45,47 +55,88 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         add_client_id_option(a)
         return a
 
-    a = action("register", "start (or change) this client's cache",
-               "Ask every router to keep the events PATTERN matches for this client. Registering "
-               "again with the same pattern changes the policy and keeps the events; another "
-               "pattern starts an empty cache.")  # fmt: skip
-    a.add_argument("pattern", metavar="PATTERN", help="a boolean Python expression over event values")
+    a = action(
+        "register",
+        "start (or change) this client's cache",
+        "Ask every router to keep the events PATTERN matches for this client. Registering "
+        "again with the same pattern changes the policy and keeps the events; another "
+        "pattern starts an empty cache.",
+    )
+    a.add_argument(
+        "pattern", metavar="PATTERN", help="a boolean Python expression over event values"
+    )
     a.add_argument("--xpath", action="store_true", help="PATTERN is an XPath expression")
     _policy_options(a)
-    a.add_argument("--timeout", metavar="DURATION", default="1d",
-                   help="remove the cache when no 'aa cache' command used it for this long (default: 1d)")
+    a.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        default="1d",
+        help="remove the cache when no 'aa cache' command used it for this long (default: 1d)",
+    )
     a.set_defaults(func=_run, go=_register)
 
-    a = action("get", "print the cached events, then acknowledge them",
-               "Print the events the cache kept, oldest first, one per line; then acknowledge them, "
-               "so that every router drops them (unless --peek).")  # fmt: skip
+    a = action(
+        "get",
+        "print the cached events, then acknowledge them",
+        "Print the events the cache kept, oldest first, one per line; then acknowledge them, "
+        "so that every router drops them (unless --peek).",
+    )
     a.add_argument("--limit", type=int, metavar="N", help="at most N events")
-    a.add_argument("--peek", action="store_true", help="do not acknowledge: the next 'get' prints them again")
-    a.add_argument("--json", action="store_true", help='one JSON object per line: {"id", "type", "values", "meta"}')
+    a.add_argument(
+        "--peek", action="store_true", help="do not acknowledge: the next 'get' prints them again"
+    )
+    a.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object per line: {"id", "type", "values", "meta"}',
+    )
     a.set_defaults(func=_run, go=_get)
 
-    a = action("policy", "change the cache's expiry policy",
-               "Change how long and how many events the cache keeps. A limit not given stays as it "
-               "is; 'none' removes it.")  # fmt: skip
+    a = action(
+        "policy",
+        "change the cache's expiry policy",
+        "Change how long and how many events the cache keeps. A limit not given stays as it "
+        "is; 'none' removes it.",
+    )
     _policy_options(a, removable=True)
     a.set_defaults(func=_run, go=_policy)
 
-    a = action("clear", "empty the cache (it stays registered)", "Drop every event the cache holds, everywhere.")
+    a = action(
+        "clear",
+        "empty the cache (it stays registered)",
+        "Drop every event the cache holds, everywhere.",
+    )
     a.set_defaults(func=_run, go=lambda c, args: _show(c.cache_clear()))
 
     a = action("info", "show the cache's pattern, policy and size", "Show what the cache is.")
     a.set_defaults(func=_run, go=lambda c, args: _show(c.cache_info()))
 
-    a = action("remove", "remove the cache everywhere", "Remove the cache and its events from every router.")
-    a.set_defaults(func=_run, go=lambda c, args: print("removed" if c.cache_remove() else "there was no cache"))
+    a = action(
+        "remove",
+        "remove the cache everywhere",
+        "Remove the cache and its events from every router.",
+    )
+    a.set_defaults(
+        func=_run, go=lambda c, args: print("removed" if c.cache_remove() else "there was no cache")
+    )
 
-    a = action("mesh", "print what the routers' mesh cache holds",
-               "Print the events the router's in-memory mesh cache holds that PATTERN matches, "
-               "oldest first. It keeps the newest events of the mesh, unless their publishers opted "
-               "out; nothing needs registering.")  # fmt: skip
-    a.add_argument("pattern", metavar="PATTERN", nargs="?", default="True",
-                   help="a boolean Python expression over event values (default: every event)")
-    a.add_argument("--since", metavar="T", help="from time T: ISO 8601, or a duration ago such as 10m")
+    a = action(
+        "mesh",
+        "print what the routers' mesh cache holds",
+        "Print the events the router's in-memory mesh cache holds that PATTERN matches, "
+        "oldest first. It keeps the newest events of the mesh, unless their publishers opted "
+        "out; nothing needs registering.",
+    )
+    a.add_argument(
+        "pattern",
+        metavar="PATTERN",
+        nargs="?",
+        default="True",
+        help="a boolean Python expression over event values (default: every event)",
+    )
+    a.add_argument(
+        "--since", metavar="T", help="from time T: ISO 8601, or a duration ago such as 10m"
+    )
     a.add_argument("--limit", type=int, metavar="N", help="at most N events")
     a.add_argument("--json", action="store_true", help="one JSON object per line")
     a.set_defaults(func=_run, go=_mesh)
@@ -93,7 +144,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def _policy_options(a: argparse.ArgumentParser, removable: bool = False) -> None:
     none = " ('none': no limit)" if removable else ""
-    a.add_argument("--max-age", metavar="DURATION", help=f"drop events older than this: 90s, 3h, 2d{none}")
+    a.add_argument(
+        "--max-age", metavar="DURATION", help=f"drop events older than this: 90s, 3h, 2d{none}"
+    )
     a.add_argument("--max-count", metavar="N", help=f"keep only the newest N events{none}")
 
 
@@ -105,8 +158,12 @@ def _run(args: argparse.Namespace) -> int:
             go(client, args)
     except RemoteError as exc:
         if exc.code == "unknown-cache":
-            return fail(f"no cache is registered for client {cid!r}: run 'aa cache register PATTERN' first")
-        return fail(f"the router refused: {exc}", 2 if exc.code in ("invalid-policy", "bad-request") else 1)
+            return fail(
+                f"no cache is registered for client {cid!r}: run 'aa cache register PATTERN' first"
+            )
+        return fail(
+            f"the router refused: {exc}", 2 if exc.code in ("invalid-policy", "bad-request") else 1
+        )
     except UsageError as exc:
         return fail(str(exc), 2)
     except AaError as exc:
@@ -130,15 +187,25 @@ def _timeout(text: str) -> float:
 
 
 def _register(client: Client, args: argparse.Namespace) -> None:
-    spec = PatternSpec(kernel="xpath", source=args.pattern) if args.xpath else PatternSpec(source=args.pattern)
-    _show(client.cache_register(spec, max_age=args.max_age, max_count=args.max_count, timeout=_timeout(args.timeout)))
+    spec = (
+        PatternSpec(kernel="xpath", source=args.pattern)
+        if args.xpath
+        else PatternSpec(source=args.pattern)
+    )
+    _show(
+        client.cache_register(
+            spec, max_age=args.max_age, max_count=args.max_count, timeout=_timeout(args.timeout)
+        )
+    )
 
 
-def _policy(client: "Client", args: argparse.Namespace) -> None:
+def _policy(client: Client, args: argparse.Namespace) -> None:
     """Change the limits given, keep the others (the router's request replaces the whole
     policy, so the current one is asked for first)."""
     if args.max_age is None and args.max_count is None:
-        raise UsageError("give --max-age, --max-count or both (see aa cache info for the current policy)")
+        raise UsageError(
+            "give --max-age, --max-count or both (see aa cache info for the current policy)"
+        )
     current = client.cache_info()
 
     def chosen(given: str | None, key: str) -> Any:
@@ -146,7 +213,11 @@ def _policy(client: "Client", args: argparse.Namespace) -> None:
             return current.get(key)
         return None if given.strip().lower() == "none" else given
 
-    _show(client.cache_policy(max_age=chosen(args.max_age, "max_age"), max_count=chosen(args.max_count, "max_count")))
+    _show(
+        client.cache_policy(
+            max_age=chosen(args.max_age, "max_age"), max_count=chosen(args.max_count, "max_count")
+        )
+    )
 
 
 def _get(client: Client, args: argparse.Namespace) -> None:

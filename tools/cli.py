@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from importlib import import_module
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -46,9 +47,16 @@ EXIT_INTERRUPTED = 128 + 2
 class _Version(argparse.Action):
     """`--version`, reading the installed distribution's version only when asked."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="print the version and exit")
+    def __init__(
+        self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any
+    ) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="print the version and exit",
+        )
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
         from importlib.metadata import PackageNotFoundError, version
@@ -75,8 +83,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="Run 'aa COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action=_Version)
-    parser.add_argument("-v", "--verbose", dest="traceback", action="store_true",
-                        help="show the traceback of an unexpected error")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="traceback",
+        action="store_true",
+        help="show the traceback of an unexpected error",
+    )
     sub = parser.add_subparsers(dest="aa_command", metavar="COMMAND", required=True)
     wanted = COMMANDS[command][0] if command in COMMANDS else None
     loaded: set[str] = set()
@@ -120,7 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # `aa -v COMMAND` shows every traceback; a command's own -v (more log output, as
         # `make run` passes it) only that of an unexpected error, not a usage mistake's.
-        if getattr(args, "traceback", False) or getattr(args, "verbose", 0) and not isinstance(exc, (AaError, OSError)):
+        if (
+            getattr(args, "traceback", False)
+            or getattr(args, "verbose", 0)
+            and not isinstance(exc, (AaError, OSError))
+        ):
             raise
         return common.report(exc)
 

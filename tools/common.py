@@ -8,9 +8,10 @@ import os
 import re
 import secrets
 import sys
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # aa.mesh is imported when needed: `aa --help` stays quick
     from aa.client import Client
@@ -72,14 +73,15 @@ def parse_assignments(items: list[str], what: str = "value") -> dict[str, Any]:
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name:
-            raise UsageError(f"{what} {item!r} is not NAME=VALUE: write it as Temperature=21 (no spaces around =)")
+            raise UsageError(
+                f"{what} {item!r} is not NAME=VALUE: write it as Temperature=21 (no spaces around =)"
+            )
         out[name] = parse_scalar(text)
     return out
 
 
 def parse_json_object(text: str, what: str = "--json") -> dict[str, Any]:
-    from aa.mesh import InvalidValue, UsageError
-    from aa.mesh import from_json
+    from aa.mesh import InvalidValue, UsageError, from_json
 
     try:
         data = json.loads(text)
@@ -100,9 +102,13 @@ EVENT_LOOPS = ("uvloop", "asyncio")
 
 
 def add_event_loop_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default=None,
-                        help="the event loop to run on (default: uvloop where it is installed, else asyncio; "
-                        "AA_EVENT_LOOP sets the default)")
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=None,
+        help="the event loop to run on (default: uvloop where it is installed, else asyncio; "
+        "AA_EVENT_LOOP sets the default)",
+    )
 
 
 def loop_runner(choice: str | None = None) -> Callable[[Any], Any]:
@@ -121,7 +127,9 @@ def loop_runner(choice: str | None = None) -> Callable[[Any], Any]:
             import uvloop
         except ImportError:
             if choice == "uvloop":
-                raise UsageError("--event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
+                raise UsageError(
+                    "--event-loop uvloop: uvloop is not installed (pip install uvloop)"
+                ) from None
         else:
             return uvloop.run
     return asyncio.run
@@ -145,26 +153,41 @@ def router_endpoints(args: argparse.Namespace) -> list[str]:
         found = [e.strip() for e in os.environ["AA_ROUTER"].split(",") if e.strip()]
     else:
         found = [DEFAULT_ROUTER]
-    return [e if e.rpartition(":")[2].isdigit() and not e.endswith("]") else f"{e}:7447" for e in found]
+    return [
+        e if e.rpartition(":")[2].isdigit() and not e.endswith("]") else f"{e}:7447" for e in found
+    ]
 
 
-def open_client(args: argparse.Namespace, name: str, client_id: str | None = None, **kwargs: Any) -> "Client":
+def open_client(
+    args: argparse.Namespace, name: str, client_id: str | None = None, **kwargs: Any
+) -> Client:
     """A connected `Client` of the routers the command line names (`router_endpoints`)
     that gives up at once when nothing listens at any of them, instead of waiting for one
     to start (`ClientConfig.wait_for_routers`); *kwargs* go to `Client`."""
     from aa.client import Client, ClientConfig
 
-    config = ClientConfig(routers=tuple(router_endpoints(args)), name=name, client_id=client_id, wait_for_routers=False)
+    config = ClientConfig(
+        routers=tuple(router_endpoints(args)),
+        name=name,
+        client_id=client_id,
+        wait_for_routers=False,
+    )
     return Client(config=config, **kwargs)
 
 
 def _human(value: Any) -> str:
     if isinstance(value, str):
         return value if value and " " not in value and "=" not in value else json.dumps(value)
-    return json.dumps(value) if isinstance(value, (bool, type(None))) else repr(value) if isinstance(value, (bytes,)) else str(value)
+    return (
+        json.dumps(value)
+        if isinstance(value, (bool, type(None)))
+        else repr(value)
+        if isinstance(value, (bytes,))
+        else str(value)
+    )
 
 
-def print_event(event: "Event", as_json: bool, out: Any = None) -> None:
+def print_event(event: Event, as_json: bool, out: Any = None) -> None:
     """One line per event: JSON (`--json`) or `[type] Name=Value …` for people."""
     from aa.mesh import event_to_json
 
@@ -174,7 +197,9 @@ def print_event(event: "Event", as_json: bool, out: Any = None) -> None:
     else:
         head = f"[{event.type}] " if event.type else ""
         hist = "(historical) " if event.meta.get("historical") else ""
-        out.write(head + hist + " ".join(f"{k}={_human(v)}" for k, v in event.values.items()) + "\n")
+        out.write(
+            head + hist + " ".join(f"{k}={_human(v)}" for k, v in event.values.items()) + "\n"
+        )
     out.flush()
 
 
@@ -214,12 +239,16 @@ def report(exc: BaseException) -> int:
         return fail(explain(exc))
     if isinstance(exc, PermissionError):
         where = f" on {exc.filename}" if exc.filename else ""
-        return fail(f"permission denied{where}: give a folder you may write to, or fix its permissions")
+        return fail(
+            f"permission denied{where}: give a folder you may write to, or fix its permissions"
+        )
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return fail(f"{exc.strerror or exc}{where}")
-    return fail(f"unexpected error: {type(exc).__name__}: {exc} (run 'aa -v {_program[3:] or 'COMMAND'} …' for "
-                "the traceback)")
+    return fail(
+        f"unexpected error: {type(exc).__name__}: {exc} (run 'aa -v {_program[3:] or 'COMMAND'} …' for "
+        "the traceback)"
+    )
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -243,9 +272,11 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     try:
         ago = parse_duration(text)
     except UsageError:
-        raise UsageError(f"cannot read time {text!r}: give ISO 8601 (2030-01-02T03:04:05Z) or a "
-                         "duration ago such as 2h, 90s or 1d") from None  # fmt: skip
-    return (now or datetime.now(timezone.utc)) - ago
+        raise UsageError(
+            f"cannot read time {text!r}: give ISO 8601 (2030-01-02T03:04:05Z) or a "
+            "duration ago such as 2h, 90s or 1d"
+        ) from None
+    return (now or datetime.now(UTC)) - ago
 
 
 #: Environment variable naming this machine's client id for `aa` commands.
@@ -281,7 +312,9 @@ def client_id(args: argparse.Namespace) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(new + "\n")
     except OSError as exc:
-        raise UsageError(f"cannot keep a client id in {path} ({exc}): give --client-id or ${ENV_CLIENT_ID}") from None
+        raise UsageError(
+            f"cannot keep a client id in {path} ({exc}): give --client-id or ${ENV_CLIENT_ID}"
+        ) from None
     return new
 
 

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from typing import Any, TextIO
 
-from .common import explain, add_router_option, fail, router_endpoints
+from .common import add_router_option, explain, fail, router_endpoints
 
 __all__ = ["add_parser", "show", "format_mesh"]
 
@@ -26,7 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     add_router_option(p)
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds to wait for a router (default: 10)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for a router (default: 10)",
+    )
     p.set_defaults(func=show)
 
 
@@ -53,7 +59,13 @@ def show(args: argparse.Namespace) -> int:
 async def _ask(endpoints: list[str], timeout: float) -> dict[str, Any]:
     from aa.client import AsyncClient, ClientConfig
 
-    config = ClientConfig(routers=tuple(endpoints), name="aa mesh", connect_timeout=timeout, request_timeout=timeout, wait_for_routers=False)
+    config = ClientConfig(
+        routers=tuple(endpoints),
+        name="aa mesh",
+        connect_timeout=timeout,
+        request_timeout=timeout,
+        wait_for_routers=False,
+    )
     client = AsyncClient(config=config)
     try:
         await client.connect(timeout)
@@ -74,17 +86,42 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
     """The human-readable table `aa mesh` prints."""
     routers = info.get("routers") or []
     names = {r.get("id"): r.get("name") or r.get("id") for r in routers}
-    out.write(f"{len(routers)} router(s), as seen by {names.get(info.get('router'), info.get('router'))}\n")
-    header = ("ROUTER", "ID", "ENDPOINT", "PEERS", "CLIENTS", "FROM PEERS", "TO PEERS", "DUPLICATES", "DISPATCHED", "AGE")
+    out.write(
+        f"{len(routers)} router(s), as seen by {names.get(info.get('router'), info.get('router'))}\n"
+    )
+    header = (
+        "ROUTER",
+        "ID",
+        "ENDPOINT",
+        "PEERS",
+        "CLIENTS",
+        "FROM PEERS",
+        "TO PEERS",
+        "DUPLICATES",
+        "DISPATCHED",
+        "AGE",
+    )
     rows = []
     for r in routers:
         c = r.get("counters") or {}
-        rows.append((
-            str(r.get("name")), str(r.get("id")), str(r.get("peer")), str(len(r.get("peers") or [])),
-            str(r.get("clients", 0)), str(c.get("events_in", 0)), str(c.get("events_out", 0)),
-            str(c.get("duplicates", 0)), str(c.get("dispatched", 0)), f"{float(r.get('age', 0.0)):.1f}s",
-        ))
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+        rows.append(
+            (
+                str(r.get("name")),
+                str(r.get("id")),
+                str(r.get("peer")),
+                str(len(r.get("peers") or [])),
+                str(r.get("clients", 0)),
+                str(c.get("events_in", 0)),
+                str(c.get("events_out", 0)),
+                str(c.get("duplicates", 0)),
+                str(c.get("dispatched", 0)),
+                f"{float(r.get('age', 0.0)):.1f}s",
+            )
+        )
+    widths = [
+        max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+        for i, h in enumerate(header)
+    ]
     out.write("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
     for r, row in zip(routers, rows):
         out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")

@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from aa.mesh import UsageError
 
@@ -61,21 +62,55 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.__class__ = _MineParser
     p.add_argument("logdirs", nargs="+", metavar="LOGDIR", help="event log folders or URIs")
-    p.add_argument("--master", default="local[*]", metavar="URL", help="Spark master URL (default: local[*])")
-    p.add_argument("--adapters", default="adapters", metavar="DIR", help="folder for the artefacts (default: ./adapters)")
-    p.add_argument("--tasks", default="schema,location,presence", metavar="LIST",
-                   help="comma-separated tasks to run (default: schema,location,presence)")
-    p.add_argument("--report", metavar="FILE",
-                   help="also score the artefacts against a simulated office's ground truth: JSON to FILE, text "
-                   "to FILE with .txt (the world is found beside the logs, or give --world)")  # fmt: skip
-    p.add_argument("--world", metavar="DIR", help="folder written by 'aa mine simulate' (for --report)")
-    p.add_argument("--driver-memory", metavar="SIZE", help="Spark driver heap, e.g. 8g (default: a third of the memory, 2g to 16g)")
-    p.add_argument("--shuffle-partitions", type=int, metavar="N",
-                   help="partitions after a shuffle (default: from the input's size, 8 MiB of Parquet each)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="further Spark setting, repeatable")
+    p.add_argument(
+        "--master", default="local[*]", metavar="URL", help="Spark master URL (default: local[*])"
+    )
+    p.add_argument(
+        "--adapters",
+        default="adapters",
+        metavar="DIR",
+        help="folder for the artefacts (default: ./adapters)",
+    )
+    p.add_argument(
+        "--tasks",
+        default="schema,location,presence",
+        metavar="LIST",
+        help="comma-separated tasks to run (default: schema,location,presence)",
+    )
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also score the artefacts against a simulated office's ground truth: JSON to FILE, text "
+        "to FILE with .txt (the world is found beside the logs, or give --world)",
+    )
+    p.add_argument(
+        "--world", metavar="DIR", help="folder written by 'aa mine simulate' (for --report)"
+    )
+    p.add_argument(
+        "--driver-memory",
+        metavar="SIZE",
+        help="Spark driver heap, e.g. 8g (default: a third of the memory, 2g to 16g)",
+    )
+    p.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        metavar="N",
+        help="partitions after a shuffle (default: from the input's size, 8 MiB of Parquet each)",
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="further Spark setting, repeatable",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="Spark's own log (WARN and up) and full tracebacks on errors")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="Spark's own log (WARN and up) and full tracebacks on errors",
+    )
     p.set_defaults(func=_run)
 
     s = argparse.ArgumentParser(
@@ -83,16 +118,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Write event logs of the simulated office (aa.addins.office), as routers would "
         "have logged them, with world.json describing the world for 'aa mine report'.",
     )
-    s.add_argument("--out", required=True, metavar="DIR", help="folder to write (a folder per router inside)")
+    s.add_argument(
+        "--out", required=True, metavar="DIR", help="folder to write (a folder per router inside)"
+    )
     s.add_argument("--days", type=float, default=1.0, help="days to simulate (default: 1)")
-    s.add_argument("--start", metavar="ISO", help="first instant, UTC (default: 2030-01-07, a Monday)")
+    s.add_argument(
+        "--start", metavar="ISO", help="first instant, UTC (default: 2030-01-07, a Monday)"
+    )
     s.add_argument("--seed", type=int, default=0, help="world seed (default: 0)")
-    s.add_argument("--people", type=int, default=12, help="people in the office, each with a laptop and a phone (default: 12)")
+    s.add_argument(
+        "--people",
+        type=int,
+        default=12,
+        help="people in the office, each with a laptop and a phone (default: 12)",
+    )
     s.add_argument("--buildings", type=int, default=2, help="buildings (default: 2)")
     s.add_argument("--floors", type=int, default=3, help="floors per building (default: 3)")
-    s.add_argument("--routers", default="r1,r2", metavar="LIST", help="router names (default: r1,r2)")
-    s.add_argument("--overlap", type=float, default=0.3,
-                   help="chance another router logs an event too: duplicates to de-duplicate (default: 0.3)")
+    s.add_argument(
+        "--routers", default="r1,r2", metavar="LIST", help="router names (default: r1,r2)"
+    )
+    s.add_argument(
+        "--overlap",
+        type=float,
+        default=0.3,
+        help="chance another router logs an event too: duplicates to de-duplicate (default: 0.3)",
+    )
     s.set_defaults(func=_simulate, command="mine simulate")
 
     r = argparse.ArgumentParser(
@@ -100,9 +150,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Score the artefacts in an adapters folder against a simulated office's ground "
         "truth: precision and recall per task.",
     )
-    r.add_argument("--adapters", default="adapters", metavar="DIR", help="the artefacts (default: ./adapters)")
-    r.add_argument("--world", required=True, metavar="DIR", help="folder written by 'aa mine simulate'")
-    r.add_argument("--out", metavar="FILE", help="also write the report as JSON (and text beside it)")
+    r.add_argument(
+        "--adapters", default="adapters", metavar="DIR", help="the artefacts (default: ./adapters)"
+    )
+    r.add_argument(
+        "--world", required=True, metavar="DIR", help="folder written by 'aa mine simulate'"
+    )
+    r.add_argument(
+        "--out", metavar="FILE", help="also write the report as JSON (and text beside it)"
+    )
     r.set_defaults(func=_report, command="mine report")
     w = argparse.ArgumentParser(
         prog="aa mine prepare",
@@ -160,13 +216,30 @@ def _one_line(exc: BaseException) -> str:
 def _mine(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
-    from aa.tools.mining import (SMALL_LOG_BYTES, MineConfig, Progress, SparkConfig, check_java, check_master,
-                                 measure_inputs, open_session, plan, resolve_inputs, run_mining, stop_session)  # fmt: skip
+    from aa.tools.mining import (
+        SMALL_LOG_BYTES,
+        MineConfig,
+        Progress,
+        SparkConfig,
+        check_java,
+        check_master,
+        measure_inputs,
+        open_session,
+        plan,
+        resolve_inputs,
+        run_mining,
+        stop_session,
+    )
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     config = MineConfig(inputs=tuple(args.logdirs), adapters=args.adapters, tasks=tasks)
-    spark_config = SparkConfig(master=args.master, driver_memory=args.driver_memory, verbose=args.verbose,
-                               shuffle_partitions=args.shuffle_partitions, extra=_spark_conf(args.conf))  # fmt: skip
+    spark_config = SparkConfig(
+        master=args.master,
+        driver_memory=args.driver_memory,
+        verbose=args.verbose,
+        shuffle_partitions=args.shuffle_partitions,
+        extra=_spark_conf(args.conf),
+    )
     world = args.world or (_find_world(list(args.logdirs)) if args.report else None)
     if args.report and world is None:
         raise UsageError("--report needs the simulated world: give --world DIR")
@@ -177,7 +250,9 @@ def _mine(args: argparse.Namespace) -> int:
     progress = None if args.quiet else Progress(plan(tasks))
     t = time.perf_counter()
     with progress or nullcontext():
-        spark = open_session(spark_config, input_bytes=size, sink=progress.message if progress else None)
+        spark = open_session(
+            spark_config, input_bytes=size, sink=progress.message if progress else None
+        )
         started = time.perf_counter() - t
         try:
             if progress is not None:
@@ -188,8 +263,10 @@ def _mine(args: argparse.Namespace) -> int:
         finally:
             stop_session(spark)  # a first run puts the class archive in place for the next
     ev, total = result.events, time.perf_counter() - t
-    print(f"events: {ev['read']} read, {ev['unique']} unique, in {total:.1f} s "
-          f"({ev['read'] / max(total, 1e-9):,.0f} events/s; Spark started in {started:.1f} s)")  # fmt: skip
+    print(
+        f"events: {ev['read']} read, {ev['unique']} unique, in {total:.1f} s "
+        f"({ev['read'] / max(total, 1e-9):,.0f} events/s; Spark started in {started:.1f} s)"
+    )
     for task, art in result.artefacts.items():
         print(f"{task}: {art.path} (version {art.version}, {result.seconds[task]:.1f} s)")
     if args.report:
@@ -211,15 +288,25 @@ def _simulate(args: argparse.Namespace) -> int:
 
     start = datetime.fromisoformat(args.start) if args.start else None
     if start is not None and start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
+        start = start.replace(tzinfo=UTC)
     routers = tuple(r.strip() for r in args.routers.split(",") if r.strip())
-    cfg = SimulateConfig(out=args.out, days=args.days, seed=args.seed, people=args.people, buildings=args.buildings,
-                         floors=args.floors, routers=routers, overlap=args.overlap,
-                         **({"start": start} if start else {}))  # fmt: skip
+    cfg = SimulateConfig(
+        out=args.out,
+        days=args.days,
+        seed=args.seed,
+        people=args.people,
+        buildings=args.buildings,
+        floors=args.floors,
+        routers=routers,
+        overlap=args.overlap,
+        **({"start": start} if start else {}),
+    )
     result = simulate(cfg)
     rows = ", ".join(f"{r}: {n}" for r, n in result.rows.items())
-    print(f"{result.events} distinct events written to {args.out}, logged {sum(result.rows.values())} times in all "
-          f"(the routers' logs overlap: {rows})")
+    print(
+        f"{result.events} distinct events written to {args.out}, logged {sum(result.rows.values())} times in all "
+        f"(the routers' logs overlap: {rows})"
+    )
     return 0
 
 
@@ -228,8 +315,11 @@ def _prepare(args: argparse.Namespace) -> int:
 
     t = time.perf_counter()
     # The install runs this: say what the minute of silence is before it starts.
-    print("aa mine prepare: Spark's class archive, so that 'aa mine' starts fast "
-          "(about a minute, once per Java, Spark and virtual environment)...", flush=True)  # fmt: skip
+    print(
+        "aa mine prepare: Spark's class archive, so that 'aa mine' starts fast "
+        "(about a minute, once per Java, Spark and virtual environment)...",
+        flush=True,
+    )
     try:
         result = prepare(SparkConfig(verbose=args.verbose))
     except UsageError:
@@ -240,8 +330,10 @@ def _prepare(args: argparse.Namespace) -> int:
         print(f"aa mine prepare: {_one_line(exc)} (-v for details)", file=sys.stderr)
         return 1
     if result.archive is None:
-        print("aa mine prepare: no class archive written (another run may be writing it); "
-              "'aa mine' works without, its first start is slower")  # fmt: skip
+        print(
+            "aa mine prepare: no class archive written (another run may be writing it); "
+            "'aa mine' works without, its first start is slower"
+        )
     elif result.written:
         print(f"class archive written in {time.perf_counter() - t:.0f} s: {result.archive}")
     else:

@@ -38,10 +38,9 @@ import sys
 from datetime import datetime
 from typing import Any, Final
 
-from aa.mesh import AaError, Event, PatternSpec, UsageError
-from aa.mesh import event_to_json, to_json
+from aa.mesh import AaError, Event, PatternSpec, UsageError, event_to_json, to_json
 
-from .common import explain, add_router_option, fail, open_client
+from .common import add_router_option, explain, fail, open_client
 
 __all__ = ["add_parser", "render_argument", "event_environment", "ENV_LOG_SOCKET"]
 
@@ -69,17 +68,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "aa on 'type == \"alarm\"' --log",
     )
     add_router_option(p)
-    p.add_argument("pattern", metavar="PATTERN", help="a Python expression over event values (or see --xpath)")
+    p.add_argument(
+        "pattern", metavar="PATTERN", help="a Python expression over event values (or see --xpath)"
+    )
     p.add_argument("--xpath", action="store_true", help="PATTERN is an XPath expression")
     p.add_argument("--count", type=int, metavar="N", help="exit after N events")
-    p.add_argument("--timeout", type=float, metavar="S", help="stop a program that runs longer than S seconds")
-    p.add_argument("--log-socket", metavar="PATH",
-                   help=f"the syslog socket for --log (default: ${ENV_LOG_SOCKET}, else /dev/log)")
+    p.add_argument(
+        "--timeout", type=float, metavar="S", help="stop a program that runs longer than S seconds"
+    )
+    p.add_argument(
+        "--log-socket",
+        metavar="PATH",
+        help=f"the syslog socket for --log (default: ${ENV_LOG_SOCKET}, else /dev/log)",
+    )
     p.add_argument("--log-tag", default="aa-on", metavar="TAG", help="syslog tag (default: aa-on)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--log", action="store_true", help="append each event to the system log")
-    action.add_argument("--exec", dest="command", nargs=argparse.REMAINDER, metavar="CMD",
-                        help="the program and its arguments: everything after --exec")
+    action.add_argument(
+        "--exec",
+        dest="command",
+        nargs=argparse.REMAINDER,
+        metavar="CMD",
+        help="the program and its arguments: everything after --exec",
+    )
     p.set_defaults(func=run)
 
 
@@ -145,9 +156,15 @@ def run(args: argparse.Namespace) -> int:
         except UsageError as exc:
             return fail(str(exc), 2)
         except OSError as exc:
-            return fail(f"cannot open the system log {exc.filename or ''}: {exc.strerror or exc}; give another "
-                        "socket with --log-socket (or $AA_LOG_SOCKET)")
-    spec = PatternSpec(kernel="xpath", source=args.pattern) if args.xpath else PatternSpec(source=args.pattern)
+            return fail(
+                f"cannot open the system log {exc.filename or ''}: {exc.strerror or exc}; give another "
+                "socket with --log-socket (or $AA_LOG_SOCKET)"
+            )
+    spec = (
+        PatternSpec(kernel="xpath", source=args.pattern)
+        if args.xpath
+        else PatternSpec(source=args.pattern)
+    )
     try:
         with open_client(args, "aa on") as client:
             sub = client.subscribe(spec)
@@ -179,18 +196,26 @@ def _execute(args: argparse.Namespace, event: Event) -> None:
     try:
         argv = [args.command[0], *(render_argument(a, event.values) for a in args.command[1:])]
         env = event_environment(event)
-        done = subprocess.run(argv, env=env, shell=False, stdin=subprocess.DEVNULL, timeout=args.timeout, check=False)
+        done = subprocess.run(
+            argv, env=env, shell=False, stdin=subprocess.DEVNULL, timeout=args.timeout, check=False
+        )
     except ValueError as exc:  # "embedded null byte": no program can be given that
         print(f"aa on: event {event.id} skipped: {exc}", file=sys.stderr)
         return
     except subprocess.TimeoutExpired:
-        print(f"aa on: {args.command[0]} outlived --timeout {args.timeout:g} s for event {event.id}", file=sys.stderr)
+        print(
+            f"aa on: {args.command[0]} outlived --timeout {args.timeout:g} s for event {event.id}",
+            file=sys.stderr,
+        )
         return
     except OSError as exc:
         print(f"aa on: cannot run {args.command[0]}: {exc}", file=sys.stderr)
         return
     if done.returncode != 0:
-        print(f"aa on: {args.command[0]} exited with {done.returncode} for event {event.id}", file=sys.stderr)
+        print(
+            f"aa on: {args.command[0]} exited with {done.returncode} for event {event.id}",
+            file=sys.stderr,
+        )
 
 
 def _log_line(event: Event) -> str:
@@ -203,10 +228,14 @@ def _syslog(args: argparse.Namespace) -> logging.Logger:
     if not path:
         path = next((p for p in _LOG_SOCKETS if os.path.exists(p)), None)
         if path is None:
-            raise UsageError(f"no system log on this machine (no {' or '.join(_LOG_SOCKETS)}): give its socket "
-                             "with --log-socket (or $AA_LOG_SOCKET), or use --exec instead")
+            raise UsageError(
+                f"no system log on this machine (no {' or '.join(_LOG_SOCKETS)}): give its socket "
+                "with --log-socket (or $AA_LOG_SOCKET), or use --exec instead"
+            )
     _reach(path)  # SysLogHandler defers a failed connection to each record: say it now, once
-    handler = logging.handlers.SysLogHandler(address=path, facility=logging.handlers.SysLogHandler.LOG_USER)
+    handler = logging.handlers.SysLogHandler(
+        address=path, facility=logging.handlers.SysLogHandler.LOG_USER
+    )
     handler.ident = f"{args.log_tag}[{os.getpid()}]: "
     logger = logging.Logger("aa.on.syslog")
     logger.addHandler(handler)

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .common import (
-    explain,
     add_router_option,
+    explain,
     fail,
+    open_client,
     parse_assignments,
     parse_json_object,
     parse_since,
     print_event,
-    open_client,
 )
 
 if TYPE_CHECKING:
@@ -43,8 +43,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     )
     add_router_option(p)
     p.add_argument("--type", help="the event's type")
-    p.add_argument("--json", metavar="OBJECT", help='values as a JSON object, e.g. \'{"Reading": {"t": [1, 2]}}\'')
-    p.add_argument("--meta", metavar="NAME=VALUE", action="append", default=[], help="a meta value, repeatable")
+    p.add_argument(
+        "--json",
+        metavar="OBJECT",
+        help='values as a JSON object, e.g. \'{"Reading": {"t": [1, 2]}}\'',
+    )
+    p.add_argument(
+        "--meta", metavar="NAME=VALUE", action="append", default=[], help="a meta value, repeatable"
+    )
     p.add_argument("values", nargs="*", metavar="NAME=VALUE", help="event values")
     keep = p.add_argument_group(
         "persistence",
@@ -53,11 +59,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "has written it. Example: --persist --max-age 3h --max-count 5 --type snow keeps "
         "events of type snow for three hours, at most the newest five.",
     )
-    keep.add_argument("--persist", action="store_true", help="keep the event in the routers' stores")
-    keep.add_argument("--max-age", metavar="DURATION", help="remove it after this long: 90s, 3h, 2d, 1h30m")
-    keep.add_argument("--max-count", metavar="N", help="keep at most the newest N stored events of its --type")
-    keep.add_argument("--no-mesh-cache", action="store_true",
-                      help="keep the event out of the routers' in-memory mesh cache")
+    keep.add_argument(
+        "--persist", action="store_true", help="keep the event in the routers' stores"
+    )
+    keep.add_argument(
+        "--max-age", metavar="DURATION", help="remove it after this long: 90s, 3h, 2d, 1h30m"
+    )
+    keep.add_argument(
+        "--max-count", metavar="N", help="keep at most the newest N stored events of its --type"
+    )
+    keep.add_argument(
+        "--no-mesh-cache",
+        action="store_true",
+        help="keep the event out of the routers' in-memory mesh cache",
+    )
     p.set_defaults(func=send)
 
     p = sub.add_parser(
@@ -67,24 +82,55 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         epilog='example: aa subscribe --count 1 --json "Temperature > 100"',
     )
     add_router_option(p)
-    p.add_argument("expr", nargs="?", help="a boolean Python expression over event values (default: every event)")
-    p.add_argument("--script", type=Path, metavar="FILE", help="a stateful pattern script (calls forward())")
+    p.add_argument(
+        "expr",
+        nargs="?",
+        help="a boolean Python expression over event values (default: every event)",
+    )
+    p.add_argument(
+        "--script", type=Path, metavar="FILE", help="a stateful pattern script (calls forward())"
+    )
     p.add_argument("--xpath", metavar="EXPR", help="an XPath pattern instead of a Python one")
-    p.add_argument("--param", metavar="NAME=VALUE", action="append", default=[], help="a pattern parameter, repeatable")
-    p.add_argument("--needs", metavar="NAME", action="append", default=[],
-                   help="a value name the pattern needs, repeatable: lets quenching publishers "
-                   "whose prototype carries the names see this narrow pattern (see aa quench)")
+    p.add_argument(
+        "--param",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="a pattern parameter, repeatable",
+    )
+    p.add_argument(
+        "--needs",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="a value name the pattern needs, repeatable: lets quenching publishers "
+        "whose prototype carries the names see this narrow pattern (see aa quench)",
+    )
     p.add_argument("--count", type=int, metavar="N", help="exit after N events")
-    p.add_argument("--tier", dest="verbose_tier", action="store_true",
-                   help="say which tier the router runs the pattern in (predicate: no code run; worker: a sandbox "
-                   "process)")
-    p.add_argument("--json", action="store_true", help='one JSON object per line: {"id", "type", "values", "meta"}')
-    p.add_argument("--history", action="store_true",
-                   help="first print the stored events the pattern matches, oldest first, marked "
-                   "(historical); then the live ones")
-    p.add_argument("--since", metavar="T",
-                   help="history from time T only (implies --history): ISO 8601 such as "
-                   "2024-01-02T03:04:05Z, or a duration ago such as 2h")
+    p.add_argument(
+        "--tier",
+        dest="verbose_tier",
+        action="store_true",
+        help="say which tier the router runs the pattern in (predicate: no code run; worker: a sandbox "
+        "process)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object per line: {"id", "type", "values", "meta"}',
+    )
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="first print the stored events the pattern matches, oldest first, marked "
+        "(historical); then the live ones",
+    )
+    p.add_argument(
+        "--since",
+        metavar="T",
+        help="history from time T only (implies --history): ISO 8601 such as "
+        "2024-01-02T03:04:05Z, or a duration ago such as 2h",
+    )
     p.set_defaults(func=subscribe)
 
 
@@ -92,7 +138,9 @@ def send(args: argparse.Namespace) -> int:
     from aa.mesh import AaError, AaTimeout, UsageError
 
     refused = _RouterErrors()
-    logging.getLogger("aa.client").addHandler(logging.NullHandler())  # aa send says what matters, in one line
+    logging.getLogger("aa.client").addHandler(
+        logging.NullHandler()
+    )  # aa send says what matters, in one line
     try:
         values: dict[str, Any] = parse_json_object(args.json) if args.json else {}
         values.update(parse_assignments(args.values))
@@ -121,7 +169,10 @@ def send(args: argparse.Namespace) -> int:
     if refused.errors:  # an ack came, but the router said what it did not do
         code, message = refused.errors[0]
         what = "keep" if code in ("not-persisted", "no-store") else "take"
-        return fail(f"the router did not {what} event {event_id}: {message}", 2 if code == "invalid-policy" else 1)
+        return fail(
+            f"the router did not {what} event {event_id}: {message}",
+            2 if code == "invalid-policy" else 1,
+        )
     print(event_id)
     return 0
 
@@ -134,11 +185,11 @@ class _RouterErrors:
     def __init__(self) -> None:
         self.errors: list[tuple[str, str]] = []
 
-    def __call__(self, exc: "RemoteError") -> None:
+    def __call__(self, exc: RemoteError) -> None:
         self.errors.append((exc.code, str(exc)))
 
 
-def _pattern(args: argparse.Namespace) -> "PatternSpec":
+def _pattern(args: argparse.Namespace) -> PatternSpec:
     from aa.mesh import PatternSpec, UsageError
 
     chosen = [x for x in (args.expr, args.script, args.xpath) if x]
@@ -148,7 +199,9 @@ def _pattern(args: argparse.Namespace) -> "PatternSpec":
         try:
             source = args.script.read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read the script {args.script}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise UsageError(
+                f"cannot read the script {args.script}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         return PatternSpec(format="script", source=source)
     if args.xpath:
         return PatternSpec(kernel="xpath", source=args.xpath)
@@ -163,13 +216,23 @@ def subscribe(args: argparse.Namespace) -> int:
     try:
         spec = _pattern(args)
         params = parse_assignments(args.param, "param")
-        history = {"since": parse_since(args.since)} if args.since else {"since": None} if args.history else None
+        history = (
+            {"since": parse_since(args.since)}
+            if args.since
+            else {"since": None}
+            if args.history
+            else None
+        )
         with open_client(args, "aa subscribe") as client:
             sub = client.subscribe(spec, params=params, history=history, needs=args.needs)
             for warning in sub.warnings:  # a name no event has had, a bare name meant as text
                 print(f"aa subscribe: warning: {warning}", file=sys.stderr, flush=True)
             if args.verbose_tier:
-                print(f"aa subscribe: the pattern runs in the {sub.tier} tier", file=sys.stderr, flush=True)
+                print(
+                    f"aa subscribe: the pattern runs in the {sub.tier} tier",
+                    file=sys.stderr,
+                    flush=True,
+                )
             seen = 0
             for event in sub:
                 print_event(event, args.json)
@@ -194,7 +257,9 @@ def subscribe(args: argparse.Namespace) -> int:
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
     """The meta keys --persist, --max-age, --max-count and --no-mesh-cache ask for, checked
     here so that a bad policy is refused before anything is sent."""
-    if not (args.persist or args.no_mesh_cache or args.max_age is not None or args.max_count is not None):
+    if not (
+        args.persist or args.no_mesh_cache or args.max_age is not None or args.max_count is not None
+    ):
         return {}  # the common case: aa.router (slow to import) is not needed
     from aa.mesh import Event, UsageError
     from aa.router import ExpiryPolicy
@@ -203,7 +268,9 @@ def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     if args.max_age is not None or args.max_count is not None:
         if not args.persist:
-            raise UsageError("--max-age and --max-count limit how long persisted events are kept: add --persist")
+            raise UsageError(
+                "--max-age and --max-count limit how long persisted events are kept: add --persist"
+            )
     if args.persist:
         meta.update(ExpiryPolicy.parse(max_age=args.max_age, max_count=args.max_count).to_meta())
         persist_policy(Event(values={}, type=args.type, meta=meta))  # e.g. a count needs a type

@@ -20,7 +20,14 @@ import sys
 
 from aa.mesh import AaError, AaTimeout, UsageError
 
-from .common import explain, add_router_option, fail, open_client, parse_assignments, parse_json_object
+from .common import (
+    add_router_option,
+    explain,
+    fail,
+    open_client,
+    parse_assignments,
+    parse_json_object,
+)
 
 __all__ = ["add_parser"]
 
@@ -36,15 +43,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_router_option(p)
     p.add_argument("values", nargs="*", metavar="NAME=VALUE", help="the prototype's values")
     p.add_argument("--type", help="the prototype's event type")
-    p.add_argument("--values-json", metavar="OBJECT", dest="json_values",
-                   help='values as a JSON object, e.g. \'{"Where": {"floor": 2}}\'')
-    p.add_argument("--mentioned-only", action="store_true",
-                   help="ignore catch-all patterns that name none of the prototype's values")
+    p.add_argument(
+        "--values-json",
+        metavar="OBJECT",
+        dest="json_values",
+        help='values as a JSON object, e.g. \'{"Where": {"floor": 2}}\'',
+    )
+    p.add_argument(
+        "--mentioned-only",
+        action="store_true",
+        help="ignore catch-all patterns that name none of the prototype's values",
+    )
     p.add_argument("--wait", action="store_true", help="exit 0 as soon as anyone is interested")
-    p.add_argument("--timeout", type=float, metavar="S", help="with --wait: give up (exit 1) after S seconds")
+    p.add_argument(
+        "--timeout", type=float, metavar="S", help="with --wait: give up (exit 1) after S seconds"
+    )
     p.add_argument("--count", type=int, metavar="N", help="exit after N changes")
-    p.add_argument("--json", dest="as_json", action="store_true",
-                   help='one JSON object per line: {"sub", "router", "interested", "any"}')
+    p.add_argument(
+        "--json",
+        dest="as_json",
+        action="store_true",
+        help='one JSON object per line: {"sub", "router", "interested", "any"}',
+    )
     p.set_defaults(func=run)
 
 
@@ -61,8 +81,12 @@ def run(args: argparse.Namespace) -> int:
     changes: queue.Queue[tuple[str, str, bool]] = queue.Queue()
     try:
         with open_client(args, "aa quench") as client:
-            q = client.quench(values, lambda s, r, i: changes.put((s, r, i)), type=args.type,
-                              mentioned_only=args.mentioned_only)
+            q = client.quench(
+                values,
+                lambda s, r, i: changes.put((s, r, i)),
+                type=args.type,
+                mentioned_only=args.mentioned_only,
+            )
             if args.wait:
                 try:
                     q.wait_interested(args.timeout)
@@ -87,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(sub_id: str, router_id: str, interested: bool, anyone: bool, as_json: bool) -> None:
     if as_json:
-        line = json.dumps({"sub": sub_id, "router": router_id, "interested": interested, "any": anyone})
+        line = json.dumps(
+            {"sub": sub_id, "router": router_id, "interested": interested, "any": anyone}
+        )
     else:
         line = f"{'+' if interested else '-'} {sub_id} on router {router_id}"
         if not anyone:

@@ -12,14 +12,24 @@ import platform
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
-from .defaults import (BROADCAST_INTERVAL, DEFAULT_HTTP_PORT, DEFAULT_PORT, DISCOVERY_PORT, ENV_INTERFACES,
-                       PEER_KEEPALIVE, RETRY_BASE, RETRY_MAX, ROUTER_INFO_INTERVAL)
 from .common import add_event_loop_option, loop_runner
-from .security_opts import add_security_options, security_config
 from .container_cmd import add_hosting_options, hosted_container
+from .defaults import (
+    BROADCAST_INTERVAL,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_PORT,
+    DISCOVERY_PORT,
+    ENV_INTERFACES,
+    PEER_KEEPALIVE,
+    RETRY_BASE,
+    RETRY_MAX,
+    ROUTER_INFO_INTERVAL,
+)
+from .security_opts import add_security_options, security_config
 from .storage_opts import add_storage_options, storage_config
 
 if TYPE_CHECKING:
@@ -37,12 +47,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "clients and peer routers on one TCP port, bound to loopback unless --host says otherwise.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default: {DEFAULT_PORT}); "
-                   "the HTTP endpoint takes the next one unless --http-port says otherwise")
-    p.add_argument("--data-dir", type=Path, help="folder for the store, the event log (on with a data folder "
-                   "unless --no-event-log) and the topology (default: keep nothing)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"TCP port, 0 for any free one (default: {DEFAULT_PORT}); "
+        "the HTTP endpoint takes the next one unless --http-port says otherwise",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        help="folder for the store, the event log (on with a data folder "
+        "unless --no-event-log) and the topology (default: keep nothing)",
+    )
     p.add_argument("--name", help="name shown in the mesh (default: host name and port)")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    p.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
+    )
     add_event_loop_option(p)
     mesh = p.add_argument_group(
         "mesh",
@@ -51,52 +72,122 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "routers it finds and the ones they tell about, and keeps the known routers in "
         "DATA_DIR/topology.json so that it rejoins at once after a restart.",
     )
-    mesh.add_argument("--peer", metavar="H:P", action="append", default=[],
-                      help="a well-known router to dial whatever discovery finds; repeatable")
-    mesh.add_argument("--no-discovery", action="store_true",
-                      help="no beacons, no zeroconf, and dial only --peer routers (and those in the "
-                      "topology file): the mesh keeps the shape given by hand")
-    mesh.add_argument("--discovery-port", type=int, metavar="N",
-                      help=f"UDP port of the beacons, the same across the mesh (default: "
-                      f"$AA_DISCOVERY_PORT or {DISCOVERY_PORT})")
-    mesh.add_argument("--discovery-interfaces", metavar="LIST",
-                      help="comma-separated interface names, addresses of this machine or subnets to "
-                      "broadcast on, e.g. 'lo' or 'eth0,10.1.2.0/24'; 'lo' keeps discovery on this machine "
-                      f"(default: ${ENV_INTERFACES}, else every interface)")
-    mesh.add_argument("--zeroconf", action="store_true",
-                      help="also announce and browse with zeroconf (mDNS) on the selected interfaces")
-    mesh.add_argument("--no-broadcast", action="store_true", help="no UDP broadcast beacons (zeroconf only)")
-    timing = p.add_argument_group("mesh timing", "Seconds; the defaults suit a LAN, tests shorten them.")
-    timing.add_argument("--beacon-interval", type=float, metavar="S", default=BROADCAST_INTERVAL,
-                        help=f"between two beacons (default: {BROADCAST_INTERVAL:g})")
-    timing.add_argument("--retry-base", type=float, metavar="S", default=RETRY_BASE,
-                        help=f"first retry after a peer failed; doubles per failure (default: {RETRY_BASE:g})")
-    timing.add_argument("--retry-max", type=float, metavar="S", default=RETRY_MAX,
-                        help=f"longest retry interval (default: {RETRY_MAX:g})")
-    timing.add_argument("--keepalive", type=float, metavar="S", default=PEER_KEEPALIVE,
-                        help=f"pings on idle peer links; three silent ones break the link (default: {PEER_KEEPALIVE:g})")
-    timing.add_argument("--info-interval", type=float, metavar="S", default=ROUTER_INFO_INTERVAL,
-                        help=f"between two router summaries flooded for 'aa mesh' (default: {ROUTER_INFO_INTERVAL:g})")
-    patterns = p.add_argument_group(
-        "patterns", "Pattern code (scripts, XPath, expressions outside the closed grammar) runs in "
-        "worker processes; new patterns run on probation workers first (README: Patterns, and "
-        "Securing a mesh).")
-    patterns.add_argument("--pattern-workers", type=int, metavar="N", default=2,
-                          help="worker processes for patterns that have left probation (default: 2)")
-    patterns.add_argument("--probation-workers", type=int, metavar="N",
-                          help="worker processes for new patterns; 0: none, new patterns join the others "
-                          "at once (default: as many as --pattern-workers)")
-    http = p.add_argument_group(
-        "http", "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at /docs)."
+    mesh.add_argument(
+        "--peer",
+        metavar="H:P",
+        action="append",
+        default=[],
+        help="a well-known router to dial whatever discovery finds; repeatable",
     )
-    http.add_argument("--http-port", type=int, metavar="N",
-                      help=f"TCP port of the HTTP endpoint, 0 for any free one (default: --port + 1, which is "
-                      f"{DEFAULT_HTTP_PORT} for the default port and lets routers share a machine; any free one "
-                      "when --port is 0)")
-    http.add_argument("--http-host", metavar="ADDR", help="address of the HTTP endpoint (default: --host)")
-    http.add_argument("--http-allow", metavar="CIDR", action="append", default=[],
-                      help="address range allowed to call the HTTP endpoint, e.g. 192.168.0.0/16; "
-                      "repeatable (default: loopback only)")
+    mesh.add_argument(
+        "--no-discovery",
+        action="store_true",
+        help="no beacons, no zeroconf, and dial only --peer routers (and those in the "
+        "topology file): the mesh keeps the shape given by hand",
+    )
+    mesh.add_argument(
+        "--discovery-port",
+        type=int,
+        metavar="N",
+        help=f"UDP port of the beacons, the same across the mesh (default: "
+        f"$AA_DISCOVERY_PORT or {DISCOVERY_PORT})",
+    )
+    mesh.add_argument(
+        "--discovery-interfaces",
+        metavar="LIST",
+        help="comma-separated interface names, addresses of this machine or subnets to "
+        "broadcast on, e.g. 'lo' or 'eth0,10.1.2.0/24'; 'lo' keeps discovery on this machine "
+        f"(default: ${ENV_INTERFACES}, else every interface)",
+    )
+    mesh.add_argument(
+        "--zeroconf",
+        action="store_true",
+        help="also announce and browse with zeroconf (mDNS) on the selected interfaces",
+    )
+    mesh.add_argument(
+        "--no-broadcast", action="store_true", help="no UDP broadcast beacons (zeroconf only)"
+    )
+    timing = p.add_argument_group(
+        "mesh timing", "Seconds; the defaults suit a LAN, tests shorten them."
+    )
+    timing.add_argument(
+        "--beacon-interval",
+        type=float,
+        metavar="S",
+        default=BROADCAST_INTERVAL,
+        help=f"between two beacons (default: {BROADCAST_INTERVAL:g})",
+    )
+    timing.add_argument(
+        "--retry-base",
+        type=float,
+        metavar="S",
+        default=RETRY_BASE,
+        help=f"first retry after a peer failed; doubles per failure (default: {RETRY_BASE:g})",
+    )
+    timing.add_argument(
+        "--retry-max",
+        type=float,
+        metavar="S",
+        default=RETRY_MAX,
+        help=f"longest retry interval (default: {RETRY_MAX:g})",
+    )
+    timing.add_argument(
+        "--keepalive",
+        type=float,
+        metavar="S",
+        default=PEER_KEEPALIVE,
+        help=f"pings on idle peer links; three silent ones break the link (default: {PEER_KEEPALIVE:g})",
+    )
+    timing.add_argument(
+        "--info-interval",
+        type=float,
+        metavar="S",
+        default=ROUTER_INFO_INTERVAL,
+        help=f"between two router summaries flooded for 'aa mesh' (default: {ROUTER_INFO_INTERVAL:g})",
+    )
+    patterns = p.add_argument_group(
+        "patterns",
+        "Pattern code (scripts, XPath, expressions outside the closed grammar) runs in "
+        "worker processes; new patterns run on probation workers first (README: Patterns, and "
+        "Securing a mesh).",
+    )
+    patterns.add_argument(
+        "--pattern-workers",
+        type=int,
+        metavar="N",
+        default=2,
+        help="worker processes for patterns that have left probation (default: 2)",
+    )
+    patterns.add_argument(
+        "--probation-workers",
+        type=int,
+        metavar="N",
+        help="worker processes for new patterns; 0: none, new patterns join the others "
+        "at once (default: as many as --pattern-workers)",
+    )
+    http = p.add_argument_group(
+        "http",
+        "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at /docs).",
+    )
+    http.add_argument(
+        "--http-port",
+        type=int,
+        metavar="N",
+        help=f"TCP port of the HTTP endpoint, 0 for any free one (default: --port + 1, which is "
+        f"{DEFAULT_HTTP_PORT} for the default port and lets routers share a machine; any free one "
+        "when --port is 0)",
+    )
+    http.add_argument(
+        "--http-host", metavar="ADDR", help="address of the HTTP endpoint (default: --host)"
+    )
+    http.add_argument(
+        "--http-allow",
+        metavar="CIDR",
+        action="append",
+        default=[],
+        help="address range allowed to call the HTTP endpoint, e.g. 192.168.0.0/16; "
+        "repeatable (default: loopback only)",
+    )
     http.add_argument("--no-http", action="store_true", help="no HTTP endpoint")
     add_storage_options(p)
     add_security_options(p)
@@ -104,7 +195,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "RouterConfig":
+def config_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> RouterConfig:
     """The `RouterConfig` the flags (and `AA_…` variables) ask for. Raises `UsageError`."""
     from aa.mesh import DiscoveryConfig, UsageError
     from aa.router import MeshConfig, RouterConfig, WorkerConfig
@@ -119,7 +212,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
             raise UsageError(f"AA_DISCOVERY_PORT={text!r} is not a port number") from None
     interfaces = None
     if args.discovery_interfaces:
-        interfaces = tuple(i.strip() for i in args.discovery_interfaces.split(",") if i.strip()) or None
+        interfaces = (
+            tuple(i.strip() for i in args.discovery_interfaces.split(",") if i.strip()) or None
+        )
     discovery = DiscoveryConfig(
         enabled=not args.no_discovery,
         port=port,
@@ -147,7 +242,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         peers=tuple(args.peer),
         mesh=mesh,
         security=security_config(args, env),
-        workers=WorkerConfig(workers=args.pattern_workers, probation_workers=args.probation_workers),
+        workers=WorkerConfig(
+            workers=args.pattern_workers, probation_workers=args.probation_workers
+        ),
         **storage_config(args, env),
     )
 
@@ -168,10 +265,14 @@ def check_listen(host: str, port: int, what: str, flag: str) -> None:
     if not 0 <= port < 65536:
         raise UsageError(f"{what} {port} is not a TCP port (1–65535); pick another with {flag}")
     try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
     except socket.gaierror as exc:
-        raise UsageError(f"cannot listen on {host!r} ({exc.strerror}); give an address of this machine with "
-                         "--host") from None  # fmt: skip
+        raise UsageError(
+            f"cannot listen on {host!r} ({exc.strerror}); give an address of this machine with "
+            "--host"
+        ) from None
     for family, kind, proto, _, address in infos:
         with socket.socket(family, kind, proto) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
@@ -192,23 +293,31 @@ def _bind_message(exc: OSError, host: str, port: int, what: str, flag: str) -> s
 
 
 def run(args: argparse.Namespace) -> int:
+
     from aa.http_api import DEFAULT_ALLOW, HttpEndpoint
     from aa.mesh import StoreError, UsageError
-
-    import asyncio
 
     level = logging.WARNING - 10 * min(args.verbose + 1, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = config_from_args(args)
-    endpoints = [] if args.no_http else [HttpEndpoint(
-        host=args.http_host or args.host,
-        port=http_port(args),
-        allow=tuple(args.http_allow) or DEFAULT_ALLOW,
-        cert=args.http_cert or config.security.cert, key=args.http_key or config.security.key,
-    )]
+    endpoints = (
+        []
+        if args.no_http
+        else [
+            HttpEndpoint(
+                host=args.http_host or args.host,
+                port=http_port(args),
+                allow=tuple(args.http_allow) or DEFAULT_ALLOW,
+                cert=args.http_cert or config.security.cert,
+                key=args.http_key or config.security.key,
+            )
+        ]
+    )
     check_listen(args.host, args.port, "port", "--port")
     for endpoint in endpoints:
-        check_listen(endpoint.config.host, endpoint.config.port, "HTTP port", "--http-port (or --no-http)")
+        check_listen(
+            endpoint.config.host, endpoint.config.port, "HTTP port", "--http-port (or --no-http)"
+        )
     run = loop_runner(args.event_loop)
     _tune_gc()
     try:
@@ -225,7 +334,9 @@ def run(args: argparse.Namespace) -> int:
         raise
     except OSError as exc:  # taken between the check and the bind
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            raise UsageError(f"cannot listen: {exc.strerror}; pick another port with --port or --http-port") from None
+            raise UsageError(
+                f"cannot listen: {exc.strerror}; pick another port with --port or --http-port"
+            ) from None
         raise
     return 0
 
@@ -264,10 +375,12 @@ def _tune_gc() -> None:
             pass
 
 
-async def _serve(config: "RouterConfig", endpoints: "list[HttpEndpoint]", args: argparse.Namespace | None = None) -> None:
-    from aa.router import Router
-
+async def _serve(
+    config: RouterConfig, endpoints: list[HttpEndpoint], args: argparse.Namespace | None = None
+) -> None:
     import asyncio
+
+    from aa.router import Router
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -279,12 +392,16 @@ async def _serve(config: "RouterConfig", endpoints: "list[HttpEndpoint]", args: 
     except BaseException:
         await router.aclose()  # what was bound before the failure (the mesh, its beacons)
         raise
-    loop.add_signal_handler(signal.SIGHUP, lambda: print(f"aa router: {router.security.reload()}", file=sys.stderr))
+    loop.add_signal_handler(
+        signal.SIGHUP, lambda: print(f"aa router: {router.security.reload()}", file=sys.stderr)
+    )
     try:
         print(f"aa router {router.name!r} ({router.id}) listening on {router.endpoint}", flush=True)
         for endpoint in endpoints:
             print(f"aa router: HTTP endpoint and monitor on {endpoint.url}", flush=True)
-        logging.getLogger("aa.router").info("event loop: %s", "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio")
+        logging.getLogger("aa.router").info(
+            "event loop: %s", "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+        )
         async with hosted_container(args, router):  # --container / --bundled: add-ins in-process
             await stop.wait()
             print("aa router: shutting down", file=sys.stderr, flush=True)

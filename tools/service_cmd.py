@@ -46,25 +46,53 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         epilog="example: aa service install container --user --args '%h/addins --bundled' (systemd's %-specifiers apply)",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    inst = actions.add_parser("install", help="write a systemd unit",
-                              description="Write a systemd unit for the router or the container.")
+    inst = actions.add_parser(
+        "install",
+        help="write a systemd unit",
+        description="Write a systemd unit for the router or the container.",
+    )
     inst.add_argument("what", choices=("router", "container"), help="which service")
-    inst.add_argument("--user", action="store_true", help="a user unit (~/.config/systemd/user), not a system one")
+    inst.add_argument(
+        "--user", action="store_true", help="a user unit (~/.config/systemd/user), not a system one"
+    )
     inst.add_argument("--unit-dir", type=Path, metavar="DIR", help="write the unit here instead")
-    inst.add_argument("--dry-run", action="store_true", help="print the unit and where it would go; write nothing")
-    inst.add_argument("--name", metavar="NAME", help="unit name without .service (default: aa-router / aa-container)")
+    inst.add_argument(
+        "--dry-run", action="store_true", help="print the unit and where it would go; write nothing"
+    )
+    inst.add_argument(
+        "--name",
+        metavar="NAME",
+        help="unit name without .service (default: aa-router / aa-container)",
+    )
     inst.add_argument("--run-as", metavar="USER", help="system units: the user the service runs as")
-    inst.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
-                      help="an environment variable for the service, e.g. AA_DISCOVERY_INTERFACES=eth0; repeatable")
+    inst.add_argument(
+        "--env",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="an environment variable for the service, e.g. AA_DISCOVERY_INTERFACES=eth0; repeatable",
+    )
     inst.add_argument("--program", metavar="PATH", help="the aa program to run (default: this one)")
-    inst.add_argument("--certs", type=Path, metavar="DIR", help="router: serve TLS with DIR/ca.pem and "
-                      "DIR/NAME.pem, DIR/NAME.key from 'aa certs' (handed to the service by systemd's LoadCredential)")
-    inst.add_argument("--cert-name", metavar="NAME", default="router", help="NAME for --certs (default: router)")
+    inst.add_argument(
+        "--certs",
+        type=Path,
+        metavar="DIR",
+        help="router: serve TLS with DIR/ca.pem and "
+        "DIR/NAME.pem, DIR/NAME.key from 'aa certs' (handed to the service by systemd's LoadCredential)",
+    )
+    inst.add_argument(
+        "--cert-name", metavar="NAME", default="router", help="NAME for --certs (default: router)"
+    )
     # One string, split like a shell would: never a REMAINDER positional, which would swallow
     # --dry-run or --unit-dir given after it (and argparse mishandles "--" in sub-commands).
-    inst.add_argument("--args", dest="service_args", metavar="'ARGS'", default="",
-                      help="arguments for 'aa router' / 'aa container' instead of the defaults, as one "
-                      "string: --args '/srv/addins --bundled'")
+    inst.add_argument(
+        "--args",
+        dest="service_args",
+        metavar="'ARGS'",
+        default="",
+        help="arguments for 'aa router' / 'aa container' instead of the defaults, as one "
+        "string: --args '/srv/addins --bundled'",
+    )
     inst.set_defaults(func=install)
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
@@ -93,24 +121,50 @@ def _program(explicit: str | None) -> str:
     return str(Path(found).absolute())
 
 
-def unit_text(what: str, *, user: bool, program: str, args: list[str] | None = None, run_as: str | None = None,
-              env: dict[str, str] | None = None, certs: Path | None = None, cert_name: str = "router") -> str:
+def unit_text(
+    what: str,
+    *,
+    user: bool,
+    program: str,
+    args: list[str] | None = None,
+    run_as: str | None = None,
+    env: dict[str, str] | None = None,
+    certs: Path | None = None,
+    cert_name: str = "router",
+) -> str:
     """The unit file for *what* ("router" or "container"). A system unit runs as *run_as*,
     or as a user systemd makes for it (DynamicUser: unprivileged, owning only its state
     folder); *certs* hands the router its certificates (LoadCredential: readable by the
     service only, whatever the files' owner)."""
     if not args:
         if what == "router":
-            args = ["--host", "127.0.0.1" if user else "0.0.0.0", "--data-dir", "${STATE_DIRECTORY}"]
+            args = [
+                "--host",
+                "127.0.0.1" if user else "0.0.0.0",
+                "--data-dir",
+                "${STATE_DIRECTORY}",
+            ]
         else:
             args = ["%h/.config/aa/addins" if user else "/etc/aa/addins"]
     creds = {"ca.pem": "ca", f"{cert_name}.pem": "cert", f"{cert_name}.key": "key"} if certs else {}
     if creds and what == "router":
-        args = [*args, *(w for f, flag in creds.items() for w in (f"--{flag}", f"${{CREDENTIALS_DIRECTORY}}/{f}"))]
+        args = [
+            *args,
+            *(
+                w
+                for f, flag in creds.items()
+                for w in (f"--{flag}", f"${{CREDENTIALS_DIRECTORY}}/{f}")
+            ),
+        ]
     words = [program, what, *args]
     # ${STATE_DIRECTORY} and ${CREDENTIALS_DIRECTORY} are expanded by systemd: keep them unquoted.
-    exec_start = " ".join(w if w.startswith(("${STATE_DIRECTORY}", "${CREDENTIALS_DIRECTORY}/")) and _SAFE.match(
-        w.split("}", 1)[1] or "x") else systemd_quote(w) for w in words)
+    exec_start = " ".join(
+        w
+        if w.startswith(("${STATE_DIRECTORY}", "${CREDENTIALS_DIRECTORY}/"))
+        and _SAFE.match(w.split("}", 1)[1] or "x")
+        else systemd_quote(w)
+        for w in words
+    )
     lines = [
         "# Written by 'aa service install'. Edit freely; 'aa service install' again overwrites it.",
         "[Unit]",
@@ -137,7 +191,12 @@ def unit_text(what: str, *, user: bool, program: str, args: list[str] | None = N
     elif not user:
         lines.append("DynamicUser=yes")  # never root: an unprivileged user of its own
     if not user:
-        lines += ["NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes"]
+        lines += [
+            "NoNewPrivileges=yes",
+            "ProtectSystem=strict",
+            "ProtectHome=yes",
+            "PrivateTmp=yes",
+        ]
     for f in creds if what == "router" else ():
         assert certs is not None
         lines.append(f"LoadCredential={f}:{systemd_quote(str(certs.absolute() / f))}")
@@ -170,8 +229,16 @@ def install(args: argparse.Namespace) -> int:
     name = args.name or f"aa-{args.what}"
     if not re.fullmatch(r"[A-Za-z0-9_.@-]+", name):
         return fail(f"{name!r} is not a unit name", 2)
-    text = unit_text(args.what, user=args.user, program=_program(args.program), args=extra, run_as=args.run_as,
-                     env=env, certs=args.certs, cert_name=args.cert_name)
+    text = unit_text(
+        args.what,
+        user=args.user,
+        program=_program(args.program),
+        args=extra,
+        run_as=args.run_as,
+        env=env,
+        certs=args.certs,
+        cert_name=args.cert_name,
+    )
     path = unit_path(name, user=args.user, unit_dir=args.unit_dir)
     if args.dry_run:
         print(f"# would write {path}")
@@ -181,11 +248,17 @@ def install(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as exc:
-        hint = " (system units need root: try sudo, or --user)" if isinstance(exc, PermissionError) else ""
+        hint = (
+            " (system units need root: try sudo, or --user)"
+            if isinstance(exc, PermissionError)
+            else ""
+        )
         return fail(f"cannot write {path}: {exc}{hint}")
     ctl = "systemctl --user" if args.user else "systemctl"
     print(f"wrote {path}")
     if args.what == "router" and args.certs is None and not args.user:
-        print("note: without --certs the router is open to anyone who reaches its port (README: Securing a mesh)")
+        print(
+            "note: without --certs the router is open to anyone who reaches its port (README: Securing a mesh)"
+        )
     print(f"now run: {ctl} daemon-reload && {ctl} enable --now {name}")
     return 0

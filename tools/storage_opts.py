@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .defaults import CACHE_SWEEP_INTERVAL, MESH_CACHE_MAX_EVENTS
 
@@ -21,22 +22,41 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
         "events in memory for clients that ask; the event log writes every event to Parquet "
         "files for mining (DATA_DIR/eventlog).",
     )
-    g.add_argument("--store-url", metavar="URL",
-                   help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://aa@db/aa (default: "
-                   f"${ENV_STORE_URL}, else the SQLite file DATA_DIR/events.db; no store without either)")
+    g.add_argument(
+        "--store-url",
+        metavar="URL",
+        help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://aa@db/aa (default: "
+        f"${ENV_STORE_URL}, else the SQLite file DATA_DIR/events.db; no store without either)",
+    )
     g.add_argument("--no-store", action="store_true", help="keep no persistent store")
-    g.add_argument("--event-log", action=argparse.BooleanOptionalAction, default=None,
-                   help="append every event to the Parquet event log in DATA_DIR/eventlog, written by a "
-                   "process of its own; a file is readable once closed: every 10 minutes, at the hour's "
-                   "end, and when the router stops (default: on with --data-dir, off without)")
-    g.add_argument("--mesh-cache-events", type=int, metavar="N", default=MESH_CACHE_MAX_EVENTS,
-                   help=f"events the in-memory mesh cache keeps, 0 for none (default: {MESH_CACHE_MAX_EVENTS})")
-    g.add_argument("--cache-sweep-interval", type=float, metavar="S", default=CACHE_SWEEP_INTERVAL,
-                   help=f"seconds between sweeps of client caches whose keep-alive lapsed "
-                   f"(default: {CACHE_SWEEP_INTERVAL:g})")
+    g.add_argument(
+        "--event-log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="append every event to the Parquet event log in DATA_DIR/eventlog, written by a "
+        "process of its own; a file is readable once closed: every 10 minutes, at the hour's "
+        "end, and when the router stops (default: on with --data-dir, off without)",
+    )
+    g.add_argument(
+        "--mesh-cache-events",
+        type=int,
+        metavar="N",
+        default=MESH_CACHE_MAX_EVENTS,
+        help=f"events the in-memory mesh cache keeps, 0 for none (default: {MESH_CACHE_MAX_EVENTS})",
+    )
+    g.add_argument(
+        "--cache-sweep-interval",
+        type=float,
+        metavar="S",
+        default=CACHE_SWEEP_INTERVAL,
+        help=f"seconds between sweeps of client caches whose keep-alive lapsed "
+        f"(default: {CACHE_SWEEP_INTERVAL:g})",
+    )
 
 
-def storage_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def storage_config(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """`RouterConfig` fields from the storage options. Raises `UsageError`."""
     from aa.mesh import UsageError
     from aa.router import CacheConfig, EventLogConfig, StoreConfig
@@ -51,5 +71,7 @@ def storage_config(args: argparse.Namespace, environ: Mapping[str, str] | None =
         "store": None if args.no_store else StoreConfig(url=url),
         # None (no flag): on, as it is by default whenever there is a data folder.
         "event_log": None if args.event_log is False else EventLogConfig(),
-        "caches": CacheConfig(mesh_cache_events=args.mesh_cache_events, sweep_interval=args.cache_sweep_interval),
+        "caches": CacheConfig(
+            mesh_cache_events=args.mesh_cache_events, sweep_interval=args.cache_sweep_interval
+        ),
     }

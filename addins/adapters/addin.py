@@ -29,7 +29,13 @@ from .presence import PresenceAdapter
 from .runner import AdapterRunner
 from .schema import SchemaAdapter
 
-__all__ = ["AdapterAddIn", "SchemaAdapterAddIn", "LocationAdapterAddIn", "PresenceAdapterAddIn", "SETTINGS"]
+__all__ = [
+    "AdapterAddIn",
+    "SchemaAdapterAddIn",
+    "LocationAdapterAddIn",
+    "PresenceAdapterAddIn",
+    "SETTINGS",
+]
 
 #: Default settings (a settings file beside the add-in overrides them).
 SETTINGS: dict[str, Any] = {"adapters": "adapters", "reload_interval": 30.0}
@@ -46,10 +52,16 @@ class AdapterAddIn(AddIn):
     async def start(self, ctx: Context) -> None:
         settings = {**SETTINGS, **dict(ctx.settings)}
         adapter = self.adapter_class(Path(str(settings["adapters"])))
-        self.runner = AdapterRunner(adapter, ctx.client, reload_interval=float(settings["reload_interval"]))
+        self.runner = AdapterRunner(
+            adapter, ctx.client, reload_interval=float(settings["reload_interval"])
+        )
         await self.runner.check()
-        ctx.log.info("%s adapter: artefact %s in %s", adapter.name,
-                     f"v{adapter.version}" if adapter.ready else "not there yet", adapter.folder)  # fmt: skip
+        ctx.log.info(
+            "%s adapter: artefact %s in %s",
+            adapter.name,
+            f"v{adapter.version}" if adapter.ready else "not there yet",
+            adapter.folder,
+        )
         ctx.spawn(self.runner.watch(), name=f"aa-adapter-{adapter.name}")
 
     async def stop(self) -> None:

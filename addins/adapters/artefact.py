@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 __all__ = [
     "ARTEFACT_FORMAT",
@@ -102,7 +103,9 @@ def read_artefact(folder: str | os.PathLike[str], name: str | None = None) -> Ar
         raise ArtefactError(f"cannot read {path}: {exc}") from exc
     if type(document) is not dict or document.get("format") != ARTEFACT_FORMAT:
         raise ArtefactError(f"{path} is not an artefact of format {ARTEFACT_FORMAT}")
-    return Artefact(task=str(document.get("task", folder.name)), version=int(m[1]), document=document, path=path)
+    return Artefact(
+        task=str(document.get("task", folder.name)), version=int(m[1]), document=document, path=path
+    )
 
 
 class ArtefactWatch:

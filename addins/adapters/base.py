@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Final, Mapping
+from typing import Any, ClassVar, Final
 
 from aa.mesh import Event
 
@@ -69,8 +70,13 @@ class Adapter:
         try:
             self._load(art)
         except (KeyError, TypeError, ValueError):
-            log.warning("%s adapter: artefact %s is malformed; keeping version %s", self.name, art.path,
-                        self.version, exc_info=True)  # fmt: skip
+            log.warning(
+                "%s adapter: artefact %s is malformed; keeping version %s",
+                self.name,
+                art.path,
+                self.version,
+                exc_info=True,
+            )
             return False
         self.version = art.version
         log.info("%s adapter: loaded %s", self.name, art.path)

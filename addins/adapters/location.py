@@ -47,7 +47,13 @@ class LocationAdapter(Adapter):
         radios = {}
         for rid, r in dict(data["radios"]).items():
             if float(r["confidence"]) >= self.min_radio_confidence:
-                radios[str(rid)] = (str(r["building"]), int(r["floor"]), float(r["x"]), float(r["y"]), float(r["confidence"]))
+                radios[str(rid)] = (
+                    str(r["building"]),
+                    int(r["floor"]),
+                    float(r["x"]),
+                    float(r["y"]),
+                    float(r["confidence"]),
+                )
         attrs = data.get("attributes", {})
         self.radios = radios
         self.scan_types = set(data.get("scan_types", ()))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from aa.mesh import Event
@@ -37,7 +37,9 @@ PRESENCE_TYPE: Final = "presence"
 MAX_NODES: Final = 10_000
 
 
-def fingerprint_distance(a: dict[str, float], b: dict[str, float], floor_dbm: float) -> tuple[float, int]:
+def fingerprint_distance(
+    a: dict[str, float], b: dict[str, float], floor_dbm: float
+) -> tuple[float, int]:
     """(RMS dB difference over the union of radios, radios in common)."""
     keys = a.keys() | b.keys()
     if not keys:
@@ -62,7 +64,9 @@ class PresenceAdapter(Adapter):
         self.scan_types: set[str] = set()
         self.node_attr = "Node"
         self.radios_attr = "Radios"
-        self._fp: dict[str, tuple[int, dict[str, list[float]]]] = {}  # node → (window, radio → [sum, n])
+        self._fp: dict[
+            str, tuple[int, dict[str, list[float]]]
+        ] = {}  # node → (window, radio → [sum, n])
         self._company: dict[str, tuple[str, ...]] = {}
 
     def input_types(self) -> set[str]:
@@ -96,7 +100,9 @@ class PresenceAdapter(Adapter):
             if entry is None and len(self._fp) >= MAX_NODES:
                 self._forget(w)
                 if len(self._fp) >= MAX_NODES:
-                    log.warning("presence adapter: tracking %d nodes already; %s ignored", MAX_NODES, node)
+                    log.warning(
+                        "presence adapter: tracking %d nodes already; %s ignored", MAX_NODES, node
+                    )
                     return []
             entry = self._fp[node] = (w, {})
         for r in radios:
@@ -116,7 +122,7 @@ class PresenceAdapter(Adapter):
         if self._company.get(node) == company:
             return []
         self._company[node] = company
-        start = datetime.fromtimestamp(w * self.window_seconds, timezone.utc)
+        start = datetime.fromtimestamp(w * self.window_seconds, UTC)
         return [(PRESENCE_TYPE, {"Node": node, "With": list(company), "Window": start})]
 
     def _forget(self, window: int) -> None:

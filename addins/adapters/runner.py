@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aa.mesh import Event
 
@@ -32,7 +33,12 @@ class AdapterRunner:
     """
 
     def __init__(
-        self, adapter: Adapter, client: Any, *, reload_interval: float = 30.0, clock: Callable[[], float] = time.time
+        self,
+        adapter: Adapter,
+        client: Any,
+        *,
+        reload_interval: float = 30.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.adapter = adapter
         self.client = client
@@ -77,7 +83,9 @@ class AdapterRunner:
     def _on_event(self, event: Event) -> None:
         self.handled += 1
         for kind, values in self.adapter.handle(event, now=self.clock()):
-            self.client.publish_nowait(values, type=kind, meta=adapted_meta(self.adapter.name, event))
+            self.client.publish_nowait(
+                values, type=kind, meta=adapted_meta(self.adapter.name, event)
+            )
             self.published += 1
 
     async def aclose(self) -> None:
@@ -93,7 +101,7 @@ class AdapterRunner:
             await self._sub.aclose()
             self._sub = None
 
-    async def __aenter__(self) -> "AdapterRunner":
+    async def __aenter__(self) -> AdapterRunner:
         await self.start()
         return self
 

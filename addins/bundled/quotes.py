@@ -27,8 +27,13 @@ class Quotes(AddIn):
             await self.interest.wait_interested()
             ctx.log.info("someone wants quotes: publishing")
             # The latest quotes at once, then as they come; stop as soon as nobody listens.
-            async for batch in feed(world, clock, {"quote"}, tick=float(s["tick"]),
-                                    backfill=timedelta(seconds=QUOTE_INTERVAL)):
+            async for batch in feed(
+                world,
+                clock,
+                {"quote"},
+                tick=float(s["tick"]),
+                backfill=timedelta(seconds=QUOTE_INTERVAL),
+            ):
                 if not self.interest.interested:
                     break
                 for when, kind, values in batch:

@@ -24,7 +24,9 @@ class TickerAdapter(AddIn):
     async def adapt(self, ctx: Context) -> None:
         while True:
             await self.interest.wait_interested()
-            sub = await ctx.client.subscribe('type == "quote" and StockSymbol and Price', self.republish)
+            sub = await ctx.client.subscribe(
+                'type == "quote" and StockSymbol and Price', self.republish
+            )
             ctx.log.info("someone wants tickers: adapting quotes")
             await self.interest.wait_uninterested()
             await sub.aclose()

@@ -9,8 +9,9 @@ demonstration in the evening still shows people at work.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
-from typing import AsyncIterator, Callable, Collection, Final
+from collections.abc import AsyncIterator, Callable, Collection
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from .world import OfficeWorld
 
@@ -27,7 +28,7 @@ def office_origin(now: datetime) -> datetime:
     >>> office_origin(datetime(2030, 1, 12, 20, tzinfo=timezone.utc)).isoformat()   # a Saturday
     '2030-01-11T10:00:00+00:00'
     """
-    now = now.astimezone(timezone.utc)
+    now = now.astimezone(UTC)
     if now.weekday() < 5 and 8 <= now.hour < 16:
         return now
     day = now.replace(hour=10, minute=0, second=0, microsecond=0)
@@ -41,8 +42,13 @@ def office_origin(now: datetime) -> datetime:
 class WorldClock:
     """World time = origin + (wall time − wall start) × speed."""
 
-    def __init__(self, *, speed: float = 1.0, origin: datetime | None = None,
-                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+    def __init__(
+        self,
+        *,
+        speed: float = 1.0,
+        origin: datetime | None = None,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         if not speed > 0:
             raise ValueError("speed must be positive")
         self.speed = float(speed)
@@ -54,8 +60,14 @@ class WorldClock:
         return self.origin + (self._wall() - self._wall0) * self.speed
 
 
-async def feed(world: OfficeWorld, clock: WorldClock, kinds: Collection[str], *, tick: float = 1.0,
-               backfill: timedelta = timedelta(0)) -> AsyncIterator[list[tuple[datetime, str, dict]]]:
+async def feed(
+    world: OfficeWorld,
+    clock: WorldClock,
+    kinds: Collection[str],
+    *,
+    tick: float = 1.0,
+    backfill: timedelta = timedelta(0),
+) -> AsyncIterator[list[tuple[datetime, str, dict]]]:
     """Every *tick* seconds, the events of *kinds* that happened in the world since the last
     step (the first step reaches *backfill* into the past, so a publisher has something to
     say at once)."""

@@ -102,11 +102,14 @@ def place_in(building: str, floor: int, room: str, dx: float = 0.0, dy: float = 
     """A place in *room* ("office-1", "meeting", …), *dx*/*dy* metres from its centre."""
     full = room_name(building, floor, room)
     cx, cy = room_center(full)
-    return Place(building=building, floor=floor, x=round(cx + dx, 2), y=round(cy + dy, 2), room=full)
+    return Place(
+        building=building, floor=floor, x=round(cx + dx, 2), y=round(cy + dy, 2), room=full
+    )
 
 
-def make_radios(rng: random.Random, *, buildings: int, floors: int, aps_per_floor: int,
-                beacons_per_floor: int) -> tuple[list[Radio], list[Radio]]:
+def make_radios(
+    rng: random.Random, *, buildings: int, floors: int, aps_per_floor: int, beacons_per_floor: int
+) -> tuple[list[Radio], list[Radio]]:
     """Access points spread over each floor in a grid, beacons one per room from the meeting
     room on; each placed up to 2 m from its nominal spot (seeded)."""
     aps: list[Radio] = []
@@ -123,16 +126,31 @@ def make_radios(rng: random.Random, *, buildings: int, floors: int, aps_per_floo
                 y = FLOOR_DEPTH * (row + 0.5) / rows + rng.uniform(-2, 2)
                 x, y = min(max(x, 0.5), FLOOR_WIDTH - 0.5), min(max(y, 0.5), FLOOR_DEPTH - 0.5)
                 room = _room_at(x, y)
-                aps.append(Radio(
-                    id=f"02:a0:{b:02x}:{f:02x}:00:{i:02x}", kind="wifi", name=f"office-{bname}",
-                    place=Place(building=bname, floor=f, x=round(x, 2), y=round(y, 2),
-                                room=room_name(bname, f, room)),
-                ))
+                aps.append(
+                    Radio(
+                        id=f"02:a0:{b:02x}:{f:02x}:00:{i:02x}",
+                        kind="wifi",
+                        name=f"office-{bname}",
+                        place=Place(
+                            building=bname,
+                            floor=f,
+                            x=round(x, 2),
+                            y=round(y, 2),
+                            room=room_name(bname, f, room),
+                        ),
+                    )
+                )
             for i in range(beacons_per_floor):
                 room = beacon_rooms[i % len(beacon_rooms)]
                 p = place_in(bname, f, room, rng.uniform(-2, 2), rng.uniform(-2, 2))
-                beacons.append(Radio(id=f"02:b0:{b:02x}:{f:02x}:00:{i:02x}", kind="bluetooth",
-                                     name=f"beacon-{p.room.replace('/', '-')}", place=p))
+                beacons.append(
+                    Radio(
+                        id=f"02:b0:{b:02x}:{f:02x}:00:{i:02x}",
+                        kind="bluetooth",
+                        name=f"beacon-{p.room.replace('/', '-')}",
+                        place=p,
+                    )
+                )
     return aps, beacons
 
 
@@ -173,4 +191,6 @@ class RadioModel:
 #: Wi-Fi: strong, far-reaching, one floor of concrete costs 15 dB.
 WIFI: Final = RadioModel(at_1m=-40.0, exponent=3.0, floor_loss=15.0, threshold=-90.0, noise=4.0)
 #: Bluetooth beacons: weak, a room or two.
-BLUETOOTH: Final = RadioModel(at_1m=-59.0, exponent=2.2, floor_loss=20.0, threshold=-92.0, noise=3.0)
+BLUETOOTH: Final = RadioModel(
+    at_1m=-59.0, exponent=2.2, floor_loss=20.0, threshold=-92.0, noise=3.0
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from aa.addins import AddIn, Context
+
 from .feed import WorldClock, feed
 from .world import OfficeWorld
 

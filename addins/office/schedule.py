@@ -22,8 +22,26 @@ __all__ = ["Person", "DayPlan", "NAMES", "make_people", "plan_day"]
 
 #: First names, in order; more people than names get a number after theirs.
 NAMES: Final = (
-    "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
-    "mallory", "niaj", "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "yves",
+    "alice",
+    "bob",
+    "carol",
+    "dave",
+    "erin",
+    "frank",
+    "grace",
+    "heidi",
+    "ivan",
+    "judy",
+    "mallory",
+    "niaj",
+    "olivia",
+    "peggy",
+    "rupert",
+    "sybil",
+    "trent",
+    "victor",
+    "walter",
+    "yves",
 )
 #: Share of working days a person is away.
 DAY_OFF_RATE: Final = 0.05
@@ -64,17 +82,28 @@ class DayPlan:
 
 def make_people(rng: random.Random, n: int, *, buildings: int, floors: int) -> list[Person]:
     """*n* people, two to an office, the offices drawn at random (seeded)."""
-    offices = [(building_name(b), f, r) for f in range(floors) for b in range(buildings)
-               for r in ("office-1", "office-2")]
+    offices = [
+        (building_name(b), f, r)
+        for f in range(floors)
+        for b in range(buildings)
+        for r in ("office-1", "office-2")
+    ]
     rng.shuffle(offices)
     people = []
     for i in range(n):
         name = NAMES[i % len(NAMES)] + (str(i // len(NAMES) + 1) if i >= len(NAMES) else "")
         b, f, room = offices[(i // DESKS_PER_OFFICE) % len(offices)]
         seat = i % DESKS_PER_OFFICE
-        desk = place_in(b, f, room, dx=-4.5 + 9.0 * seat + (i // (DESKS_PER_OFFICE * len(offices))) * 1.5,
-                        dy=rng.uniform(-2.0, 2.0))
-        people.append(Person(name=name, laptop=f"laptop-{name}", phone=f"phone-{name}", desk=desk, index=i))
+        desk = place_in(
+            b,
+            f,
+            room,
+            dx=-4.5 + 9.0 * seat + (i // (DESKS_PER_OFFICE * len(offices))) * 1.5,
+            dy=rng.uniform(-2.0, 2.0),
+        )
+        people.append(
+            Person(name=name, laptop=f"laptop-{name}", phone=f"phone-{name}", desk=desk, index=i)
+        )
     return people
 
 
@@ -82,7 +111,9 @@ def _day_rng(seed: int, day: date, stream: int) -> random.Random:
     return random.Random((seed * 1_000_003 + day.toordinal()) * 101 + stream)
 
 
-def plan_day(seed: int, day: date, people: list[Person], *, buildings: int, floors: int) -> dict[str, DayPlan | None]:
+def plan_day(
+    seed: int, day: date, people: list[Person], *, buildings: int, floors: int
+) -> dict[str, DayPlan | None]:
     """Every person's plan for *day* (None: not in the office)."""
     out: dict[str, DayPlan | None] = {}
     if day.weekday() >= 5:
@@ -102,7 +133,9 @@ def plan_day(seed: int, day: date, people: list[Person], *, buildings: int, floo
     for p in present:
         if rng.random() >= SKIP_LUNCH_RATE:
             start = 11.5 * 3600 + rng.uniform(0, 1800)
-            spot = place_in("B1", 0, "lounge", dx=-8 + (p.index % 9) * 2.0, dy=-3 + (p.index // 9 % 4) * 2.0)
+            spot = place_in(
+                "B1", 0, "lounge", dx=-8 + (p.index % 9) * 2.0, dy=-3 + (p.index // 9 % 4) * 2.0
+            )
             away[p.name].append((start, start + rng.choice((1800, 2400, 2700)), spot, False))
     # Meetings: per meeting room and half-hour slot, now and then, 2–5 of those present.
     rooms = [(building_name(b), f) for b in range(buildings) for f in range(floors)]
@@ -124,13 +157,19 @@ def plan_day(seed: int, day: date, people: list[Person], *, buildings: int, floo
         taken: list[tuple[float, float, Place, bool]] = []
         for seg in sorted(away[p.name], key=lambda s: s[0]):
             # One place at a time: a segment overlapping an earlier one is skipped.
-            if seg[0] >= arrive and seg[1] <= leave and all(seg[0] >= t[1] or seg[1] <= t[0] for t in taken):
+            if (
+                seg[0] >= arrive
+                and seg[1] <= leave
+                and all(seg[0] >= t[1] or seg[1] <= t[0] for t in taken)
+            ):
                 taken.append(seg)
         out[p.name] = DayPlan(arrive, leave, tuple(sorted(taken, key=lambda s: s[0])))
     return out
 
 
-def locate(person: Person, plan: DayPlan | None, second: float) -> tuple[Place | None, Place | None]:
+def locate(
+    person: Person, plan: DayPlan | None, second: float
+) -> tuple[Place | None, Place | None]:
     """(where the person and their phone are, where their laptop is) at *second* of the day;
     None when not in the office."""
     if plan is None or not plan.arrive <= second < plan.leave:

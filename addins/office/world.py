@@ -70,15 +70,36 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
-from typing import Any, Collection, Final, Iterator
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Final
 
-from .layout import (BLUETOOTH, FLOOR_DEPTH, FLOOR_WIDTH, ROOMS, WIFI, Place, Radio, RadioModel, building_name,
-                     make_radios, place_in)
+from .layout import (
+    BLUETOOTH,
+    FLOOR_DEPTH,
+    FLOOR_WIDTH,
+    ROOMS,
+    WIFI,
+    Place,
+    Radio,
+    RadioModel,
+    building_name,
+    make_radios,
+    place_in,
+)
 from .schedule import DayPlan, Person, locate, make_people, plan_day
 
-__all__ = ["OfficeWorld", "GroundTruth", "Place", "Radio", "Person", "CORRESPONDENCES", "SYMBOLS", "CITIES"]
+__all__ = [
+    "OfficeWorld",
+    "GroundTruth",
+    "Place",
+    "Radio",
+    "Person",
+    "CORRESPONDENCES",
+    "SYMBOLS",
+    "CITIES",
+]
 
 #: Seconds between weather readings, per city.
 WEATHER_INTERVAL: Final = 600
@@ -87,7 +108,12 @@ QUOTE_INTERVAL: Final = 60
 #: Seconds the ticker publisher runs behind the quote publisher.
 TICKER_DELAY: Final = 2
 #: Symbol → (currency, base price).
-SYMBOLS: Final = {"ABB": ("CHF", 45.0), "EQNR": ("NOK", 280.0), "NHY": ("NOK", 60.0), "TEL": ("NOK", 130.0)}
+SYMBOLS: Final = {
+    "ABB": ("CHF", 45.0),
+    "EQNR": ("NOK", 280.0),
+    "NHY": ("NOK", 60.0),
+    "TEL": ("NOK", 130.0),
+}
 #: City → mean temperature, °C.
 CITIES: Final = {"Oslo": 6.0, "Zurich": 10.0}
 #: The attributes of `quote` and `ticker` that carry the same data (ground truth).
@@ -101,7 +127,7 @@ PEOPLE_KINDS: Final = frozenset({"wifi-scan", "bt-scan", "position"})
 #: Standard deviation of reported phone positions, metres.
 POSITION_NOISE: Final = 1.5
 _DAY: Final = 86400
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,10 +157,23 @@ class GroundTruth:
 class OfficeWorld:
     """The simulated office; see the module docstring."""
 
-    def __init__(self, *, seed: int = 0, people: int = 12, buildings: int = 2, floors: int = 3,
-                 aps_per_floor: int = 4, beacons_per_floor: int = 2) -> None:
-        for name, value, low in (("people", people, 0), ("buildings", buildings, 1), ("floors", floors, 1),
-                                 ("aps_per_floor", aps_per_floor, 0), ("beacons_per_floor", beacons_per_floor, 0)):
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        people: int = 12,
+        buildings: int = 2,
+        floors: int = 3,
+        aps_per_floor: int = 4,
+        beacons_per_floor: int = 2,
+    ) -> None:
+        for name, value, low in (
+            ("people", people, 0),
+            ("buildings", buildings, 1),
+            ("floors", floors, 1),
+            ("aps_per_floor", aps_per_floor, 0),
+            ("beacons_per_floor", beacons_per_floor, 0),
+        ):
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an int >= {low}")
         self.seed = seed
@@ -142,13 +181,24 @@ class OfficeWorld:
         self.floors = floors
         rng = random.Random(seed)
         self.access_points, self.beacons = make_radios(
-            rng, buildings=buildings, floors=floors, aps_per_floor=aps_per_floor, beacons_per_floor=beacons_per_floor)
+            rng,
+            buildings=buildings,
+            floors=floors,
+            aps_per_floor=aps_per_floor,
+            beacons_per_floor=beacons_per_floor,
+        )
         self.people: list[Person] = make_people(rng, people, buildings=buildings, floors=floors)
         #: Every room of the office, as the place at its centre (offices, meeting rooms,
         #: lounges, the canteen), sorted by room name.
         self.places: list[Place] = sorted(
-            (place_in(building_name(b), f, room) for b in range(buildings) for f in range(floors) for room in ROOMS),
-            key=lambda p: p.room)
+            (
+                place_in(building_name(b), f, room)
+                for b in range(buildings)
+                for f in range(floors)
+                for room in ROOMS
+            ),
+            key=lambda p: p.room,
+        )
         #: Each person's offset within a step, as a fraction of it (fixed for the seed).
         self._offset = [rng.random() * 0.8 for _ in self.people]
         self._order = sorted(range(len(self.people)), key=lambda i: self._offset[i])
@@ -164,8 +214,9 @@ class OfficeWorld:
         if plan is None:
             if len(self._plans) > 8:
                 self._plans.clear()
-            plan = self._plans[day] = plan_day(self.seed, day, self.people, buildings=self.buildings,
-                                               floors=self.floors)
+            plan = self._plans[day] = plan_day(
+                self.seed, day, self.people, buildings=self.buildings, floors=self.floors
+            )
         return plan
 
     def where(self, person: Person, at: datetime) -> tuple[Place | None, Place | None]:
@@ -177,8 +228,14 @@ class OfficeWorld:
 
     # -- events ----------------------------------------------------------------------------
 
-    def events(self, start: datetime, end: datetime, *, step: timedelta = timedelta(seconds=60),
-               kinds: Collection[str] | None = None) -> Iterator[tuple[datetime, str, dict[str, Any]]]:
+    def events(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        step: timedelta = timedelta(seconds=60),
+        kinds: Collection[str] | None = None,
+    ) -> Iterator[tuple[datetime, str, dict[str, Any]]]:
         """The events of [*start*, *end*) in time order; see the module docstring. *kinds*
         keeps only those types (the others are not even computed; what is kept is the same
         as without it)."""
@@ -205,7 +262,9 @@ class OfficeWorld:
                 return
         self._spans.append((start, end, step))
 
-    def _step(self, k: int, step_s: float, wanted: frozenset[str] | None = None) -> list[tuple[float, str, dict[str, Any]]]:
+    def _step(
+        self, k: int, step_s: float, wanted: frozenset[str] | None = None
+    ) -> list[tuple[float, str, dict[str, Any]]]:
         base = k * step_s
         out: list[tuple[float, str, dict[str, Any]]] = []
         if wanted is None or wanted & PEOPLE_KINDS:
@@ -214,22 +273,40 @@ class OfficeWorld:
         if wanted is None or "weather" in wanted:
             for n in range(math.ceil(base / WEATHER_INTERVAL), math.ceil(end / WEATHER_INTERVAL)):
                 for c, city in enumerate(CITIES):
-                    out.append((n * WEATHER_INTERVAL + 5 + c * 0.1, "weather", self._weather(city, n)))
+                    out.append(
+                        (n * WEATHER_INTERVAL + 5 + c * 0.1, "weather", self._weather(city, n))
+                    )
         if wanted is None or "quote" in wanted:
-            for n in range(math.ceil((base - 1) / QUOTE_INTERVAL), math.ceil((end - 1) / QUOTE_INTERVAL)):
+            for n in range(
+                math.ceil((base - 1) / QUOTE_INTERVAL), math.ceil((end - 1) / QUOTE_INTERVAL)
+            ):
                 for s, (symbol, price, ccy) in enumerate(self._quotes(n)):
-                    out.append((n * QUOTE_INTERVAL + 1 + s * 0.1, "quote",
-                                {"StockSymbol": symbol, "Price": price, "Currency": ccy}))
+                    out.append(
+                        (
+                            n * QUOTE_INTERVAL + 1 + s * 0.1,
+                            "quote",
+                            {"StockSymbol": symbol, "Price": price, "Currency": ccy},
+                        )
+                    )
         if wanted is None or "ticker" in wanted:
-            for n in range(math.ceil((base - 1 - TICKER_DELAY) / QUOTE_INTERVAL),
-                           math.ceil((end - 1 - TICKER_DELAY) / QUOTE_INTERVAL)):
+            for n in range(
+                math.ceil((base - 1 - TICKER_DELAY) / QUOTE_INTERVAL),
+                math.ceil((end - 1 - TICKER_DELAY) / QUOTE_INTERVAL),
+            ):
                 for s, (symbol, price, ccy) in enumerate(self._quotes(n)):
-                    out.append((n * QUOTE_INTERVAL + 1 + TICKER_DELAY + s * 0.1, "ticker",
-                                {"Symbol": symbol, "Last": price, "Ccy": ccy}))
+                    out.append(
+                        (
+                            n * QUOTE_INTERVAL + 1 + TICKER_DELAY + s * 0.1,
+                            "ticker",
+                            {"Symbol": symbol, "Last": price, "Ccy": ccy},
+                        )
+                    )
         out.sort(key=lambda e: e[0])
         return out
 
-    def _people_step(self, k: int, step_s: float, out: list[tuple[float, str, dict[str, Any]]]) -> None:
+    def _people_step(
+        self, k: int, step_s: float, out: list[tuple[float, str, dict[str, Any]]]
+    ) -> None:
         base = k * step_s
         rng = random.Random((self.seed * 1_000_003 + k) * 7 + 1)
         when = _EPOCH + timedelta(seconds=base)
@@ -242,13 +319,31 @@ class OfficeWorld:
                 continue
             t = base + step_s * self._offset[i]
             dt = step_s * 0.02
-            out.append((t, "wifi-scan", self._scan(rng, person.laptop, laptop, self.access_points, WIFI)))
-            out.append((t + dt, "bt-scan", self._scan(rng, person.laptop, laptop, self.beacons, BLUETOOTH)))
+            out.append(
+                (t, "wifi-scan", self._scan(rng, person.laptop, laptop, self.access_points, WIFI))
+            )
+            out.append(
+                (t + dt, "bt-scan", self._scan(rng, person.laptop, laptop, self.beacons, BLUETOOTH))
+            )
             out.append((t + 2 * dt, "position", self._position(rng, person.phone, here)))
-            out.append((t + 3 * dt, "wifi-scan", self._scan(rng, person.phone, here, self.access_points, WIFI)))
-            out.append((t + 4 * dt, "bt-scan", self._scan(rng, person.phone, here, self.beacons, BLUETOOTH)))
+            out.append(
+                (
+                    t + 3 * dt,
+                    "wifi-scan",
+                    self._scan(rng, person.phone, here, self.access_points, WIFI),
+                )
+            )
+            out.append(
+                (
+                    t + 4 * dt,
+                    "bt-scan",
+                    self._scan(rng, person.phone, here, self.beacons, BLUETOOTH),
+                )
+            )
 
-    def _scan(self, rng: random.Random, node: str, at: Place, radios: list[Radio], model: RadioModel) -> dict[str, Any]:
+    def _scan(
+        self, rng: random.Random, node: str, at: Place, radios: list[Radio], model: RadioModel
+    ) -> dict[str, Any]:
         heard = self._heard.get((at, model is WIFI and "w" or "b"))
         if heard is None:
             heard = []
@@ -264,13 +359,22 @@ class OfficeWorld:
             if rssi >= threshold:
                 found.append((rssi, r))
         found.sort(key=lambda x: -x[0])
-        return {"Node": node, "Radios": [{"Id": r.id, "Name": r.name, "Rssi": rssi} for rssi, r in found]}
+        return {
+            "Node": node,
+            "Radios": [{"Id": r.id, "Name": r.name, "Rssi": rssi} for rssi, r in found],
+        }
 
     @staticmethod
     def _position(rng: random.Random, node: str, at: Place) -> dict[str, Any]:
         x = min(max(at.x + rng.gauss(0.0, POSITION_NOISE), 0.0), FLOOR_WIDTH)
         y = min(max(at.y + rng.gauss(0.0, POSITION_NOISE), 0.0), FLOOR_DEPTH)
-        return {"Node": node, "Building": at.building, "Floor": at.floor, "X": round(x, 1), "Y": round(y, 1)}
+        return {
+            "Node": node,
+            "Building": at.building,
+            "Floor": at.floor,
+            "X": round(x, 1),
+            "Y": round(y, 1),
+        }
 
     def weather_now(self, at: datetime) -> list[tuple[datetime, dict[str, Any]]]:
         """The current conditions at *at*: each city's latest reading (time, values), the
@@ -286,7 +390,9 @@ class OfficeWorld:
         for c, city in enumerate(CITIES):
             offset = 5 + c * 0.1  # as in _step: the reading of instant n comes a little after it
             n = math.floor((ts - offset) / WEATHER_INTERVAL)
-            out.append((_EPOCH + timedelta(seconds=n * WEATHER_INTERVAL + offset), self._weather(city, n)))
+            out.append(
+                (_EPOCH + timedelta(seconds=n * WEATHER_INTERVAL + offset), self._weather(city, n))
+            )
         return out
 
     def _weather(self, city: str, n: int) -> dict[str, Any]:
@@ -294,15 +400,24 @@ class OfficeWorld:
         rng = random.Random((self.seed * 1_000_003 + n) * 11 + len(city))
         day = 2 * math.pi * (t % _DAY) / _DAY
         year = 2 * math.pi * (t % (365.25 * _DAY)) / (365.25 * _DAY)
-        temp = CITIES[city] - 9 * math.cos(year) - 4 * math.cos(day - math.pi / 6) + rng.gauss(0, 0.5)
-        humidity = int(min(100, max(20, 70 + 20 * math.sin(t / 20000.0 + len(city)) + rng.gauss(0, 3))))
+        temp = (
+            CITIES[city] - 9 * math.cos(year) - 4 * math.cos(day - math.pi / 6) + rng.gauss(0, 0.5)
+        )
+        humidity = int(
+            min(100, max(20, 70 + 20 * math.sin(t / 20000.0 + len(city)) + rng.gauss(0, 3)))
+        )
         if humidity > 85:
             condition = "snow" if temp < 0 else "rain"
         elif humidity > 70:
             condition = "cloudy"
         else:
             condition = "clear"
-        return {"City": city, "TemperatureC": round(temp, 1), "Humidity": humidity, "Condition": condition}
+        return {
+            "City": city,
+            "TemperatureC": round(temp, 1),
+            "Humidity": humidity,
+            "Condition": condition,
+        }
 
     def _quotes(self, n: int) -> list[tuple[str, float, str]]:
         """The market at quote instant *n*: a smooth swing per symbol plus a little noise, a
@@ -311,7 +426,9 @@ class OfficeWorld:
         t = n * QUOTE_INTERVAL
         out = []
         for s, (symbol, (ccy, base)) in enumerate(SYMBOLS.items()):
-            swing = 0.04 * math.sin(t / (5400.0 + 900 * s) + s) + 0.015 * math.sin(t / (700.0 + 90 * s) + 2 * s)
+            swing = 0.04 * math.sin(t / (5400.0 + 900 * s) + s) + 0.015 * math.sin(
+                t / (700.0 + 90 * s) + 2 * s
+            )
             out.append((symbol, round(base * (1 + swing + rng.gauss(0, 0.001)), 2), ccy))
         return out
 
@@ -327,13 +444,21 @@ class OfficeWorld:
             colocated |= self._colocated(start, end, step, steps)
         return self._truth(frozenset(colocated), window, steps)
 
-    def ground_truth_for(self, start: datetime, end: datetime, *, step: timedelta = timedelta(seconds=60)) -> GroundTruth:
+    def ground_truth_for(
+        self, start: datetime, end: datetime, *, step: timedelta = timedelta(seconds=60)
+    ) -> GroundTruth:
         """Ground truth for [*start*, *end*) on the grid of *step*, whatever was generated."""
         steps: dict[datetime, timedelta] = {}
-        return self._truth(frozenset(self._colocated(_utc(start), _utc(end), step, steps)), step, steps)
+        return self._truth(
+            frozenset(self._colocated(_utc(start), _utc(end), step, steps)), step, steps
+        )
 
-    def _truth(self, colocated: frozenset[tuple[str, str, datetime]], window: timedelta,
-               steps: dict[datetime, timedelta]) -> GroundTruth:
+    def _truth(
+        self,
+        colocated: frozenset[tuple[str, str, datetime]],
+        window: timedelta,
+        steps: dict[datetime, timedelta],
+    ) -> GroundTruth:
         nodes = {p.laptop: p.name for p in self.people} | {p.phone: p.name for p in self.people}
         return GroundTruth(
             radio_place={r.id: r.place for r in (*self.access_points, *self.beacons)},
@@ -344,8 +469,9 @@ class OfficeWorld:
             _steps=steps,
         )
 
-    def _colocated(self, start: datetime, end: datetime, step: timedelta,
-                   steps: dict[datetime, timedelta]) -> set[tuple[str, str, datetime]]:
+    def _colocated(
+        self, start: datetime, end: datetime, step: timedelta, steps: dict[datetime, timedelta]
+    ) -> set[tuple[str, str, datetime]]:
         """Pairs in one room, per step window overlapping [start, end)."""
         step_s = step.total_seconds()
         t0, t1 = (start - _EPOCH).total_seconds(), (end - _EPOCH).total_seconds()
@@ -363,11 +489,11 @@ class OfficeWorld:
                 if len(names) > 1:
                     names.sort()
                     for i, a in enumerate(names):
-                        for b in names[i + 1:]:
+                        for b in names[i + 1 :]:
                             out.add((a, b, when))
                     steps[when] = step
         return out
 
 
 def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)

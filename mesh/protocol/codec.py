@@ -26,9 +26,10 @@ text and decode naive, so a naive datetime is never silently given a zone.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
 from time import perf_counter as _perf
-from typing import Any, Callable, Final, Generator, Sequence
+from typing import Any, Final
 
 import msgpack
 
@@ -38,8 +39,17 @@ from .messages import MESSAGE_KINDS, Message
 from .wire_events import event_from_wire
 
 __all__ = [
-    "Connection", "NEED_DATA", "IN_PROGRESS", "MAX_FRAME_BYTES", "MAX_FRAME_VALUES", "STEP_ABOVE",
-    "pack", "unpack", "packed_event", "unpacked_event", "pack_events",
+    "Connection",
+    "NEED_DATA",
+    "IN_PROGRESS",
+    "MAX_FRAME_BYTES",
+    "MAX_FRAME_VALUES",
+    "STEP_ABOVE",
+    "pack",
+    "unpack",
+    "packed_event",
+    "unpacked_event",
+    "pack_events",
 ]
 
 #: Largest frame accepted or sent, in bytes (payload, without the 4-byte header). A batch of
@@ -99,8 +109,10 @@ IN_PROGRESS: Final = _InProgress()
 def _malformed(exc: Exception, max_items: int | None) -> MalformedFrame:
     """What msgpack's error *exc* means for the sender."""
     if max_items is not None and isinstance(exc, ValueError) and "exceeds max_" in str(exc):
-        return MalformedFrame(f"frame has a list or map of more than {max_items} items "
-                              f"(at most {max_items} per frame: send smaller batches)")
+        return MalformedFrame(
+            f"frame has a list or map of more than {max_items} items "
+            f"(at most {max_items} per frame: send smaller batches)"
+        )
     return MalformedFrame(f"frame is not valid msgpack: {exc}")
 
 
@@ -117,15 +129,28 @@ def _tally(cap: int) -> tuple[Callable[[Any], Any], Callable[[], int]]:
         items += len(value)
         built += 1
         if items > cap:
-            raise MalformedFrame(f"frame has more than {cap} values in its lists and maps "
-                                 f"(at most {cap} per frame: send smaller batches)")
+            raise MalformedFrame(
+                f"frame has more than {cap} values in its lists and maps "
+                f"(at most {cap} per frame: send smaller batches)"
+            )
         return value
 
     return hook, lambda: items + built
 
 
 #: First bytes of an HTTP request or response, which read as a frame length far over the cap.
-_HTTP_STARTS = (b"HTTP", b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", b"CONN", b"TRAC")
+_HTTP_STARTS = (
+    b"HTTP",
+    b"GET ",
+    b"POST",
+    b"PUT ",
+    b"HEAD",
+    b"DELE",
+    b"OPTI",
+    b"PATC",
+    b"CONN",
+    b"TRAC",
+)
 
 
 def _foreign(head: bytes | bytearray) -> ForeignProtocol | None:
@@ -134,8 +159,10 @@ def _foreign(head: bytes | bytearray) -> ForeignProtocol | None:
         return ForeignProtocol("a TLS handshake, not a frame: this end does not speak TLS")
     if head in _HTTP_STARTS:
         what = "answer" if head == b"HTTP" else "request"
-        return ForeignProtocol(f"an HTTP {what}, not a frame: that end speaks HTTP, not Aa's protocol "
-                               "(a router's HTTP port is not its client port)")
+        return ForeignProtocol(
+            f"an HTTP {what}, not a frame: that end speaks HTTP, not Aa's protocol "
+            "(a router's HTTP port is not its client port)"
+        )
     return None
 
 
@@ -161,8 +188,18 @@ def _packer() -> msgpack.Packer:
 
 
 #: The start of every `Deliver` frame: a map of two, its kind, and the key of its items.
-_DELIVER_HEAD: Final = _packer().pack_map_header(2) + _packer().pack("kind") + _packer().pack("deliver") + _packer().pack("items")
-_PUBLISH_HEAD: Final = _packer().pack_map_header(3) + _packer().pack("kind") + _packer().pack("publish") + _packer().pack("seq")
+_DELIVER_HEAD: Final = (
+    _packer().pack_map_header(2)
+    + _packer().pack("kind")
+    + _packer().pack("deliver")
+    + _packer().pack("items")
+)
+_PUBLISH_HEAD: Final = (
+    _packer().pack_map_header(3)
+    + _packer().pack("kind")
+    + _packer().pack("publish")
+    + _packer().pack("seq")
+)
 _EVENTS_KEY: Final = _packer().pack("events")
 
 
@@ -229,10 +266,25 @@ class Connection:
     NEED_DATA
     """
 
-    __slots__ = ("max_frame", "max_items", "max_values", "_buf", "_pos", "_packer", "_broken", "_stepping", "_fed")
+    __slots__ = (
+        "max_frame",
+        "max_items",
+        "max_values",
+        "_buf",
+        "_pos",
+        "_packer",
+        "_broken",
+        "_stepping",
+        "_fed",
+    )
 
-    def __init__(self, *, max_frame: int = MAX_FRAME_BYTES, max_items: int | None = None,
-                 max_values: int = MAX_FRAME_VALUES) -> None:
+    def __init__(
+        self,
+        *,
+        max_frame: int = MAX_FRAME_BYTES,
+        max_items: int | None = None,
+        max_values: int = MAX_FRAME_VALUES,
+    ) -> None:
         if max_frame <= 0:
             raise UsageError("max_frame must be positive")
         if max_items is not None and max_items <= 0:
@@ -248,7 +300,9 @@ class Connection:
         self._pos = 0
         self._packer = _packer()
         self._broken: Exception | None = None
-        self._stepping: Generator[_NeedData | None, None, Message] | None = None  # a large frame, part decoded
+        self._stepping: Generator[_NeedData | None, None, Message] | None = (
+            None  # a large frame, part decoded
+        )
         self._fed = 0  # bytes of that frame handed to its decoder
 
     # -- receiving ---------------------------------------------------------------------------
@@ -275,7 +329,10 @@ class Connection:
             return NEED_DATA
         size = int.from_bytes(buf[pos : pos + _HEADER], "big")
         if size > self.max_frame:
-            self._break(_foreign(buf[pos : pos + _HEADER]) or FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}"))
+            self._break(
+                _foreign(buf[pos : pos + _HEADER])
+                or FrameTooLarge(f"frame of {size} bytes is over the cap of {self.max_frame}")
+            )
             raise self._fresh_error()
         if size > STEP_ABOVE:
             self._pos += _HEADER
@@ -315,7 +372,11 @@ class Connection:
         `NEED_DATA` when nothing more has), then build its message (in steps too where the
         kind can, `from_wire_steps`). Bytes handed to the decoder leave the buffer; they
         stay counted as `buffered` until the message is done."""
-        limits: dict[str, Any] = {} if self.max_items is None else {"max_array_len": self.max_items, "max_map_len": self.max_items}
+        limits: dict[str, Any] = (
+            {}
+            if self.max_items is None
+            else {"max_array_len": self.max_items, "max_map_len": self.max_items}
+        )
         # Every value takes a byte at least, so a frame of at most `max_values` bytes (every
         # frame the client library sends) cannot hold too many: it is decoded without a hook
         # per list and map (0.45 µs an event), its steps grown by their time instead.
@@ -326,7 +387,14 @@ class Connection:
             per_byte = _SPARSE
         else:  # a step that took under 40 ns a byte grows
             work, per_byte = _perf, _STEP_GROWS_BELOW
-        decoder = msgpack.Unpacker(raw=False, timestamp=3, ext_hook=_ext_hook, strict_map_key=False, max_buffer_size=size, **limits)
+        decoder = msgpack.Unpacker(
+            raw=False,
+            timestamp=3,
+            ext_hook=_ext_hook,
+            strict_map_key=False,
+            max_buffer_size=size,
+            **limits,
+        )
         step = STEP_BYTES
         while True:
             piece = min(step, size - self._fed, len(self._buf) - self._pos)
@@ -342,7 +410,9 @@ class Connection:
                 break
             except msgpack.OutOfData:
                 if self._fed >= size:
-                    raise MalformedFrame("frame is not valid msgpack: it ends inside a value") from None
+                    raise MalformedFrame(
+                        "frame is not valid msgpack: it ends inside a value"
+                    ) from None
             except MalformedFrame:
                 raise
             except Exception as exc:  # msgpack raises several unrelated types for bad input
@@ -436,7 +506,9 @@ class Connection:
             raise UsageError(f"cannot encode 'deliver' message: {exc}") from None
         payload = b"".join(parts)
         if len(payload) > self.max_frame:
-            raise UsageError(f"'deliver' frame of {len(payload)} bytes is over the cap of {self.max_frame}")
+            raise UsageError(
+                f"'deliver' frame of {len(payload)} bytes is over the cap of {self.max_frame}"
+            )
         return len(payload).to_bytes(_HEADER, "big") + payload
 
     def send_publish(self, seq: int, packed: Sequence[bytes]) -> bytes:
@@ -451,7 +523,9 @@ class Connection:
             raise UsageError(f"cannot encode 'publish' message: {exc}") from None
         payload = b"".join((_PUBLISH_HEAD, head, *packed))
         if len(payload) > self.max_frame:
-            raise UsageError(f"'publish' frame of {len(payload)} bytes is over the cap of {self.max_frame}")
+            raise UsageError(
+                f"'publish' frame of {len(payload)} bytes is over the cap of {self.max_frame}"
+            )
         return len(payload).to_bytes(_HEADER, "big") + payload
 
     def send(self, message: Message) -> bytes:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..errors import InvalidValue
-from .messages import Message, register
 from ..values import Values, check_values
+from .messages import Message, register
 
 __all__ = ["GetMesh", "MeshInfo", "MESH_INFO_FORMAT"]
 
@@ -33,17 +33,17 @@ class GetMesh(Message):
 class MeshInfo(Message):
     """The router's view of the mesh. `info` is a map::
 
-        {"format": 1,
-         "router": "<id of the answering router>",
-         "routers": [                          # the answering router first
-            {"id", "name", "peer": "host:port", "client": "host:port" | None,
-             "uptime": seconds, "age": seconds since this summary was made (0 for the
-             answering router), "clients": int,
-             "peers": [{"id", "name", "address", "direction": "out" | "in", "since": seconds}],
-             "poisoned": [{"address", "router_id", "failures", "retry_in": seconds}],
-             "counters": {"events_in", "events_out", "duplicates", "dispatched",
-                          "published", ...}},
-            ...]}
+    {"format": 1,
+     "router": "<id of the answering router>",
+     "routers": [                          # the answering router first
+        {"id", "name", "peer": "host:port", "client": "host:port" | None,
+         "uptime": seconds, "age": seconds since this summary was made (0 for the
+         answering router), "clients": int,
+         "peers": [{"id", "name", "address", "direction": "out" | "in", "since": seconds}],
+         "poisoned": [{"address", "router_id", "failures", "retry_in": seconds}],
+         "counters": {"events_in", "events_out", "duplicates", "dispatched",
+                      "published", ...}},
+        ...]}
     """
 
     info: Values = field(default_factory=dict)

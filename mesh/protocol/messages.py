@@ -24,8 +24,9 @@ Client ⇄ router conversation::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Final, Generator, Mapping, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 from ..errors import InvalidValue, MalformedFrame, UsageError
 from ..event import MAX_ID_LENGTH, Event
@@ -82,7 +83,7 @@ class Message:
         return out
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> "Message":
+    def from_wire(cls, data: Mapping[str, Any]) -> Message:
         kwargs = {}
         for f in fields(cls):  # type: ignore[arg-type]
             if f.name in data:
@@ -123,8 +124,6 @@ def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
 # -- events on the wire --------------------------------------------------------------------
 
 
-
-
 # -- patterns --------------------------------------------------------------------------------
 
 KERNEL_FORMATS = {"python": ("expr", "script"), "xpath": ("expr",)}
@@ -150,7 +149,9 @@ class PatternSpec:
             raise InvalidValue(f"unknown pattern kernel {self.kernel!r} (known: python, xpath)")
         if self.format not in KERNEL_FORMATS[self.kernel]:
             known = ", ".join(KERNEL_FORMATS[self.kernel])
-            raise InvalidValue(f"kernel {self.kernel!r} has no format {self.format!r} (known: {known})")
+            raise InvalidValue(
+                f"kernel {self.kernel!r} has no format {self.format!r} (known: {known})"
+            )
         if len(self.source) > MAX_PATTERN_SOURCE:
             raise InvalidValue(f"pattern source is longer than {MAX_PATTERN_SOURCE} characters")
 
@@ -158,7 +159,7 @@ class PatternSpec:
         return {"kernel": self.kernel, "format": self.format, "source": self.source}
 
     @classmethod
-    def from_wire(cls, data: Any) -> "PatternSpec":
+    def from_wire(cls, data: Any) -> PatternSpec:
         if type(data) is not dict:
             raise InvalidValue("pattern must be a map with kernel, format and source")
         return cls(
@@ -229,10 +230,14 @@ class Publish(Message):
         _need(self.events, (list, tuple), "events")
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": "publish", "seq": self.seq, "events": [event_to_wire(e) for e in self.events]}
+        return {
+            "kind": "publish",
+            "seq": self.seq,
+            "events": [event_to_wire(e) for e in self.events],
+        }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> "Publish":
+    def from_wire(cls, data: Mapping[str, Any]) -> Publish:
         steps = cls.from_wire_steps(data)
         while True:
             try:
@@ -241,7 +246,7 @@ class Publish(Message):
                 return done.value  # type: ignore[no-any-return]
 
     @classmethod
-    def from_wire_steps(cls, data: Mapping[str, Any]) -> Generator[None, None, "Publish"]:
+    def from_wire_steps(cls, data: Mapping[str, Any]) -> Generator[None, None, Publish]:
         """`from_wire` 256 events per step (~0.25 ms), for a frame decoded in steps (checking
         10,000 events is ~10 ms): the codec resumes it until it returns the message."""
         seq = data.get("seq")
@@ -278,7 +283,9 @@ class Subscribe(Message):
     def __post_init__(self) -> None:
         _need(self.sub_id, int, "sub_id")
         if self.overflow not in OVERFLOW_MODES:
-            raise InvalidValue(f"overflow must be one of {', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
+            raise InvalidValue(
+                f"overflow must be one of {', '.join(OVERFLOW_MODES)}, not {self.overflow!r}"
+            )
         if isinstance(self.pattern, dict):
             object.__setattr__(self, "pattern", PatternSpec.from_wire(self.pattern))
         _need(self.pattern, PatternSpec, "pattern")
@@ -376,7 +383,7 @@ class Deliver(Message):
         return {"kind": "deliver", "items": [[list(s), event_to_wire(e)] for s, e in self.items]}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> "Deliver":
+    def from_wire(cls, data: Mapping[str, Any]) -> Deliver:
         items = data.get("items")
         if type(items) is not list:
             raise MalformedFrame("bad 'deliver' message: items must be a list")
@@ -385,7 +392,12 @@ class Deliver(Message):
             if type(item) is not list or len(item) != 2 or type(item[0]) is not list:
                 raise MalformedFrame("bad 'deliver' message: each item is [sub_ids, event]")
             ev = item[1]
-            out.append((tuple(item[0]), _event(ev) if type(ev) is list and len(ev) == 4 else event_from_wire(ev)))
+            out.append(
+                (
+                    tuple(item[0]),
+                    _event(ev) if type(ev) is list and len(ev) == 4 else event_from_wire(ev),
+                )
+            )
         return cls(items=tuple(out))
 
 

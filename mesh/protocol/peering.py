@@ -59,18 +59,18 @@ intact by another route are still dispatched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
-from .codec import pack, pack_events, unpack
 from ..endpoints import check_endpoint
 from ..errors import InvalidValue, MalformedFrame, UsageError
 from ..event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
 from ..flood import MAX_PATH_LENGTH, check_flood_meta
-from .messages import Message, event_from_wire, event_to_wire, register
 from ..values import Values, check_values
+from .codec import pack, pack_events, unpack
+from .messages import Message, event_from_wire, register
 
 __all__ = [
     "KnownRouter",
@@ -120,7 +120,7 @@ def _name(value: Any, name: str) -> None:
         raise InvalidValue(f"{name} must be a str of at most {MAX_NAME_LENGTH} characters")
 
 
-def _routers(value: Any) -> tuple["KnownRouter", ...]:
+def _routers(value: Any) -> tuple[KnownRouter, ...]:
     if type(value) not in (list, tuple):
         raise InvalidValue("routers must be a list")
     if len(value) > MAX_KNOWN_ROUTERS:
@@ -151,7 +151,7 @@ class KnownRouter:
         return {"peer": self.peer, "id": self.router_id, "client": self.client, "name": self.name}
 
     @classmethod
-    def from_wire(cls, data: Any) -> "KnownRouter":
+    def from_wire(cls, data: Any) -> KnownRouter:
         if type(data) is not dict:
             raise InvalidValue("a known router must be a map")
         return cls(
@@ -259,7 +259,9 @@ class FloodGroup:
         _set(self, "ids", tuple(self.ids))
 
     @classmethod
-    def trusted(cls, ttl: int, path: Sequence[str], ids: tuple[str, ...], blob: bytes) -> "FloodGroup":
+    def trusted(
+        cls, ttl: int, path: Sequence[str], ids: tuple[str, ...], blob: bytes
+    ) -> FloodGroup:
         """A group built without checks, for parts already known good (a checked group's ids
         and blob under a hop from `FloodRules`): the relaying hot path."""
         group = object.__new__(cls)
@@ -270,7 +272,7 @@ class FloodGroup:
         return group
 
     @classmethod
-    def encode(cls, events: Sequence[Event], *, ttl: int, path: Sequence[str]) -> "FloodGroup":
+    def encode(cls, events: Sequence[Event], *, ttl: int, path: Sequence[str]) -> FloodGroup:
         """Pack *events* (each with an id, each within the value model) into one group.
         Raises `UsageError` if one has no id or cannot be encoded, `InvalidValue` for a bad
         ttl or path or more than `MAX_GROUP_EVENTS` events."""
@@ -297,7 +299,9 @@ class FloodGroup:
         except MalformedFrame:
             raise
         except Exception as exc:  # msgpack raises several unrelated types for bad input
-            raise MalformedFrame(f"bad 'flood' message: a group's events are not valid msgpack: {exc}") from None
+            raise MalformedFrame(
+                f"bad 'flood' message: a group's events are not valid msgpack: {exc}"
+            ) from None
         if type(items) is not list or len(items) != len(ids):
             raise MalformedFrame("bad 'flood' message: a group's events do not match its ids")
         if ttl is None:
@@ -340,7 +344,7 @@ class FloodGroup:
             append(ev)
         return out
 
-    def split(self) -> tuple["FloodGroup", "FloodGroup"]:
+    def split(self) -> tuple[FloodGroup, FloodGroup]:
         """Two groups holding the first and second half of the events (for a frame that
         would be over the cap). Re-encodes: rare. Raises `UsageError` for a group of one."""
         n = len(self.ids)
@@ -360,7 +364,7 @@ class FloodGroup:
         return [self.ttl, self.path, self.ids, self.blob]
 
     @classmethod
-    def from_wire(cls, data: Any) -> "FloodGroup":
+    def from_wire(cls, data: Any) -> FloodGroup:
         if type(data) is not list or len(data) != 4:
             raise InvalidValue("a flood group must be an array [ttl, path, ids, events]")
         ttl, path, ids, blob = data
@@ -415,7 +419,7 @@ class Flood(Message):
         return {"kind": self.kind, "groups": [[g.ttl, g.path, g.ids, g.blob] for g in self.groups]}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> "Flood":
+    def from_wire(cls, data: Mapping[str, Any]) -> Flood:
         groups = data.get("groups")
         if type(groups) is not list:
             raise MalformedFrame("bad 'flood' message: groups must be a list")
@@ -462,8 +466,10 @@ class Control(Message):
         check_values(self.body, "body")
         _id(self.to, "to", optional=True)
 
-    def forwarded(self, ttl: int, path: list[str] | tuple[str, ...]) -> "Control":
+    def forwarded(self, ttl: int, path: list[str] | tuple[str, ...]) -> Control:
         """The copy to forward, with the ttl and path of `FloodRules.receive`'s hop."""
         if len(path) > MAX_PATH_LENGTH:
             raise InvalidValue("path too long")
-        return Control(id=self.id, ttl=ttl, path=tuple(path), topic=self.topic, body=self.body, to=self.to)
+        return Control(
+            id=self.id, ttl=ttl, path=tuple(path), topic=self.topic, body=self.body, to=self.to
+        )

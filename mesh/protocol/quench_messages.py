@@ -40,12 +40,13 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Iterable, Mapping
+from typing import Any, Final
 
 from ..errors import InvalidValue, MalformedFrame
-from .messages import Message, PatternSpec, register
 from ..values import Values, check_values
+from .messages import Message, PatternSpec, register
 
 __all__ = [
     "Quench",
@@ -140,8 +141,15 @@ class QuenchNotice(Message):
             raise InvalidValue(f"at most {MAX_NOTICE_CHANGES} changes in one notice")
         out = []
         for c in self.changes:
-            if (type(c) not in (list, tuple) or len(c) != 3 or type(c[0]) is not str or type(c[1]) is not str
-                    or type(c[2]) is not bool or len(c[0]) > MAX_NOTICE_ID or len(c[1]) > MAX_NOTICE_ID):
+            if (
+                type(c) not in (list, tuple)
+                or len(c) != 3
+                or type(c[0]) is not str
+                or type(c[1]) is not str
+                or type(c[2]) is not bool
+                or len(c[0]) > MAX_NOTICE_ID
+                or len(c[1]) > MAX_NOTICE_ID
+            ):
                 raise InvalidValue("each change is [router id, subscription id, interested]")
             out.append((c[0], c[1], c[2]))
         object.__setattr__(self, "changes", tuple(out))
@@ -150,7 +158,7 @@ class QuenchNotice(Message):
         return {"kind": self.kind, "reg": self.reg, "changes": [list(c) for c in self.changes]}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> "QuenchNotice":
+    def from_wire(cls, data: Mapping[str, Any]) -> QuenchNotice:
         try:
             return cls(reg=data.get("reg"), changes=data.get("changes", ()))  # type: ignore[arg-type]
         except InvalidValue as exc:

@@ -33,14 +33,15 @@ bool}`` after `CacheRemove`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 from ..errors import InvalidValue, MalformedFrame
 from ..event import MAX_ID_LENGTH, Event
-from .messages import Message, PatternSpec, event_from_wire, event_to_wire, register
 from ..values import Values, check_values
+from .messages import Message, PatternSpec, event_from_wire, event_to_wire, register
 
 __all__ = [
     "GetCached",
@@ -77,7 +78,9 @@ def _int(value: Any, name: str, *, optional: bool = False, minimum: int = 0) -> 
     if value is None and optional:
         return
     if type(value) is not int or value < minimum:
-        raise InvalidValue(f"{name} must be an int of at least {minimum}{' or nil' if optional else ''}")
+        raise InvalidValue(
+            f"{name} must be an int of at least {minimum}{' or nil' if optional else ''}"
+        )
 
 
 def _age(value: Any) -> None:
@@ -130,8 +133,13 @@ class GetCached(Message):
         _int(self.limit, "limit", optional=True)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "req": self.req, "pattern": self.pattern.to_wire(), "since": self.since,
-                "limit": self.limit}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "req": self.req,
+            "pattern": self.pattern.to_wire(),
+            "since": self.since,
+            "limit": self.limit,
+        }
 
 
 @register("cached")
@@ -152,13 +160,21 @@ class Cached(Message):
             raise InvalidValue("partial must be a bool")
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "req": self.req, "events": _events_to_wire(self.events), "partial": self.partial}
+        return {
+            "kind": self.kind,
+            "req": self.req,
+            "events": _events_to_wire(self.events),
+            "partial": self.partial,
+        }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> "Cached":
+    def from_wire(cls, data: Mapping[str, Any]) -> Cached:
         try:
-            return cls(req=data.get("req"), events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
-                       partial=data.get("partial", False))  # fmt: skip
+            return cls(
+                req=data.get("req"),
+                events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
+                partial=data.get("partial", False),
+            )
         except InvalidValue as exc:
             raise MalformedFrame(f"bad {cls.kind!r} message: {exc}") from None
 
@@ -181,11 +197,19 @@ class CacheRegister(Message):
         _age(self.max_age)
         _count(self.max_count)
         if type(self.timeout) not in (int, float) or not 0 < self.timeout <= MAX_CACHE_TIMEOUT:
-            raise InvalidValue(f"timeout must be more than 0 and at most {MAX_CACHE_TIMEOUT:.0f} seconds")
+            raise InvalidValue(
+                f"timeout must be more than 0 and at most {MAX_CACHE_TIMEOUT:.0f} seconds"
+            )
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "req": self.req, "pattern": self.pattern.to_wire(), "max_age": self.max_age,
-                "max_count": self.max_count, "timeout": self.timeout}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "req": self.req,
+            "pattern": self.pattern.to_wire(),
+            "max_age": self.max_age,
+            "max_count": self.max_count,
+            "timeout": self.timeout,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -274,15 +298,25 @@ class CacheEvents(Message):
             raise InvalidValue("more and partial must be bools")
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "req": self.req, "events": _events_to_wire(self.events), "cursor": self.cursor,
-                "more": self.more, "partial": self.partial}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "req": self.req,
+            "events": _events_to_wire(self.events),
+            "cursor": self.cursor,
+            "more": self.more,
+            "partial": self.partial,
+        }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> "CacheEvents":
+    def from_wire(cls, data: Mapping[str, Any]) -> CacheEvents:
         try:
-            return cls(req=data.get("req"), events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
-                       cursor=data.get("cursor", 0), more=data.get("more", False),  # type: ignore[arg-type]
-                       partial=data.get("partial", False))  # fmt: skip
+            return cls(
+                req=data.get("req"),
+                events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
+                cursor=data.get("cursor", 0),
+                more=data.get("more", False),  # type: ignore[arg-type]
+                partial=data.get("partial", False),
+            )
         except InvalidValue as exc:
             raise MalformedFrame(f"bad {cls.kind!r} message: {exc}") from None
 
@@ -300,7 +334,9 @@ class CacheAck(Message):
         _int(self.req, "req")
         if type(self.upto) is str:
             if not 0 < len(self.upto) <= MAX_ID_LENGTH:
-                raise InvalidValue(f"upto must be an event id of 1 to {MAX_ID_LENGTH} characters or a cursor")
+                raise InvalidValue(
+                    f"upto must be an event id of 1 to {MAX_ID_LENGTH} characters or a cursor"
+                )
         elif type(self.upto) is not int or self.upto < 0:
             raise InvalidValue("upto must be an event id (str) or a cursor (int)")
 
@@ -322,8 +358,17 @@ class CacheDone(Message):
 
 #: Kinds a client sends to its router about storage (the router's session hands them on).
 STORAGE_REQUESTS: Final = frozenset(
-    {GetCached, CacheRegister, CacheKeepalive, CacheFetch, CacheAck, CachePolicy, CacheClear, CacheRemove,
-     GetCacheInfo}  # fmt: skip
+    {
+        GetCached,
+        CacheRegister,
+        CacheKeepalive,
+        CacheFetch,
+        CacheAck,
+        CachePolicy,
+        CacheClear,
+        CacheRemove,
+        GetCacheInfo,
+    }
 )
 #: Kinds a router answers them with (besides `Error`).
 STORAGE_ANSWERS: Final = frozenset({Cached, CacheEvents, CacheDone})

@@ -7,7 +7,8 @@ one function call (`_event`); a frame decoded in steps has its events checked in
 
 from __future__ import annotations
 
-from typing import Any, Final, Generator, NoReturn
+from collections.abc import Generator
+from typing import Any, Final, NoReturn
 
 from ..errors import InvalidValue, MalformedFrame
 from ..event import MAX_ID_LENGTH, Event
@@ -73,7 +74,12 @@ def events_from_wire_steps(events: list[Any]) -> Generator[None, None, list[Even
     out = []
     for start in range(0, len(events), EVENTS_PER_STEP):
         for e in events[start : start + EVENTS_PER_STEP]:
-            if type(e) is not list or len(e) != 4 or type(e[2]) is not dict or type(e[3]) is not dict:
+            if (
+                type(e) is not list
+                or len(e) != 4
+                or type(e[2]) is not dict
+                or type(e[3]) is not dict
+            ):
                 out.append(event_from_wire(e))  # says what is wrong
                 continue
             for where, value in (("values", e[2]), ("meta", e[3])):

@@ -17,7 +17,13 @@ from .cacheindex import CacheIndex, equality_of
 from .cacheservice import CACHE_TOPIC, ClientCacheService
 from .cachesync import CACHE_SYNC_TOPIC, CacheSync
 from .clientcaches import MAX_CLIENT_CACHES, MAX_EVENTS_PER_CACHE, CacheInfo, ClientCaches, Fetched
-from .meshcache import MESH_CACHE_MAX_BYTES, MESH_CACHE_MAX_EVENTS, MeshCache, approx_size, encode_events
+from .meshcache import (
+    MESH_CACHE_MAX_BYTES,
+    MESH_CACHE_MAX_EVENTS,
+    MeshCache,
+    approx_size,
+    encode_events,
+)
 
 __all__ = [
     "CACHE_SWEEP_INTERVAL",

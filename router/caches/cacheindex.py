@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-from typing import Any, Callable, Final, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any, Final
 
 from aa.mesh import Event, PatternSpec
 
@@ -48,7 +49,9 @@ def equality_of(spec: PatternSpec) -> tuple[str, Hashable] | None:
     except (SyntaxError, ValueError):
         return None
     node = tree.body
-    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)):
+    if not (
+        isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
+    ):
         return None
     left, right = node.left, node.comparators[0]
     if isinstance(right, ast.Name) and isinstance(left, ast.Constant):

@@ -6,13 +6,25 @@ the order every router computes alike (time stamp, then id)."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Callable, Final, Hashable
+from collections.abc import Callable, Hashable
+from typing import Final
 
 from aa.mesh import Event
 
 from ..store import ExpiryPolicy, event_time
 
-__all__ = ["COMPACT_AT", "Entry", "Group", "Mark", "Member", "entry_mark", "entry_seq", "entry_time", "mark_of", "time_of"]
+__all__ = [
+    "COMPACT_AT",
+    "Entry",
+    "Group",
+    "Mark",
+    "Member",
+    "entry_mark",
+    "entry_seq",
+    "entry_time",
+    "mark_of",
+    "time_of",
+]
 
 #: A group log is compacted (its dead prefix deleted) once the prefix is this long and at
 #: least half the list: amortised O(1) per event, no copy per trim.
@@ -89,7 +101,13 @@ class Member:
     __slots__ = ("client_id", "group", "policy", "timeout", "last_seen", "floor")
 
     def __init__(
-        self, client_id: str, group: Group, policy: ExpiryPolicy, timeout: float, now: float, floor: Mark | None
+        self,
+        client_id: str,
+        group: Group,
+        policy: ExpiryPolicy,
+        timeout: float,
+        now: float,
+        floor: Mark | None,
     ) -> None:
         self.client_id = client_id
         self.group = group

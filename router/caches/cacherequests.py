@@ -5,12 +5,14 @@ while the client has not read what was already sent."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import Event, InvalidPolicy, PatternError, UnknownCache, UsageError
 from aa.mesh.protocol import (
     CacheAck,
     CacheClear,
+    Cached,
     CacheDone,
     CacheEvents,
     CacheFetch,
@@ -18,10 +20,9 @@ from aa.mesh.protocol import (
     CachePolicy,
     CacheRegister,
     CacheRemove,
-    Cached,
     Error,
-    GetCacheInfo,
     GetCached,
+    GetCacheInfo,
     Message,
 )
 
@@ -46,12 +47,16 @@ def _policy_body(policy: ExpiryPolicy) -> dict[str, Any]:
     }
 
 
-async def marked(select: Callable[[list[Event]], Awaitable[list[Event]]], events: list[Event], limit: int | None) -> list[Event]:
+async def marked(
+    select: Callable[[list[Event]], Awaitable[list[Event]]], events: list[Event], limit: int | None
+) -> list[Event]:
     """The *events* a worker's pattern accepts (`select`), the first *limit*, marked historical."""
     return [mark_historical(e) for e in (await select(events))[:limit]]
 
 
-def _answer_later(self: "ClientCacheService", session: ClientPort, req: int, events: Awaitable[list[Event]]) -> None:
+def _answer_later(
+    self: ClientCacheService, session: ClientPort, req: int, events: Awaitable[list[Event]]
+) -> None:
     """Answer a `GetCached` once the pattern's worker has: one such query per client at a
     time (another is refused "busy"), the router's loop going on meanwhile."""
     if session in self.asking:
@@ -69,7 +74,9 @@ def _answer_later(self: "ClientCacheService", session: ClientPort, req: int, eve
             return
         finally:
             self.asking.discard(session)
-        send_paged(session, got, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
+        send_paged(
+            session, got, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial)
+        )
 
     self.asking.add(session)
     task = asyncio.get_running_loop().create_task(answer())
@@ -77,7 +84,7 @@ def _answer_later(self: "ClientCacheService", session: ClientPort, req: int, eve
     task.add_done_callback(self.queries.discard)
 
 
-def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message) -> None:
+def handle_request(self: ClientCacheService, session: ClientPort, msg: Message) -> None:
     """A storage request of *session*'s client: the mesh cache (`GetCached`), or its own
     client cache (the session's id)."""
     req: int = msg.req  # type: ignore[attr-defined]
@@ -85,7 +92,9 @@ def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message
         # A client that asks and does not read must not make us hold its answers: each
         # is up to thousands of events (the issue: 199 unread answers, 2.3 GB).
         self.counters["busy"] += 1
-        session.send(Error(code="busy", message="read the answers already sent before asking again", ref=req))
+        session.send(
+            Error(code="busy", message="read the answers already sent before asking again", ref=req)
+        )
         return
     if type(msg) is GetCached:
         try:
@@ -99,7 +108,9 @@ def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message
         except Exception as exc:  # PatternError (a RemoteError) carries its code
             session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
             return
-        send_paged(session, events, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial))
+        send_paged(
+            session, events, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial)
+        )
         return
     client_id = session.client_id or "?"
     kind = type(msg)
@@ -126,7 +137,9 @@ def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message
             self.keepalive(client_id)
             self.clear(client_id)
         elif kind is CacheRemove:
-            session.send(CacheDone(req=req, info={"client_id": client_id, "removed": self.remove(client_id)}))
+            session.send(
+                CacheDone(req=req, info={"client_id": client_id, "removed": self.remove(client_id)})
+            )
             return
         elif kind is GetCacheInfo:
             self.keepalive(client_id)
@@ -143,12 +156,22 @@ def handle_request(self: "ClientCacheService", session: ClientPort, msg: Message
         session.send(Error(code="bad-request", message=str(exc), ref=req))
 
 
-def _info_map(self: "ClientCacheService", client_id: str) -> dict[str, Any]:
+def _info_map(self: ClientCacheService, client_id: str) -> dict[str, Any]:
     info = self._caches.info(client_id)
-    return {"client_id": client_id, "timeout": info.timeout, "size": info.size,
-            "pattern": self._specs[client_id].source, **_policy_body(info.policy)}  # fmt: skip
+    return {
+        "client_id": client_id,
+        "timeout": info.timeout,
+        "size": info.size,
+        "pattern": self._specs[client_id].source,
+        **_policy_body(info.policy),
+    }
 
 
 def _send_events(session: ClientPort, req: int, got: Fetched) -> None:
-    send_paged(session, got.events, lambda chunk, partial: CacheEvents(
-        req=req, events=chunk, cursor=got.cursor, more=got.more, partial=partial))  # fmt: skip
+    send_paged(
+        session,
+        got.events,
+        lambda chunk, partial: CacheEvents(
+            req=req, events=chunk, cursor=got.cursor, more=got.more, partial=partial
+        ),
+    )

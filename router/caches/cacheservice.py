@@ -56,19 +56,36 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from datetime import timedelta
-from datetime import datetime
-from typing import Any, Awaitable, Callable, Final, Hashable, Mapping, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol, runtime_checkable
 
-from aa.mesh import AaError, Control, Event, InvalidPolicy, PatternError, PatternSpec, UnknownCache, UsageError
+from aa.mesh import (
+    AaError,
+    Control,
+    Event,
+    InvalidPolicy,
+    PatternError,
+    PatternSpec,
+    UnknownCache,
+    UsageError,
+)
 from aa.mesh.protocol import Message
 
 from ..seams import ClientPort, Controls, Sink
-from ..store import ExpiryPolicy, as_spec, check_since, mark_historical, send_paged
+from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
 from .cacheconfig import CacheConfig
 from .cacheindex import CacheIndex
 from .cacherequests import MAX_ANSWER_BACKLOG, _policy_body, handle_request, marked  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)
-from .cachesync import CACHE_SYNC_TOPIC, DIGEST_MIN_GAP, ZERO, CacheSync, parse_mark, parse_version, wire_mark
+from .cachesync import (
+    CACHE_SYNC_TOPIC,
+    DIGEST_MIN_GAP,
+    ZERO,
+    CacheSync,
+    parse_mark,
+    parse_version,
+    wire_mark,
+)
 from .clientcaches import CacheInfo, ClientCaches, Fetched, Mark
 from .meshcache import MeshCache
 
@@ -97,7 +114,10 @@ class Peers(Protocol):
 
 def _policy_from(body: dict[str, Any]) -> ExpiryPolicy:
     age = body.get("max_age")
-    return ExpiryPolicy(max_age=None if age is None else timedelta(seconds=float(age)), max_count=body.get("max_count"))
+    return ExpiryPolicy(
+        max_age=None if age is None else timedelta(seconds=float(age)),
+        max_count=body.get("max_count"),
+    )
 
 
 class ClientCacheService:
@@ -125,7 +145,9 @@ class ClientCacheService:
         #: The mesh cache (None when it is off), answered by `cached` and `GetCached`.
         self.mesh_cache = mesh_cache
         self._flush_cache = flush_cache
-        self._caches = ClientCaches(max_caches=cfg.max_client_caches, max_events_per_cache=cfg.max_events_per_cache)
+        self._caches = ClientCaches(
+            max_caches=cfg.max_client_caches, max_events_per_cache=cfg.max_events_per_cache
+        )
         self.counters: Counter[str] = Counter()
         self._specs: dict[str, PatternSpec] = {}  # client id → its pattern
         self._matchers: dict[Hashable, list[Any]] = {}  # spec key → [matcher, caches using it]
@@ -174,11 +196,16 @@ class ClientCacheService:
             return
         self._update_sink()
         self._send_sync(peer_id, replies)
-        if self.sync.counters["events_repaired"] + self.sync.counters["defs_applied"] > changed and self._spreading is None:
+        if (
+            self.sync.counters["events_repaired"] + self.sync.counters["defs_applied"] > changed
+            and self._spreading is None
+        ):
             # Repaired here: the other peers may lack it too (a line A–B–C, B back from the
             # dead, C exchanged with B before B had A's events). Tell them once the peer's
             # digest rate limit allows, not at the next interval.
-            self._spreading = asyncio.get_running_loop().call_later(DIGEST_MIN_GAP * 1.2, self._spread)
+            self._spreading = asyncio.get_running_loop().call_later(
+                DIGEST_MIN_GAP * 1.2, self._spread
+            )
 
     def _check_remote(self, client_id: str, matcher: Any, events: list[Event]) -> None:
         """A peer's events for a cache whose pattern runs in a worker: checked there, then
@@ -191,7 +218,9 @@ class ClientCacheService:
                 log.debug("checking repaired events of %s in a worker failed: %s", client_id, exc)
                 return
             if self.sync.repaired(client_id, taken, self._clock()) and self._spreading is None:
-                self._spreading = asyncio.get_running_loop().call_later(DIGEST_MIN_GAP * 1.2, self._spread)
+                self._spreading = asyncio.get_running_loop().call_later(
+                    DIGEST_MIN_GAP * 1.2, self._spread
+                )
 
         task = asyncio.get_running_loop().create_task(check())
         self.queries.add(task)
@@ -207,7 +236,9 @@ class ClientCacheService:
     # -- life cycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._sweep_loop(), name="aa-cache-sweep")
+        self._task = asyncio.get_running_loop().create_task(
+            self._sweep_loop(), name="aa-cache-sweep"
+        )
 
     async def aclose(self) -> None:
         for query in list(self.queries):
@@ -245,7 +276,9 @@ class ClientCacheService:
 
     # -- the public API ---------------------------------------------------------------------
 
-    def register(self, client_id: str, pattern: PatternSpec | str, policy: ExpiryPolicy, timeout: float) -> None:
+    def register(
+        self, client_id: str, pattern: PatternSpec | str, policy: ExpiryPolicy, timeout: float
+    ) -> None:
         """Keep the events *pattern* matches for *client_id* under *policy*, on every router,
         until no keep-alive came for *timeout* seconds. Registering again with the same
         pattern changes policy and timeout and keeps the events; another pattern starts an
@@ -271,7 +304,9 @@ class ClientCacheService:
             self._flood("keepalive", client_id, **self._registration(client_id, full=True))
         return True
 
-    def fetch(self, client_id: str, *, after: int | None = None, limit: int | None = None) -> Fetched:
+    def fetch(
+        self, client_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> Fetched:
         """The cache's events, oldest first: after this router's cursor *after* (None: all
         not yet acknowledged), at most *limit*. Removes nothing. Raises `UnknownCache`."""
         return self._caches.fetch(client_id, now=self._clock(), after=after, limit=limit)
@@ -282,7 +317,9 @@ class ClientCacheService:
         upto_id = upto if type(upto) is str else self._id_at(client_id, upto)  # type: ignore[arg-type]
         floor = self._caches.ack(client_id, upto)
         if upto_id is not None:
-            self._flood("ack", client_id, upto=upto_id, mark=wire_mark(self._caches.floor(client_id)))
+            self._flood(
+                "ack", client_id, upto=upto_id, mark=wire_mark(self._caches.floor(client_id))
+            )
         return floor
 
     def set_policy(self, client_id: str, policy: ExpiryPolicy) -> None:
@@ -328,26 +365,45 @@ class ClientCacheService:
 
     # -- local state ------------------------------------------------------------------------
 
-    def _apply_registration(self, client_id: str, body: Mapping[str, Any], *, floor: Mark | None, seen: float) -> None:
+    def _apply_registration(
+        self, client_id: str, body: Mapping[str, Any], *, floor: Mark | None, seen: float
+    ) -> None:
         """A definition from the mesh (a flood or anti-entropy): create or update the cache."""
         spec = PatternSpec.from_wire(body.get("pattern"))
-        self._register(client_id, spec, _policy_from(body), body.get("timeout"), floor=floor, now=seen)  # type: ignore[arg-type]
+        self._register(
+            client_id, spec, _policy_from(body), body.get("timeout"), floor=floor, now=seen
+        )  # type: ignore[arg-type]
 
     def _register(
-        self, client_id: str, spec: PatternSpec, policy: ExpiryPolicy, timeout: float,
-        *, floor: Mark | None = None, now: float | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        client_id: str,
+        spec: PatternSpec,
+        policy: ExpiryPolicy,
+        timeout: float,
+        *,
+        floor: Mark | None = None,
+        now: float | None = None,
+    ) -> None:
         key = (spec.kernel, spec.format, spec.source)
         entry = self._matchers.get(key)
         matcher = entry[0] if entry is not None else self._matcher(spec)
         old = self._specs.get(client_id)
-        self._caches.register(client_id, matcher, policy, timeout, self._clock() if now is None else now,
-                              key=key, floor=floor)  # fmt: skip
+        self._caches.register(
+            client_id,
+            matcher,
+            policy,
+            timeout,
+            self._clock() if now is None else now,
+            key=key,
+            floor=floor,
+        )
         if entry is None:
             entry = self._matchers[key] = [matcher, 0]
             self._index.add(key, spec, matcher)
             if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
-                matcher.start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)  # type: ignore[union-attr]
+                matcher.start(
+                    lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id
+                )  # type: ignore[union-attr]
         old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1
@@ -380,7 +436,11 @@ class ClientCacheService:
 
     def _registration(self, client_id: str, *, full: bool = False) -> dict[str, Any]:
         info = self._caches.info(client_id)
-        body = {"pattern": self._specs[client_id].to_wire(), "timeout": info.timeout, **_policy_body(info.policy)}
+        body = {
+            "pattern": self._specs[client_id].to_wire(),
+            "timeout": info.timeout,
+            **_policy_body(info.policy),
+        }
         if full:  # as floods carry it: with the version and floor
             body["version"] = list(self.sync.versions.get(client_id, ZERO))
             body["mark"] = wire_mark(self._caches.floor(client_id))
@@ -425,7 +485,9 @@ class ClientCacheService:
                 raise UsageError("no client id")
             version = parse_version(body.get("version"))
             if op in ("register", "keepalive") and self.sync.newer(client_id, version):
-                self._apply_registration(client_id, body, floor=parse_mark(body.get("mark")), seen=now)
+                self._apply_registration(
+                    client_id, body, floor=parse_mark(body.get("mark")), seen=now
+                )
                 self.sync.adopt(client_id, version)
                 self._update_sink()
             elif op == "keepalive":
@@ -445,8 +507,12 @@ class ClientCacheService:
                     self._caches.set_policy(client_id, _policy_from(body))
                     self.sync.adopt(client_id, version)
             elif op == "remove":
-                if self.sync.newer(client_id, version) or version == self.sync.versions.get(client_id, ZERO):
-                    timeout = self._caches.info(client_id).timeout if client_id in self._caches else 0.0
+                if self.sync.newer(client_id, version) or version == self.sync.versions.get(
+                    client_id, ZERO
+                ):
+                    timeout = (
+                        self._caches.info(client_id).timeout if client_id in self._caches else 0.0
+                    )
                     self._remove(client_id)
                     self.sync.removed(client_id, version, now + max(timeout, 60.0))
             else:

@@ -54,12 +54,12 @@ one pass over the caches (digest) or over one cache (ids).
 
 from __future__ import annotations
 
-import secrets
-from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
-
 import logging
 import random
+import secrets
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import Event, PatternError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
@@ -72,7 +72,17 @@ log = logging.getLogger("aa.router.caches")
 if TYPE_CHECKING:
     from .cacheservice import ClientCacheService
 
-__all__ = ["CacheSync", "CACHE_SYNC_TOPIC", "Version", "MAX_DIGEST_CACHES", "MAX_IDS_PER_MESSAGE", "ZERO", "parse_mark", "parse_version", "wire_mark"]
+__all__ = [
+    "CacheSync",
+    "CACHE_SYNC_TOPIC",
+    "Version",
+    "MAX_DIGEST_CACHES",
+    "MAX_IDS_PER_MESSAGE",
+    "ZERO",
+    "parse_mark",
+    "parse_version",
+    "wire_mark",
+]
 
 #: Control topic of the client caches' anti-entropy (ttl 0, one link).
 CACHE_SYNC_TOPIC: Final = "client-cache-sync"
@@ -109,7 +119,12 @@ def parse_version(v: Any) -> Version:
 def parse_mark(v: Any) -> Mark | None:
     if v is None:
         return None
-    if not isinstance(v, list) or len(v) != 2 or type(v[0]) not in (int, float) or type(v[1]) is not str:
+    if (
+        not isinstance(v, list)
+        or len(v) != 2
+        or type(v[0]) not in (int, float)
+        or type(v[1]) is not str
+    ):
         raise UsageError("a floor is [time, id] or null")
     return mark_of(float(v[0]), v[1])
 
@@ -142,7 +157,7 @@ def _list(body: Mapping[str, Any], name: str, cap: int) -> list[Any]:
 class CacheSync:
     """One router's side of the client caches' anti-entropy (see the module docstring)."""
 
-    def __init__(self, service: "ClientCacheService") -> None:
+    def __init__(self, service: ClientCacheService) -> None:
         self._service = service
         self.tag = secrets.token_hex(4)
         #: Version of each cache this router holds.
@@ -212,9 +227,19 @@ class CacheSync:
             if client_id not in caches:
                 continue
             info = caches.info(client_id)
-            ((count, xor),) = ids_digest((0, e.id or "") for e in caches.view(client_id, now)).values() or [(0, 0)]
-            rows.append([client_id, list(self.versions[client_id]), wire_mark(caches.floor(client_id)),
-                         max(0.0, now - info.last_seen), count, f"{xor:016x}"])  # fmt: skip
+            ((count, xor),) = ids_digest(
+                (0, e.id or "") for e in caches.view(client_id, now)
+            ).values() or [(0, 0)]
+            rows.append(
+                [
+                    client_id,
+                    list(self.versions[client_id]),
+                    wire_mark(caches.floor(client_id)),
+                    max(0.0, now - info.last_seen),
+                    count,
+                    f"{xor:016x}",
+                ]
+            )
         gone = [[c, list(v)] for c, (v, _) in self.gone.items()]
         complete = len(rows) <= MAX_DIGEST_CACHES and len(gone) <= MAX_DIGEST_CACHES
         if len(rows) > MAX_DIGEST_CACHES:
@@ -257,8 +282,11 @@ class CacheSync:
             return client_id  # type: ignore[no-any-return]
 
         theirs = parse_digest(body.get("caches"), key_of, max_entries=MAX_DIGEST_CACHES)
-        tombs = [(_client(e[0]), parse_version(e[1])) for e in _list(body, "gone", MAX_DIGEST_CACHES)
-                 if isinstance(e, list) and len(e) == 2]  # fmt: skip
+        tombs = [
+            (_client(e[0]), parse_version(e[1]))
+            for e in _list(body, "gone", MAX_DIGEST_CACHES)
+            if isinstance(e, list) and len(e) == 2
+        ]
         if not self._digests.begin(peer, now):
             self.counters["dropped_busy"] += 1
             return []
@@ -283,7 +311,9 @@ class CacheSync:
                 caches.keepalive(client_id, now - idle)
                 if floor is not None:
                     caches.ack_mark(client_id, floor)
-                if floor != caches.floor(client_id) or (count, xor) != self._content(client_id, now):
+                if floor != caches.floor(client_id) or (count, xor) != self._content(
+                    client_id, now
+                ):
                     out += self._ids_for(client_id, now, reply=True)
         if body.get("complete") is True:  # caches the peer has never heard of: send them
             told = theirs.keys() | {c for c, _ in tombs}
@@ -303,9 +333,15 @@ class CacheSync:
         rows = []
         for client_id in clients:
             info = caches.info(client_id)
-            rows.append({**service._registration(client_id), "client": client_id,
-                         "version": list(self.versions.get(client_id, ZERO)),
-                         "floor": wire_mark(caches.floor(client_id)), "idle": max(0.0, now - info.last_seen)})  # fmt: skip
+            rows.append(
+                {
+                    **service._registration(client_id),
+                    "client": client_id,
+                    "version": list(self.versions.get(client_id, ZERO)),
+                    "floor": wire_mark(caches.floor(client_id)),
+                    "idle": max(0.0, now - info.last_seen),
+                }
+            )
         return [{"op": "defs", "caches": list(part)} for part in chunks(rows, DEFS_PER_MESSAGE)]
 
     def _on_defs(self, rows: list[Any], now: float) -> list[dict[str, Any]]:
@@ -313,8 +349,15 @@ class CacheSync:
         for row in rows:
             if not isinstance(row, dict):
                 raise UsageError("a definition is a map")
-            parsed.append((_client(row.get("client")), parse_version(row.get("version")), parse_mark(row.get("floor")),
-                           _idle(row.get("idle")), row))  # fmt: skip
+            parsed.append(
+                (
+                    _client(row.get("client")),
+                    parse_version(row.get("version")),
+                    parse_mark(row.get("floor")),
+                    _idle(row.get("idle")),
+                    row,
+                )
+            )
         out: list[dict[str, Any]] = []
         caches = self._service._caches
         for client_id, version, floor, idle, row in parsed:
@@ -347,7 +390,9 @@ class CacheSync:
         tomb = self.gone.get(client_id)
         if tomb is not None and tomb[0] >= version:
             return
-        timeout = self._service._caches.info(client_id).timeout if client_id in self._service else 0.0
+        timeout = (
+            self._service._caches.info(client_id).timeout if client_id in self._service else 0.0
+        )
         self._service._remove(client_id)
         self.removed(client_id, version, now + max(timeout, DIGEST_MIN_GAP * 60))
         self.counters["removed"] += 1
@@ -355,8 +400,15 @@ class CacheSync:
     def _ids_for(self, client_id: str, now: float, *, reply: bool) -> list[dict[str, Any]]:
         caches = self._service._caches
         ids = [e.id for e in caches.view(client_id, now) if e.id][-MAX_IDS_PER_MESSAGE:]
-        return [{"op": "ids", "client": client_id, "floor": wire_mark(caches.floor(client_id)), "ids": ids,
-                 "reply": reply}]  # fmt: skip
+        return [
+            {
+                "op": "ids",
+                "client": client_id,
+                "floor": wire_mark(caches.floor(client_id)),
+                "ids": ids,
+                "reply": reply,
+            }
+        ]
 
     def _on_ids(self, peer: str, body: Mapping[str, Any], now: float) -> list[dict[str, Any]]:
         caches = self._service._caches
@@ -372,8 +424,10 @@ class CacheSync:
         if floor is not None:
             caches.ack_mark(client_id, floor)
         missing = [e for e in caches.view(client_id, now) if e.id not in theirs]
-        out = [{"op": "events", "client": client_id, "events": [event_to_wire(e) for e in part]}
-               for part in chunks(missing, EVENTS_PER_MESSAGE)]  # fmt: skip
+        out = [
+            {"op": "events", "client": client_id, "events": [event_to_wire(e) for e in part]}
+            for part in chunks(missing, EVENTS_PER_MESSAGE)
+        ]
         if body.get("reply") is True:
             out += self._ids_for(client_id, now, reply=False)
         return out
@@ -407,4 +461,3 @@ class CacheSync:
                 kept += 1
         self.counters["events_repaired"] += kept
         return kept
-

@@ -55,11 +55,15 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Final, Hashable, Iterable
+from typing import Any, Final
 
-from aa.mesh import Event, UsageError
-from aa.mesh import UnknownCache  # the tree's; re-exported here
+from aa.mesh import (
+    Event,
+    UnknownCache,  # the tree's; re-exported here
+    UsageError,
+)
 
 from ..store import ExpiryPolicy
 from .cachelog import Group, Mark, Member, entry_mark, entry_seq, entry_time, mark_of, time_of
@@ -86,6 +90,8 @@ MAX_CLIENT_CACHES: Final = 10_000
 MAX_EVENTS_PER_CACHE: Final = 10_000
 #: Longest keep-alive timeout accepted, in seconds (7 days): a forgotten cache goes at last.
 MAX_KEEPALIVE_TIMEOUT: Final = 7 * 24 * 3600.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fetched:
     """Events fetched from a client cache, oldest first."""
@@ -139,7 +145,10 @@ class ClientCaches:
     __slots__ = ("max_caches", "max_events", "_caches", "_groups", "_seq", "matcher_errors")
 
     def __init__(
-        self, *, max_caches: int = MAX_CLIENT_CACHES, max_events_per_cache: int = MAX_EVENTS_PER_CACHE
+        self,
+        *,
+        max_caches: int = MAX_CLIENT_CACHES,
+        max_events_per_cache: int = MAX_EVENTS_PER_CACHE,
     ) -> None:
         if type(max_caches) is not int or max_caches < 1:
             raise UsageError("max_caches must be a positive int")
@@ -196,7 +205,9 @@ class ClientCaches:
             old.group.retune(self.max_events)
             return False
         if old is None and len(self._caches) >= self.max_caches:
-            raise UsageError(f"this router already keeps {self.max_caches} client caches, its limit")
+            raise UsageError(
+                f"this router already keeps {self.max_caches} client caches, its limit"
+            )
         if old is not None:
             self._leave(old)
         group = self._groups.get(gkey)
@@ -395,7 +406,9 @@ class ClientCaches:
             lo = bisect_left(log, since, lo, key=entry_time)
         hi = len(log) if limit is None else min(len(log), lo + limit)
         if hi > lo:
-            return Fetched(events=[e[4] for e in log[lo:hi]], cursor=log[hi - 1][0], more=hi < len(log))
+            return Fetched(
+                events=[e[4] for e in log[lo:hi]], cursor=log[hi - 1][0], more=hi < len(log)
+            )
         return Fetched(events=[], cursor=start, more=False)
 
     def ack(self, client_id: str, upto: int | str) -> int:

@@ -27,14 +27,20 @@ what it looks at (20,000 events in tens of milliseconds): queries are rare, even
 from __future__ import annotations
 
 from collections import deque
-from datetime import datetime, timezone
-from typing import Any, Callable, Final, Sequence
-
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Final
 
 from aa.mesh import Event, UsageError
 from aa.mesh.protocol import pack_events, packed_event, unpack
 
-__all__ = ["MeshCache", "approx_size", "encode_events", "MESH_CACHE_MAX_EVENTS", "MESH_CACHE_MAX_BYTES"]
+__all__ = [
+    "MeshCache",
+    "approx_size",
+    "encode_events",
+    "MESH_CACHE_MAX_EVENTS",
+    "MESH_CACHE_MAX_BYTES",
+]
 
 #: Default bound on cached events. At a typical 0.5 KiB per event, 10 MiB; at 1,000
 #: events/s, the last ten seconds or so, enough for a client that blinked.
@@ -65,13 +71,15 @@ def encode_events(events: Sequence[Event]) -> bytes | None:
 def approx_size(event: Event) -> int:
     """How many bytes of memory *event* takes in the cache (its encoding and its entry)."""
     try:
-        return _ENTRY_OVERHEAD + 1 + len(packed_event(event))  # in a block of one: 1 byte of array header
+        return (
+            _ENTRY_OVERHEAD + 1 + len(packed_event(event))
+        )  # in a block of one: 1 byte of array header
     except UsageError:
         return _ENTRY_OVERHEAD
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class _Block:

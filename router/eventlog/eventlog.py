@@ -105,17 +105,18 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Final, Sequence
+from typing import Final
 
 from aa.mesh import Event, UsageError
 from aa.mesh.protocol import pack
 
+from ..caches import encode_events
 from .logprocess import WriterProcess
 from .logwriter import SCHEMA, Chunk, safe_name
-from ..caches import encode_events
 
 __all__ = ["EventLog", "EventLogConfig", "EventLogStats", "SCHEMA", "EVENTLOG_DIR"]
 
@@ -126,7 +127,6 @@ EVENTLOG_DIR: Final = "eventlog"
 
 #: Seconds between two housekeeping passes (close old files, enforce the bounds).
 MAINTAIN_INTERVAL: Final = 30.0
-
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,13 +169,23 @@ class EventLogConfig:
             if type(v) is not int or v < 1:
                 raise UsageError(f"EventLogConfig.{name} must be a positive int, not {v!r}")
         if type(self.defer_bytes) is not int or self.defer_bytes < 0:
-            raise UsageError(f"EventLogConfig.defer_bytes must be an int >= 0, not {self.defer_bytes!r}")
-        for name in ("flush_interval", "max_file_age", "max_total_age", "defer_seconds", "defer_pause"):
+            raise UsageError(
+                f"EventLogConfig.defer_bytes must be an int >= 0, not {self.defer_bytes!r}"
+            )
+        for name in (
+            "flush_interval",
+            "max_file_age",
+            "max_total_age",
+            "defer_seconds",
+            "defer_pause",
+        ):
             v = getattr(self, name)
             if type(v) not in (int, float) or not v > 0:
                 raise UsageError(f"EventLogConfig.{name} must be a positive number of seconds")
         if self.compression not in ("zstd", "snappy", "gzip", "lz4", "brotli", "none"):
-            raise UsageError(f"EventLogConfig.compression {self.compression!r} is not a Parquet codec")
+            raise UsageError(
+                f"EventLogConfig.compression {self.compression!r} is not a Parquet codec"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,7 +254,7 @@ class EventLog:
         self._spawn(self._w.scan)
         self._ticker = self._loop.call_later(MAINTAIN_INTERVAL, self._tick)
 
-    async def __aenter__(self) -> "EventLog":
+    async def __aenter__(self) -> EventLog:
         await self.start()
         return self
 
@@ -255,7 +265,9 @@ class EventLog:
         """Log *event* (logged at *now*, default the clock): `extend` with one event."""
         self.extend((event,), now=now)
 
-    def extend(self, events: Sequence[Event], *, now: float | None = None, encoded: bytes | None = None) -> None:
+    def extend(
+        self, events: Sequence[Event], *, now: float | None = None, encoded: bytes | None = None
+    ) -> None:
         """Log *events*, all logged at *now* (default: the clock, read once). Never blocks;
         drops and counts the rows beyond `max_pending_rows` waiting for the writer.
         Cheapest per row with many events at once: a router calls it once per dispatched
@@ -268,7 +280,9 @@ class EventLog:
         if n > room:
             lost = n - max(room, 0)
             if self._dropped == 0 or (self._dropped + lost) // 10_000 > self._dropped // 10_000:
-                log.warning("event log writer is behind: dropping rows (%d so far)", self._dropped + lost)
+                log.warning(
+                    "event log writer is behind: dropping rows (%d so far)", self._dropped + lost
+                )
             self._dropped += lost
             events, n, encoded = events[: max(room, 0)], max(room, 0), None
         if n == 0:
@@ -365,6 +379,10 @@ class EventLog:
     def stats(self) -> EventLogStats:
         w = self._w
         return EventLogStats(
-            rows=w.rows, files=w.files, deleted=w.deleted, dropped=w.dropped + self._dropped, errors=w.errors,
+            rows=w.rows,
+            files=w.files,
+            deleted=w.deleted,
+            dropped=w.dropped + self._dropped,
+            errors=w.errors,
             waiting=w.waiting,
         )

@@ -49,9 +49,10 @@ import socket
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .logwriter import Chunk, Writer
 
@@ -107,7 +108,7 @@ class WriterProcess:
     log's executor thread. Never raises for the writer's failures: they are counted and
     logged."""
 
-    def __init__(self, root: Path, router: str, config: "EventLogConfig", clock: Callable[[], float]):
+    def __init__(self, root: Path, router: str, config: EventLogConfig, clock: Callable[[], float]):
         self.root, self.router, self.config, self.clock = root, router, config, clock
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
@@ -177,7 +178,11 @@ class WriterProcess:
             counters, records = self._conn.recv()
         except Exception as exc:  # OSError, EOFError: it died; anything else: our bug
             held, self._waiting = self._waiting, 0  # what it held died with it
-            self._lost(rows + held, f"lost the writer process ({exc!r})", exc_info=not isinstance(exc, (OSError, EOFError)))
+            self._lost(
+                rows + held,
+                f"lost the writer process ({exc!r})",
+                exc_info=not isinstance(exc, (OSError, EOFError)),
+            )
             self._end()
             return
         counters, self._waiting = counters[:5], counters[5]
@@ -195,8 +200,11 @@ class WriterProcess:
         if self._died_at is not None and 0 <= self.clock() - self._died_at < RESTART_DELAY:
             self._lost_rows += rows
             if rows:
-                log.error("event log: no writer process (restarted %g s after it died); %d rows dropped",
-                          RESTART_DELAY, rows)  # fmt: skip
+                log.error(
+                    "event log: no writer process (restarted %g s after it died); %d rows dropped",
+                    RESTART_DELAY,
+                    rows,
+                )
             return False
         try:
             ours, theirs = socket.socketpair()
@@ -204,11 +212,21 @@ class WriterProcess:
             self._lost(rows, f"cannot start the writer process ({exc})")
             return False
         try:
-            argv = [sys.executable, "-c", _BOOT, json.dumps(sys.path), str(Path(__file__).parent), str(theirs.fileno())]
+            argv = [
+                sys.executable,
+                "-c",
+                _BOOT,
+                json.dumps(sys.path),
+                str(Path(__file__).parent),
+                str(theirs.fileno()),
+            ]
             self._proc = subprocess.Popen(
-                argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                argv,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         except Exception as exc:  # OSError: no such interpreter, out of processes
             ours.close()
             self._lost(rows, f"cannot start the writer process ({exc})")
@@ -326,7 +344,11 @@ def child_main(fd: int) -> None:
     held = _Held()
     paused = False  # no command for defer_pause seconds: writing what is held, until one comes
     while True:
-        if held and writer is not None and not conn.poll(0 if paused else writer.config.defer_pause):
+        if (
+            held
+            and writer is not None
+            and not conn.poll(0 if paused else writer.config.defer_pause)
+        ):
             paused = True
             held.write_oldest(writer)  # the router paused: write what it sent meanwhile
             continue
@@ -358,9 +380,18 @@ def child_main(fd: int) -> None:
             if writer is not None:
                 writer.errors += 1
             logger.error("event log: %s failed", command, exc_info=True)
-        counters = (*_ZERO, 0) if writer is None else (
-            writer.rows, writer.files, writer.deleted, writer.dropped, writer.errors, held.rows
-        )  # fmt: skip
+        counters = (
+            (*_ZERO, 0)
+            if writer is None
+            else (
+                writer.rows,
+                writer.files,
+                writer.deleted,
+                writer.dropped,
+                writer.errors,
+                held.rows,
+            )
+        )
         try:
             conn.send((counters, records.take()))
         except OSError:

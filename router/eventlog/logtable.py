@@ -19,9 +19,10 @@ changed.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from itertools import accumulate, chain, repeat
-from typing import Any, Callable, Final, NoReturn, Sequence
+from typing import Any, Final, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,7 +52,7 @@ _MAP: Final = pa.map_(pa.string(), pa.string())
 _STR: Final = pa.string()
 _TIME: Final = pa.timestamp("us", tz="UTC")
 _OFFSETS: Final = pa.int32()
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 
 #: Value types whose text is ``str(value)`` (a float's only when finite) and their names.
@@ -72,7 +73,9 @@ def _refuse(value: object) -> NoReturn:
 # accelerator is missing, `encode_json` does every row.
 _c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
 _JSON: Final = (
-    _c_make_encoder(None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    _c_make_encoder(
+        None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
     if _c_make_encoder is not None
     else None
 )

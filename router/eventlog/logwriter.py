@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
@@ -54,7 +55,7 @@ def safe_name(name: str) -> str:
 class Writer:
     """The writer thread's state. Every method runs on that one thread."""
 
-    def __init__(self, root: Path, router: str, config: "EventLogConfig", clock: Callable[[], float]):
+    def __init__(self, root: Path, router: str, config: EventLogConfig, clock: Callable[[], float]):
         self.root, self.router, self.config, self.clock = root, router, config, clock
         self.writer: pq.ParquetWriter | None = None
         self.tmp: Path | None = None
@@ -87,7 +88,9 @@ class Writer:
             except Exception:  # never for what the router packed; counted, not fatal
                 self.errors += 1
                 self.dropped += count
-                log.error("event log: %d rows cannot be decoded; they are dropped", count, exc_info=True)
+                log.error(
+                    "event log: %d rows cannot be decoded; they are dropped", count, exc_info=True
+                )
                 continue
             h = int(when // _HOUR)
             if part and h != hour:
@@ -118,18 +121,22 @@ class Writer:
         except Exception:
             self.errors += 1
             self.dropped += len(rows)
-            log.error("event log: writing %d rows failed; they are dropped", len(rows), exc_info=True)
+            log.error(
+                "event log: writing %d rows failed; they are dropped", len(rows), exc_info=True
+            )
             self._discard()
 
     def _open(self, hour: int) -> None:
-        start = datetime.fromtimestamp(hour * _HOUR, timezone.utc)
+        start = datetime.fromtimestamp(hour * _HOUR, UTC)
         folder = self.root / f"date={start:%Y-%m-%d}" / f"hour={start:%H}"
         folder.mkdir(parents=True, exist_ok=True)
         self.seq += 1
         name = f"part-{self.router}-{self.seq:06d}.parquet"
         self.final, self.tmp = folder / name, folder / f".{name}.inprogress"
         codec = self.config.compression
-        self.writer = pq.ParquetWriter(self.tmp, SCHEMA, compression=None if codec == "none" else codec)
+        self.writer = pq.ParquetWriter(
+            self.tmp, SCHEMA, compression=None if codec == "none" else codec
+        )
         self.hour, self.opened = hour, self.clock()
 
     def close(self) -> None:
@@ -180,9 +187,13 @@ class Writer:
             if m is None or m["router"] != self.router:
                 continue
             try:
-                hour_start = datetime.strptime(
-                    f"{path.parent.parent.name[5:]} {path.parent.name[5:]}", "%Y-%m-%d %H"
-                ).replace(tzinfo=timezone.utc).timestamp()
+                hour_start = (
+                    datetime.strptime(
+                        f"{path.parent.parent.name[5:]} {path.parent.name[5:]}", "%Y-%m-%d %H"
+                    )
+                    .replace(tzinfo=UTC)
+                    .timestamp()
+                )
                 size = path.stat().st_size
             except (ValueError, OSError):
                 continue
@@ -205,4 +216,3 @@ class Writer:
                     folder.rmdir()
                 except OSError:
                     break
-

@@ -17,8 +17,9 @@ import copy
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Final, Iterable, Mapping
+from typing import Any, Final
 
 from aa.mesh import (
     TOPOLOGY_FILE,
@@ -103,7 +104,9 @@ class Dialer:
             return
         self.add(info.peer, info.source, time.monotonic(), info.router_id)
 
-    def learn(self, routers: Iterable[KnownRouter], teller_id: str | None, teller_host: str | None) -> None:
+    def learn(
+        self, routers: Iterable[KnownRouter], teller_id: str | None, teller_host: str | None
+    ) -> None:
         """A peer told us routers it knows."""
         now = time.monotonic()
         for r in routers:
@@ -134,8 +137,14 @@ class Dialer:
         for link in links:
             if link.address and link.address not in seen:
                 seen.add(link.address)
-                out.append(KnownRouter(peer=link.address, router_id=link.remote_id, client=link.client_endpoint,
-                                       name=link.remote.name if link.remote else None))
+                out.append(
+                    KnownRouter(
+                        peer=link.address,
+                        router_id=link.remote_id,
+                        client=link.client_endpoint,
+                        name=link.remote.name if link.remote else None,
+                    )
+                )
         for e in self.table:
             if len(out) >= MAX_KNOWN_ROUTERS:
                 break
@@ -165,11 +174,13 @@ class Dialer:
             entry = self.table.get(address)
             if entry is None or not self.dialable(entry):
                 continue
-            task = asyncio.get_running_loop().create_task(self._dial(address), name=f"aa-dial-{address}")
+            task = asyncio.get_running_loop().create_task(
+                self._dial(address), name=f"aa-dial-{address}"
+            )
             self._dialing[address] = task
             task.add_done_callback(functools.partial(self._dial_done, address))
 
-    def _dial_done(self, address: str, _task: "asyncio.Task[None]") -> None:
+    def _dial_done(self, address: str, _task: asyncio.Task[None]) -> None:
         self._dialing.pop(address, None)
         self._poke()
 
@@ -190,8 +201,11 @@ class Dialer:
         except Exception as exc:  # refused, unreachable, timed out, a bad hello: all poison
             now = time.monotonic()
             retry = self.table.record_failure(address, now)
-            wait = (f"; next attempt in {retry - now:.1f} s" if retry is not None
-                    else f"; forgotten (of no use for {self.table.forget_after / 86400:g} days)")
+            wait = (
+                f"; next attempt in {retry - now:.1f} s"
+                if retry is not None
+                else f"; forgotten (of no use for {self.table.forget_after / 86400:g} days)"
+            )
             log.info("peer %s unavailable: %s%s", address, exc or type(exc).__name__, wait)
 
     async def cancel_dials(self) -> None:
@@ -209,7 +223,11 @@ class Dialer:
         self._topology_path = Path(data_dir) / TOPOLOGY_FILE
         await asyncio.to_thread(Path(data_dir).mkdir, parents=True, exist_ok=True)
         n = await asyncio.to_thread(
-            load_topology, self._topology_path, self.table, now=time.monotonic(), wall_now=time.time()
+            load_topology,
+            self._topology_path,
+            self.table,
+            now=time.monotonic(),
+            wall_now=time.time(),
         )
         if n:
             log.info("read %d known routers from %s", n, self._topology_path)
@@ -249,7 +267,11 @@ class Dialer:
         snapshot = copy.deepcopy(self.table)
         try:
             await asyncio.to_thread(
-                save_topology, self._topology_path, snapshot, now=time.monotonic(), wall_now=time.time()
+                save_topology,
+                self._topology_path,
+                snapshot,
+                now=time.monotonic(),
+                wall_now=time.time(),
             )
         except OSError as exc:
             log.warning("cannot save the topology to %s: %s", self._topology_path, exc)

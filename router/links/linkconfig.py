@@ -9,9 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from aa.mesh import UsageError
-from aa.mesh import DEFAULT_TTL, MAX_TTL
-from aa.mesh import RETRY_BASE, RETRY_JITTER, RETRY_MAX, STABLE_AFTER
+from aa.mesh import (
+    DEFAULT_TTL,
+    MAX_TTL,
+    RETRY_BASE,
+    RETRY_JITTER,
+    RETRY_MAX,
+    STABLE_AFTER,
+    UsageError,
+)
 
 __all__ = ["MeshConfig", "MAX_PEER_BACKLOG", "PEER_KEEPALIVE", "ROUTER_INFO_INTERVAL"]
 
@@ -60,7 +66,14 @@ class MeshConfig:
     def __post_init__(self) -> None:
         if type(self.ttl) is not int or not 1 <= self.ttl <= MAX_TTL:
             raise UsageError(f"ttl must be an int from 1 to {MAX_TTL}")
-        for name in ("retry_base", "retry_max", "connect_timeout", "keepalive", "info_interval", "save_interval"):
+        for name in (
+            "retry_base",
+            "retry_max",
+            "connect_timeout",
+            "keepalive",
+            "info_interval",
+            "save_interval",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise UsageError(f"{name} must be a positive number of seconds")

@@ -22,13 +22,12 @@ rule is `aa.router.acks`, which reads the links' write marks through `marks` and
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any, Final, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from aa.mesh import (
     Beacon,
@@ -45,7 +44,7 @@ from aa.mesh import (
     is_unspecified,
     parse_endpoint,
 )
-from aa.mesh.protocol import MESH_PROTOCOL_VERSION, FloodGroup, MeshInfo, Message, Ping
+from aa.mesh.protocol import MESH_PROTOCOL_VERSION, FloodGroup, MeshInfo, Ping
 
 from ..seams import Dispatch, RouterFacts
 from .dialer import Dialer, fill_host
@@ -106,9 +105,13 @@ class MeshService:
         #: Links in use, by peer router id (one per peer).
         self.links: dict[str, PeerLink] = {}
         self.counters: Counter[str] = Counter()
-        self.relay = Relay(rules, dispatch=dispatch, new_id=new_id, links=self._in_use, counters=self.counters)
+        self.relay = Relay(
+            rules, dispatch=dispatch, new_id=new_id, links=self._in_use, counters=self.counters
+        )
         self.rules = rules
-        self.dialer = Dialer(self.id, config, discovery, connect=self._connect, linked=self._linked, poke=self._poke)
+        self.dialer = Dialer(
+            self.id, config, discovery, connect=self._connect, linked=self._linked, poke=self._poke
+        )
         self.table = self.dialer.table
         self.view = MeshView(self)
         self.discovery: Discovery | None = None
@@ -149,7 +152,9 @@ class MeshService:
         beacon = None
         if config.enabled:
             name = self.facts.name[:128]
-            beacon = Beacon(router_id=self.id, name=name, peer=self.advertised, client=self.advertised)
+            beacon = Beacon(
+                router_id=self.id, name=name, peer=self.advertised, client=self.advertised
+            )
         self.discovery = Discovery(config, on_found=self.dialer.found, beacon=beacon)
         await self.discovery.start()
         self._task = self._loop.create_task(self._run(), name=f"aa-mesh-{self.id}")
@@ -193,7 +198,9 @@ class MeshService:
         """See `Relay.on_control`."""
         return self.relay.on_control(topic, callback)
 
-    def flood_control(self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None) -> str:
+    def flood_control(
+        self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None
+    ) -> str:
         """See `Relay.flood_control`."""
         return self.relay.flood_control(topic, body, to=to)
 
@@ -203,7 +210,9 @@ class MeshService:
         link = self.links.get(peer_id)
         if link is None:
             return False
-        msg = Control(id=self.relay.new_id(), ttl=0, path=(self.id,), topic=topic, body=dict(body), to=peer_id)
+        msg = Control(
+            id=self.relay.new_id(), ttl=0, path=(self.id,), topic=topic, body=dict(body), to=peer_id
+        )
         link.send(msg)
         self.counters["controls_out"] += 1
         return True
@@ -215,6 +224,7 @@ class MeshService:
     def flush(self) -> None:
         """Write every link's queued floods now."""
         self.relay.flush()
+
     def alternatives(self) -> tuple[str, ...]:
         """Client endpoints of other routers: our peers first, then the rest of the mesh."""
         return self.view.alternatives(MAX_ALTERNATIVES)
@@ -296,7 +306,10 @@ class MeshService:
             return
         if hello.protocol != MESH_PROTOCOL_VERSION:
             log.warning(
-                "peer %s speaks mesh protocol %d, we speak %d: closing", rid, hello.protocol, MESH_PROTOCOL_VERSION
+                "peer %s speaks mesh protocol %d, we speak %d: closing",
+                rid,
+                hello.protocol,
+                MESH_PROTOCOL_VERSION,
             )
             link.fail("protocol", f"mesh protocol {MESH_PROTOCOL_VERSION} only")
             return
@@ -314,7 +327,9 @@ class MeshService:
         link.mark_up(
             hello,
             now,
-            address=None if link.outgoing else (fill_host(hello.peer, host) if hello.peer else None),
+            address=None
+            if link.outgoing
+            else (fill_host(hello.peer, host) if hello.peer else None),
             client_endpoint=fill_host(hello.client, host) if hello.client else None,
         )
         if not link.outgoing and link.address is not None:
@@ -343,7 +358,10 @@ class MeshService:
         self._link_list.append(link)
         link.settle(True)
         log.info(
-            "peer %s up (%s %s)", link.label, "dialled" if link.outgoing else "from", link.address or link.remote_host
+            "peer %s up (%s %s)",
+            link.label,
+            "dialled" if link.outgoing else "from",
+            link.address or link.remote_host,
         )
         self._info_soon(now)
         self.dialer.save_soon()
@@ -401,11 +419,16 @@ class MeshService:
         try:
             host, port = parse_endpoint(address)
             if gate is not None and not gate.may_dial(address, host, time.monotonic()):
-                raise ConnectionRefusedError("refused its handshake lately, or not in --allow-peers")
+                raise ConnectionRefusedError(
+                    "refused its handshake lately, or not in --allow-peers"
+                )
             async with asyncio.timeout(self.config.connect_timeout):
                 try:
                     _, link = await self._loop.create_connection(
-                        lambda: PeerLink(self, address=address, outgoing=True), host, port, ssl=tls,
+                        lambda: PeerLink(self, address=address, outgoing=True),
+                        host,
+                        port,
+                        ssl=tls,
                         server_hostname=host if tls is not None else None,
                     )
                 except ssl.SSLError:  # another CA, expired, no TLS: one handshake per back-off
@@ -457,7 +480,9 @@ class MeshService:
                 self.rules.seen.expire(now)
                 self._next_info = now + cfg.info_interval
             save_at = dialer.save_at
-            if dialer.keeps_topology and (now >= next_save or (save_at is not None and now >= save_at)):
+            if dialer.keeps_topology and (
+                now >= next_save or (save_at is not None and now >= save_at)
+            ):
                 dialer.spawn_save()
                 next_save = now + cfg.save_interval
             wake = min(next_keepalive, self._next_info)
@@ -478,7 +503,9 @@ class MeshService:
         for link in list(self._all_links):
             if now - link.last_heard >= cfg.link_timeout:
                 if link.state == "up":
-                    log.info("peer %s silent for %.1f s: link broken", link.label, now - link.last_heard)
+                    log.info(
+                        "peer %s silent for %.1f s: link broken", link.label, now - link.last_heard
+                    )
                 link.abort()
             elif link.state == "up" and now - link.last_sent >= cfg.keepalive:
                 link.send(Ping())
@@ -497,4 +524,3 @@ class MeshService:
     def mesh_info_message(self) -> MeshInfo:
         """The answer to a `GetMesh` (from a tool or a peer)."""
         return MeshInfo(info=self.info())
-

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from aa.mesh import Control
-from aa.mesh import is_unspecified, parse_endpoint
+from aa.mesh import MAX_PEERS, Control, PeerState, is_unspecified, parse_endpoint
 from aa.mesh.protocol import MESH_INFO_FORMAT
-from aa.mesh import MAX_PEERS, PeerState
 
 if TYPE_CHECKING:
     from .meshservice import MeshService
@@ -39,7 +37,7 @@ _MAX_INTERVAL: Final = 3600.0
 class MeshView:
     """The summaries of the other routers, and this router's own."""
 
-    def __init__(self, mesh: "MeshService") -> None:
+    def __init__(self, mesh: MeshService) -> None:
         self.mesh = mesh
         # router id -> (summary, monotonic time it came); oldest first.
         self._remote: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
@@ -149,7 +147,7 @@ class MeshView:
         return {
             "format": MESH_INFO_FORMAT,
             "router": own["id"],
-            "at": datetime.now(timezone.utc),
+            "at": datetime.now(UTC),
             "routers": routers,
         }
 

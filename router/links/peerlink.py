@@ -41,13 +41,30 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from aa.mesh import Connection, Control, Flood, PeerHello, PeerRouters, ProtocolError, UsageError
-from aa.mesh import ConnectionLost
-from aa.mesh.protocol import GetMesh, MeshInfo
-from aa.mesh.protocol import IN_PROGRESS, Bye, Error, Message, Ping, Pong
-from aa.mesh.protocol import FloodGroup
+from aa.mesh import (
+    Connection,
+    ConnectionLost,
+    Control,
+    Flood,
+    PeerHello,
+    PeerRouters,
+    ProtocolError,
+    UsageError,
+)
+from aa.mesh.protocol import (
+    IN_PROGRESS,
+    Bye,
+    Error,
+    FloodGroup,
+    GetMesh,
+    MeshInfo,
+    Message,
+    Ping,
+    Pong,
+)
 
 from .linkconfig import MeshConfig
 
@@ -81,15 +98,15 @@ class LinkOwner(Protocol):
     counters: Counter[str]
     config: MeshConfig
 
-    def link_up(self, link: "PeerLink", hello: PeerHello) -> None: ...
+    def link_up(self, link: PeerLink, hello: PeerHello) -> None: ...
 
-    def link_lost(self, link: "PeerLink", previous: str, exc: Exception | None) -> None: ...
+    def link_lost(self, link: PeerLink, previous: str, exc: Exception | None) -> None: ...
 
-    def receive_flood(self, link: "PeerLink", groups: list[Any]) -> None: ...
+    def receive_flood(self, link: PeerLink, groups: list[Any]) -> None: ...
 
-    def receive_control(self, link: "PeerLink", msg: Control) -> None: ...
+    def receive_control(self, link: PeerLink, msg: Control) -> None: ...
 
-    def learn(self, link: "PeerLink", routers: Sequence[Any]) -> None: ...
+    def learn(self, link: PeerLink, routers: Sequence[Any]) -> None: ...
 
     def batch_done(self) -> None: ...
 
@@ -188,7 +205,9 @@ class PeerLink(asyncio.Protocol):
                     break
         except ProtocolError as exc:
             self.mesh.counters["peer_errors"] += 1
-            log.warning("peer %s sent a bad frame (%s): %s; closing the link", self.label, exc.code, exc)
+            log.warning(
+                "peer %s sent a bad frame (%s): %s; closing the link", self.label, exc.code, exc
+            )
             self.fail(exc.code, str(exc), exc)
         finally:
             self.mesh.batch_done()
@@ -213,14 +232,18 @@ class PeerLink(asyncio.Protocol):
         self._queue = []
         self._queued_events = 0
         if not self.ready.done():
-            self.ready.set_exception(ConnectionLost(f"peer {self.label} closed the connection during the hello"))
+            self.ready.set_exception(
+                ConnectionLost(f"peer {self.label} closed the connection during the hello")
+            )
         if not self.closed.done():
             self.closed.set_result(None)
         self.mesh.link_lost(self, previous, exc)
 
     # -- set by the owner -------------------------------------------------------------------
 
-    def mark_up(self, hello: PeerHello, now: float, *, address: str | None, client_endpoint: str | None) -> None:
+    def mark_up(
+        self, hello: PeerHello, now: float, *, address: str | None, client_endpoint: str | None
+    ) -> None:
         """The peer's hello came: the link is up. *address* (for a link the peer dialled)
         is the peer's mesh endpoint as its hello gives it; *client_endpoint* its client one."""
         self.remote = hello
@@ -381,7 +404,9 @@ class PeerLink(asyncio.Protocol):
         """Tell the peer why, then close: the link broke (the peer is poisoned)."""
         if self.transport is not None and not self.transport.is_closing():
             try:
-                self.transport.write(self.codec.send(Error(code=code, message=message[:500], fatal=True)))
+                self.transport.write(
+                    self.codec.send(Error(code=code, message=message[:500], fatal=True))
+                )
             except UsageError:
                 pass
             self.transport.close()
@@ -406,6 +431,6 @@ class PeerLink(asyncio.Protocol):
         return f"<PeerLink {direction} {self.label} {self.state}>"
 
 
-def _retrieve(fut: "asyncio.Future[bool]") -> None:
+def _retrieve(fut: asyncio.Future[bool]) -> None:
     if not fut.cancelled():
         fut.exception()

@@ -51,7 +51,8 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import Control, Event, FloodRules, UsageError
 from aa.mesh.protocol import MAX_GROUP_EVENTS, FloodGroup
@@ -81,7 +82,7 @@ class Relay:
         *,
         dispatch: Dispatch,
         new_id: Callable[[], str],
-        links: Callable[[], list["PeerLink"]],
+        links: Callable[[], list[PeerLink]],
         counters: Counter[str],
     ) -> None:
         self.rules = rules
@@ -92,7 +93,7 @@ class Relay:
         self._controls: dict[str, list[ControlCallback]] = {}
         #: Events this router originated since the last flush, packed once for all links.
         self._originated: list[Event] = []
-        self._dirty: list["PeerLink"] = []
+        self._dirty: list[PeerLink] = []
         self._flush_scheduled = False
         self._last_drop_log = -DROP_LOG_INTERVAL
 
@@ -111,23 +112,29 @@ class Relay:
 
         return cancel
 
-    def flood_control(self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None) -> str:
+    def flood_control(
+        self, topic: str, body: Mapping[str, Any] | None = None, *, to: str | None = None
+    ) -> str:
         """Send a control message to every router of the mesh; returns its id. Raises
         `InvalidValue` for a bad topic or a body outside the value model."""
         cid = self.new_id()
         hop = self.rules.originate(cid, time.monotonic())
         assert hop is not None  # a fresh id
-        msg = Control(id=cid, ttl=hop.ttl, path=tuple(hop.path), topic=topic, body=dict(body or {}), to=to)
+        msg = Control(
+            id=cid, ttl=hop.ttl, path=tuple(hop.path), topic=topic, body=dict(body or {}), to=to
+        )
         links = self._links()
         for link in links:
             link.send(msg)
         self.counters["controls_out"] += len(links)
         return cid
 
-    def receive_control(self, link: "PeerLink", msg: Control) -> None:
+    def receive_control(self, link: PeerLink, msg: Control) -> None:
         """A peer's control message: rules 1-3, the callbacks of its topic, then onwards."""
         self.counters["controls_in"] += 1
-        if not msg.path or msg.path[-1] != link.remote_id:  # each hop appends itself: a forged origin
+        if (
+            not msg.path or msg.path[-1] != link.remote_id
+        ):  # each hop appends itself: a forged origin
             self.counters["controls_refused"] += 1
             return
         hop = self.rules.receive(msg.id, msg.ttl, msg.path, time.monotonic())
@@ -171,7 +178,7 @@ class Relay:
         path = (self.rules.router_id,)  # what `FloodRules.originate` stamped on each of them
         ttl = self.rules.initial_ttl
         for start in range(0, len(events), MAX_GROUP_EVENTS):
-            chunk = events[start:start + MAX_GROUP_EVENTS]
+            chunk = events[start : start + MAX_GROUP_EVENTS]
             try:
                 group = FloodGroup.encode(chunk, ttl=ttl, path=path)
             except UsageError as exc:  # never for events a router accepted and stamped
@@ -180,7 +187,7 @@ class Relay:
             for link in links:
                 link.queue_group(group)
 
-    def link_dirty(self, link: "PeerLink") -> None:
+    def link_dirty(self, link: PeerLink) -> None:
         """*link* queued groups: write them at the next `flush`."""
         self._dirty.append(link)
         self._schedule_flush()
@@ -202,7 +209,7 @@ class Relay:
             for link in dirty:
                 link.flush()
 
-    def dropped(self, link: "PeerLink", n: int) -> None:
+    def dropped(self, link: PeerLink, n: int) -> None:
         """*n* events were not queued for *link*: its peer does not keep up."""
         self.counters["dropped_slow"] += n
         now = time.monotonic()
@@ -210,12 +217,14 @@ class Relay:
             self._last_drop_log = now
             log.warning(
                 "peer %s does not keep up: %d events dropped for it (%d in all so far)",
-                link.label, n, self.counters["dropped_slow"],
+                link.label,
+                n,
+                self.counters["dropped_slow"],
             )
 
     # -- incoming floods --------------------------------------------------------------------
 
-    def receive_flood(self, link: "PeerLink", groups: list[FloodGroup]) -> None:
+    def receive_flood(self, link: PeerLink, groups: list[FloodGroup]) -> None:
         """A peer's `Flood` frame (steps 1-4 of the module docstring). The hot path of a
         relaying router: no logging, no call per event that can be saved."""
         rules = self.rules

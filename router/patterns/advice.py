@@ -17,7 +17,8 @@ import ast
 import builtins as _builtins
 import difflib
 import re
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from aa.mesh import PatternSpec
 
@@ -33,8 +34,20 @@ MAX_ADVICE_SOURCE = 8192
 #: fill the seen names (10,000) with look-alikes; past this budget a warning has no suggestion.
 MAX_SUGGESTION_COMPARISONS = 4000
 #: Names a pattern resolves without the event (expressions and scripts).
-_FRAMEWORK = frozenset({"type", "meta", "event", "params", "state", "forward", "new_event", "subscribers", "router"})
-_DEFAULT_BUILTINS = frozenset(dir(_builtins)) | {"math", "re", "statistics", "datetime", "random", "collections", "itertools", "json", "functools"}
+_FRAMEWORK = frozenset(
+    {"type", "meta", "event", "params", "state", "forward", "new_event", "subscribers", "router"}
+)
+_DEFAULT_BUILTINS = frozenset(dir(_builtins)) | {
+    "math",
+    "re",
+    "statistics",
+    "datetime",
+    "random",
+    "collections",
+    "itertools",
+    "json",
+    "functools",
+}
 
 
 def pattern_warnings(
@@ -57,9 +70,13 @@ def pattern_warnings(
     unknown = {
         n.id
         for n in ast.walk(tree)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-        and n.id not in params and n.id not in _FRAMEWORK and n.id not in builtins and n.id not in local
-    }  # fmt: skip
+        if isinstance(n, ast.Name)
+        and isinstance(n.ctx, ast.Load)
+        and n.id not in params
+        and n.id not in _FRAMEWORK
+        and n.id not in builtins
+        and n.id not in local
+    }
     out = _text_hints(spec.source, tree, unknown, seen)
     hinted = {word for w in out for word in re.split(r"\W+", w.split("`")[1])}
     if seen:
@@ -70,7 +87,9 @@ def pattern_warnings(
             if name in hinted:
                 continue  # already explained as text
             close = suggest.closest(name)
-            out.append(f"no event has had `{name}`" + (f"; did you mean `{close}`?" if close else ""))
+            out.append(
+                f"no event has had `{name}`" + (f"; did you mean `{close}`?" if close else "")
+            )
     return out[:MAX_WARNINGS]
 
 
@@ -128,7 +147,9 @@ def _text_hints(source: str, tree: ast.AST, unknown: set[str], seen: Collection[
     for node in ast.walk(tree):
         if len(out) >= MAX_WARNINGS:
             break
-        if not isinstance(node, ast.Compare) or not all(isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for o in node.ops):
+        if not isinstance(node, ast.Compare) or not all(
+            isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for o in node.ops
+        ):
             continue
         operands = [node.left, *node.comparators]
         texts = [_texts(o, unseen) for o in operands]
@@ -148,7 +169,9 @@ def _text_hints(source: str, tree: ast.AST, unknown: set[str], seen: Collection[
                 text = segment(word)
                 if text and len(text) <= 60 and whole:
                     fixed = whole.replace(text, repr(text.replace(" ", "")), 1)
-                    out.append(f"`{text}` is read as an expression, not as text; did you mean {fixed}?")
+                    out.append(
+                        f"`{text}` is read as an expression, not as text; did you mean {fixed}?"
+                    )
     return out
 
 
@@ -171,7 +194,12 @@ class _Segments:
 
     def __call__(self, node: ast.AST) -> str:
         try:
-            lineno, end, col, end_col = node.lineno, node.end_lineno, node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            lineno, end, col, end_col = (
+                node.lineno,
+                node.end_lineno,
+                node.col_offset,
+                node.end_col_offset,
+            )  # type: ignore[attr-defined]
             if end is None or end_col is None or end - lineno > 0:
                 return ""  # hints are for one-line operands
             line = self.source[self.starts[lineno - 1] : self.starts[lineno]]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Hashable, Iterator
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Hashable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from aa.mesh import Event
 
@@ -16,7 +17,22 @@ from .budget import SandboxStop
 if TYPE_CHECKING:
     from .engine import PatternEngine, Program
 
-__all__ = ["Member", "Instance", "Bucket", "Matcher", "freeze", "copy_state", "first", "nothing", "add_member", "drop_member", "add_bucket", "drop_bucket", "rekey_bucket", "shared_strings"]
+__all__ = [
+    "Member",
+    "Instance",
+    "Bucket",
+    "Matcher",
+    "freeze",
+    "copy_state",
+    "first",
+    "nothing",
+    "add_member",
+    "drop_member",
+    "add_bucket",
+    "drop_bucket",
+    "rekey_bucket",
+    "shared_strings",
+]
 
 
 class _Alone:
@@ -65,7 +81,7 @@ class _Alone:
 class Member(_Alone):
     __slots__ = ("key", "params", "bucket", "seq")
 
-    def __init__(self, key: Hashable, params: dict[str, Any], bucket: "Bucket", seq: int) -> None:
+    def __init__(self, key: Hashable, params: dict[str, Any], bucket: Bucket, seq: int) -> None:
         self.key = key
         self.params = params
         self.bucket = bucket
@@ -82,7 +98,9 @@ Members = Union[Member, dict[Hashable, Member]]
 class Instance:
     __slots__ = ("spec_key", "program", "buckets", "remote", "run")
 
-    def __init__(self, spec_key: tuple[str, str, str], program: "Program", remote: bool = False) -> None:
+    def __init__(
+        self, spec_key: tuple[str, str, str], program: Program, remote: bool = False
+    ) -> None:
         self.spec_key = spec_key
         self.program = program
         #: params key → bucket: the Bucket alone, or a dict (see `_Alone`).
@@ -97,16 +115,35 @@ class Instance:
 class Bucket(_Alone):
     """The subscribers of one instance with equal params (and, for scripts, their state)."""
 
-    __slots__ = ("instance", "params", "params_key", "members", "state", "context", "state_countdown", "stamp", "run", "placed")
+    __slots__ = (
+        "instance",
+        "params",
+        "params_key",
+        "members",
+        "state",
+        "context",
+        "state_countdown",
+        "stamp",
+        "run",
+        "placed",
+    )
 
-    def __init__(self, instance: Instance, params: dict[str, Any], params_key: Any, state: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        instance: Instance,
+        params: dict[str, Any],
+        params_key: Any,
+        state: dict[str, Any] | None = None,
+    ) -> None:
         self.instance = instance
         self.params = params
         self.params_key = params_key
         #: Subscriber key → subscription, in joining order (the Member alone: `_Alone`).
         self.members: Members = {}
         #: A script's state; expressions have none (an empty dict costs 64 bytes each).
-        self.state: dict[str, Any] = state if state is not None else {} if instance.program.kind == "script" else _NO_STATE
+        self.state: dict[str, Any] = (
+            state if state is not None else {} if instance.program.kind == "script" else _NO_STATE
+        )
         self.context: Any = None
         self.state_countdown = 1
         self.stamp = 0
@@ -154,7 +191,9 @@ def add_bucket(instance: Instance, bucket: Bucket) -> None:
         instance.buckets = bucket
 
 
-def rekey_bucket(bucket: Bucket, params: dict[str, Any], params_key: Any, placed: bool = False) -> None:
+def rekey_bucket(
+    bucket: Bucket, params: dict[str, Any], params_key: Any, placed: bool = False
+) -> None:
     """Give *bucket* new *params* (and their *params_key*) and file it in its instance under
     them (*placed*: it was filed under the old key, which goes)."""
     if placed:
@@ -181,7 +220,7 @@ class Matcher:
 
     __slots__ = ("_engine", "_bucket", "spec_key", "stopped", "__weakref__")
 
-    def __init__(self, engine: "PatternEngine", bucket: Bucket) -> None:
+    def __init__(self, engine: PatternEngine, bucket: Bucket) -> None:
         self._engine = engine
         self._bucket = bucket
         #: (kernel, format, source): equal for equal patterns.
@@ -190,12 +229,12 @@ class Matcher:
         self.stopped: str | None = None
 
     @property
-    def bucket(self) -> "Bucket":
+    def bucket(self) -> Bucket:
         """Its own params bucket (detached from the engine's subscribers)."""
         return self._bucket
 
     @property
-    def engine(self) -> "PatternEngine":
+    def engine(self) -> PatternEngine:
         """The engine that compiled it (a `PatternSet` over it needs that engine)."""
         return self._engine
 
@@ -265,8 +304,6 @@ def copy_state(state: dict[str, Any]) -> dict[str, Any] | None:
         return copy.deepcopy(state)
     except Exception:  # e.g. a generator expression kept in state
         return dict(state)
-
-
 
 
 def nothing(bucket: Bucket, event: Event) -> None:

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 __all__ = [
     "Budget",
@@ -105,7 +106,16 @@ class Budget:
     """The running evaluation's budget. One per engine; the engine is single-threaded, and
     evaluations do not nest (a pattern cannot call another)."""
 
-    __slots__ = ("limit", "deadline", "cpu_start", "gc_start", "violation", "allocated", "max_allocation", "depth")
+    __slots__ = (
+        "limit",
+        "deadline",
+        "cpu_start",
+        "gc_start",
+        "violation",
+        "allocated",
+        "max_allocation",
+        "depth",
+    )
 
     def __init__(self, limit: float, max_allocation: int) -> None:
         #: Seconds one evaluation may run.

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import builtins
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from RestrictedPython.transformer import INSPECT_ATTRIBUTES
 
@@ -37,27 +38,68 @@ __all__ = [
 #: Method names that go through `getattr_routed` (see the handlers below).
 ROUTED_ATTRIBUTES = frozenset(
     {
-        "format", "format_map", "join", "ljust", "rjust", "center", "zfill", "expandtabs",
-        "replace", "translate", "to_bytes", "elements", "sub", "subn", "expand", "choices",
-        "randbytes", "getrandbits", "strftime",
+        "format",
+        "format_map",
+        "join",
+        "ljust",
+        "rjust",
+        "center",
+        "zfill",
+        "expandtabs",
+        "replace",
+        "translate",
+        "to_bytes",
+        "elements",
+        "sub",
+        "subn",
+        "expand",
+        "choices",
+        "randbytes",
+        "getrandbits",
+        "strftime",
     }
-)  # fmt: skip
+)
 
 #: Methods that change their object in place: refused in expressions.
 MUTATING_METHODS = frozenset(
     {
-        "append", "extend", "insert", "pop", "popitem", "remove", "clear", "update", "setdefault",
-        "sort", "reverse", "add", "discard", "difference_update", "intersection_update",
-        "symmetric_difference_update", "shuffle", "rotate", "appendleft", "extendleft", "popleft",
-        "move_to_end", "subtract", "seed", "setstate",
+        "append",
+        "extend",
+        "insert",
+        "pop",
+        "popitem",
+        "remove",
+        "clear",
+        "update",
+        "setdefault",
+        "sort",
+        "reverse",
+        "add",
+        "discard",
+        "difference_update",
+        "intersection_update",
+        "symmetric_difference_update",
+        "shuffle",
+        "rotate",
+        "appendleft",
+        "extendleft",
+        "popleft",
+        "move_to_end",
+        "subtract",
+        "seed",
+        "setstate",
     }
-)  # fmt: skip
+)
 
 #: Names refused at compile time, with the reason shown to the subscriber.
 FORBIDDEN_NAMES = {
-    **dict.fromkeys(("open", "input", "breakpoint", "help", "exit", "quit"), "no file or console access"),
+    **dict.fromkeys(
+        ("open", "input", "breakpoint", "help", "exit", "quit"), "no file or console access"
+    ),
     **dict.fromkeys(("exec", "eval", "compile"), "patterns cannot run other code"),
-    **dict.fromkeys(("globals", "locals", "vars", "dir", "memoryview", "super", "object"), "no introspection"),
+    **dict.fromkeys(
+        ("globals", "locals", "vars", "dir", "memoryview", "super", "object"), "no introspection"
+    ),
     **dict.fromkeys(("setattr", "delattr"), "objects have no writable attributes in patterns"),
     "print": "there is no console; forward an event instead",
     "printed": "there is no console; forward an event instead",
@@ -66,7 +108,9 @@ FORBIDDEN_NAMES = {
 _SCALAR_TEXT = (str, bytes)
 
 
-def make_builtins(g: Guards, modules: dict[str, ModuleProxy], *, expression: bool) -> dict[str, Any]:
+def make_builtins(
+    g: Guards, modules: dict[str, ModuleProxy], *, expression: bool
+) -> dict[str, Any]:
     """The `__builtins__` of a pattern (one dict per engine and format)."""
     routed = make_routed_getattr(g)
     stop = g.budget.stop
@@ -76,9 +120,15 @@ def make_builtins(g: Guards, modules: dict[str, ModuleProxy], *, expression: boo
         if type(name) is not str:
             raise TypeError(f"{what}(): attribute name must be str")
         if name.startswith("_") or name in INSPECT_ATTRIBUTES:
-            stop(FORBIDDEN, f"pattern stopped: {what}(x, {name!r}): private attributes are not accessible in patterns")
+            stop(
+                FORBIDDEN,
+                f"pattern stopped: {what}(x, {name!r}): private attributes are not accessible in patterns",
+            )
         if expression and name in MUTATING_METHODS:
-            stop(FORBIDDEN, f"pattern stopped: {what}(x, {name!r}): expressions may not change what they read")
+            stop(
+                FORBIDDEN,
+                f"pattern stopped: {what}(x, {name!r}): expressions may not change what they read",
+            )
 
     def getattr_(obj: Any, name: str, *default: Any) -> Any:
         check_name(name, "getattr")
@@ -114,7 +164,9 @@ def make_builtins(g: Guards, modules: dict[str, ModuleProxy], *, expression: boo
 
     def sum_(iterable: Any, start: Any = 0) -> Any:
         if not isinstance(start, (int, float, complex)):
-            raise TypeError("sum() in patterns adds numbers; join text with ''.join() and lists with itertools.chain")
+            raise TypeError(
+                "sum() in patterns adds numbers; join text with ''.join() and lists with itertools.chain"
+            )
         return sum(iterable, start)
 
     def type_(obj: Any) -> type:
@@ -150,7 +202,9 @@ def make_builtins(g: Guards, modules: dict[str, ModuleProxy], *, expression: boo
             g.sized(args[0], "these bytes")
         return bytes(*args, **kwargs)
 
-    def import_(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+    def import_(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
         if level or name not in modules:
             stop(FORBIDDEN, f"pattern stopped: import of {name!r} is not allowed in patterns")
         return modules[name]
@@ -221,11 +275,17 @@ def make_routed_getattr(g: Guards) -> Callable[[Any, str], Any]:
         if isinstance(obj, type):
             # The unbound method would take the value as an argument and skip the checks
             # below (`Counter.elements(c)`, `type(p).sub(p, ...)`, `str.format(...)`).
-            stop(FORBIDDEN, f"pattern stopped: {obj.__name__}.{name} is not available in patterns; call it on a value")
+            stop(
+                FORBIDDEN,
+                f"pattern stopped: {obj.__name__}.{name} is not available in patterns; call it on a value",
+            )
         method = getattr(obj, name)
         if isinstance(obj, _SCALAR_TEXT):
             if name in ("format", "format_map"):
-                stop(FORBIDDEN, "pattern stopped: str.format can read private attributes and is not available in patterns; use an f-string")
+                stop(
+                    FORBIDDEN,
+                    "pattern stopped: str.format can read private attributes and is not available in patterns; use an f-string",
+                )
             if name == "join":
                 return lambda items: _join(g, obj, items)
             if name in ("ljust", "rjust", "center", "zfill"):
@@ -242,7 +302,9 @@ def make_routed_getattr(g: Guards) -> Callable[[Any, str], Any]:
         if name == "elements" and isinstance(obj, Counter):
             return lambda: _elements(g, obj)
         if name in ("sub", "subn") and hasattr(obj, "groupindex"):  # a compiled re.Pattern
-            return lambda repl, string, count=0: sub(obj, repl, string, count, with_count=name == "subn")
+            return lambda repl, string, count=0: sub(
+                obj, repl, string, count, with_count=name == "subn"
+            )
         if name == "expand" and hasattr(obj, "groupdict"):  # an re.Match
             return lambda template: guarded_expand(g, obj, template)
         if name == "strftime" and hasattr(obj, "isoformat"):
@@ -285,11 +347,60 @@ def _elements(g: Guards, counter: Counter[Any]) -> Any:
     return counter.elements()
 
 
-_PLAIN_BUILTINS = (
-    "None True False abs all any bin bool callable chr complex dict divmod enumerate filter float "
-    "frozenset hash hex int isinstance issubclass len list map max min next oct ord reversed set "
-    "slice sorted str tuple zip bytes "
-    "ArithmeticError AssertionError AttributeError BaseException Exception IndexError KeyError "
-    "LookupError NameError OverflowError RecursionError RuntimeError StopIteration TypeError "
-    "UnicodeError ValueError ZeroDivisionError"
-).split()
+_PLAIN_BUILTINS = [
+    "None",
+    "True",
+    "False",
+    "abs",
+    "all",
+    "any",
+    "bin",
+    "bool",
+    "callable",
+    "chr",
+    "complex",
+    "dict",
+    "divmod",
+    "enumerate",
+    "filter",
+    "float",
+    "frozenset",
+    "hash",
+    "hex",
+    "int",
+    "isinstance",
+    "issubclass",
+    "len",
+    "list",
+    "map",
+    "max",
+    "min",
+    "next",
+    "oct",
+    "ord",
+    "reversed",
+    "set",
+    "slice",
+    "sorted",
+    "str",
+    "tuple",
+    "zip",
+    "bytes",
+    "ArithmeticError",
+    "AssertionError",
+    "AttributeError",
+    "BaseException",
+    "Exception",
+    "IndexError",
+    "KeyError",
+    "LookupError",
+    "NameError",
+    "OverflowError",
+    "RecursionError",
+    "RuntimeError",
+    "StopIteration",
+    "TypeError",
+    "UnicodeError",
+    "ValueError",
+    "ZeroDivisionError",
+]

@@ -31,7 +31,12 @@ from types import CodeType
 from typing import Any, ClassVar
 
 from RestrictedPython import compile_restricted_eval, compile_restricted_exec
-from RestrictedPython.transformer import INSPECT_ATTRIBUTES, IOPERATOR_TO_STR, RestrictingNodeTransformer, copy_locations
+from RestrictedPython.transformer import (
+    INSPECT_ATTRIBUTES,
+    IOPERATOR_TO_STR,
+    RestrictingNodeTransformer,
+    copy_locations,
+)
 
 from aa.mesh import PatternError
 
@@ -71,7 +76,9 @@ def _where(exc: SyntaxError) -> str:
     """Where a syntax error is, as a user counts: Python says column 0 for the end."""
     if not exc.lineno:
         return "in the source"
-    return f"line {exc.lineno}, col {exc.offset}" if exc.offset else f"line {exc.lineno}, at its end"
+    return (
+        f"line {exc.lineno}, col {exc.offset}" if exc.offset else f"line {exc.lineno}, at its end"
+    )
 
 
 def _is_script(source: str) -> bool:
@@ -83,7 +90,9 @@ def _is_script(source: str) -> bool:
     return True
 
 
-def compile_python(source: str, *, expression: bool, modules: dict[str, frozenset[str]]) -> CompiledPython:
+def compile_python(
+    source: str, *, expression: bool, modules: dict[str, frozenset[str]]
+) -> CompiledPython:
     """Compile *source* as a pattern expression (or script). Raises `PatternError` with code
     `pattern-compile` or `pattern-refused` and a message naming line and column."""
     mode = "eval" if expression else "exec"
@@ -93,7 +102,9 @@ def compile_python(source: str, *, expression: bool, modules: dict[str, frozense
         hint = ""
         if expression and _is_script(source):
             hint = ' (it is statements: a script pattern, format "script" or `aa subscribe --script FILE`, runs them)'
-        raise PatternError(f"pattern does not compile: {_where(exc)}: {exc.msg}{hint}", code=COMPILE_ERROR) from None
+        raise PatternError(
+            f"pattern does not compile: {_where(exc)}: {exc.msg}{hint}", code=COMPILE_ERROR
+        ) from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise PatternError(f"pattern does not compile: {_short(exc)}", code=COMPILE_ERROR) from None
 
@@ -101,20 +112,29 @@ def compile_python(source: str, *, expression: bool, modules: dict[str, frozense
     mentions = names.union(
         n.attr if isinstance(n, ast.Attribute) else str(n.value)
         for n in ast.walk(tree)
-        if isinstance(n, ast.Attribute) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        if isinstance(n, ast.Attribute)
+        or (isinstance(n, ast.Constant) and isinstance(n.value, str))
     )
     loops = any(isinstance(n, _LOOPS) for n in ast.walk(tree))
     base = _ExprPolicy if expression else _ScriptPolicy
-    policy = type(base.__name__, (base,), {"modules": modules})  # per call: engines may live in threads
+    policy = type(
+        base.__name__, (base,), {"modules": modules}
+    )  # per call: engines may live in threads
     compiler = compile_restricted_eval if expression else compile_restricted_exec
     try:
         result = compiler(tree, filename="<pattern>", policy=policy)  # type: ignore[arg-type]
     except SyntaxError as exc:  # found by CPython's compiler, e.g. 'return' outside function
-        raise PatternError(f"pattern does not compile: {_where(exc)}: {exc.msg}", code=COMPILE_ERROR) from None
+        raise PatternError(
+            f"pattern does not compile: {_where(exc)}: {exc.msg}", code=COMPILE_ERROR
+        ) from None
     except (RecursionError, MemoryError):
-        raise PatternError("pattern does not compile: it is nested too deeply", code=COMPILE_ERROR) from None
+        raise PatternError(
+            "pattern does not compile: it is nested too deeply", code=COMPILE_ERROR
+        ) from None
     if result.errors:
-        raise PatternError("pattern refused: " + "; ".join(dict.fromkeys(result.errors)), code=REFUSED)
+        raise PatternError(
+            "pattern refused: " + "; ".join(dict.fromkeys(result.errors)), code=REFUSED
+        )
     assert result.code is not None
     return CompiledPython(code=result.code, names=names, mentions=mentions, loops=loops)
 
@@ -131,7 +151,11 @@ class _Policy(RestrictingNodeTransformer):
 
     def error(self, node: ast.AST, info: str) -> None:
         line, col = getattr(node, "lineno", None), getattr(node, "col_offset", None)
-        where = f"line {line}, col {col + 1}" if line is not None and col is not None else f"line {line}"
+        where = (
+            f"line {line}, col {col + 1}"
+            if line is not None and col is not None
+            else f"line {line}"
+        )
         self.errors.append(f"{where}: {info}")
 
     def _call(self, name: str, args: list[ast.expr], where: Any) -> ast.Call:
@@ -147,7 +171,9 @@ class _Policy(RestrictingNodeTransformer):
             self.error(node, f"{node.id!r} is not available in patterns ({reason})")
             return node
         if node.id == "state" and not isinstance(node.ctx, ast.Load):
-            self.error(node, "'state' cannot be rebound; change it in place, e.g. state['high'] = True")
+            self.error(
+                node, "'state' cannot be rebound; change it in place, e.g. state['high'] = True"
+            )
         return super().visit_Name(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
@@ -178,9 +204,14 @@ class _Policy(RestrictingNodeTransformer):
             name = node.args[1]
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
                 if name.value.startswith("_") or name.value in INSPECT_ATTRIBUTES:
-                    self.error(node, f"{func.id}(x, {name.value!r}): private attributes are not accessible in patterns")
+                    self.error(
+                        node,
+                        f"{func.id}(x, {name.value!r}): private attributes are not accessible in patterns",
+                    )
         node = self.node_contents_visit(node)
-        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(
+            k.arg is None for k in node.keywords
+        ):
             node.args.insert(0, node.func)
             node.func = ast.Name("_apply_", ast.Load())
             copy_locations(node.func, node.args[0])
@@ -207,7 +238,10 @@ class _Policy(RestrictingNodeTransformer):
         new: ast.stmt
         if isinstance(target, ast.Name):
             args = [ast.Constant(op), ast.Name(target.id, ast.Load()), node.value]
-            new = ast.Assign(targets=[ast.Name(target.id, ast.Store())], value=self._call("_inplacevar_", args, node))
+            new = ast.Assign(
+                targets=[ast.Name(target.id, ast.Store())],
+                value=self._call("_inplacevar_", args, node),
+            )
         elif isinstance(target, ast.Subscript) and not isinstance(target.slice, ast.Slice):
             args = [target.value, target.slice, ast.Constant(op), node.value]
             new = ast.Expr(self._call("_aug_item_", args, node))
@@ -221,7 +255,9 @@ class _Policy(RestrictingNodeTransformer):
     def visit_FormattedValue(self, node: ast.FormattedValue) -> Any:
         node = self.node_contents_visit(node)
         spec: ast.expr = node.format_spec if node.format_spec is not None else ast.Constant(None)
-        call = self._call("_fstring_field_", [node.value, ast.Constant(node.conversion), spec], node)
+        call = self._call(
+            "_fstring_field_", [node.value, ast.Constant(node.conversion), spec], node
+        )
         new = ast.FormattedValue(value=call, conversion=-1, format_spec=None)
         copy_locations(new, node)
         return new
@@ -258,7 +294,9 @@ class _Policy(RestrictingNodeTransformer):
         node = super().visit_FunctionDef(node)  # type: ignore[assignment]
         guard = ast.Name("_guard_function_", ast.Load())
         copy_locations(guard, node)
-        node.decorator_list.append(guard)  # last = innermost: user decorators wrap the guarded function
+        node.decorator_list.append(
+            guard
+        )  # last = innermost: user decorators wrap the guarded function
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> Any:
@@ -286,17 +324,25 @@ class _Policy(RestrictingNodeTransformer):
     def visit_Import(self, node: ast.Import) -> Any:
         for alias in node.names:
             if alias.name not in self.modules:
-                self.error(node, f"import of {alias.name!r} is not allowed (patterns may import: {self._allowed()})")
+                self.error(
+                    node,
+                    f"import of {alias.name!r} is not allowed (patterns may import: {self._allowed()})",
+                )
         return super().visit_Import(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> Any:
         members = self.modules.get(node.module or "")
         if node.level or members is None:
-            self.error(node, f"import from {node.module!r} is not allowed (patterns may import: {self._allowed()})")
+            self.error(
+                node,
+                f"import from {node.module!r} is not allowed (patterns may import: {self._allowed()})",
+            )
         else:
             for alias in node.names:
                 if alias.name != "*" and alias.name not in members:
-                    self.error(node, f"module {node.module!r} has no member {alias.name!r} in patterns")
+                    self.error(
+                        node, f"module {node.module!r} has no member {alias.name!r} in patterns"
+                    )
         return super().visit_ImportFrom(node)
 
 

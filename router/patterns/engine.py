@@ -23,13 +23,28 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Any, Callable, Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
+from typing import Any
 
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
+from .buckets import (
+    Bucket,
+    Instance,
+    Matcher,
+    Member,
+    add_bucket,
+    add_member,
+    copy_state,
+    drop_bucket,
+    drop_member,
+    first,
+    freeze,
+    rekey_bucket,
+    shared_strings,
+)
 from .budget import SandboxStop
-from .buckets import Bucket, Instance, Matcher, Member, add_bucket, add_member, copy_state, drop_bucket, drop_member, first, freeze, rekey_bucket, shared_strings
 from .fastpath import parse_conjunction
 from .flatplan import plan_spaced
 from .grammar import parse_predicate
@@ -38,7 +53,15 @@ from .limits import Delivery, HostFacts, SandboxLimits
 from .predicates import Plan, PredicateProgram
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
-from .workers import MAX_STOP_MESSAGE, RemoteProgram, WorkerConfig, WorkerPool, WorkerTier, deliver_each, prechecked
+from .workers import (
+    MAX_STOP_MESSAGE,
+    RemoteProgram,
+    WorkerConfig,
+    WorkerPool,
+    WorkerTier,
+    deliver_each,
+    prechecked,
+)
 from .xpath_kernel import XmlCache, XPathProgram
 
 __all__ = ["PatternEngine", "Bucket", "Matcher", "PREDICATE_TIER", "WORKER_TIER", "SANDBOX_TIER"]
@@ -76,8 +99,14 @@ class PatternEngine:
     ) -> None:
         self.limits = limits
         # Patterns outside the predicate grammar run in worker processes (`workers.tier`).
-        self._tier = WorkerTier(isolation=isolation, host=host, limits=limits, config=workers,
-                                deliver=on_deliveries, on_stop=self._remote_stopped)
+        self._tier = WorkerTier(
+            isolation=isolation,
+            host=host,
+            limits=limits,
+            config=workers,
+            deliver=on_deliveries,
+            on_stop=self._remote_stopped,
+        )
         self._on_compiled = on_compiled
         self._sandbox = self.sandbox = Sandbox(host, limits)
         budget = self._sandbox.budget
@@ -93,7 +122,9 @@ class PatternEngine:
 
     # -- subscribers -----------------------------------------------------------------------
 
-    def subscribe(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> None:
+    def subscribe(
+        self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any] | None = None
+    ) -> None:
         """Add subscriber *key* with pattern *spec* and its *params*.
 
         Raises `UsageError` if *key* is already subscribed, `InvalidValue` for params outside
@@ -102,19 +133,29 @@ class PatternEngine:
         """
         if key in self._subs:
             raise UsageError(f"subscriber {key!r} is already subscribed")
-        own = shared_strings(dict(params)) if params else _NO_PARAMS  # shared: replaced, never changed
+        own = (
+            shared_strings(dict(params)) if params else _NO_PARAMS
+        )  # shared: replaced, never changed
         if own:  # (checked, and frozen below, only if there are any)
             check_values(own, "params")
         spec_key = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
         plan = None
         if instance is None:
-            if not own and spec.kernel == "python" and spec.format == "expr":  # the common subscribe: read and planned at once
+            if (
+                not own and spec.kernel == "python" and spec.format == "expr"
+            ):  # the common subscribe: read and planned at once
                 plan = plan_spaced(spec.source, self._sandbox.expr_builtins, self._index.posting)
-            program: Program | None = PredicateProgram(self._sandbox, spec.source, None) if plan is not None else self._predicate(spec)
+            program: Program | None = (
+                PredicateProgram(self._sandbox, spec.source, None)
+                if plan is not None
+                else self._predicate(spec)
+            )
             remote = program is None and self._tier.wants(spec)
             if program is None:
-                program = RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
+                program = (
+                    RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
+                )
             instance = Instance(spec_key, program, remote)
             self._instances[spec_key] = instance
         sub = Member(key, own, None, next(self._seq))  # type: ignore[arg-type]
@@ -183,7 +224,15 @@ class PatternEngine:
         sub.params = merged
         self._join(sub, instance, new_key, state, like=old if same else None)
 
-    def _join(self, sub: Member, instance: Instance, params_key: Any, state: dict[str, Any] | None, plan: Plan | None = None, like: Bucket | None = None) -> None:
+    def _join(
+        self,
+        sub: Member,
+        instance: Instance,
+        params_key: Any,
+        state: dict[str, Any] | None,
+        plan: Plan | None = None,
+        like: Bucket | None = None,
+    ) -> None:
         """*plan*: the new bucket's, if it was planned already; *like*: a placed bucket of
         the instance whose place (accesses and checks) the new bucket can take."""
         bucket = instance.buckets.get(params_key)
@@ -241,7 +290,9 @@ class PatternEngine:
         if spec.kernel != "python" or spec.format != "expr":
             return None
         sandbox = self._sandbox
-        grammar = parse_conjunction(spec.source) or parse_predicate(spec.source, sandbox.expr_builtins, sandbox.guards, closures=False)
+        grammar = parse_conjunction(spec.source) or parse_predicate(
+            spec.source, sandbox.expr_builtins, sandbox.guards, closures=False
+        )
         return None if grammar is None else PredicateProgram(sandbox, spec.source, grammar)
 
     def _compile(self, spec: PatternSpec) -> Program:
@@ -255,7 +306,9 @@ class PatternEngine:
         elif spec.kernel == "xpath":
             program = XPathProgram(self._sandbox, spec.source, self._xml)
         else:
-            raise UsageError(f"no kernel for {spec.kernel}/{spec.format}")  # PatternSpec checks first
+            raise UsageError(
+                f"no kernel for {spec.kernel}/{spec.format}"
+            )  # PatternSpec checks first
         if self._on_compiled is not None:
             self._on_compiled(spec, program)
         return program
@@ -335,7 +388,12 @@ class PatternEngine:
                 return PREDICATE_TIER
             return WORKER_TIER if instance.remote else SANDBOX_TIER
         if spec.kernel == "python" and spec.format == "expr":
-            if parse_predicate(spec.source, self._sandbox.expr_builtins, self._sandbox.guards, closures=False) is not None:
+            if (
+                parse_predicate(
+                    spec.source, self._sandbox.expr_builtins, self._sandbox.guards, closures=False
+                )
+                is not None
+            ):
                 return PREDICATE_TIER
         return WORKER_TIER if self._tier.wants(spec) else SANDBOX_TIER
 
@@ -391,7 +449,9 @@ class PatternEngine:
         found = {sub.key for b in buckets if id(b) not in stopped for sub in b.members.values()}
         # Pattern code (here, or a worker's, dry-run here) is asked one bucket at a time; the
         # list is copied first: a dry run may stop a pattern.
-        scan = list(self._scan) + [b for i in self._instances.values() if i.remote for b in i.buckets.values()]
+        scan = list(self._scan) + [
+            b for i in self._instances.values() if i.remote for b in i.buckets.values()
+        ]
         for bucket in scan:
             key = next(iter(bucket.members), None)
             if key is not None and key in self._subs and self.matches_prototype(key, prototype):
@@ -402,7 +462,9 @@ class PatternEngine:
             keys = [k for k in keys if self._subs[k].bucket.instance.program.mentions & names]
         return keys
 
-    def pattern_warnings(self, spec: PatternSpec, seen: Collection[str], params: Mapping[str, Any] | None = None) -> list[str]:
+    def pattern_warnings(
+        self, spec: PatternSpec, seen: Collection[str], params: Mapping[str, Any] | None = None
+    ) -> list[str]:
         """Why *spec* may never match, given the value names *seen* on the mesh: unseen names
         (with the closest seen one) and bare names meant as text (`advice.py`)."""
         known = self._sandbox.expr_builtins.keys() | self._sandbox.script_builtins.keys()
@@ -422,7 +484,7 @@ class PatternEngine:
         kernel, format, source = sub.bucket.instance.spec_key
         return PatternSpec(kernel=kernel, format=format, source=source)
 
-    def matcher(self, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> "Matcher":
+    def matcher(self, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> Matcher:
         """A predicate for *spec* that is not a subscriber: `match` never evaluates it, so it
         costs nothing until called (`hot = engine.matcher(spec); hot(event) -> bool`).
         Client caches and history queries use it.
@@ -443,7 +505,9 @@ class PatternEngine:
             if existing is None and prechecked(spec):
                 self._compile(spec)  # refused now if it breaks a rule; it runs only in a worker
             return self._tier.matcher(spec, own)  # `workers.RemoteMatcher`
-        instance = existing if existing is not None else Instance(spec_key, program or self._compile(spec))
+        instance = (
+            existing if existing is not None else Instance(spec_key, program or self._compile(spec))
+        )
         bucket = Bucket(instance, own, freeze(own))  # detached: not in instance.buckets
         m = Matcher(self, bucket)
         # A member to forward to, so scripts (`forward()` reaches members) can accept.
@@ -451,7 +515,9 @@ class PatternEngine:
         instance.program.prepare(bucket)
         return m
 
-    def _stop_all(self, failures: list[tuple[Bucket, SandboxStop]], out: list[Delivery]) -> list[Delivery]:
+    def _stop_all(
+        self, failures: list[tuple[Bucket, SandboxStop]], out: list[Delivery]
+    ) -> list[Delivery]:
         """Stop each failed bucket (its params, its state); the pattern's other buckets go
         on: their subscribers do not pay for params they did not choose."""
         reports = []
@@ -491,7 +557,9 @@ class PatternEngine:
         return list(self._subs)
 
 
-_NO_PARAMS: dict[str, Any] = {}  # of every subscriber without any (an empty dict costs 64 bytes each)
+_NO_PARAMS: dict[
+    str, Any
+] = {}  # of every subscriber without any (an empty dict costs 64 bytes each)
 
 
 def _mentioned(program: Program) -> frozenset[str]:

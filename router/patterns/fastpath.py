@@ -161,7 +161,9 @@ def _parse_tokens(tokens: list[tuple[str, str, str, str, str]]) -> Grammar | Non
             if op is not None:
                 assert prev is not None
                 if prev[0] == "name":
-                    reads = frozenset((prev[1], ref[1])) if ref[0] == "name" else frozenset((prev[1],))
+                    reads = (
+                        frozenset((prev[1], ref[1])) if ref[0] == "name" else frozenset((prev[1],))
+                    )
                 else:
                     reads = frozenset((ref[1],)) if ref[0] == "name" else _NO_READS
                 atoms.append(Atom(op, prev, ref, False, None, reads))

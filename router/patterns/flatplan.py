@@ -19,11 +19,28 @@ which then takes the general path; the property tests compare each with it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .fastpath import COMPARE_OPS, CONSTANT_WORDS, MAX_FAST_SOURCE, NOT_OPERANDS
 from .grammar import OPS, Atom
-from .plans import EQ, FLIP, INTERVAL, MAX_BOUNDS_PAIRED, NO_NAMES, PARAM, RANGE, VALUE, Access, Check, Conj, Plan, bounded, hashable, intern_names
+from .plans import (
+    EQ,
+    FLIP,
+    INTERVAL,
+    MAX_BOUNDS_PAIRED,
+    NO_NAMES,
+    PARAM,
+    RANGE,
+    VALUE,
+    Access,
+    Check,
+    Conj,
+    Plan,
+    bounded,
+    hashable,
+    intern_names,
+)
 
 __all__ = ["flat_plan", "plan_spaced"]
 
@@ -45,7 +62,9 @@ def _src(name: str) -> tuple[int, str]:
     return got
 
 
-def flat_plan(atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[str, Any], posting: Any) -> Plan | None:
+def flat_plan(
+    atoms: list[Atom], params: Mapping[str, Any], builtins: Mapping[str, Any], posting: Any
+) -> Plan | None:
     """The plan of `_plan` for *atoms*, each a comparison of an event value with a constant
     or a param, one side each, at least one of them indexable (checks that compare with a
     param read it when verifying: `PARAM`); None for anything else."""
@@ -149,7 +168,13 @@ def plan_spaced(source: str, builtins: Mapping[str, Any], posting: Any) -> Plan 
     return _choose(checks, eqs, ranges, posting, None)
 
 
-def _choose(checks: list[Check], eqs: list[Option], ranges: list[Option], posting: Any, pnames: list[str | None] | None) -> Plan | None:
+def _choose(
+    checks: list[Check],
+    eqs: list[Option],
+    ranges: list[Option],
+    posting: Any,
+    pnames: list[str | None] | None,
+) -> Plan | None:
     """The best kind (EQ, else INTERVAL, else RANGE), then the shortest posting, then the
     first atoms: `_plan`'s choice, with an Access built for the chosen one only. *pnames*:
     the param each check reads (None: no check reads one)."""
@@ -185,4 +210,9 @@ def _intervals(ranges: list[Option]) -> list[Option]:
     if not lows:
         return []
     highs = [r for r in ranges if r[2][0][0] == "<" and bounded(r[2][1])][:MAX_BOUNDS_PAIRED]
-    return [(INTERVAL, lo[1], lo[2] + hi[2], lo[3] + hi[3]) for lo in lows for hi in highs if lo[1] == hi[1] and hi[2][1] >= lo[2][1]]
+    return [
+        (INTERVAL, lo[1], lo[2] + hi[2], lo[3] + hi[3])
+        for lo in lows
+        for hi in highs
+        if lo[1] == hi[1] and hi[2][1] >= lo[2][1]
+    ]

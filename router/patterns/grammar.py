@@ -46,14 +46,38 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .calls import FORBIDDEN_NAMES
 from .guards import Guards
-from .shapes import _CONTEXT, MAX_DNF_TERMS, Ref, _and_leaves, _method_call, _product, _ref, _ref_names, _reads, _union
+from .shapes import (
+    _CONTEXT,
+    MAX_DNF_TERMS,
+    Ref,
+    _and_leaves,
+    _method_call,
+    _product,
+    _reads,
+    _ref,
+    _ref_names,
+    _union,
+)
 
-__all__ = ["Atom", "Grammar", "Ref", "OPS", "parse_predicate", "MAX_PREDICATE_SOURCE", "MAX_PREDICATE_NODES", "MAX_DNF_TERMS", "MAX_PREDICATE_INT_BITS", "MAX_PREDICATE_SEQUENCE", "MAX_PREDICATE_CALLS"]
+__all__ = [
+    "Atom",
+    "Grammar",
+    "Ref",
+    "OPS",
+    "parse_predicate",
+    "MAX_PREDICATE_SOURCE",
+    "MAX_PREDICATE_NODES",
+    "MAX_DNF_TERMS",
+    "MAX_PREDICATE_INT_BITS",
+    "MAX_PREDICATE_SEQUENCE",
+    "MAX_PREDICATE_CALLS",
+]
 
 #: Longest source (characters) considered for the predicate tier. Real predicates are a line;
 #: a longer source goes to the python kernel, whose compilation is budgeted.
@@ -78,13 +102,30 @@ MAX_PREDICATE_CALLS = 16
 
 Fn = Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any]
 _MISSING: Any = object()
-_CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-        ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}  # fmt: skip
+_CMP = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+}
 OPS: dict[str, Callable[[Any, Any], Any]] = {
-    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
-    ">=": operator.ge, "is": operator.is_, "is not": operator.is_not,
-    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
-}  # fmt: skip
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "is": operator.is_,
+    "is not": operator.is_not,
+    "in": lambda a, b: a in b,
+    "not in": lambda a, b: a not in b,
+}
 _METHODS = {"startswith": 1, "endswith": 1, "lower": 0, "upper": 0}
 _SCALARS = (int, float, str, bytes, bool, type(None))
 
@@ -128,7 +169,9 @@ class Grammar:
     arithmetic: bool = False
 
 
-def parse_predicate(source: str, builtins: Mapping[str, Any], guards: Guards, closures: bool = True) -> Grammar | None:
+def parse_predicate(
+    source: str, builtins: Mapping[str, Any], guards: Guards, closures: bool = True
+) -> Grammar | None:
     """The predicate form of *source*, or None if it is outside the grammar (or invalid).
 
     Without *closures*, `fn` and the atoms' `fn` are None: that is all the index needs for
@@ -164,7 +207,14 @@ class _Compiler:
             dnf = [[a for leaf in leaves for a in self.atoms(leaf)]]
         else:
             dnf = self.dnf(body, False)
-        return Grammar(fn, leaves is not None, dnf, frozenset(self.names), frozenset(self.mentions), self.arithmetic)
+        return Grammar(
+            fn,
+            leaves is not None,
+            dnf,
+            frozenset(self.names),
+            frozenset(self.mentions),
+            self.arithmetic,
+        )
 
     # -- closures --------------------------------------------------------------------------
 
@@ -183,7 +233,9 @@ class _Compiler:
             items = [self.expr(e, d) for e in node.elts]
             if any(isinstance(e, ast.Starred) for e in node.elts):
                 raise _Outside
-            make: Callable[[Any], Any] = {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)]
+            make: Callable[[Any], Any] = {ast.Tuple: tuple, ast.List: list, ast.Set: set}[
+                type(node)
+            ]
             return lambda values, event, params: make([f(values, event, params) for f in items])
         if isinstance(node, ast.BoolOp):
             parts = [self.expr(v, d) for v in node.values]
@@ -222,7 +274,11 @@ class _Compiler:
         return resolve
 
     def unary(self, node: ast.UnaryOp, d: int) -> Fn:
-        if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
+        if (
+            isinstance(node.op, ast.USub)
+            and isinstance(node.operand, ast.Constant)
+            and type(node.operand.value) in (int, float)
+        ):
             c: Any = -node.operand.value  # type: ignore[operator]
             return lambda values, event, params: c
         f = self.expr(node.operand, d)
@@ -237,12 +293,19 @@ class _Compiler:
     def compare(self, node: ast.Compare, d: int) -> Fn:
         ops = [OPS[_op(o)] for o in node.ops]
         for o, right in zip(node.ops, node.comparators):
-            if isinstance(o, (ast.Is, ast.IsNot)) and not (isinstance(right, ast.Constant) and right.value in (None, True, False)):
+            if isinstance(o, (ast.Is, ast.IsNot)) and not (
+                isinstance(right, ast.Constant) and right.value in (None, True, False)
+            ):
                 raise _Outside  # identity is defined only against the singletons
-        operands = [self.operand_of_in(n, d, i > 0 and isinstance(node.ops[i - 1], (ast.In, ast.NotIn))) for i, n in enumerate([node.left, *node.comparators])]
+        operands = [
+            self.operand_of_in(n, d, i > 0 and isinstance(node.ops[i - 1], (ast.In, ast.NotIn)))
+            for i, n in enumerate([node.left, *node.comparators])
+        ]
         if len(ops) == 1:
             op, lf, rf = ops[0], operands[0], operands[1]
-            return lambda values, event, params: op(lf(values, event, params), rf(values, event, params))
+            return lambda values, event, params: op(
+                lf(values, event, params), rf(values, event, params)
+            )
 
         def chain(values: Mapping[str, Any], event: Any, params: Mapping[str, Any]) -> Any:
             left = operands[0](values, event, params)
@@ -263,13 +326,20 @@ class _Compiler:
     def binop(self, node: ast.BinOp, d: int) -> Fn:
         g = self.guards
         ops: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-            ast.Add: _capped_add(g), ast.Sub: operator.sub, ast.Mult: _capped_mul(g), ast.Div: operator.truediv,
-            ast.FloorDiv: operator.floordiv, ast.Mod: g.mod, ast.Pow: _capped_pow(g),
-        }  # fmt: skip
+            ast.Add: _capped_add(g),
+            ast.Sub: operator.sub,
+            ast.Mult: _capped_mul(g),
+            ast.Div: operator.truediv,
+            ast.FloorDiv: operator.floordiv,
+            ast.Mod: g.mod,
+            ast.Pow: _capped_pow(g),
+        }
         op = ops.get(type(node.op))
         if op is None:
             raise _Outside  # bit operations, @
-        if isinstance(node.op, (ast.Add, ast.Mult, ast.Mod)) and (_literal_sequence(node.left) or _literal_sequence(node.right)):
+        if isinstance(node.op, (ast.Add, ast.Mult, ast.Mod)) and (
+            _literal_sequence(node.left) or _literal_sequence(node.right)
+        ):
             raise _Outside  # building strings or lists from literals: the worker tier's job
         if isinstance(node.op, ast.Mod):
             op = _numbers_only(op)  # "%" formatting of an event's string: the worker tier's job
@@ -288,7 +358,11 @@ class _Compiler:
         if isinstance(node.slice, ast.Slice):
             raise _Outside
         base = node.value
-        obj = _context(base.id) if isinstance(base, ast.Name) and base.id in ("meta", "event", "params") else self.expr(base, d)
+        obj = (
+            _context(base.id)
+            if isinstance(base, ast.Name) and base.id in ("meta", "event", "params")
+            else self.expr(base, d)
+        )
         key = self.expr(node.slice, d)
         return lambda values, event, params: obj(values, event, params)[key(values, event, params)]
 
@@ -302,7 +376,9 @@ class _Compiler:
         if isinstance(func, ast.Name) and func.id == "len" and len(node.args) == 1:
             f, arg = self.name("len", bare=True), self.expr(node.args[0], d)
             self.names.discard("len")
-            return lambda values, event, params: f(values, event, params)(arg(values, event, params))
+            return lambda values, event, params: f(values, event, params)(
+                arg(values, event, params)
+            )
         if isinstance(func, ast.Attribute) and _METHODS.get(func.attr) == len(node.args):
             method = func.attr
             self.mentions.add(method)
@@ -311,7 +387,9 @@ class _Compiler:
             if not args:
                 return lambda values, event, params: getattr(obj(values, event, params), method)()
             a0 = args[0]
-            return lambda values, event, params: getattr(obj(values, event, params), method)(a0(values, event, params))
+            return lambda values, event, params: getattr(obj(values, event, params), method)(
+                a0(values, event, params)
+            )
         raise _Outside
 
     # -- atoms -----------------------------------------------------------------------------
@@ -320,7 +398,12 @@ class _Compiler:
         """The atoms of one leaf of a conjunction (a chain gives one atom per link)."""
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             inner = node.operand
-            if isinstance(inner, ast.Compare) and len(inner.ops) == 1 or _method_call(inner) or _ref(inner)[0] != "other":
+            if (
+                isinstance(inner, ast.Compare)
+                and len(inner.ops) == 1
+                or _method_call(inner)
+                or _ref(inner)[0] != "other"
+            ):
                 return self.atoms(inner, not negated)
         if isinstance(node, ast.Compare) and (len(node.ops) == 1 or not negated):
             out = []
@@ -330,17 +413,46 @@ class _Compiler:
                 link = ast.Compare(left=left, ops=[o], comparators=[right])
                 fn = self.compare(link, 0)
                 lr, rr = _ref(left), _ref(right, _op(o) in ("in", "not in"))
-                reads = _ref_names(lr, rr) if lr[0] != "other" and rr[0] != "other" else _reads(link)
+                reads = (
+                    _ref_names(lr, rr) if lr[0] != "other" and rr[0] != "other" else _reads(link)
+                )
                 out.append(Atom(_op(o), lr, rr, negated, self._keep(fn, negated), reads))
             return out
         fn = self.expr(node, 0)
         call = _method_call(node)
         if call is not None and call[0] in ("startswith", "endswith"):
-            return [Atom(call[0], _ref(call[1]), _ref(call[2]), negated, self._keep(fn, negated), _reads(node))]
+            return [
+                Atom(
+                    call[0],
+                    _ref(call[1]),
+                    _ref(call[2]),
+                    negated,
+                    self._keep(fn, negated),
+                    _reads(node),
+                )
+            ]
         ref = _ref(node)
         if ref[0] != "other":
-            return [Atom("truthy", ref, ("const", None), negated, self._keep(fn, negated), _ref_names(ref))]
-        return [Atom("other", ("other", None), ("const", None), negated, self._keep(fn, negated), _reads(node))]
+            return [
+                Atom(
+                    "truthy",
+                    ref,
+                    ("const", None),
+                    negated,
+                    self._keep(fn, negated),
+                    _ref_names(ref),
+                )
+            ]
+        return [
+            Atom(
+                "other",
+                ("other", None),
+                ("const", None),
+                negated,
+                self._keep(fn, negated),
+                _reads(node),
+            )
+        ]
 
     def _keep(self, fn: Fn, negated: bool) -> Any:
         return _negate(fn, negated) if self.closures else None
@@ -354,7 +466,10 @@ class _Compiler:
             parts = [self.dnf(v, negated) for v in node.values]
             return _product(parts) if conjunctive else _union(parts)
         if isinstance(node, ast.Compare) and len(node.ops) > 1 and negated:
-            links = [ast.Compare(left=l, ops=[o], comparators=[r]) for l, o, r in zip([node.left, *node.comparators], node.ops, node.comparators)]
+            links = [
+                ast.Compare(left=l, ops=[o], comparators=[r])
+                for l, o, r in zip([node.left, *node.comparators], node.ops, node.comparators)
+            ]
             return _union([self.dnf(link, True) for link in links])
         return [self.atoms(node, negated)]
 
@@ -469,7 +584,13 @@ def _capped_mul(g: Guards) -> Callable[[Any, Any], Any]:
 
 def _capped_pow(g: Guards) -> Callable[[Any, Any], Any]:
     def pow_(a: Any, b: Any) -> Any:
-        if isinstance(a, int) and type(b) is int and b > 1 and a not in (0, 1, -1) and a.bit_length() * b > MAX_PREDICATE_INT_BITS + 1:
+        if (
+            isinstance(a, int)
+            and type(b) is int
+            and b > 1
+            and a not in (0, 1, -1)
+            and a.bit_length() * b > MAX_PREDICATE_INT_BITS + 1
+        ):
             raise _TooBig
         return g.pow(a, b)
 

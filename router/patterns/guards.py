@@ -19,10 +19,10 @@ from __future__ import annotations
 import operator
 import re
 from collections import deque
-from collections.abc import ItemsView, KeysView, Mapping, ValuesView
-from functools import partial
+from collections.abc import Callable, ItemsView, KeysView, Mapping, ValuesView
 from datetime import date, datetime, time, timedelta
-from typing import Any, Callable
+from functools import partial
+from typing import Any
 
 from .budget import MEMORY, Budget, SandboxStop
 from .limits import CHARGE_THRESHOLD, MAX_CALL_DEPTH, MAX_FORMAT_WIDTH, MAX_INT_BITS, SandboxLimits
@@ -259,7 +259,10 @@ class Guards:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if budget.depth >= MAX_CALL_DEPTH:
-                budget.stop(MEMORY, f"pattern stopped: its functions recursed deeper than {MAX_CALL_DEPTH} calls")
+                budget.stop(
+                    MEMORY,
+                    f"pattern stopped: its functions recursed deeper than {MAX_CALL_DEPTH} calls",
+                )
             tick()
             budget.depth += 1
             try:

@@ -38,15 +38,29 @@ subscriptions.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
 from aa.mesh import Event
 
 from .budget import SandboxStop
+from .plans import (
+    EQ,
+    INTERVAL,
+    MAX_INTERVAL_BOUND,
+    META,
+    PARAM,
+    PREFIX,
+    RANGE,
+    SUFFIX,
+    TYPE,
+    VALUE,
+    Plan,
+    hashable,
+)
 from .postings import Entry, Posting, post, posting_size, unpost
-from .plans import EQ, INTERVAL, MAX_INTERVAL_BOUND, META, PARAM, PREFIX, PRESENT, RANGE, SUFFIX, TYPE, VALUE, Plan, hashable
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -60,7 +74,16 @@ _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 class _Field:
     """The index of one event field."""
 
-    __slots__ = ("eq", "ranges", "intervals", "prefix", "prefix_lens", "suffix", "suffix_lens", "present")
+    __slots__ = (
+        "eq",
+        "ranges",
+        "intervals",
+        "prefix",
+        "prefix_lens",
+        "suffix",
+        "suffix_lens",
+        "present",
+    )
 
     def __init__(self) -> None:
         self.eq: dict[Any, Posting] = {}
@@ -79,7 +102,9 @@ class _Field:
         self.present: dict[Entry, None] = {}
 
     def empty(self) -> bool:
-        return not (self.eq or self.ranges or self.intervals or self.prefix or self.suffix or self.present)
+        return not (
+            self.eq or self.ranges or self.intervals or self.prefix or self.suffix or self.present
+        )
 
     def add(self, e: Entry) -> None:
         """File *e* under its access (the entry keeps the access's kind, src and keys)."""
@@ -99,7 +124,11 @@ class _Field:
                 got = self.intervals[cls] = (2.0**cls, {})
             post(got[1], math.floor(e.keys[1] / got[0]), e)
         elif kind == PREFIX or kind == SUFFIX:
-            table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
+            table, lens = (
+                (self.prefix, self.prefix_lens)
+                if kind == PREFIX
+                else (self.suffix, self.suffix_lens)
+            )
             for k in e.keys:
                 if k not in table:
                     lens[len(k)] = lens.get(len(k), 0) + 1
@@ -125,7 +154,11 @@ class _Field:
             if not cells:
                 del self.intervals[cls]
         elif kind == PREFIX or kind == SUFFIX:
-            table, lens = (self.prefix, self.prefix_lens) if kind == PREFIX else (self.suffix, self.suffix_lens)
+            table, lens = (
+                (self.prefix, self.prefix_lens)
+                if kind == PREFIX
+                else (self.suffix, self.suffix_lens)
+            )
             for k in e.keys:
                 unpost(table, k, e)
                 if k not in table:
@@ -139,7 +172,11 @@ class _Field:
 
     def size(self, kind: str, keys: Any) -> int:
         if kind == EQ:
-            return posting_size(self.eq.get(keys[0])) if len(keys) == 1 else sum(posting_size(self.eq.get(k)) for k in keys)
+            return (
+                posting_size(self.eq.get(keys[0]))
+                if len(keys) == 1
+                else sum(posting_size(self.eq.get(k)) for k in keys)
+            )
         if kind == RANGE:
             return len(self.ranges.get(_side(keys), ()))
         if kind == INTERVAL:
@@ -162,7 +199,11 @@ class _Field:
                     out.append(p)
                 else:
                     out.extend(p)
-        if self.intervals and isinstance(v, (int, float)) and -MAX_INTERVAL_BOUND < v < MAX_INTERVAL_BOUND:
+        if (
+            self.intervals
+            and isinstance(v, (int, float))
+            and -MAX_INTERVAL_BOUND < v < MAX_INTERVAL_BOUND
+        ):
             for width, cells in self.intervals.values():
                 cell = math.floor(v / width)
                 for p in (cells.get(cell), cells.get(cell - 1)):
@@ -170,10 +211,18 @@ class _Field:
                         continue
                     for e in (p,) if type(p) is Entry else p:
                         lo_op, lo, hi_op, hi = e.keys
-                        if (lo < v or lo == v and lo_op == ">=") and (v < hi or v == hi and hi_op == "<="):
+                        if (lo < v or lo == v and lo_op == ">=") and (
+                            v < hi or v == hi and hi_op == "<="
+                        ):
                             out.append(e)
         if self.ranges:
-            family = "s" if isinstance(v, str) else "n" if isinstance(v, (int, float)) and v == v else None
+            family = (
+                "s"
+                if isinstance(v, str)
+                else "n"
+                if isinstance(v, (int, float)) and v == v
+                else None
+            )
             if family is not None:
                 probe = (v, 1)
                 lo = self.ranges.get((family, "lo"))
@@ -226,7 +275,7 @@ class PredicateIndex:
         self._meta: dict[str, _Field] = {}
         self._scan: dict[Entry, None] = {}
         #: Shadowed name → the buckets to evaluate whole when an event carries that name.
-        self._shadow: dict[str, dict["Bucket", None]] = {}
+        self._shadow: dict[str, dict[Bucket, None]] = {}
         self._count = 0
         self._reset = verify_budget or (lambda: None)
 
@@ -250,7 +299,7 @@ class PredicateIndex:
         f = self._field(src, create=False)
         return 0 if f is None else f.size(kind, keys)
 
-    def add(self, bucket: "Bucket", plan: Plan) -> None:
+    def add(self, bucket: Bucket, plan: Plan) -> None:
         """Place *bucket* (a hashable, slotted engine bucket) as *plan* says."""
         entries: list[Entry] = []
         full = not plan.exact
@@ -273,7 +322,7 @@ class PredicateIndex:
         bucket.placed = entries[0] if alone else (shadow, pinned, *entries)
         self._count += 1
 
-    def place_like(self, bucket: "Bucket", like: "Bucket") -> None:
+    def place_like(self, bucket: Bucket, like: Bucket) -> None:
         """Place *bucket* as placed *like* is (its accesses and checks), without planning:
         for a subscriber leaving a shared bucket by an update of params the index does not
         read (`movable`): the checks read the params when verifying."""
@@ -302,7 +351,7 @@ class PredicateIndex:
             assert f is not None
             f.add(e)
 
-    def remove(self, bucket: "Bucket") -> None:
+    def remove(self, bucket: Bucket) -> None:
         """Take *bucket* out (no-op if it is not placed)."""
         placed = bucket.placed
         if placed is None:
@@ -330,7 +379,7 @@ class PredicateIndex:
             else:
                 del self._scan[e]
 
-    def movable(self, bucket: "Bucket", names: Any) -> bool:
+    def movable(self, bucket: Bucket, names: Any) -> bool:
         """Whether params *names* of placed *bucket* can change without placing it again:
         its plan reads them when verifying and its accesses use none of them (the caller
         also keeps the set of param names as it is, so names resolve as they did)."""
@@ -342,7 +391,7 @@ class PredicateIndex:
         pinned = placed[1]
         return pinned is not None and pinned.isdisjoint(names)
 
-    def rekey(self, bucket: "Bucket", changed: Any, before: Any) -> bool:
+    def rekey(self, bucket: Bucket, changed: Any, before: Any) -> bool:
         """Re-file placed *bucket* when the one param *changed* is its access's equality key
         (`Price == limit`, filed under the limit): its checks read params when verifying.
         False: the plan must be made again (`PatternEngine.update`)."""
@@ -351,7 +400,12 @@ class PredicateIndex:
             return False
         ((name, value),) = changed.items()
         e, old = placed[2], before.get(name)
-        if placed[1] != {name} or e.kind != EQ or e.keys != (old,) or not type(value) is type(old) is type(e.keys[0]):
+        if (
+            placed[1] != {name}
+            or e.kind != EQ
+            or e.keys != (old,)
+            or not type(value) is type(old) is type(e.keys[0])
+        ):
             return False
         if not hashable(value):  # unhashable, or NaN (equal to nothing)
             return False
@@ -362,7 +416,9 @@ class PredicateIndex:
         f.add(e)
         return True
 
-    def match(self, event: Event, stamp: int) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
+    def match(
+        self, event: Event, stamp: int
+    ) -> tuple[list[Bucket], list[tuple[Bucket, SandboxStop]]]:
         """The placed buckets whose pattern *event* matches, and the ones the sandbox stopped.
         Marks each evaluated bucket with *stamp* (so a bucket is evaluated at most once)."""
         values = event.values
@@ -381,7 +437,7 @@ class PredicateIndex:
                     f.collect(v, cands)
         if self._scan:
             cands.extend(self._scan)
-        shadowed: list["Bucket"] = []
+        shadowed: list[Bucket] = []
         if self._shadow:
             for name in values:
                 s = self._shadow.get(name)
@@ -389,10 +445,12 @@ class PredicateIndex:
                     shadowed.extend(s)
         return self._verify(event, stamp, cands, shadowed)
 
-    def _verify(self, event: Event, stamp: int, cands: list[Entry], shadowed: list["Bucket"]) -> tuple[list["Bucket"], list[tuple["Bucket", SandboxStop]]]:
+    def _verify(
+        self, event: Event, stamp: int, cands: list[Entry], shadowed: list[Bucket]
+    ) -> tuple[list[Bucket], list[tuple[Bucket, SandboxStop]]]:
         values = event.values
-        matched: list["Bucket"] = []
-        stops: list[tuple["Bucket", SandboxStop]] = []
+        matched: list[Bucket] = []
+        stops: list[tuple[Bucket, SandboxStop]] = []
         skip = set(shadowed) if shadowed else None
         for e in cands:
             b = e.bucket
@@ -420,7 +478,9 @@ class PredicateIndex:
         return matched, stops
 
 
-def _holds(rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset: Callable[[], None]) -> bool:
+def _holds(
+    rest: tuple[Any, ...], values: Any, event: Event, params: Any, reset: Callable[[], None]
+) -> bool:
     """Every check of an exact conjunction holds (a check that raises does not). *rest* is
     flat: (where, key, fn, constant) four by four (one tuple: memory)."""
     if len(rest) == 4 and rest[0] == VALUE:

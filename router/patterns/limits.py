@@ -8,9 +8,10 @@ every router of the mesh), so each comes with its unit and the reason for its va
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Hashable, TypeAlias
+from typing import TypeAlias
 
 from aa.mesh import Event, UsageError
 
@@ -134,7 +135,11 @@ class SandboxLimits:
             raise UsageError(f"time_budget must be a number of seconds, not {t!r}")
         if not 0 < t <= 10:
             raise UsageError(f"time_budget must be in (0, 10] seconds, not {t}")
-        for name, low in (("max_state_bytes", 1024), ("max_sequence", 1024), ("max_patterns_per_owner", 1)):
+        for name, low in (
+            ("max_state_bytes", 1024),
+            ("max_sequence", 1024),
+            ("max_patterns_per_owner", 1),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise UsageError(f"{name} must be an int >= {low}, not {v!r}")

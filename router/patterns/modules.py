@@ -30,7 +30,8 @@ import random
 import re
 import statistics
 import string
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from .budget import MEMORY
 from .guards import Guards, text_size
@@ -38,34 +39,192 @@ from .limits import MAX_INT_BITS
 
 __all__ = ["ModuleProxy", "MODULE_NAMES", "RandomSwitch", "make_modules"]
 
-_MATH_PLAIN = (
-    "acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh degrees dist e erf erfc exp "
-    "exp2 expm1 fabs floor fmod frexp fsum gamma gcd hypot inf isclose isfinite isinf isnan isqrt "
-    "ldexp lgamma log log10 log1p log2 modf nan nextafter pi pow radians remainder sin sinh sqrt tan "
-    "tanh tau trunc ulp"
-).split()
-_RE_PLAIN = (
-    "compile search match fullmatch split findall finditer escape error "
-    "IGNORECASE I MULTILINE M DOTALL S VERBOSE X ASCII A UNICODE U NOFLAG"
-).split()
-_STATISTICS_PLAIN = (
-    "mean fmean geometric_mean harmonic_mean median median_low median_high median_grouped mode "
-    "multimode pstdev pvariance stdev variance correlation covariance linear_regression StatisticsError"
-).split()
-_RANDOM_METHODS = (
-    "random uniform randint randrange choice sample shuffle gauss normalvariate lognormvariate "
-    "expovariate vonmisesvariate gammavariate betavariate paretovariate weibullvariate triangular seed"
-).split()
-_STRING_PLAIN = (
-    "ascii_letters ascii_lowercase ascii_uppercase digits hexdigits octdigits punctuation printable "
-    "whitespace capwords"
-).split()
-_OPERATOR_PLAIN = (
-    "lt le eq ne ge gt not_ truth is_ is_not abs and_ floordiv index inv invert matmul neg or_ pos "
-    "rshift sub truediv xor contains countOf indexOf getitem itemgetter length_hint"
-).split()
-_ITERTOOLS_PLAIN = "chain compress dropwhile filterfalse groupby islice pairwise starmap takewhile zip_longest".split()
-_ITERTOOLS_TICKING = "count cycle repeat product permutations combinations combinations_with_replacement".split()
+_MATH_PLAIN = [
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
+    "cbrt",
+    "ceil",
+    "copysign",
+    "cos",
+    "cosh",
+    "degrees",
+    "dist",
+    "e",
+    "erf",
+    "erfc",
+    "exp",
+    "exp2",
+    "expm1",
+    "fabs",
+    "floor",
+    "fmod",
+    "frexp",
+    "fsum",
+    "gamma",
+    "gcd",
+    "hypot",
+    "inf",
+    "isclose",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "isqrt",
+    "ldexp",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "modf",
+    "nan",
+    "nextafter",
+    "pi",
+    "pow",
+    "radians",
+    "remainder",
+    "sin",
+    "sinh",
+    "sqrt",
+    "tan",
+    "tanh",
+    "tau",
+    "trunc",
+    "ulp",
+]
+_RE_PLAIN = [
+    "compile",
+    "search",
+    "match",
+    "fullmatch",
+    "split",
+    "findall",
+    "finditer",
+    "escape",
+    "error",
+    "IGNORECASE",
+    "I",
+    "MULTILINE",
+    "M",
+    "DOTALL",
+    "S",
+    "VERBOSE",
+    "X",
+    "ASCII",
+    "A",
+    "UNICODE",
+    "U",
+    "NOFLAG",
+]
+_STATISTICS_PLAIN = [
+    "mean",
+    "fmean",
+    "geometric_mean",
+    "harmonic_mean",
+    "median",
+    "median_low",
+    "median_high",
+    "median_grouped",
+    "mode",
+    "multimode",
+    "pstdev",
+    "pvariance",
+    "stdev",
+    "variance",
+    "correlation",
+    "covariance",
+    "linear_regression",
+    "StatisticsError",
+]
+_RANDOM_METHODS = [
+    "random",
+    "uniform",
+    "randint",
+    "randrange",
+    "choice",
+    "sample",
+    "shuffle",
+    "gauss",
+    "normalvariate",
+    "lognormvariate",
+    "expovariate",
+    "vonmisesvariate",
+    "gammavariate",
+    "betavariate",
+    "paretovariate",
+    "weibullvariate",
+    "triangular",
+    "seed",
+]
+_STRING_PLAIN = [
+    "ascii_letters",
+    "ascii_lowercase",
+    "ascii_uppercase",
+    "digits",
+    "hexdigits",
+    "octdigits",
+    "punctuation",
+    "printable",
+    "whitespace",
+    "capwords",
+]
+_OPERATOR_PLAIN = [
+    "lt",
+    "le",
+    "eq",
+    "ne",
+    "ge",
+    "gt",
+    "not_",
+    "truth",
+    "is_",
+    "is_not",
+    "abs",
+    "and_",
+    "floordiv",
+    "index",
+    "inv",
+    "invert",
+    "matmul",
+    "neg",
+    "or_",
+    "pos",
+    "rshift",
+    "sub",
+    "truediv",
+    "xor",
+    "contains",
+    "countOf",
+    "indexOf",
+    "getitem",
+    "itemgetter",
+    "length_hint",
+]
+_ITERTOOLS_PLAIN = [
+    "chain",
+    "compress",
+    "dropwhile",
+    "filterfalse",
+    "groupby",
+    "islice",
+    "pairwise",
+    "starmap",
+    "takewhile",
+    "zip_longest",
+]
+_ITERTOOLS_TICKING = [
+    "count",
+    "cycle",
+    "repeat",
+    "product",
+    "permutations",
+    "combinations",
+    "combinations_with_replacement",
+]
 #: Most copies `itertools.tee` may make.
 _MAX_TEE = 64
 #: Widest JSON indent; deeper indents multiply the text by the nesting depth.
@@ -84,7 +243,7 @@ class ModuleProxy:
         raise TypeError("modules cannot be built in patterns")
 
     @classmethod
-    def _make(cls, label: str, members: dict[str, Any]) -> "ModuleProxy":
+    def _make(cls, label: str, members: dict[str, Any]) -> ModuleProxy:
         proxy = object.__new__(cls)
         object.__setattr__(proxy, "_members", members)
         object.__setattr__(proxy, "_label", label)
@@ -94,7 +253,9 @@ class ModuleProxy:
         try:
             return self._members[name]
         except KeyError:
-            raise AttributeError(f"module {self._label!r} has no member {name!r} in patterns") from None
+            raise AttributeError(
+                f"module {self._label!r} has no member {name!r} in patterns"
+            ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"module {self._label!r} is read-only in patterns")
@@ -139,7 +300,10 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
 
     def bits_of(what: str, bits: float) -> None:
         if bits > MAX_INT_BITS:
-            g.budget.stop(MEMORY, f"pattern stopped: {what} would have about {int(bits):,} bits (limit {MAX_INT_BITS:,})")
+            g.budget.stop(
+                MEMORY,
+                f"pattern stopped: {what} would have about {int(bits):,} bits (limit {MAX_INT_BITS:,})",
+            )
 
     # -- math ------------------------------------------------------------------------------
     def factorial(n: int) -> int:
@@ -217,9 +381,14 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
         if not isinstance(width, int) or width > _MAX_JSON_INDENT:
             raise ValueError(f"json indent in patterns is at most {_MAX_JSON_INDENT}")
         if separators is not None and any(len(s) > _MAX_JSON_SEPARATOR for s in separators):
-            raise ValueError(f"json separators in patterns are at most {_MAX_JSON_SEPARATOR} characters")
+            raise ValueError(
+                f"json separators in patterns are at most {_MAX_JSON_SEPARATOR} characters"
+            )
         g.sized(
-            g_text_size(obj) * (1 + 8 * width) * (2 if separators else 1) * (6 if ensure_ascii else 1),
+            g_text_size(obj)
+            * (1 + 8 * width)
+            * (2 if separators else 1)
+            * (6 if ensure_ascii else 1),
             "this JSON text",
         )
         return json.dumps(
@@ -255,7 +424,12 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
         return text_size(obj, g.max_sequence)
 
     # -- itertools -------------------------------------------------------------------------
-    def accumulate(iterable: Iterable[Any], func: Callable[[Any, Any], Any] | None = None, *, initial: Any = None) -> Iterator[Any]:
+    def accumulate(
+        iterable: Iterable[Any],
+        func: Callable[[Any, Any], Any] | None = None,
+        *,
+        initial: Any = None,
+    ) -> Iterator[Any]:
         return ticking(itertools.accumulate)(iterable, func or g.add, initial=initial)
 
     def tee(iterable: Iterable[Any], n: int = 2) -> tuple[Iterator[Any], ...]:
@@ -263,7 +437,9 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
             raise ValueError(f"tee() in patterns makes at most {_MAX_TEE} copies")
         return itertools.tee(iterable, n)
 
-    iter_members: dict[str, Any] = {n: getattr(itertools, n) for n in _ITERTOOLS_PLAIN if hasattr(itertools, n)}
+    iter_members: dict[str, Any] = {
+        n: getattr(itertools, n) for n in _ITERTOOLS_PLAIN if hasattr(itertools, n)
+    }
     iter_members.update({n: ticking(getattr(itertools, n)) for n in _ITERTOOLS_TICKING})
     iter_members.update(accumulate=accumulate, tee=tee)
 
@@ -279,10 +455,15 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
         "json": {"dumps": dumps, "loads": loads, "JSONDecodeError": json.JSONDecodeError},
         "string": {n: getattr(string, n) for n in _STRING_PLAIN},
         "itertools": iter_members,
-        "functools": {"reduce": functools.reduce, "partial": functools.partial, "cmp_to_key": functools.cmp_to_key},
+        "functools": {
+            "reduce": functools.reduce,
+            "partial": functools.partial,
+            "cmp_to_key": functools.cmp_to_key,
+        },
         "operator": op_members,
         "collections": {
-            n: getattr(collections, n) for n in ("Counter", "OrderedDict", "defaultdict", "deque", "ChainMap")
+            n: getattr(collections, n)
+            for n in ("Counter", "OrderedDict", "defaultdict", "deque", "ChainMap")
         },
         "datetime": {
             "date": datetime.date,
@@ -292,7 +473,7 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
             "timezone": datetime.timezone,
             "MINYEAR": datetime.MINYEAR,
             "MAXYEAR": datetime.MAXYEAR,
-            "UTC": datetime.timezone.utc,
+            "UTC": datetime.UTC,
         },
     }
     return {name: ModuleProxy._make(name, members) for name, members in modules.items()}
@@ -302,9 +483,13 @@ def guarded_sub(g: Guards) -> Callable[..., Any]:
     """`Pattern.sub` with the output's size counted match by match (a replacement with group
     references can multiply a long input: `re.sub(".", "\\g<0>" * 1000, s)`)."""
 
-    def sub(pattern: re.Pattern[Any], repl: Any, string: Any, count: int = 0, with_count: bool = False) -> Any:
+    def sub(
+        pattern: re.Pattern[Any], repl: Any, string: Any, count: int = 0, with_count: bool = False
+    ) -> Any:
         total = len(string)
-        literal = (isinstance(repl, str) and "\\" not in repl) or (isinstance(repl, bytes) and b"\\" not in repl)
+        literal = (isinstance(repl, str) and "\\" not in repl) or (
+            isinstance(repl, bytes) and b"\\" not in repl
+        )
 
         def each(m: re.Match[Any]) -> Any:
             nonlocal total
@@ -338,7 +523,9 @@ def guarded_method(g: Guards, name: str, method: Callable[..., Any]) -> Callable
     """Size checks of the random methods that take a size."""
     if name == "choices":
 
-        def choices(population: Any, weights: Any = None, *, cum_weights: Any = None, k: int = 1) -> list[Any]:
+        def choices(
+            population: Any, weights: Any = None, *, cum_weights: Any = None, k: int = 1
+        ) -> list[Any]:
             if isinstance(k, int):
                 g.sized(k, "these choices")
             return method(population, weights, cum_weights=cum_weights, k=k)  # type: ignore[no-any-return]
@@ -363,5 +550,17 @@ def guarded_method(g: Guards, name: str, method: Callable[..., Any]) -> Callable
 
 #: Importable modules and their members (for checking imports at compile time).
 MODULE_NAMES = frozenset(
-    {"math", "re", "statistics", "random", "json", "string", "itertools", "functools", "operator", "collections", "datetime"}
+    {
+        "math",
+        "re",
+        "statistics",
+        "random",
+        "json",
+        "string",
+        "itertools",
+        "functools",
+        "operator",
+        "collections",
+        "datetime",
+    }
 )

@@ -15,7 +15,8 @@ A pattern the sandbox stops answers no more and is listed in `stopped`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Hashable, Mapping
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event, PatternSpec, UsageError
 
@@ -31,13 +32,13 @@ __all__ = ["PatternSet"]
 class PatternSet:
     """Patterns under keys of the caller's choice; `match(event)` → the keys that accept it."""
 
-    def __init__(self, engine: "PatternEngine") -> None:
+    def __init__(self, engine: PatternEngine) -> None:
         self._engine = engine
         budget = engine.sandbox.budget
         self._index = PredicateIndex(lambda: setattr(budget, "allocated", 0))
-        self._matchers: dict[Hashable, "Matcher"] = {}
-        self._scan: dict[Hashable, "Matcher"] = {}
-        self._keys: dict["Bucket", Hashable] = {}
+        self._matchers: dict[Hashable, Matcher] = {}
+        self._scan: dict[Hashable, Matcher] = {}
+        self._keys: dict[Bucket, Hashable] = {}
         self._order: dict[Hashable, int] = {}
         self._seq = 0
         self._stamp = 0
@@ -52,7 +53,7 @@ class PatternSet:
             raise UsageError(f"pattern {key!r} is already in the set")
         return self.add_matcher(key, self._engine.matcher(spec, params))
 
-    def add_matcher(self, key: Hashable, matcher: "Matcher") -> str:
+    def add_matcher(self, key: Hashable, matcher: Matcher) -> str:
         """Add a standalone matcher the caller already holds (`PatternEngine.matcher` of this
         set's engine) under *key*: the set places its bucket, so the matcher must be in no
         other set. Returns its tier; raises `UsageError` if *key* is taken."""
@@ -62,7 +63,11 @@ class PatternSet:
         self._seq += 1
         self._order[key] = self._seq
         self._place(key, matcher)
-        return "predicate" if isinstance(matcher.bucket.instance.program, PredicateProgram) else "sandbox"
+        return (
+            "predicate"
+            if isinstance(matcher.bucket.instance.program, PredicateProgram)
+            else "sandbox"
+        )
 
     def update(self, key: Hashable, params: Mapping[str, Any]) -> None:
         """Merge *params* into *key*'s params: the pattern moves in the index."""
@@ -108,7 +113,7 @@ class PatternSet:
     def __contains__(self, key: object) -> bool:
         return key in self._matchers
 
-    def _place(self, key: Hashable, m: "Matcher") -> None:
+    def _place(self, key: Hashable, m: Matcher) -> None:
         bucket = m.bucket
         program = bucket.instance.program
         if isinstance(program, PredicateProgram):
@@ -117,7 +122,7 @@ class PatternSet:
         else:
             self._scan[key] = m
 
-    def _unplace(self, key: Hashable, m: "Matcher") -> None:
+    def _unplace(self, key: Hashable, m: Matcher) -> None:
         self._index.remove(m.bucket)
         self._keys.pop(m.bucket, None)
         self._scan.pop(key, None)

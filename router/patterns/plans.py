@@ -9,7 +9,31 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Access", "Conj", "Plan", "Check", "VALUE", "TYPE", "META", "CLOSURE", "PARAM", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT", "MAX_INTERVAL_BOUND", "MAX_BOUNDS_PAIRED", "RANK", "FLIP", "NO_NAMES", "intern_names", "bounded", "hashable"]
+__all__ = [
+    "Access",
+    "Conj",
+    "Plan",
+    "Check",
+    "VALUE",
+    "TYPE",
+    "META",
+    "CLOSURE",
+    "PARAM",
+    "EQ",
+    "INTERVAL",
+    "PREFIX",
+    "SUFFIX",
+    "RANGE",
+    "PRESENT",
+    "MAX_INTERVAL_BOUND",
+    "MAX_BOUNDS_PAIRED",
+    "RANK",
+    "FLIP",
+    "NO_NAMES",
+    "intern_names",
+    "bounded",
+    "hashable",
+]
 
 #: Where a flat check reads its operand: an event value, the event type, a meta field; or
 #: CLOSURE: the check is `fn(values, event, params)` itself.
@@ -21,7 +45,14 @@ PARAM = 4
 #: A check: (where, key, fn, constant). Flat: `fn(operand, constant)` must be true.
 Check = tuple[int, Any, Any, Any]
 #: Access kinds, best first (for equal kinds, the shorter posting list wins).
-EQ, INTERVAL, PREFIX, SUFFIX, RANGE, PRESENT = "eq", "interval", "prefix", "suffix", "range", "present"
+EQ, INTERVAL, PREFIX, SUFFIX, RANGE, PRESENT = (
+    "eq",
+    "interval",
+    "prefix",
+    "suffix",
+    "range",
+    "present",
+)
 RANK = {EQ: 0, INTERVAL: 1, PREFIX: 2, SUFFIX: 3, RANGE: 4, PRESENT: 5}
 #: Interval bounds are indexed only below this magnitude, where ints are exact as floats
 #: (the interval index probes `v - 2 * width` in floating point).
@@ -94,7 +125,11 @@ def intern_names(names: set[str]) -> frozenset[str]:
 
 
 def bounded(c: Any) -> bool:
-    return isinstance(c, (int, float)) and not isinstance(c, str) and -MAX_INTERVAL_BOUND < c < MAX_INTERVAL_BOUND
+    return (
+        isinstance(c, (int, float))
+        and not isinstance(c, str)
+        and -MAX_INTERVAL_BOUND < c < MAX_INTERVAL_BOUND
+    )
 
 
 def hashable(c: Any) -> bool:

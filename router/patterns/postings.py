@@ -35,7 +35,7 @@ class Entry:
     src: Any
     keys: Any
 
-    def __init__(self, bucket: "Bucket", rest: tuple[Any, ...] | None, access: Access | None) -> None:
+    def __init__(self, bucket: Bucket, rest: tuple[Any, ...] | None, access: Access | None) -> None:
         self.bucket = bucket
         self.rest = rest
         if access is None:
@@ -43,7 +43,7 @@ class Entry:
         else:
             self.kind, self.src, self.keys = access.kind, access.src, access.keys
 
-    def __lt__(self, other: "Entry") -> bool:
+    def __lt__(self, other: Entry) -> bool:
         """Orders range bounds that tie on (bound, flag) in a sorted list: any fixed order."""
         return id(self) < id(other)
 

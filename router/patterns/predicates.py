@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event
 
@@ -32,15 +33,51 @@ from .fastpath import parse_conjunction
 from .flatplan import flat_plan
 from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
 from .plans import (
-    CLOSURE, EQ, FLIP, INTERVAL, MAX_BOUNDS_PAIRED, META, PARAM, PREFIX, PRESENT, RANGE, RANK, SUFFIX, TYPE, VALUE,
-    Access, Check, Conj, Plan, bounded, hashable, intern_names,
+    CLOSURE,
+    EQ,
+    FLIP,
+    INTERVAL,
+    MAX_BOUNDS_PAIRED,
+    META,
+    PARAM,
+    PREFIX,
+    PRESENT,
+    RANGE,
+    RANK,
+    SUFFIX,
+    TYPE,
+    VALUE,
+    Access,
+    Check,
+    Conj,
+    Plan,
+    bounded,
+    hashable,
+    intern_names,
 )
 
 if TYPE_CHECKING:
     from .engine import Bucket
     from .sandbox import Sandbox
 
-__all__ = ["PredicateProgram", "Plan", "Conj", "Access", "VALUE", "TYPE", "META", "CLOSURE", "PARAM", "EQ", "INTERVAL", "PREFIX", "SUFFIX", "RANGE", "PRESENT"]
+__all__ = [
+    "PredicateProgram",
+    "Plan",
+    "Conj",
+    "Access",
+    "VALUE",
+    "TYPE",
+    "META",
+    "CLOSURE",
+    "PARAM",
+    "EQ",
+    "INTERVAL",
+    "PREFIX",
+    "SUFFIX",
+    "RANGE",
+    "PRESENT",
+]
+
 
 class _NeedClosures(Exception):
     """A plan needs an atom's closure: parse again with closures."""
@@ -57,7 +94,7 @@ class PredicateProgram:
     tier = "predicate"
     __slots__ = ("sandbox", "source", "builtins", "arithmetic", "_grammar", "_fn", "_mentions")
 
-    def __init__(self, sandbox: "Sandbox", source: str, grammar: Grammar | None) -> None:
+    def __init__(self, sandbox: Sandbox, source: str, grammar: Grammar | None) -> None:
         """*grammar*: the source parsed; None when it was planned without (`flatplan.plan_spaced`)."""
         self.sandbox = sandbox
         self.source = source
@@ -65,7 +102,9 @@ class PredicateProgram:
         self.arithmetic = grammar is not None and grammar.arithmetic
         #: The atoms (without closures unless needed); None once planned for the only
         #: bucket a pattern without params can have (parsed again if ever needed).
-        self._grammar: Grammar | None = grammar if grammar is not None and grammar.fn is None else None
+        self._grammar: Grammar | None = (
+            grammar if grammar is not None and grammar.fn is None else None
+        )
         self._fn = None if grammar is None else grammar.fn
         self._mentions: frozenset[str] | None = None
 
@@ -82,10 +121,10 @@ class PredicateProgram:
             self._mentions = self._parse(False).mentions
         return self._mentions
 
-    def prepare(self, bucket: "Bucket") -> None:
+    def prepare(self, bucket: Bucket) -> None:
         bucket.context = True  # closures take the params at run time: nothing to build
 
-    def run(self, bucket: "Bucket", event: Event) -> bool:
+    def run(self, bucket: Bucket, event: Event) -> bool:
         fn = self._fn
         if fn is None:
             fn = self._fn = self._parse(True).fn
@@ -102,7 +141,7 @@ class PredicateProgram:
             return False
 
     @staticmethod
-    def shared_run(bucket: "Bucket", event: Event) -> bool:
+    def shared_run(bucket: Bucket, event: Event) -> bool:
         """`run` for `Bucket.run`, one function for every instance (see `Instance.run`)."""
         program: PredicateProgram = bucket.instance.program  # type: ignore[assignment]
         return program.run(bucket, event)
@@ -114,7 +153,9 @@ class PredicateProgram:
         entries an access would share its posting list with (the selectivity estimate)."""
         g = self._grammar or self._parse(False)
         try:
-            plan = (flat_plan(g.dnf[0], params, self.builtins, posting) if g.exact else None) or self._plan(g, params, posting)
+            plan = (
+                flat_plan(g.dnf[0], params, self.builtins, posting) if g.exact else None
+            ) or self._plan(g, params, posting)
         except _NeedClosures:
             g = self._parse(True)
             plan = self._plan(g, params, posting)
@@ -137,7 +178,9 @@ class PredicateProgram:
                     checks.append(got)
             if dead:
                 continue
-            options: list[tuple[Access, tuple[int, ...]]] = [(acc, (i,)) for i, (_, accesses) in enumerate(checks) for acc in accesses]
+            options: list[tuple[Access, tuple[int, ...]]] = [
+                (acc, (i,)) for i, (_, accesses) in enumerate(checks) for acc in accesses
+            ]
             ranges = [o for o in options if o[0].kind == RANGE]
             if len(ranges) > 1:
                 options += _intervals(ranges)
@@ -147,8 +190,17 @@ class PredicateProgram:
                 continue
             top = min(RANK[o[0].kind] for o in options)
             options = [o for o in options if RANK[o[0].kind] == top]
-            access, covered = options[0] if len(options) == 1 else min(options, key=lambda o: (posting(o[0].kind, o[0].src, o[0].keys), o[1]))
-            rest = tuple(x for j, (c, _) in enumerate(checks) if not (j in covered and access.exact) for x in c)
+            access, covered = (
+                options[0]
+                if len(options) == 1
+                else min(options, key=lambda o: (posting(o[0].kind, o[0].src, o[0].keys), o[1]))
+            )
+            rest = tuple(
+                x
+                for j, (c, _) in enumerate(checks)
+                if not (j in covered and access.exact)
+                for x in c
+            )
             conjs.append(Conj(access, rest))
         return Plan(conjs, g.exact, intern_names(shadow), scan)
 
@@ -157,7 +209,11 @@ class PredicateProgram:
         never does."""
         op, neg = atom.op, atom.negated
         left = self._resolve(atom.left, params, shadow)
-        right = self._resolve(atom.right, params, shadow) if op not in ("truthy", "other") else ("const", None)
+        right = (
+            self._resolve(atom.right, params, shadow)
+            if op not in ("truthy", "other")
+            else ("const", None)
+        )
         lk, rk = left[0], right[0]
         if op == "other" or lk == "other" or rk == "other" or (lk == "src" and rk == "src"):
             return self._closure(atom, params, shadow)
@@ -219,18 +275,25 @@ class PredicateProgram:
             items = [self._resolve(r, params, shadow) for r in refs]
             if all(i[0] == "const" for i in items):
                 try:
-                    return ("const", {"Tuple": tuple, "List": list, "Set": set}[make](i[1] for i in items))
+                    return (
+                        "const",
+                        {"Tuple": tuple, "List": list, "Set": set}[make](i[1] for i in items),
+                    )
                 except TypeError:  # a set of unhashable params: an error every time
                     return ("other", None)
         return ("other", None)
 
-    def _closure(self, atom: Atom, params: Mapping[str, Any], shadow: set[str]) -> tuple[Check, list[Access]]:
+    def _closure(
+        self, atom: Atom, params: Mapping[str, Any], shadow: set[str]
+    ) -> tuple[Check, list[Access]]:
         # A closure resolves names itself, exactly: only the accesses derived here rely on
         # the resolution (a read name that is no param or builtin must be in the event).
         if atom.fn is None:
             raise _NeedClosures
         values = [n for n in atom.reads if n not in params and n not in self.builtins]
-        return (CLOSURE, None, atom.fn, None), [a for n in sorted(values) for a in self._presence((VALUE, n), exact=False)]
+        return (CLOSURE, None, atom.fn, None), [
+            a for n in sorted(values) for a in self._presence((VALUE, n), exact=False)
+        ]
 
     def _fold(self, atom: Atom, left: Any, right: Any) -> Any:
         """An atom of constants: decided now (params can shadow: see the module docstring)."""
@@ -257,20 +320,40 @@ def _accesses(op: str, src: tuple[int, Any], c: Any) -> list[Access]:
         keys = tuple(dict.fromkeys(c)) if all(hashable(k) for k in c) else None
         return [Access(EQ, src, keys, True)] if keys is not None and len(keys) <= 64 else []
     if op in ("<", "<=", ">", ">="):
-        if isinstance(c, str) or isinstance(c, (int, float)) and not (isinstance(c, float) and math.isnan(c)):
+        if (
+            isinstance(c, str)
+            or isinstance(c, (int, float))
+            and not (isinstance(c, float) and math.isnan(c))
+        ):
             return [Access(RANGE, src, (op, c), True)]
         return []
     if op in ("startswith", "endswith"):
-        keys = (c,) if isinstance(c, str) else c if type(c) is tuple and all(isinstance(k, str) for k in c) else None
+        keys = (
+            (c,)
+            if isinstance(c, str)
+            else c
+            if type(c) is tuple and all(isinstance(k, str) for k in c)
+            else None
+        )
         if keys and type(keys[0]) is str and all(type(k) is str for k in keys):
-            return [Access(PREFIX if op == "startswith" else SUFFIX, src, tuple(dict.fromkeys(keys)), True)]
+            return [
+                Access(
+                    PREFIX if op == "startswith" else SUFFIX, src, tuple(dict.fromkeys(keys)), True
+                )
+            ]
     return []
 
 
-def _intervals(options: list[tuple[Access, tuple[int, ...]]]) -> list[tuple[Access, tuple[int, ...]]]:
+def _intervals(
+    options: list[tuple[Access, tuple[int, ...]]],
+) -> list[tuple[Access, tuple[int, ...]]]:
     """A lower and an upper numeric bound on one field, as one INTERVAL access."""
-    lows = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == ">" and bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
-    highs = [(a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == "<" and bounded(a.keys[1])][:MAX_BOUNDS_PAIRED]
+    lows = [
+        (a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == ">" and bounded(a.keys[1])
+    ][:MAX_BOUNDS_PAIRED]
+    highs = [
+        (a, i) for a, i in options if a.kind == RANGE and a.keys[0][0] == "<" and bounded(a.keys[1])
+    ][:MAX_BOUNDS_PAIRED]
     out = []
     for lo, i in lows:
         for hi, j in highs:

@@ -12,15 +12,19 @@ does MemoryError, as a memory stop (in a worker, the address-space limit raises 
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from aa.mesh import Event
+from aa.mesh import Event, check_values
 
 from .budget import MEMORY, SandboxStop
-from aa.mesh import check_values
-
-from .limits import MAX_DERIVED_EVENT_BYTES, MAX_DERIVED_EVENTS, MAX_DERIVED_TOTAL_BYTES, MAX_FORWARDS
+from .limits import (
+    MAX_DERIVED_EVENT_BYTES,
+    MAX_DERIVED_EVENTS,
+    MAX_DERIVED_TOTAL_BYTES,
+    MAX_FORWARDS,
+)
 from .sandbox import Sandbox
 from .views import EventView, SubscriberView, event_size, private_values
 
@@ -53,7 +57,7 @@ class ExprProgram:
         self.uses_meta = "meta" in compiled.names
         self.uses_event = "event" in compiled.names
 
-    def prepare(self, bucket: "Bucket") -> None:
+    def prepare(self, bucket: Bucket) -> None:
         """Build the bucket's globals: builtins, then params as bare names, then `params`,
         then the guards. Event values are the locals of eval(), so they take precedence over
         builtins (as in Python); but not over the params, `type`, `meta`, `event` or `params`
@@ -67,7 +71,7 @@ class ExprProgram:
         kept = tuple((bucket.params.keys() | _CONTEXT_NAMES) & self.names)
         bucket.context = (g, kept)
 
-    def run(self, bucket: "Bucket", event: Event) -> bool:
+    def run(self, bucket: Bucket, event: Event) -> bool:
         g, kept = bucket.context
         values = event.values
         for name in kept:  # (a few names, whatever the size of the event)
@@ -116,7 +120,7 @@ class ScriptProgram:
         #: Estimated bytes of the distinct derived events the last run forwarded.
         self.last_derived_bytes = 0
 
-    def prepare(self, bucket: "Bucket") -> None:
+    def prepare(self, bucket: Bucket) -> None:
         """The bucket's fixed names: builtins, params as bare names, and the group's views."""
         params = private_values(bucket.params)
         base: dict[str, Any] = {"__builtins__": self.sandbox.script_builtins}
@@ -127,7 +131,7 @@ class ScriptProgram:
             [SubscriberView._make(key, sub.params) for key, sub in bucket.members.items()],
         )
 
-    def run(self, bucket: "Bucket", event: Event, state: dict[str, Any] | None = None) -> Forwards:
+    def run(self, bucket: Bucket, event: Event, state: dict[str, Any] | None = None) -> Forwards:
         """Run the script for *event* with the bucket's state (or *state*, for a dry run)."""
         sandbox = self.sandbox
         budget = sandbox.budget
@@ -140,7 +144,10 @@ class ScriptProgram:
         def check(derived: Event) -> None:
             size = event_size(derived, MAX_DERIVED_EVENT_BYTES)
             if size > MAX_DERIVED_EVENT_BYTES:
-                budget.stop(MEMORY, f"pattern stopped: derived an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})")
+                budget.stop(
+                    MEMORY,
+                    f"pattern stopped: derived an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})",
+                )
 
         view = EventView._make(event, private_values(event.values), check)
 
@@ -158,20 +165,34 @@ class ScriptProgram:
                     check_values(chosen.meta, "meta")
                     size = event_size(chosen, MAX_DERIVED_EVENT_BYTES)
                     if size > MAX_DERIVED_EVENT_BYTES:
-                        budget.stop(MEMORY, f"pattern stopped: forwarded an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})")
+                        budget.stop(
+                            MEMORY,
+                            f"pattern stopped: forwarded an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})",
+                        )
                     derived.add(id(chosen))
                     derived_bytes += size
                     if len(derived) > MAX_DERIVED_EVENTS:
-                        budget.stop(MEMORY, f"pattern stopped: forwarded more than {MAX_DERIVED_EVENTS:,} derived events for one event")
+                        budget.stop(
+                            MEMORY,
+                            f"pattern stopped: forwarded more than {MAX_DERIVED_EVENTS:,} derived events for one event",
+                        )
                     if derived_bytes > MAX_DERIVED_TOTAL_BYTES:
-                        budget.stop(MEMORY, f"pattern stopped: forwarded more than {MAX_DERIVED_TOTAL_BYTES:,} bytes of derived events for one event")
+                        budget.stop(
+                            MEMORY,
+                            f"pattern stopped: forwarded more than {MAX_DERIVED_TOTAL_BYTES:,} bytes of derived events for one event",
+                        )
             else:
-                raise TypeError("forward() takes an event: the current one, event.copy(...) or new_event(...)")
+                raise TypeError(
+                    "forward() takes an event: the current one, event.copy(...) or new_event(...)"
+                )
             keys = members.keys() if to is None else _targets(to, members)
             for key in keys:
                 count += 1
                 if count > MAX_FORWARDS:
-                    budget.stop(MEMORY, f"pattern stopped: forwarded more than {MAX_FORWARDS:,} deliveries for one event")
+                    budget.stop(
+                        MEMORY,
+                        f"pattern stopped: forwarded more than {MAX_FORWARDS:,} deliveries for one event",
+                    )
                 out.setdefault(key, []).append(chosen)
 
         def new_event(values: Mapping[str, Any], type: str | None = None) -> EventView:
@@ -201,7 +222,9 @@ class ScriptProgram:
             out = {}
         if budget.violation is not None or budget.overran():
             raise budget.violation  # type: ignore[misc]
-        self.last_derived_bytes = derived_bytes  # what the run sends back (the worker tier charges it)
+        self.last_derived_bytes = (
+            derived_bytes  # what the run sends back (the worker tier charges it)
+        )
         if state is None:
             bucket.state_countdown -= 1
             if bucket.state_countdown <= 0:
@@ -225,7 +248,9 @@ def _targets(to: Any, members: Any) -> Iterable[Hashable]:
                 by_id = {str(k): k for k in members}
             key = by_id.get(item, item)
         else:
-            raise TypeError("forward(to=...) takes a subscriber, a subscriber id, or a list of them")
+            raise TypeError(
+                "forward(to=...) takes a subscriber, a subscriber id, or a list of them"
+            )
         if key not in members:
             raise ValueError(f"{item!r} is not a subscriber of this pattern group")
         keys.append(key)

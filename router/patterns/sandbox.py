@@ -10,15 +10,16 @@ of `views.py`. The engine adds per-evaluation names (`event`, `state`, `forward`
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from RestrictedPython.Guards import guarded_iter_unpack_sequence, guarded_unpack_sequence
 
 from .budget import MEMORY, Budget
 from .calls import make_builtins, make_routed_getattr
+from .compiler import CompiledPython, compile_python
 from .guards import Guards
 from .limits import MAX_STATE_DEPTH, HostFacts, SandboxLimits
-from .compiler import CompiledPython, compile_python
 from .modules import RandomSwitch, make_modules
 from .views import RouterView
 
@@ -74,9 +75,14 @@ class Sandbox:
         cap = self.limits.max_state_bytes
         size, objects, depth = measure_state(state, cap)
         if depth > MAX_STATE_DEPTH:
-            self.budget.stop(MEMORY, f"pattern stopped: its state is nested deeper than {MAX_STATE_DEPTH} levels")
+            self.budget.stop(
+                MEMORY, f"pattern stopped: its state is nested deeper than {MAX_STATE_DEPTH} levels"
+            )
         if size > cap:
-            self.budget.stop(MEMORY, f"pattern stopped: its state grew past {cap:,} bytes (limit max_state_bytes)")
+            self.budget.stop(
+                MEMORY,
+                f"pattern stopped: its state grew past {cap:,} bytes (limit max_state_bytes)",
+            )
         return objects
 
 

@@ -34,7 +34,12 @@ def _and_leaves(node: ast.expr) -> list[ast.expr] | None:
 
 
 def _method_call(node: ast.expr) -> tuple[str, ast.expr, ast.expr] | None:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1 and node.func.attr in ("startswith", "endswith"):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and len(node.args) == 1
+        and node.func.attr in ("startswith", "endswith")
+    ):
         return node.func.attr, node.func.value, node.args[0]
     return None
 
@@ -43,13 +48,22 @@ def _ref(node: ast.expr, in_right: bool = False) -> Ref:
     """*node* as an operand the index can resolve per bucket, or ("other", None)."""
     if isinstance(node, ast.Constant):
         return ("const", node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) in (int, float)
+    ):
         return ("const", -node.operand.value)  # type: ignore[operator]
     if isinstance(node, ast.Name):
         if node.id in ("meta", "event", "params"):
             return ("ctx", node.id) if in_right else ("other", None)
         return ("type", None) if node.id == "type" else ("name", node.id)
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant):
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and isinstance(node.slice, ast.Constant)
+    ):
         base, key = node.value.id, node.slice.value
         if base in ("meta", "event", "params") and isinstance(key, str):
             return (base, key)

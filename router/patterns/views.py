@@ -13,15 +13,23 @@ mutating methods in expressions.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Callable, Hashable, Iterator, Mapping
+from typing import Any
 
 from aa.mesh import Event
 
 from .guards import text_size
 from .limits import HostFacts
 
-__all__ = ["EventView", "SubscriberView", "RouterView", "private_values", "private_copy", "event_size"]
+__all__ = [
+    "EventView",
+    "SubscriberView",
+    "RouterView",
+    "private_values",
+    "private_copy",
+    "event_size",
+]
 
 _CONTAINERS = (list, dict)
 _KEEP: Any = object()
@@ -62,10 +70,14 @@ class EventView:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # `type(event)` hands a pattern this class: it must not be able to build a view of
         # an event it chose (or of no event), so only `_make` builds them.
-        raise TypeError("events cannot be built in patterns; derive one with event.copy(...) or new_event(...)")
+        raise TypeError(
+            "events cannot be built in patterns; derive one with event.copy(...) or new_event(...)"
+        )
 
     @classmethod
-    def _make(cls, event: Event, values: Mapping[str, Any], check: Callable[[Event], None] | None = None) -> "EventView":
+    def _make(
+        cls, event: Event, values: Mapping[str, Any], check: Callable[[Event], None] | None = None
+    ) -> EventView:
         view = object.__new__(cls)
         object.__setattr__(view, "_event", event)
         object.__setattr__(view, "_values", values)
@@ -122,7 +134,9 @@ class EventView:
             raise AttributeError(f"event has no value {name!r}") from None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("events are read-only in patterns; derive one with event.copy(values=...)")
+        raise AttributeError(
+            "events are read-only in patterns; derive one with event.copy(values=...)"
+        )
 
     __delattr__ = __setattr__  # type: ignore[assignment]
 
@@ -131,24 +145,33 @@ class EventView:
 
     # -- deriving (scripts only) -----------------------------------------------------------
 
-    def copy(self, values: Mapping[str, Any] | None = None, type: Any = _KEEP, meta: Mapping[str, Any] | None = None) -> "EventView":
+    def copy(
+        self,
+        values: Mapping[str, Any] | None = None,
+        type: Any = _KEEP,
+        meta: Mapping[str, Any] | None = None,
+    ) -> EventView:
         """A new event: these values (default: the same), type and extra meta."""
         new_values = dict(self._values if values is None else values)
         new_type = self._event.type if type is _KEEP else type
         return self._derive(new_values, new_type, meta)
 
-    def with_values(self, **changes: Any) -> "EventView":
+    def with_values(self, **changes: Any) -> EventView:
         """A new event with *changes* merged into the values: `event.with_values(Alarm=True)`."""
         return self._derive({**self._values, **changes}, self._event.type, None)
 
-    def _derive(self, values: dict[str, Any], type: Any, meta: Mapping[str, Any] | None) -> "EventView":
+    def _derive(
+        self, values: dict[str, Any], type: Any, meta: Mapping[str, Any] | None
+    ) -> EventView:
         check = self._check
         if check is None:
             raise TypeError("expressions cannot derive events")
         base = dict(self._event.meta)
         if meta:
             base.update(meta)
-        event = Event(values=private_values(values), type=type, meta=base)  # validates: InvalidValue
+        event = Event(
+            values=private_values(values), type=type, meta=base
+        )  # validates: InvalidValue
         check(event)
         return EventView._make(event, event.values, check)
 
@@ -165,7 +188,7 @@ class SubscriberView:
         raise TypeError("subscribers cannot be built in patterns; use `subscribers`")
 
     @classmethod
-    def _make(cls, key: Hashable, params: Mapping[str, Any]) -> "SubscriberView":
+    def _make(cls, key: Hashable, params: Mapping[str, Any]) -> SubscriberView:
         view = object.__new__(cls)
         object.__setattr__(view, "_key", key)
         object.__setattr__(view, "id", str(key))

@@ -37,9 +37,10 @@ import base64
 import math
 import re
 import sys
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from xml.etree.ElementTree import Element, SubElement
 
 from elementpath import ElementPathError, XPath2Parser, XPathContext
@@ -73,13 +74,17 @@ def _guarded_token(symbol: str, check: Callable[[Any, Any], None]) -> None:
         check(self, context)
         return original.evaluate(self, context)
 
-    _SandboxParser.symbol_table[symbol] = type(f"_Sandbox{original.__name__}", (original,), {"evaluate": evaluate})
+    _SandboxParser.symbol_table[symbol] = type(
+        f"_Sandbox{original.__name__}", (original,), {"evaluate": evaluate}
+    )
 
 
 def _check_range(token: Any, context: Any) -> None:
     start, stop = token.get_operands(context)
     if isinstance(start, int) and isinstance(stop, int) and stop - start + 1 > MAX_XPATH_RANGE:
-        raise SandboxStop(MEMORY, f"pattern stopped: range {start} to {stop} is longer than {MAX_XPATH_RANGE:,}")
+        raise SandboxStop(
+            MEMORY, f"pattern stopped: range {start} to {stop} is longer than {MAX_XPATH_RANGE:,}"
+        )
 
 
 def _check_join(token: Any, context: Any) -> None:
@@ -95,7 +100,9 @@ def _check_replace(token: Any, context: Any) -> None:
     replacement = token.get_argument(context, 2) or ""
     per_match = len(replacement) + str(replacement).count("$") * len(text)
     if len(text) * max(per_match, 1) > _MAX_XPATH_TEXT:
-        raise SandboxStop(MEMORY, "pattern stopped: replace() could build more than 1,000,000 characters")
+        raise SandboxStop(
+            MEMORY, "pattern stopped: replace() could build more than 1,000,000 characters"
+        )
 
 
 _guarded_token("to", _check_range)
@@ -131,27 +138,39 @@ class XPathProgram:
         self.mentions = frozenset(re.findall(r"[A-Za-z_][\w.\-]*", source))
         budget = sandbox.budget
         try:
-            self.token = _timed(sandbox, lambda: _SandboxParser().parse(source), budget.limit * COMPILE_TIME_FACTOR)
+            self.token = _timed(
+                sandbox, lambda: _SandboxParser().parse(source), budget.limit * COMPILE_TIME_FACTOR
+            )
         except SandboxStop as stop:
-            raise PatternError(f"pattern refused: {stop.message.removeprefix('pattern stopped: ')} while compiling", code="pattern-refused") from None
+            raise PatternError(
+                f"pattern refused: {stop.message.removeprefix('pattern stopped: ')} while compiling",
+                code="pattern-refused",
+            ) from None
         except ElementPathError as exc:
             raise PatternError(f"pattern does not compile: {exc}", code="pattern-compile") from None
         except (RecursionError, MemoryError):
-            raise PatternError("pattern does not compile: it is nested too deeply", code="pattern-compile") from None
+            raise PatternError(
+                "pattern does not compile: it is nested too deeply", code="pattern-compile"
+            ) from None
         except Exception as exc:  # elementpath raises plain ValueError/TypeError for some inputs
             raise PatternError(f"pattern does not compile: {exc}", code="pattern-compile") from None
         finally:
             budget.violation = None
 
-    def prepare(self, bucket: "Bucket") -> None:
+    def prepare(self, bucket: Bucket) -> None:
         bucket.context = {name: _xpath_value(v) for name, v in bucket.params.items()}
 
-    def run(self, bucket: "Bucket", event: Event) -> bool:
+    def run(self, bucket: Bucket, event: Event) -> bool:
         root = self.xml.get(event)
         token = self.token
         variables = bucket.context
         try:
-            return _timed(self.sandbox, lambda: bool(token.boolean_value(token.evaluate(XPathContext(root, variables=variables)))))
+            return _timed(
+                self.sandbox,
+                lambda: bool(
+                    token.boolean_value(token.evaluate(XPathContext(root, variables=variables)))
+                ),
+            )
         except SandboxStop:
             raise
         except MemoryError:
@@ -214,7 +233,9 @@ def _put(el: Element, v: Any) -> None:
         el.text = str(v)
     elif isinstance(v, float):
         el.set("type", "float")
-        el.text = "NaN" if math.isnan(v) else ("INF" if v > 0 else "-INF") if math.isinf(v) else repr(v)
+        el.text = (
+            "NaN" if math.isnan(v) else ("INF" if v > 0 else "-INF") if math.isinf(v) else repr(v)
+        )
     elif isinstance(v, str):
         el.set("type", "str")
         el.text = v

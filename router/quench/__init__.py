@@ -12,7 +12,14 @@ Does not own: matching a prototype against a subscription (the pattern engine's
 
 from .quenchconfig import MAX_QUENCH_TIMEOUT, MAX_QUENCHES_PER_CLIENT, QuenchConfig
 from .quenching import QUENCH_TOPIC, QuenchService
-from .registrations import MAX_REGISTRATIONS, Change, QuenchTable, Registration, parse_registrations, parse_report
+from .registrations import (
+    MAX_REGISTRATIONS,
+    Change,
+    QuenchTable,
+    Registration,
+    parse_registrations,
+    parse_report,
+)
 
 __all__ = [
     "Change",

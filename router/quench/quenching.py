@@ -45,17 +45,24 @@ import itertools
 import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Final, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
-from aa.mesh import Control, Event, InvalidValue, PatternSpec, UsageError
-from aa.mesh.protocol import Error
-from aa.mesh import MAX_PEERS
-from aa.mesh.protocol import MAX_NOTICE_CHANGES, Quench, Quenched, QuenchNotice, Unquench, declared_needs
+from aa.mesh import MAX_PEERS, Control, Event, InvalidValue, PatternSpec, UsageError
+from aa.mesh.protocol import (
+    MAX_NOTICE_CHANGES,
+    Error,
+    Quench,
+    Quenched,
+    QuenchNotice,
+    Unquench,
+    declared_needs,
+)
 
 from ..links import ROUTER_INFO_TOPIC
 from ..patterns import PatternEngine
 from ..seams import Controls
-from .quenchconfig import MAX_QUENCH_TIMEOUT, MAX_QUENCHES_PER_CLIENT, QuenchConfig
+from .quenchconfig import MAX_QUENCH_TIMEOUT, QuenchConfig
 from .registrations import Change, QuenchTable, Registration, parse_registrations, parse_report
 
 if TYPE_CHECKING:
@@ -75,7 +82,13 @@ class QuenchService:
     """Quench registrations and notifications of one router; see the module docstring."""
 
     def __init__(
-        self, router_id: str, config: QuenchConfig, *, engine: PatternEngine, controls: Controls, info_interval: float
+        self,
+        router_id: str,
+        config: QuenchConfig,
+        *,
+        engine: PatternEngine,
+        controls: Controls,
+        info_interval: float,
     ) -> None:
         self.router_id = router_id
         #: Read when used: a test may replace it before `start()`.
@@ -85,7 +98,7 @@ class QuenchService:
         self._info_interval = info_interval
         self.table = QuenchTable(router_id)
         self.counters: Counter[str] = Counter()
-        self._sessions: dict[str, "ClientSession"] = {}  # owned reg id → publisher's session
+        self._sessions: dict[str, ClientSession] = {}  # owned reg id → publisher's session
         self._sids: dict[Hashable, str] = {}  # subscriber key → subscription id in reports
         self._sid_taken: set[str] = set()
         self._sid_seq = itertools.count(1)
@@ -102,7 +115,9 @@ class QuenchService:
     # -- life cycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"aa-quench-{self.router_id}")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"aa-quench-{self.router_id}"
+        )
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -131,7 +146,7 @@ class QuenchService:
 
     # -- publishers (requests from sessions) ------------------------------------------------
 
-    def handle_request(self, session: "ClientSession", msg: Any) -> None:
+    def handle_request(self, session: ClientSession, msg: Any) -> None:
         if type(msg) is Quench:
             self._register(session, msg)
         elif type(msg) is Unquench:
@@ -139,17 +154,29 @@ class QuenchService:
             if self._sessions.get(reg_id) is session:
                 self._drop_owned([reg_id])
 
-    def _register(self, session: "ClientSession", msg: Quench) -> None:
+    def _register(self, session: ClientSession, msg: Quench) -> None:
         client = session.client_id or "?"
         reg_id = f"{client}/{msg.reg}"
         held = sum(1 for s in self._sessions.values() if s is session)
         if reg_id not in self._sessions and held >= self.config.max_per_client:
-            session.send(Error(code="limit", message=f"at most {self.config.max_per_client} quench "
-                               "registrations per client", ref=msg.reg))
+            session.send(
+                Error(
+                    code="limit",
+                    message=f"at most {self.config.max_per_client} quench registrations per client",
+                    ref=msg.reg,
+                )
+            )
             return
-        reg = Registration(reg=reg_id, client=client, number=msg.reg, owner=self.router_id,
-                           prototype=Event(values=dict(msg.values), type=msg.type),
-                           mentioned_only=msg.mentioned_only, timeout=self.config.timeout, expires=None)
+        reg = Registration(
+            reg=reg_id,
+            client=client,
+            number=msg.reg,
+            owner=self.router_id,
+            prototype=Event(values=dict(msg.values), type=msg.type),
+            mentioned_only=msg.mentioned_only,
+            timeout=self.config.timeout,
+            expires=None,
+        )
         try:
             reg = self.table.add_owned(reg)
         except InvalidValue as exc:
@@ -166,7 +193,9 @@ class QuenchService:
         self._schedule()
         self._flood_registrations([reg])
 
-    def session_closed(self, session: "ClientSession", subscriptions: Iterable[Hashable] = ()) -> None:
+    def session_closed(
+        self, session: ClientSession, subscriptions: Iterable[Hashable] = ()
+    ) -> None:
         """A client's connection closed: its *subscriptions* and its registrations go."""
         for sub in list(subscriptions):
             self.unsubscribed(sub)
@@ -182,7 +211,9 @@ class QuenchService:
                 self._dirty.pop(reg_id, None)
                 gone.append(reg_id)
         for i in range(0, len(gone), REGS_PER_FLOOD):
-            self._controls.flood_control(QUENCH_TOPIC, {"op": "remove", "regs": gone[i:i + REGS_PER_FLOOD]})
+            self._controls.flood_control(
+                QUENCH_TOPIC, {"op": "remove", "regs": gone[i : i + REGS_PER_FLOOD]}
+            )
 
     # -- subscriptions (the router's hooks) -------------------------------------------------
 
@@ -221,7 +252,7 @@ class QuenchService:
         except UsageError:
             return
 
-        def answered(f: "asyncio.Future[list[bool]]") -> None:
+        def answered(f: asyncio.Future[list[bool]]) -> None:
             if f.cancelled() or key not in pool:
                 return
             for reg, ok in zip(regs, f.result()):
@@ -318,7 +349,10 @@ class QuenchService:
     def _report(self, reg: Registration) -> None:
         subs = sorted(self._sid(k) for k in reg.matches)
         if reg.expires is None:  # ours: no flood needed
-            self._notify(reg.reg, self.table.report(reg.reg, self.router_id, frozenset(subs), time.monotonic()))
+            self._notify(
+                reg.reg,
+                self.table.report(reg.reg, self.router_id, frozenset(subs), time.monotonic()),
+            )
         else:
             self._outbox.setdefault(reg.client, []).append([reg.reg, subs])
 
@@ -327,8 +361,14 @@ class QuenchService:
         for client, items in outbox.items():
             for i in range(0, len(items), REGS_PER_FLOOD):
                 self._controls.flood_control(
-                    QUENCH_TOPIC, {"op": "report", "router": self.router_id, "items": items[i:i + REGS_PER_FLOOD]},
-                    to=client)
+                    QUENCH_TOPIC,
+                    {
+                        "op": "report",
+                        "router": self.router_id,
+                        "items": items[i : i + REGS_PER_FLOOD],
+                    },
+                    to=client,
+                )
                 self.counters["reports_out"] += 1
 
     def _notify(self, reg_id: str, changes: list[Change]) -> None:
@@ -337,9 +377,11 @@ class QuenchService:
         if changes and session is not None and reg is not None:
             self._send_notice(session, reg.number, changes)
 
-    def _send_notice(self, session: "ClientSession", number: int, changes: list[Change]) -> None:
+    def _send_notice(self, session: ClientSession, number: int, changes: list[Change]) -> None:
         for i in range(0, len(changes), MAX_NOTICE_CHANGES):
-            session.send(QuenchNotice(reg=number, changes=tuple(changes[i:i + MAX_NOTICE_CHANGES])))
+            session.send(
+                QuenchNotice(reg=number, changes=tuple(changes[i : i + MAX_NOTICE_CHANGES]))
+            )
         self.counters["notices"] += len(changes)
 
     def _flood_owned(self) -> None:
@@ -347,7 +389,7 @@ class QuenchService:
 
     def _flood_registrations(self, regs: list[Registration]) -> None:
         for i in range(0, len(regs), REGS_PER_FLOOD):
-            body = {"op": "register", "regs": [r.body() for r in regs[i:i + REGS_PER_FLOOD]]}
+            body = {"op": "register", "regs": [r.body() for r in regs[i : i + REGS_PER_FLOOD]]}
             self._controls.flood_control(QUENCH_TOPIC, body)
 
     # -- from the mesh ----------------------------------------------------------------------
@@ -358,7 +400,9 @@ class QuenchService:
         origin = control.path[0] if control.path else ""
         try:
             if op == "register":
-                self._remote_register(parse_registrations(body, owner=origin, max_timeout=MAX_QUENCH_TIMEOUT))
+                self._remote_register(
+                    parse_registrations(body, owner=origin, max_timeout=MAX_QUENCH_TIMEOUT)
+                )
             elif op == "remove":
                 regs = body.get("regs")
                 for reg_id in regs if type(regs) is list else ():
@@ -402,7 +446,9 @@ class QuenchService:
         if origin is None:
             return
         if origin not in self._routers_seen:
-            if len(self._routers_seen) >= MAX_PEERS:  # bounded like the mesh view: forget the oldest
+            if (
+                len(self._routers_seen) >= MAX_PEERS
+            ):  # bounded like the mesh view: forget the oldest
                 del self._routers_seen[min(self._routers_seen, key=self._routers_seen.__getitem__)]
             if self.table.owned():
                 self._reflood = True  # a router we had not heard of: tell it our registrations
@@ -413,9 +459,17 @@ class QuenchService:
 
     def registrations(self) -> list[dict[str, Any]]:
         """Every registration this router knows, for `aa mesh` and tests."""
-        return [{"reg": r.reg, "owner": r.owner, "values": dict(r.prototype.values), "type": r.prototype.type,
-                 "matches": len(r.matches), "owned": r.expires is None}
-                for r in self.table.registrations.values()]
+        return [
+            {
+                "reg": r.reg,
+                "owner": r.owner,
+                "values": dict(r.prototype.values),
+                "type": r.prototype.type,
+                "matches": len(r.matches),
+                "owned": r.expires is None,
+            }
+            for r in self.table.registrations.values()
+        ]
 
     def interest(self, reg_id: str) -> Mapping[str, frozenset[str]]:
         """For a registration owned here: router id → its matching subscription ids."""

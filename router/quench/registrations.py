@@ -21,8 +21,9 @@ malformed one raises `ValueError` and is dropped by the caller, never half-appli
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Final, Hashable
+from typing import Any, Final
 
 from aa.mesh import Event, InvalidValue, check_values
 
@@ -71,8 +72,15 @@ class Registration:
 
     def body(self) -> dict[str, Any]:
         """What floods for it (one entry of a ``register`` control)."""
-        return {"reg": self.reg, "client": self.client, "number": self.number, "values": self.prototype.values,
-                "type": self.prototype.type, "mentioned_only": self.mentioned_only, "timeout": self.timeout}
+        return {
+            "reg": self.reg,
+            "client": self.client,
+            "number": self.number,
+            "values": self.prototype.values,
+            "type": self.prototype.type,
+            "mentioned_only": self.mentioned_only,
+            "timeout": self.timeout,
+        }
 
 
 class QuenchTable:
@@ -97,7 +105,9 @@ class QuenchTable:
         if old is not None:
             reg.matches = old.matches if old.prototype == reg.prototype else set()
         elif len(self.registrations) >= self.max_registrations:
-            raise InvalidValue(f"this router keeps at most {self.max_registrations} quench registrations")
+            raise InvalidValue(
+                f"this router keeps at most {self.max_registrations} quench registrations"
+            )
         self.registrations[reg.reg] = reg
         self.interest.setdefault(reg.reg, {})
         return reg
@@ -114,11 +124,17 @@ class QuenchTable:
             else:
                 return old, False
         reg.expires = now + reg.timeout
-        if old is not None and old.prototype == reg.prototype and old.mentioned_only == reg.mentioned_only:
+        if (
+            old is not None
+            and old.prototype == reg.prototype
+            and old.mentioned_only == reg.mentioned_only
+        ):
             old.owner, old.timeout, old.expires = reg.owner, reg.timeout, reg.expires
             return old, False
         if old is None and len(self.registrations) >= self.max_registrations:
-            raise InvalidValue(f"this router keeps at most {self.max_registrations} quench registrations")
+            raise InvalidValue(
+                f"this router keeps at most {self.max_registrations} quench registrations"
+            )
         if old is not None:
             reg.matches = set()  # re-checked by the caller
         self.registrations[reg.reg] = reg
@@ -130,7 +146,9 @@ class QuenchTable:
 
     def expire(self, now: float) -> list[str]:
         """Drop registrations from other routers whose keep-alive lapsed; their ids."""
-        gone = [r.reg for r in self.registrations.values() if r.expires is not None and r.expires <= now]
+        gone = [
+            r.reg for r in self.registrations.values() if r.expires is not None and r.expires <= now
+        ]
         for reg_id in gone:
             del self.registrations[reg_id]
         return gone
@@ -171,7 +189,9 @@ class QuenchTable:
 
 
 def _diff(router_id: str, before: frozenset[str], after: frozenset[str]) -> list[Change]:
-    return [(router_id, s, False) for s in sorted(before - after)] + [(router_id, s, True) for s in sorted(after - before)]
+    return [(router_id, s, False) for s in sorted(before - after)] + [
+        (router_id, s, True) for s in sorted(after - before)
+    ]
 
 
 def _id(value: Any, what: str) -> str:
@@ -180,7 +200,9 @@ def _id(value: Any, what: str) -> str:
     return value
 
 
-def parse_registrations(body: dict[str, Any], *, owner: str, max_timeout: float) -> list[Registration]:
+def parse_registrations(
+    body: dict[str, Any], *, owner: str, max_timeout: float
+) -> list[Registration]:
     """The registrations of a ``register`` control from router *owner*. Raises `ValueError`."""
     regs = body.get("regs")
     if type(regs) is not list:
@@ -197,16 +219,27 @@ def parse_registrations(body: dict[str, Any], *, owner: str, max_timeout: float)
         if type_ is not None and type(type_) is not str:
             raise ValueError("type must be a str or nil")
         timeout = r.get("timeout")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= max_timeout:
+        if (
+            not isinstance(timeout, (int, float))
+            or isinstance(timeout, bool)
+            or not 0 < timeout <= max_timeout
+        ):
             raise ValueError(f"timeout must be in (0, {max_timeout}] seconds")
         number = r.get("number")
         if type(number) is not int:
             raise ValueError("number must be an int")
-        out.append(Registration(
-            reg=_id(r.get("reg"), "reg"), client=_id(r.get("client"), "client"), number=number, owner=owner,
-            prototype=Event(values=values, type=type_), mentioned_only=r.get("mentioned_only") is True,
-            timeout=float(timeout), expires=None,
-        ))
+        out.append(
+            Registration(
+                reg=_id(r.get("reg"), "reg"),
+                client=_id(r.get("client"), "client"),
+                number=number,
+                owner=owner,
+                prototype=Event(values=values, type=type_),
+                mentioned_only=r.get("mentioned_only") is True,
+                timeout=float(timeout),
+                expires=None,
+            )
+        )
     return out
 
 

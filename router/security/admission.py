@@ -78,7 +78,7 @@ class Session(Protocol):
     client_id: str | None
     host: str
     #: Done when the connection closed or was handed to the links room.
-    closed: "asyncio.Future[None]"
+    closed: asyncio.Future[None]
 
     def fail(self, code: str, message: str) -> None: ...
 
@@ -128,11 +128,16 @@ class Admission:
         host = session.host
         if len(self._open) >= self.max_total:
             self.counters["refused_total"] += 1
-            session.fail("busy", f"the router serves {self.max_total} connections, its limit; retry later")
+            session.fail(
+                "busy", f"the router serves {self.max_total} connections, its limit; retry later"
+            )
             return False
         if self._per_address[host] >= self.max_per_address:
             self.counters["refused_address"] += 1
-            session.fail("busy", f"{self.max_per_address} connections from {host} already, the limit per address")
+            session.fail(
+                "busy",
+                f"{self.max_per_address} connections from {host} already, the limit per address",
+            )
             return False
         while len(self._pending) >= self.max_pending:
             oldest = next(iter(self._pending))
@@ -141,11 +146,15 @@ class Admission:
                 continue
             self.counters["evicted_pending"] += 1
             self._drop(oldest)
-            oldest.fail("busy", "too many connections waiting to say hello; this one waited longest")
+            oldest.fail(
+                "busy", "too many connections waiting to say hello; this one waited longest"
+            )
         self._open.add(session)
         self._per_address[host] += 1
         self._pending[session] = now
-        session.closed.add_done_callback(lambda _: self.closed(session))  # closed, or a peer link now
+        session.closed.add_done_callback(
+            lambda _: self.closed(session)
+        )  # closed, or a peer link now
         self._schedule()
         return True
 

@@ -14,19 +14,34 @@ import logging
 import os
 import socket
 import ssl
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from cryptography.x509.oid import NameOID
 
 from aa.mesh import Event, UsageError
 
-from .admission import HELLO_DEADLINE, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, Admission, RateLimited
+from .admission import (
+    HELLO_DEADLINE,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_ADDRESS,
+    Admission,
+    RateLimited,
+)
 from .guard import AllowList, HandshakeGuard
 from .listener import Listener
 from .permissions import Permissions, Rules
-from .tls import ANONYMOUS, NAME_RE, Identity, check_cert_file, client_context, id_matches, identity_of, server_context
+from .tls import (
+    ANONYMOUS,
+    NAME_RE,
+    Identity,
+    check_cert_file,
+    client_context,
+    id_matches,
+    identity_of,
+    server_context,
+)
 
 __all__ = ["SecurityConfig", "Gate"]
 
@@ -68,7 +83,9 @@ class SecurityConfig:
             if value is not None:
                 object.__setattr__(self, name, Path(value))
         if (self.cert is None) != (self.key is None):
-            raise UsageError("give the router's certificate and its key together (--cert and --key)")
+            raise UsageError(
+                "give the router's certificate and its key together (--cert and --key)"
+            )
         if self.ca is not None and self.cert is None:
             raise UsageError("a CA needs the router's own certificate and key too (--cert, --key)")
         if not self.anonymous and self.ca is None:
@@ -80,7 +97,9 @@ class SecurityConfig:
         for name in ("max_connections", "max_connections_per_address"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 1:
                 raise UsageError(f"{name} must be a positive int")
-        if not isinstance(self.hello_deadline, (int, float)) or not 0 < self.hello_deadline < float("inf"):
+        if not isinstance(self.hello_deadline, (int, float)) or not 0 < self.hello_deadline < float(
+            "inf"
+        ):
             raise UsageError("hello_deadline must be a positive number of seconds")
 
     @property
@@ -90,7 +109,11 @@ class SecurityConfig:
     @property
     def active(self) -> bool:
         """Whether anything is asked for at all."""
-        return self.tls or bool(self.permissions or self.allow_clients or self.allow_peers) or not self.anonymous
+        return (
+            self.tls
+            or bool(self.permissions or self.allow_clients or self.allow_peers)
+            or not self.anonymous
+        )
 
 
 class Gate:
@@ -111,7 +134,9 @@ class Gate:
                 cert = check_cert_file(cfg.cert)
                 cn = [a.value for a in cert.subject if a.oid == NameOID.COMMON_NAME]
                 if not cn or not NAME_RE.match(str(cn[0])):
-                    raise UsageError(f"certificate {cfg.cert} has no usable name (made by 'aa certs router'?)")
+                    raise UsageError(
+                        f"certificate {cfg.cert} has no usable name (made by 'aa certs router'?)"
+                    )
                 self.name = str(cn[0])
             else:
                 # No CA: clients get encryption and the router's identity cannot be checked
@@ -121,14 +146,19 @@ class Gate:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
                 self.dial_tls = ctx
-        self.permissions = Permissions.load(cfg.permissions) if cfg.permissions else Permissions.open()
+        self.permissions = (
+            Permissions.load(cfg.permissions) if cfg.permissions else Permissions.open()
+        )
         self.clients = AllowList(cfg.allow_clients)
         self.peers = AllowList(cfg.allow_peers)
         #: Back-off for dialled addresses whose handshake or identity was refused.
         self.guard = HandshakeGuard()
         #: Caps and the hello deadline of the router's connections.
-        self.admission = Admission(max_total=cfg.max_connections, max_per_address=cfg.max_connections_per_address,
-                                   hello_deadline=cfg.hello_deadline)  # fmt: skip
+        self.admission = Admission(
+            max_total=cfg.max_connections,
+            max_per_address=cfg.max_connections_per_address,
+            hello_deadline=cfg.hello_deadline,
+        )
         _quiet_accept_errors()
 
     @property
@@ -138,11 +168,17 @@ class Gate:
 
     # -- connections ------------------------------------------------------------------------
 
-    async def serve(self, factory: Callable[[], asyncio.Protocol], host: str, port: int,
-                    counters: dict[str, int]) -> Listener:
+    async def serve(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        host: str,
+        port: int,
+        counters: dict[str, int],
+    ) -> Listener:
         """Listen on (host, port) with TLS and the address checks; ready on return."""
         family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE)[0]
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+        )[0]
         sock = socket.socket(family, kind, proto)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -152,7 +188,11 @@ class Gate:
             sock.close()
             raise
         both = self.clients and self.peers
-        allow = (lambda h: self.clients.allows(h) or self.peers.allows(h)) if both else AllowList().allows
+        allow = (
+            (lambda h: self.clients.allows(h) or self.peers.allows(h))
+            if both
+            else AllowList().allows
+        )
         listener = Listener(sock, factory, tls=self.server_tls, allow=allow, counters=counters)
         listener.start()
         return listener
@@ -188,7 +228,9 @@ class Gate:
     def rules_for(self, identity: Identity) -> Rules | None:
         return self.permissions.rules_for(identity.user)
 
-    def screen(self, rules: Rules | None, events: Sequence[Event], persist_key: str) -> tuple[list[Event], str | None]:
+    def screen(
+        self, rules: Rules | None, events: Sequence[Event], persist_key: str
+    ) -> tuple[list[Event], str | None]:
         """The events *rules* allow to be published, and why the others were refused (one
         line naming the first rule broken)."""
         if rules is None:

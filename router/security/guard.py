@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
 
 from aa.mesh import UsageError
 
@@ -46,7 +46,9 @@ class AllowList:
             try:
                 nets.append(ipaddress.ip_network(r.strip(), strict=False))
             except ValueError:
-                raise UsageError(f"{r!r} is not an address range (CIDR such as 192.168.0.0/16)") from None
+                raise UsageError(
+                    f"{r!r} is not an address range (CIDR such as 192.168.0.0/16)"
+                ) from None
         self.ranges: tuple[_Network, ...] = tuple(nets)
 
     def __bool__(self) -> bool:
@@ -67,13 +69,17 @@ class AllowList:
 class HandshakeGuard:
     """Per-address back-off after refused handshakes. Pass `now` (monotonic seconds) in."""
 
-    def __init__(self, base: float = GUARD_BASE, maximum: float = GUARD_MAX, max_entries: int = MAX_GUARDED) -> None:
+    def __init__(
+        self, base: float = GUARD_BASE, maximum: float = GUARD_MAX, max_entries: int = MAX_GUARDED
+    ) -> None:
         if not 0 < base <= maximum:
             raise UsageError("the guard's base interval must be positive and at most its maximum")
         self.base = base
         self.maximum = maximum
         self.max_entries = max_entries
-        self._until: OrderedDict[str, tuple[float, int]] = OrderedDict()  # address → (until, refusals)
+        self._until: OrderedDict[str, tuple[float, int]] = (
+            OrderedDict()
+        )  # address → (until, refusals)
 
     def __len__(self) -> int:
         return len(self._until)

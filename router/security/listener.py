@@ -21,7 +21,7 @@ import functools
 import logging
 import socket
 import ssl
-from typing import Callable
+from collections.abc import Callable
 
 from aa.mesh import Connection
 from aa.mesh.protocol import Error
@@ -122,7 +122,10 @@ class Listener:
                         await _refuse_plaintext(loop, conn)
                         return
                 await loop.connect_accepted_socket(
-                    self._factory, conn, ssl=self._tls, ssl_handshake_timeout=self._timeout if self._tls else None
+                    self._factory,
+                    conn,
+                    ssl=self._tls,
+                    ssl_handshake_timeout=self._timeout if self._tls else None,
                 )
         except (TimeoutError, OSError, ssl.SSLError) as exc:
             # A stalled or failed handshake (a foreign or expired certificate, garbage): only
@@ -135,7 +138,7 @@ class Listener:
             conn.close()
             raise
 
-    def _done(self, conn: socket.socket, task: "asyncio.Task[None]") -> None:
+    def _done(self, conn: socket.socket, task: asyncio.Task[None]) -> None:
         self._pending.pop(task, None)
         if task.cancelled():
             conn.close()  # also when cancelled before it ran; idempotent otherwise
@@ -182,10 +185,14 @@ async def _refuse_plaintext(loop: asyncio.AbstractEventLoop, conn: socket.socket
     """Tell a plaintext caller why, in its own framing, then close. What it sent is read and
     dropped first (at most `_DRAIN_BYTES`, within the caller's handshake time): closing a
     socket with unread data resets it, and the reset would discard our answer unread."""
-    frame = Connection().send(Error(
-        code=TLS_REQUIRED, fatal=True,
-        message="this router accepts TLS only: connect with the mesh's CA certificate "
-                "(--ca or AA_CA; and --cert/--key or AA_CERT/AA_KEY to be a user)"))
+    frame = Connection().send(
+        Error(
+            code=TLS_REQUIRED,
+            fatal=True,
+            message="this router accepts TLS only: connect with the mesh's CA certificate "
+            "(--ca or AA_CA; and --cert/--key or AA_CERT/AA_KEY to be a user)",
+        )
+    )
     try:
         conn.send(frame)  # a few hundred bytes into an empty socket buffer: never blocks
         conn.shutdown(socket.SHUT_WR)

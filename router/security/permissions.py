@@ -100,8 +100,17 @@ class Rules:
         """A one-line denial naming the rule: ``not allowed to persist events (rule persist =
         false in [users.bob] in perms.toml)``."""
         value = getattr(self, rule)
-        shown = "true" if value is True else "false" if value is False else (
-            f'"{value}"' if isinstance(value, str) else "[" + ", ".join(f'"{v}"' for v in value) + "]")
+        shown = (
+            "true"
+            if value is True
+            else "false"
+            if value is False
+            else (
+                f'"{value}"'
+                if isinstance(value, str)
+                else "[" + ", ".join(f'"{v}"' for v in value) + "]"
+            )
+        )
         return f"not allowed to {what} (rule {rule} = {shown} in {self.source})"
 
 
@@ -112,27 +121,40 @@ def _allowed(patterns: tuple[str, ...], type_: str | None) -> bool:
 
 
 #: The rules when there is no permissions file: everything.
-ALLOW_ALL = Rules(source="no permissions file", publish=("*",), subscribe=("*",), patterns="scripts",
-                  persist=True, client_caches=True, quench=True)
+ALLOW_ALL = Rules(
+    source="no permissions file",
+    publish=("*",),
+    subscribe=("*",),
+    patterns="scripts",
+    persist=True,
+    client_caches=True,
+    quench=True,
+)
 
 
 class Permissions:
     """The rules of one permissions file, by user. `Permissions.load(path)` raises
     `UsageError` with the line and the reason for a malformed file."""
 
-    def __init__(self, path: Path | None, users: dict[str, Rules], others: Rules | None, anonymous: Rules | None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        users: dict[str, Rules],
+        others: Rules | None,
+        anonymous: Rules | None,
+    ) -> None:
         self.path = path
         self._users = users
         self._others = others
         self._anonymous = anonymous
 
     @classmethod
-    def open(cls) -> "Permissions":
+    def open(cls) -> Permissions:
         """No file: everyone may do everything."""
         return cls(None, {}, ALLOW_ALL, ALLOW_ALL)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Permissions":
+    def load(cls, path: str | os.PathLike[str]) -> Permissions:
         p = Path(path)
         try:
             if p.stat().st_size > MAX_FILE_BYTES:
@@ -145,7 +167,7 @@ class Permissions:
         return cls.parse(text, p)
 
     @classmethod
-    def parse(cls, text: str, path: Path | None = None) -> "Permissions":
+    def parse(cls, text: str, path: Path | None = None) -> Permissions:
         where = str(path) if path else "the permissions"
         try:
             data = tomllib.loads(text)
@@ -158,7 +180,9 @@ class Permissions:
                 anonymous = _section(text, where, (top,), body)
             elif top == "users":
                 if type(body) is not dict:
-                    raise _error(text, where, (), top, "'users' must be a table of [users.NAME] sections")
+                    raise _error(
+                        text, where, (), top, "'users' must be a table of [users.NAME] sections"
+                    )
                 for name, rules in body.items():
                     section = _section(text, where, ("users", name), rules)
                     if name == "*":
@@ -166,7 +190,9 @@ class Permissions:
                     else:
                         users[name] = section
             else:
-                raise _error(text, where, (), top, f"unknown section {top!r} (known: anonymous, users.NAME)")
+                raise _error(
+                    text, where, (), top, f"unknown section {top!r} (known: anonymous, users.NAME)"
+                )
         return cls(path, users, others, anonymous)
 
     def rules_for(self, user: str) -> Rules | None:
@@ -176,7 +202,7 @@ class Permissions:
             return self._anonymous
         return self._users.get(user, self._others)
 
-    def reload(self) -> "Permissions":
+    def reload(self) -> Permissions:
         """The rules as the file says now; raises `UsageError` (the caller keeps `self`)."""
         if self.path is None:
             return self
@@ -190,19 +216,35 @@ def _section(text: str, where: str, path: tuple[str, ...], body: Any) -> Rules:
     values: dict[str, Any] = {}
     for key, value in body.items():
         if key not in _KEYS:
-            raise _error(text, where, path, key, f"unknown key {key!r} in [{name}] (known: {', '.join(sorted(_KEYS))})")
+            raise _error(
+                text,
+                where,
+                path,
+                key,
+                f"unknown key {key!r} in [{name}] (known: {', '.join(sorted(_KEYS))})",
+            )
         if key in _LISTS:
             if type(value) is not list or not all(type(v) is str for v in value):
-                raise _error(text, where, path, key, f"{key} in [{name}] must be a list of type patterns")
+                raise _error(
+                    text, where, path, key, f"{key} in [{name}] must be a list of type patterns"
+                )
             if len(value) > MAX_TYPES:
-                raise _error(text, where, path, key, f"{key} in [{name}] has more than {MAX_TYPES} entries")
+                raise _error(
+                    text, where, path, key, f"{key} in [{name}] has more than {MAX_TYPES} entries"
+                )
             values[key] = tuple(value)
         elif key in _FLAGS:
             if type(value) is not bool:
                 raise _error(text, where, path, key, f"{key} in [{name}] must be true or false")
             values[key] = value
         elif value not in PATTERN_KINDS:
-            raise _error(text, where, path, key, f"patterns in [{name}] must be one of {', '.join(PATTERN_KINDS)}")
+            raise _error(
+                text,
+                where,
+                path,
+                key,
+                f"patterns in [{name}] must be one of {', '.join(PATTERN_KINDS)}",
+            )
         else:
             values[key] = value
     return Rules(source=f"[{name}] in {where}", **values)

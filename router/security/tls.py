@@ -20,7 +20,7 @@ import os
 import re
 import ssl
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,9 @@ def _read(path: str | os.PathLike[str], what: str) -> bytes:
         raise UsageError(f"cannot read {what} {p}: {exc.strerror or exc}") from None
 
 
-def check_cert_file(path: str | os.PathLike[str], what: str = "certificate", *, now: datetime | None = None) -> x509.Certificate:
+def check_cert_file(
+    path: str | os.PathLike[str], what: str = "certificate", *, now: datetime | None = None
+) -> x509.Certificate:
     """Load the first certificate of a PEM file. Raises `UsageError` (one line, naming the
     file) when it is missing, unreadable, not PEM, not yet valid or expired."""
     data = _read(path, what)
@@ -87,11 +89,13 @@ def check_cert_file(path: str | os.PathLike[str], what: str = "certificate", *, 
         cert = x509.load_pem_x509_certificate(data)
     except ValueError:
         raise UsageError(f"{what} {path} is not a PEM certificate") from None
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if cert.not_valid_after_utc < now:
         raise UsageError(f"{what} {path} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
     if cert.not_valid_before_utc > now:
-        raise UsageError(f"{what} {path} is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
+        raise UsageError(
+            f"{what} {path} is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+        )
     return cert
 
 
@@ -111,13 +115,17 @@ def _base(purpose: int) -> ssl.SSLContext:
     return ctx
 
 
-def _load_chain(ctx: ssl.SSLContext, cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> None:
+def _load_chain(
+    ctx: ssl.SSLContext, cert: str | os.PathLike[str], key: str | os.PathLike[str]
+) -> None:
     check_cert_file(cert)
     check_key_file(key)
     try:
         ctx.load_cert_chain(os.fspath(cert), os.fspath(key))
     except ssl.SSLError as exc:
-        raise UsageError(f"certificate {cert} and key {key} do not belong together ({exc.reason})") from None
+        raise UsageError(
+            f"certificate {cert} and key {key} do not belong together ({exc.reason})"
+        ) from None
 
 
 def _load_ca(ctx: ssl.SSLContext, ca: str | os.PathLike[str]) -> None:
@@ -128,8 +136,11 @@ def _load_ca(ctx: ssl.SSLContext, ca: str | os.PathLike[str]) -> None:
         raise UsageError(f"CA certificate {ca}: {exc.reason}") from None
 
 
-def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
-                   ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+def server_context(
+    cert: str | os.PathLike[str],
+    key: str | os.PathLike[str],
+    ca: str | os.PathLike[str] | None = None,
+) -> ssl.SSLContext:
     """The context a router accepts connections with: TLS 1.2 or later, its own certificate,
     and — with *ca* — certificates the mesh CA signed are asked for and verified (a client
     may come without one and is anonymous; a foreign or expired one fails the handshake).
@@ -142,8 +153,11 @@ def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
     return ctx
 
 
-def client_context(ca: str | os.PathLike[str], cert: str | os.PathLike[str] | None = None,
-                   key: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+def client_context(
+    ca: str | os.PathLike[str],
+    cert: str | os.PathLike[str] | None = None,
+    key: str | os.PathLike[str] | None = None,
+) -> ssl.SSLContext:
     """The context a client (or a router dialling a peer) connects with: the other end must
     show a router certificate the mesh CA signed; *cert*/*key* are presented when given (a
     user, or a router dialling). Host names are not checked (see the module docstring).

@@ -12,6 +12,7 @@ Does not own: the mesh cache and the client caches (`aa.router.caches`), the eve
 (`aa.router.eventlog`), when a persisted publish is acknowledged (`aa.router.acks`).
 """
 
+from .answers import as_spec, check_since, event_order, mark_historical, send_paged
 from .antientropy import (
     EXCHANGE_TIMEOUT,
     Exchanges,
@@ -23,7 +24,6 @@ from .antientropy import (
     parse_digest,
     parse_ids,
 )
-from .answers import as_spec, check_since, event_order, mark_historical, send_paged
 from .eventstore import MAX_STORED_TYPE_LENGTH, STORE_FILE, EventStore, StoreConfig, StoreStats
 from .expiry import (
     META_MAX_AGE,

@@ -5,8 +5,9 @@ history and by the caches' requests alike."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
-from typing import Callable, Final, Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Final
 
 from aa.mesh import META_HISTORICAL, META_TIME, Event, PatternSpec, UsageError
 from aa.mesh.protocol import MAX_ANSWER_EVENTS, Message
@@ -17,7 +18,7 @@ __all__ = ["as_spec", "check_since", "mark_historical", "event_order", "send_pag
 
 log = logging.getLogger("aa.router.store")
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def as_spec(pattern: str | PatternSpec) -> PatternSpec:
@@ -26,7 +27,9 @@ def as_spec(pattern: str | PatternSpec) -> PatternSpec:
         return pattern
     if isinstance(pattern, str):
         return PatternSpec(source=pattern)
-    raise UsageError(f"a pattern is a PatternSpec or an expression (str), not {type(pattern).__name__}")
+    raise UsageError(
+        f"a pattern is a PatternSpec or an expression (str), not {type(pattern).__name__}"
+    )
 
 
 def check_since(since: object) -> datetime | None:
@@ -35,9 +38,13 @@ def check_since(since: object) -> datetime | None:
     if since is None:
         return None
     if type(since) is not datetime:
-        raise UsageError(f"since must be a datetime with a time zone, or None; not {type(since).__name__}")
+        raise UsageError(
+            f"since must be a datetime with a time zone, or None; not {type(since).__name__}"
+        )
     if since.tzinfo is None:
-        raise UsageError("since must be an aware datetime (with a time zone), e.g. datetime.now(timezone.utc)")
+        raise UsageError(
+            "since must be an aware datetime (with a time zone), e.g. datetime.now(timezone.utc)"
+        )
     return since
 
 
@@ -59,13 +66,18 @@ def send_paged(
 ) -> None:
     """Send *events* as `build(chunk, partial)` frames of at most `MAX_ANSWER_EVENTS`,
     halving a chunk that would outgrow the frame cap; the last frame has partial False."""
-    chunks = [list(events[i : i + MAX_ANSWER_EVENTS]) for i in range(0, len(events), MAX_ANSWER_EVENTS)] or [[]]
+    chunks = [
+        list(events[i : i + MAX_ANSWER_EVENTS]) for i in range(0, len(events), MAX_ANSWER_EVENTS)
+    ] or [[]]
     for n, chunk in enumerate(chunks):
         _send_split(session, chunk, build, n < len(chunks) - 1)
 
 
 def _send_split(
-    session: ClientPort, chunk: list[Event], build: Callable[[list[Event], bool], Message], partial: bool
+    session: ClientPort,
+    chunk: list[Event],
+    build: Callable[[list[Event], bool], Message],
+    partial: bool,
 ) -> None:
     try:
         session.send(build(chunk, partial))

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from typing import Any, Callable, Final, Hashable, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 from aa.mesh import UsageError
 
@@ -78,7 +79,9 @@ class IdHashes:
         return h
 
 
-def ids_digest(items: Iterable[tuple[K, str]], hash: Callable[[str], int] = id_hash) -> dict[K, tuple[int, int]]:
+def ids_digest(
+    items: Iterable[tuple[K, str]], hash: Callable[[str], int] = id_hash
+) -> dict[K, tuple[int, int]]:
     """Per bucket key: (count, XOR of the ids' hashes) of the (key, id) *items*."""
     out: dict[K, list[int]] = defaultdict(lambda: [0, 0])
     for key, eid in items:
@@ -119,7 +122,9 @@ def parse_digest(
     return out
 
 
-def digest_entries(digest: Mapping[K, tuple[int, int]], key_fields: Callable[[K], list[Any]]) -> list[list[Any]]:
+def digest_entries(
+    digest: Mapping[K, tuple[int, int]], key_fields: Callable[[K], list[Any]]
+) -> list[list[Any]]:
     """*digest* as the wire list `parse_digest` reads."""
     return [[*key_fields(k), c, f"{x:016x}"] for k, (c, x) in digest.items()]
 
@@ -146,8 +151,13 @@ def parse_slice(value: Any) -> tuple[int, int]:
     `UsageError` unless 1 ≤ k ≤ `MAX_SLICES` and 0 ≤ j < k."""
     if value is None:
         return (1, 0)
-    if (not isinstance(value, list) or len(value) != 2 or not all(type(v) is int for v in value)
-            or not 1 <= value[0] <= MAX_SLICES or not 0 <= value[1] < value[0]):
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(type(v) is int for v in value)
+        or not 1 <= value[0] <= MAX_SLICES
+        or not 0 <= value[1] < value[0]
+    ):
         raise UsageError(f"a slice is [k, j] with 1 <= k <= {MAX_SLICES} and 0 <= j < k")
     return (value[0], value[1])
 
@@ -184,7 +194,7 @@ def parse_ids(value: Any, *, max_ids: int) -> list[str]:
 def chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
     """*items* in slices of at most *size*."""
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 class Exchanges:

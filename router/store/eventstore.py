@@ -40,15 +40,15 @@ import heapq
 import itertools
 import logging
 import os
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import sqlalchemy as sa
 
-from aa.mesh import Event, InvalidPolicy, UsageError
-from aa.mesh import MAX_ID_LENGTH
+from aa.mesh import MAX_ID_LENGTH, Event, InvalidPolicy, UsageError
 
 from .expiry import ExpiryPolicy, event_time
 from .storesql import Row, delete_expired, make_engine, metadata, read_chunk
@@ -140,7 +140,9 @@ class StoreConfig:
             if type(v) is not int or v < 1:
                 raise UsageError(f"StoreConfig.{name} must be a positive int, not {v!r}")
         if type(self.sync_interval) not in (int, float) or not self.sync_interval >= 0:
-            raise UsageError(f"StoreConfig.sync_interval must be a number of seconds ≥ 0, not {self.sync_interval!r}")
+            raise UsageError(
+                f"StoreConfig.sync_interval must be a number of seconds ≥ 0, not {self.sync_interval!r}"
+            )
         for name in ("flush_interval", "expire_interval", "retry_min", "retry_max"):
             v = getattr(self, name)
             if type(v) not in (int, float) or not v > 0:
@@ -162,7 +164,7 @@ class StoreConfig:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class EventStore:
@@ -255,7 +257,7 @@ class EventStore:
                 log.error("event store writer did not stop within %.0fs", JOIN_TIMEOUT)
             w.engine.dispose()
 
-    async def __aenter__(self) -> "EventStore":
+    async def __aenter__(self) -> EventStore:
         await self.start()
         return self
 
@@ -265,7 +267,11 @@ class EventStore:
     # -- writing ------------------------------------------------------------------------------
 
     def put_nowait(
-        self, event: Event, policy: ExpiryPolicy | None = None, *, now: datetime | None = None,
+        self,
+        event: Event,
+        policy: ExpiryPolicy | None = None,
+        *,
+        now: datetime | None = None,
         repaired: bool = False,
     ) -> int:
         """Queue *event* for writing under *policy*; returns its sequence number.
@@ -285,7 +291,9 @@ class EventStore:
         # Refused here, not by the database later: a row the database refuses for good
         # could only be dropped after its publish was already waiting for the ack.
         if id_ is None or len(id_) > MAX_ID_LENGTH or "\x00" in id_:
-            raise UsageError(f"a stored event needs an id of 1 to {MAX_ID_LENGTH} characters, no NUL")
+            raise UsageError(
+                f"a stored event needs an id of 1 to {MAX_ID_LENGTH} characters, no NUL"
+            )
         if type_ is not None and (len(type_) > MAX_STORED_TYPE_LENGTH or "\x00" in type_):
             raise UsageError(
                 f"a stored event's type must be at most {MAX_STORED_TYPE_LENGTH} characters, no NUL"
@@ -480,8 +488,16 @@ class EventStore:
         """The counters now."""
         w = self._writer
         if w is None:
-            return StoreStats(healthy=True, pending=0, written=0, batches=0, failures=0,
-                              rejected=0, expired=0, last_error=None)  # fmt: skip
+            return StoreStats(
+                healthy=True,
+                pending=0,
+                written=0,
+                batches=0,
+                failures=0,
+                rejected=0,
+                expired=0,
+                last_error=None,
+            )
         return StoreStats(
             healthy=self.healthy,
             pending=len(w.queue),

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
-from aa.mesh import Event, InvalidPolicy
-from aa.mesh import META_TIME
+from aa.mesh import META_TIME, Event, InvalidPolicy
 
 __all__ = [
     "ExpiryPolicy",
@@ -166,7 +166,7 @@ class ExpiryPolicy:
     @classmethod
     def parse(
         cls, *, max_age: str | float | None = None, max_count: str | int | None = None
-    ) -> "ExpiryPolicy":
+    ) -> ExpiryPolicy:
         """A policy from human input (command line, config): ``max_age="3h"``, ``max_count="5"``.
 
         A number for `max_age` is seconds. Raises `InvalidPolicy` with the reason.
@@ -179,7 +179,9 @@ class ExpiryPolicy:
             try:
                 count = int(max_count.strip())
             except ValueError:
-                raise InvalidPolicy(f"max_count must be a whole number, not {max_count!r}") from None
+                raise InvalidPolicy(
+                    f"max_count must be a whole number, not {max_count!r}"
+                ) from None
         else:
             count = max_count  # type: ignore[assignment]  # checked in __post_init__
         return cls(max_age=age, max_count=count)

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections import Counter
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Final, Hashable, Mapping
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import META_HISTORICAL, Event, StoreError, UsageError
 
@@ -77,10 +77,14 @@ def check_history(history: Mapping[str, Any] | None) -> None:
         return
     try:
         if not isinstance(history, Mapping):
-            raise UsageError('history must be a map such as {"since": None}, or None for no history')
+            raise UsageError(
+                'history must be a map such as {"since": None}, or None for no history'
+            )
         unknown = set(history) - HISTORY_KEYS
         if unknown:
-            raise UsageError(f"history takes only 'since', not {', '.join(sorted(map(str, unknown)))}")
+            raise UsageError(
+                f"history takes only 'since', not {', '.join(sorted(map(str, unknown)))}"
+            )
         check_since(history.get("since"))
     except UsageError as exc:
         exc.code = "bad-history"  # type: ignore[attr-defined]  # the code of the refusal frame
@@ -92,7 +96,7 @@ class HistoryReplay:
 
     def __init__(
         self,
-        storage: "StoreService",
+        storage: StoreService,
         *,
         matches_prototype: Callable[[Hashable, Event], bool],
         dispatch: Dispatch,
@@ -132,7 +136,8 @@ class HistoryReplay:
         """`_replay` once the connection's and the router's caps give it a turn."""
         owner = getattr(key, "session", key)
         sem, users = self._owners.get(owner) or self._owners.setdefault(
-            owner, (asyncio.Semaphore(MAX_REPLAYS_PER_CLIENT), [0]))  # fmt: skip
+            owner, (asyncio.Semaphore(MAX_REPLAYS_PER_CLIENT), [0])
+        )
         users[0] += 1
         self.waiting += 1
         waited = False
@@ -173,7 +178,9 @@ class HistoryReplay:
         select = self._select
         try:
             assert store is not None
-            async for chunk in _read_ahead(store.iterate(None if select else match, since=since, chunk=REPLAY_CHUNK)):
+            async for chunk in _read_ahead(
+                store.iterate(None if select else match, since=since, chunk=REPLAY_CHUNK)
+            ):
                 if select is not None:
                     chunk = await select(key, chunk)
                 for start in range(0, len(chunk), REPLAY_FRAME):
@@ -181,7 +188,9 @@ class HistoryReplay:
                         return
                     for ev in chunk[start : start + REPLAY_FRAME]:
                         sent.add(ev.id)  # type: ignore[arg-type]  # stored events have ids
-                        deliver(trusted(ev.values, ev.type, {**ev.meta, META_HISTORICAL: True}, ev.id))
+                        deliver(
+                            trusted(ev.values, ev.type, {**ev.meta, META_HISTORICAL: True}, ev.id)
+                        )
                     await self._drain(key)
                 n += len(chunk)
         except UsageError:

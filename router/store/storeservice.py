@@ -27,8 +27,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import MAX_ID_LENGTH, Event, InvalidPolicy, PatternSpec, StoreError, UsageError
 from aa.mesh.protocol import Error
@@ -62,7 +63,7 @@ class StoreService:
         config: StoreConfig | None,
         *,
         data_dir: Any,
-        mesh_cache: "MeshCache | None",
+        mesh_cache: MeshCache | None,
         matcher: Callable[[PatternSpec], Matcher],
         matches_prototype: Callable[[Hashable, Event], bool],
         select: Callable[[Hashable, list[Event]], Awaitable[list[Event]]] | None = None,
@@ -84,10 +85,17 @@ class StoreService:
         #: Events the store refused (full, gone); compared around a publish to tell its client.
         self.refused = 0
         self._last_refused_log = -REFUSED_LOG_INTERVAL
-        self.replay = HistoryReplay(self, matches_prototype=matches_prototype, dispatch=dispatch, counters=counters,
-                                    select=select)
+        self.replay = HistoryReplay(
+            self,
+            matches_prototype=matches_prototype,
+            dispatch=dispatch,
+            counters=counters,
+            select=select,
+        )
         #: Anti-entropy with the peer routers' stores (`aa.router.store.sync`).
-        self.sync = StoreSync(self, router_id, interval=config.sync_interval if config is not None else 0.0)
+        self.sync = StoreSync(
+            self, router_id, interval=config.sync_interval if config is not None else 0.0
+        )
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -147,7 +155,12 @@ class StoreService:
             now = time.monotonic()
             if now - self._last_refused_log >= REFUSED_LOG_INTERVAL:
                 self._last_refused_log = now
-                log.error("the store refused event %s (%d refused so far): %s", event.id, self.refused, exc)
+                log.error(
+                    "the store refused event %s (%d refused so far): %s",
+                    event.id,
+                    self.refused,
+                    exc,
+                )
 
     def keep(self, event: Event, *, repaired: bool = True) -> bool:
         """Store *event* as its policy asks, without dispatching it (an event another
@@ -183,7 +196,9 @@ class StoreService:
                 except UsageError as exc:
                     bad = bad or []
                     bad.append(i)
-                    session.send(Error(code="invalid-policy", message=f"event {ev.id} refused: {exc}"))
+                    session.send(
+                        Error(code="invalid-policy", message=f"event {ev.id} refused: {exc}")
+                    )
                     continue
                 if meta.get(META_PERSIST) is True:
                     persisted = True
@@ -195,9 +210,14 @@ class StoreService:
             asked = [e.id for e in events if e.meta.get(META_PERSIST) is True]
             self.counters["no_store"] += len(asked)
             more = f" (and {len(asked) - 1} more)" if len(asked) > 1 else ""
-            session.send(Error(code="not-persisted", message=f"router {self._name()} has no store: event "
-                               f"{asked[0]}{more} was delivered but not kept; start it with --data-dir or "
-                               f"--store-url"))  # fmt: skip
+            session.send(
+                Error(
+                    code="not-persisted",
+                    message=f"router {self._name()} has no store: event "
+                    f"{asked[0]}{more} was delivered but not kept; start it with --data-dir or "
+                    f"--store-url",
+                )
+            )
         return events, persisted and self.store is not None
 
     # -- queries ----------------------------------------------------------------------------
@@ -228,7 +248,9 @@ class StoreService:
                 found[ev.id or ""] = ev
         if include_cache and self._mesh_cache is not None:
             self._flush_cache()
-            cached = self._mesh_cache.query(None if remote else match, since=since, limit=None if remote else limit)
+            cached = self._mesh_cache.query(
+                None if remote else match, since=since, limit=None if remote else limit
+            )
             for ev in await remote(cached) if remote else cached:
                 found.setdefault(ev.id or "", ev)
         events = sorted(found.values(), key=event_order)
@@ -241,8 +263,13 @@ class StoreService:
         out: dict[str, Any] = {"counters": dict(self.counters), "sync": dict(self.sync.counters)}
         if self.store is not None:
             s = self.store.stats()
-            out["store"] = {"healthy": s.healthy, "pending": s.pending, "written": s.written,
-                            "failures": s.failures, "expired": s.expired}  # fmt: skip
+            out["store"] = {
+                "healthy": s.healthy,
+                "pending": s.pending,
+                "written": s.written,
+                "failures": s.failures,
+                "expired": s.expired,
+            }
         return out
 
 
@@ -253,6 +280,8 @@ def check_persistable(event: Event) -> None:
     if policy is not None:
         t = event.type
         if t is not None and (len(t) > MAX_STORED_TYPE_LENGTH or "\x00" in t):
-            raise UsageError(f"a persisted event's type must be at most {MAX_STORED_TYPE_LENGTH} characters, no NUL")
+            raise UsageError(
+                f"a persisted event's type must be at most {MAX_STORED_TYPE_LENGTH} characters, no NUL"
+            )
         if event.id is not None and (len(event.id) > MAX_ID_LENGTH or "\x00" in event.id):
             raise UsageError("a persisted event's id may not hold NUL")

@@ -46,15 +46,16 @@ NOTHING`` there, and with a look-up first elsewhere. Count limits delete with
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Iterable, Sequence
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy import exc as sa_exc
 
-from aa.mesh.protocol import pack, unpack
 from aa.mesh import MAX_ID_LENGTH, Event
+from aa.mesh.protocol import pack, unpack
 
 __all__ = [
     "TABLE_NAME",
@@ -179,16 +180,14 @@ def _params(rows: Iterable[Row]) -> tuple[list[dict[str, Any]], list[dict[str, A
             continue
         if not r.repaired:
             repaired.pop(eid, None)
-        (repaired if r.repaired else live)[eid] = (
-            {
-                "id": ev.id,
-                "type": ev.type,
-                "time_us": r.time_us,
-                "expires_us": r.expires_us,
-                "vals": pack(ev.values),
-                "meta": pack(ev.meta),
-            }
-        )
+        (repaired if r.repaired else live)[eid] = {
+            "id": ev.id,
+            "type": ev.type,
+            "time_us": r.time_us,
+            "expires_us": r.expires_us,
+            "vals": pack(ev.values),
+            "meta": pack(ev.meta),
+        }
     return list(live.values()), [p for i, p in repaired.items() if i not in live]
 
 
@@ -300,9 +299,7 @@ def read_chunk(
     trusted = Event.trusted
     with engine.connect() as conn:
         rows = conn.execute(q).all()
-    return [
-        ((t, i), trusted(unpack(v), ty, unpack(m), i)) for t, i, ty, v, m in rows
-    ]
+    return [((t, i), trusted(unpack(v), ty, unpack(m), i)) for t, i, ty, v, m in rows]
 
 
 def read_keys(engine: sa.Engine, *, now_us: int) -> list[tuple[str, str | None, int]]:
@@ -319,6 +316,8 @@ def read_by_ids(engine: sa.Engine, ids: Sequence[str]) -> list[Event]:
     out: list[Event] = []
     with engine.connect() as conn:
         for start in range(0, len(ids), 500):
-            q = sa.select(_T.c.id, _T.c.type, _T.c.vals, _T.c.meta).where(_T.c.id.in_(ids[start:start + 500]))
+            q = sa.select(_T.c.id, _T.c.type, _T.c.vals, _T.c.meta).where(
+                _T.c.id.in_(ids[start : start + 500])
+            )
             out += [trusted(unpack(v), ty, unpack(m), i) for i, ty, v, m in conn.execute(q).all()]
     return out

@@ -21,9 +21,10 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Callable, Final
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Final
 
 import sqlalchemy as sa
 
@@ -64,14 +65,14 @@ class StoreStats:
     last_error: str | None
 
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 
 
 def to_us(t: datetime) -> int:
     """Microseconds since the epoch; a naive *t* is taken as UTC."""
     if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
+        t = t.replace(tzinfo=UTC)
     return (t - _EPOCH) // _US
 
 
@@ -83,7 +84,7 @@ class Writer:
     def __init__(
         self,
         engine: sa.Engine,
-        config: "StoreConfig",
+        config: StoreConfig,
         clock: Callable[[], datetime],
         on_durable: Callable[[int], None],
         on_dead: Callable[[BaseException], None],
@@ -194,7 +195,9 @@ class Writer:
                 except Exception as exc:
                     if is_transient(exc):
                         raise
-                    log.warning("event store batch refused (%s); writing its events one by one", exc)
+                    log.warning(
+                        "event store batch refused (%s); writing its events one by one", exc
+                    )
                     rejected = write_rows_one_by_one(self.engine, batch)
                 break
             except Exception as exc:

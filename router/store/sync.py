@@ -57,13 +57,23 @@ import logging
 import random
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Mapping, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aa.mesh import AaError, Control, Event, StoreError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
 from . import antientropy
-from .antientropy import Exchanges, chunks, id_parts, in_slice, parse_digest, parse_id_parts, parse_slice, slices_for
+from .antientropy import (
+    Exchanges,
+    chunks,
+    id_parts,
+    in_slice,
+    parse_digest,
+    parse_id_parts,
+    parse_slice,
+    slices_for,
+)
 from .eventstore import EventStore
 from .storesql import read_by_ids, read_keys
 
@@ -116,9 +126,13 @@ class Peers(Protocol):
     def on_control(self, topic: str, callback: Callable[[Control], None]) -> Callable[[], None]: ...
 
 
-def digest_of(keys: list[tuple[str, str | None, int]], hash: Callable[[str], int] = antientropy.id_hash) -> dict[Bucket, tuple[int, int]]:
+def digest_of(
+    keys: list[tuple[str, str | None, int]], hash: Callable[[str], int] = antientropy.id_hash
+) -> dict[Bucket, tuple[int, int]]:
     """Per (type, hour) bucket: (count, XOR of the ids' hashes)."""
-    return antientropy.ids_digest((((etype, time_us // BUCKET_US), eid) for eid, etype, time_us in keys), hash)
+    return antientropy.ids_digest(
+        (((etype, time_us // BUCKET_US), eid) for eid, etype, time_us in keys), hash
+    )
 
 
 def _bucket(fields: Any) -> Bucket:
@@ -151,13 +165,15 @@ async def store_fetch(store: EventStore, ids: list[str]) -> list[Event]:
     """The stored (or queued) events with these *ids*."""
     wanted = set(ids)
     queued = {r.event.id: r.event for r in store.queued() if r.event.id in wanted}
-    return await store.read(read_by_ids, [i for i in ids if i not in queued]) + list(queued.values())
+    return await store.read(read_by_ids, [i for i in ids if i not in queued]) + list(
+        queued.values()
+    )
 
 
 class StoreSync:
     """Anti-entropy between this router's store and its peers' (see the module docstring)."""
 
-    def __init__(self, storage: "StoreService", router_id: str, *, interval: float) -> None:
+    def __init__(self, storage: StoreService, router_id: str, *, interval: float) -> None:
         self._storage = storage
         self.router_id = router_id
         self.interval = interval
@@ -245,7 +261,9 @@ class StoreSync:
             if cached is not None and time.monotonic() - cached[0] < DIGEST_REUSE:
                 return cached[1]
             keys = await self._keys(store)
-            digest = await asyncio.to_thread(digest_of, keys, self._hashes)  # hashing every id: off the loop
+            digest = await asyncio.to_thread(
+                digest_of, keys, self._hashes
+            )  # hashing every id: off the loop
             self._digest_cache = (time.monotonic(), digest)
             return digest
 
@@ -276,10 +294,20 @@ class StoreSync:
                 # The work is a factory, not a coroutine: one never started (busy, or the
                 # router stopping) must leave nothing half-made behind.
                 if op == "digest":
-                    work = functools.partial(self._on_digest, peer_id, parse_digest(body.get("buckets"), _bucket, max_entries=MAX_BUCKETS))
+                    work = functools.partial(
+                        self._on_digest,
+                        peer_id,
+                        parse_digest(body.get("buckets"), _bucket, max_entries=MAX_BUCKETS),
+                    )
                 else:
-                    work = functools.partial(self._on_ids, peer_id, _buckets(body.get("buckets")), bool(body.get("reply")),
-                                             parse_id_parts(body.get("ids"), max_ids=MAX_SYNC_IDS, part=SYNC_IDS_PART), parse_slice(body.get("slice")))  # fmt: skip
+                    work = functools.partial(
+                        self._on_ids,
+                        peer_id,
+                        _buckets(body.get("buckets")),
+                        bool(body.get("reply")),
+                        parse_id_parts(body.get("ids"), max_ids=MAX_SYNC_IDS, part=SYNC_IDS_PART),
+                        parse_slice(body.get("slice")),
+                    )
                 if self._peers is None or self._storage.store is None:
                     return
                 if self._scans >= MAX_SCANS or not self._busy.begin(peer_id, time.monotonic()):
@@ -306,7 +334,9 @@ class StoreSync:
         if differ:
             await self._send_ids(peer_id, differ, reply=True)
 
-    async def _ids_in(self, buckets: set[Bucket], part: tuple[int, int] | None) -> tuple[list[str], tuple[int, int]]:
+    async def _ids_in(
+        self, buckets: set[Bucket], part: tuple[int, int] | None
+    ) -> tuple[list[str], tuple[int, int]]:
         """Our ids in *buckets*, in slice *part* (None: sliced to fit `MAX_SYNC_IDS`, the
         next slice for each call), and the slice."""
         store = self._storage.store
@@ -317,17 +347,41 @@ class StoreSync:
             self._slice += 1
             part = (k, self._slice % k)
         if part[0] > 1:
-            ids = await asyncio.to_thread(in_slice, ids, *part, self._hashes)  # hashing: off the loop
+            ids = await asyncio.to_thread(
+                in_slice, ids, *part, self._hashes
+            )  # hashing: off the loop
         return ids, part
 
-    async def _send_ids(self, peer_id: str, buckets: set[Bucket], *, reply: bool, part: tuple[int, int] | None = None) -> None:
+    async def _send_ids(
+        self,
+        peer_id: str,
+        buckets: set[Bucket],
+        *,
+        reply: bool,
+        part: tuple[int, int] | None = None,
+    ) -> None:
         if self._storage.store is None:
             return
         ids, (k, j) = await self._ids_in(buckets, part)
-        self._send(peer_id, {"op": "ids", "reply": reply, "buckets": [list(b) for b in sorted(buckets, key=str)],
-                             "ids": id_parts(ids[:MAX_SYNC_IDS], SYNC_IDS_PART), "slice": [k, j]})  # fmt: skip
+        self._send(
+            peer_id,
+            {
+                "op": "ids",
+                "reply": reply,
+                "buckets": [list(b) for b in sorted(buckets, key=str)],
+                "ids": id_parts(ids[:MAX_SYNC_IDS], SYNC_IDS_PART),
+                "slice": [k, j],
+            },
+        )
 
-    async def _on_ids(self, peer_id: str, buckets: set[Bucket], reply: bool, their_ids: list[str], part: tuple[int, int]) -> None:
+    async def _on_ids(
+        self,
+        peer_id: str,
+        buckets: set[Bucket],
+        reply: bool,
+        their_ids: list[str],
+        part: tuple[int, int],
+    ) -> None:
         store = self._storage.store
         if store is None:
             return
@@ -340,7 +394,9 @@ class StoreSync:
             self.counters["events_sent"] += len(events)
         if reply:
             await self._send_ids(peer_id, buckets, reply=False, part=part)
-        elif (missing or part[0] > 1 or len(their_ids) >= MAX_SYNC_IDS) and self._follow_ups[peer_id] < MAX_FOLLOW_UPS + part[0]:
+        elif (missing or part[0] > 1 or len(their_ids) >= MAX_SYNC_IDS) and self._follow_ups[
+            peer_id
+        ] < MAX_FOLLOW_UPS + part[0]:
             # The exchange moved events or saw only part of a bucket: compare again now
             # rather than at the next interval (their events sent here are already queued).
             self._follow_ups[peer_id] += 1

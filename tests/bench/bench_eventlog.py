@@ -30,10 +30,10 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import report  # noqa: E402
+from common import report
 
 
 def make_events(n: int, frame: int = 100) -> list:
@@ -45,11 +45,26 @@ def make_events(n: int, frame: int = 100) -> list:
     client, address, router = "c-5f3a9e01d2c4b7a8", "127.0.0.1:54321", "r-0123456789abcdef"
     out = []
     for start in range(0, n, frame):
-        values = [{"Temperature": 20 + i % 80, "Sensor": "lab-1", "Humidity": 0.5, "Seq": i, "Sent": time.time()}
-                  for i in range(start, min(n, start + frame))]  # fmt: skip
-        stamp = datetime.now(timezone.utc)
+        values = [
+            {
+                "Temperature": 20 + i % 80,
+                "Sensor": "lab-1",
+                "Humidity": 0.5,
+                "Seq": i,
+                "Sent": time.time(),
+            }
+            for i in range(start, min(n, start + frame))
+        ]
+        stamp = datetime.now(UTC)
         for i, v in enumerate(unpack(pack(values)), start):
-            meta = {"time": stamp, "client": client, "address": address, "router": router, "ttl": 8, "path": [router]}
+            meta = {
+                "time": stamp,
+                "client": client,
+                "address": address,
+                "router": router,
+                "ttl": 8,
+                "path": [router],
+            }
             out.append(Event.trusted(v, "reading", meta, f"{router}-{i:x}"))
     return out
 
@@ -129,11 +144,15 @@ async def run(events: list, batch: int, data: str, shared: bool) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--events", type=int, default=200_000, help="events logged")
     ap.add_argument("--batch", type=int, default=100, help="events per dispatched batch")
     ap.add_argument("--repeat", type=int, default=3, help="runs; each figure is their median")
-    ap.add_argument("--shared", action="store_true", help="batches come encoded (the mesh cache's encoding)")
+    ap.add_argument(
+        "--shared", action="store_true", help="batches come encoded (the mesh cache's encoding)"
+    )
     args = ap.parse_args()
     # As `aa router` has it (aa.tools.router_cmd): start-up objects frozen, higher thresholds.
     gc.collect()
@@ -148,7 +167,10 @@ def main() -> None:
         finally:
             shutil.rmtree(data, ignore_errors=True)
     median = {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
-    report("eventlog", {"events": args.events, "batch": args.batch, "shared": args.shared, **median, "runs": runs})
+    report(
+        "eventlog",
+        {"events": args.events, "batch": args.batch, "shared": args.shared, **median, "runs": runs},
+    )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import AA, report  # noqa: E402
+from common import AA, report
 
 ROOMS = 10
 
@@ -64,7 +64,10 @@ def start_router() -> tuple[subprocess.Popen[str] | None, str, str]:
     env = {**os.environ, "AA_DISCOVERY_INTERFACES": "lo"}
     proc = subprocess.Popen(
         [AA, "router", "--port", "0", "--http-port", "0", "--no-discovery"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
         # A session of its own: where the kernel groups CPU time by session (autogroup,
         # Linux's desktop default), the router would otherwise share one group's time with
         # the load generators it is measured against.
@@ -81,7 +84,10 @@ def start_router() -> tuple[subprocess.Popen[str] | None, str, str]:
 
 async def register(http: httpx.AsyncClient, n: int) -> list[tuple[str, dict[str, str]]]:
     async def one(k: int) -> tuple[str, dict[str, str]]:
-        r = await http.post("/clients", json={"name": f"bench-{k}", "patterns": [{"source": f"Room == 'r{k % ROOMS}'"}]})
+        r = await http.post(
+            "/clients",
+            json={"name": f"bench-{k}", "patterns": [{"source": f"Room == 'r{k % ROOMS}'"}]},
+        )
         r.raise_for_status()
         c = r.json()
         return f"/clients/{c['id']}/feed", {"Authorization": f"Bearer {c['token']}"}
@@ -101,7 +107,9 @@ async def publisher(endpoint: str, rate: float, stop: asyncio.Event) -> int:
     async with AsyncClient(endpoint) as c:
         start = time.perf_counter()
         while not stop.is_set():
-            await c.publish({"Room": f"r{sent % ROOMS}", "Temperature": 20 + sent % 10, "Seq": sent})
+            await c.publish(
+                {"Room": f"r{sent % ROOMS}", "Temperature": 20 + sent % 10, "Seq": sent}
+            )
             sent += 1
             delay = start + sent / rate - time.perf_counter()
             if delay > 0:
@@ -109,7 +117,9 @@ async def publisher(endpoint: str, rate: float, stop: asyncio.Event) -> int:
     return sent
 
 
-async def poll_with_httpx(base: str, clients: list, seconds: float, concurrency: int, tcp: str, rate: float) -> dict:
+async def poll_with_httpx(
+    base: str, clients: list, seconds: float, concurrency: int, tcp: str, rate: float
+) -> dict:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:
         etags: dict[int, str] = {}
@@ -129,7 +139,9 @@ async def poll_with_httpx(base: str, clients: list, seconds: float, concurrency:
                 k = next(order)
                 url, auth = clients[k]
                 t0 = time.perf_counter()
-                r = await http.get(url, params={"after": cursors[k]}, headers={**auth, "If-None-Match": etags[k]})
+                r = await http.get(
+                    url, params={"after": cursors[k]}, headers={**auth, "If-None-Match": etags[k]}
+                )
                 latencies.append(time.perf_counter() - t0)
                 statuses[r.status_code] += 1
                 if r.status_code == 200:  # a phone takes the new entries and polls after them
@@ -212,7 +224,9 @@ end
 """
 
 
-async def poll_with_wrk(base: str, clients: list, seconds: float, concurrency: int, tcp: str, rate: float) -> dict:
+async def poll_with_wrk(
+    base: str, clients: list, seconds: float, concurrency: int, tcp: str, rate: float
+) -> dict:
     """The same polls from wrk, `concurrency` threads of one connection each. Every client's
     cursor and ETag are fetched first, as in the httpx run."""
     async with httpx.AsyncClient(base_url=base) as http:
@@ -220,28 +234,45 @@ async def poll_with_wrk(base: str, clients: list, seconds: float, concurrency: i
         for url, auth in clients:
             cursor = (await http.get(url, headers=auth)).headers["aa-cursor"]
             etag = (await http.get(url, params={"after": cursor}, headers=auth)).headers["etag"]
-            rows.append('{"%s", "%s", "%s", %r}' % (url, auth["Authorization"].split()[1], cursor, etag))
+            rows.append(
+                '{"%s", "%s", "%s", %r}' % (url, auth["Authorization"].split()[1], cursor, etag)
+            )
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(WRK_SCRIPT % (concurrency, ",\n".join(rows)))
     stop = asyncio.Event()
     pub = asyncio.create_task(publisher(tcp, rate, stop))
     proc = await asyncio.create_subprocess_exec(
-        "wrk", f"-t{concurrency}", f"-c{concurrency}", f"-d{int(seconds)}s", "-s", f.name, base,
+        "wrk",
+        f"-t{concurrency}",
+        f"-c{concurrency}",
+        f"-d{int(seconds)}s",
+        "-s",
+        f.name,
+        base,
         stdout=subprocess.PIPE,
     )
     out, _ = await proc.communicate()
     stop.set()
     published = await pub
     os.unlink(f.name)
-    m = re.search(r"AA polls=(\d+) seconds=([\d.]+) p50=([\d.]+) p99=([\d.]+) max=([\d.]+) errors=(\d+) "
-                  r"s200=(\d+) s304=(\d+) other=(\d+)", out.decode())
+    m = re.search(
+        r"AA polls=(\d+) seconds=([\d.]+) p50=([\d.]+) p99=([\d.]+) max=([\d.]+) errors=(\d+) "
+        r"s200=(\d+) s304=(\d+) other=(\d+)",
+        out.decode(),
+    )
     if not m:
         raise RuntimeError(out.decode())
     polls, secs = int(m.group(1)), float(m.group(2))
-    return {"polls": polls, "polls_per_s": round(polls / secs), "p50_ms": float(m.group(3)),
-            "p99_ms": float(m.group(4)), "max_ms": float(m.group(5)), "errors": int(m.group(6)),
-            "statuses": {"200": int(m.group(7)), "304": int(m.group(8)), "other": int(m.group(9))},
-            "published": published}
+    return {
+        "polls": polls,
+        "polls_per_s": round(polls / secs),
+        "p50_ms": float(m.group(3)),
+        "p99_ms": float(m.group(4)),
+        "max_ms": float(m.group(5)),
+        "errors": int(m.group(6)),
+        "statuses": {"200": int(m.group(7)), "304": int(m.group(8)), "other": int(m.group(9))},
+        "published": published,
+    }
 
 
 PACED_SCRIPT = """
@@ -334,8 +365,12 @@ def ensure_wrk() -> None:
     print("bench_http: installing wrk", file=sys.stderr)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "wrk"], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "wrk"],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 async def _load(endpoint: str, rate: float, n: int, seconds: float, ready: Any) -> tuple[int, int]:
@@ -391,8 +426,17 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def poll_open_loop(base: str, clients: list, seconds: float, concurrency: int, tcp: str, rate: float,
-                         poll_rate: float, n_subscribers: int, router_pid: int | None = None) -> dict:
+async def poll_open_loop(
+    base: str,
+    clients: list,
+    seconds: float,
+    concurrency: int,
+    tcp: str,
+    rate: float,
+    poll_rate: float,
+    n_subscribers: int,
+    router_pid: int | None = None,
+) -> dict:
     """Polls on a fixed schedule from wrk (see PACED_SCRIPT), while another process holds
     the TCP subscribers and the publisher: this one only waits, so neither load generator
     takes its CPU from the other."""
@@ -402,12 +446,16 @@ async def poll_open_loop(base: str, clients: list, seconds: float, concurrency: 
         for url, auth in clients:
             cursor = (await http.get(url, headers=auth)).headers["aa-cursor"]
             etag = (await http.get(url, params={"after": cursor}, headers=auth)).headers["etag"]
-            rows.append('{"%s", "%s", "%s", %r}' % (url, auth["Authorization"].split()[1], cursor, etag))
+            rows.append(
+                '{"%s", "%s", "%s", %r}' % (url, auth["Authorization"].split()[1], cursor, etag)
+            )
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(PACED_SCRIPT % (concurrency, poll_rate / concurrency, ",\n".join(rows)))
     ctx = multiprocessing.get_context("spawn")
     mine, theirs = ctx.Pipe()
-    load = ctx.Process(target=_load_process, args=(tcp, rate, n_subscribers, seconds + 1.0, theirs), daemon=True)
+    load = ctx.Process(
+        target=_load_process, args=(tcp, rate, n_subscribers, seconds + 1.0, theirs), daemon=True
+    )
     load.start()
     try:
         await asyncio.to_thread(mine.recv)  # "ready": every subscriber subscribed
@@ -415,33 +463,55 @@ async def poll_open_loop(base: str, clients: list, seconds: float, concurrency: 
         cpu0, t0 = cpu_seconds(router_pid), time.perf_counter()
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = await asyncio.create_subprocess_exec(
-            "wrk", f"-t{concurrency}", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "30s",
-            "-s", f.name, base, stdout=subprocess.PIPE, start_new_session=True,  # as the router's
+            "wrk",
+            f"-t{concurrency}",
+            f"-c{concurrency}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            "30s",
+            "-s",
+            f.name,
+            base,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # as the router's
         )
         out, _ = await proc.communicate()
         elapsed = time.perf_counter() - t0
         router_cpu = (cpu_seconds(router_pid) - cpu0) / elapsed
         children = resource.getrusage(resource.RUSAGE_CHILDREN)  # wrk, waited for
-        wrk_cpu = (children.ru_utime + children.ru_stime - children0.ru_utime - children0.ru_stime) / elapsed
+        wrk_cpu = (
+            children.ru_utime + children.ru_stime - children0.ru_utime - children0.ru_stime
+        ) / elapsed
         published, received = await asyncio.to_thread(mine.recv)
     finally:
         load.join(timeout=30)
         if load.is_alive():
             load.kill()
         os.unlink(f.name)
-    m = re.search(r"AA polls=(\d+) seconds=([\d.]+) p50=([\d.]+) p99=([\d.]+) max=([\d.]+) errors=(\d+) "
-                  r"s200=(\d+) s304=(\d+) other=(\d+)", out.decode())
+    m = re.search(
+        r"AA polls=(\d+) seconds=([\d.]+) p50=([\d.]+) p99=([\d.]+) max=([\d.]+) errors=(\d+) "
+        r"s200=(\d+) s304=(\d+) other=(\d+)",
+        out.decode(),
+    )
     if not m:
         raise RuntimeError(out.decode())
     polls, secs = int(m.group(1)), float(m.group(2))
-    return {"polls": polls, "polls_per_s": round(polls / secs), "p50_ms": round(float(m.group(3)), 2),
-            "p99_ms": round(float(m.group(4)), 2), "max_ms": round(float(m.group(5)), 2), "errors": int(m.group(6)),
-            "statuses": {"200": int(m.group(7)), "304": int(m.group(8)), "other": int(m.group(9))},
-            "published": published, "subscribers": n_subscribers, "received": received,
-            "router_cpu_share": round(router_cpu, 2),  # of one core, polls + events together
-            "wrk_cpu_share": round(wrk_cpu, 2),
-            "load_before": [round(x, 2) for x in load0],
-            "load_after": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "polls": polls,
+        "polls_per_s": round(polls / secs),
+        "p50_ms": round(float(m.group(3)), 2),
+        "p99_ms": round(float(m.group(4)), 2),
+        "max_ms": round(float(m.group(5)), 2),
+        "errors": int(m.group(6)),
+        "statuses": {"200": int(m.group(7)), "304": int(m.group(8)), "other": int(m.group(9))},
+        "published": published,
+        "subscribers": n_subscribers,
+        "received": received,
+        "router_cpu_share": round(router_cpu, 2),  # of one core, polls + events together
+        "wrk_cpu_share": round(wrk_cpu, 2),
+        "load_before": [round(x, 2) for x in load0],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -458,20 +528,45 @@ async def main(args: argparse.Namespace) -> None:
         if args.concurrency is None:
             args.concurrency = 50 if args.poll_rate else 4
         if tool == "wrk" and shutil.which("wrk") is None:
-            print("bench_http: wrk is not installed (Debian package wrk); polling with httpx", file=sys.stderr)
+            print(
+                "bench_http: wrk is not installed (Debian package wrk); polling with httpx",
+                file=sys.stderr,
+            )
             tool = "httpx"
         if tool == "open-loop":
-            figures = await poll_open_loop(base, clients, args.seconds, args.concurrency, tcp, args.rate,
-                                           args.poll_rate, args.subscribers, proc.pid if proc else None)
+            figures = await poll_open_loop(
+                base,
+                clients,
+                args.seconds,
+                args.concurrency,
+                tcp,
+                args.rate,
+                args.poll_rate,
+                args.subscribers,
+                proc.pid if proc else None,
+            )
             ok = figures["p99_ms"] < 50 and figures["polls_per_s"] >= 0.95 * args.poll_rate
         elif tool == "wrk":
-            figures = await poll_with_wrk(base, clients, args.seconds, args.concurrency, tcp, args.rate)
+            figures = await poll_with_wrk(
+                base, clients, args.seconds, args.concurrency, tcp, args.rate
+            )
         else:
-            figures = await poll_with_httpx(base, clients, args.seconds, args.concurrency, tcp, args.rate)
+            figures = await poll_with_httpx(
+                base, clients, args.seconds, args.concurrency, tcp, args.rate
+            )
         if tool != "open-loop":
             ok = figures["polls_per_s"] >= 1000 and figures["p99_ms"] < 50
-        report("http-poll", {"tool": tool, "clients": args.clients, "concurrency": args.concurrency,
-                             "register_s": round(registering, 2), **figures, "target_met": ok})
+        report(
+            "http-poll",
+            {
+                "tool": tool,
+                "clients": args.clients,
+                "concurrency": args.concurrency,
+                "register_s": round(registering, 2),
+                **figures,
+                "target_met": ok,
+            },
+        )
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
@@ -479,18 +574,42 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--clients", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="connections polling (wrk: threads of one connection each); 4, or 50 open-loop")
-    p.add_argument("--rate", type=float, default=2.0, help="events/s published (over TCP) while polling")
-    p.add_argument("--tool", choices=("wrk", "httpx"), default="wrk",
-                   help="what polls: wrk (C; the default when installed) or httpx in this process "
-                   "(which, on a 2-core machine, is the bottleneck before the router is)")
-    p.add_argument("--poll-rate", type=float, default=0.0,
-                   help="poll open-loop at this many polls/s (issue 16: 1000), instead of as fast as possible")
-    p.add_argument("--subscribers", type=int, default=0, help="TCP subscribers to every event (issue 16: 200)")
-    p.add_argument("--http", metavar="URL", help="poll this running router's HTTP endpoint instead of starting one")
-    p.add_argument("--router", metavar="H:P", help="its TCP endpoint (for the publisher), with --http")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="connections polling (wrk: threads of one connection each); 4, or 50 open-loop",
+    )
+    p.add_argument(
+        "--rate", type=float, default=2.0, help="events/s published (over TCP) while polling"
+    )
+    p.add_argument(
+        "--tool",
+        choices=("wrk", "httpx"),
+        default="wrk",
+        help="what polls: wrk (C; the default when installed) or httpx in this process "
+        "(which, on a 2-core machine, is the bottleneck before the router is)",
+    )
+    p.add_argument(
+        "--poll-rate",
+        type=float,
+        default=0.0,
+        help="poll open-loop at this many polls/s (issue 16: 1000), instead of as fast as possible",
+    )
+    p.add_argument(
+        "--subscribers", type=int, default=0, help="TCP subscribers to every event (issue 16: 200)"
+    )
+    p.add_argument(
+        "--http",
+        metavar="URL",
+        help="poll this running router's HTTP endpoint instead of starting one",
+    )
+    p.add_argument(
+        "--router", metavar="H:P", help="its TCP endpoint (for the publisher), with --http"
+    )
     asyncio.run(main(p.parse_args()))

@@ -60,14 +60,15 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import report  # noqa: E402
+from common import report
 
-from aa.mesh import Event, PatternSpec  # noqa: E402
-from aa.router.patterns import HostFacts, PatternEngine  # noqa: E402
+from aa.mesh import Event, PatternSpec
+from aa.router.patterns import HostFacts, PatternEngine
 
 SYMBOLS = 200  # the paper's 200 event types: 100 commodities' quotes, predictions, ...
 
@@ -78,7 +79,12 @@ def rss() -> int:
 
 
 def make_engine() -> PatternEngine:
-    host = HostFacts(router_id="b", router_name="bench", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    host = HostFacts(
+        router_id="b",
+        router_name="bench",
+        clock=lambda: datetime.now(UTC),
+        peer_count=lambda: 0,
+    )
     return PatternEngine(host=host, on_failure=lambda keys, code, message: None)
 
 
@@ -92,7 +98,9 @@ class Zipf:
         return bisect.bisect_left(self.cum, self.rng.random() * self.total)
 
 
-def betree(args: argparse.Namespace, n: int, rng: random.Random) -> tuple[Iterator[tuple[str, dict[str, Any]]], Callable[[], Event]]:
+def betree(
+    args: argparse.Namespace, n: int, rng: random.Random
+) -> tuple[Iterator[tuple[str, dict[str, Any]]], Callable[[], Event]]:
     z = Zipf(args.domain, args.zipf, rng)
     width = max(1, int(args.domain * args.width))
 
@@ -114,16 +122,31 @@ def betree(args: argparse.Namespace, n: int, rng: random.Random) -> tuple[Iterat
     return subs(), event
 
 
-TRADING = ["Symbol == sym and Price > limit", "Symbol == sym and Price < limit", "Symbol == sym and Price == limit"]
+TRADING = [
+    "Symbol == sym and Price > limit",
+    "Symbol == sym and Price < limit",
+    "Symbol == sym and Price == limit",
+]
 
 
-def trading(args: argparse.Namespace, n: int, rng: random.Random) -> tuple[Iterator[tuple[str, dict[str, Any]]], Callable[[], Event]]:
+def trading(
+    args: argparse.Namespace, n: int, rng: random.Random
+) -> tuple[Iterator[tuple[str, dict[str, Any]]], Callable[[], Event]]:
     def subs() -> Iterator[tuple[str, dict[str, Any]]]:
         for i in range(n):
-            yield TRADING[i % 3], {"sym": f"S{rng.randrange(SYMBOLS)}", "limit": round(rng.uniform(50, 150), 1)}
+            yield (
+                TRADING[i % 3],
+                {"sym": f"S{rng.randrange(SYMBOLS)}", "limit": round(rng.uniform(50, 150), 1)},
+            )
 
     def event() -> Event:
-        return Event(values={"Symbol": f"S{rng.randrange(SYMBOLS)}", "Price": round(rng.uniform(50, 150), 1)}, type="quote")
+        return Event(
+            values={
+                "Symbol": f"S{rng.randrange(SYMBOLS)}",
+                "Price": round(rng.uniform(50, 150), 1),
+            },
+            type="quote",
+        )
 
     return subs(), event
 
@@ -149,7 +172,9 @@ def run_size(args: argparse.Namespace, n: int) -> None:
     subscribe_s = 0.0
     wall = time.perf_counter
     cpu = time.process_time()
-    for i, (source, params) in enumerate(subs):  # the clock runs per subscribe, not while the workload draws
+    for i, (source, params) in enumerate(
+        subs
+    ):  # the clock runs per subscribe, not while the workload draws
         w = wall()
         spec = PatternSpec(source=source)
         if router is not None:
@@ -189,7 +214,9 @@ def run_size(args: argparse.Namespace, n: int) -> None:
         # by generation, and a full collection afterwards (when the long-lived objects have
         # grown by a quarter since the last one, CPython 3.11 makes one)
         "gc_pause_ms_max": pauses.longest(),
-        "gc_share_of_subscribing": round(pauses.total / subscribe_s, 3),  # the collector's time / the subscribes' time
+        "gc_share_of_subscribing": round(
+            pauses.total / subscribe_s, 3
+        ),  # the collector's time / the subscribes' time
         "gc_full_ms": round(full_pause * 1e3, 1),
         "rss_mb": round(rss() / 2**20),
         "instances": engine.instance_count,
@@ -229,7 +256,9 @@ def _ignore(event: Event) -> None:
     pass
 
 
-def updates(engine: PatternEngine, n: int, rng: random.Random, count: int, handles: list[Any]) -> dict[str, object]:
+def updates(
+    engine: PatternEngine, n: int, rng: random.Random, count: int, handles: list[Any]
+) -> dict[str, object]:
     """updates/s, and the reaction time (the paper's measure): update a `Price < limit`
     trader to a higher limit, then publish a quote between the old and the new limit, which
     must reach it — the time from the update's call to the delivery's being decided."""
@@ -246,7 +275,7 @@ def updates(engine: PatternEngine, n: int, rng: random.Random, count: int, handl
     reactions = []
     for i in range(1, min(n, 600), 3):  # i % 3 == 1: "Price < limit"
         k = handles[i] if handles else i
-        sym = engine._subs[k].params["sym"]  # noqa: SLF001 (the benchmark knows its traders)
+        sym = engine._subs[k].params["sym"]
         engine.update(k, {"limit": 10.0})
         quote = Event(values={"Symbol": sym, "Price": 20.0}, type="quote")
         t = time.perf_counter()
@@ -254,30 +283,49 @@ def updates(engine: PatternEngine, n: int, rng: random.Random, count: int, handl
         got = engine.match(quote)
         reactions.append(time.perf_counter() - t)
         assert sum(key == k for key, _ in got) == 1  # delivered, once
-    return {"updates_per_s": round(rate), "updates_per_cpu_s": round(rate_cpu), "reaction_ms_median": round(statistics.median(reactions) * 1e3, 4)}
+    return {
+        "updates_per_s": round(rate),
+        "updates_per_cpu_s": round(rate_cpu),
+        "reaction_ms_median": round(statistics.median(reactions) * 1e3, 4),
+    }
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--workload", choices=["betree", "trading", "both"], default="both")
     ap.add_argument("--sizes", default="1000,10000", help="comma-separated subscription counts")
     ap.add_argument("--names", type=int, default=20, help="attributes (betree: 10-50)")
     ap.add_argument("--domain", type=int, default=10_000, help="values per attribute (betree)")
     ap.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of the constants")
     ap.add_argument("--eq", type=float, default=0.6, help="share of equality predicates (betree)")
-    ap.add_argument("--width", type=float, default=0.001, help="widest range, as a share of the domain (betree)")
-    ap.add_argument("--event-dist", choices=["zipf", "uniform"], default="uniform", help="event values (betree)")
+    ap.add_argument(
+        "--width", type=float, default=0.001, help="widest range, as a share of the domain (betree)"
+    )
+    ap.add_argument(
+        "--event-dist", choices=["zipf", "uniform"], default="uniform", help="event values (betree)"
+    )
     ap.add_argument("--events", type=int, default=500, help="events per run")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--updates", type=int, default=50_000, help="parametric updates (trading)")
     ap.add_argument("--seed", type=int, default=12)
-    ap.add_argument("--router", action="store_true", help="subscribe through an embedded Router (whole-router RSS)")
-    ap.add_argument("--python-gc", action="store_true",
-                    help="keep Python's default collector (default: set it as `aa router` does)")
+    ap.add_argument(
+        "--router",
+        action="store_true",
+        help="subscribe through an embedded Router (whole-router RSS)",
+    )
+    ap.add_argument(
+        "--python-gc",
+        action="store_true",
+        help="keep Python's default collector (default: set it as `aa router` does)",
+    )
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size, in this process
     args = ap.parse_args()
     if args.one is not None:
-        if not args.python_gc:  # as the router process runs: what start-up built frozen, rare passes
+        if (
+            not args.python_gc
+        ):  # as the router process runs: what start-up built frozen, rare passes
             from aa.tools.router_cmd import _tune_gc
 
             _tune_gc()

@@ -18,7 +18,6 @@ little without it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -29,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import AA, report  # noqa: E402
+from common import AA, report
 
 CHUNK = 1_000_000
 OVERLAP = 0.3
@@ -46,22 +45,35 @@ def make_chunk(root: str, k: int, chunk: int) -> str:
     if (out / "world.json").is_file():
         return str(out)
     # Chunk k is week k from its Monday: ~1.3 M logged events fit in Monday to Thursday.
-    cfg = SimulateConfig(out=str(out), start=DEFAULT_START + timedelta(weeks=k), days=7, seed=k, people=PEOPLE,
-                         overlap=OVERLAP, max_events=round(chunk / (1 + OVERLAP)))
+    cfg = SimulateConfig(
+        out=str(out),
+        start=DEFAULT_START + timedelta(weeks=k),
+        days=7,
+        seed=k,
+        people=PEOPLE,
+        overlap=OVERLAP,
+        max_events=round(chunk / (1 + OVERLAP)),
+    )
     simulate(cfg)
     return str(out)
 
 
 def mine(chunks: list[str], adapters: str) -> tuple[float, dict[str, int]]:
     t = time.perf_counter()
-    out = subprocess.run([AA, "mine", "--adapters", adapters, "--quiet", *chunks], capture_output=True, text=True)
+    out = subprocess.run(
+        [AA, "mine", "--adapters", adapters, "--quiet", *chunks], capture_output=True, text=True
+    )
     seconds = time.perf_counter() - t
     if out.returncode:
         raise RuntimeError(out.stderr[-4000:])
     m = re.search(r"events: (\d+) read, (\d+) unique", out.stdout)
     assert m, out.stdout
     inner = re.findall(r"^(\w+): .*\(version \d+, ([\d.]+) s\)", out.stdout, re.M)
-    return seconds, {"read": int(m[1]), "unique": int(m[2]), **{f"{k}_s": float(v) for k, v in inner}}
+    return seconds, {
+        "read": int(m[1]),
+        "unique": int(m[2]),
+        **{f"{k}_s": float(v) for k, v in inner},
+    }
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
@@ -78,10 +90,20 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="100000,1000000,10000000",
-                    help="logged events per run (default: 100000,1000000,10000000)")
-    ap.add_argument("--chunk", type=int, default=CHUNK, help="logged events per cached chunk (default: 1,000,000)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--sizes",
+        default="100000,1000000,10000000",
+        help="logged events per run (default: 100000,1000000,10000000)",
+    )
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=CHUNK,
+        help="logged events per cached chunk (default: 1,000,000)",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     root = os.environ.get("AA_BENCH_DIR", "/tmp/aa-bench-mining") + f"/c{args.chunk}"
@@ -89,28 +111,55 @@ def main() -> None:
     n_chunks = max(round(n / args.chunk) for n in sizes)
     jobs = [(k, args.chunk) for k in range(n_chunks)] + [(-1, n) for n in sizes if n < args.chunk]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # not timed: cached logs
-        made = list(pool.map(make_chunk, [root] * len(jobs), [k for k, _ in jobs], [c for _, c in jobs]))
-    chunks, small = made[:n_chunks], dict(zip([n for n in sizes if n < args.chunk], made[n_chunks:]))
+        made = list(
+            pool.map(make_chunk, [root] * len(jobs), [k for k, _ in jobs], [c for _, c in jobs])
+        )
+    chunks, small = (
+        made[:n_chunks],
+        dict(zip([n for n in sizes if n < args.chunk], made[n_chunks:])),
+    )
     print(f"logs ready in {time.perf_counter() - t:.0f} s: {root}", file=sys.stderr)
     subprocess.run([AA, "mine", "prepare"], check=True, capture_output=True)  # as the install does
     rows = []
-    print(f"{'events':>12} {'seconds':>8} {'events/s':>9}  load (1 min, before/after)", file=sys.stderr)
+    print(
+        f"{'events':>12} {'seconds':>8} {'events/s':>9}  load (1 min, before/after)",
+        file=sys.stderr,
+    )
     for n in sizes:
         logs = [small[n]] if n in small else chunks[: round(n / args.chunk)]
         load = os.getloadavg()[0]  # the machine may be shared: say how busy it was
         seconds, counts = mine(logs, f"{root}/adapters-{n}")
-        rows.append({"size": n, "seconds": round(seconds, 1), **counts,
-                     "events_per_s": round(counts["read"] / seconds),
-                     "load_1min": [round(load, 1), round(os.getloadavg()[0], 1)]})  # fmt: skip
+        rows.append(
+            {
+                "size": n,
+                "seconds": round(seconds, 1),
+                **counts,
+                "events_per_s": round(counts["read"] / seconds),
+                "load_1min": [round(load, 1), round(os.getloadavg()[0], 1)],
+            }
+        )
         r = rows[-1]
-        print(f"{r['read']:>12,} {r['seconds']:>8.1f} {r['events_per_s']:>9,}  {load:.1f}/{os.getloadavg()[0]:.1f}",
-              file=sys.stderr)
-    a, b, r2 = fit([r["read"] for r in rows], [r["seconds"] for r in rows]) if len(rows) > 1 else (0.0, 0.0, 1.0)
-    report("mining", {
-        "runs": rows,
-        "fit": {"fixed_s": round(a, 1), "us_per_event": round(b * 1e6, 2), "r2": round(r2, 4),
-                "marginal_events_per_s": round(1 / b) if b > 0 else None},
-    })  # fmt: skip
+        print(
+            f"{r['read']:>12,} {r['seconds']:>8.1f} {r['events_per_s']:>9,}  {load:.1f}/{os.getloadavg()[0]:.1f}",
+            file=sys.stderr,
+        )
+    a, b, r2 = (
+        fit([r["read"] for r in rows], [r["seconds"] for r in rows])
+        if len(rows) > 1
+        else (0.0, 0.0, 1.0)
+    )
+    report(
+        "mining",
+        {
+            "runs": rows,
+            "fit": {
+                "fixed_s": round(a, 1),
+                "us_per_event": round(b * 1e6, 2),
+                "r2": round(r2, 4),
+                "marginal_events_per_s": round(1 / b) if b > 0 else None,
+            },
+        },
+    )
 
 
 if __name__ == "__main__":

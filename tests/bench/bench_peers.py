@@ -61,11 +61,11 @@ HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers"
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(PEERS))
+import servers  # noqa: E402
 from bench_router import process_cpu  # noqa: E402
-from clients import IDLE_S, DEADLINE_S, TOPIC, paced, values  # noqa: E402
+from clients import DEADLINE_S, IDLE_S, TOPIC, paced, values  # noqa: E402
 from common import report  # noqa: E402
 from loopback import LoopbackGuard  # noqa: E402
-import servers  # noqa: E402
 
 CLIENTS = PEERS / "clients.py"
 PEERS_PYTHON = PEERS / ".venv" / "bin" / "python"
@@ -98,9 +98,13 @@ def peer_versions() -> dict[str, str]:
         except (OSError, subprocess.TimeoutExpired):
             pass
     if PEERS_PYTHON.exists():
-        code = ("import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
-                "('nats-py', 'paho-mqtt', 'eclipse-zenoh', 'msgpack')}))")
-        r = subprocess.run([str(PEERS_PYTHON), "-c", code], capture_output=True, text=True, timeout=60)
+        code = (
+            "import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
+            "('nats-py', 'paho-mqtt', 'eclipse-zenoh', 'msgpack')}))"
+        )
+        r = subprocess.run(
+            [str(PEERS_PYTHON), "-c", code], capture_output=True, text=True, timeout=60
+        )
         if r.returncode == 0:
             out.update(json.loads(r.stdout))
     try:
@@ -109,7 +113,9 @@ def peer_versions() -> dict[str, str]:
         out["aa-mesh"] = md.version("aa-mesh")
     except Exception:
         pass
-    r = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    r = subprocess.run(
+        ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     if r.returncode == 0:
         out["aa-commit"] = r.stdout.strip()
     return out
@@ -142,7 +148,9 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
     python = sys.executable if SYSTEMS[system][1] == "aa" else str(PEERS_PYTHON)
     env = {**os.environ, "AA_DISCOVERY_INTERFACES": "lo"}
     base = [python, str(CLIENTS), system]
-    sub = subprocess.Popen([*base, "sub", address, "--events", str(n)], stdout=subprocess.PIPE, text=True, env=env)
+    sub = subprocess.Popen(
+        [*base, "sub", address, "--events", str(n)], stdout=subprocess.PIPE, text=True, env=env
+    )
     pub: subprocess.Popen[str] | None = None
     try:
         assert sub.stdout is not None
@@ -151,8 +159,12 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
         if line is None or line.strip() != "ready":
             raise RunFailed(f"{system} subscriber did not get ready: {line!r}")
         extra = ["--rate", str(rate)] if rate else []
-        pub = subprocess.Popen([*base, "pub", address, "--events", str(n), *extra], stdin=subprocess.PIPE,
-                               text=True, env=env)
+        pub = subprocess.Popen(
+            [*base, "pub", address, "--events", str(n), *extra],
+            stdin=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         # The subscriber reports after its n events, or IDLE_S after its last one; if the
         # publisher failed, or ended without the subscriber getting a thing, do not wait for
         # the subscriber's deadline.
@@ -181,7 +193,9 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
         servers.stop(sub)
 
 
-def mqtt_c_run(broker: servers.Running, n: int, rate: float | None, tmp: Path, tag: str) -> dict[str, Any]:
+def mqtt_c_run(
+    broker: servers.Running, n: int, rate: float | None, tmp: Path, tag: str
+) -> dict[str, Any]:
     """Mosquitto's C clients: mosquitto_pub -l publishes one message per line of its stdin,
     mosquitto_sub prints each with its receive time (%U); nothing in Python on the event path
     of the throughput run (its stdin is a file written beforehand)."""
@@ -190,8 +204,21 @@ def mqtt_c_run(broker: servers.Running, n: int, rate: float | None, tmp: Path, t
     out_path, in_path = tmp / f"sub-{tag}.out", tmp / f"pub-{tag}.in"
     sub_id = f"bench-sub-c-{tag}"
     with open(out_path, "w") as out:
-        sub = subprocess.Popen(["mosquitto_sub", *common, "-i", sub_id, "-C", str(n), "-W", str(int(DEADLINE_S)),
-                                "-F", "%U %p"], stdout=out)
+        sub = subprocess.Popen(
+            [
+                "mosquitto_sub",
+                *common,
+                "-i",
+                sub_id,
+                "-C",
+                str(n),
+                "-W",
+                str(int(DEADLINE_S)),
+                "-F",
+                "%U %p",
+            ],
+            stdout=out,
+        )
     pub: subprocess.Popen[str] | None = None
     try:
         broker.await_log(f"{sub_id} 0 {TOPIC}", "mosquitto_sub's subscription")
@@ -199,7 +226,9 @@ def mqtt_c_run(broker: servers.Running, n: int, rate: float | None, tmp: Path, t
         if rate is None:
             with open(in_path, "w") as f:
                 now = time.time()
-                f.writelines(json.dumps(values(i, now), separators=(",", ":")) + "\n" for i in range(n))
+                f.writelines(
+                    json.dumps(values(i, now), separators=(",", ":")) + "\n" for i in range(n)
+                )
             with open(in_path) as f:
                 pub = subprocess.Popen(pub_cmd, stdin=f, text=True)
         else:
@@ -242,8 +271,11 @@ def mqtt_c_run(broker: servers.Running, n: int, rate: float | None, tmp: Path, t
         stamps.append(t)
     out_path.unlink()
     in_path.unlink(missing_ok=True)
-    result: dict[str, Any] = {"got": len(stamps), "first": stamps[0] if stamps else 0.0,
-                              "last": stamps[-1] if stamps else 0.0}
+    result: dict[str, Any] = {
+        "got": len(stamps),
+        "first": stamps[0] if stamps else 0.0,
+        "last": stamps[-1] if stamps else 0.0,
+    }
     if len(lat) >= 2:
         lat.sort()
         q = statistics.quantiles(lat, n=100)
@@ -272,7 +304,9 @@ def measure(system: str, args: argparse.Namespace, tmp: Path, run: int) -> dict[
         "events": t["got"],
         "lost": args.events - t["got"],
         "events_per_s": round(t["got"] / seconds) if seconds > 0 else 0,
-        "broker_cpu_us_per_event": round(cpu / t["got"] * 1e6, 2) if cpu is not None and t["got"] else None,
+        "broker_cpu_us_per_event": round(cpu / t["got"] * 1e6, 2)
+        if cpu is not None and t["got"]
+        else None,
         "rate": args.rate,
         "latency_events": lat["got"],
         "latency_lost": args.latency_events - lat["got"],
@@ -309,16 +343,36 @@ def uptime() -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=100_000, help="events per throughput run (default: 100000)")
-    ap.add_argument("--latency-events", type=int, default=25_000,
-                    help="events per latency run (default: 25000, 5 s at 5,000 events/s)")
-    ap.add_argument("--rate", type=float, default=5000.0, help="events/s of the latency run (default: 5000)")
-    ap.add_argument("--runs", type=int, default=5, help="runs per system; the median is reported (default: 5)")
-    ap.add_argument("--only", action="append", metavar="SYSTEM", default=None,
-                    help=f"run only this system (repeatable, or comma-separated): {', '.join(SYSTEMS)}")
-    ap.add_argument("--no-setup", action="store_true",
-                    help="do not run tests/bench/peers/setup.sh (apt-get, pip) for what is missing; skip it")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--events", type=int, default=100_000, help="events per throughput run (default: 100000)"
+    )
+    ap.add_argument(
+        "--latency-events",
+        type=int,
+        default=25_000,
+        help="events per latency run (default: 25000, 5 s at 5,000 events/s)",
+    )
+    ap.add_argument(
+        "--rate", type=float, default=5000.0, help="events/s of the latency run (default: 5000)"
+    )
+    ap.add_argument(
+        "--runs", type=int, default=5, help="runs per system; the median is reported (default: 5)"
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="SYSTEM",
+        default=None,
+        help=f"run only this system (repeatable, or comma-separated): {', '.join(SYSTEMS)}",
+    )
+    ap.add_argument(
+        "--no-setup",
+        action="store_true",
+        help="do not run tests/bench/peers/setup.sh (apt-get, pip) for what is missing; skip it",
+    )
     args = ap.parse_args()
     chosen = [s for item in (args.only or [",".join(SYSTEMS)]) for s in item.split(",") if s]
     unknown = sorted(set(chosen) - set(SYSTEMS))
@@ -338,9 +392,19 @@ def main() -> int:
         subprocess.run(["bash", str(PEERS / "setup.sh")], env=env, check=False)
     skipped = {s: why for s in args.systems if (why := missing(s))}
     systems = [s for s in args.systems if s not in skipped]
-    report("peers-start", {"uptime": start_uptime, "load": [round(x, 2) for x in start_load],
-                           "events": args.events, "latency_events": args.latency_events, "rate": args.rate,
-                           "runs": args.runs, "systems": systems, "versions": peer_versions()})
+    report(
+        "peers-start",
+        {
+            "uptime": start_uptime,
+            "load": [round(x, 2) for x in start_load],
+            "events": args.events,
+            "latency_events": args.latency_events,
+            "rate": args.rate,
+            "runs": args.runs,
+            "systems": systems,
+            "versions": peer_versions(),
+        },
+    )
     for s, why in skipped.items():
         report("peers", {"system": s, "skipped": why})
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
@@ -356,8 +420,15 @@ def main() -> int:
                     report("peers-run", {"system": s, "run": run, "error": str(e)})
                     continue
                 if guard.found:  # a socket off loopback: stop everything, say which
-                    report("peers-run", {"system": s, "run": run, "error": "socket off loopback",
-                                         "sockets": guard.found})
+                    report(
+                        "peers-run",
+                        {
+                            "system": s,
+                            "run": run,
+                            "error": "socket off loopback",
+                            "sockets": guard.found,
+                        },
+                    )
                     return 2
                 results[s].append(r)
                 report("peers-run", r)
@@ -369,16 +440,26 @@ def main() -> int:
     if peers:
         best = max(peers, key=lambda s: peers[s]["events_per_s"])
         python_peers = {s: v for s, v in peers.items() if SYSTEMS[s][1] is not None}
-        best_py = max(python_peers, key=lambda s: python_peers[s]["events_per_s"]) if python_peers else None
+        best_py = (
+            max(python_peers, key=lambda s: python_peers[s]["events_per_s"])
+            if python_peers
+            else None
+        )
         summary.update(best_peer=best, best_peer_events_per_s=peers[best]["events_per_s"])
         if best_py:
-            summary.update(best_python_peer=best_py, best_python_peer_events_per_s=peers[best_py]["events_per_s"])
+            summary.update(
+                best_python_peer=best_py,
+                best_python_peer_events_per_s=peers[best_py]["events_per_s"],
+            )
         for a in AA_SYSTEMS:
             if a in summaries and peers[best]["events_per_s"]:
-                summary[f"{a}_ratio_to_best"] = round(summaries[a]["events_per_s"] / peers[best]["events_per_s"], 2)
+                summary[f"{a}_ratio_to_best"] = round(
+                    summaries[a]["events_per_s"] / peers[best]["events_per_s"], 2
+                )
                 if best_py and python_peers[best_py]["events_per_s"]:
                     summary[f"{a}_ratio_to_best_python"] = round(
-                        summaries[a]["events_per_s"] / python_peers[best_py]["events_per_s"], 2)
+                        summaries[a]["events_per_s"] / python_peers[best_py]["events_per_s"], 2
+                    )
     report("peers-summary", summary)
     return 1 if failures or skipped else 0
 

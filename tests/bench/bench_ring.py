@@ -20,7 +20,6 @@ neighbours (3 or 5, whichever copy was the later) each get a second copy of an e
 duplicate, dropped unread.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -34,8 +33,8 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench_router import publisher, subscriber  # noqa: E402
-from common import report, start_router  # noqa: E402
+from bench_router import publisher, subscriber
+from common import report, start_router
 
 ROUTERS = 8
 FAR = ROUTERS // 2  # hops from router 0 to router 4 either way round
@@ -52,7 +51,15 @@ def start_ring(n: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
             if i == n - 1:
                 peers += ["--peer", endpoints[0]]
             proc, endpoint = start_router(
-                "--no-discovery", "--no-http", "--name", f"ring-{i}", "--retry-base", "0.1", "--retry-max", "1", *peers
+                "--no-discovery",
+                "--no-http",
+                "--name",
+                f"ring-{i}",
+                "--retry-base",
+                "0.1",
+                "--retry-max",
+                "1",
+                *peers,
             )
             procs.append(proc)
             endpoints.append(endpoint)
@@ -144,11 +151,21 @@ def run(pub_endpoint: str, sub_endpoint: str, n: int, rate: float | None) -> dic
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--events", type=int, default=300_000, help="events for the throughput run")
     ap.add_argument("--latency-events", type=int, default=20_000, help="events for the latency run")
     ap.add_argument("--rate", type=float, default=2000.0, help="events/s for the latency run")
-    ap.add_argument("--runs", "--repeat", dest="repeat", metavar="N", type=int, default=1, help="throughput runs (medians reported)")
+    ap.add_argument(
+        "--runs",
+        "--repeat",
+        dest="repeat",
+        metavar="N",
+        type=int,
+        default=1,
+        help="throughput runs (medians reported)",
+    )
     args = ap.parse_args()
     procs, endpoints = start_ring(ROUTERS)
     try:
@@ -178,13 +195,23 @@ def main() -> None:
             cores = os.cpu_count() or 1
             report(
                 "ring-throughput",
-                {"routers": ROUTERS, "hops": FAR, "events": r["got"], "sent": args.events,
-                 "events_per_s": round(tput), "wall_s": round(time.perf_counter() - t0, 1), "target": 20_000,
-                 "cpus": os.cpu_count(), "router_cpu_us_per_event": per_event,
-                 "router_cpu_us_per_event_sum": round(routers_sum, 1),
-                 "clients_cpu_us_per_event": round(clients, 1),
-                 "cpu_bound_events_per_s": round(cores * 1e6 / (routers_sum + clients)) if routers_sum else None,
-                 "one_core_per_router_events_per_s": round(1e6 / busiest) if busiest else None},
+                {
+                    "routers": ROUTERS,
+                    "hops": FAR,
+                    "events": r["got"],
+                    "sent": args.events,
+                    "events_per_s": round(tput),
+                    "wall_s": round(time.perf_counter() - t0, 1),
+                    "target": 20_000,
+                    "cpus": os.cpu_count(),
+                    "router_cpu_us_per_event": per_event,
+                    "router_cpu_us_per_event_sum": round(routers_sum, 1),
+                    "clients_cpu_us_per_event": round(clients, 1),
+                    "cpu_bound_events_per_s": round(cores * 1e6 / (routers_sum + clients))
+                    if routers_sum
+                    else None,
+                    "one_core_per_router_events_per_s": round(1e6 / busiest) if busiest else None,
+                },
             )
             rates.append(tput)
             bounds.append(cores * 1e6 / (routers_sum + clients) if routers_sum else 0.0)
@@ -194,29 +221,43 @@ def main() -> None:
             medians = [round(statistics.median(c), 1) for c in zip(*cpus)] if cpus else None
             report(
                 "ring-throughput-median",
-                {"runs": args.repeat, "events_per_s": round(statistics.median(rates)),
-                 "cpu_bound_events_per_s": round(statistics.median(bounds)),
-                 "router_cpu_us_per_event": medians,
-                 "router_cpu_us_per_event_sum": round(sum(medians), 1) if medians else None},
+                {
+                    "runs": args.repeat,
+                    "events_per_s": round(statistics.median(rates)),
+                    "cpu_bound_events_per_s": round(statistics.median(bounds)),
+                    "router_cpu_us_per_event": medians,
+                    "router_cpu_us_per_event_sum": round(sum(medians), 1) if medians else None,
+                },
             )
         r2 = run(endpoints[0], endpoints[FAR], args.latency_events, args.rate)
         lat = sorted(r2["latencies"])
         q = statistics.quantiles(lat, n=100)
         report(
             "ring-latency",
-            {"rate": args.rate, "events": r2["got"], "hops": FAR,
-             "p50_ms": round(q[49] * 1000, 3), "p99_ms": round(q[98] * 1000, 3),
-             "p50_per_hop_ms": round(q[49] * 1000 / FAR, 3), "p99_per_hop_ms": round(q[98] * 1000 / FAR, 3)},
+            {
+                "rate": args.rate,
+                "events": r2["got"],
+                "hops": FAR,
+                "p50_ms": round(q[49] * 1000, 3),
+                "p99_ms": round(q[98] * 1000, 3),
+                "p50_per_hop_ms": round(q[49] * 1000 / FAR, 3),
+                "p99_per_hop_ms": round(q[98] * 1000 / FAR, 3),
+            },
         )
         total = args.events * args.repeat + args.latency_events
         summaries = asyncio.run(wait_dispatched(endpoints, total))
         counts = [s["counters"]["dispatched"] for s in summaries]
         report(
             "ring-exactly-once",
-            {"published": total, "dispatched_per_router": counts,
-             "duplicates_dropped_per_router": [s["counters"].get("duplicates", 0) for s in summaries],
-             "copies_in_per_router": [s["counters"].get("events_in", 0) for s in summaries],
-             "every_router_once": all(c == total for c in counts)},
+            {
+                "published": total,
+                "dispatched_per_router": counts,
+                "duplicates_dropped_per_router": [
+                    s["counters"].get("duplicates", 0) for s in summaries
+                ],
+                "copies_in_per_router": [s["counters"].get("events_in", 0) for s in summaries],
+                "every_router_once": all(c == total for c in counts),
+            },
         )
     finally:
         stop(procs)

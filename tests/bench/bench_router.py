@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing as mp
 import os
 import shutil
@@ -32,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import report, start_router  # noqa: E402
+from common import report, start_router
 
 PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'
 
@@ -141,19 +140,30 @@ def run(endpoint: str, n: int, rate: float | None) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--events", type=int, default=500_000, help="events for the throughput run")
     ap.add_argument("--latency-events", type=int, default=50_000, help="events for the latency run")
     ap.add_argument("--rate", type=float, default=5000.0, help="events/s for the latency run")
-    ap.add_argument("--event-log", action=argparse.BooleanOptionalAction, default=None,
-                    help="give the router a fresh data folder (no store) with the event log on, "
-                    "or off (default: no data folder)")
+    ap.add_argument(
+        "--event-log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="give the router a fresh data folder (no store) with the event log on, "
+        "or off (default: no data folder)",
+    )
     args = ap.parse_args()
     data = None
     extra: tuple[str, ...] = ()
     if args.event_log is not None:
         data = tempfile.mkdtemp(prefix="aa-bench-router-")
-        extra = ("--data-dir", data, "--no-store", "--event-log" if args.event_log else "--no-event-log")
+        extra = (
+            "--data-dir",
+            data,
+            "--no-store",
+            "--event-log" if args.event_log else "--no-event-log",
+        )
     proc, endpoint = start_router(*extra)
     try:
         run(endpoint, 2000, None)  # warm up
@@ -161,10 +171,17 @@ def main() -> None:
         r = run(endpoint, args.events, None)
         cpu, writer = process_cpu(proc.pid) - c0, children_cpu(proc.pid) - w0
         tput = r["got"] / r["seconds"] if r["seconds"] else 0.0
-        report("router-throughput", {"events": r["got"], "events_per_s": round(tput), "target": 50_000,
-                                     "event_log": args.event_log,
-                                     "router_cpu_us_per_event": round(cpu / args.events * 1e6, 2),
-                                     "log_writer_cpu_us_per_event": round(writer / args.events * 1e6, 2)})
+        report(
+            "router-throughput",
+            {
+                "events": r["got"],
+                "events_per_s": round(tput),
+                "target": 50_000,
+                "event_log": args.event_log,
+                "router_cpu_us_per_event": round(cpu / args.events * 1e6, 2),
+                "log_writer_cpu_us_per_event": round(writer / args.events * 1e6, 2),
+            },
+        )
         r = run(endpoint, args.latency_events, args.rate)
         lat = sorted(r["latencies"])
         q = statistics.quantiles(lat, n=100)
@@ -193,7 +210,9 @@ def report_log(data: str, *, published: int) -> None:
     """How many of the published events the event log holds once the router stopped."""
     import pyarrow.dataset as ds
 
-    rows = ds.dataset(os.path.join(data, "eventlog"), format="parquet", partitioning="hive").count_rows()
+    rows = ds.dataset(
+        os.path.join(data, "eventlog"), format="parquet", partitioning="hive"
+    ).count_rows()
     report("router-event-log", {"published": published, "logged": rows, "lost": published - rows})
 
 

@@ -31,8 +31,8 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import bench_router  # noqa: E402
-from common import report, start_router  # noqa: E402
+import bench_router
+from common import report, start_router
 
 
 def router_cpu(pid: int) -> float:
@@ -43,7 +43,13 @@ def router_cpu(pid: int) -> float:
 
 
 def values(i: int) -> dict:
-    return {"Temperature": 20 + i % 80, "Sensor": "lab-1", "Humidity": 0.5, "Seq": i, "Sent": time.time()}
+    return {
+        "Temperature": 20 + i % 80,
+        "Sensor": "lab-1",
+        "Humidity": 0.5,
+        "Seq": i,
+        "Sent": time.time(),
+    }
 
 
 async def persist(endpoint: str, n: int) -> float:
@@ -111,7 +117,11 @@ def throughput(endpoint: str, pid: int, n: int) -> dict:
     r = bench_router.run(endpoint, n, None)
     cpu = router_cpu(pid) - c0
     rate = r["got"] / r["seconds"] if r["seconds"] else 0.0
-    return {"events": r["got"], "events_per_s": round(rate), "router_cpu_us_per_event": round(cpu / n * 1e6, 2)}
+    return {
+        "events": r["got"],
+        "events_per_s": round(rate),
+        "router_cpu_us_per_event": round(cpu / n * 1e6, 2),
+    }
 
 
 def stop(proc) -> None:
@@ -120,15 +130,27 @@ def stop(proc) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=100_000, help="persisted events, and events replayed")
-    ap.add_argument("--throughput-events", type=int, default=200_000, help="events per throughput run")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--events", type=int, default=100_000, help="persisted events, and events replayed"
+    )
+    ap.add_argument(
+        "--throughput-events", type=int, default=200_000, help="events per throughput run"
+    )
     ap.add_argument("--caches", type=int, default=1000, help="client caches for the caches run")
     ap.add_argument("--patterns", type=int, default=10, help="distinct patterns among the caches")
-    ap.add_argument("--form", choices=("eq", "range"), default="eq",
-                    help="the caches' patterns: Sensor == \"lab-K\" (looked up in an index) or "
-                    "Temperature > N (evaluated per event)")
-    ap.add_argument("--only", default="persist,replay,caches,eventlog", help="comma-separated sections")
+    ap.add_argument(
+        "--form",
+        choices=("eq", "range"),
+        default="eq",
+        help='the caches\' patterns: Sensor == "lab-K" (looked up in an index) or '
+        "Temperature > N (evaluated per event)",
+    )
+    ap.add_argument(
+        "--only", default="persist,replay,caches,eventlog", help="comma-separated sections"
+    )
     args = ap.parse_args()
     only = set(args.only.split(","))
     common = ("--no-http", "--no-discovery")
@@ -140,12 +162,21 @@ def main() -> None:
                 c0 = router_cpu(proc.pid)
                 seconds = asyncio.run(persist(endpoint, args.events))
                 cpu = router_cpu(proc.pid) - c0
-                report("store-persist", {"events": args.events, "events_per_s": round(args.events / seconds),
-                                         "router_cpu_us_per_event": round(cpu / args.events * 1e6, 2),
-                                         "target": 20_000})  # fmt: skip
+                report(
+                    "store-persist",
+                    {
+                        "events": args.events,
+                        "events_per_s": round(args.events / seconds),
+                        "router_cpu_us_per_event": round(cpu / args.events * 1e6, 2),
+                        "target": 20_000,
+                    },
+                )
                 if "replay" in only:
                     got, seconds = asyncio.run(replay(endpoint, args.events))
-                    report("store-replay", {"events": got, "seconds": round(seconds, 3), "target_seconds": 2})
+                    report(
+                        "store-replay",
+                        {"events": got, "seconds": round(seconds, 3), "target_seconds": 2},
+                    )
             finally:
                 stop(proc)
         if "caches" in only:
@@ -160,12 +191,21 @@ def main() -> None:
                 with_caches = throughput(endpoint, proc.pid, args.throughput_events)
             finally:
                 stop(proc)
-            report("router-with-client-caches", {
-                "caches": args.caches, "distinct_patterns": args.patterns, "form": args.form,
-                "without": base, "with": with_caches,
-                "ratio": round(with_caches["events_per_s"] / max(1, base["events_per_s"]), 3),
-                "cpu_ratio": round(base["router_cpu_us_per_event"] / with_caches["router_cpu_us_per_event"], 3),
-                "target_ratio": 0.7})  # fmt: skip
+            report(
+                "router-with-client-caches",
+                {
+                    "caches": args.caches,
+                    "distinct_patterns": args.patterns,
+                    "form": args.form,
+                    "without": base,
+                    "with": with_caches,
+                    "ratio": round(with_caches["events_per_s"] / max(1, base["events_per_s"]), 3),
+                    "cpu_ratio": round(
+                        base["router_cpu_us_per_event"] / with_caches["router_cpu_us_per_event"], 3
+                    ),
+                    "target_ratio": 0.7,
+                },
+            )
         if "eventlog" in only:
             runs = {}
             for label, extra in (("off", ("--no-event-log",)), ("on", ("--event-log",))):
@@ -175,10 +215,21 @@ def main() -> None:
                     runs[label] = throughput(endpoint, proc.pid, args.throughput_events)
                 finally:
                     stop(proc)
-            report("router-event-log", {
-                **runs, "ratio": round(runs["on"]["events_per_s"] / max(1, runs["off"]["events_per_s"]), 3),
-                "cpu_ratio": round(runs["off"]["router_cpu_us_per_event"] / runs["on"]["router_cpu_us_per_event"], 3),
-                "budget_ratio": 0.85})  # fmt: skip
+            report(
+                "router-event-log",
+                {
+                    **runs,
+                    "ratio": round(
+                        runs["on"]["events_per_s"] / max(1, runs["off"]["events_per_s"]), 3
+                    ),
+                    "cpu_ratio": round(
+                        runs["off"]["router_cpu_us_per_event"]
+                        / runs["on"]["router_cpu_us_per_event"],
+                        3,
+                    ),
+                    "budget_ratio": 0.85,
+                },
+            )
     finally:
         shutil.rmtree(data, ignore_errors=True)
 

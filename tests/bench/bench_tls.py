@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import report, start_router  # noqa: E402
+from common import report, start_router
 
 PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'
 
@@ -35,7 +35,9 @@ def _config(endpoint: str, certs: str | None, user: str) -> object:
     if certs is None:
         return ClientConfig(routers=(endpoint,), ca=None, cert=None, key=None)
     d = Path(certs)
-    return ClientConfig(routers=(endpoint,), ca=d / "ca.pem", cert=d / f"{user}.pem", key=d / f"{user}.key")
+    return ClientConfig(
+        routers=(endpoint,), ca=d / "ca.pem", cert=d / f"{user}.pem", key=d / f"{user}.key"
+    )
 
 
 def subscriber(endpoint: str, certs: str | None, n: int, ready, out) -> None:  # type: ignore[no-untyped-def]
@@ -75,7 +77,13 @@ def publisher(endpoint: str, certs: str | None, n: int) -> None:
     async def main() -> None:
         async with AsyncClient(config=_config(endpoint, certs, "alice")) as c:  # type: ignore[arg-type]
             for i in range(n):
-                v = {"Temperature": 20 + i % 80, "Sensor": "lab-1", "Humidity": 0.5, "Seq": i, "Sent": 0.0}
+                v = {
+                    "Temperature": 20 + i % 80,
+                    "Sensor": "lab-1",
+                    "Humidity": 0.5,
+                    "Seq": i,
+                    "Sent": 0.0,
+                }
                 if c.pending >= 50_000:
                     await c.publish(v)
                 else:
@@ -104,9 +112,19 @@ def run(endpoint: str, certs: str | None, n: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--events", type=int, default=200_000, help="events per run")
-    ap.add_argument("--runs", "--repeats", dest="repeats", metavar="N", type=int, default=3, help="rounds (each: plaintext, then TLS)")
+    ap.add_argument(
+        "--runs",
+        "--repeats",
+        dest="repeats",
+        metavar="N",
+        type=int,
+        default=3,
+        help="rounds (each: plaintext, then TLS)",
+    )
     args = ap.parse_args()
     from aa.tools.certs_cmd import init_ca, issue
 
@@ -117,8 +135,9 @@ def main() -> None:
     for user in ("alice", "bob"):
         issue(d, user, "client", days=2)
     plain, plain_ep = start_router()
-    tls, tls_ep = start_router("--cert", str(d / "bench.pem"), "--key", str(d / "bench.key"), "--ca",
-                               str(d / "ca.pem"))
+    tls, tls_ep = start_router(
+        "--cert", str(d / "bench.pem"), "--key", str(d / "bench.key"), "--ca", str(d / "ca.pem")
+    )
     figures: dict[str, list[float]] = {"plain": [], "tls": []}
     try:
         run(plain_ep, None, 2000)  # warm up both
@@ -131,12 +150,17 @@ def main() -> None:
             p.terminate()
             p.wait(10)
     med = {k: statistics.median(v) for k, v in figures.items()}
-    report("tls-throughput", {
-        "events": args.events, "repeats": args.repeats,
-        **{f"{k}_events_per_s": round(med[k]) for k in med},
-        **{f"{k}_min_max": [round(min(v)), round(max(v))] for k, v in figures.items()},
-        "tls_over_plain": round(med["tls"] / med["plain"], 3) if med["plain"] else None, "target": 0.70,
-    })
+    report(
+        "tls-throughput",
+        {
+            "events": args.events,
+            "repeats": args.repeats,
+            **{f"{k}_events_per_s": round(med[k]) for k in med},
+            **{f"{k}_min_max": [round(min(v)), round(max(v))] for k, v in figures.items()},
+            "tls_over_plain": round(med["tls"] / med["plain"], 3) if med["plain"] else None,
+            "target": 0.70,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import report, start_router  # noqa: E402
+from common import report, start_router
 
 PATTERNS = 100
 CLIENTS = 10
@@ -98,7 +98,9 @@ def publisher(endpoint: str, n: int, rate: float | None) -> None:
 
     async def main() -> None:
         async with AsyncClient(endpoint) as c:
-            await c.publish({"Seq": 0, "Warm": True, "Sent": time.time()})  # workers started, spare ready
+            await c.publish(
+                {"Seq": 0, "Warm": True, "Sent": time.time()}
+            )  # workers started, spare ready
             await asyncio.sleep(2.0)
             if rate is None:
                 for i in range(n):
@@ -152,7 +154,9 @@ async def kill_costs(rounds: int) -> dict:
             async with asyncio.timeout(60):
                 while not pool.warm:
                     await asyncio.sleep(0.01)
-            await asyncio.sleep(0.5)  # the spare compiles the 100 sources ahead of need (pool._prime)
+            await asyncio.sleep(
+                0.5
+            )  # the spare compiles the 100 sources ahead of need (pool._prime)
 
         router.publish({"Seq": 1, "Sent": 0.0})
         await deliveries_of(1, PATTERNS)
@@ -168,7 +172,11 @@ async def kill_costs(rounds: int) -> dict:
         stuck: list[float] = []
         for r in range(rounds):
             await warm()
-            bad = router.subscribe(f"import re\nif Seq == {2000 + r}:\n    re.match('(a+)+$', 'a' * 40 + 'b')", None, format="script")
+            bad = router.subscribe(
+                f"import re\nif Seq == {2000 + r}:\n    re.match('(a+)+$', 'a' * 40 + 'b')",
+                None,
+                format="script",
+            )
             await asyncio.sleep(0.5)  # compiled on its worker
             t0 = time.perf_counter()
             router.publish({"Seq": 2000 + r, "Sent": 0.0})
@@ -187,6 +195,7 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
     """See the module docstring: victim and bystander latencies while attacks run."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import test_patterns_hostile as hostile
+
     from aa.client import AsyncClient
     from aa.mesh import PatternError
 
@@ -207,10 +216,14 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
 
         def on_bystander(ev) -> None:
             seq = ev.values["Seq"]
-            (bystander_lat if seq >= 0 else first_strike if seq == -1 else warming).append(time.time() - ev.values["t"])
+            (bystander_lat if seq >= 0 else first_strike if seq == -1 else warming).append(
+                time.time() - ev.values["t"]
+            )
 
         def on_newcomer(ev) -> None:
-            (newcomer_lat if ev.values["Seq"] >= 0 else newcomer_strike).append(time.time() - ev.values["t"])
+            (newcomer_lat if ev.values["Seq"] >= 0 else newcomer_strike).append(
+                time.time() - ev.values["t"]
+            )
 
         first_strike: list[float] = []
         warming: list[float] = []
@@ -218,7 +231,9 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
         newcomer_strike: list[float] = []
 
         await (await client("victim")).subscribe("Seq >= -1", on_victim)
-        honest = await (await client("bystander")).subscribe("forward()", on_bystander, format="script")
+        honest = await (await client("bystander")).subscribe(
+            "forward()", on_bystander, format="script"
+        )
         pub = await client("publisher")
         # The bystander has been here a while: it leaves probation (100 events over 1 s, by
         # default) before the attackers come. 300 events at 150/s.
@@ -228,37 +243,57 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
         await pub.flush(timeout=60)
         # A newcomer: an honest script subscribed with the attackers (on probation with them).
         # (Its own source: with the bystander's it would join the bystander's instance.)
-        await (await client("newcomer")).subscribe("if Seq > -100:\n    forward()", on_newcomer, format="script")
+        await (await client("newcomer")).subscribe(
+            "if Seq > -100:\n    forward()", on_newcomer, format="script"
+        )
         outcomes = {"refused": 0, "subscribed": 0}
         attacks = [a for name in classes if name != "SIXTY" for a in getattr(hostile, name)]
         for i, attack in enumerate(attacks):
             c = await client(f"attacker{i}")
             try:
-                await c.subscribe(attack.source, lambda ev: None, format=attack.fmt, kernel=attack.kernel)
+                await c.subscribe(
+                    attack.source, lambda ev: None, format=attack.fmt, kernel=attack.kernel
+                )
                 outcomes["subscribed"] += 1
             except PatternError:
                 outcomes["refused"] += 1
         if "SIXTY" in classes:
             c = await client("sixty")
             for i in range(60):
-                await c.subscribe(f"n = {i}\nfor i in range(25000):\n    n = n + 1", lambda ev: None, format="script")
+                await c.subscribe(
+                    f"n = {i}\nfor i in range(25000):\n    n = n + 1",
+                    lambda ev: None,
+                    format="script",
+                )
             outcomes["subscribed"] += 60
         # First strike: the attacks that fire on any event fire (each stopped, a worker killed
         # and replaced for those stuck in C) while the bystander waits; until its deliveries
         # are prompt again (or 60 s).
         deadline = time.perf_counter() + 60
-        while time.perf_counter() < deadline and not (len(newcomer_strike) > 20 and max(newcomer_strike[-10:]) < 0.05):
+        while time.perf_counter() < deadline and not (
+            len(newcomer_strike) > 20 and max(newcomer_strike[-10:]) < 0.05
+        ):
             pub.publish_nowait({"Seq": -1, "t": time.time()})
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)
         start = time.perf_counter()
         for seq in range(events):
             await asyncio.sleep(max(0.0, start + seq / rate - time.perf_counter()))
-            pub.publish_nowait({"Seq": seq, "t": time.time(), "Name": "sensor-1", "Temperature": 20 + seq % 10,
-                                "Readings": [1.5, 2.5]})
+            pub.publish_nowait(
+                {
+                    "Seq": seq,
+                    "t": time.time(),
+                    "Name": "sensor-1",
+                    "Temperature": 20 + seq % 10,
+                    "Readings": [1.5, 2.5],
+                }
+            )
         await pub.flush(timeout=60)
         deadline = time.perf_counter() + 30
-        while min(len(victim_lat), len(bystander_lat), len(newcomer_lat)) < events and time.perf_counter() < deadline:
+        while (
+            min(len(victim_lat), len(bystander_lat), len(newcomer_lat)) < events
+            and time.perf_counter() < deadline
+        ):
             await asyncio.sleep(0.05)
         for c in clients:
             await c.aclose()
@@ -268,42 +303,77 @@ def fairness(endpoint: str, classes: list[str], events: int, rate: float) -> dic
         def q(xs: list[float], f: float) -> float:
             return round(xs[min(len(xs) - 1, int(len(xs) * f))] * 1000, 2) if xs else -1.0
 
-        return {"classes": classes, "attacks": outcomes, "events": events, "rate": rate,
-                "victim_lost": events - len(v), "victim_p50_ms": q(v, 0.5), "victim_p99_ms": q(v, 0.99),
-                "victim_target_p99_ms": 10, "bystander_lost": events - len(b), "bystander_p50_ms": q(b, 0.5),
-                "bystander_p99_ms": q(b, 0.99), "bystander_max_ms": q(b, 1.0),
-                "bystander_delay_p99_ms": round(q(b, 0.99) - q(v, 0.99), 2), "bystander_target_delay_ms": 100,
-                "first_strike_max_ms": q(sorted(first_strike), 1.0), "first_strike_events": len(first_strike),
-                "newcomer_lost": events - len(newcomer_lat), "newcomer_p99_ms": q(sorted(newcomer_lat), 0.99),
-                "newcomer_first_strike_max_ms": q(sorted(newcomer_strike), 1.0)}
+        return {
+            "classes": classes,
+            "attacks": outcomes,
+            "events": events,
+            "rate": rate,
+            "victim_lost": events - len(v),
+            "victim_p50_ms": q(v, 0.5),
+            "victim_p99_ms": q(v, 0.99),
+            "victim_target_p99_ms": 10,
+            "bystander_lost": events - len(b),
+            "bystander_p50_ms": q(b, 0.5),
+            "bystander_p99_ms": q(b, 0.99),
+            "bystander_max_ms": q(b, 1.0),
+            "bystander_delay_p99_ms": round(q(b, 0.99) - q(v, 0.99), 2),
+            "bystander_target_delay_ms": 100,
+            "first_strike_max_ms": q(sorted(first_strike), 1.0),
+            "first_strike_events": len(first_strike),
+            "newcomer_lost": events - len(newcomer_lat),
+            "newcomer_p99_ms": q(sorted(newcomer_lat), 0.99),
+            "newcomer_first_strike_max_ms": q(sorted(newcomer_strike), 1.0),
+        }
 
     return asyncio.run(main())
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=20_000, help="events published for the throughput run")
-    ap.add_argument("--latency-events", type=int, default=3_000, help="events published for the latency run")
-    ap.add_argument("--rate", type=float, default=5000.0, help="delivered events/s for the latency run")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--events", type=int, default=20_000, help="events published for the throughput run"
+    )
+    ap.add_argument(
+        "--latency-events", type=int, default=3_000, help="events published for the latency run"
+    )
+    ap.add_argument(
+        "--rate", type=float, default=5000.0, help="delivered events/s for the latency run"
+    )
     ap.add_argument("--kills", type=int, default=5, help="rounds of each kill measurement")
     ap.add_argument("--fairness", action="store_true", help="only the fairness run")
-    ap.add_argument("--classes", default="CPU,MEMORY,FLOOD,SIXTY",
-                    help="attack classes of the fairness run (test_patterns_hostile: ESCAPE, CPU, MEMORY, FLOOD, CRASH; SIXTY)")
-    ap.add_argument("--fairness-events", type=int, default=1000, help="events published during the attacks (200/s)")
+    ap.add_argument(
+        "--classes",
+        default="CPU,MEMORY,FLOOD,SIXTY",
+        help="attack classes of the fairness run (test_patterns_hostile: ESCAPE, CPU, MEMORY, FLOOD, CRASH; SIXTY)",
+    )
+    ap.add_argument(
+        "--fairness-events",
+        type=int,
+        default=1000,
+        help="events published during the attacks (200/s)",
+    )
     args = ap.parse_args()
     load = os.getloadavg()
     classes = args.classes.split(",")
     if args.fairness:
         proc, endpoint = start_router()
         try:
-            report("workers-fairness", {**fairness(endpoint, classes, args.fairness_events, 200.0), "load": load})
+            report(
+                "workers-fairness",
+                {**fairness(endpoint, classes, args.fairness_events, 200.0), "load": load},
+            )
         finally:
             proc.terminate()
             proc.wait(10)
         return
     proc, endpoint = start_router()
     try:
-        report("workers-fairness", {**fairness(endpoint, classes, args.fairness_events, 200.0), "load": os.getloadavg()})
+        report(
+            "workers-fairness",
+            {**fairness(endpoint, classes, args.fairness_events, 200.0), "load": os.getloadavg()},
+        )
     finally:
         proc.terminate()
         proc.wait(10)
@@ -311,18 +381,38 @@ def main() -> None:
     try:
         r = run(endpoint, args.events, None)
         tput = r["got"] / r["seconds"] if r["seconds"] else 0.0
-        report("workers-throughput", {"patterns": PATTERNS, "delivered": r["got"], "delivered_per_s": round(tput),
-                                      "target": 20_000, "load": load})
+        report(
+            "workers-throughput",
+            {
+                "patterns": PATTERNS,
+                "delivered": r["got"],
+                "delivered_per_s": round(tput),
+                "target": 20_000,
+                "load": load,
+            },
+        )
         r = run(endpoint, args.latency_events, args.rate / PATTERNS)
         lat = sorted(r["latencies"])
         q = statistics.quantiles(lat, n=100)
-        report("workers-latency", {"delivered_per_s": args.rate, "delivered": r["got"], "p50_ms": round(q[49] * 1000, 3),
-                                   "p99_ms": round(q[98] * 1000, 3), "max_ms": round(lat[-1] * 1000, 3),
-                                   "target_p99_ms": 10, "load": os.getloadavg()})
+        report(
+            "workers-latency",
+            {
+                "delivered_per_s": args.rate,
+                "delivered": r["got"],
+                "p50_ms": round(q[49] * 1000, 3),
+                "p99_ms": round(q[98] * 1000, 3),
+                "max_ms": round(lat[-1] * 1000, 3),
+                "target_p99_ms": 10,
+                "load": os.getloadavg(),
+            },
+        )
     finally:
         proc.terminate()
         proc.wait(10)
-    report("workers-kill-and-replace", {"patterns": PATTERNS, **asyncio.run(kill_costs(args.kills)), "load": os.getloadavg()})
+    report(
+        "workers-kill-and-replace",
+        {"patterns": PATTERNS, **asyncio.run(kill_costs(args.kills)), "load": os.getloadavg()},
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ def start_router(*extra: str) -> tuple[subprocess.Popen[str], str]:
     wants_discovery = any(a.startswith("--discovery") or a == "--zeroconf" for a in extra)
     isolation = [] if wants_discovery or "--no-discovery" in extra else ["--no-discovery"]
     proc = subprocess.Popen(
-        [AA, "router", "--port", "0", *isolation, *extra], stdout=subprocess.PIPE, text=True, env=env
+        [AA, "router", "--port", "0", *isolation, *extra],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

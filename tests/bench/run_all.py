@@ -20,8 +20,12 @@ ORDER = ["bench_router.py", "bench_store.py", "bench_eventlog.py", "bench_ring.p
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--with-mining", action="store_true", help="also run bench_mining.py (tens of minutes)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--with-mining", action="store_true", help="also run bench_mining.py (tens of minutes)"
+    )
     args = ap.parse_args()
     failed = []
     for name in ORDER + (["bench_mining.py"] if args.with_mining else []):

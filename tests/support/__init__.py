@@ -6,7 +6,18 @@ mesh, wait_for``."""
 
 from .clock import Clock
 from .cost import cpu_seconds
-from .meshes import FAST, Collector, full, line, lo_discovery, mesh, neighbours, random_graph, ring, wait_shape
+from .meshes import (
+    FAST,
+    Collector,
+    full,
+    line,
+    lo_discovery,
+    mesh,
+    neighbours,
+    random_graph,
+    ring,
+    wait_shape,
+)
 from .ports import free_tcp_port, free_udp_port
 from .waits import next_event, next_turn, paced, settle, wait_for, wait_until
 

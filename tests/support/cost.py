@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 
 @contextmanager

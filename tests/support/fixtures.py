@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
-from typing import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -60,6 +59,8 @@ async def open_client() -> AsyncIterator[Callable[..., Awaitable[AsyncClient]]]:
 
 
 @pytest.fixture
-def make_client(router: Router, open_client: Callable[..., Awaitable[AsyncClient]]) -> Callable[..., Awaitable[AsyncClient]]:
+def make_client(
+    router: Router, open_client: Callable[..., Awaitable[AsyncClient]]
+) -> Callable[..., Awaitable[AsyncClient]]:
     """Open more clients on the test's router (see `open_client`)."""
     return lambda **kwargs: open_client(router, **kwargs)

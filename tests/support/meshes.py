@@ -4,25 +4,34 @@ protocol intervals (`FAST`), discovery kept on a port of the test's own (`lo_dis
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from aa.mesh import DiscoveryConfig, Event
 from aa.router import MeshConfig, Router, RouterConfig
 
-from .ports import free_udp_port
 from .waits import wait_for
 
 #: Protocol intervals for tests: fast retries, quick keep-alives, frequent summaries. Exact
 #: (no jitter), so back-off can be checked.
 FAST = MeshConfig(
-    retry_base=0.05, retry_max=0.5, retry_jitter=0.0, keepalive=0.3, info_interval=0.2, connect_timeout=2.0
+    retry_base=0.05,
+    retry_max=0.5,
+    retry_jitter=0.0,
+    keepalive=0.3,
+    info_interval=0.2,
+    connect_timeout=2.0,
 )
 
 
 def lo_discovery(port: int, **kwargs: Any) -> DiscoveryConfig:
-    settings: dict[str, Any] = {"enabled": True, "port": port, "interfaces": ("lo",), "broadcast_interval": 0.1}
+    settings: dict[str, Any] = {
+        "enabled": True,
+        "port": port,
+        "interfaces": ("lo",),
+        "broadcast_interval": 0.1,
+    }
     return DiscoveryConfig(**{**settings, **kwargs})
 
 
@@ -58,7 +67,9 @@ def neighbours(n: int, edges: Iterable[tuple[int, int]]) -> list[set[int]]:
     return out
 
 
-async def wait_shape(routers: Sequence[Router], edges: Iterable[tuple[int, int]], timeout: float = 10.0) -> None:
+async def wait_shape(
+    routers: Sequence[Router], edges: Iterable[tuple[int, int]], timeout: float = 10.0
+) -> None:
     """Until every router is linked with exactly its neighbours in *edges*."""
     near = neighbours(len(routers), edges)
     want = [{routers[j].id for j in near[i]} for i in range(len(routers))]
@@ -67,11 +78,17 @@ async def wait_shape(routers: Sequence[Router], edges: Iterable[tuple[int, int]]
 
 @asynccontextmanager
 async def mesh(
-    n: int, edges: Iterable[tuple[int, int]] = (), *, config: MeshConfig = FAST, **router_kwargs: Any
+    n: int,
+    edges: Iterable[tuple[int, int]] = (),
+    *,
+    config: MeshConfig = FAST,
+    **router_kwargs: Any,
 ) -> AsyncIterator[list[Router]]:
     """*n* routers on 127.0.0.1; for each edge (a, b), a dials b. Waits for that shape."""
     edges = list(edges)
-    routers = [Router(RouterConfig(port=0, name=f"r{i}", mesh=config, **router_kwargs)) for i in range(n)]
+    routers = [
+        Router(RouterConfig(port=0, name=f"r{i}", mesh=config, **router_kwargs)) for i in range(n)
+    ]
     started: list[Router] = []
     try:
         for r in routers:

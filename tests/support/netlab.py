@@ -18,9 +18,10 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def netns_unavailable() -> str | None:
 
 
 @contextmanager
-def built(hosts: Mapping[str, "str | Links"], tag: str) -> Iterator["NetLab"]:
+def built(hosts: Mapping[str, str | Links], tag: str) -> Iterator[NetLab]:
     """A lab of *hosts*, built, and destroyed after (a module fixture's body); the test is
     skipped where network namespaces cannot be made."""
     why = netns_unavailable()
@@ -77,7 +78,9 @@ class NetLab:
     eth0, on the bridge sw0) or its `Links` (a gateway on two subnets)."""
 
     def __init__(self, hosts: Mapping[str, str | Links], tag: str) -> None:
-        self.hosts: dict[str, Links] = {h: [("eth0", v, "sw0")] if isinstance(v, str) else v for h, v in hosts.items()}
+        self.hosts: dict[str, Links] = {
+            h: [("eth0", v, "sw0")] if isinstance(v, str) else v for h, v in hosts.items()
+        }
         self.tag = f"{tag}{os.getpid() % 100000}"
         self.namespaces: list[str] = []
         self.procs: list[asyncio.subprocess.Process] = []
@@ -104,7 +107,20 @@ class NetLab:
             for ifname, cidr, bridge in links:
                 veths += 1
                 inner, outer = f"{self.tag}i{veths}", f"{self.tag}o{veths}"
-                _ip("link", "add", inner, "netns", ns, "type", "veth", "peer", "name", outer, "netns", switch)
+                _ip(
+                    "link",
+                    "add",
+                    inner,
+                    "netns",
+                    ns,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    outer,
+                    "netns",
+                    switch,
+                )
                 _ip("-n", ns, "link", "set", inner, "name", ifname)
                 _ip("-n", ns, "addr", "add", cidr, "dev", ifname)
                 _ip("-n", ns, "link", "set", ifname, "up")
@@ -132,18 +148,38 @@ class NetLab:
 
     async def exec(self, host: str, *cmd: str) -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec(
-            "ip", "netns", "exec", self.ns(host), *cmd,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            "ip",
+            "netns",
+            "exec",
+            self.ns(host),
+            *cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self.procs.append(proc)
         return proc
 
-    async def router(self, host: str, *args: str, address: str | None = None, discovery: bool = False) -> str:
+    async def router(
+        self, host: str, *args: str, address: str | None = None, discovery: bool = False
+    ) -> str:
         """`aa router` on *address* (*host*'s first one unless given), without HTTP, and
         without discovery unless asked; returns its endpoint once it listens."""
         quiet = () if discovery else ("--no-discovery",)
-        proc = await self.exec(host, AA, "router", "--host", address or self.address(host), "--port", str(PORT),
-                               "--name", host, "--no-http", *quiet, *args)  # fmt: skip
+        proc = await self.exec(
+            host,
+            AA,
+            "router",
+            "--host",
+            address or self.address(host),
+            "--port",
+            str(PORT),
+            "--name",
+            host,
+            "--no-http",
+            *quiet,
+            *args,
+        )
         self.routers[host] = proc
         assert proc.stdout is not None
         async with asyncio.timeout(60):
@@ -161,7 +197,7 @@ class NetLab:
     def endpoint(self, host: str) -> str:
         return f"{self.address(host)}:{PORT}"
 
-    async def agent(self, host: str, endpoint: str | None = None) -> "LabAgent":
+    async def agent(self, host: str, endpoint: str | None = None) -> LabAgent:
         """`netns_agent.py` in *host*, a client of the router at *endpoint* (*host*'s own
         unless given)."""
         proc = await self.exec(host, sys.executable, AGENT, endpoint or self.endpoint(host))
@@ -193,7 +229,9 @@ class LabAgent:
 
     async def ask(self, op: str, timeout: float = 10.0, **kwargs: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"op": op, "timeout": timeout, **kwargs}) + "\n").encode())
+        self.proc.stdin.write(
+            (json.dumps({"op": op, "timeout": timeout, **kwargs}) + "\n").encode()
+        )
         await self.proc.stdin.drain()
         answer = await self.read(timeout + 10)
         assert answer["ok"], answer

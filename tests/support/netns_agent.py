@@ -20,9 +20,9 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from aa.client import AsyncClient, ClientConfig
-
 from waits import wait_until  # this folder: the agent runs as a script
+
+from aa.client import AsyncClient, ClientConfig
 
 
 def _plain(value: Any) -> Any:
@@ -46,6 +46,7 @@ async def main(endpoint: str) -> None:
     def on_event(ev: Any) -> None:
         got.append(_plain(ev.values))
         arrived.set()
+
     async with AsyncClient(config=config, name="netns-agent") as client:
         print(json.dumps({"ok": True, "ready": endpoint}), flush=True)
         while line := await reader.readline():
@@ -57,7 +58,9 @@ async def main(endpoint: str) -> None:
                     if op == "peers":
                         own: dict[str, Any] = {}
 
-                        async def linked() -> bool:  # asked again and again: the router has no push for this
+                        async def linked() -> (
+                            bool
+                        ):  # asked again and again: the router has no push for this
                             own.update((await client.mesh_info())["routers"][0])
                             return len(own["peers"]) == req["n"]
 
@@ -70,8 +73,12 @@ async def main(endpoint: str) -> None:
                     elif op == "publish":
                         kind, meta = req.get("type"), req.get("meta")
                         if "count" in req:
-                            answer["ids"] = [await client.publish({**req["values"], "k": i}, type=kind, meta=meta)
-                                             for i in range(req["count"])]
+                            answer["ids"] = [
+                                await client.publish(
+                                    {**req["values"], "k": i}, type=kind, meta=meta
+                                )
+                                for i in range(req["count"])
+                            ]
                         else:
                             answer["id"] = await client.publish(req["values"], type=kind, meta=meta)
                         await client.flush(timeout=req.get("timeout", 10))

@@ -21,10 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `support` when run as a script
 
-from aa.mesh import Event  # noqa: E402
-from aa.mesh.protocol import Ack, Error, Hello, Publish  # noqa: E402
-
-from support.wire import Wire  # noqa: E402
+from aa.mesh import Event
+from aa.mesh.protocol import Ack, Error, Hello, Publish
+from support.wire import Wire
 
 #: Seconds between two frames.
 TICK = 0.01
@@ -95,8 +94,19 @@ def main() -> None:
     for s in range(acked + 1, seq + 1):
         waits[s] = now - sent_at[s]
     worst = max(waits, key=waits.__getitem__)
-    print(json.dumps({"ok": True, "done": True, "frames": seq, "acked": acked, "max_wait": round(waits[worst], 3),
-                      "worst_sent_at": round(sent_at[worst] - start, 2)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "ok": True,
+                "done": True,
+                "frames": seq,
+                "acked": acked,
+                "max_wait": round(waits[worst], 3),
+                "worst_sent_at": round(sent_at[worst] - start, 2),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -20,11 +20,10 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -69,11 +68,23 @@ class PgServer:
         proc = subprocess.run(cmd, cwd=self.root, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             log = self.logfile.read_text() if self.logfile.exists() else ""
-            raise RuntimeError(f"{' '.join(args[:2])} failed: {proc.stderr}{proc.stdout}\n{log[-2000:]}")
+            raise RuntimeError(
+                f"{' '.join(args[:2])} failed: {proc.stderr}{proc.stdout}\n{log[-2000:]}"
+            )
 
     def init(self) -> None:
-        self._cmd("initdb", "-D", str(self.data), "-U", _SERVER_USER, "--auth=trust",
-                  "-E", "UTF8", "--locale=C", "--no-sync")  # fmt: skip
+        self._cmd(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            _SERVER_USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
 
     def start(self) -> None:
         """Start (or restart) the server; returns once it accepts connections."""
@@ -82,13 +93,26 @@ class PgServer:
             # A test cluster: nothing to gain from flushing to disk.
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
-        self._cmd("pg_ctl", "start", "-D", str(self.data), "-l", str(self.logfile), "-w",
-                  "-t", str(PG_CTL_TIMEOUT), "-o", options)  # fmt: skip
+        self._cmd(
+            "pg_ctl",
+            "start",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.logfile),
+            "-w",
+            "-t",
+            str(PG_CTL_TIMEOUT),
+            "-o",
+            options,
+        )
         self.running = True
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``fast`` ends open connections; ``immediate`` is a crash)."""
-        self._cmd("pg_ctl", "stop", "-D", str(self.data), "-m", mode, "-w", "-t", str(PG_CTL_TIMEOUT))
+        self._cmd(
+            "pg_ctl", "stop", "-D", str(self.data), "-m", mode, "-w", "-t", str(PG_CTL_TIMEOUT)
+        )
         self.running = False
 
     def url(self, database: str = "postgres") -> str:
@@ -111,8 +135,10 @@ def pg_server() -> Iterator[PgServer]:
     """A running PostgreSQL server for the session (skips when PostgreSQL is missing)."""
     bindir = find_pg_bindir()
     if bindir is None:
-        pytest.skip("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb, no initdb "
-                    "on PATH): apt-get install postgresql")  # fmt: skip
+        pytest.skip(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb, no initdb "
+            "on PATH): apt-get install postgresql"
+        )
     try:
         import psycopg  # noqa: F401
     except ImportError:

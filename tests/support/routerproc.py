@@ -71,7 +71,7 @@ class RouterProcess:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
 
-    def __enter__(self) -> "RouterProcess":
+    def __enter__(self) -> RouterProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

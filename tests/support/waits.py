@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import types
-from typing import Any, AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from typing import Any
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -33,7 +34,9 @@ async def next_event(sub: Any, timeout: float = 5.0) -> Any:
         return await sub.get()
 
 
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0, every: float = 0.05) -> None:
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0, every: float = 0.05
+) -> None:
     """`wait_for` with a predicate that has to await (a store query), re-checked every
     *every* seconds."""
     loop = asyncio.get_running_loop()
@@ -44,7 +47,9 @@ async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 
             await tick
 
 
-def settle(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float, every: float = 0.1) -> Any:
+def settle(
+    read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float, every: float = 0.1
+) -> Any:
     """For blocking tests (a real process's /proc): re-read *read* every *every* seconds
     until *ok* holds or *timeout* passes, and return the last value for the caller to
     assert on (so a failure shows the value, not only "timed out")."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import Ack, Deliver, Error, Hello, Message, Publish, Subscribe, Subscribed
@@ -44,7 +44,7 @@ class Wire:
             self.sock.settimeout(left)
             try:
                 data = self.sock.recv(1 << 20)
-            except socket.timeout:
+            except TimeoutError:
                 return False
             except (ConnectionResetError, BrokenPipeError):
                 data = b""
@@ -67,9 +67,13 @@ class Bystander:
     def __init__(self, host: str, port: int) -> None:
         self.token = uuid.uuid4().hex
         self.sub = Wire(host, port)
-        self.sub.send(Hello(client_id=f"bystander-sub-{self.token[:8]}"),
-                      Subscribe(sub_id=1, pattern=PatternSpec(source=f"token == {self.token!r}")))
-        assert self.sub.read_until(lambda got: any(type(m) is Subscribed for m in got), 30), self.sub.got
+        self.sub.send(
+            Hello(client_id=f"bystander-sub-{self.token[:8]}"),
+            Subscribe(sub_id=1, pattern=PatternSpec(source=f"token == {self.token!r}")),
+        )
+        assert self.sub.read_until(lambda got: any(type(m) is Subscribed for m in got), 30), (
+            self.sub.got
+        )
         self.pub = Wire(host, port)
         self.pub.send(Hello(client_id=f"bystander-pub-{self.token[:8]}"))
         self.sent = 0
@@ -89,11 +93,15 @@ class Bystander:
         self.sent += 1
         n = self.sent
         self.pub.send(Publish(seq=n, events=(Event(values={"token": self.token, "n": n}),)))
-        acked = self.pub.read_until(lambda got: any(type(m) is Ack and m.seq >= n for m in got), timeout)  # type: ignore[attr-defined]
+        acked = self.pub.read_until(
+            lambda got: any(type(m) is Ack and m.seq >= n for m in got), timeout
+        )  # type: ignore[attr-defined]
         errors = [m for m in self.pub.got if type(m) is Error]
         assert not errors, errors
         assert acked, f"publish {n} not acknowledged within {timeout} s"
-        assert self.sub.read_until(lambda got: len(self.received()) >= n, timeout), self.received()[-5:]
+        assert self.sub.read_until(lambda got: len(self.received()) >= n, timeout), self.received()[
+            -5:
+        ]
         assert self.received() == list(range(1, n + 1))
         self.pub.got.clear()
 

@@ -6,11 +6,19 @@ PySpark is imported only when a job runs (``pip install 'aa-mesh[mining]'``).
 """
 
 from .accuracy import accuracy_report, format_report, write_report
-from .artefacts import TASKS, Artefact, ArtefactError, list_versions, read_artefact, read_pointer, write_artefact
+from .artefacts import (
+    TASKS,
+    Artefact,
+    ArtefactError,
+    list_versions,
+    read_artefact,
+    read_pointer,
+    write_artefact,
+)
 from .job import MineConfig, MineResult, measure_inputs, read_events, resolve_inputs, run_mining
 from .location import LocationConfig
-from .presence import PresenceConfig
 from .prepare import PrepareResult, prepare
+from .presence import PresenceConfig
 from .progress import Progress, plan
 from .schema import SchemaConfig
 from .session import (

@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .artefacts import ArtefactError, read_artefact
 
@@ -32,8 +33,14 @@ def _pr(tp: int, predicted: int, actual: int) -> dict[str, Any]:
     p = tp / predicted if predicted else (1.0 if not actual else 0.0)
     r = tp / actual if actual else 1.0
     f1 = 2 * p * r / (p + r) if p + r else 0.0
-    return {"precision": round(p, 4), "recall": round(r, 4), "f1": round(f1, 4), "true_positives": tp,
-            "predicted": predicted, "actual": actual}  # fmt: skip
+    return {
+        "precision": round(p, 4),
+        "recall": round(r, 4),
+        "f1": round(f1, 4),
+        "true_positives": tp,
+        "predicted": predicted,
+        "actual": actual,
+    }
 
 
 def _key(ta: str, aa: str, tb: str, ab: str) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -77,29 +84,44 @@ def score_location(data: Mapping[str, Any], radio_place: Mapping[str, Any]) -> d
             errors.append(math.hypot(p["x"] - true.x, p["y"] - true.y))
             rooms += _room(p["building"], p["floor"], p["x"], p["y"]) == true.room
         else:
-            wrong.append({"radio": rid, "placed": f"{p['building']}/{p['floor']}", "true": f"{true.building}/{true.floor}",
-                          "confidence": p.get("confidence")})  # fmt: skip
+            wrong.append(
+                {
+                    "radio": rid,
+                    "placed": f"{p['building']}/{p['floor']}",
+                    "true": f"{true.building}/{true.floor}",
+                    "confidence": p.get("confidence"),
+                }
+            )
     out = _pr(right, len(placed), len(radio_place))
     out["room_share"] = round(rooms / right, 4) if right else 0.0
     if errors:
         errors.sort()
-        out["error_m"] = {"mean": round(statistics.fmean(errors), 2), "median": round(statistics.median(errors), 2),
-                          "p90": round(errors[min(len(errors) - 1, int(0.9 * len(errors)))], 2)}  # fmt: skip
+        out["error_m"] = {
+            "mean": round(statistics.fmean(errors), 2),
+            "median": round(statistics.median(errors), 2),
+            "p90": round(errors[min(len(errors) - 1, int(0.9 * len(errors)))], 2),
+        }
     out["wrong"] = wrong
     return out
 
 
 def score_presence(
-    data: Mapping[str, Any], colocated: frozenset[tuple[str, str, datetime]], people: list[Any],
-    start: datetime, end: datetime, step: timedelta,
-) -> dict[str, Any]:  # fmt: skip
+    data: Mapping[str, Any],
+    colocated: frozenset[tuple[str, str, datetime]],
+    people: list[Any],
+    start: datetime,
+    end: datetime,
+    step: timedelta,
+) -> dict[str, Any]:
     phone = {p.phone: p.name for p in people}
     step_s = step.total_seconds()
     t0, t1 = start.timestamp(), end.timestamp()
     predicted: set[tuple[str, str, int]] = set()
     episodes = data.get("episodes", [])
     if len(episodes) < data.get("episodes_total", len(episodes)):
-        t1 = min(t1, max(datetime.fromisoformat(e[2]).timestamp() for e in episodes))  # score what was kept
+        t1 = min(
+            t1, max(datetime.fromisoformat(e[2]).timestamp() for e in episodes)
+        )  # score what was kept
     for na, nb, start_iso, end_iso in episodes:
         a, b = phone.get(na), phone.get(nb)
         if a is None or b is None or a == b:
@@ -111,7 +133,9 @@ def score_presence(
         while k * step_s < f:
             predicted.add((a, b, k))
             k += 1
-    actual = {(a, b, math.floor(t.timestamp() / step_s)) for a, b, t in colocated if t.timestamp() < t1}
+    actual = {
+        (a, b, math.floor(t.timestamp() / step_s)) for a, b, t in colocated if t.timestamp() < t1
+    }
     out = _pr(len(predicted & actual), len(predicted), len(actual))
     out["unit"] = f"(person, person, {int(step_s)} s window)"
     out["threshold_db"] = data.get("threshold_db")
@@ -125,7 +149,10 @@ def accuracy_report(adapters: str | Path, world_folder: str | Path) -> dict[str,
 
     world, start, end, step = load_world(world_folder)
     truth = world.ground_truth_for(start, end, step=step)
-    report: dict[str, Any] = {"world": str(world_folder), "span": [start.isoformat(), end.isoformat()]}
+    report: dict[str, Any] = {
+        "world": str(world_folder),
+        "span": [start.isoformat(), end.isoformat()],
+    }
     for task in ("schema", "location", "presence"):
         try:
             art = read_artefact(Path(adapters) / task)
@@ -144,7 +171,9 @@ def accuracy_report(adapters: str | Path, world_folder: str | Path) -> dict[str,
 
 def format_report(report: Mapping[str, Any]) -> str:
     """The report as a few readable lines."""
-    lines = [f"accuracy against the simulated office {report['world']} ({report['span'][0]} .. {report['span'][1]})"]
+    lines = [
+        f"accuracy against the simulated office {report['world']} ({report['span'][0]} .. {report['span'][1]})"
+    ]
     for task in ("schema", "location", "presence"):
         r = report.get(task)
         if r is None:
@@ -156,10 +185,14 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(line)
         if task == "schema":
             m = r["mappings"]
-            lines.append(f"            type mappings: precision {m['precision']:.3f} recall {m['recall']:.3f}; same-name correspondences also found: {r['same_name_found']}")
+            lines.append(
+                f"            type mappings: precision {m['precision']:.3f} recall {m['recall']:.3f}; same-name correspondences also found: {r['same_name_found']}"
+            )
         if task == "location" and "error_m" in r:
             e = r["error_m"]
-            lines.append(f"            on the right floor: error mean {e['mean']} m, median {e['median']} m, p90 {e['p90']} m; right room {r['room_share']:.0%}")
+            lines.append(
+                f"            on the right floor: error mean {e['mean']} m, median {e['median']} m, p90 {e['p90']} m; right room {r['room_share']:.0%}"
+            )
         if task == "presence":
             lines.append(f"            unit {r['unit']}, learned threshold {r['threshold_db']} dB")
     return "\n".join(lines)

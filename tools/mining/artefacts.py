@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 from aa.addins.adapters import (
     ARTEFACT_FORMAT,
@@ -95,7 +96,7 @@ def write_artefact(
     """
     folder = Path(adapters) / task
     folder.mkdir(parents=True, exist_ok=True)
-    created = (now or datetime.now(timezone.utc)).isoformat()
+    created = (now or datetime.now(UTC)).isoformat()
     version = (list_versions(folder) or [0])[-1] + 1
     while True:
         # Claim the version with O_EXCL, so two miners writing at once never share one.

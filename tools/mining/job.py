@@ -23,9 +23,10 @@ types come from one action, which also fills the cache.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import UsageError
 
@@ -99,7 +100,11 @@ def measure_inputs(roots: Sequence[str]) -> int | None:
         if "://" in root and not root.startswith("file://"):
             return None
         local = Path(root.removeprefix("file://"))
-        files = [local] if local.is_file() else [f for f in local.rglob("*.parquet") if not _hidden(f, local)]
+        files = (
+            [local]
+            if local.is_file()
+            else [f for f in local.rglob("*.parquet") if not _hidden(f, local)]
+        )
         if not files:
             writing = [] if local.is_file() else list(local.rglob(".part-*.parquet.inprogress"))
             if writing:
@@ -108,7 +113,9 @@ def measure_inputs(roots: Sequence[str]) -> int | None:
                     "router; a file becomes readable when it is closed (every 10 minutes, at the hour's end, "
                     "or when the router stops)"
                 )
-            raise UsageError(f"no event log in {root}: no .parquet file under it (is it a router's data folder?)")
+            raise UsageError(
+                f"no event log in {root}: no .parquet file under it (is it a router's data folder?)"
+            )
         _check_columns(files[0])
         total += sum(f.stat().st_size for f in files)
     return total
@@ -145,7 +152,7 @@ def _arrow_is(arrow_type: Any, kind: str) -> bool:
     return bool(pa.types.is_map(arrow_type))
 
 
-def read_events(spark: "SparkSession", inputs: Sequence[str]) -> "DataFrame":
+def read_events(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
     """The rows of all *inputs* (one scan): columns id, type ("" for none), time, values,
     values_types. Not de-duplicated; see the module docstring."""
     from pyspark.sql import functions as F
@@ -157,7 +164,9 @@ def read_events(spark: "SparkSession", inputs: Sequence[str]) -> "DataFrame":
         .option("pathGlobFilter", "*.parquet")
         .parquet(*inputs)
     )
-    return df.select("id", F.coalesce("type", F.lit("")).alias("type"), "time", "values", "values_types")
+    return df.select(
+        "id", F.coalesce("type", F.lit("")).alias("type"), "time", "values", "values_types"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,7 +186,9 @@ class MineConfig:
     def __post_init__(self) -> None:
         unknown = set(self.tasks) - set(TASKS)
         if unknown or not self.tasks:
-            raise UsageError(f"tasks must be some of {', '.join(TASKS)}, not {', '.join(sorted(unknown)) or 'none'}")
+            raise UsageError(
+                f"tasks must be some of {', '.join(TASKS)}, not {', '.join(sorted(unknown)) or 'none'}"
+            )
         if not self.inputs:
             raise UsageError("give at least one event log folder")
 
@@ -199,7 +210,7 @@ def _config_dict(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
 
 
-def _dedup(raw: "DataFrame") -> "DataFrame":
+def _dedup(raw: DataFrame) -> DataFrame:
     """One row per id (its first copy), with ``copies``: how many rows had it.
 
     `first` of a map keeps no fixed-width buffer, so Spark aggregates by sorting. Grouped
@@ -209,9 +220,13 @@ def _dedup(raw: "DataFrame") -> "DataFrame":
     1 M logged events: the de-duplicating action 11.5 s → 6.7 s, same counts)."""
     from pyspark.sql import functions as F
 
-    return raw.repartition("id").groupBy("id").agg(
-        *[F.first(c).alias(c) for c in ("type", "time", "values", "values_types")],
-        F.count(F.lit(1)).alias("copies"),
+    return (
+        raw.repartition("id")
+        .groupBy("id")
+        .agg(
+            *[F.first(c).alias(c) for c in ("type", "time", "values", "values_types")],
+            F.count(F.lit(1)).alias("copies"),
+        )
     )
 
 
@@ -220,7 +235,11 @@ _PARTS: Final = {"read": 1, "schema": 4, "location": 2, "presence": 3}
 
 
 def run_mining(
-    spark: "SparkSession", config: MineConfig, *, progress: Progress | None = None, side_by_side: bool = False
+    spark: SparkSession,
+    config: MineConfig,
+    *,
+    progress: Progress | None = None,
+    side_by_side: bool = False,
 ) -> MineResult:
     """Read and de-duplicate the logs, run each task, write each task's artefact.
 
@@ -256,18 +275,29 @@ def run_mining(
     parsed = None
     artefacts: dict[str, Artefact] = {}
     try:
-        rows = events.groupBy("type").agg(F.count(F.lit(1)).alias("n"), F.sum("copies").alias("read")).collect()
+        rows = (
+            events.groupBy("type")
+            .agg(F.count(F.lit(1)).alias("n"), F.sum("copies").alias("read"))
+            .collect()
+        )
         tick()
         by_type = {r["type"]: r["n"] for r in rows}
-        counts = {"read": sum(r["read"] for r in rows), "unique": sum(by_type.values()),
-                  "by_type": dict(sorted(by_type.items()))}  # fmt: skip
+        counts = {
+            "read": sum(r["read"] for r in rows),
+            "unique": sum(by_type.values()),
+            "by_type": dict(sorted(by_type.items())),
+        }
         seconds["read"] = time.perf_counter() - t
         # Location and presence read the same scans: their Radios JSON is parsed once, and kept.
         loc, pres = config.location, config.presence
-        if {"location", "presence"} <= set(config.tasks) and (loc.scan_types, loc.node, loc.radios) == (
-            pres.scan_types, pres.node, pres.radios
-        ):
-            parsed = scans(events, loc.scan_types, loc.node, loc.radios).persist(StorageLevel.MEMORY_AND_DISK)
+        if {"location", "presence"} <= set(config.tasks) and (
+            loc.scan_types,
+            loc.node,
+            loc.radios,
+        ) == (pres.scan_types, pres.node, pres.radios):
+            parsed = scans(events, loc.scan_types, loc.node, loc.radios).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
         if progress is not None:
             progress.finish("read")
 
@@ -281,14 +311,23 @@ def run_mining(
                 data = mine_location(events, task_config, parsed=parsed, tick=ticker(task))
             else:
                 data = mine_presence(events, task_config, parsed=parsed, tick=ticker(task))
-            art = write_artefact(config.adapters, task, data, inputs=inputs, events=counts, config=_config_dict(task_config))
+            art = write_artefact(
+                config.adapters,
+                task,
+                data,
+                inputs=inputs,
+                events=counts,
+                config=_config_dict(task_config),
+            )
             if progress is not None:
                 progress.finish(task)
             return art, time.perf_counter() - t
 
         todo = [task for task in TASKS if task in config.tasks]
         if side_by_side and len(todo) > 1:
-            with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="aa-mine-task") as pool:
+            with ThreadPoolExecutor(
+                max_workers=len(todo), thread_name_prefix="aa-mine-task"
+            ) as pool:
                 done = list(pool.map(run, todo))  # the first error, if any, is raised here
         else:
             done = [run(task) for task in todo]

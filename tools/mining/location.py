@@ -42,8 +42,9 @@ on theirs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import UsageError
 
@@ -91,47 +92,63 @@ class LocationConfig:
         if not self.scan_types or not self.position_types:
             raise UsageError("LocationConfig needs scan_types and position_types")
         if self.max_gap_seconds < 1 or self.min_observations < 1:
-            raise UsageError("LocationConfig.max_gap_seconds and min_observations must be at least 1")
+            raise UsageError(
+                "LocationConfig.max_gap_seconds and min_observations must be at least 1"
+            )
         if not 0.0 <= self.min_confidence <= 1.0:
             raise UsageError("LocationConfig.min_confidence must be in [0, 1]")
 
 
-def scans(events: "DataFrame", scan_types: tuple[str, ...], node: str, radios: str) -> "DataFrame":
+def scans(events: DataFrame, scan_types: tuple[str, ...], node: str, radios: str) -> DataFrame:
     """Scans, one row per event: id, type, time, node, radios (array of Id, Name, Rssi)."""
     from pyspark.sql import functions as F
 
-    return events.where(F.col("type").isin(*scan_types)).select(
-        "id",
-        "type",
-        "time",
-        F.col("values")[node].alias("node"),
-        F.from_json(F.col("values")[radios], RADIOS_SCHEMA).alias("radios"),
-    ).where(F.col("node").isNotNull() & F.col("radios").isNotNull())
+    return (
+        events.where(F.col("type").isin(*scan_types))
+        .select(
+            "id",
+            "type",
+            "time",
+            F.col("values")[node].alias("node"),
+            F.from_json(F.col("values")[radios], RADIOS_SCHEMA).alias("radios"),
+        )
+        .where(F.col("node").isNotNull() & F.col("radios").isNotNull())
+    )
 
 
-def _observations(events: "DataFrame", cfg: LocationConfig, parsed: "DataFrame | None" = None) -> "DataFrame":
+def _observations(
+    events: DataFrame, cfg: LocationConfig, parsed: DataFrame | None = None
+) -> DataFrame:
     """(radio, kind, name, rssi, building, floor, x, y): each radio a scan heard, where the
     scanning node was."""
     from pyspark.sql import functions as F
 
     gap = cfg.max_gap_seconds
     v = F.col("values")
-    pos = events.where(F.col("type").isin(*cfg.position_types)).select(
-        v[cfg.node].alias("node"),
-        F.unix_micros("time").alias("tp"),
-        v[cfg.building].alias("building"),
-        v[cfg.floor].cast("long").alias("floor"),
-        v[cfg.x].cast("double").alias("x"),
-        v[cfg.y].cast("double").alias("y"),
-    ).where(F.col("node").isNotNull() & F.col("building").isNotNull() & F.col("floor").isNotNull())
+    pos = (
+        events.where(F.col("type").isin(*cfg.position_types))
+        .select(
+            v[cfg.node].alias("node"),
+            F.unix_micros("time").alias("tp"),
+            v[cfg.building].alias("building"),
+            v[cfg.floor].cast("long").alias("floor"),
+            v[cfg.x].cast("double").alias("x"),
+            v[cfg.y].cast("double").alias("y"),
+        )
+        .where(
+            F.col("node").isNotNull() & F.col("building").isNotNull() & F.col("floor").isNotNull()
+        )
+    )
     # Each position in its bucket and both neighbours: every position within `gap` of a
     # scan shares a bucket with it (see the module docstring).
     pos = pos.withColumn("d", F.explode(F.sequence(F.lit(-1), F.lit(1)))).withColumn(
         "bucket", F.floor(F.col("tp") / (gap * 1_000_000)) + F.col("d")
     )
-    sc = (parsed if parsed is not None else scans(events, cfg.scan_types, cfg.node, cfg.radios)).select(
-        "id", "type", "node", "radios", F.unix_micros("time").alias("ts")
-    ).withColumn("bucket", F.floor(F.col("ts") / (gap * 1_000_000)))
+    sc = (
+        (parsed if parsed is not None else scans(events, cfg.scan_types, cfg.node, cfg.radios))
+        .select("id", "type", "node", "radios", F.unix_micros("time").alias("ts"))
+        .withColumn("bucket", F.floor(F.col("ts") / (gap * 1_000_000)))
+    )
     paired = (
         sc.join(pos, ["node", "bucket"])
         .withColumn("dt", F.abs(F.col("ts") - F.col("tp")))
@@ -143,16 +160,20 @@ def _observations(events: "DataFrame", cfg: LocationConfig, parsed: "DataFrame |
             F.min_by(F.struct("building", "floor", "x", "y"), F.col("dt")).alias("at"),
         )
     )
-    return paired.select("kind", F.explode("radios").alias("r"), "at").select(
-        F.col("r.Id").alias("radio"),
-        "kind",
-        F.col("r.Name").alias("name"),
-        F.col("r.Rssi").alias("rssi"),
-        "at.building",
-        "at.floor",
-        "at.x",
-        "at.y",
-    ).where(F.col("radio").isNotNull() & F.col("rssi").isNotNull())
+    return (
+        paired.select("kind", F.explode("radios").alias("r"), "at")
+        .select(
+            F.col("r.Id").alias("radio"),
+            "kind",
+            F.col("r.Name").alias("name"),
+            F.col("r.Rssi").alias("rssi"),
+            "at.building",
+            "at.floor",
+            "at.x",
+            "at.y",
+        )
+        .where(F.col("radio").isNotNull() & F.col("rssi").isNotNull())
+    )
 
 
 def _heuristic(cells: list[Any]) -> tuple[int, float, float, float]:
@@ -173,13 +194,21 @@ def _heuristic(cells: list[Any]) -> tuple[int, float, float, float]:
     on = [c for c in cells if c.floor == floor]
     w = [c.n * 10.0 ** ((c.rssi + 40.0) / 10.0) for c in on]
     tw = sum(w)
-    return floor, sum(wi * c.x for wi, c in zip(w, on)) / tw, sum(wi * c.y for wi, c in zip(w, on)) / tw, margin
+    return (
+        floor,
+        sum(wi * c.x for wi, c in zip(w, on)) / tw,
+        sum(wi * c.y for wi, c in zip(w, on)) / tw,
+        margin,
+    )
 
 
 def mine_location(
-    events: "DataFrame", config: LocationConfig, *, parsed: "DataFrame | None" = None,
+    events: DataFrame,
+    config: LocationConfig,
+    *,
+    parsed: DataFrame | None = None,
     tick: Callable[[], None] = lambda: None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The location artefact's ``data`` (see the module docstring) from de-duplicated events
     (and their scans, already parsed by `scans`, if the caller has them); *tick* is called
     after the Spark action (for progress)."""
@@ -188,7 +217,13 @@ def mine_location(
     obs = _observations(events, config, parsed)
     cm = config.cell_m
     rows = (
-        obs.groupBy("radio", "building", "floor", F.floor(F.col("x") / cm).alias("cx"), F.floor(F.col("y") / cm).alias("cy"))
+        obs.groupBy(
+            "radio",
+            "building",
+            "floor",
+            F.floor(F.col("x") / cm).alias("cx"),
+            F.floor(F.col("y") / cm).alias("cy"),
+        )
         .agg(
             F.count(F.lit(1)).alias("n"),
             F.avg("rssi").alias("rssi"),
@@ -205,11 +240,18 @@ def mine_location(
     floors: dict[str, set[int]] = {}
     bounds: dict[str, list[float]] = {}
     for r in rows:
-        by_radio.setdefault(r["radio"], []).append((r["building"], Cell(int(r["floor"]), r["x"], r["y"], r["rssi"], r["n"])))
+        by_radio.setdefault(r["radio"], []).append(
+            (r["building"], Cell(int(r["floor"]), r["x"], r["y"], r["rssi"], r["n"]))
+        )
         meta.setdefault(r["radio"], (r["kind"], r["name"]))
         floors.setdefault(r["building"], set()).add(int(r["floor"]))
         box = bounds.setdefault(r["building"], [r["x"], r["y"], r["x"], r["y"]])
-        box[:] = [min(box[0], r["x"]), min(box[1], r["y"]), max(box[2], r["x"]), max(box[3], r["y"])]
+        box[:] = [
+            min(box[0], r["x"]),
+            min(box[1], r["y"]),
+            max(box[2], r["x"]),
+            max(box[3], r["y"]),
+        ]
     radios: dict[str, Any] = {}
     # A radio hangs in one building: the one it is heard in most (walls between buildings).
     building: dict[str, str] = {}
@@ -227,9 +269,10 @@ def mine_location(
     for kind in {m[0] for m in meta.values()}:
         samples = [
             (math.hypot(c.x - fx, c.y - fy), abs(c.floor - ff), c.rssi, c.n)
-            for rid, (ff, fx, fy, margin) in first.items() if meta[rid][0] == kind and margin >= 6.0
+            for rid, (ff, fx, fy, margin) in first.items()
+            if meta[rid][0] == kind and margin >= 6.0
             for c in cells[rid]
-        ]  # fmt: skip
+        ]
         models[kind] = fit(samples)
     for rid, cs in sorted(cells.items()):
         kind, name = meta[rid]
@@ -243,16 +286,27 @@ def mine_location(
         if conf < config.min_confidence:
             continue
         radios[rid] = {
-            "kind": kind, "name": name, "building": b, "floor": best.floor,
-            "x": round(best.x, 2), "y": round(best.y, 2), "confidence": round(conf, 4),
-            "observations": n, "rmse_db": round(best.rmse, 2),
-        }  # fmt: skip
+            "kind": kind,
+            "name": name,
+            "building": b,
+            "floor": best.floor,
+            "x": round(best.x, 2),
+            "y": round(best.y, 2),
+            "confidence": round(conf, 4),
+            "observations": n,
+            "rmse_db": round(best.rmse, 2),
+        }
     return {
         "radios": radios,
-        "models": {k: {"at_1m": round(m.at_1m, 2), "exponent": round(m.exponent, 3), "floor_loss": round(m.floor_loss, 2)}
-                   for k, m in sorted(models.items())},  # fmt: skip
+        "models": {
+            k: {
+                "at_1m": round(m.at_1m, 2),
+                "exponent": round(m.exponent, 3),
+                "floor_loss": round(m.floor_loss, 2),
+            }
+            for k, m in sorted(models.items())
+        },
         "scan_types": list(config.scan_types),
         "position_types": list(config.position_types),
         "attributes": {"node": config.node, "radios": config.radios},
     }
-

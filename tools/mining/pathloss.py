@@ -15,8 +15,9 @@ search (coarse, then fine around the best) per candidate floor.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Sequence
+from typing import Final
 
 __all__ = ["Cell", "PathLoss", "Placement", "fit", "place", "STOREY_M"]
 
@@ -73,7 +74,11 @@ def fit(samples: Sequence[tuple[float, int, float, int]]) -> PathLoss:
     m = [[0.0] * 3 for _ in range(3)]
     v = [0.0] * 3
     for d, dz, rssi, w in samples:
-        row = (1.0, -10.0 * math.log10(max(math.sqrt(d * d + (STOREY_M * dz) ** 2), 1.0)), -float(dz))
+        row = (
+            1.0,
+            -10.0 * math.log10(max(math.sqrt(d * d + (STOREY_M * dz) ** 2), 1.0)),
+            -float(dz),
+        )
         for i in range(3):
             v[i] += w * row[i] * rssi
             for j in range(3):
@@ -113,7 +118,11 @@ def _cost(cells: Sequence[Cell], model: PathLoss, floor: int, x: float, y: float
 
 
 def _search(
-    cells: Sequence[Cell], model: PathLoss, floor: int, box: tuple[float, float, float, float], step: float
+    cells: Sequence[Cell],
+    model: PathLoss,
+    floor: int,
+    box: tuple[float, float, float, float],
+    step: float,
 ) -> tuple[float, float, float]:
     ax, ay, bx, by = box
     best = (math.inf, ax, ay)
@@ -127,7 +136,10 @@ def _search(
 
 
 def place(
-    cells: Sequence[Cell], model: PathLoss, floors: Sequence[int], bounds: tuple[float, float, float, float]
+    cells: Sequence[Cell],
+    model: PathLoss,
+    floors: Sequence[int],
+    bounds: tuple[float, float, float, float],
 ) -> list[Placement]:
     """The best place on each of *floors* within *bounds* (x0, y0, x1, y1), best first."""
     total = sum(c.n for c in cells) or 1
@@ -135,7 +147,12 @@ def place(
     out = []
     for floor in floors:
         _, cx, cy = _search(cells, model, floor, bounds, COARSE_M)
-        box = (max(x0, cx - COARSE_M), max(y0, cy - COARSE_M), min(x1, cx + COARSE_M), min(y1, cy + COARSE_M))
+        box = (
+            max(x0, cx - COARSE_M),
+            max(y0, cy - COARSE_M),
+            min(x1, cx + COARSE_M),
+            min(y1, cy + COARSE_M),
+        )
         cost, x, y = _search(cells, model, floor, box, FINE_M)
         out.append(Placement(floor=floor, x=x, y=y, rmse=math.sqrt(cost / total)))
     out.sort(key=lambda p: p.rmse)

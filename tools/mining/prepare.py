@@ -11,13 +11,21 @@ reader, the aggregations, the joins) — those are the ones a small log's run wa
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Final
+from typing import Final
 
 from .job import MineConfig, measure_inputs, resolve_inputs, run_mining
-from .session import SparkConfig, archive_dir, check_java, class_archive_file, open_session, stop_session
+from .session import (
+    SparkConfig,
+    archive_dir,
+    check_java,
+    class_archive_file,
+    open_session,
+    stop_session,
+)
 from .simulate import DEFAULT_START, SimulateConfig, simulate
 
 __all__ = ["PrepareResult", "prepare"]
@@ -37,7 +45,9 @@ class PrepareResult:
     written: bool
 
 
-def prepare(config: SparkConfig = SparkConfig(), *, sink: Callable[[str], None] | None = None) -> PrepareResult:
+def prepare(
+    config: SparkConfig = SparkConfig(), *, sink: Callable[[str], None] | None = None
+) -> PrepareResult:
     """Write the class archive for *config* (a local master) unless it exists.
 
     Raises `UsageError` without Java, `SparkStartError` if Spark cannot start."""
@@ -51,7 +61,11 @@ def prepare(config: SparkConfig = SparkConfig(), *, sink: Callable[[str], None] 
     with tempfile.TemporaryDirectory(prefix="aa-mine-prepare-") as tmp:
         office = Path(tmp, "office")
         start = DEFAULT_START + timedelta(hours=8)
-        simulate(SimulateConfig(out=str(office), start=start, days=_SPAN / timedelta(days=1), step_seconds=120))
+        simulate(
+            SimulateConfig(
+                out=str(office), start=start, days=_SPAN / timedelta(days=1), step_seconds=120
+            )
+        )
         job = MineConfig(inputs=(str(office),), adapters=str(Path(tmp, "adapters")))
         size = measure_inputs(resolve_inputs(job.inputs))
         spark = open_session(config, input_bytes=size, sink=sink)

@@ -33,9 +33,10 @@ only the window and threshold. They grow with the log (a 10-million-event log of
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import UsageError
 
@@ -75,7 +76,9 @@ class PresenceConfig:
 
     def __post_init__(self) -> None:
         if not self.scan_types or min(self.window_seconds, self.min_common, self.block_radios) < 1:
-            raise UsageError("PresenceConfig needs scan_types, and window_seconds, min_common, block_radios ≥ 1")
+            raise UsageError(
+                "PresenceConfig needs scan_types, and window_seconds, min_common, block_radios ≥ 1"
+            )
         if self.max_episodes < 0:
             raise UsageError("PresenceConfig.max_episodes must be ≥ 0")
         if not 0 < self.min_threshold_db <= self.max_threshold_db:
@@ -106,14 +109,20 @@ def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
     return cut
 
 
-def _distances(events: "DataFrame", cfg: PresenceConfig, parsed: "DataFrame | None") -> tuple["DataFrame", "DataFrame"]:
+def _distances(
+    events: DataFrame, cfg: PresenceConfig, parsed: DataFrame | None
+) -> tuple[DataFrame, DataFrame]:
     """(window, a, b, distance, common) for candidate node pairs a < b; and the cached
     fingerprints it is built on (to unpersist when done)."""
     from pyspark.sql import functions as F
 
     fp = (
         (parsed if parsed is not None else scans(events, cfg.scan_types, cfg.node, cfg.radios))
-        .select("node", F.floor(F.unix_seconds("time") / cfg.window_seconds).alias("window"), F.explode("radios").alias("r"))
+        .select(
+            "node",
+            F.floor(F.unix_seconds("time") / cfg.window_seconds).alias("window"),
+            F.explode("radios").alias("r"),
+        )
         .where(F.col("r.Rssi").isNotNull())
         .groupBy("window", "node", F.col("r.Id").alias("radio"))
         .agg(F.avg("r.Rssi").alias("rssi"))
@@ -122,7 +131,11 @@ def _distances(events: "DataFrame", cfg: PresenceConfig, parsed: "DataFrame | No
             F.map_from_entries(F.collect_list(F.struct("radio", "rssi"))).alias("fp"),
             # The node's loudest radios, loudest first (sorted by -rssi).
             F.transform(
-                F.slice(F.sort_array(F.collect_list(F.struct((-F.col("rssi")).alias("neg"), "radio"))), 1, cfg.block_radios),
+                F.slice(
+                    F.sort_array(F.collect_list(F.struct((-F.col("rssi")).alias("neg"), "radio"))),
+                    1,
+                    cfg.block_radios,
+                ),
                 lambda s: s["radio"],
             ).alias("top"),
         )
@@ -135,8 +148,17 @@ def _distances(events: "DataFrame", cfg: PresenceConfig, parsed: "DataFrame | No
     keys = fp.select("window", "node", F.explode("top").alias("radio"))
     a, b = keys.alias("a"), keys.alias("b")
     pairs = (
-        a.join(b, (F.col("a.window") == F.col("b.window")) & (F.col("a.radio") == F.col("b.radio")) & (F.col("a.node") < F.col("b.node")))
-        .select(F.col("a.window").alias("window"), F.col("a.node").alias("a"), F.col("b.node").alias("b"))
+        a.join(
+            b,
+            (F.col("a.window") == F.col("b.window"))
+            & (F.col("a.radio") == F.col("b.radio"))
+            & (F.col("a.node") < F.col("b.node")),
+        )
+        .select(
+            F.col("a.window").alias("window"),
+            F.col("a.node").alias("a"),
+            F.col("b.node").alias("b"),
+        )
         .distinct()
     )
     fa = fp.select("window", F.col("node").alias("a"), F.col("fp").alias("fa"))
@@ -144,7 +166,9 @@ def _distances(events: "DataFrame", cfg: PresenceConfig, parsed: "DataFrame | No
     floor = F.lit(float(cfg.floor_dbm))
     # Over the union of both maps' radios (map_zip_with gives null for a side's missing
     # radio, which counts as the floor).
-    sq = F.map_zip_with("fa", "fb", lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2)
+    sq = F.map_zip_with(
+        "fa", "fb", lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2
+    )
     total = F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
     return (
         pairs.join(fa, ["window", "a"])
@@ -161,9 +185,12 @@ def _distances(events: "DataFrame", cfg: PresenceConfig, parsed: "DataFrame | No
 
 
 def mine_presence(
-    events: "DataFrame", config: PresenceConfig, *, parsed: "DataFrame | None" = None,
+    events: DataFrame,
+    config: PresenceConfig,
+    *,
+    parsed: DataFrame | None = None,
     tick: Callable[[], None] = lambda: None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The presence artefact's ``data`` (see the module docstring) from de-duplicated events
     (and their scans, already parsed by `scans`, if the caller has them); *tick* is called
     after each Spark action (for progress)."""
@@ -175,11 +202,16 @@ def mine_presence(
     try:
         hist = [
             (r["bin"] * HIST_BIN_DB + HIST_BIN_DB / 2, r["count"])
-            for r in dist.groupBy(F.floor(F.col("distance") / HIST_BIN_DB).alias("bin")).count().collect()
+            for r in dist.groupBy(F.floor(F.col("distance") / HIST_BIN_DB).alias("bin"))
+            .count()
+            .collect()
         ]
         tick()
         cut = otsu_threshold(hist)
-        thr = min(config.max_threshold_db, max(config.min_threshold_db, cut if cut is not None else config.max_threshold_db))
+        thr = min(
+            config.max_threshold_db,
+            max(config.min_threshold_db, cut if cut is not None else config.max_threshold_db),
+        )
         together = F.col("distance") <= thr
         run = F.col("window") - F.row_number().over(Window.partitionBy("a", "b").orderBy("window"))
         runs = (
@@ -193,18 +225,35 @@ def mine_presence(
         # windows together are its runs' lengths summed, and its episodes its runs: pairs and
         # the episode count in one action.
         per_pair = runs.groupBy("a", "b").agg(
-            F.sum(F.col("end") - F.col("start") + 1).alias("together"), F.count(F.lit(1)).alias("episodes")
+            F.sum(F.col("end") - F.col("start") + 1).alias("together"),
+            F.count(F.lit(1)).alias("episodes"),
         )
-        rows = dist.groupBy("a", "b").agg(F.count(F.lit(1)).alias("both")).join(per_pair, ["a", "b"]).orderBy("a", "b").collect()
+        rows = (
+            dist.groupBy("a", "b")
+            .agg(F.count(F.lit(1)).alias("both"))
+            .join(per_pair, ["a", "b"])
+            .orderBy("a", "b")
+            .collect()
+        )
         tick()
         pairs = [
-            {"a": r["a"], "b": r["b"], "together": r["together"], "both_seen": r["both"],
-             "share": round(r["together"] / r["both"], 4)}
+            {
+                "a": r["a"],
+                "b": r["b"],
+                "together": r["together"],
+                "both_seen": r["both"],
+                "share": round(r["together"] / r["both"], 4),
+            }
             for r in rows
-        ]  # fmt: skip
+        ]
         n_episodes = sum(r["episodes"] for r in rows)
         episodes = [
-            [r["a"], r["b"], _iso(r["start"] * config.window_seconds), _iso((r["end"] + 1) * config.window_seconds)]
+            [
+                r["a"],
+                r["b"],
+                _iso(r["start"] * config.window_seconds),
+                _iso((r["end"] + 1) * config.window_seconds),
+            ]
             for r in runs.orderBy("start", "a", "b").limit(config.max_episodes).collect()
         ]
         tick()
@@ -227,4 +276,4 @@ def mine_presence(
 
 
 def _iso(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat()
+    return datetime.fromtimestamp(seconds, UTC).isoformat()

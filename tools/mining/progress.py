@@ -24,13 +24,20 @@ import math
 import sys
 import threading
 import time
-from typing import Any, Callable, Final, Protocol, Sequence, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol, TextIO
 
 __all__ = ["Progress", "StatusTracker", "plan", "STEP_WEIGHTS"]
 
 #: Share of a run's time per step, from profiles of small and large logs on 2 cores
 #: (starting Spark dominates a small log, the tasks a large one).
-STEP_WEIGHTS: Final = {"start": 20.0, "read": 15.0, "schema": 25.0, "location": 15.0, "presence": 25.0}
+STEP_WEIGHTS: Final = {
+    "start": 20.0,
+    "read": 15.0,
+    "schema": 25.0,
+    "location": 15.0,
+    "presence": 25.0,
+}
 #: Seconds of Spark's start after which its share is 63 % done (1 − 1/e).
 _START_SECONDS: Final = 8.0
 
@@ -123,7 +130,11 @@ class Progress:
     def fraction(self, now: float, running: float | None = None) -> float:
         """How much of the run is done, 0 to 1 (*running*: share of the running action
         done, else asked of the tracker)."""
-        share = running if running is not None else (self._running()[0] if self.tracker is not None else 0.0)
+        share = (
+            running
+            if running is not None
+            else (self._running()[0] if self.tracker is not None else 0.0)
+        )
         total = 0.0
         for name, weight in self._steps:
             if self._state[name] == "done":
@@ -144,19 +155,30 @@ class Progress:
             return 0.0, ""
         try:
             jobs = [self.tracker.getJobInfo(j) for j in sorted(self.tracker.getActiveJobsIds())]
-            stages = [(j, self.tracker.getStageInfo(s)) for j in jobs if j is not None for s in sorted(j.stageIds)]
+            stages = [
+                (j, self.tracker.getStageInfo(s))
+                for j in jobs
+                if j is not None
+                for s in sorted(j.stageIds)
+            ]
         except Exception:  # the context is stopping: nothing to report
             return 0.0, ""
         known = [(j, s) for j, s in stages if s is not None]
         tasks = sum(s.numTasks for _, s in known)
         done = sum(s.numCompletedTasks for _, s in known)
-        active = [(j, s) for j, s in known if s.numActiveTasks or 0 < s.numCompletedTasks < s.numTasks]
+        active = [
+            (j, s) for j, s in known if s.numActiveTasks or 0 < s.numCompletedTasks < s.numTasks
+        ]
         if not active:
             return (done / tasks if tasks else 0.0), ""
         job, info = active[-1]
         ids = sorted(job.stageIds)
-        where = f"stage {ids.index(info.stageId) + 1}/{len(ids)}, " if hasattr(info, "stageId") else ""
-        return (done / tasks if tasks else 0.0), f": {where}tasks {info.numCompletedTasks}/{info.numTasks}"
+        where = (
+            f"stage {ids.index(info.stageId) + 1}/{len(ids)}, " if hasattr(info, "stageId") else ""
+        )
+        return (
+            done / tasks if tasks else 0.0
+        ), f": {where}tasks {info.numCompletedTasks}/{info.numTasks}"
 
     def render(self, now: float) -> str:
         """The status line."""
@@ -214,7 +236,7 @@ class Progress:
                 self.out.flush()
                 self._drawn = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         self.start()
         return self
 

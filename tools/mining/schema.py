@@ -33,8 +33,9 @@ these to republish A's events as B's.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import UsageError
 
@@ -47,7 +48,18 @@ __all__ = ["SchemaConfig", "mine_schema", "type_mappings", "QUANTILES"]
 QUANTILES: Final = (0.05, 0.25, 0.5, 0.75, 0.95)
 _NUMERIC: Final = ("int", "float")
 _DISCRETE: Final = ("str", "bool")
-_TYPE_NAMES: Final = ("null", "bool", "int", "float", "str", "bytes", "datetime", "naive-datetime", "list", "map")
+_TYPE_NAMES: Final = (
+    "null",
+    "bool",
+    "int",
+    "float",
+    "str",
+    "bytes",
+    "datetime",
+    "naive-datetime",
+    "list",
+    "map",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +86,13 @@ class SchemaConfig:
     required_frequency: float = 0.9
 
     def __post_init__(self) -> None:
-        for name in ("top_values", "max_distinct", "bucket_seconds", "min_common_buckets", "min_shared"):
+        for name in (
+            "top_values",
+            "max_distinct",
+            "bucket_seconds",
+            "min_common_buckets",
+            "min_shared",
+        ):
             if getattr(self, name) < 1:
                 raise UsageError(f"SchemaConfig.{name} must be at least 1")
         for name in ("min_similarity", "min_confidence", "required_frequency"):
@@ -82,30 +100,37 @@ class SchemaConfig:
                 raise UsageError(f"SchemaConfig.{name} must be in [0, 1]")
 
 
-def _long(events: "DataFrame") -> "DataFrame":
+def _long(events: DataFrame) -> DataFrame:
     """One row per (event, attribute): type, time, attr, text, vtype."""
     from pyspark.sql import functions as F
 
-    zipped = F.map_zip_with("values", "values_types", lambda k, v, t: F.struct(v.alias("text"), t.alias("vtype")))
+    zipped = F.map_zip_with(
+        "values", "values_types", lambda k, v, t: F.struct(v.alias("text"), t.alias("vtype"))
+    )
     return events.select("type", "time", F.explode(zipped).alias("attr", "vt")).select(
         "type", "time", "attr", F.col("vt.text").alias("text"), F.col("vt.vtype").alias("vtype")
     )
 
 
-def _profile(long: "DataFrame", by_type: Mapping[str, int]) -> dict[str, Any]:
+def _profile(long: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     is_num = F.col("vtype").isin(*_NUMERIC)
     num = F.when(is_num, F.col("text").cast("double"))
     aggs = [F.count(F.lit(1)).alias("n")]
-    aggs += [F.sum(F.when(F.col("vtype") == t, 1).otherwise(0)).alias(f"t_{i}") for i, t in enumerate(_TYPE_NAMES)]
+    aggs += [
+        F.sum(F.when(F.col("vtype") == t, 1).otherwise(0)).alias(f"t_{i}")
+        for i, t in enumerate(_TYPE_NAMES)
+    ]
     aggs += [
         F.min(num).alias("min"),
         F.max(num).alias("max"),
         F.avg(num).alias("mean"),
         F.stddev_pop(num).alias("stddev"),
         F.percentile_approx(num, list(QUANTILES), 1000).alias("q"),
-        F.approx_count_distinct(F.when(F.col("vtype").isin(*_DISCRETE), F.col("text"))).alias("distinct"),
+        F.approx_count_distinct(F.when(F.col("vtype").isin(*_DISCRETE), F.col("text"))).alias(
+            "distinct"
+        ),
     ]
     types: dict[str, Any] = {t: {"events": n, "attributes": {}} for t, n in sorted(by_type.items())}
     for r in long.groupBy("type", "attr").agg(*aggs).collect():
@@ -116,7 +141,13 @@ def _profile(long: "DataFrame", by_type: Mapping[str, int]) -> dict[str, Any]:
             "frequency": round(r["n"] / max(1, by_type.get(r["type"], 0)), 6),
         }
         if r["min"] is not None:
-            prof.update(min=r["min"], max=r["max"], mean=r["mean"], stddev=r["stddev"], quantiles=list(r["q"] or []))
+            prof.update(
+                min=r["min"],
+                max=r["max"],
+                mean=r["mean"],
+                stddev=r["stddev"],
+                quantiles=list(r["q"] or []),
+            )
         if any(t in vtypes for t in _DISCRETE):
             prof["distinct"] = r["distinct"]
         types.setdefault(r["type"], {"events": 0, "attributes": {}})["attributes"][r["attr"]] = prof
@@ -126,7 +157,7 @@ def _profile(long: "DataFrame", by_type: Mapping[str, int]) -> dict[str, Any]:
 
 
 def _kind(prof: Mapping[str, Any]) -> str | None:
-    """"numbers", "strings" or None: what an attribute is compared as (its main type)."""
+    """ "numbers", "strings" or None: what an attribute is compared as (its main type)."""
     vt = prof["types"]
     total = sum(vt.values()) or 1
     if sum(vt.get(t, 0) for t in _NUMERIC) / total >= 0.9:
@@ -136,14 +167,18 @@ def _kind(prof: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig, tick: Callable[[], None]) -> list[dict[str, Any]]:
+def _strings(
+    long: DataFrame, types: Mapping[str, Any], cfg: SchemaConfig, tick: Callable[[], None]
+) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     keys = [
-        (t, a) for t, tp in types.items() for a, p in tp["attributes"].items()
+        (t, a)
+        for t, tp in types.items()
+        for a, p in tp["attributes"].items()
         if _kind(p) == "strings" and p.get("distinct", 0) <= cfg.max_distinct
-    ]  # fmt: skip
+    ]
     for t, tp in types.items():  # top values, for every string attribute
         for p in tp["attributes"].values():
             if _kind(p) == "strings":
@@ -160,11 +195,13 @@ def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig, tic
     try:
         # Top values and the number of distinct values per attribute, in one action.
         attr = Window.partitionBy("type", "attr")
-        ranked = vals.withColumn("rank", F.row_number().over(attr.orderBy(F.desc("n"), "text"))).withColumn(
-            "size", F.count(F.lit(1)).over(attr)
-        )
+        ranked = vals.withColumn(
+            "rank", F.row_number().over(attr.orderBy(F.desc("n"), "text"))
+        ).withColumn("size", F.count(F.lit(1)).over(attr))
         sizes: dict[tuple[str, str], int] = {}
-        for r in ranked.where(F.col("rank") <= cfg.top_values).orderBy("type", "attr", "rank").collect():
+        for r in (
+            ranked.where(F.col("rank") <= cfg.top_values).orderBy("type", "attr", "rank").collect()
+        ):
             types[r["type"]]["attributes"][r["attr"]]["top"].append([r["text"], r["n"]])
             sizes[(r["type"], r["attr"])] = r["size"]
         tick()
@@ -172,7 +209,12 @@ def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig, tic
         # The self-join on the value is the costly step: bounded by max_distinct per attribute.
         pairs = (
             a.join(b, (F.col("a.text") == F.col("b.text")) & (F.col("a.type") < F.col("b.type")))
-            .groupBy(F.col("a.type").alias("ta"), F.col("a.attr").alias("aa"), F.col("b.type").alias("tb"), F.col("b.attr").alias("ab"))
+            .groupBy(
+                F.col("a.type").alias("ta"),
+                F.col("a.attr").alias("aa"),
+                F.col("b.type").alias("tb"),
+                F.col("b.attr").alias("ab"),
+            )
             .count()
             .collect()
         )
@@ -186,11 +228,21 @@ def _strings(long: "DataFrame", types: Mapping[str, Any], cfg: SchemaConfig, tic
         containment = inter / min(na, nb)
         conf = (jaccard + containment) / 2 * min(1.0, inter / cfg.min_shared)
         if conf >= cfg.min_confidence:
-            out.append({
-                "a": [r["ta"], r["aa"]], "b": [r["tb"], r["ab"]], "kind": "strings", "confidence": round(conf, 4),
-                "evidence": {"shared": inter, "distinct_a": na, "distinct_b": nb,
-                             "jaccard": round(jaccard, 4), "containment": round(containment, 4)},
-            })  # fmt: skip
+            out.append(
+                {
+                    "a": [r["ta"], r["aa"]],
+                    "b": [r["tb"], r["ab"]],
+                    "kind": "strings",
+                    "confidence": round(conf, 4),
+                    "evidence": {
+                        "shared": inter,
+                        "distinct_a": na,
+                        "distinct_b": nb,
+                        "jaccard": round(jaccard, 4),
+                        "containment": round(containment, 4),
+                    },
+                }
+            )
     return out
 
 
@@ -208,12 +260,18 @@ def _similarity(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> float:
 
 
 def _numbers(
-    events: "DataFrame", types: Mapping[str, Any], strings: list[dict[str, Any]], cfg: SchemaConfig,
+    events: DataFrame,
+    types: Mapping[str, Any],
+    strings: list[dict[str, Any]],
+    cfg: SchemaConfig,
     tick: Callable[[], None],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
-    nums = {t: [a for a, p in tp["attributes"].items() if _kind(p) == "numbers"] for t, tp in types.items()}
+    nums = {
+        t: [a for a, p in tp["attributes"].items() if _kind(p) == "numbers"]
+        for t, tp in types.items()
+    }
     # Candidate pairs, grouped by type pair: only alike distributions are compared in time.
     cands: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
     names = sorted(nums)
@@ -230,12 +288,16 @@ def _numbers(
         key = max(keys, key=lambda c: c["confidence"], default=None)
         ka, kb = (key["a"][1], key["b"][1]) if key else (None, None)
 
-        def series(t: str, key_attr: str | None, attrs: list[str], side: str) -> "DataFrame":
+        def series(t: str, key_attr: str | None, attrs: list[str], side: str) -> DataFrame:
             bucket = (F.unix_timestamp("time") / cfg.bucket_seconds).cast("long").alias("bucket")
             k = (F.col("values")[key_attr] if key_attr else F.lit("")).alias("key")
-            cols = [F.col("values")[x].cast("double").alias(f"{side}{j}") for j, x in enumerate(attrs)]
+            cols = [
+                F.col("values")[x].cast("double").alias(f"{side}{j}") for j, x in enumerate(attrs)
+            ]
             df = events.where(F.col("type") == t).select(bucket, k, *cols)
-            return df.groupBy("bucket", "key").agg(*[F.avg(f"{side}{j}").alias(f"{side}{j}") for j in range(len(attrs))])
+            return df.groupBy("bucket", "key").agg(
+                *[F.avg(f"{side}{j}").alias(f"{side}{j}") for j in range(len(attrs))]
+            )
 
         la = sorted({p[0] for p in pairs})
         lb = sorted({p[1] for p in pairs})
@@ -253,16 +315,28 @@ def _numbers(
                 continue
             conf = max(0.0, corr) * sim
             if conf >= cfg.min_confidence:
-                out.append({
-                    "a": [ta, aa], "b": [tb, ab], "kind": "numbers", "confidence": round(conf, 4),
-                    "evidence": {"correlation": round(corr, 4), "similarity": round(sim, 4),
-                                 "cells": row["cells"], "key": [ka, kb] if key else None},
-                })  # fmt: skip
+                out.append(
+                    {
+                        "a": [ta, aa],
+                        "b": [tb, ab],
+                        "kind": "numbers",
+                        "confidence": round(conf, 4),
+                        "evidence": {
+                            "correlation": round(corr, 4),
+                            "similarity": round(sim, 4),
+                            "cells": row["cells"],
+                            "key": [ka, kb] if key else None,
+                        },
+                    }
+                )
     return out
 
 
 def type_mappings(
-    types: Mapping[str, Any], correspondences: list[dict[str, Any]], *, required_frequency: float = 0.9
+    types: Mapping[str, Any],
+    correspondences: list[dict[str, Any]],
+    *,
+    required_frequency: float = 0.9,
 ) -> list[dict[str, Any]]:
     """Type A → type B where every attribute B nearly always has has a counterpart in A
     (best confidence first, each of A's attributes used once)."""
@@ -271,7 +345,11 @@ def type_mappings(
         for tb in sorted(types):
             if ta == tb:
                 continue
-            need = [a for a, p in types[tb]["attributes"].items() if p["frequency"] >= required_frequency]
+            need = [
+                a
+                for a, p in types[tb]["attributes"].items()
+                if p["frequency"] >= required_frequency
+            ]
             if not need:
                 continue
             links = []
@@ -287,12 +365,23 @@ def type_mappings(
                     mapping[src] = dst
                     confs.append(conf)
             if set(need) <= set(mapping.values()):
-                out.append({"from": ta, "to": tb, "attributes": dict(sorted(mapping.items())), "confidence": min(confs)})
+                out.append(
+                    {
+                        "from": ta,
+                        "to": tb,
+                        "attributes": dict(sorted(mapping.items())),
+                        "confidence": min(confs),
+                    }
+                )
     return out
 
 
 def mine_schema(
-    events: "DataFrame", config: SchemaConfig, *, by_type: Mapping[str, int], tick: Callable[[], None] = lambda: None
+    events: DataFrame,
+    config: SchemaConfig,
+    *,
+    by_type: Mapping[str, int],
+    tick: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """The schema artefact's ``data`` (see the module docstring) from de-duplicated events;
     *tick* is called after each Spark action (for progress)."""

@@ -37,9 +37,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Final
+from typing import IO, TYPE_CHECKING, Final
 
 from aa.mesh import AaError, UsageError
 
@@ -133,8 +134,12 @@ class SparkConfig:
             )
         if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
             raise UsageError("SparkConfig.shuffle_partitions must be at least 1")
-        if self.driver_memory is not None and not re.fullmatch(r"[1-9]\d*[kmgtKMGT]?", self.driver_memory):
-            raise UsageError(f"--driver-memory {self.driver_memory!r} is not a size such as 4g or 512m")
+        if self.driver_memory is not None and not re.fullmatch(
+            r"[1-9]\d*[kmgtKMGT]?", self.driver_memory
+        ):
+            raise UsageError(
+                f"--driver-memory {self.driver_memory!r} is not a size such as 4g or 512m"
+            )
 
 
 def local_cores(master: str) -> int | None:
@@ -167,7 +172,9 @@ def check_master(master: str, *, timeout: float = 5.0) -> None:
             return
         except OSError as exc:
             why = f"{address}: {exc.strerror or exc}"
-    raise UsageError(f"cannot reach the Spark master ({why}): is it running? (or use --master 'local[*]')")
+    raise UsageError(
+        f"cannot reach the Spark master ({why}): is it running? (or use --master 'local[*]')"
+    )
 
 
 #: A class archive being written (by a JVM at its exit) is taken as whole this many
@@ -181,7 +188,9 @@ def class_archive_file(folder: Path, java: str) -> Path:
 
     import pyspark
 
-    key = hashlib.sha256(f"{os.path.realpath(java)}\0{pyspark.__version__}\0{pyspark.__file__}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        f"{os.path.realpath(java)}\0{pyspark.__version__}\0{pyspark.__file__}".encode()
+    ).hexdigest()[:16]
     return folder / f"spark-{key}.jsa"
 
 
@@ -222,7 +231,7 @@ _writing: list[tuple[Path, Path]] = []
 ARCHIVE_WRITE_TIMEOUT_S: Final = 120.0
 
 
-def stop_session(spark: "SparkSession", *, timeout: float = ARCHIVE_WRITE_TIMEOUT_S) -> Path | None:
+def stop_session(spark: SparkSession, *, timeout: float = ARCHIVE_WRITE_TIMEOUT_S) -> Path | None:
     """Stop *spark*. If its JVM writes the class archive at its exit, end that JVM now
     (PySpark's gateway exits when its stdin closes), wait for it, and put the archive in
     place, so the very next run uses it. Returns the archive written, else None.
@@ -322,11 +331,15 @@ def check_java() -> str:
         java = Path(home, "bin", "java")
         if os.access(java, os.X_OK):
             return str(java)
-        raise UsageError(f"JAVA_HOME={home} has no bin/java: point it at a Java 17+ runtime, or unset it")
+        raise UsageError(
+            f"JAVA_HOME={home} has no bin/java: point it at a Java 17+ runtime, or unset it"
+        )
     java_path = shutil.which("java")
     if java_path is None:
-        raise UsageError("Spark needs Java (17 or later) and there is no 'java' on PATH: "
-                         "install one (apt-get install default-jre-headless) or set JAVA_HOME")  # fmt: skip
+        raise UsageError(
+            "Spark needs Java (17 or later) and there is no 'java' on PATH: "
+            "install one (apt-get install default-jre-headless) or set JAVA_HOME"
+        )
     return java_path
 
 
@@ -369,8 +382,11 @@ def _print_stderr(line: str) -> None:
 
 
 def open_session(
-    config: SparkConfig, *, input_bytes: int | None = None, sink: Callable[[str], None] | None = None
-) -> "SparkSession":
+    config: SparkConfig,
+    *,
+    input_bytes: int | None = None,
+    sink: Callable[[str], None] | None = None,
+) -> SparkSession:
     """A SparkSession for *config* and a log of *input_bytes* (see `session_settings`), or
     the running one (Spark has one per process; JVM options then stay as they were).
 
@@ -397,7 +413,9 @@ def open_session(
                     part = Path(cds.split("ArchiveClassesAtExit=", 1)[1].split()[0])
                     _writing[:] = [(part, class_archive_file(archive, java))]
                 opts = f"{opts} {cds}"
-            settings["spark.driver.defaultJavaOptions"] = f"{opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
+            settings["spark.driver.defaultJavaOptions"] = (
+                f"{opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
+            )
             conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
             _launch(conf, sink or _print_stderr, config.verbose)
         conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
@@ -405,7 +423,11 @@ def open_session(
             spark = SparkSession.builder.config(conf=conf).getOrCreate()
         except Exception as exc:  # Py4JJavaError: the context refused the configuration
             raise SparkStartError(f"Spark could not start: {spark_error_message(exc)}") from exc
-    for key in ("spark.sql.shuffle.partitions", "spark.sql.codegen.wholeStage", "spark.sql.session.timeZone"):
+    for key in (
+        "spark.sql.shuffle.partitions",
+        "spark.sql.codegen.wholeStage",
+        "spark.sql.session.timeZone",
+    ):
         if key in settings:  # runtime settings: also right for a session that was running
             spark.conf.set(key, settings[key])
     spark.sparkContext.setLogLevel(level.upper())
@@ -442,4 +464,3 @@ def spark_error_message(exc: BaseException) -> str:
                 line = shorter
             return line
     return type(exc).__name__
-

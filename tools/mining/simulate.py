@@ -21,19 +21,26 @@ import json
 import random
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
 from aa.mesh import Event, UsageError
 from aa.router import EventLogConfig
 
-__all__ = ["SimulateConfig", "SimulateResult", "simulate", "load_world", "WORLD_FILE", "DEFAULT_START"]
+__all__ = [
+    "SimulateConfig",
+    "SimulateResult",
+    "simulate",
+    "load_world",
+    "WORLD_FILE",
+    "DEFAULT_START",
+]
 
 #: The file describing the simulated world and span, beside the routers' folders.
 WORLD_FILE: Final = "world.json"
 #: A Monday.
-DEFAULT_START: Final = datetime(2030, 1, 7, tzinfo=timezone.utc)
+DEFAULT_START: Final = datetime(2030, 1, 7, tzinfo=UTC)
 #: Rows between two waits for the writers: bounds memory and keeps the writers (threads)
 #: from falling `EventLogConfig.max_pending_rows` behind, which would drop rows.
 _BATCH: Final = 20_000
@@ -91,8 +98,14 @@ class SimulateConfig:
         return self.start + timedelta(days=self.days)
 
     def world_params(self) -> dict[str, int]:
-        return {"seed": self.seed, "people": self.people, "buildings": self.buildings, "floors": self.floors,
-                "aps_per_floor": self.aps_per_floor, "beacons_per_floor": self.beacons_per_floor}  # fmt: skip
+        return {
+            "seed": self.seed,
+            "people": self.people,
+            "buildings": self.buildings,
+            "floors": self.floors,
+            "aps_per_floor": self.aps_per_floor,
+            "beacons_per_floor": self.beacons_per_floor,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,8 +153,11 @@ async def _simulate(cfg: SimulateConfig) -> SimulateResult:
     out.mkdir(parents=True, exist_ok=True)
     world = _world(cfg.world_params())
     clock = [cfg.start.timestamp()]
-    logs = [EventLog(_LOG_CONFIG, data_dir=out / r, router_id=r, clock=lambda: clock[0]) for r in cfg.routers]
-    rows = {r: 0 for r in cfg.routers}
+    logs = [
+        EventLog(_LOG_CONFIG, data_dir=out / r, router_id=r, clock=lambda: clock[0])
+        for r in cfg.routers
+    ]
+    rows = dict.fromkeys(cfg.routers, 0)
     rng = random.Random(cfg.seed * 7919 + 1)
     n_routers = len(cfg.routers)
     n = 0
@@ -187,5 +203,3 @@ async def _simulate(cfg: SimulateConfig) -> SimulateResult:
     }
     (out / WORLD_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return SimulateResult(events=n, rows=rows, folders=[str(out / r) for r in cfg.routers])
-
-

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-from typing import Any, Callable, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from aa.mesh.protocol import pack, unpack
 
@@ -30,7 +31,9 @@ __all__ = ["MAX_CARRIED_NODES", "NotPortable", "dump_state", "load_state"]
 MAX_CARRIED_NODES: Final = 10_000
 
 _ATOMS: Final = frozenset({str, bytes, bool, float, type(None)})
-_FACTORIES: Final[dict[str, Callable[[], Any]]] = {f.__name__: f for f in (int, float, str, list, dict, set, tuple)}
+_FACTORIES: Final[dict[str, Callable[[], Any]]] = {
+    f.__name__: f for f in (int, float, str, list, dict, set, tuple)
+}
 
 
 class NotPortable(ValueError):
@@ -90,9 +93,16 @@ def _out(obj: Any, depth: int, budget: list[int]) -> Any:
 
 
 _TAG_OF: Final[dict[type, str]] = {
-    list: "l", tuple: "t", set: "s", frozenset: "f", dict: "d",
-    collections.OrderedDict: "o", collections.Counter: "C",
-    dt.datetime: "dtm", dt.date: "dat", dt.time: "tim",
+    list: "l",
+    tuple: "t",
+    set: "s",
+    frozenset: "f",
+    dict: "d",
+    collections.OrderedDict: "o",
+    collections.Counter: "C",
+    dt.datetime: "dtm",
+    dt.date: "dat",
+    dt.time: "tim",
 }
 
 
@@ -109,10 +119,20 @@ def _in(obj: Any, depth: int, budget: list[int]) -> Any:
     tag, d = obj[0], depth + 1
     if tag in ("l", "t", "s", "f"):
         items = [_in(v, d, budget) for v in obj[1]]
-        return items if tag == "l" else tuple(items) if tag == "t" else set(items) if tag == "s" else frozenset(items)
+        return (
+            items
+            if tag == "l"
+            else tuple(items)
+            if tag == "t"
+            else set(items)
+            if tag == "s"
+            else frozenset(items)
+        )
     if tag in ("d", "o", "C", "D"):
         flat = obj[1] if tag != "D" else obj[2]
-        pairs = [(_in(flat[i], d, budget), _in(flat[i + 1], d, budget)) for i in range(0, len(flat), 2)]
+        pairs = [
+            (_in(flat[i], d, budget), _in(flat[i + 1], d, budget)) for i in range(0, len(flat), 2)
+        ]
         if tag == "D":
             return collections.defaultdict(_FACTORIES[obj[1]] if obj[1] else None, pairs)
         return {"d": dict, "o": collections.OrderedDict, "C": collections.Counter}[tag](dict(pairs))

@@ -26,8 +26,9 @@ import random
 import resource
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from aa.mesh import Event, PatternError, PatternSpec, UsageError
 from aa.mesh.protocol import event_to_wire, pack, unpack
@@ -74,8 +75,6 @@ _mono_ns = time.monotonic_ns
 _pack_slot = SLOT.pack_into
 
 
-
-
 class _Client:
     __slots__ = ("tokens", "stamp", "ran", "deliveries", "bytes")
 
@@ -100,7 +99,7 @@ class Worker:
         host = HostFacts(
             router_id=facts["router_id"],
             router_name=facts["router_name"],
-            clock=lambda: datetime.now(timezone.utc),
+            clock=lambda: datetime.now(UTC),
             peer_count=lambda: self.peer_count,
         )
         limits = SandboxLimits(
@@ -109,7 +108,11 @@ class Worker:
             max_sequence=facts["max_sequence"],
         )
         self.engine = _CachingEngine(
-            host=host, limits=limits, on_failure=self._failed, isolation="in-process", on_compiled=self._compiled
+            host=host,
+            limits=limits,
+            on_failure=self._failed,
+            isolation="in-process",
+            on_compiled=self._compiled,
         )
         self.budget = self.engine.sandbox.budget
         self.random = self.engine.sandbox.random
@@ -160,8 +163,18 @@ class Worker:
             self.charged.pop(msg[1], None)
             self.client_of.pop(msg[1], None)
 
-    def subscribe(self, wkey: int, iid: int, kernel: str, fmt: str, source: str, params: dict[str, Any],
-                  client: str, kind: int = 0, state: bytes = b"") -> None:
+    def subscribe(
+        self,
+        wkey: int,
+        iid: int,
+        kernel: str,
+        fmt: str,
+        source: str,
+        params: dict[str, Any],
+        client: str,
+        kind: int = 0,
+        state: bytes = b"",
+    ) -> None:
         """Place *wkey*'s pattern (with the *state* its pattern carried from probation,
         `carry.py`: the bucket takes it if it has none yet)."""
         self._placing = (iid, client)
@@ -178,7 +191,16 @@ class Worker:
             self.write(encode(["refused", wkey, exc.code, _short(str(exc))]))
             return
         except Exception as exc:  # MemoryError, RecursionError while compiling
-            self.write(encode(["refused", wkey, "pattern-refused", _short(f"pattern refused: {type(exc).__name__} while compiling")]))
+            self.write(
+                encode(
+                    [
+                        "refused",
+                        wkey,
+                        "pattern-refused",
+                        _short(f"pattern refused: {type(exc).__name__} while compiling"),
+                    ]
+                )
+            )
             return
         finally:
             _pack_slot(self.slot, 0, 0, 0, 0)
@@ -186,7 +208,12 @@ class Worker:
         self.client_of[wkey] = client
         self.charged[wkey] = self.clients[client]
         bucket = self.bucket(wkey)
-        if state and bucket is not None and not bucket.state and bucket.instance.program.kind == "script":
+        if (
+            state
+            and bucket is not None
+            and not bucket.state
+            and bucket.instance.program.kind == "script"
+        ):
             try:
                 bucket.state = load_state(state)
             except NotPortable:
@@ -203,7 +230,9 @@ class Worker:
         for wkey in wkeys:
             bucket = self.bucket(wkey)
             try:
-                out.append([wkey, dump_state(bucket.state) if bucket is not None and bucket.state else b""])
+                out.append(
+                    [wkey, dump_state(bucket.state) if bucket is not None and bucket.state else b""]
+                )
             except Exception:  # NotPortable, or MemoryError under the worker's limit
                 out.append([wkey, None])
         self.write(encode(["exported", seq, out]))
@@ -240,15 +269,25 @@ class Worker:
             first_key = members.key if type(members) is Member else next(iter(members), 0)
             if type(first_key) is not int:  # a cache's matcher: the Matcher is its member
                 first_key = matcher_wkeys.get(id(first_key), 0)
-            client = charged.get(first_key, owner)  # the bucket's client pays, not the pattern's first
+            client = charged.get(
+                first_key, owner
+            )  # the bucket's client pays, not the pattern's first
             start = _perf()
             if start > worker.next_share:
                 worker.update_share(start)
             elapsed = start - client.stamp
-            tokens = client.tokens + elapsed * worker.share * worker.on_cpu  # CPU seconds, as charged
+            tokens = (
+                client.tokens + elapsed * worker.share * worker.on_cpu
+            )  # CPU seconds, as charged
             client.stamp = client.ran = start
-            client.deliveries = min(CLIENT_DELIVERIES_PER_S * _RATE_BURST, client.deliveries + elapsed * CLIENT_DELIVERIES_PER_S)
-            client.bytes = min(CLIENT_DERIVED_BYTES_PER_S * _RATE_BURST, client.bytes + elapsed * CLIENT_DERIVED_BYTES_PER_S)
+            client.deliveries = min(
+                CLIENT_DELIVERIES_PER_S * _RATE_BURST,
+                client.deliveries + elapsed * CLIENT_DELIVERIES_PER_S,
+            )
+            client.bytes = min(
+                CLIENT_DERIVED_BYTES_PER_S * _RATE_BURST,
+                client.bytes + elapsed * CLIENT_DERIVED_BYTES_PER_S,
+            )
             counter[0] += 1
             if counter[0] % _REARM_EVERY == 0:
                 _rearm()
@@ -274,7 +313,9 @@ class Worker:
                 budget.violation = None
                 raise SandboxStop(TIMEOUT, _SHARE_MESSAGE)
             if result:
-                client.deliveries -= len(bucket.members) if result is True else sum(map(len, result.values()))
+                client.deliveries -= (
+                    len(bucket.members) if result is True else sum(map(len, result.values()))
+                )
                 client.bytes -= getattr(program, "last_derived_bytes", 0)
                 if client.deliveries < 0:
                     raise SandboxStop(MEMORY, _DELIVERIES_MESSAGE)
@@ -409,7 +450,9 @@ class _CachingEngine(PatternEngine):
         return program
 
 
-_SHARE_MESSAGE = "pattern stopped: its client's patterns together used more than their share of the worker's CPU"
+_SHARE_MESSAGE = (
+    "pattern stopped: its client's patterns together used more than their share of the worker's CPU"
+)
 _DELIVERIES_MESSAGE = f"pattern stopped: its client's patterns together made more than {CLIENT_DELIVERIES_PER_S:,} deliveries a second"
 _BYTES_MESSAGE = f"pattern stopped: its client's patterns together derived more than {CLIENT_DERIVED_BYTES_PER_S:,} bytes of events a second"
 

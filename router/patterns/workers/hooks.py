@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event, PatternSpec
 
@@ -53,6 +54,7 @@ def deliver_each(items: list[tuple[Hashable, Event]]) -> None:
     for key, event in items:
         key.deliver(event)  # type: ignore[attr-defined]
 
+
 def missed_each(keys: list[Hashable], count: int) -> None:
     """Tell each subscriber key that *count* events went unmatched for it (a worker's
     backlog was full): `key.missed_events(count)` where the key has it (a TCP client's
@@ -61,7 +63,9 @@ def missed_each(keys: list[Hashable], count: int) -> None:
         missed = getattr(key, "missed_events", None)
         if missed is not None:
             missed(count)
-        elif type(getattr(key, "missed", None)) is int and hasattr(getattr(key, "session", None), "_missed"):
+        elif type(getattr(key, "missed", None)) is int and hasattr(
+            getattr(key, "session", None), "_missed"
+        ):
             # A TCP client's subscription (`aa.router.session.SessionSubscriber`, whose module
             # is at its 500-line cap): the count its session tells before its next delivery,
             # as for a slow reader (`ClientSession._overflow`).
@@ -84,7 +88,9 @@ class RemoteMatcher(Matcher):
 
     __slots__ = ("_tier", "_spec", "_params", "_on_accept", "placed")
 
-    def __init__(self, tier: "WorkerTier", spec: PatternSpec, params: dict[str, Any], bucket: Bucket) -> None:
+    def __init__(
+        self, tier: WorkerTier, spec: PatternSpec, params: dict[str, Any], bucket: Bucket
+    ) -> None:
         super().__init__(None, bucket)  # type: ignore[arg-type]  # never reaches the engine
         self._tier, self._spec, self._params = tier, spec, params
         self._on_accept: Callable[[Event], None] | None = None

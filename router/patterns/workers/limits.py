@@ -91,18 +91,37 @@ class WorkerConfig:
     start_timeout: float = 20.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= 64:
+        if (
+            isinstance(self.workers, bool)
+            or not isinstance(self.workers, int)
+            or not 1 <= self.workers <= 64
+        ):
             raise UsageError(f"workers must be an int in 1..64, not {self.workers!r}")
         p = self.probation_workers
         if p is not None and (isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 64):
             raise UsageError(f"probation_workers must be None or an int in 0..64, not {p!r}")
-        if isinstance(self.probation_events, bool) or not isinstance(self.probation_events, int) or self.probation_events < 1:
+        if (
+            isinstance(self.probation_events, bool)
+            or not isinstance(self.probation_events, int)
+            or self.probation_events < 1
+        ):
             raise UsageError(f"probation_events must be an int >= 1, not {self.probation_events!r}")
-        for name in ("kill_after", "kill_cpu", "compile_deadline", "client_burst", "start_timeout", "probation_seconds"):
+        for name in (
+            "kill_after",
+            "kill_cpu",
+            "compile_deadline",
+            "client_burst",
+            "start_timeout",
+            "probation_seconds",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 60:
                 raise UsageError(f"{name} must be seconds in (0, 60], not {v!r}")
-        if isinstance(self.memory, bool) or not isinstance(self.memory, int) or self.memory < 32 * 1024 * 1024:
+        if (
+            isinstance(self.memory, bool)
+            or not isinstance(self.memory, int)
+            or self.memory < 32 * 1024 * 1024
+        ):
             raise UsageError(f"memory must be an int of bytes >= 32 MiB, not {self.memory!r}")
 
     @property

@@ -15,18 +15,26 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any, Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
 
 from aa.mesh import Event, PatternSpec, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
 
+from ..buckets import freeze
 from ..limits import HostFacts, SandboxLimits
 from .hooks import missed_each
-from ..buckets import freeze
+from .limits import (
+    MAX_BACKLOG_EVENTS,
+    MAX_BATCH_EVENTS,
+    MAX_STOP_MESSAGE,
+    PRECHECK_MAX_SOURCE,
+    WATCH_INTERVAL,
+    WorkerConfig,
+)
 from .probation import Probation, count
-from .limits import MAX_BACKLOG_EVENTS, MAX_BATCH_EVENTS, MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WATCH_INTERVAL, WorkerConfig
 from .process import ROUTER_DIR, ZYGOTE_BOOT, WorkerProcess
-from .slots import MATCHER, SUBSCRIBER, Inst, Probe, Slot, Sub, close_result, join_answers
+from .slots import SUBSCRIBER, Inst, Probe, Slot, Sub, close_result, join_answers
 from .wire import encode
 from .zygote import Zygote
 
@@ -93,11 +101,29 @@ class WorkerPool(Probation):
         self.closed = False
         #: Counters: batches, events sent, kills, crashes, replacements, dropped events.
         self.counters: dict[str, int] = dict.fromkeys(
-            ("batches", "events", "kills", "crashes", "replaced", "dropped", "graduated", "demoted"), 0)
+            (
+                "batches",
+                "events",
+                "kills",
+                "crashes",
+                "replaced",
+                "dropped",
+                "graduated",
+                "demoted",
+            ),
+            0,
+        )
 
     # -- subscribers -----------------------------------------------------------------------
 
-    def subscribe(self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any], client: str, kind: int = SUBSCRIBER) -> None:
+    def subscribe(
+        self,
+        key: Hashable,
+        spec: PatternSpec,
+        params: Mapping[str, Any],
+        client: str,
+        kind: int = SUBSCRIBER,
+    ) -> None:
         """Place *key*'s pattern: a subscriber (`SUBSCRIBER`: its deliveries, to `key`), or a
         standalone matcher (`MATCHER`: each event it accepts is delivered to `key` as is)."""
         spec_key = (spec.kernel, spec.format, spec.source)
@@ -126,7 +152,10 @@ class WorkerPool(Probation):
             count(sub.inst.params, freeze(sub.params), -1)
             sub.params = {**sub.params, **params}
             count(sub.inst.params, freeze(sub.params), 1)  # the worker holds them once sent:
-            self._control(sub.inst.worker, (encode(["update", sub.wkey, dict(params)]), sub, freeze(sub.params)))
+            self._control(
+                sub.inst.worker,
+                (encode(["update", sub.wkey, dict(params)]), sub, freeze(sub.params)),
+            )
 
     def unsubscribe(self, key: Hashable) -> None:
         sub = self._subs.get(key)
@@ -143,7 +172,9 @@ class WorkerPool(Probation):
     def __contains__(self, key: object) -> bool:  # a placed subscriber or matcher
         return key in self._subs
 
-    def probe(self, key: Hashable, events: list[Event], needs: list[bool] | None = None) -> "asyncio.Future[list[bool]]":
+    def probe(
+        self, key: Hashable, events: list[Event], needs: list[bool] | None = None
+    ) -> asyncio.Future[list[bool]]:
         """Dry-run *key*'s pattern in its worker over *events*: one bool each, as
         `PatternEngine.matches_prototype` there (*needs*[i]: its `needs_names` for event i).
         The answer is the future's result (all False if the pattern is stopped meanwhile).
@@ -171,12 +202,26 @@ class WorkerPool(Probation):
         """Every worker has a live process with nothing queued, and the spare is ready."""
         spare = self._spare
         return (spare is None or spare.done()) and all(
-            s.proc is not None and not s.proc.gone and s.in_flight is None and not s.queue for s in self._slots
+            s.proc is not None and not s.proc.gone and s.in_flight is None and not s.queue
+            for s in self._slots
         )
 
     def _sub_frame(self, sub: Sub, state: bytes = b"") -> bytes:
         s, sub.held = sub.spec, freeze(sub.params)
-        return encode(["sub", sub.wkey, sub.inst.iid, s.kernel, s.format, s.source, sub.params, sub.client, sub.kind, state])
+        return encode(
+            [
+                "sub",
+                sub.wkey,
+                sub.inst.iid,
+                s.kernel,
+                s.format,
+                s.source,
+                sub.params,
+                sub.client,
+                sub.kind,
+                state,
+            ]
+        )
 
     # -- placement -------------------------------------------------------------------------
 
@@ -229,8 +274,12 @@ class WorkerPool(Probation):
         """The zygote that forks workers (`zygote.py`), started on first use and again if
         it died; None if it cannot start (workers are then spawned one by one)."""
         task = self._zygote
-        if task is None or (task.done() and (task.cancelled() or task.result() is None or task.result().gone)):  # type: ignore[union-attr]
-            task = self._zygote = self._loop.create_task(Zygote.started(ZYGOTE_BOOT, ROUTER_DIR, self.config.start_timeout))
+        if task is None or (
+            task.done() and (task.cancelled() or task.result() is None or task.result().gone)
+        ):  # type: ignore[union-attr]
+            task = self._zygote = self._loop.create_task(
+                Zygote.started(ZYGOTE_BOOT, ROUTER_DIR, self.config.start_timeout)
+            )
         return await asyncio.shield(task)
 
     # -- events ----------------------------------------------------------------------------
@@ -324,7 +373,9 @@ class WorkerPool(Probation):
                 return
             if slot.probation:
                 self._ran(slot, len(events))
-            derived = [event_from_wire(w) for w in unpack(derived_blob)] if len(derived_blob) > 1 else []
+            derived = (
+                [event_from_wire(w) for w in unpack(derived_blob)] if len(derived_blob) > 1 else []
+            )
             by_wkey = self._by_wkey
             out: Deliveries = []
             for i in range(0, len(flat), 2):
@@ -338,7 +389,12 @@ class WorkerPool(Probation):
         elif op == "probed":
             _, seq, results, stops = msg
             flight, slot.in_flight = slot.in_flight, None
-            if flight is None or flight[0] != seq or type(flight[1]) is not Probe or len(results) != len(flight[1].events):
+            if (
+                flight is None
+                or flight[0] != seq
+                or type(flight[1]) is not Probe
+                or len(results) != len(flight[1].events)
+            ):
                 proc.kill("protocol")
                 return
             for wkeys, code, message in stops:
@@ -438,16 +494,27 @@ class WorkerPool(Probation):
     def _rebuild(self, slot: Slot) -> None:
         """New queue for a fresh process (`Slot.requeue`), then a process (the spare, whose
         compile cache has the sources: `_prime`; what it holds for others, it drops)."""
-        subs = sorted((s for i in slot.instances.values() for s in i.subs.values()), key=lambda s: s.wkey)
-        slot.requeue([self._sub_frame(sub) for sub in subs] + [encode(["uncache"])], MAX_BATCH_EVENTS)
+        subs = sorted(
+            (s for i in slot.instances.values() for s in i.subs.values()), key=lambda s: s.wkey
+        )
+        slot.requeue(
+            [self._sub_frame(sub) for sub in subs] + [encode(["uncache"])], MAX_BATCH_EVENTS
+        )
         self._start(slot)
 
-    def _prime(self, spare: "asyncio.Task[WorkerProcess]", specs: Any = None) -> None:
+    def _prime(self, spare: asyncio.Task[WorkerProcess], specs: Any = None) -> None:
         """Have the spare compile every short source placed (or *specs*) ahead of need, so
         a replacement re-creates its patterns from its cache, not by compiling them."""
-        if spare is self._spare and spare.done() and not spare.cancelled() and spare.exception() is None:
+        if (
+            spare is self._spare
+            and spare.done()
+            and not spare.cancelled()
+            and spare.exception() is None
+        ):
             for kernel, fmt, source in specs or {k for k, _ in self._instances}:
-                if kernel == "python" and len(source) <= PRECHECK_MAX_SOURCE:  # bounded work: no watchdog here
+                if (
+                    kernel == "python" and len(source) <= PRECHECK_MAX_SOURCE
+                ):  # bounded work: no watchdog here
                     spare.result().send(encode(["precompile", kernel, fmt, source]))
 
     # -- notices and closing ---------------------------------------------------------------
@@ -487,4 +554,3 @@ class WorkerPool(Probation):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-

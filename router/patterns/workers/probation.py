@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..buckets import freeze
 from .slots import SUBSCRIBER, Inst, Slot, Sub
@@ -57,11 +58,11 @@ class Probation:
     """The pool's placement across probation and regular workers (a part of `WorkerPool`,
     split out for length: it uses the pool's records and queues)."""
 
-    config: "WorkerConfig"
+    config: WorkerConfig
     counters: dict[str, int]
     _slots: list[Slot]
     _client_slot: dict[tuple[str, bool], Slot]
-    _seq: "itertools.count[int]"
+    _seq: itertools.count[int]
     _by_wkey: dict[int, Any]
     _subs: dict[Any, Any]
     _on_missed: Callable[[list[Any], int], None]
@@ -84,8 +85,12 @@ class Probation:
         the counters (kills, crashes, replacements, drops, graduations, demotions)."""
         on_trial = sum(len(s.instances) for s in self._slots if s.probation)
         regular = sum(1 for s in self._slots if not s.probation)
-        return {"regular_workers": regular, "probation_workers": len(self._slots) - regular,
-                "patterns_on_probation": on_trial, **self.counters}
+        return {
+            "regular_workers": regular,
+            "probation_workers": len(self._slots) - regular,
+            "patterns_on_probation": on_trial,
+            **self.counters,
+        }
 
     def _stop_inst(self, inst: Inst, code: str, message: str) -> None:
         self._stop_subs(list(inst.subs.values()), code, message)
@@ -111,7 +116,9 @@ class Probation:
             return [blamed]
         return [s for s in inst.subs.values() if s.kind == SUBSCRIBER and s.held == blamed.held]
 
-    def _instance_for(self, spec_key: tuple[str, str, str], params: Any, client: str) -> Inst | None:
+    def _instance_for(
+        self, spec_key: tuple[str, str, str], params: Any, client: str
+    ) -> Inst | None:
         """The instance a new subscriber of *spec_key* with (frozen) *params* joins, if any:
         the proven one where these params run already (nothing new runs there), else the
         one on probation (new params are new behaviour: they prove themselves first)."""
@@ -155,7 +162,13 @@ class Probation:
     def _quiet(self, slot: Slot) -> None:
         """*slot* answered everything and nothing waits for it: ask for the states of its
         patterns due to move (at most `GRADUATE_AT_ONCE`)."""
-        if not slot.probation or slot.asking is not None or slot.queue or slot.in_flight is not None or slot.delivering:
+        if (
+            not slot.probation
+            or slot.asking is not None
+            or slot.queue
+            or slot.in_flight is not None
+            or slot.delivering
+        ):
             return
         if slot.proc is None or slot.proc.gone:
             return
@@ -163,7 +176,10 @@ class Probation:
         due: list[Inst] = []
         size = 0
         for i in slot.instances.values():
-            if i.trial >= max(config.probation_events, i.next_try) and now - i.since >= config.probation_seconds:
+            if (
+                i.trial >= max(config.probation_events, i.next_try)
+                and now - i.since >= config.probation_seconds
+            ):
                 n = len(i.spec_key[2])
                 if n > GRADUATE_MAX_SOURCE:
                     continue  # stays: re-compiling it would hold a regular worker
@@ -185,17 +201,23 @@ class Probation:
         if slot.epoch != epoch or slot.queue or slot.in_flight is not None or slot.delivering:
             self._quiet(slot)  # something came meanwhile: the states are stale
             return
-        carried = {w: b for w, b in states if b is None or (type(b) is bytes and len(b) <= MAX_CARRIED_BYTES)}
+        carried = {
+            w: b
+            for w, b in states
+            if b is None or (type(b) is bytes and len(b) <= MAX_CARRIED_BYTES)
+        }
         for inst in due:
             if inst.worker is not slot or not inst.subs:
                 continue  # stopped or gone meanwhile
-            if any(carried.get(w, None) is None for w in inst.subs):
+            if any(carried.get(w) is None for w in inst.subs):
                 inst.next_try = inst.trial + self.config.probation_events
                 continue
             self._move(inst, False, carried)
             self.counters["graduated"] += 1
 
-    def _move(self, inst: Inst, probation: bool, states: Mapping[int, bytes | None] | None = None) -> None:
+    def _move(
+        self, inst: Inst, probation: bool, states: Mapping[int, bytes | None] | None = None
+    ) -> None:
         """Re-place *inst* on a worker of the other kind: gone from its worker now,
         re-created there behind what is queued (with its carried *states*, by wkey; else an
         empty state): on the pattern's instance of that kind if it has one, else on its
@@ -241,7 +263,11 @@ class Probation:
         if slot.probation or not self.config.probation_count:
             return
         moved = [i for i in slot.instances.values() if i.client == culprit]
-        flight = slot.in_flight[1] if slot.in_flight is not None and type(slot.in_flight[1]) is list else ()
+        flight = (
+            slot.in_flight[1]
+            if slot.in_flight is not None and type(slot.in_flight[1]) is list
+            else ()
+        )
         missed = len(flight) + slot.queued_events  # sent again to the new process, not to these
         for inst in moved:
             self._move(inst, True)

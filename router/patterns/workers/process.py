@@ -16,8 +16,9 @@ import mmap
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
 from .zygote import Zygote
@@ -42,10 +43,13 @@ except MemoryError:
 """
 
 #: The zygote's boot (`zygote.py`): the same bare package, then the fork loop.
-ZYGOTE_BOOT: Final = _BOOT.split("from aa.router.patterns.workers.child")[0] + """\
+ZYGOTE_BOOT: Final = (
+    _BOOT.split("from aa.router.patterns.workers.child")[0]
+    + """\
 from aa.router.patterns.workers.zygote import zygote_main
 zygote_main(int(sys.argv[3]))
 """
+)
 
 #: Seconds a forked worker's exit code may come after its pipe closed (from the zygote);
 #: past it (the zygote is gone) it counts as a crash of unknown cause.
@@ -58,7 +62,7 @@ _CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
 class _Pipe(asyncio.SubprocessProtocol):
-    def __init__(self, owner: "WorkerProcess") -> None:
+    def __init__(self, owner: WorkerProcess) -> None:
         self.owner = owner
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
@@ -72,7 +76,7 @@ class _Pipe(asyncio.SubprocessProtocol):
 class _ReadPipe(asyncio.Protocol):
     """A forked worker's stdout."""
 
-    def __init__(self, owner: "WorkerProcess") -> None:
+    def __init__(self, owner: WorkerProcess) -> None:
         self.owner = owner
 
     def data_received(self, data: bytes) -> None:
@@ -86,7 +90,12 @@ class WorkerProcess:
     """One worker process. `on_message(worker, message)` gets each message after "ready";
     `on_exit(worker)` is called once when the process is gone (killed or crashed)."""
 
-    def __init__(self, number: int, on_message: Callable[["WorkerProcess", list[Any]], None], on_exit: Callable[["WorkerProcess"], None]) -> None:
+    def __init__(
+        self,
+        number: int,
+        on_message: Callable[[WorkerProcess, list[Any]], None],
+        on_exit: Callable[[WorkerProcess], None],
+    ) -> None:
         self.number = number
         self.on_message = on_message
         self.on_exit = on_exit
@@ -101,7 +110,9 @@ class WorkerProcess:
         self._pid: int | None = None
         self._forked: dict[str, Any] | None = None  # {"eof": bool, "code": int | None}
 
-    async def start(self, facts: dict[str, Any], timeout: float, zygote: Zygote | None = None) -> None:
+    async def start(
+        self, facts: dict[str, Any], timeout: float, zygote: Zygote | None = None
+    ) -> None:
         """Fork the process from *zygote* (or, without a live one, spawn it), say hello,
         and wait for its "ready". Raises OSError or TimeoutError; the process is then
         killed."""
@@ -143,19 +154,29 @@ class WorkerProcess:
         self._pid = pid
         self._forked = {"eof": False, "code": None}
         zygote.on_exit[pid] = lambda code: self.forked_end(code=code)
-        self._stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(stdin_w, "wb", buffering=0))
-        await loop.connect_read_pipe(lambda: _ReadPipe(self), os.fdopen(stdout_r, "rb", buffering=0))
+        self._stdin, _ = await loop.connect_write_pipe(
+            asyncio.Protocol, os.fdopen(stdin_w, "wb", buffering=0)
+        )
+        await loop.connect_read_pipe(
+            lambda: _ReadPipe(self), os.fdopen(stdout_r, "rb", buffering=0)
+        )
 
     async def _spawn(self, fd: int) -> None:
         loop = asyncio.get_running_loop()
         self.transport, _ = await loop.subprocess_exec(
             lambda: _Pipe(self),
-            sys.executable, "-I", "-c", _BOOT, json.dumps(sys.path), ROUTER_DIR, str(fd),
+            sys.executable,
+            "-I",
+            "-c",
+            _BOOT,
+            json.dumps(sys.path),
+            ROUTER_DIR,
+            str(fd),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             pass_fds=(fd,),
-        )  # fmt: skip
+        )
         self._stdin = self.transport.get_pipe_transport(0)
 
     @property
@@ -196,7 +217,11 @@ class WorkerProcess:
         reason = self.killed_for
         iid, started, _ = self.read_slot()
         if reason is not None and reason[0] == "timeout":
-            return reason[1], "pattern-timeout", f"exceeded its time budget in one call that ran past {reason[2] / 1e6:g} ms"
+            return (
+                reason[1],
+                "pattern-timeout",
+                f"exceeded its time budget in one call that ran past {reason[2] / 1e6:g} ms",
+            )
         iid = iid if started else 0
         if self.returncode == -signal.SIGXCPU:
             return iid, "pattern-timeout", "its worker used its whole CPU allowance for one batch"
@@ -240,7 +265,11 @@ class WorkerProcess:
                     continue
                 self.on_message(self, msg)
         except Exception:  # a worker that breaks the pipe's protocol is broken: replace it
-            log.warning("pattern worker %d broke the pipe's protocol: replacing it", self.number, exc_info=True)
+            log.warning(
+                "pattern worker %d broke the pipe's protocol: replacing it",
+                self.number,
+                exc_info=True,
+            )
             self.kill("protocol")
 
     def forked_end(self, *, eof: bool = False, code: int | None = None) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Any, Hashable
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event, PatternSpec
 
@@ -25,8 +26,24 @@ SUBSCRIBER, MATCHER = 0, 1
 class Sub:
     __slots__ = ("key", "wkey", "spec", "params", "client", "inst", "kind", "held")
 
-    def __init__(self, key: Hashable, wkey: int, spec: PatternSpec, params: dict[str, Any], client: str, inst: "Inst", kind: int) -> None:
-        self.key, self.wkey, self.spec, self.params, self.client, self.inst = key, wkey, spec, params, client, inst
+    def __init__(
+        self,
+        key: Hashable,
+        wkey: int,
+        spec: PatternSpec,
+        params: dict[str, Any],
+        client: str,
+        inst: Inst,
+        kind: int,
+    ) -> None:
+        self.key, self.wkey, self.spec, self.params, self.client, self.inst = (
+            key,
+            wkey,
+            spec,
+            params,
+            client,
+            inst,
+        )
         self.kind = kind
         #: Its params as its worker holds them (frozen): they change when the update is
         #: sent, not when it is queued, so a kill blames the bucket the worker was running.
@@ -37,9 +54,21 @@ class Inst:
     """One distinct pattern on one worker (its group lives there whole). On a probation
     worker (`probation.py`): since when, and over how many events it ran there."""
 
-    __slots__ = ("iid", "spec_key", "worker", "subs", "client", "since", "trial", "next_try", "params")
+    __slots__ = (
+        "iid",
+        "spec_key",
+        "worker",
+        "subs",
+        "client",
+        "since",
+        "trial",
+        "next_try",
+        "params",
+    )
 
-    def __init__(self, iid: int, spec_key: tuple[str, str, str], worker: "Slot", client: str, since: float) -> None:
+    def __init__(
+        self, iid: int, spec_key: tuple[str, str, str], worker: Slot, client: str, since: float
+    ) -> None:
         self.iid, self.spec_key, self.worker, self.client = iid, spec_key, worker, client
         self.subs: dict[int, Sub] = {}
         self.since = since
@@ -56,13 +85,17 @@ class Probe:
 
     __slots__ = ("sub", "events", "needs", "future")
 
-    def __init__(self, sub: Sub, events: list[Event], needs: list[bool], future: "asyncio.Future[list[bool]]") -> None:
+    def __init__(
+        self, sub: Sub, events: list[Event], needs: list[bool], future: asyncio.Future[list[bool]]
+    ) -> None:
         self.sub, self.events, self.needs, self.future = sub, events, needs, future
 
     def answer(self, results: list[bool] | None) -> None:
         """Resolve it (None: the pattern is gone, nothing matches)."""
         if not self.future.done():
-            self.future.set_result(list(results) if results is not None else [False] * len(self.events))
+            self.future.set_result(
+                list(results) if results is not None else [False] * len(self.events)
+            )
 
 
 class Slot:
@@ -152,13 +185,15 @@ class Slot:
         return True
 
 
-def join_answers(whole: "asyncio.Future[list[bool]]", parts: "asyncio.Future[list[list[bool]]]") -> None:
+def join_answers(
+    whole: asyncio.Future[list[bool]], parts: asyncio.Future[list[list[bool]]]
+) -> None:
     """Resolve *whole* with the answers of a dry run sent in *parts*."""
     if not whole.done():
         whole.set_result([b for part in parts.result() for b in part])
 
 
-def close_result(task: "asyncio.Task[Any]") -> None:
+def close_result(task: asyncio.Task[Any]) -> None:
     """Once *task* is done: kill the worker process (or close the zygote) it made."""
     if not task.cancelled() and task.exception() is None and task.result() is not None:
         result = task.result()

@@ -4,7 +4,8 @@ the pool, made on first use (it needs the router's running event loop)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from aa.mesh import Event, PatternSpec, UsageError
 
@@ -36,7 +37,9 @@ class WorkerTier:
         if isolation not in ISOLATIONS:
             raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
         self.isolation = isolation
-        self._args: dict[str, Any] = dict(host=host, limits=limits, config=config, deliver=deliver, on_stop=on_stop)
+        self._args: dict[str, Any] = dict(
+            host=host, limits=limits, config=config, deliver=deliver, on_stop=on_stop
+        )
         #: The pool, once a pattern went to a worker (else None).
         self.pool: WorkerPool | None = None
 
@@ -65,7 +68,9 @@ class WorkerTier:
     def matcher(self, spec: PatternSpec, params: dict[str, Any]) -> RemoteMatcher:
         """A standalone matcher for *spec* that runs only in a worker (`RemoteMatcher`)."""
         spec_key = (spec.kernel, spec.format, spec.source)
-        bucket = Bucket(Instance(spec_key, RemoteProgram(spec), remote=True), params, freeze(params))
+        bucket = Bucket(
+            Instance(spec_key, RemoteProgram(spec), remote=True), params, freeze(params)
+        )
         return RemoteMatcher(self, spec, params, bucket)
 
     async def select(self, key: Hashable, events: list[Event]) -> list[Event]:

@@ -29,7 +29,8 @@ import socket
 import struct
 import sys
 from collections import deque
-from typing import Callable, Final
+from collections.abc import Callable
+from typing import Final
 
 __all__ = ["Zygote", "zygote_main"]
 
@@ -41,9 +42,9 @@ _EXIT: Final = struct.Struct("<qq")
 
 def zygote_main(sock_fd: int) -> None:
     """The zygote's loop (in its own process): fork a worker per request, reap them all."""
-    from .child import child_main
-
     import gc
+
+    from .child import child_main
 
     gc.collect()
     gc.freeze()  # start-up's objects: out of every child's collections (and shared pages)
@@ -107,7 +108,7 @@ class Zygote:
         self.gone = False
 
     @classmethod
-    async def started(cls, boot: str, router_dir: str, timeout: float) -> "Zygote | None":
+    async def started(cls, boot: str, router_dir: str, timeout: float) -> Zygote | None:
         """A running zygote, or None (logged) if it cannot start."""
         zygote = cls()
         try:
@@ -122,11 +123,22 @@ class Zygote:
         """Start the zygote; it is ready as soon as it reads its socket."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._proc = await asyncio.wait_for(asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-c", boot, json.dumps(sys.path), router_dir, str(theirs.fileno()),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
-            ), timeout)  # fmt: skip
+            self._proc = await asyncio.wait_for(
+                asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-I",
+                    "-c",
+                    boot,
+                    json.dumps(sys.path),
+                    router_dir,
+                    str(theirs.fileno()),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                ),
+                timeout,
+            )
         finally:
             theirs.close()
         ours.setblocking(False)

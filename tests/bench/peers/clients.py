@@ -37,7 +37,8 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SYSTEMS = ("aa-client", "aa-async", "nats", "mqtt", "zenoh")
 PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'  # Aa: as bench_router.py
@@ -238,13 +239,18 @@ def mqtt_connect(address: str, role: str) -> Any:
     import paho.mqtt.client as mqtt
 
     host, port = address.rsplit(":", 1)
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bench-{role}-{os.getpid()}",
-                    protocol=mqtt.MQTTv311)
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=f"bench-{role}-{os.getpid()}",
+        protocol=mqtt.MQTTv311,
+    )
     connected = threading.Event()
     c.on_connect = lambda *a: connected.set()
     # TCP_NODELAY, as asyncio (Aa, nats-py), Go (nats-server) and Zenoh set it by default
     # and Mosquitto does here (set_tcp_nodelay): without it Nagle holds small messages back.
-    c.on_socket_open = lambda client, userdata, sock: sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    c.on_socket_open = lambda client, userdata, sock: sock.setsockopt(
+        socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+    )
     c.connect(host, int(port))
     c.loop_start()
     if not connected.wait(10):
@@ -305,7 +311,10 @@ def zenoh_session(address: str, role: str) -> Any:
         "mode": "peer",
         "listen": {"endpoints": endpoint if role == "sub" else []},
         "connect": {"endpoints": endpoint if role == "pub" else []},
-        "scouting": {"multicast": {"enabled": False, "listen": False}, "gossip": {"enabled": False}},
+        "scouting": {
+            "multicast": {"enabled": False, "listen": False},
+            "gossip": {"enabled": False},
+        },
     }
     zenoh.init_log_from_env_or("error")
     return zenoh.open(zenoh.Config.from_json5(json.dumps(conf)))
@@ -315,7 +324,9 @@ def zenoh_sub(address: str, rec: Recorder) -> None:
     import msgpack
 
     with zenoh_session(address, "sub") as s:
-        s.declare_subscriber(TOPIC, lambda sample: rec.on(msgpack.unpackb(sample.payload.to_bytes())["Sent"]))
+        s.declare_subscriber(
+            TOPIC, lambda sample: rec.on(msgpack.unpackb(sample.payload.to_bytes())["Sent"])
+        )
         ready()
         rec.wait()
 
@@ -344,20 +355,32 @@ def zenoh_pub(address: str, n: int, rate: float | None) -> None:
 
 
 SUBSCRIBERS: dict[str, Callable[[str, Recorder], None]] = {
-    "aa-client": aa_client_sub, "aa-async": aa_async_sub, "nats": nats_sub, "mqtt": mqtt_sub, "zenoh": zenoh_sub,
+    "aa-client": aa_client_sub,
+    "aa-async": aa_async_sub,
+    "nats": nats_sub,
+    "mqtt": mqtt_sub,
+    "zenoh": zenoh_sub,
 }
 PUBLISHERS: dict[str, Callable[[str, int, float | None], None]] = {
-    "aa-client": aa_client_pub, "aa-async": aa_async_pub, "nats": nats_pub, "mqtt": mqtt_pub, "zenoh": zenoh_pub,
+    "aa-client": aa_client_pub,
+    "aa-async": aa_async_pub,
+    "nats": nats_pub,
+    "mqtt": mqtt_pub,
+    "zenoh": zenoh_pub,
 }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("system", choices=SYSTEMS)
     ap.add_argument("role", choices=("pub", "sub"))
     ap.add_argument("address", help="HOST:PORT of the broker (zenoh: of the subscriber's listener)")
     ap.add_argument("--events", type=int, required=True)
-    ap.add_argument("--rate", type=float, default=None, help="events/s (publisher; default: as fast as it can)")
+    ap.add_argument(
+        "--rate", type=float, default=None, help="events/s (publisher; default: as fast as it can)"
+    )
     args = ap.parse_args()
     if args.role == "sub":
         rec = Recorder(args.events)

@@ -27,7 +27,7 @@ def _v4(hexaddr: str) -> tuple[bool, bool]:
 
 def _v6(hexaddr: str) -> tuple[bool, bool]:
     """The same for /proc/net's IPv6: four little-endian 32-bit words."""
-    raw = b"".join(bytes.fromhex(hexaddr[i:i + 8])[::-1] for i in range(0, 32, 8))
+    raw = b"".join(bytes.fromhex(hexaddr[i : i + 8])[::-1] for i in range(0, 32, 8))
     if raw == bytes(16):
         return False, True
     if raw == bytes(15) + b"\1":
@@ -117,7 +117,7 @@ class LoopbackGuard:
         while not self._stop.wait(CHECK_S):
             self.check()
 
-    def __enter__(self) -> "LoopbackGuard":
+    def __enter__(self) -> LoopbackGuard:
         if self.active:
             self._thread.start()
         return self

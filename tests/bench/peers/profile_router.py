@@ -100,29 +100,64 @@ def summarize(raw: Path, top: int) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=300_000, help="events of the throughput run (default: 300000)")
-    ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second (default: 200)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--events", type=int, default=300_000, help="events of the throughput run (default: 300000)"
+    )
+    ap.add_argument(
+        "--rate", type=int, default=200, help="py-spy samples per second (default: 200)"
+    )
     ap.add_argument("--top", type=int, default=30, help="functions to list (default: 30)")
-    ap.add_argument("--out", type=Path, default=None, help="keep py-spy's raw collapsed stacks here")
-    ap.add_argument("--native", action="store_true",
-                    help="also sample C frames (msgpack, asyncio's C parts); py-spy then pauses the "
-                    "router for each sample, which costs it a little time")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="keep py-spy's raw collapsed stacks here"
+    )
+    ap.add_argument(
+        "--native",
+        action="store_true",
+        help="also sample C frames (msgpack, asyncio's C parts); py-spy then pauses the "
+        "router for each sample, which costs it a little time",
+    )
     ap.add_argument("bench_args", nargs="*", help="more flags for bench_router.py, after --")
     args = ap.parse_args()
     if not PY_SPY.exists():
         raise SystemExit(f"profile_router: no {PY_SPY}; run tests/bench/peers/setup.sh")
     print("load at start:", " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
-    bench = subprocess.Popen([sys.executable, str(BENCH), "--events", str(args.events), "--latency-events", "100",
-                              *args.bench_args])
+    bench = subprocess.Popen(
+        [
+            sys.executable,
+            str(BENCH),
+            "--events",
+            str(args.events),
+            "--latency-events",
+            "100",
+            *args.bench_args,
+        ]
+    )
     try:
         pid = router_of(bench)
         await_clients(bench, pid)
         with tempfile.TemporaryDirectory() as tmp:
             raw = args.out or Path(tmp) / "router.txt"
             mode = ["--native"] if args.native else ["--nonblocking"]
-            spy = subprocess.run([str(PY_SPY), "record", "--pid", str(pid), "--rate", str(args.rate), *mode,
-                                  "--format", "raw", "--output", str(raw)], capture_output=True, text=True)
+            spy = subprocess.run(
+                [
+                    str(PY_SPY),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--rate",
+                    str(args.rate),
+                    *mode,
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(raw),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if spy.returncode != 0 and not raw.exists():
                 raise SystemExit(f"profile_router: py-spy failed: {spy.stderr.strip()}")
             bench.wait(600)

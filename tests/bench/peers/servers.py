@@ -18,13 +18,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import start_router  # noqa: E402
+from common import start_router
 
 LOOPBACK = "127.0.0.1"
 START_S = 15.0  # a broker that has not said it is ready by then failed to start
@@ -45,7 +46,7 @@ class Broker:
     proc: subprocess.Popen[str] | None  # None for zenoh: nothing runs between the peers
 
 
-def line_queue(stream: IO[str]) -> "queue.Queue[str | None]":
+def line_queue(stream: IO[str]) -> queue.Queue[str | None]:
     """The lines of *stream*, read by a daemon thread (so that a server's log never blocks it)."""
     q: queue.Queue[str | None] = queue.Queue()
 
@@ -58,7 +59,9 @@ def line_queue(stream: IO[str]) -> "queue.Queue[str | None]":
     return q
 
 
-def _await_line(proc: subprocess.Popen[str], lines: "queue.Queue[str | None]", marker: str, what: str) -> list[str]:
+def _await_line(
+    proc: subprocess.Popen[str], lines: queue.Queue[str | None], marker: str, what: str
+) -> list[str]:
     """Read *lines* until one contains *marker*; raise with what the server said if not."""
     seen: list[str] = []
     deadline = time.monotonic() + START_S
@@ -70,7 +73,9 @@ def _await_line(proc: subprocess.Popen[str], lines: "queue.Queue[str | None]", m
             line = None
         if line is None or left <= 0:
             stop(proc)
-            raise RuntimeError(f"{what} did not start: {''.join(seen[-10:]).strip() or 'no output'}")
+            raise RuntimeError(
+                f"{what} did not start: {''.join(seen[-10:]).strip() or 'no output'}"
+            )
         seen.append(line)
         if marker in line:
             return seen
@@ -101,21 +106,25 @@ def stop(proc: subprocess.Popen[str] | None) -> None:
         proc.wait(STOP_S)
 
 
-def _nats(tmp: Path) -> tuple[subprocess.Popen[str], str, "queue.Queue[str | None]"]:
+def _nats(tmp: Path) -> tuple[subprocess.Popen[str], str, queue.Queue[str | None]]:
     port = free_port()
     conf = tmp / "nats.conf"
     # Client port on loopback only; no monitoring port, cluster, gateway or leaf node (all
     # off unless configured).
     conf.write_text(f'host: "{LOOPBACK}"\nport: {port}\n')
-    proc = subprocess.Popen(["nats-server", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        ["nats-server", "-c", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     lines = line_queue(proc.stderr)
     _await_line(proc, lines, "Server is ready", "nats-server")
     return proc, f"{LOOPBACK}:{port}", lines
 
 
-def _mosquitto(tmp: Path) -> tuple[subprocess.Popen[str], str, "queue.Queue[str | None]"]:
+def _mosquitto(tmp: Path) -> tuple[subprocess.Popen[str], str, queue.Queue[str | None]]:
     port = free_port()
     conf = tmp / "mosquitto.conf"
     # One listener on loopback; no persistence; nothing of a subscriber's stream dropped
@@ -135,8 +144,9 @@ def _mosquitto(tmp: Path) -> tuple[subprocess.Popen[str], str, "queue.Queue[str 
         "log_type error\nlog_type warning\nlog_type subscribe\n"
         "log_timestamp false\n"
     )
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None
     lines = line_queue(proc.stderr)
     _await_port(proc, port, "mosquitto")  # it logs nothing when its listener is up
@@ -146,7 +156,7 @@ def _mosquitto(tmp: Path) -> tuple[subprocess.Popen[str], str, "queue.Queue[str 
 @dataclass
 class Running:
     broker: Broker
-    log: "queue.Queue[str | None] | None"  # the server's log lines, for readiness markers
+    log: queue.Queue[str | None] | None  # the server's log lines, for readiness markers
 
     @property
     def address(self) -> str:
