@@ -1,4 +1,4 @@
-"""Client configuration."""
+"""ClientConfig: how a client finds routers, retries, and bounds what it holds while away."""
 
 from __future__ import annotations
 
