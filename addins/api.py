@@ -12,17 +12,19 @@ entry point group. It defines one subclass of `AddIn` (or names its class or fac
 
     class Weather(AddIn):
         async def start(self, ctx: Context) -> None:
-            ctx.every(ctx.settings["every"], lambda: self.publish(ctx))  # supervised: restarted if it fails
+            ctx.every(ctx.settings["every"], lambda: self.publish(ctx))  # supervised: restarted if
+            it fails
 
         async def publish(self, ctx: Context) -> None:
-            await ctx.client.publish({"City": ctx.settings["city"], "TemperatureC": 3.5}, type="weather")
+            await ctx.client.publish({"City": ctx.settings["city"], "TemperatureC": 3.5},
+            type="weather")
 
 `start(ctx)` sets up and returns promptly (within `ContainerConfig.start_timeout`); long
-work goes in tasks made with `ctx.spawn`, work repeated on a period in `ctx.every`. `stop()` undoes what `start` did; the container
-then cancels the add-in's tasks and closes its client. An add-in whose `start` raises, or one
-of whose tasks ends with an exception, is stopped and started afresh (a new instance, a new
-client) after a back-off that doubles with each failure in a row; the others never notice.
-A task that simply returns is fine.
+work goes in tasks made with `ctx.spawn`, work repeated on a period in `ctx.every`. `stop()` undoes
+what `start` did; the container then cancels the add-in's tasks and closes its client. An add-in
+whose `start` raises, or one of whose tasks ends with an exception, is stopped and started afresh (a
+new instance, a new client) after a back-off that doubles with each failure in a row; the others
+never notice. A task that simply returns is fine.
 
 What the context holds:
 

@@ -7,7 +7,8 @@ methods, blocking. The wire messages are `aa.mesh.protocol.storage_messages`.
     ...                                                                   # (offline a while)
     events = await client.cache_fetch()          # what the mesh kept for us, oldest first
     await client.cache_ack()                     # done with them: gone everywhere
-    recent = await client.cached("Temperature > 30", since=datetime.now(timezone.utc) - timedelta(hours=1))
+    recent = await client.cached("Temperature > 30", since=datetime.now(timezone.utc) -
+    timedelta(hours=1))
 
 Keep-alives: once registered, the client sends one every third of the cache's timeout while
 connected, and at once on every (re)connection. A router that does not know the cache (it

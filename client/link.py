@@ -152,13 +152,19 @@ def client_tls(config: ClientConfig) -> ssl.SSLContext | None:
 def _tls_failure(exc: ssl.SSLError, endpoint: str) -> str:
     reason = (exc.reason or str(exc)).upper()
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"router {endpoint}'s certificate is not one the mesh CA signed for a router ({exc.verify_message})"
+        return (
+            f"router {endpoint}'s certificate is not one the mesh CA signed for a router "
+            f"({exc.verify_message})"
+        )
     if (
         "WRONG_VERSION_NUMBER" in reason
         or "RECORD_LAYER_FAILURE" in reason
         or "PACKET_LENGTH_TOO_LONG" in reason
     ):
-        return f"router {endpoint} does not speak TLS (a router without --cert?): unset AA_CA to talk to it"
+        return (
+            f"router {endpoint} does not speak TLS (a router without --cert?): "
+            "unset AA_CA to talk to it"
+        )
     if "EXPIRED" in reason:
         return f"router {endpoint} refused our certificate: it expired"
     if "UNKNOWN_CA" in reason or "BAD_CERTIFICATE" in reason:

@@ -154,6 +154,7 @@ def check_fits(event: Event) -> None:
         ]
     if items > MAX_FRAME_VALUES - 16:
         raise InvalidValue(
-            f"event holds {items} values in its lists and maps, more than the {MAX_FRAME_VALUES - 16} "
+            f"event holds {items} values in its lists and maps, more than the "
+            f"{MAX_FRAME_VALUES - 16} "
             "a router takes in one frame: send large arrays as bytes"
         )

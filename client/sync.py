@@ -354,7 +354,8 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
                 else f"is a router running at {where}?"
             )
             print(
-                f"aa.client: {unsent} event(s) not acknowledged by a router within {self.exit_timeout:g} s "
+                f"aa.client: {unsent} event(s) not acknowledged by a router within "
+                f"{self.exit_timeout:g} s "
                 f"of the program's exit; they are lost ({why})",
                 file=sys.stderr,
                 flush=True,

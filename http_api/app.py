@@ -5,8 +5,8 @@ Routes (OpenAPI at ``/docs``)::
 
     GET    /                                 the web monitor (static/index.html)
     GET    /static/…                         monitor files and the JS client (aa.js)
-    GET    /docs, /redoc, /openapi.json      the API's documentation (Swagger UI, ReDoc), local files
-    GET    /health                           liveness and the router's counters
+    GET    /docs, /redoc, /openapi.json      the API's documentation (Swagger UI, ReDoc), local
+    files GET    /health                           liveness and the router's counters
     GET    /mesh                             routers and links of the mesh
     POST   /events                           publish
     GET    /events?pattern=&since=&limit=    stored and cached history
@@ -102,7 +102,8 @@ def _parse_since(text: str, now: datetime) -> datetime:
             return now - parse_duration(text)
         except UsageError:
             raise UsageError(
-                f"since {text!r} is neither an ISO 8601 instant nor a duration such as '90s' or '1h'"
+                f"since {text!r} is neither an ISO 8601 instant nor a duration such as '90s' or "
+                "'1h'"
             ) from None
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
@@ -213,7 +214,8 @@ def create_app(
         "/events",
         summary="Stored and cached events matching a pattern",
         description=(
-            'Oldest first, at most `limit`. JSON: `{"events": [...], "more": bool}`: `more` says the '
+            'Oldest first, at most `limit`. JSON: `{"events": [...], "more": bool}`: `more` says '
+            "the "
             "answer was cut at `limit`, and `next` (when the cut falls between two times) is this "
             "query from the first event left out: follow it for the rest. Events stamped with one "
             "time are never split across `next`: a larger `limit` gets past them."
@@ -323,7 +325,8 @@ def _handlers(app: FastAPI) -> None:
             # the body came as something else (curl -d sends a form), so FastAPI saw no JSON
             parts.insert(
                 0,
-                f"the body must be JSON, sent with 'Content-Type: application/json' (not {kind or 'no content type'})",
+                "the body must be JSON, sent with 'Content-Type: application/json' (not "
+                f"{kind or 'no content type'})",
             )
         detail = json.loads(json.dumps(errors, default=str))
         return _error(422, "invalid-request", "; ".join(parts), detail=detail)
@@ -372,6 +375,7 @@ def _handlers(app: FastAPI) -> None:
 
 
 def _code(exc: BaseException) -> str:
-    """An error's code in the API's style: `InvalidPolicy` → "invalid-policy", `UsageError` → "usage"."""
+    """An error's code in the API's style: `InvalidPolicy` → "invalid-policy",
+    `UsageError` → "usage"."""
     name = type(exc).__name__.removesuffix("Error") or "error"
     return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()

@@ -140,8 +140,8 @@ class Guard:
                 send,
                 413,
                 "too-many-values",
-                f"request body has more than {MAX_BODY_VALUES} values "
-                "(every ',', '[' and '{' counts): send large arrays as base64 bytes, or in several requests",
+                f"request body has more than {MAX_BODY_VALUES} values (every ',', '[' and '{{' "
+                "counts): send large arrays as base64 bytes, or in several requests",
             )
             return
         replay = [{"type": "http.request", "body": body, "more_body": False}]

@@ -40,8 +40,9 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 #: An ISO 8601 instant as Python reads it (`datetime.fromisoformat`): a real date, a time to
 #: the microsecond, an optional offset.
 ISO_INSTANT = (
-    r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
-    r"(T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9])?)?$"
+    r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"  # date
+    r"(T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?"  # time
+    r"(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9])?)?$"  # offset
 )
 _BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _INT64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1}
@@ -112,8 +113,8 @@ DurationText = Annotated[str, WithJsonSchema({"type": "string", "pattern": _DURA
 Count = Annotated[int, Field(ge=1, le=MAX_POLICY_COUNT), BeforeValidator(_whole)]
 _META: dict[str, Any] = {
     "type": "object",
-    "description": "Publisher's meta; `persist: true` (with `max_age`, `max_count`) keeps the event in "
-    "every router's store (`max_count` needs an event type)",
+    "description": "Publisher's meta; `persist: true` (with `max_age`, `max_count`) keeps the "
+    "event in every router's store (`max_count` needs an event type)",
     "properties": {
         "persist": {"type": "boolean"},
         "max_age": {

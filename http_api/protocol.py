@@ -59,7 +59,9 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
             log.debug(
                 "refusing an HTTP connection from %s: %d held already", address, self.per_address
             )
-            body = f"{self.per_address} connections from {address} already, the limit per address\n".encode()
+            body = (
+                f"{self.per_address} connections from {address} already, the limit per address\n"
+            ).encode()
             transport.write(
                 b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)

@@ -63,7 +63,10 @@ def close_streams(app_state: Any) -> None:
 
 def _sse(kind: str, data: dict[str, Any], id: str | None = None) -> str:
     head = f"id: {id}\n" if id else ""
-    return f"{head}event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return (
+        f"{head}event: {kind}\ndata: "
+        f"{json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    )
 
 
 async def _write(stream: _Stream, sub: Any, streams: set[_Stream]) -> AsyncIterator[str]:

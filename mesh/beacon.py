@@ -3,7 +3,8 @@
 A router announces itself on each selected network with a small datagram, the beacon: its id,
 its name, its mesh (peer) endpoint, its client endpoint and the protocol version. On the wire::
 
-    b"AaMB" | format (1 byte) | msgpack map {"i": id, "n": name, "p": peer, "c": client, "v": protocol}
+    b"AaMB" | format (1 byte) | msgpack map {"i": id, "n": name, "p": peer, "c": client, "v":
+    protocol}
 
 The magic and the format byte let a receiver recognise, cheaply and for sure, datagrams that
 are not beacons (another program on the same port, a scanner) and beacons of a future format;

@@ -274,7 +274,8 @@ class BroadcastDiscovery:
         now = time.monotonic()
         if self._last_garbage_log is None or now - self._last_garbage_log >= GARBAGE_LOG_INTERVAL:
             log.warning(
-                "discovery: ignored %d datagram(s) on port %d that are not beacons; last from %s:%d: %s",
+                "discovery: ignored %d datagram(s) on port %d that are not beacons; last from "
+                "%s:%d: %s",
                 self._garbage_since_log,
                 self.port,
                 sender[0],

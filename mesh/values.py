@@ -71,10 +71,7 @@ def _valid(value: Any, depth: int) -> bool:
     if cls is dict:
         return _valid_map(value, depth + 1)
     if cls is list or cls is tuple:
-        for item in value:
-            if not _valid(item, depth + 1):
-                return False
-        return True
+        return all(_valid(item, depth + 1) for item in value)
     if isinstance(value, _SCALARS):  # subclasses (IntEnum, datetime subclasses)
         return (
             not isinstance(value, int) or isinstance(value, bool) or _INT_MIN <= value <= _INT_MAX

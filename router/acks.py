@@ -20,10 +20,10 @@ peer's socket is congested, acks wait: the publisher's window of unacknowledged 
 the mesh's backpressure. But no peer may hold every publisher's acks: a link whose bytes an
 ack has waited on for `stall_after` seconds (the mesh keep-alive window) is cut — a peer
 that does not read, or a cable cut that TCP has not noticed — and tried again later with the
-poison list's back-off; the ack then goes, the events having reached every other peer. A frame whose events the store refused (full, gone) is still
-acknowledged — they were delivered and flooded — after an ``Error(code="not-persisted")``
-that says what was not kept. A store flush that fails closes the session, so the client
-publishes again elsewhere.
+poison list's back-off; the ack then goes, the events having reached every other peer. A frame whose
+events the store refused (full, gone) is still acknowledged — they were delivered and flooded —
+after an ``Error(code="not-persisted")`` that says what was not kept. A store flush that fails
+closes the session, so the client publishes again elsewhere.
 
 Who calls what: the router hands every handled publish frame to `publish_handled`; the
 peer links call `release` when bytes may have drained or a link went away; a timer polls

@@ -34,7 +34,8 @@ class LocalSubscription:
         #: Why the router stopped this subscription's pattern, if it did.
         self.failure: PatternError | None = None
         self.client_id = client_id
-        #: Live events held while this subscription's history is replayed (`aa.router.store.HistoryReplay`).
+        #: Live events held while this subscription's history is replayed
+        # (`aa.router.store.HistoryReplay`).
         self.held: Any = None
 
     # -- called by the router ---------------------------------------------------------------

@@ -371,7 +371,8 @@ class Router:
         with a time at or after *since* (an aware datetime), oldest first, each id once, at
         most *limit*, marked historical (`GET /events` serves this).
 
-        >>> # await router.history("Temperature > 30", since=datetime.now(timezone.utc) - timedelta(hours=3))
+        >>> # await router.history("Temperature > 30", since=datetime.now(timezone.utc) -
+        timedelta(hours=3))
 
         Raises `PatternError` for a refused pattern, `UsageError` for a bad argument,
         `StoreUnavailable` when the store cannot be read.

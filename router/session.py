@@ -93,7 +93,8 @@ class SessionSubscriber:
         self.overflow = overflow
         #: Deliveries dropped since the client was last told (`Missed`).
         self.missed = 0
-        #: Live events held while this subscription's history is replayed (`aa.router.store.history`).
+        #: Live events held while this subscription's history is replayed
+        # (`aa.router.store.history`).
         self.held: Any = None
         #: The event types its user may receive (permissions, `aa.router.security`); None: any.
         self.receives = receives
@@ -499,7 +500,8 @@ class ClientSession(asyncio.Protocol):
                 self._flush_deliveries()
 
     def _overflow(self, pending: list[list[Any]]) -> None:
-        """The client does not read: drop these, then tell it (`Missed`) or close, per subscription."""
+        """The client does not read: drop these, then tell it (`Missed`) or close, per
+        subscription."""
         self.dropped += len(pending)
         self.router.counters["dropped_slow"] += len(pending)
         subs = self.subscriptions

@@ -28,8 +28,6 @@ from aa.router.security import NAME_RE, check_cert_file
 
 __all__ = [
     "add_parser",
-    "add_security_options",
-    "security_config",
     "init_ca",
     "issue",
     "CA_DAYS",

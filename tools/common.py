@@ -74,7 +74,8 @@ def parse_assignments(items: list[str], what: str = "value") -> dict[str, Any]:
         name, sep, text = item.partition("=")
         if not sep or not name:
             raise UsageError(
-                f"{what} {item!r} is not NAME=VALUE: write it as Temperature=21 (no spaces around =)"
+                f"{what} {item!r} is not NAME=VALUE: write it as Temperature=21 (no spaces around "
+                "=)"
             )
         out[name] = parse_scalar(text)
     return out
@@ -224,7 +225,10 @@ def explain(exc: BaseException) -> str:
 
     text = str(exc)
     if text.startswith("no router answered") or text.endswith(NOTHING_LISTENS):
-        text += "; is a router running there? ('aa router' starts one; --router H:P or $AA_ROUTER names another)"
+        text += (
+            "; is a router running there? ('aa router' starts one; --router H:P or $AA_ROUTER "
+            "names another)"
+        )
     return text
 
 
@@ -246,8 +250,8 @@ def report(exc: BaseException) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         return fail(f"{exc.strerror or exc}{where}")
     return fail(
-        f"unexpected error: {type(exc).__name__}: {exc} (run 'aa -v {_program[3:] or 'COMMAND'} …' for "
-        "the traceback)"
+        f"unexpected error: {type(exc).__name__}: {exc} (run 'aa -v {_program[3:] or 'COMMAND'} …' "
+        "for the traceback)"
     )
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from aa.addins import Container, ContainerConfig
     from aa.router import Router
 
-__all__ = ["add_parser", "add_hosting_options", "hosted_container", "BUNDLED"]
+__all__ = ["add_parser", "add_hosting_options", "hosted_container", "BUNDLED"]  # noqa: F822 (BUNDLED: a lazy module __getattr__)
 
 
 def bundled_folder() -> Path:
@@ -41,9 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "container",
         help="host add-ins (publishers, adapters) from folders",
         description="Host the add-ins found in DIR (a module NAME.py or a package NAME/ each, see "
-        "aa.addins.api) and those installed packages declare under the 'aa.addins' entry point, each with "
-        "its own client. A failing add-in is restarted with a growing back-off and never disturbs the "
-        "others; one copied into DIR, or changed there, is loaded without a restart.",
+        "aa.addins.api) and those installed packages declare under the 'aa.addins' entry point, "
+        "each with its own client. A failing add-in is restarted with a growing back-off and never "
+        "disturbs the others; one copied into DIR, or changed there, is loaded without a restart.",
         epilog="example: aa container ~/addins --bundled",
     )
     add_router_option(p)
@@ -61,7 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         type=float,
         default=DEFAULT_POLL_INTERVAL,
         metavar="S",
-        help=f"seconds between two looks for new or changed add-ins (default: {DEFAULT_POLL_INTERVAL:g})",
+        help="seconds between two looks for new or changed add-ins (default: "
+        f"{DEFAULT_POLL_INTERVAL:g})",
     )
     p.add_argument(
         "--no-entry-points", action="store_true", help="ignore add-ins of installed packages"

@@ -87,7 +87,8 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
     routers = info.get("routers") or []
     names = {r.get("id"): r.get("name") or r.get("id") for r in routers}
     out.write(
-        f"{len(routers)} router(s), as seen by {names.get(info.get('router'), info.get('router'))}\n"
+        f"{len(routers)} router(s), as seen by "
+        f"{names.get(info.get('router'), info.get('router'))}\n"
     )
     header = (
         "ROUTER",
@@ -128,14 +129,16 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
         peers = r.get("peers") or []
         if peers:
             listed = ", ".join(
-                f"{p.get('name') or names.get(p.get('id')) or p.get('id')} ({p.get('direction')} {p.get('address')})"
+                f"{p.get('name') or names.get(p.get('id')) or p.get('id')} ({p.get('direction')} "
+                f"{p.get('address')})"
                 for p in peers
             )
             out.write(f"    peers: {listed}\n")
         poisoned = r.get("poisoned") or []
         if poisoned:
             listed = ", ".join(
-                f"{p.get('address')} ({p.get('failures')} failures, next try in {float(p.get('retry_in', 0)):.1f} s)"
+                f"{p.get('address')} ({p.get('failures')} failures, next try in "
+                f"{float(p.get('retry_in', 0)):.1f} s)"
                 for p in poisoned
             )
             out.write(f"    poisoned: {listed}\n")

@@ -80,8 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--report",
         metavar="FILE",
-        help="also score the artefacts against a simulated office's ground truth: JSON to FILE, text "
-        "to FILE with .txt (the world is found beside the logs, or give --world)",
+        help="also score the artefacts against a simulated office's ground truth: JSON to FILE, "
+        "text to FILE with .txt (the world is found beside the logs, or give --world)",
     )
     p.add_argument(
         "--world", metavar="DIR", help="folder written by 'aa mine simulate' (for --report)"
@@ -162,9 +162,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     r.set_defaults(func=_report, command="mine report")
     w = argparse.ArgumentParser(
         prog="aa mine prepare",
-        description="Write this machine's class archive of Spark (~180 MB in ~/.cache/aa) by mining a "
-        "small simulated log, so that the first real 'aa mine' starts warm. Does nothing if it exists. "
-        "The install ('make') runs it.",
+        description="Write this machine's class archive of Spark (~180 MB in ~/.cache/aa) by "
+        "mining a small simulated log, so that the first real 'aa mine' starts warm. Does nothing "
+        "if it exists. The install ('make') runs it.",
     )
     w.add_argument("-v", "--verbose", action="store_true", help="Spark's own log (WARN and up)")
     w.set_defaults(func=_prepare, command="mine prepare")
@@ -304,7 +304,8 @@ def _simulate(args: argparse.Namespace) -> int:
     result = simulate(cfg)
     rows = ", ".join(f"{r}: {n}" for r, n in result.rows.items())
     print(
-        f"{result.events} distinct events written to {args.out}, logged {sum(result.rows.values())} times in all "
+        f"{result.events} distinct events written to {args.out}, logged "
+        f"{sum(result.rows.values())} times in all "
         f"(the routers' logs overlap: {rows})"
     )
     return 0

@@ -58,12 +58,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser(
         "on",
         # by hand: argparse puts PATTERN last, after --exec, which takes all that follows it
-        usage="aa on [-h] [--router H:P] [--xpath] [--count N] [--timeout S] [--log-socket PATH] [--log-tag TAG]\n"
-        "             PATTERN (--log | --exec CMD [ARG ...])",
+        usage="aa on [-h] [--router H:P] [--xpath] [--count N] [--timeout S] [--log-socket PATH] "
+        "[--log-tag TAG]\n             PATTERN (--log | --exec CMD [ARG ...])",
         help="run a program, or write the system log, for each matching event",
-        description="For each event PATTERN matches: run a program (--exec), never through a shell, with "
-        "the event's values in its arguments ({Name} placeholders) and environment (AA_VALUE_<NAME>, "
-        "AA_EVENT_JSON, AA_EVENT_ID, AA_EVENT_TYPE); or append a line to the system log (--log).",
+        description="For each event PATTERN matches: run a program (--exec), never through a "
+        "shell, with the event's values in its arguments ({Name} placeholders) and environment "
+        "(AA_VALUE_<NAME>, AA_EVENT_JSON, AA_EVENT_ID, AA_EVENT_TYPE); or append a line to the "
+        "system log (--log).",
         epilog="examples: aa on 'Temperature > 100' --exec notify-send 'hot: {Temperature}'   |   "
         "aa on 'type == \"alarm\"' --log",
     )
@@ -157,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
             return fail(str(exc), 2)
         except OSError as exc:
             return fail(
-                f"cannot open the system log {exc.filename or ''}: {exc.strerror or exc}; give another "
-                "socket with --log-socket (or $AA_LOG_SOCKET)"
+                f"cannot open the system log {exc.filename or ''}: {exc.strerror or exc}; give "
+                "another socket with --log-socket (or $AA_LOG_SOCKET)"
             )
     spec = (
         PatternSpec(kernel="xpath", source=args.pattern)
@@ -168,13 +169,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with open_client(args, "aa on") as client:
             sub = client.subscribe(spec)
-            seen = 0
-            for event in sub:
+            for seen, event in enumerate(sub, 1):
                 if syslog is not None:
                     syslog.info("%s", _log_line(event))
                 else:
                     _execute(args, event)
-                seen += 1
                 if args.count is not None and seen >= args.count:
                     break
             if sub.failure is not None:

@@ -111,8 +111,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "--tier",
         dest="verbose_tier",
         action="store_true",
-        help="say which tier the router runs the pattern in (predicate: no code run; worker: a sandbox "
-        "process)",
+        help="say which tier the router runs the pattern in (predicate: no code run; worker: a "
+        "sandbox process)",
     )
     p.add_argument(
         "--json",
@@ -233,10 +233,8 @@ def subscribe(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-            seen = 0
-            for event in sub:
+            for seen, event in enumerate(sub, 1):
                 print_event(event, args.json)
-                seen += 1
                 if args.count is not None and seen >= args.count:
                     break
             if sub.failure is not None:

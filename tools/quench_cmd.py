@@ -36,8 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser(
         "quench",
         help="show interest in an event prototype appearing and going",
-        description="Register an event prototype (an example of the events you would publish) and print a "
-        "line each time a subscription somewhere in the mesh starts (+) or stops (-) matching it.",
+        description="Register an event prototype (an example of the events you would publish) and "
+        "print a line each time a subscription somewhere in the mesh starts (+) or stops (-) "
+        "matching it.",
         epilog="example: aa quench --type snow SnowDepthSensor=true SnowDepth=50",
     )
     add_router_option(p)

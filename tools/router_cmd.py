@@ -136,20 +136,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         type=float,
         metavar="S",
         default=PEER_KEEPALIVE,
-        help=f"pings on idle peer links; three silent ones break the link (default: {PEER_KEEPALIVE:g})",
+        help="pings on idle peer links; three silent ones break the link (default: "
+        f"{PEER_KEEPALIVE:g})",
     )
     timing.add_argument(
         "--info-interval",
         type=float,
         metavar="S",
         default=ROUTER_INFO_INTERVAL,
-        help=f"between two router summaries flooded for 'aa mesh' (default: {ROUTER_INFO_INTERVAL:g})",
+        help="between two router summaries flooded for 'aa mesh' (default: "
+        f"{ROUTER_INFO_INTERVAL:g})",
     )
     patterns = p.add_argument_group(
         "patterns",
-        "Pattern code (scripts, XPath, expressions outside the closed grammar) runs in "
-        "worker processes; new patterns run on probation workers first (README: Patterns, and "
-        "Securing a mesh).",
+        "Pattern code (scripts, XPath, expressions outside the closed grammar) runs in worker "
+        "processes; new patterns run on probation workers first (README: Patterns, and Securing a "
+        "mesh).",
     )
     patterns.add_argument(
         "--pattern-workers",
@@ -167,13 +169,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     http = p.add_argument_group(
         "http",
-        "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at /docs).",
+        "The RESTful endpoint (Atom feeds for HTTP clients, the web monitor at /, API docs at "
+        "/docs).",
     )
     http.add_argument(
         "--http-port",
         type=int,
         metavar="N",
-        help=f"TCP port of the HTTP endpoint, 0 for any free one (default: --port + 1, which is "
+        help="TCP port of the HTTP endpoint, 0 for any free one (default: --port + 1, which is "
         f"{DEFAULT_HTTP_PORT} for the default port and lets routers share a machine; any free one "
         "when --port is 0)",
     )
@@ -284,7 +287,10 @@ def check_listen(host: str, port: int, what: str, flag: str) -> None:
 
 def _bind_message(exc: OSError, host: str, port: int, what: str, flag: str) -> str:
     if exc.errno == errno.EADDRINUSE:
-        return f"{what} {port} is in use (another router, or another program); pick another with {flag}"
+        return (
+            f"{what} {port} is in use (another router, or another program); pick another with "
+            f"{flag}"
+        )
     if exc.errno == errno.EACCES:
         return f"{what} {port} needs privileges this user lacks; pick one above 1023 with {flag}"
     if exc.errno == errno.EADDRNOTAVAIL:

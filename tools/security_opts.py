@@ -56,7 +56,8 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
         metavar="CIDR",
         action="append",
         default=[],
-        help="address range peer routers may connect from and be dialled at; repeatable (default: any)",
+        help="address range peer routers may connect from and be dialled at; repeatable (default: "
+        "any)",
     )
     g.add_argument(
         "--http-cert",

@@ -41,9 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser(
         "service",
         help="install the router or the container as a system service (systemd)",
-        description="Write a systemd unit that runs 'aa router' or 'aa container'. Nothing is started: the "
-        "command prints the systemctl lines to run.",
-        epilog="example: aa service install container --user --args '%h/addins --bundled' (systemd's %-specifiers apply)",
+        description="Write a systemd unit that runs 'aa router' or 'aa container'. Nothing is "
+        "started: the command prints the systemctl lines to run.",
+        epilog="example: aa service install container --user --args '%h/addins --bundled' "
+        "(systemd's %-specifiers apply)",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     inst = actions.add_parser(
@@ -70,15 +71,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="NAME=VALUE",
         action="append",
         default=[],
-        help="an environment variable for the service, e.g. AA_DISCOVERY_INTERFACES=eth0; repeatable",
+        help="an environment variable for the service, e.g. AA_DISCOVERY_INTERFACES=eth0; "
+        "repeatable",
     )
     inst.add_argument("--program", metavar="PATH", help="the aa program to run (default: this one)")
     inst.add_argument(
         "--certs",
         type=Path,
         metavar="DIR",
-        help="router: serve TLS with DIR/ca.pem and "
-        "DIR/NAME.pem, DIR/NAME.key from 'aa certs' (handed to the service by systemd's LoadCredential)",
+        help="router: serve TLS with DIR/ca.pem and DIR/NAME.pem, DIR/NAME.key from 'aa certs' "
+        "(handed to the service by systemd's LoadCredential)",
     )
     inst.add_argument(
         "--cert-name", metavar="NAME", default="router", help="NAME for --certs (default: router)"
@@ -258,7 +260,8 @@ def install(args: argparse.Namespace) -> int:
     print(f"wrote {path}")
     if args.what == "router" and args.certs is None and not args.user:
         print(
-            "note: without --certs the router is open to anyone who reaches its port (README: Securing a mesh)"
+            "note: without --certs the router is open to anyone who reaches its port (README: "
+            "Securing a mesh)"
         )
     print(f"now run: {ctl} daemon-reload && {ctl} enable --now {name}")
     return 0

@@ -42,7 +42,8 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         default=MESH_CACHE_MAX_EVENTS,
-        help=f"events the in-memory mesh cache keeps, 0 for none (default: {MESH_CACHE_MAX_EVENTS})",
+        help="events the in-memory mesh cache keeps, 0 for none (default: "
+        f"{MESH_CACHE_MAX_EVENTS})",
     )
     g.add_argument(
         "--cache-sweep-interval",

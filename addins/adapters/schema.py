@@ -26,8 +26,8 @@ class SchemaAdapter(Adapter):
     >>> adapter = SchemaAdapter("adapters")
     >>> adapter.reload()
     True
-    >>> adapter.handle(Event(values={"StockSymbol": "ABB", "Price": 45.1, "Currency": "CHF"}, type="quote"))
-    [('ticker', {'Ccy': 'CHF', 'Last': 45.1, 'Symbol': 'ABB'})]
+    >>> adapter.handle(Event(values={"StockSymbol": "ABB", "Price": 45.1, "Currency": "CHF"},
+    type="quote")) [('ticker', {'Ccy': 'CHF', 'Last': 45.1, 'Symbol': 'ABB'})]
     """
 
     task = "schema"

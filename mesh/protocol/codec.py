@@ -537,6 +537,7 @@ class Connection:
             raise UsageError(f"cannot encode {message.kind!r} message: {exc}") from None
         if len(payload) > self.max_frame:
             raise UsageError(
-                f"{message.kind!r} frame of {len(payload)} bytes is over the cap of {self.max_frame}"
+                f"{message.kind!r} frame of {len(payload)} bytes is over the cap of "
+                f"{self.max_frame}"
             )
         return len(payload).to_bytes(_HEADER, "big") + payload

@@ -53,8 +53,8 @@ Validation happens in two steps. Decoding a frame (`Flood.from_wire`) checks the
 (ttl, path, ids and that the blob is bytes: everything the dedup decision reads), so a
 malformed header closes the link before anything is acted on. The blob is checked lazily,
 by `FloodGroup.decode`, only when a router needs the events — and before it records their
-ids as seen (`aa.router.links.meshservice`), so a bad blob marks nothing and the same events arriving
-intact by another route are still dispatched.
+ids as seen (`aa.router.links.meshservice`), so a bad blob marks nothing and the same events
+arriving intact by another route are still dispatched.
 """
 
 from __future__ import annotations
@@ -375,8 +375,8 @@ _set = object.__setattr__
 
 # What `FloodGroup.decode` may accept without the full check of `event_from_wire`: maps whose
 # keys are all str and whose values are all of these exact types. This is sound only for data
-# fresh from `aa.mesh.protocol.codec.unpack`, which decode always has: msgpack yields no int outside the
-# value model's 64-bit range (its format has none), no tuple, no subclass, and the codec turns
+# fresh from `aa.mesh.protocol.codec.unpack`, which decode always has: msgpack yields no int outside
+# the value model's 64-bit range (its format has none), no tuple, no subclass, and the codec turns
 # every extension into a datetime or refuses it. So the only things the full check could still
 # find wrong are keys that are not str and nesting (depth, lists, maps), and the fast check
 # defers every list and map value to it. Typical events are flat: this halves their checking.
@@ -396,8 +396,8 @@ class Flood(Message):
     connection is closed). The events themselves are checked by `FloodGroup.decode`, when
     the receiving router needs them.
 
-    >>> Flood(groups=[FloodGroup.encode([Event(values={}, id="e1")], ttl=1, path=["r1"])]).event_count
-    1
+    >>> Flood(groups=[FloodGroup.encode([Event(values={}, id="e1")], ttl=1,
+    path=["r1"])]).event_count 1
     """
 
     groups: tuple[FloodGroup, ...]

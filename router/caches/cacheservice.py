@@ -124,7 +124,8 @@ class ClientCacheService:
     """Every client cache of one router, kept in step with the mesh. See the module
     docstring. All methods are synchronous and flood what must flood.
 
-    >>> # router.caches.register("phone-7", PatternSpec(source="Alarm"), ExpiryPolicy(max_count=50), 3600)
+    >>> # router.caches.register("phone-7", PatternSpec(source="Alarm"), ExpiryPolicy(max_count=50),
+    3600)
     >>> # got = router.caches.fetch("phone-7", limit=10); router.caches.ack("phone-7", got.cursor)
     """
 

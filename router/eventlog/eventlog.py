@@ -34,8 +34,8 @@ rows encoded with msgpack (`aa.router.caches.meshcache.encode_events`: one C cal
 none at all when the router's storage hands over the mesh cache's encoding of the same
 batch) and buffer them on the event loop; every `row_group_rows` rows or `flush_interval`
 seconds the buffer goes to the log's writer *process* (`aa.router.eventlog.logprocess`), which
-turns it into one Parquet row group (`aa.router.eventlog.logtable`, `aa.router.eventlog.logwriter`). A
-file is written under a hidden name (``.part-….inprogress``, which Spark and pyarrow skip)
+turns it into one Parquet row group (`aa.router.eventlog.logtable`, `aa.router.eventlog.logwriter`).
+A file is written under a hidden name (``.part-….inprogress``, which Spark and pyarrow skip)
 and renamed when closed, so readers never see a file without its footer. Files close when
 they reach `max_file_bytes`, when they are `max_file_age` old, at the hour's end, and on
 `flush()`. The whole log (this router's files) is bounded by `max_total_bytes` and
@@ -88,9 +88,9 @@ than one ``write`` per `EventLogConfig.defer_pause` (0.5 s: above about 20,000 e
 it keeps them as they came (about 1 µs per row: receiving the bytes) and writes them once
 the router pauses, up to `EventLogConfig.defer_bytes` (64 MiB, some 450,000 rows) and
 `EventLogConfig.defer_seconds` (60 s). A lower priority did not do that: ``SCHED_IDLE``
-for the writer gave the same 72% as nice 5 (three pairs, load 0.3–1.3 at their starts) — the writer still ran in every
-gap the three busy processes left, and they came back to caches it had filled. Holding
-gave 0.76–1.18 of the log-off throughput over 200,000 events (five pairs, median 0.96, on
+for the writer gave the same 72% as nice 5 (three pairs, load 0.3–1.3 at their starts) — the writer
+still ran in every gap the three busy processes left, and they came back to caches it had filled.
+Holding gave 0.76–1.18 of the log-off throughput over 200,000 events (five pairs, median 0.96, on
 the idle machine). A load that never pauses still pays once the bytes are full: 0.75–0.80
 over 1.5 million events (three pairs).
 The price: rows wait up to a minute in the writer's memory before they are in a file

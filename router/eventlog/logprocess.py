@@ -90,7 +90,8 @@ import importlib.machinery, importlib.util, json, sys
 sys.path[:] = json.loads(sys.argv[1])
 import aa
 def bare(name, folder):
-    package = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, None, is_package=True))
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    package = importlib.util.module_from_spec(spec)
     package.__path__ = [folder]
     sys.modules[name] = package
     return package

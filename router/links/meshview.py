@@ -114,7 +114,7 @@ class MeshView:
             for e in mesh.table
             if e.state is PeerState.POISONED
         ][:MAX_LISTED]
-        counters = {k: v for k, v in mesh.counters.items()}
+        counters = dict(mesh.counters.items())
         for k in ("events_in", "events_out", "duplicates"):
             counters.setdefault(k, 0)
         counters["dispatched"] = facts["dispatched"]

@@ -8,7 +8,7 @@ import copy
 import sys
 from collections.abc import Hashable, Iterator
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event
 
@@ -92,7 +92,7 @@ class Member(_Alone):
 
 
 #: A bucket's members: the Member alone, or a dict (see `_Alone`).
-Members = Union[Member, dict[Hashable, Member]]
+Members = Member | dict[Hashable, Member]
 
 
 class Instance:

@@ -182,7 +182,8 @@ class Budget:
         if self.allocated > self.max_allocation:
             self.stop(
                 MEMORY,
-                f"pattern stopped: built more than {self.max_allocation:,} elements in one evaluation",
+                f"pattern stopped: built more than {self.max_allocation:,} elements in one "
+                "evaluation",
             )
 
     def make_tick(self) -> Callable[[], bool]:

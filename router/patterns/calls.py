@@ -122,7 +122,8 @@ def make_builtins(
         if name.startswith("_") or name in INSPECT_ATTRIBUTES:
             stop(
                 FORBIDDEN,
-                f"pattern stopped: {what}(x, {name!r}): private attributes are not accessible in patterns",
+                f"pattern stopped: {what}(x, {name!r}): private attributes are not accessible in "
+                "patterns",
             )
         if expression and name in MUTATING_METHODS:
             stop(
@@ -165,7 +166,8 @@ def make_builtins(
     def sum_(iterable: Any, start: Any = 0) -> Any:
         if not isinstance(start, (int, float, complex)):
             raise TypeError(
-                "sum() in patterns adds numbers; join text with ''.join() and lists with itertools.chain"
+                "sum() in patterns adds numbers; join text with ''.join() and lists with "
+                "itertools.chain"
             )
         return sum(iterable, start)
 
@@ -277,14 +279,16 @@ def make_routed_getattr(g: Guards) -> Callable[[Any, str], Any]:
             # below (`Counter.elements(c)`, `type(p).sub(p, ...)`, `str.format(...)`).
             stop(
                 FORBIDDEN,
-                f"pattern stopped: {obj.__name__}.{name} is not available in patterns; call it on a value",
+                f"pattern stopped: {obj.__name__}.{name} is not available in patterns; call it on "
+                "a value",
             )
         method = getattr(obj, name)
         if isinstance(obj, _SCALAR_TEXT):
             if name in ("format", "format_map"):
                 stop(
                     FORBIDDEN,
-                    "pattern stopped: str.format can read private attributes and is not available in patterns; use an f-string",
+                    "pattern stopped: str.format can read private attributes and is not available "
+                    "in patterns; use an f-string",
                 )
             if name == "join":
                 return lambda items: _join(g, obj, items)

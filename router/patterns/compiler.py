@@ -101,7 +101,10 @@ def compile_python(
     except SyntaxError as exc:
         hint = ""
         if expression and _is_script(source):
-            hint = ' (it is statements: a script pattern, format "script" or `aa subscribe --script FILE`, runs them)'
+            hint = (
+                ' (it is statements: a script pattern, format "script" or `aa subscribe --script '
+                "FILE`, runs them)"
+            )
         raise PatternError(
             f"pattern does not compile: {_where(exc)}: {exc.msg}{hint}", code=COMPILE_ERROR
         ) from None
@@ -206,7 +209,8 @@ class _Policy(RestrictingNodeTransformer):
                 if name.value.startswith("_") or name.value in INSPECT_ATTRIBUTES:
                     self.error(
                         node,
-                        f"{func.id}(x, {name.value!r}): private attributes are not accessible in patterns",
+                        f"{func.id}(x, {name.value!r}): private attributes are not accessible in "
+                        "patterns",
                     )
         node = self.node_contents_visit(node)
         if any(isinstance(a, ast.Starred) for a in node.args) or any(
@@ -326,7 +330,8 @@ class _Policy(RestrictingNodeTransformer):
             if alias.name not in self.modules:
                 self.error(
                     node,
-                    f"import of {alias.name!r} is not allowed (patterns may import: {self._allowed()})",
+                    f"import of {alias.name!r} is not allowed (patterns may import: "
+                    f"{self._allowed()})",
                 )
         return super().visit_Import(node)
 
@@ -335,7 +340,8 @@ class _Policy(RestrictingNodeTransformer):
         if node.level or members is None:
             self.error(
                 node,
-                f"import from {node.module!r} is not allowed (patterns may import: {self._allowed()})",
+                f"import from {node.module!r} is not allowed (patterns may import: "
+                f"{self._allowed()})",
             )
         else:
             for alias in node.names:

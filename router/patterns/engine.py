@@ -79,7 +79,8 @@ class PatternEngine:
     """The pattern engine of one router: single-threaded, synchronous, in-process.
 
     >>> from datetime import datetime, timezone
-    >>> host = HostFacts(router_id="r1", router_name="r", clock=lambda: datetime.now(timezone.utc), peer_count=lambda: 0)
+    >>> host = HostFacts(router_id="r1", router_name="r", clock=lambda: datetime.now(timezone.utc),
+    peer_count=lambda: 0)
     >>> engine = PatternEngine(host=host, on_failure=lambda keys, code, message: None)
     >>> engine.subscribe("s1", PatternSpec(source="Temperature > threshold"), {"threshold": 100})
     >>> [key for key, ev in engine.match(Event(values={"Temperature": 101}))]

@@ -467,8 +467,10 @@ class _Compiler:
             return _product(parts) if conjunctive else _union(parts)
         if isinstance(node, ast.Compare) and len(node.ops) > 1 and negated:
             links = [
-                ast.Compare(left=l, ops=[o], comparators=[r])
-                for l, o, r in zip([node.left, *node.comparators], node.ops, node.comparators)
+                ast.Compare(left=left, ops=[op], comparators=[right])
+                for left, op, right in zip(
+                    [node.left, *node.comparators], node.ops, node.comparators
+                )
             ]
             return _union([self.dnf(link, True) for link in links])
         return [self.atoms(node, negated)]

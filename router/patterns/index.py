@@ -123,7 +123,7 @@ class _Field:
             if got is None:
                 got = self.intervals[cls] = (2.0**cls, {})
             post(got[1], math.floor(e.keys[1] / got[0]), e)
-        elif kind == PREFIX or kind == SUFFIX:
+        elif kind in (PREFIX, SUFFIX):
             table, lens = (
                 (self.prefix, self.prefix_lens)
                 if kind == PREFIX
@@ -153,7 +153,7 @@ class _Field:
             unpost(cells, math.floor(e.keys[1] / width), e)
             if not cells:
                 del self.intervals[cls]
-        elif kind == PREFIX or kind == SUFFIX:
+        elif kind in (PREFIX, SUFFIX):
             table, lens = (
                 (self.prefix, self.prefix_lens)
                 if kind == PREFIX

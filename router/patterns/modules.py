@@ -302,7 +302,8 @@ def make_modules(g: Guards, switch: RandomSwitch | None = None) -> dict[str, Mod
         if bits > MAX_INT_BITS:
             g.budget.stop(
                 MEMORY,
-                f"pattern stopped: {what} would have about {int(bits):,} bits (limit {MAX_INT_BITS:,})",
+                f"pattern stopped: {what} would have about {int(bits):,} bits (limit "
+                f"{MAX_INT_BITS:,})",
             )
 
     # -- math ------------------------------------------------------------------------------

@@ -95,7 +95,8 @@ class PredicateProgram:
     __slots__ = ("sandbox", "source", "builtins", "arithmetic", "_grammar", "_fn", "_mentions")
 
     def __init__(self, sandbox: Sandbox, source: str, grammar: Grammar | None) -> None:
-        """*grammar*: the source parsed; None when it was planned without (`flatplan.plan_spaced`)."""
+        """*grammar*: the source parsed; None when it was planned without
+        (`flatplan.plan_spaced`)."""
         self.sandbox = sandbox
         self.source = source
         self.builtins: Mapping[str, Any] = sandbox.expr_builtins

@@ -146,7 +146,8 @@ class ScriptProgram:
             if size > MAX_DERIVED_EVENT_BYTES:
                 budget.stop(
                     MEMORY,
-                    f"pattern stopped: derived an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})",
+                    f"pattern stopped: derived an event of about {size:,} bytes (limit "
+                    f"{MAX_DERIVED_EVENT_BYTES:,})",
                 )
 
         view = EventView._make(event, private_values(event.values), check)
@@ -167,19 +168,22 @@ class ScriptProgram:
                     if size > MAX_DERIVED_EVENT_BYTES:
                         budget.stop(
                             MEMORY,
-                            f"pattern stopped: forwarded an event of about {size:,} bytes (limit {MAX_DERIVED_EVENT_BYTES:,})",
+                            f"pattern stopped: forwarded an event of about {size:,} bytes (limit "
+                            f"{MAX_DERIVED_EVENT_BYTES:,})",
                         )
                     derived.add(id(chosen))
                     derived_bytes += size
                     if len(derived) > MAX_DERIVED_EVENTS:
                         budget.stop(
                             MEMORY,
-                            f"pattern stopped: forwarded more than {MAX_DERIVED_EVENTS:,} derived events for one event",
+                            f"pattern stopped: forwarded more than {MAX_DERIVED_EVENTS:,} derived "
+                            "events for one event",
                         )
                     if derived_bytes > MAX_DERIVED_TOTAL_BYTES:
                         budget.stop(
                             MEMORY,
-                            f"pattern stopped: forwarded more than {MAX_DERIVED_TOTAL_BYTES:,} bytes of derived events for one event",
+                            f"pattern stopped: forwarded more than {MAX_DERIVED_TOTAL_BYTES:,} "
+                            "bytes of derived events for one event",
                         )
             else:
                 raise TypeError(
@@ -191,7 +195,8 @@ class ScriptProgram:
                 if count > MAX_FORWARDS:
                     budget.stop(
                         MEMORY,
-                        f"pattern stopped: forwarded more than {MAX_FORWARDS:,} deliveries for one event",
+                        f"pattern stopped: forwarded more than {MAX_FORWARDS:,} deliveries for one "
+                        "event",
                     )
                 out.setdefault(key, []).append(chosen)
 

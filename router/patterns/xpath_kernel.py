@@ -143,7 +143,8 @@ class XPathProgram:
             )
         except SandboxStop as stop:
             raise PatternError(
-                f"pattern refused: {stop.message.removeprefix('pattern stopped: ')} while compiling",
+                f"pattern refused: {stop.message.removeprefix('pattern stopped: ')} while "
+                "compiling",
                 code="pattern-refused",
             ) from None
         except ElementPathError as exc:
@@ -214,7 +215,7 @@ def event_to_xml(event: Event) -> Element:
 
 def _fill(parent: Element, mapping: Mapping[str, Any]) -> None:
     for name, value in mapping.items():
-        if _XML_NAME.match(name) and not name[:3].lower() == "xml":
+        if _XML_NAME.match(name) and name[:3].lower() != "xml":
             el = SubElement(parent, name)
         else:
             el = SubElement(parent, "value")

@@ -3,8 +3,9 @@ sockets cannot hold the router's file descriptors (attack a9/a10: 1,030 silent s
 usual 1,024 open files locked every client out, and were never cut).
 
 The router tells `Admission` of each connection it accepts (`opened`); its end (its session's
-`closed` future: closed, or handed to the links room) ends it here too. A connection is *pending* until its first frame made it a client (hello) or a
-peer link (which leaves the router's sessions). Then:
+`closed` future: closed, or handed to the links room) ends it here too. A connection is *pending*
+until its first frame made it a client (hello) or a peer link (which leaves the router's sessions).
+Then:
 
 - a pending connection is closed after `HELLO_DEADLINE` seconds (TLS connections had a
   handshake guard already, `aa.router.security.listener`; this covers the plaintext port and

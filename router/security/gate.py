@@ -205,7 +205,10 @@ class Gate:
         if not self.clients.allows(host):
             return f"clients from {host} are not allowed here (--allow-clients)"
         if identity.user == ANONYMOUS and not self.config.anonymous:
-            return "this router refuses anonymous clients: present a certificate the mesh CA signed (AA_CERT, AA_KEY)"
+            return (
+                "this router refuses anonymous clients: present a certificate the mesh CA signed "
+                "(AA_CERT, AA_KEY)"
+            )
         return None
 
     def admit_peer(self, identity: Identity, host: str | None, router_id: str) -> str | None:

@@ -5,8 +5,8 @@ Owns: the SQL store and its writer thread (`EventStore`, SQLite in the data fold
 SQLAlchemy URL), expiry policies (`ExpiryPolicy`, also used by the caches), history on
 subscribe (`HistoryReplay`) and history queries (`StoreService.history`), anti-entropy between the
 stores of linked routers (`StoreSync`) on the sans-I/O digests and caps it shares with the
-client caches' sync (`ids_digest`, `parse_digest`, `Exchanges`, …), and the shape of answers to queries (paged frames,
-the historical mark).
+client caches' sync (`ids_digest`, `parse_digest`, `Exchanges`, …), and the shape of answers to
+queries (paged frames, the historical mark).
 
 Does not own: the mesh cache and the client caches (`aa.router.caches`), the event log
 (`aa.router.eventlog`), when a persisted publish is acknowledged (`aa.router.acks`).

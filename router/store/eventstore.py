@@ -141,7 +141,8 @@ class StoreConfig:
                 raise UsageError(f"StoreConfig.{name} must be a positive int, not {v!r}")
         if type(self.sync_interval) not in (int, float) or not self.sync_interval >= 0:
             raise UsageError(
-                f"StoreConfig.sync_interval must be a number of seconds ≥ 0, not {self.sync_interval!r}"
+                "StoreConfig.sync_interval must be a number of seconds ≥ 0, not "
+                f"{self.sync_interval!r}"
             )
         for name in ("flush_interval", "expire_interval", "retry_min", "retry_max"):
             v = getattr(self, name)
@@ -248,7 +249,8 @@ class EventStore:
             log.error("event store closed with %d events not written: %s", lost, w.last_error)
             w.abandon()
             raise StoreUnavailable(
-                f"the event store closed with {lost} events not written (last error: {w.last_error})"
+                f"the event store closed with {lost} events not written (last error: "
+                f"{w.last_error})"
             ) from None
         finally:
             w.close()
@@ -277,9 +279,9 @@ class EventStore:
         """Queue *event* for writing under *policy*; returns its sequence number.
 
         *repaired*: the event came by anti-entropy and yields to a live copy of its id
-        (`aa.router.store.storesql`). The event's age counts from its ``time`` stamp, or from *now* (default: the clock)
-        when it has none. Raises `StoreFull` when `max_pending` events already wait,
-        `UsageError` for an event without id, an id or type the store cannot hold, a count
+        (`aa.router.store.storesql`). The event's age counts from its ``time`` stamp, or from *now*
+        (default: the clock) when it has none. Raises `StoreFull` when `max_pending` events already
+        wait, `UsageError` for an event without id, an id or type the store cannot hold, a count
         limit on an untyped event (`InvalidPolicy`), or a store not started or closed.
         """
         w = self._writer

@@ -99,7 +99,8 @@ def parse_duration(text: str) -> timedelta:
         m = _PART.match(stripped, pos)
         if m is None or m.end() == pos:
             raise InvalidPolicy(
-                f"cannot read duration {text!r}: expected a number and a unit at {stripped[pos:]!r} "
+                f"cannot read duration {text!r}: expected a number and a unit at "
+                f"{stripped[pos:]!r} "
                 "(e.g. '90s', '3h', '1h30m')"
             )
         number, unit = m.group(1), m.group(2)

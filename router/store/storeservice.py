@@ -213,9 +213,8 @@ class StoreService:
             session.send(
                 Error(
                     code="not-persisted",
-                    message=f"router {self._name()} has no store: event "
-                    f"{asked[0]}{more} was delivered but not kept; start it with --data-dir or "
-                    f"--store-url",
+                    message=f"router {self._name()} has no store: event {asked[0]}{more} was "
+                    "delivered but not kept; start it with --data-dir or --store-url",
                 )
             )
         return events, persisted and self.store is not None
@@ -281,7 +280,8 @@ def check_persistable(event: Event) -> None:
         t = event.type
         if t is not None and (len(t) > MAX_STORED_TYPE_LENGTH or "\x00" in t):
             raise UsageError(
-                f"a persisted event's type must be at most {MAX_STORED_TYPE_LENGTH} characters, no NUL"
+                f"a persisted event's type must be at most {MAX_STORED_TYPE_LENGTH} characters, no "
+                "NUL"
             )
         if event.id is not None and (len(event.id) > MAX_ID_LENGTH or "\x00" in event.id):
             raise UsageError("a persisted event's id may not hold NUL")

@@ -9,8 +9,8 @@ Schema (one table, ``aa_events``)::
     time_us     BIGINT       the event's ``time`` stamp, microseconds since the epoch (UTC);
                              the router's clock when the event has none. Order of replay.
     expires_us  BIGINT NULL  time_us + max_age; NULL never expires by age (indexed)
-    vals        BLOB         msgpack of the values (`aa.mesh.protocol.codec.pack`: types kept exactly)
-    meta        BLOB         msgpack of the meta
+    vals        BLOB         msgpack of the values (`aa.mesh.protocol.codec.pack`: types kept
+    exactly) meta        BLOB         msgpack of the meta
 
 A second table, ``aa_repaired`` (``id`` primary key), names the events that came by
 anti-entropy (`aa.router.store.sync`), not by the flood. Such a copy is history another

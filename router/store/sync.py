@@ -29,10 +29,10 @@ a policy the store can keep). On an open mesh any peer may flood any event (READ
 "Securing a mesh"), and sync grants nothing more: in particular a repaired copy never
 displaces a live event — it is stored *as repaired* and the live event of its id, when the
 flood brings it, replaces it (`aa.router.store.storesql`), so a copy sent ahead under an id
-predicted from a publisher's last one cannot make that publisher's events vanish. The store ignores an id it has already, so a
-repair that races a late flood copy stores nothing twice. Expiry runs on each router's clock
-and count limits keep the newest of a type on each side: an event one side has already
-expired comes back and goes again at the next sweep — the stores agree on what they keep.
+predicted from a publisher's last one cannot make that publisher's events vanish. The store ignores
+an id it has already, so a repair that races a late flood copy stores nothing twice. Expiry runs on
+each router's clock and count limits keep the newest of a type on each side: an event one side has
+already expired comes back and goes again at the next sweep — the stores agree on what they keep.
 
 Why bucketed digests and not a Merkle tree or JetStream's replicated log: routers of a mesh
 are peers with no leader and no shared sequence, stores hold thousands to a million events,

@@ -172,7 +172,8 @@ def accuracy_report(adapters: str | Path, world_folder: str | Path) -> dict[str,
 def format_report(report: Mapping[str, Any]) -> str:
     """The report as a few readable lines."""
     lines = [
-        f"accuracy against the simulated office {report['world']} ({report['span'][0]} .. {report['span'][1]})"
+        f"accuracy against the simulated office {report['world']} ({report['span'][0]} .. "
+        f"{report['span'][1]})"
     ]
     for task in ("schema", "location", "presence"):
         r = report.get(task)
@@ -181,17 +182,22 @@ def format_report(report: Mapping[str, Any]) -> str:
         if "missing" in r:
             lines.append(f"  {task:9} no artefact ({r['missing']})")
             continue
-        line = f"  {task:9} v{r['version']}: precision {r['precision']:.3f}  recall {r['recall']:.3f}  ({r['true_positives']} right of {r['predicted']} found, {r['actual']} true)"
+        line = (
+            f"  {task:9} v{r['version']}: precision {r['precision']:.3f}  recall {r['recall']:.3f} "
+            f" ({r['true_positives']} right of {r['predicted']} found, {r['actual']} true)"
+        )
         lines.append(line)
         if task == "schema":
             m = r["mappings"]
             lines.append(
-                f"            type mappings: precision {m['precision']:.3f} recall {m['recall']:.3f}; same-name correspondences also found: {r['same_name_found']}"
+                f"            type mappings: precision {m['precision']:.3f} recall "
+                f"{m['recall']:.3f}; same-name correspondences also found: {r['same_name_found']}"
             )
         if task == "location" and "error_m" in r:
             e = r["error_m"]
             lines.append(
-                f"            on the right floor: error mean {e['mean']} m, median {e['median']} m, p90 {e['p90']} m; right room {r['room_share']:.0%}"
+                f"            on the right floor: error mean {e['mean']} m, median {e['median']} "
+                f"m, p90 {e['p90']} m; right room {r['room_share']:.0%}"
             )
         if task == "presence":
             lines.append(f"            unit {r['unit']}, learned threshold {r['threshold_db']} dB")

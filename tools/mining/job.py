@@ -109,9 +109,9 @@ def measure_inputs(roots: Sequence[str]) -> int | None:
             writing = [] if local.is_file() else list(local.rglob(".part-*.parquet.inprogress"))
             if writing:
                 raise UsageError(
-                    f"no closed event log file in {root} yet: {len(writing)} still being written by a running "
-                    "router; a file becomes readable when it is closed (every 10 minutes, at the hour's end, "
-                    "or when the router stops)"
+                    f"no closed event log file in {root} yet: {len(writing)} still being written "
+                    "by a running router; a file becomes readable when it is closed (every 10 "
+                    "minutes, at the hour's end, or when the router stops)"
                 )
             raise UsageError(
                 f"no event log in {root}: no .parquet file under it (is it a router's data folder?)"
@@ -187,7 +187,8 @@ class MineConfig:
         unknown = set(self.tasks) - set(TASKS)
         if unknown or not self.tasks:
             raise UsageError(
-                f"tasks must be some of {', '.join(TASKS)}, not {', '.join(sorted(unknown)) or 'none'}"
+                f"tasks must be some of {', '.join(TASKS)}, not "
+                f"{', '.join(sorted(unknown)) or 'none'}"
             )
         if not self.inputs:
             raise UsageError("give at least one event log folder")

@@ -179,7 +179,7 @@ def _strings(
         for a, p in tp["attributes"].items()
         if _kind(p) == "strings" and p.get("distinct", 0) <= cfg.max_distinct
     ]
-    for t, tp in types.items():  # top values, for every string attribute
+    for tp in types.values():  # top values, for every string attribute
         for p in tp["attributes"].values():
             if _kind(p) == "strings":
                 p["top"] = []

@@ -30,18 +30,19 @@ subscribers a group) lives on the worker of its first subscriber — with at mos
 instance on probation for subscribers whose params are new to it. Why not a process per
 client: a worker forked from the zygote holds 26 MB resident, 4 MB of it its own (measured
 with 20 patterns), and a router may serve thousands of clients; and a process per client
-would not stop one person with many connections. Why not spread each client's patterns over all workers: a hostile client would then reach every
-worker, and each of its patterns could cost every other client a kill and re-creation;
-with affinity it reaches one worker, and fairness inside that worker bounds even that.
+would not stop one person with many connections. Why not spread each client's patterns over all
+workers: a hostile client would then reach every worker, and each of its patterns could cost every
+other client a kill and re-creation; with affinity it reaches one worker, and fairness inside that
+worker bounds even that.
 
 Fairness inside a worker: each client has a CPU allowance (a token bucket of
 `WorkerConfig.client_burst` seconds, 30 ms by default), and every evaluation is charged to
 the client of the bucket it runs (its first subscriber's: a shared pattern's subscribers
-with other params pay for their own, not the client that placed the pattern) (timed with the wall clock, scaled by the share of the
-last batch the worker was on a CPU, so a machine busy with other processes charges nobody).
-While the worker works, each client is credited an equal share of the time passing among
-the clients that needed the worker in the last batch; time the worker waits for the router
-is credited to everybody whole. A client's evaluations get a tick budget of no more than
+with other params pay for their own, not the client that placed the pattern) (timed with the wall
+clock, scaled by the share of the last batch the worker was on a CPU, so a machine busy with other
+processes charges nobody). While the worker works, each client is credited an equal share of the
+time passing among the clients that needed the worker in the last batch; time the worker waits for
+the router is credited to everybody whole. A client's evaluations get a tick budget of no more than
 its allowance left (a loop stops as soon as its client's share is spent), and a pattern
 whose client runs a debt of one more burst is stopped ("its client's patterns together
 used more than their share of the worker's CPU"). So a client's patterns together use at

@@ -453,8 +453,14 @@ class _CachingEngine(PatternEngine):
 _SHARE_MESSAGE = (
     "pattern stopped: its client's patterns together used more than their share of the worker's CPU"
 )
-_DELIVERIES_MESSAGE = f"pattern stopped: its client's patterns together made more than {CLIENT_DELIVERIES_PER_S:,} deliveries a second"
-_BYTES_MESSAGE = f"pattern stopped: its client's patterns together derived more than {CLIENT_DERIVED_BYTES_PER_S:,} bytes of events a second"
+_DELIVERIES_MESSAGE = (
+    f"pattern stopped: its client's patterns together made more than {CLIENT_DELIVERIES_PER_S:,} "
+    "deliveries a second"
+)
+_BYTES_MESSAGE = (
+    "pattern stopped: its client's patterns together derived more than "
+    f"{CLIENT_DERIVED_BYTES_PER_S:,} bytes of events a second"
+)
 
 
 def _rearm() -> None:

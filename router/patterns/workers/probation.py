@@ -10,8 +10,8 @@ pattern goes to a probation worker (`WorkerConfig.probation_workers`, as many as
 regular ones by default; a client's new patterns share one), and moves to a regular worker
 once it has run `probation_events` events over `probation_seconds` there without being
 stopped (a source longer than `GRADUATE_MAX_SOURCE` stays: compiling it again would hold the
-regular worker's other patterns). A newcomer's first strike then delays other newcomers only, and patterns that
-have proved themselves run beside patterns that have too. A pattern that later gets a
+regular worker's other patterns). A newcomer's first strike then delays other newcomers only, and
+patterns that have proved themselves run beside patterns that have too. A pattern that later gets a
 regular worker killed sends its client's other patterns there back to probation (they
 are re-created anyway, their state lost with the process).
 

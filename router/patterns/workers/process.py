@@ -31,7 +31,8 @@ _BOOT: Final = """\
 import importlib.machinery, importlib.util, json, sys
 sys.path[:] = json.loads(sys.argv[1])
 import aa
-package = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("aa.router", None, is_package=True))
+_spec = importlib.machinery.ModuleSpec("aa.router", None, is_package=True)
+package = importlib.util.module_from_spec(_spec)
 package.__path__ = [sys.argv[2]]
 sys.modules["aa.router"] = aa.router = package
 from aa.router.patterns.workers.child import child_main
@@ -116,7 +117,6 @@ class WorkerProcess:
         """Fork the process from *zygote* (or, without a live one, spawn it), say hello,
         and wait for its "ready". Raises OSError or TimeoutError; the process is then
         killed."""
-        loop = asyncio.get_running_loop()
         fd = os.memfd_create("aa-pattern-worker", 0)
         try:
             os.ftruncate(fd, SLOT_BYTES)

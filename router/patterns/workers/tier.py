@@ -37,9 +37,13 @@ class WorkerTier:
         if isolation not in ISOLATIONS:
             raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
         self.isolation = isolation
-        self._args: dict[str, Any] = dict(
-            host=host, limits=limits, config=config, deliver=deliver, on_stop=on_stop
-        )
+        self._args: dict[str, Any] = {
+            "host": host,
+            "limits": limits,
+            "config": config,
+            "deliver": deliver,
+            "on_stop": on_stop,
+        }
         #: The pool, once a pattern went to a worker (else None).
         self.pool: WorkerPool | None = None
 

@@ -18,8 +18,9 @@ item names them::
 `events` and `derived` are one msgpack bin each: the array of the events' wire arrays
 (`event_to_wire`), so a batch is packed once in C. `deliveries` is a flat array
 [wkey, ref, wkey, ref, ...], in delivery order: ref >= 0 is the index of a batch event
-(delivered as the router's own object), ref < 0 is derived event -1 - ref. A `state` is a script's state carried off probation (`carry.py`),
-empty bytes for none, None in an answer where it cannot be carried.
+(delivered as the router's own object), ref < 0 is derived event -1 - ref. A `state` is a script's
+state carried off probation (`carry.py`), empty bytes for none, None in an answer where it cannot be
+carried.
 
 The shared slot: the worker also writes, into a 24-byte shared page, which pattern it is
 running (the instance id while compiling; minus the wkey of a subscriber of the bucket it
