@@ -24,6 +24,7 @@ from .endpoints import (
 from .errors import (
     AaError,
     AaTimeout,
+    AccessDenied,
     ConnectionClosed,
     ConnectionLost,
     ForeignProtocol,
@@ -32,8 +33,10 @@ from .errors import (
     InvalidPolicy,
     InvalidValue,
     MalformedFrame,
+    NotAuthenticated,
     OutboxFull,
     PatternError,
+    PermissionDenied,
     ProtocolError,
     RemoteError,
     StoreError,
@@ -101,6 +104,9 @@ from .values import Value, Values, check_value, check_values
 __all__ = [
     "AaError",
     "AaTimeout",
+    "AccessDenied",
+    "NotAuthenticated",
+    "PermissionDenied",
     "BROADCAST_INTERVAL",
     "Beacon",
     "BroadcastDiscovery",

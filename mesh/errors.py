@@ -15,6 +15,9 @@
     │   └── UnknownMessage               a `kind` we do not know
     ├── RemoteError                      the other side refused our request, with its reason
     │   └── PatternError                 our pattern was refused, or stopped while running
+    ├── AccessDenied                     the gate said no (`aa.router.security`); the peer's doing
+    │   ├── NotAuthenticated             credentials missing, malformed, expired or revoked (401)
+    │   └── PermissionDenied             a known user without the right; names the rule (403)
     ├── OutboxFull                       a client's outbox is at its cap (publish_nowait)
     ├── StoreError                       the persistent store could not do what was asked
     │   ├── StoreFull                    too many events wait to be written: back-pressure
@@ -44,6 +47,9 @@ __all__ = [
     "UnknownMessage",
     "RemoteError",
     "PatternError",
+    "AccessDenied",
+    "NotAuthenticated",
+    "PermissionDenied",
     "OutboxFull",
     "StoreError",
     "StoreFull",
@@ -112,6 +118,19 @@ class RemoteError(AaError):
 
 class PatternError(RemoteError):
     """A pattern was refused at subscribe time, or stopped by the sandbox while running."""
+
+
+class AccessDenied(AaError):
+    """The router's gate refused a request; the message says why (and names the rule)."""
+
+
+class NotAuthenticated(AccessDenied):
+    """No credentials where they are required, or ones that do not verify: malformed, signed
+    by another CA, expired, or revoked."""
+
+
+class PermissionDenied(AccessDenied):
+    """The user is known but its permissions do not allow this; the message names the rule."""
 
 
 class OutboxFull(AaError):

@@ -11,6 +11,7 @@ PUBLIC: dict[str, list[str]] = {
     "aa.mesh": [
         "AaError",
         "AaTimeout",
+        "AccessDenied",
         "BROADCAST_INTERVAL",
         "Beacon",
         "BroadcastDiscovery",
@@ -56,6 +57,7 @@ PUBLIC: dict[str, list[str]] = {
         "MalformedFrame",
         "MeshInfo",
         "NEED_DATA",
+        "NotAuthenticated",
         "OutboxFull",
         "PatternError",
         "PatternSpec",
@@ -64,6 +66,7 @@ PUBLIC: dict[str, list[str]] = {
         "PeerRouters",
         "PeerState",
         "PeerTable",
+        "PermissionDenied",
         "ProtocolError",
         "RETRY_BASE",
         "RETRY_JITTER",
@@ -486,7 +489,7 @@ def test_every_subpackage_is_listed_for_non_editable_installs():
     root = pathlib.Path(__file__).resolve().parent.parent
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(config["packages"])
-    for top, folder in {k: v for k, v in config["package-dir"].items()}.items():
+    for top, folder in config["package-dir"].items():
         for init in (root / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(root / folder)
             name = ".".join([top, *rel.parts]) if rel.parts else top

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cryptography.x509.oid import NameOID
 
-from aa.mesh import Event, UsageError
+from aa.mesh import Event, NotAuthenticated, UsageError
 
 from .admission import (
     HELLO_DEADLINE,
@@ -42,6 +42,7 @@ from .tls import (
     identity_of,
     server_context,
 )
+from .tokens import TokenVerifier
 
 __all__ = ["SecurityConfig", "Gate"]
 
@@ -146,6 +147,10 @@ class Gate:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
                 self.dial_tls = ctx
+        #: Verifies bearer tokens (`aa.router.security.tokens`); None without a mesh CA.
+        self.tokens: TokenVerifier | None = None
+        if cfg.ca is not None:
+            self.tokens = TokenVerifier(check_cert_file(cfg.ca))
         self.permissions = (
             Permissions.load(cfg.permissions) if cfg.permissions else Permissions.open()
         )
@@ -199,6 +204,27 @@ class Gate:
 
     def identity(self, transport: asyncio.BaseTransport) -> Identity:
         return identity_of(transport.get_extra_info("ssl_object"))
+
+    def authenticate(self, token: str | None, now: float) -> Identity:
+        """The identity a bearer *token* names (``aa certs token``; the HTTP endpoint's way
+        in). Without one: anonymous, unless this router refuses anonymous clients. Raises
+        `NotAuthenticated` saying why: no token where one is needed, or a token that does
+        not verify with the mesh CA (malformed, another CA's, expired, revoked)."""
+        if not token:
+            if not self.config.anonymous:
+                raise NotAuthenticated(
+                    "this router refuses anonymous clients: send a token from 'aa certs token' "
+                    "(Authorization: Bearer TOKEN)"
+                )
+            return Identity()
+        if self.tokens is None:
+            raise NotAuthenticated("this router has no mesh CA (--ca): it accepts no user tokens")
+        claims = self.tokens.verify(token, now=now, revoked=self.revoked)
+        return Identity(user=claims.user)
+
+    def revoked(self, user: str, issued: int) -> bool:
+        """Whether credentials issued to *user* at Unix time *issued* are revoked."""
+        return False
 
     def admit_client(self, identity: Identity, host: str) -> str | None:
         """Why a client hello is refused, or None."""
