@@ -10,7 +10,7 @@ PORT  ?= 7447
 # Discovery never leaves loopback unless the operator says otherwise.
 export AA_DISCOVERY_INTERFACES ?= lo
 
-.PHONY: run test bench system-deps clean
+.PHONY: run test lint bench system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,9 +27,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/aa router --host 127.0.0.1 --port $(PORT) --data-dir .aa-data --bundled -v
 
-## test: the whole test suite (installs PostgreSQL etc. through apt-get when root)
-test: $(STAMP) system-deps
+## test: the formatter and linter, then the whole test suite (installs PostgreSQL etc.
+## through apt-get when root)
+test: lint system-deps
 	$(PY) -m pytest
+
+## lint: ruff's formatter and linter over the whole tree (config: [tool.ruff] in pyproject.toml)
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
 
 system-deps:
 	bash tests/setup/system-deps.sh

@@ -115,7 +115,7 @@ async def test_no_router_is_a_clear_timeout():
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 THREE_LINES = (
-    "from aa.client import Client\n"
+    "from aa.client import Client\n\n"
     'c = Client("127.0.0.1:7447")\n'
     'c.publish({"Temperature": 101}, type="reading")\n'
 )

@@ -171,7 +171,7 @@ class Cached(Message):
     def from_wire(cls, data: Mapping[str, Any]) -> Cached:
         try:
             return cls(
-                req=data.get("req"),
+                req=data.get("req"),  # type: ignore[arg-type]
                 events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
                 partial=data.get("partial", False),
             )
@@ -311,7 +311,7 @@ class CacheEvents(Message):
     def from_wire(cls, data: Mapping[str, Any]) -> CacheEvents:
         try:
             return cls(
-                req=data.get("req"),
+                req=data.get("req"),  # type: ignore[arg-type]
                 events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
                 cursor=data.get("cursor", 0),
                 more=data.get("more", False),  # type: ignore[arg-type]

@@ -112,7 +112,7 @@ class Peers(Protocol):
     def on_control(self, topic: str, callback: Callable[[Control], None]) -> Callable[[], None]: ...
 
 
-def _policy_from(body: dict[str, Any]) -> ExpiryPolicy:
+def _policy_from(body: Mapping[str, Any]) -> ExpiryPolicy:
     age = body.get("max_age")
     return ExpiryPolicy(
         max_age=None if age is None else timedelta(seconds=float(age)),
@@ -371,9 +371,8 @@ class ClientCacheService:
     ) -> None:
         """A definition from the mesh (a flood or anti-entropy): create or update the cache."""
         spec = PatternSpec.from_wire(body.get("pattern"))
-        self._register(
-            client_id, spec, _policy_from(body), body.get("timeout"), floor=floor, now=seen
-        )  # type: ignore[arg-type]
+        policy, timeout = _policy_from(body), body.get("timeout")
+        self._register(client_id, spec, policy, timeout, floor=floor, now=seen)  # type: ignore[arg-type]
 
     def _register(
         self,
@@ -402,9 +401,8 @@ class ClientCacheService:
             entry = self._matchers[key] = [matcher, 0]
             self._index.add(key, spec, matcher)
             if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
-                matcher.start(
-                    lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id
-                )  # type: ignore[union-attr]
+                start = matcher.start  # type: ignore[union-attr]
+                start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)
         old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1

@@ -194,12 +194,8 @@ class _Segments:
 
     def __call__(self, node: ast.AST) -> str:
         try:
-            lineno, end, col, end_col = (
-                node.lineno,
-                node.end_lineno,
-                node.col_offset,
-                node.end_col_offset,
-            )  # type: ignore[attr-defined]
+            lineno, col = node.lineno, node.col_offset  # type: ignore[attr-defined]
+            end, end_col = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
             if end is None or end_col is None or end - lineno > 0:
                 return ""  # hints are for one-line operands
             line = self.source[self.starts[lineno - 1] : self.starts[lineno]]

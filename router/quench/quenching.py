@@ -279,7 +279,7 @@ class QuenchService:
         pattern (and all its subscribers) mid-scan: only those still subscribed count."""
         engine = self._engine
         found = set()
-        for key in engine:
+        for key in engine.keys():  # noqa: SIM118 (a PatternEngine, not a mapping)
             now_in = self._matches(reg, key)
             if now_in is None:
                 self._dry_run(key, [reg])

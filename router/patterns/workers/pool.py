@@ -275,8 +275,8 @@ class WorkerPool(Probation):
         it died; None if it cannot start (workers are then spawned one by one)."""
         task = self._zygote
         if task is None or (
-            task.done() and (task.cancelled() or task.result() is None or task.result().gone)
-        ):  # type: ignore[union-attr]
+            task.done() and (task.cancelled() or (zygote := task.result()) is None or zygote.gone)
+        ):
             task = self._zygote = self._loop.create_task(
                 Zygote.started(ZYGOTE_BOOT, ROUTER_DIR, self.config.start_timeout)
             )
