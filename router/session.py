@@ -634,8 +634,14 @@ class ClientSession(asyncio.Protocol):
         self.send(PatternFailed(sub_id=sub_id, code=code, message=message))
 
     def end(self, code: str, message: str) -> None:
-        """Stop every subscription with *message*, then close the session with it."""
+        """Close the session, telling the client why: on each of its subscriptions when it
+        has any (that ends them, and ``aa subscribe`` with one line), else in an error frame
+        (a second copy of the reason would be a second line of a client's log). Its next
+        attempt to connect is refused with the reason too."""
         log.warning("closing %s (%s): %s", self.client_id or self.address, code, message)
+        if not self.subscriptions:
+            self.fail(code, message)
+            return
         for sub_id in list(self.subscriptions):
             self.stop_subscription(sub_id, code, message)
-        self.fail(code, message)
+        self.close()
