@@ -21,8 +21,7 @@ from support import next_event, wait_for
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import NotAuthenticated, PatternError, RemoteError, UsageError
 from aa.router import Router, RouterConfig
-from aa.router.security import Gate, SecurityConfig, check_cert_file, make_crl
-from aa.router.security.tokens import TokenVerifier
+from aa.router.security import Gate, SecurityConfig, TokenVerifier, check_cert_file, make_crl
 from aa.tools.certs_cmd import init_ca, issue, make_token, revoke
 
 AA = str(Path(sys.executable).with_name("aa"))

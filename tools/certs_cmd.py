@@ -35,15 +35,16 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aa.mesh import UsageError
 from aa.router.security import (
+    MAX_TOKEN_DAYS,
     NAME_RE,
     ROUTER_UNIT,
     USER_UNIT,
     RevocationList,
     check_cert_file,
+    issue_token,
     make_crl,
     user_serial,
 )
-from aa.router.security.tokens import MAX_TOKEN_DAYS, issue_token
 
 __all__ = [
     "add_parser",
@@ -333,13 +334,16 @@ def revoke(folder: Path, name: str, *, now: datetime | None = None) -> tuple[int
     }
     serials = set()
     tokens = 0
-    for kind, who, serial in _issued(folder):
+    for kind, who, number in _issued(folder):
         if who != name:
             continue
         if kind == "token":
             tokens += 1
-        else:
-            serials.add(int(serial, 16))
+            continue
+        try:
+            serials.add(int(number, 16))
+        except ValueError:
+            raise UsageError(f"{folder / _INDEX}: {number!r} is not a serial number") from None
     own = folder / f"{name}.pem"
     if own.exists():  # also one issued before the index existed (expired or not)
         try:
@@ -347,8 +351,8 @@ def revoke(folder: Path, name: str, *, now: datetime | None = None) -> tuple[int
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {own}: {exc}") from None
     fresh = [s for s in serials if s not in entries]
-    for serial in fresh:
-        entries[serial] = now
+    for s in fresh:
+        entries[s] = now
     entries[user_serial(name)] = now  # tokens of *name* issued up to now (the cut-off)
     data = make_crl(ca_cert, ca_key, entries, number=current.number + 1, now=now)
     try:

@@ -34,6 +34,7 @@ from .tls import (
     router_id_for,
     server_context,
 )
+from .tokens import MAX_TOKEN_DAYS, TokenVerifier, issue_token
 
 __all__ = [
     "ALLOW_ALL",
@@ -45,6 +46,7 @@ __all__ = [
     "Identity",
     "Listener",
     "MAX_PARTIAL_TOTAL",
+    "MAX_TOKEN_DAYS",
     "NAME_RE",
     "PartialFrames",
     "Permissions",
@@ -53,12 +55,14 @@ __all__ = [
     "Rules",
     "SecurityConfig",
     "TLS_REQUIRED",
+    "TokenVerifier",
     "USER_UNIT",
     "check_cert_file",
     "check_key_file",
     "client_context",
     "id_matches",
     "identity_of",
+    "issue_token",
     "make_crl",
     "router_id_for",
     "server_context",
