@@ -453,9 +453,7 @@ class Router:
             return
         try:
             if self.security.crl_changed():
-                message = self.security.reload_crl()
-                if message is not None:
-                    log.warning("%s", message)
+                self.security.reload_crl()  # logs what it did
                 self.recheck_sessions()
         finally:
             if self._server is not None:
