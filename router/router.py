@@ -21,6 +21,7 @@ the one place that knows them all.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections import Counter
@@ -57,6 +58,18 @@ __all__ = ["Router", "Endpoint"]
 
 log = logging.getLogger("aa.router")
 
+#: Seconds between two looks at the revocation list's file: a revoked user's live
+#: connections are cut within this (and a loop turn) of ``aa certs revoke``; one `stat`.
+CRL_POLL_INTERVAL = 1.0
+
+
+def is_loopback(host: str) -> bool:
+    """Whether *host* (an address a router listens on) is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
+
 
 class Endpoint(Protocol):
     """Something served alongside the router (the HTTP endpoint, for instance)."""
@@ -90,6 +103,7 @@ class Router:
         self.partial_frames = PartialFrames()
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
+        self._crl_timer: asyncio.TimerHandle | None = None
         self._local_client = f"local:{self.id}"
         self.engine = PatternEngine(
             host=HostFacts(
@@ -228,6 +242,15 @@ class Router:
         for endpoint in self.endpoints:
             await endpoint.start(self)
         log.info("router %s (%s) listening on %s:%d", self.name, self.id, host, port)
+        if self.open:
+            log.warning(
+                "listening on %s:%d without TLS: anyone who reaches this port may join the mesh "
+                "and read and publish everything ('aa certs', --cert/--key/--ca)",
+                host,
+                port,
+            )
+        if self.config.security.crl is not None:
+            self._crl_timer = loop.call_later(CRL_POLL_INTERVAL, self._poll_crl)
 
     async def _open_storage(self) -> None:
         await self.storage.start()
@@ -271,6 +294,9 @@ class Router:
             return
         server, self._server = self._server, None
         server.close()
+        if self._crl_timer is not None:
+            self._crl_timer.cancel()
+            self._crl_timer = None
         await self.mesh.aclose()
         self.acks.release(force=True)  # the links are flushed and closed: nothing waits on them
         for endpoint in reversed(self.endpoints):
@@ -381,6 +407,59 @@ class Router:
             pattern, since=since, limit=limit, include_cache=include_cache
         )
 
+    @property
+    def open(self) -> bool:
+        """Listening off loopback without TLS: anyone who reaches the port is in."""
+        return (
+            self._address is not None
+            and not self.security.config.tls
+            and not is_loopback(self._address[0])
+        )
+
+    def reload_security(self) -> list[str]:
+        """Read the permissions and the revocation list again (SIGHUP), then hold every live
+        session and peer link to them: revoked or no longer admitted ones are cut, patterns
+        no longer allowed stopped, each told why. A malformed file is refused and what was in
+        force stays. Returns what happened, a line each."""
+        gate = self.security
+        said = []
+        if gate.config.permissions is not None:
+            said.append(gate.reload())
+        crl = gate.reload_crl()
+        if crl is not None:
+            said.append(crl)
+        self.recheck_sessions()
+        return said
+
+    def recheck_sessions(self) -> None:
+        """Hold live sessions and peer links to the rules and revocations in force now."""
+        gate = self.security
+        for session in list(self.sessions):
+            session.recheck()
+        for link in list(self.mesh.links.values()):
+            if link.transport is None:
+                continue
+            revoked = gate.certificate_refusal(gate.identity(link.transport))
+            if revoked is not None:
+                log.warning("cutting peer %s: %s", link.label, revoked)
+                link.fail("revoked", revoked)
+        for hook in gate.reloaded:
+            hook()
+
+    def _poll_crl(self) -> None:
+        """Re-read the revocation list when its file changed; again in `CRL_POLL_INTERVAL`."""
+        self._crl_timer = None
+        if self._server is None:
+            return
+        try:
+            if self.security.crl_changed():
+                self.security.reload_crl()  # logs what it did
+                self.recheck_sessions()
+        finally:
+            if self._server is not None:
+                loop = asyncio.get_running_loop()
+                self._crl_timer = loop.call_later(CRL_POLL_INTERVAL, self._poll_crl)
+
     def peer_count(self) -> int:
         """Peer routers this router has a link with."""
         return len(self.mesh.links)
@@ -403,6 +482,7 @@ class Router:
             "dispatched": counters.get("dispatched", 0),
             "published": counters.get("published", 0),
             "client_duplicates": counters.get("duplicates", 0),
+            "open": self.open,
         }
 
     def stats(self) -> dict[str, Any]:
@@ -515,9 +595,13 @@ class Router:
 
     def session_opened(self, session: ClientSession) -> None:
         self.sessions.add(session)
-        self.security.admission.opened(
-            session
-        )  # caps, hello deadline (aa.router.security.admission)
+        if self.security.admission.opened(session):  # caps, hello deadline (security.admission)
+            revoked = self.security.certificate_refusal(session.identity)
+            if revoked is not None:  # refused right after the handshake, told why
+                self.security.refusals.note(
+                    session.host, f"refusing {session.address}: {revoked}", time.monotonic()
+                )
+                session.fail("revoked", revoked)
 
     def session_closed(self, session: ClientSession) -> None:
         self.sessions.discard(session)
@@ -539,7 +623,11 @@ class Router:
             return False
         refusal = self.security.admit_peer(session.identity, session.host, msg.router_id)  # type: ignore[attr-defined]
         if refusal is not None:  # mutual TLS, ids bound to certificates, --allow-peers
-            log.warning("refusing peer %s from %s: %s", msg.router_id, session.address, refusal)  # type: ignore[attr-defined]
+            self.security.refusals.note(
+                session.host,
+                f"refusing peer {msg.router_id} from {session.address}: {refusal}",  # type: ignore[attr-defined]
+                time.monotonic(),
+            )
             self.mesh.counters["refused_peers"] += 1
             session.fail("forbidden", refusal)
             return True

@@ -366,7 +366,12 @@ class ClientSession(asyncio.Protocol):
     def _hello(self, msg: Hello) -> None:
         refusal = self.router.security.admit_client(self.identity, self.host)
         if refusal is not None:
-            log.info("refusing client %s from %s: %s", msg.client_id, self.address, refusal)
+            self.router.security.refusals.note(
+                self.host,
+                f"refusing client {msg.client_id} from {self.address}: {refusal}",
+                time.monotonic(),
+                logging.INFO,
+            )
             self.fail("forbidden", refusal)
             return
         self.client_id = msg.client_id
@@ -582,3 +587,61 @@ class ClientSession(asyncio.Protocol):
             self.flush()
             self._closing = True
             self.transport.close()
+
+    # -- after a reload of the rules or the revocation list -----------------------------------
+
+    def recheck(self) -> None:
+        """Hold this live session to the rules and the revocation list in force now (after
+        SIGHUP, a changed CRL): a revoked certificate or a client no longer admitted is told
+        why, its subscriptions stopped, and closed; a subscription whose pattern its user may
+        no longer register is stopped with the rule's reason (`PatternFailed`, which ends
+        ``aa subscribe`` with that line)."""
+        if self._closing:
+            return
+        gate = self.router.security
+        user = self.identity.user
+        revoked = gate.certificate_refusal(self.identity)
+        if revoked is not None:
+            self.end("revoked", revoked)
+            return
+        if self.client_id is None:
+            return  # not a client yet: its hello meets the rules in force
+        refusal = gate.admit_client(self.identity, self.host)
+        if refusal is not None:
+            self.end("forbidden", refusal)
+            return
+        rules = gate.rules_for(self.identity)
+        for sub_id, sub in list(self.subscriptions.items()):
+            try:
+                spec = self.router.engine.pattern_of(sub)
+            except UsageError:
+                continue  # stopped meanwhile
+            why = (
+                rules.pattern_refusal(spec)
+                if rules is not None
+                else "not allowed to subscribe (no rule covers this user)"
+            )
+            if why is not None:
+                self.stop_subscription(sub_id, "permission-denied", f"user {user!r} is {why}")
+
+    def stop_subscription(self, sub_id: int, code: str, message: str) -> None:
+        """Stop subscription *sub_id* from the router's side, telling the client why."""
+        sub = self.subscriptions.pop(sub_id, None)
+        if sub is None:
+            return
+        self.router.remove_subscription(sub)
+        log.info("stopping subscription %d of %s: %s", sub_id, self.client_id, message)
+        self.send(PatternFailed(sub_id=sub_id, code=code, message=message))
+
+    def end(self, code: str, message: str) -> None:
+        """Close the session, telling the client why: on each of its subscriptions when it
+        has any (that ends them, and ``aa subscribe`` with one line), else in an error frame
+        (a second copy of the reason would be a second line of a client's log). Its next
+        attempt to connect is refused with the reason too."""
+        log.warning("closing %s (%s): %s", self.client_id or self.address, code, message)
+        if not self.subscriptions:
+            self.fail(code, message)
+            return
+        for sub_id in list(self.subscriptions):
+            self.stop_subscription(sub_id, code, message)
+        self.close()

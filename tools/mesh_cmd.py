@@ -126,6 +126,8 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
     out.write("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
     for r, row in zip(routers, rows):
         out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+        if r.get("open") is True:
+            out.write("    open: listens off loopback without TLS (anyone who reaches it is in)\n")
         peers = r.get("peers") or []
         if peers:
             listed = ", ".join(

@@ -398,9 +398,12 @@ async def _serve(
     except BaseException:
         await router.aclose()  # what was bound before the failure (the mesh, its beacons)
         raise
-    loop.add_signal_handler(
-        signal.SIGHUP, lambda: print(f"aa router: {router.security.reload()}", file=sys.stderr)
-    )
+
+    def reload() -> None:  # permissions and revocations; live sessions held to them
+        for line in router.reload_security():
+            print(f"aa router: {line}", file=sys.stderr, flush=True)
+
+    loop.add_signal_handler(signal.SIGHUP, reload)
     try:
         print(f"aa router {router.name!r} ({router.id}) listening on {router.endpoint}", flush=True)
         for endpoint in endpoints:

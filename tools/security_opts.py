@@ -42,7 +42,15 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
         "--permissions",
         type=Path,
         metavar="FILE",
-        help="per-user permissions (TOML); re-read on SIGHUP (default: everyone may do everything)",
+        help="per-user permissions (TOML); re-read on SIGHUP, live sessions held to the new "
+        "rules (default: everyone may do everything)",
+    )
+    g.add_argument(
+        "--crl",
+        type=Path,
+        metavar="FILE",
+        help="the mesh's revocation list (DIR/crl.pem from 'aa certs init' and 'aa certs "
+        "revoke'); re-read when it changes and on SIGHUP, revoked users' connections cut",
     )
     g.add_argument(
         "--allow-clients",
@@ -83,6 +91,7 @@ def security_config(args: argparse.Namespace, env: Mapping[str, str]) -> Securit
         ca=pick(args.ca, "AA_CA"),
         anonymous=not args.no_anonymous,
         permissions=args.permissions,
+        crl=getattr(args, "crl", None),
         allow_clients=tuple(args.allow_clients),
         allow_peers=tuple(args.allow_peers),
     )

@@ -12,6 +12,14 @@ container   ``aa container /etc/aa/addins``           ``aa container %h/.config/
 ==========  ========================================  ==============================================
 
 ``--args`` replaces those defaults: ``aa service install container --args '/srv/addins --bundled'``.
+
+With ``--certs DIR`` the router serves TLS with DIR's certificates (handed over by systemd's
+``LoadCredential``), refuses clients without a certificate (``--no-anonymous``), reads the
+revocation list ``DIR/crl.pem`` in place (``--crl``: a credential would be a copy frozen at
+start, and revocations must reach the running router) and a permissions file, written as a
+commented template that denies everything (``--permissions``, never overwritten): the secure
+unit is the one written, and the operator opens what is needed. ``systemctl reload`` re-reads
+both (SIGHUP).
 """
 
 from __future__ import annotations
@@ -28,7 +36,35 @@ from aa.mesh import UsageError
 
 from .common import fail
 
-__all__ = ["add_parser", "unit_text", "systemd_quote", "unit_path"]
+__all__ = [
+    "add_parser",
+    "unit_text",
+    "systemd_quote",
+    "unit_path",
+    "PERMISSIONS_TEMPLATE",
+    "permissions_path",
+]
+
+#: The permissions file `aa service install router --certs` writes when there is none: it
+#: parses, and denies everything (`aa.router.security.permissions`).
+PERMISSIONS_TEMPLATE = """\
+# Who may do what on this router (aa router --permissions). Re-read on 'systemctl reload'
+# (SIGHUP); live sessions are held to the new rules. Everything not given is denied: as
+# written, this file lets every user with a certificate connect and do nothing.
+# Types are glob patterns ("sensor.*"); "*" is any type, "" the untyped events.
+
+# [users.alice]             # the user named in a certificate ('aa certs client DIR alice')
+# publish = ["reading"]     # types of events this user may publish
+# subscribe = ["reading"]   # types of events this user's patterns may receive
+# patterns = "predicates"   # "scripts" (any pattern), "predicates" (no scripts), "none"
+# persist = false           # may ask the store to keep events
+# client_caches = false     # may own client caches
+# quench = false            # may register quench prototypes
+
+# [users."*"]               # any other user with a certificate
+# subscribe = ["weather"]
+# patterns = "predicates"
+"""
 
 _DESCRIPTIONS = {
     "router": "Aa router: publish/subscribe mesh node",
@@ -85,6 +121,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     inst.add_argument(
         "--cert-name", metavar="NAME", default="router", help="NAME for --certs (default: router)"
     )
+    inst.add_argument(
+        "--permissions",
+        type=Path,
+        metavar="FILE",
+        help="router with --certs: the permissions file, written as a template that denies "
+        "everything unless it exists (default: /etc/aa/permissions.toml, or "
+        "~/.config/aa/permissions.toml with --user)",
+    )
     # One string, split like a shell would: never a REMAINDER positional, which would swallow
     # --dry-run or --unit-dir given after it (and argparse mishandles "--" in sub-commands).
     inst.add_argument(
@@ -133,11 +177,14 @@ def unit_text(
     env: dict[str, str] | None = None,
     certs: Path | None = None,
     cert_name: str = "router",
+    permissions: Path | None = None,
+    crl: bool = True,
 ) -> str:
     """The unit file for *what* ("router" or "container"). A system unit runs as *run_as*,
     or as a user systemd makes for it (DynamicUser: unprivileged, owning only its state
     folder); *certs* hands the router its certificates (LoadCredential: readable by the
-    service only, whatever the files' owner)."""
+    service only, whatever the files' owner), refuses anonymous clients, reads *certs*'s
+    revocation list and the *permissions* file (see the module docstring)."""
     if not args:
         if what == "router":
             args = [
@@ -157,7 +204,12 @@ def unit_text(
                 for f, flag in creds.items()
                 for w in (f"--{flag}", f"${{CREDENTIALS_DIRECTORY}}/{f}")
             ),
+            "--no-anonymous",
         ]
+        if crl:
+            args += ["--crl", str(certs.absolute() / "crl.pem")]  # type: ignore[union-attr]
+        if permissions is not None:
+            args += ["--permissions", str(permissions.absolute())]
     words = [program, what, *args]
     # ${STATE_DIRECTORY} and ${CREDENTIALS_DIRECTORY} are expanded by systemd: keep them unquoted.
     exec_start = " ".join(
@@ -186,6 +238,8 @@ def unit_text(
         "StateDirectory=aa",
         "Environment=PYTHONUNBUFFERED=1",
     ]
+    if what == "router":  # permissions and revocations re-read (the container has no reload)
+        lines.insert(lines.index("KillSignal=SIGTERM"), "ExecReload=/bin/kill -HUP $MAINPID")
     for name, value in sorted((env or {}).items()):
         lines.append(f"Environment={systemd_quote(f'{name}={value}')}")
     if run_as and not user:
@@ -215,6 +269,15 @@ def unit_path(name: str, *, user: bool, unit_dir: Path | None) -> Path:
     return Path("/etc/systemd/system") / f"{name}.service"
 
 
+def permissions_path(explicit: Path | None, *, user: bool) -> Path:
+    if explicit is not None:
+        return explicit
+    if user:
+        base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        return Path(base) / "aa" / "permissions.toml"
+    return Path("/etc/aa/permissions.toml")
+
+
 def install(args: argparse.Namespace) -> int:
     try:
         extra = shlex.split(args.service_args)
@@ -231,6 +294,8 @@ def install(args: argparse.Namespace) -> int:
     name = args.name or f"aa-{args.what}"
     if not re.fullmatch(r"[A-Za-z0-9_.@-]+", name):
         return fail(f"{name!r} is not a unit name", 2)
+    secured = args.what == "router" and args.certs is not None and "--permissions" not in extra
+    perms = permissions_path(args.permissions, user=args.user) if secured else None
     text = unit_text(
         args.what,
         user=args.user,
@@ -240,6 +305,8 @@ def install(args: argparse.Namespace) -> int:
         env=env,
         certs=args.certs,
         cert_name=args.cert_name,
+        permissions=perms,
+        crl=args.certs is not None and (args.certs / "crl.pem").exists(),
     )
     path = unit_path(name, user=args.user, unit_dir=args.unit_dir)
     if args.dry_run:
@@ -249,6 +316,10 @@ def install(args: argparse.Namespace) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+        if perms is not None and not perms.exists():
+            perms.parent.mkdir(parents=True, exist_ok=True)
+            perms.write_text(PERMISSIONS_TEMPLATE)
+            print(f"wrote {perms}: it denies everything; fill it in, then {ctl_of(args)} reload")
     except OSError as exc:
         hint = (
             " (system units need root: try sudo, or --user)"
@@ -256,8 +327,13 @@ def install(args: argparse.Namespace) -> int:
             else ""
         )
         return fail(f"cannot write {path}: {exc}{hint}")
-    ctl = "systemctl --user" if args.user else "systemctl"
+    ctl = ctl_of(args)
     print(f"wrote {path}")
+    if args.what == "router" and args.certs is not None and not (args.certs / "crl.pem").exists():
+        print(
+            f"note: {args.certs / 'crl.pem'} does not exist (a CA made before revocation): the "
+            f"unit has no --crl; 'aa certs revoke {args.certs} NAME' writes one, then install again"
+        )
     if args.what == "router" and args.certs is None and not args.user:
         print(
             "note: without --certs the router is open to anyone who reaches its port (README: "
@@ -265,3 +341,7 @@ def install(args: argparse.Namespace) -> int:
         )
     print(f"now run: {ctl} daemon-reload && {ctl} enable --now {name}")
     return 0
+
+
+def ctl_of(args: argparse.Namespace) -> str:
+    return "systemctl --user" if args.user else "systemctl"

@@ -323,6 +323,16 @@ class MeshService:
                 link.fail("forbidden", refusal)
                 link.settle(False)
                 return
+        squatter = self._claims_live_id(link, rid, now)
+        if squatter is not None:
+            if gate is not None:
+                gate.refusals.note(link.remote_host or "?", squatter, now)
+            else:
+                log.warning("%s", squatter)
+            self.counters["refused_duplicate_ids"] += 1
+            link.fail("duplicate-id", squatter)
+            link.settle(False)
+            return
         host = link.remote_host
         link.mark_up(
             hello,
@@ -367,6 +377,29 @@ class MeshService:
         self.dialer.save_soon()
         for hook in self.on_link_up:
             hook(rid)
+
+    def _claims_live_id(self, link: PeerLink, rid: str, now: float) -> str | None:
+        """Why *link*, whose hello claims router id *rid*, may not take the place of the live
+        link with that id, or None. Without mutual TLS anyone may claim any id, and letting
+        the newcomer win cut the real neighbour's link (events in flight on it were lost): a
+        live link (heard within the link timeout) that is older than one keep-alive interval
+        is never displaced; the newcomer is refused until the old link's keep-alive proves it
+        dead. Two honest routers that dial each other at once bring their links up within a
+        round trip of each other, so they still settle by the rule in `link_up`. With mutual
+        TLS the id is bound to the certificate, and the same rule holds for the same router."""
+        existing = self.links.get(rid)
+        gate = self.security
+        if existing is None or existing is link or (gate is not None and gate.mutual):
+            return None
+        cfg = self.config
+        if existing.state != "up" or existing.since is None:
+            return None
+        if now - existing.since < cfg.keepalive or now - existing.last_heard >= cfg.link_timeout:
+            return None
+        return (
+            f"refusing peer {rid} from {link.address or link.remote_host}: that router id has "
+            "a live link here (retry once it is gone)"
+        )
 
     def link_lost(self, link: PeerLink, previous: str, exc: Exception | None) -> None:
         self._all_links.discard(link)

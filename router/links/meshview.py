@@ -128,6 +128,8 @@ class MeshView:
             "uptime": round(facts["uptime"], 3),
             "interval": mesh.config.info_interval,
             "clients": facts["clients"],
+            # Listening off loopback without TLS: `aa mesh` says "open".
+            "open": bool(facts.get("open", False)),
             "peers": peers,
             "poisoned": poisoned,
             "counters": counters,

@@ -10,14 +10,18 @@ without any of it pays nothing per event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
 import ssl
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
+from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from aa.mesh import Event, NotAuthenticated, UsageError
@@ -29,6 +33,7 @@ from .admission import (
     Admission,
     RateLimited,
 )
+from .crl import RevocationList, file_stamp
 from .guard import AllowList, HandshakeGuard
 from .listener import Listener
 from .permissions import Permissions, Rules
@@ -69,6 +74,9 @@ class SecurityConfig:
     anonymous: bool = True
     #: The permissions file (TOML, `aa.router.security.permissions`); None: all allowed.
     permissions: Path | None = None
+    #: The mesh's revocation list (``DIR/crl.pem`` from ``aa certs``); None: nothing revoked.
+    #: Re-read on SIGHUP and when the file changes (`aa.router.security.crl`).
+    crl: Path | None = None
     #: Address ranges (CIDR) clients / peer routers may connect from; empty: any.
     allow_clients: tuple[str, ...] = ()
     allow_peers: tuple[str, ...] = ()
@@ -79,7 +87,7 @@ class SecurityConfig:
     hello_deadline: float = HELLO_DEADLINE
 
     def __post_init__(self) -> None:
-        for name in ("cert", "key", "ca", "permissions"):
+        for name in ("cert", "key", "ca", "permissions", "crl"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value))
@@ -89,6 +97,8 @@ class SecurityConfig:
             )
         if self.ca is not None and self.cert is None:
             raise UsageError("a CA needs the router's own certificate and key too (--cert, --key)")
+        if self.crl is not None and self.ca is None:
+            raise UsageError("a revocation list needs the mesh CA that signed it (--ca)")
         if not self.anonymous and self.ca is None:
             raise UsageError("refusing anonymous clients needs a CA to recognise users by (--ca)")
         for name in ("allow_clients", "allow_peers"):
@@ -112,7 +122,7 @@ class SecurityConfig:
         """Whether anything is asked for at all."""
         return (
             self.tls
-            or bool(self.permissions or self.allow_clients or self.allow_peers)
+            or bool(self.permissions or self.allow_clients or self.allow_peers or self.crl)
             or not self.anonymous
         )
 
@@ -149,8 +159,21 @@ class Gate:
                 self.dial_tls = ctx
         #: Verifies bearer tokens (`aa.router.security.tokens`); None without a mesh CA.
         self.tokens: TokenVerifier | None = None
+        self._ca: x509.Certificate | None = None
         if cfg.ca is not None:
-            self.tokens = TokenVerifier(check_cert_file(cfg.ca))
+            self._ca = check_cert_file(cfg.ca)
+            self.tokens = TokenVerifier(self._ca)
+        #: The revocations in force (`aa.router.security.crl`); empty without ``--crl``.
+        self.crl = (
+            RevocationList.load(cfg.crl, self._ca)
+            if cfg.crl is not None and self._ca is not None
+            else RevocationList()
+        )
+        #: One log line per refused source per interval (`RefusalLog`).
+        self.refusals = RefusalLog()
+        #: Called after every reload of the rules or the revocation list, once the router held
+        #: its TCP sessions to them: other doors (the HTTP endpoint's streams) re-check theirs.
+        self.reloaded: list[Callable[[], None]] = []
         self.permissions = (
             Permissions.load(cfg.permissions) if cfg.permissions else Permissions.open()
         )
@@ -223,13 +246,22 @@ class Gate:
         return Identity(user=claims.user)
 
     def revoked(self, user: str, issued: int) -> bool:
-        """Whether credentials issued to *user* at Unix time *issued* are revoked."""
-        return False
+        """Whether a token issued to *user* at Unix time *issued* is revoked (``aa certs
+        revoke``: a cut-off per user in the CRL, `aa.router.security.crl`)."""
+        return self.crl.token_revoked(user, issued)
 
     def admit_client(self, identity: Identity, host: str) -> str | None:
         """Why a client hello is refused, or None."""
         if not self.clients.allows(host):
             return f"clients from {host} are not allowed here (--allow-clients)"
+        revoked = self.certificate_refusal(identity)
+        if revoked is not None:
+            return revoked
+        if identity.server_auth:
+            return (
+                f"certificate {identity.user!r} is a router's (key usage serverAuth), not a "
+                "user's: clients need one from 'aa certs client'"
+            )
         if identity.user == ANONYMOUS and not self.config.anonymous:
             return (
                 "this router refuses anonymous clients: present a certificate the mesh CA signed "
@@ -243,8 +275,14 @@ class Gate:
             return f"routers from {host} are not allowed here (--allow-peers)"
         if not self.mutual:
             return None
+        revoked = self.certificate_refusal(identity)
+        if revoked is not None:
+            return revoked
         if not identity.router:
-            return "peer links need a router certificate the mesh CA signed"
+            return (
+                "peer links need a router certificate the mesh CA signed ('aa certs router': "
+                "key usages serverAuth and clientAuth, unit aa-router)"
+            )
         if not id_matches(router_id, identity):
             return f"router id {router_id!r} does not belong to certificate {identity.user!r}"
         return None
@@ -287,6 +325,65 @@ class Gate:
             return f"permissions not reloaded, the old rules stay: {exc}"
         log.warning("permissions reloaded from %s", self.permissions.path)
         return f"permissions reloaded from {self.permissions.path}"
+
+    # -- revocation -------------------------------------------------------------------------
+
+    def certificate_refusal(self, identity: Identity) -> str | None:
+        """Why the certificate *identity* came with is refused (revoked), or None."""
+        if self.crl.certificate_revoked(identity.serial):
+            return f"certificate {identity.user!r} has been revoked (aa certs revoke)"
+        return None
+
+    def reload_crl(self) -> str | None:
+        """Read the CRL file again (SIGHUP, or `crl_changed`); None without one. A malformed,
+        foreign or older list is refused — the list in force stays — and the reason
+        returned; so is success."""
+        path = self.config.crl
+        if path is None or self._ca is None:
+            return None
+        try:
+            self.crl = RevocationList.load(path, self._ca, at_least=self.crl.number)
+        except UsageError as exc:
+            # Remember the file's state: the next poll does not read the same bad file again.
+            self.crl = dataclasses.replace(self.crl, stamp=file_stamp(path))
+            log.error("revocation list not reloaded, the old one stays: %s", exc)
+            return f"revocation list not reloaded, the old one stays: {exc}"
+        log.warning("revocation list %s loaded: %d entries", path, len(self.crl.entries))
+        return f"revocation list {path} loaded: {len(self.crl.entries)} entries"
+
+    def crl_changed(self) -> bool:
+        """Whether the CRL file changed since it was read (a `stat`; poll it every second)."""
+        return self.config.crl is not None and self.crl.changed()
+
+
+#: Seconds between two log lines about refusals from one source.
+REFUSAL_LOG_INTERVAL: Final = 60.0
+#: Sources remembered for that: past it the oldest is forgotten (one more line for it, later).
+MAX_REFUSAL_SOURCES: Final = 4096
+
+
+class RefusalLog:
+    """Logs a refusal (a hello, a peer) once per source per `REFUSAL_LOG_INTERVAL`, with the
+    number held back since: a stranger repeating a refused hello must not flood the log."""
+
+    def __init__(self, interval: float = REFUSAL_LOG_INTERVAL) -> None:
+        self.interval = interval
+        self._last: OrderedDict[str, list[float | int]] = OrderedDict()
+
+    def note(self, source: str, message: str, now: float, level: int = logging.WARNING) -> bool:
+        """Log *message* about *source* unless one was logged lately; whether it was."""
+        seen = self._last.get(source)
+        if seen is not None and now - seen[0] < self.interval:
+            seen[1] += 1
+            return False
+        held = int(seen[1]) if seen is not None else 0
+        self._last.pop(source, None)
+        self._last[source] = [now, 0]
+        while len(self._last) > MAX_REFUSAL_SOURCES:
+            self._last.popitem(last=False)
+        more = f" ({held} more from {source} in the last {self.interval:g} s)" if held else ""
+        log.log(level, "%s%s", message, more)
+        return True
 
 
 _ACCEPT_FILTER = RateLimited(("out of system resource", "accept failed", "Too many open files"))

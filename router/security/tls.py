@@ -2,12 +2,14 @@
 
 Trust model (Å §4.6, issue 13): a mesh has one CA (`aa certs init`). It signs *router*
 certificates (extended key usage serverAuth and clientAuth: a router accepts connections and
-dials its peers) and *user* certificates (clientAuth only). Names are not host names: routers
-are reached at whatever address discovery finds, so host names are not checked; what is
-checked is the chain to the mesh CA, and the key usage. OpenSSL checks the usage itself (a
-client verifies the "SSL server" purpose), so a user's certificate cannot pose as a router to
-a client; and a router accepts a peer link only from a certificate that carries serverAuth
-(`is_router`), so a user's certificate cannot join the mesh as a router either.
+dials its peers; unit ``aa-router``) and *user* certificates (clientAuth only). Names are not
+host names: routers are reached at whatever address discovery finds, so host names are not
+checked; what is checked is the chain to the mesh CA, and the key usage. OpenSSL checks the
+usage itself (a client verifies the "SSL server" purpose), so a user's certificate cannot pose
+as a router to a client. A router takes a peer link only from a certificate of exactly the
+router profile (`Identity.router`: both usages, nothing else, unit ``aa-router``), and a client
+only with a certificate without serverAuth (`Identity.server_auth`): a router's certificate is
+no user's, and a user's certificate that somehow carries serverAuth is neither.
 
 A router's id is bound to its certificate (issue 16): with TLS on, the id is
 ``<certificate name>~<random hex>`` (`router_id_for`), and a peer whose hello claims an id
@@ -42,6 +44,8 @@ __all__ = [
     "router_id_for",
     "NAME_RE",
     "HANDSHAKE_TIMEOUT",
+    "ROUTER_UNIT",
+    "USER_UNIT",
 ]
 
 #: The user of a connection that presented no certificate.
@@ -50,6 +54,11 @@ ANONYMOUS = "anonymous"
 #: Names the certificate tool accepts for routers and users: they become event metadata
 #: (`meta["user"]`) and router-id prefixes, so no spaces, no `~`, nothing to escape.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}\Z")
+
+#: A router certificate's profile: exactly these extended key usages, and this unit.
+_ROUTER_USAGE = frozenset((ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH))
+ROUTER_UNIT = "aa-router"
+USER_UNIT = "aa-user"
 
 #: Seconds a connection may take from accept to a finished TLS handshake. A stranger that
 #: opens the port and stalls holds one socket this long, no more (and no CPU meanwhile).
@@ -63,6 +72,11 @@ class Identity:
 
     user: str = ANONYMOUS
     router: bool = False
+    #: The certificate carries extended key usage serverAuth (a router's, or something odd):
+    #: never a client's.
+    server_auth: bool = False
+    #: The certificate's serial number (revocation, `aa.router.security.crl`); None without one.
+    serial: int | None = None
 
     @property
     def anonymous(self) -> bool:
@@ -188,11 +202,18 @@ def identity_of(ssl_object: Any) -> Identity:
     if not NAME_RE.match(name):
         return Identity()
     try:
-        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-        router = ExtendedKeyUsageOID.SERVER_AUTH in usage
+        usage = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
     except x509.ExtensionNotFound:
-        router = False
-    return Identity(user=name, router=router)
+        usage = set()
+    units = {
+        str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    }
+    return Identity(
+        user=name,
+        router=usage == _ROUTER_USAGE and units == {ROUTER_UNIT},
+        server_auth=ExtendedKeyUsageOID.SERVER_AUTH in usage,
+        serial=cert.serial_number,
+    )
 
 
 def router_id_for(name: str) -> str:
