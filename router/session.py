@@ -17,7 +17,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
+from aa.mesh import (
+    Connection,
+    Event,
+    PatternError,
+    PatternSpec,
+    ProtocolError,
+    UsageError,
+    id_scope,
+)
 from aa.mesh.protocol import (
     IN_PROGRESS,
     QUENCH_REQUESTS,
@@ -26,6 +34,7 @@ from aa.mesh.protocol import (
     Bye,
     CacheRegister,
     Error,
+    GetCached,
     GetMesh,
     GetRouters,
     Hello,
@@ -314,10 +323,7 @@ class ClientSession(asyncio.Protocol):
         elif kind is GetMesh:
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
-            if kind is not CacheRegister or self._may(
-                "client_caches", "own client caches", msg.req
-            ):  # type: ignore[attr-defined]
-                self.router.caches.handle_request(self, msg)
+            self._storage(msg)
         elif kind in QUENCH_REQUESTS:
             if kind is not Quench or self._may("quench", "register quench prototypes", msg.reg):  # type: ignore[attr-defined]
                 self.router.quench.handle_request(self, msg)
@@ -344,6 +350,44 @@ class ClientSession(asyncio.Protocol):
             )
         )
         return False
+
+    def _storage(self, msg: Message) -> None:
+        """A cache request, asked of the rules in force now: the mesh cache answers only
+        what this user may receive, with a pattern this user may run; a client cache is
+        this user's own (keyed by user and client id) and needs `client_caches`."""
+        req: int = msg.req  # type: ignore[attr-defined]
+        gate = self.router.security
+        if type(msg) is GetCached:
+            if self._pattern_refused(msg.pattern, req):
+                return
+            self.router.caches.handle_request(
+                self, msg, owner=self.identity.user, receives=gate.receive_filter(self.identity)
+            )
+        elif self._may("client_caches", "own client caches", req) and not (
+            type(msg) is CacheRegister and self._pattern_refused(msg.pattern, req)
+        ):
+            self.router.caches.handle_request(
+                self, msg, owner=self.identity.user, receives=gate.receive_filter(self.identity)
+            )
+
+    def _pattern_refused(self, spec: PatternSpec, ref: int) -> bool:
+        """Whether this user may not run *spec* (told why, naming the rule)."""
+        rules = self.router.security.rules_for(self.identity)
+        refusal = (
+            rules.pattern_refusal(spec, self.router.engine.tier(spec))
+            if rules is not None
+            else "not allowed to subscribe (no rule covers this user)"
+        )
+        if refusal is None:
+            return False
+        self.send(
+            Error(
+                code="permission-denied",
+                message=f"user {self.identity.user!r} is {refusal}",
+                ref=ref,
+            )
+        )
+        return True
 
     def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
         """The events this client's user may publish; the rest refused once per frame, by rule."""
@@ -400,24 +444,11 @@ class ClientSession(asyncio.Protocol):
                 )
             )
             return
-        rules = self.router.security.rules_for(self.identity)
-        refusal = (
-            rules.pattern_refusal(msg.pattern)
-            if rules is not None
-            else "not allowed to subscribe (no rule covers this user)"
-        )
-        if refusal is not None:
-            self.send(
-                Error(
-                    code="permission-denied",
-                    message=f"user {self.identity.user!r} is {refusal}",
-                    ref=msg.sub_id,
-                )
-            )
+        if self._pattern_refused(msg.pattern, msg.sub_id):
             return
-        assert rules is not None
+        # The types its user may receive, by the rules in force at each event.
         sub = SessionSubscriber(
-            self, msg.sub_id, None if rules.subscribe_any else rules.may_receive, msg.overflow
+            self, msg.sub_id, self.router.security.receive_filter(self.identity), msg.overflow
         )
         try:
             self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)

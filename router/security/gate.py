@@ -288,6 +288,20 @@ class Gate:
         log.warning("permissions reloaded from %s", self.permissions.path)
         return f"permissions reloaded from {self.permissions.path}"
 
+    def receive_filter(self, identity: Identity) -> Callable[[str | None], bool] | None:
+        """Whether *identity*'s user may receive an event type, by the rules in force at each
+        call (a reload applies at the next event); None when nothing can ever be refused
+        (no permissions file: a reload keeps everything allowed)."""
+        if self.permissions.path is None:
+            return None
+        user = identity.user
+
+        def receives(type_: str | None) -> bool:
+            rules = self.permissions.rules_for(user)
+            return rules is not None and (rules.subscribe_any or rules.may_receive(type_))
+
+        return receives
+
 
 _ACCEPT_FILTER = RateLimited(("out of system resource", "accept failed", "Too many open files"))
 
