@@ -282,6 +282,7 @@ PUBLIC: dict[str, list[str]] = {
         "SandboxLimits",
         "WORKER_TIER",
         "WorkerConfig",
+        "admits",
         "pattern_warnings",
     ],
     "aa.router.quench": [

@@ -13,7 +13,7 @@ import pytest
 from support import next_event, wait_for
 
 from aa.client import AsyncClient, ClientConfig
-from aa.mesh import RemoteError
+from aa.mesh import PatternError, RemoteError
 from aa.router import MeshConfig, Router, RouterConfig
 from aa.router.security import SecurityConfig
 from aa.tools.certs_cmd import init_ca, issue
@@ -271,3 +271,27 @@ async def test_every_client_cache_request_needs_the_client_caches_rule(
             await bob.cache_remove()
     finally:
         await bob.aclose()
+
+
+async def test_a_reload_that_changes_what_a_script_may_see_ends_it(
+    routers: tuple[Router, Router], pki: Path
+) -> None:
+    r1, _ = routers
+    bob, carol = await as_user(r1, pki, "bob"), await as_user(r1, pki, "carol")
+    try:
+        got = await bob.subscribe('forward(event.copy(type="alarm"))', format="script")
+        await carol.publish({"n": 1}, type="alarm")
+        assert (await next_event(got)).values == {"n": 1}
+        path = r1.config.security.permissions
+        assert path is not None
+        path.write_text(RULES.replace('subscribe = ["alarm"]', 'subscribe = ["alarm", "reading"]'))
+        assert "reloaded" in r1.security.reload()
+        await carol.publish({"n": 2}, type="alarm")
+        with pytest.raises(PatternError, match="permissions changed .*subscribe again"):
+            await next_event(got)
+        again = await bob.subscribe('forward(event.copy(type="alarm"))', format="script")
+        await carol.publish({"n": 3}, type="reading")  # now bob's to see
+        assert (await next_event(again)).values == {"n": 3}
+    finally:
+        await bob.aclose()
+        await carol.aclose()

@@ -37,12 +37,12 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from aa.mesh import PatternSpec, UsageError
 
+from ..patterns import admits
 from .tls import ANONYMOUS
 
 __all__ = ["Rules", "Permissions", "ALLOW_ALL", "PATTERN_KINDS"]
@@ -133,9 +133,7 @@ class Rules:
 
 
 def _allowed(patterns: tuple[str, ...], type_: str | None) -> bool:
-    if type_ is None:
-        return "*" in patterns or "" in patterns
-    return any(fnmatchcase(type_, p) for p in patterns if p)
+    return admits(patterns, type_)  # one reading of type lists, for rules and pattern scopes
 
 
 #: The rules when there is no permissions file: everything.
