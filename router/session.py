@@ -17,7 +17,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from aa.mesh import Connection, Event, PatternError, ProtocolError, UsageError, id_scope
+from aa.mesh import (
+    Connection,
+    Event,
+    PatternError,
+    PatternSpec,
+    ProtocolError,
+    UsageError,
+    id_scope,
+)
 from aa.mesh.protocol import (
     IN_PROGRESS,
     QUENCH_REQUESTS,
@@ -26,6 +34,7 @@ from aa.mesh.protocol import (
     Bye,
     CacheRegister,
     Error,
+    GetCached,
     GetMesh,
     GetRouters,
     Hello,
@@ -48,6 +57,7 @@ from aa.mesh.protocol import (
 
 from .dispatch import DISPATCH_STEP
 from .memory import give_back
+from .patterns import PREDICATE_TIER
 from .security import Identity
 
 if TYPE_CHECKING:
@@ -78,7 +88,16 @@ LINGER = 1.0
 class SessionSubscriber:
     """The pattern engine's key for one subscription of one TCP client."""
 
-    __slots__ = ("session", "sub_id", "held", "receives", "overflow", "missed", "__weakref__")
+    __slots__ = (
+        "session",
+        "sub_id",
+        "held",
+        "receives",
+        "overflow",
+        "missed",
+        "scope",
+        "__weakref__",
+    )
 
     def __init__(
         self,
@@ -98,6 +117,9 @@ class SessionSubscriber:
         self.held: Any = None
         #: The event types its user may receive (permissions, `aa.router.security`); None: any.
         self.receives = receives
+        #: The types its pattern code may see (`aa.router.patterns.scope`), as the rules
+        #: said at subscribe; None: any.
+        self.scope: tuple[str, ...] | None = None
 
     def deliver(self, event: Event) -> None:
         if self.receives is not None and not self.receives(event.type):
@@ -131,6 +153,34 @@ class SessionSubscriber:
 
     def __repr__(self) -> str:
         return f"<subscription {self.sub_id} of {self.session.client_id}>"
+
+
+class _ScopeCheck:
+    """The receive filter of a pattern-code subscription: the rules in force, and the
+    scope its pattern runs with still theirs; otherwise the subscription ends."""
+
+    __slots__ = ("session", "sub", "gate", "receives", "ended")
+
+    def __init__(
+        self,
+        session: ClientSession,
+        sub: SessionSubscriber,
+        gate: Any,
+        receives: Callable[[str | None], bool],
+    ) -> None:
+        self.session, self.sub, self.gate, self.receives = session, sub, gate, receives
+        self.ended = False
+
+    def __call__(self, type_: str | None) -> bool:
+        if self.ended:
+            return False
+        rules = self.gate.rules_for(self.session.identity)
+        scope = None if rules is None or rules.subscribe_any else rules.subscribe
+        if rules is None or scope != self.sub.scope:
+            self.ended = True
+            asyncio.get_running_loop().call_soon(self.session.scope_changed, self.sub)
+            return False
+        return self.receives(type_)
 
 
 class ClientSession(asyncio.Protocol):
@@ -314,10 +364,7 @@ class ClientSession(asyncio.Protocol):
         elif kind is GetMesh:
             self.send(MeshInfo(info=self.router.mesh_info()))
         elif kind in STORAGE_REQUESTS:
-            if kind is not CacheRegister or self._may(
-                "client_caches", "own client caches", msg.req
-            ):  # type: ignore[attr-defined]
-                self.router.caches.handle_request(self, msg)
+            self._storage(msg)
         elif kind in QUENCH_REQUESTS:
             if kind is not Quench or self._may("quench", "register quench prototypes", msg.reg):  # type: ignore[attr-defined]
                 self.router.quench.handle_request(self, msg)
@@ -344,6 +391,44 @@ class ClientSession(asyncio.Protocol):
             )
         )
         return False
+
+    def _storage(self, msg: Message) -> None:
+        """A cache request, asked of the rules in force now: the mesh cache answers only
+        what this user may receive, with a pattern this user may run; a client cache is
+        this user's own (keyed by user and client id) and needs `client_caches`."""
+        req: int = msg.req  # type: ignore[attr-defined]
+        gate = self.router.security
+        if type(msg) is GetCached:
+            if self._pattern_refused(msg.pattern, req):
+                return
+            self.router.caches.handle_request(
+                self, msg, owner=self.identity.user, receives=gate.receive_filter(self.identity)
+            )
+        elif self._may("client_caches", "own client caches", req) and not (
+            type(msg) is CacheRegister and self._pattern_refused(msg.pattern, req)
+        ):
+            self.router.caches.handle_request(
+                self, msg, owner=self.identity.user, receives=gate.receive_filter(self.identity)
+            )
+
+    def _pattern_refused(self, spec: PatternSpec, ref: int) -> bool:
+        """Whether this user may not run *spec* (told why, naming the rule)."""
+        rules = self.router.security.rules_for(self.identity)
+        refusal = (
+            rules.pattern_refusal(spec, self.router.engine.tier(spec))
+            if rules is not None
+            else "not allowed to subscribe (no rule covers this user)"
+        )
+        if refusal is None:
+            return False
+        self.send(
+            Error(
+                code="permission-denied",
+                message=f"user {self.identity.user!r} is {refusal}",
+                ref=ref,
+            )
+        )
+        return True
 
     def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
         """The events this client's user may publish; the rest refused once per frame, by rule."""
@@ -405,25 +490,19 @@ class ClientSession(asyncio.Protocol):
                 )
             )
             return
-        rules = self.router.security.rules_for(self.identity)
-        refusal = (
-            rules.pattern_refusal(msg.pattern)
-            if rules is not None
-            else "not allowed to subscribe (no rule covers this user)"
-        )
-        if refusal is not None:
-            self.send(
-                Error(
-                    code="permission-denied",
-                    message=f"user {self.identity.user!r} is {refusal}",
-                    ref=msg.sub_id,
-                )
-            )
+        if self._pattern_refused(msg.pattern, msg.sub_id):
             return
-        assert rules is not None
-        sub = SessionSubscriber(
-            self, msg.sub_id, None if rules.subscribe_any else rules.may_receive, msg.overflow
-        )
+        # The types its user may receive, by the rules in force at each event.
+        gate = self.router.security
+        receives = gate.receive_filter(self.identity)
+        sub = SessionSubscriber(self, msg.sub_id, receives, msg.overflow)
+        rules = gate.rules_for(self.identity)
+        if receives is not None and rules is not None and not rules.subscribe_any:
+            sub.scope = rules.subscribe  # pattern code runs over these types only
+        if receives is not None and self.router.engine.tier(msg.pattern) != PREDICATE_TIER:
+            # Pattern code saw events by the scope of its subscribe: when the rules change
+            # it, the subscription ends at its next event (subscribing again takes the new).
+            sub.receives = _ScopeCheck(self, sub, gate, receives)
         try:
             self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
@@ -545,6 +624,17 @@ class ClientSession(asyncio.Protocol):
         if not self._dirty:
             self._dirty = True
             self.router.dispatcher.queued(self)
+
+    def scope_changed(self, sub: SessionSubscriber) -> None:
+        """The permissions changed what *sub*'s pattern code may see: end it, saying why."""
+        if self.subscriptions.get(sub.sub_id) is not sub:
+            return
+        self.router.remove_subscription(sub)
+        self.pattern_failed(
+            sub.sub_id,
+            "permission-denied",
+            "the permissions changed the event types this pattern may see: subscribe again",
+        )
 
     def pattern_failed(self, sub_id: int, code: str, message: str) -> None:
         if self.subscriptions.pop(sub_id, None) is not None:

@@ -13,6 +13,13 @@ from support import mesh, wait_for
 from aa.client import Client
 from aa.mesh import PatternSpec, RemoteError, UnknownCache
 from aa.router import CacheConfig, ExpiryPolicy, Router
+from aa.router.caches import cache_key
+
+
+def key(client_id: str) -> str:
+    """The router's key of an anonymous TCP client's cache (its user and its client id)."""
+    return cache_key("anonymous", client_id)
+
 
 SWEEP_FAST = CacheConfig(sweep_interval=0.02)
 
@@ -54,30 +61,30 @@ async def test_policy_clear_remove_and_unknown_cache(router: Router, open_client
     assert info["max_count"] == 2 and info["size"] == 2
     assert [e.values["i"] for e in await c.cache_fetch()] == [3, 4]
     await c.cache_clear()
-    assert await c.cache_fetch() == [] and "c1" in router.caches
+    assert await c.cache_fetch() == [] and key("c1") in router.caches
     assert await c.cache_remove() is True
-    assert "c1" not in router.caches
+    assert key("c1") not in router.caches
     with pytest.raises(UnknownCache):
-        router.caches.info("c1")
+        router.caches.info(key("c1"))
 
 
 async def test_the_cache_is_replicated_and_found_through_another_router(two, open_client) -> None:
     a, b = two
     phone = await open_client(a, "phone")
     await phone.cache_register("Temperature > 30", max_count=50)
-    await wait_for(lambda: "phone" in b.caches)
+    await wait_for(lambda: key("phone") in b.caches)
     await phone.aclose()
     for t in (20, 35, 40):
         a.publish({"Temperature": t})  # floods to b: both caches take 35 and 40
-    await wait_for(lambda: b.caches.info("phone").size == 2)
+    await wait_for(lambda: b.caches.info(key("phone")).size == 2)
     phone = await open_client(b, "phone")  # comes back through the other router
     got = await phone.cache_fetch()
     assert [e.values["Temperature"] for e in got] == [35, 40]
     await phone.cache_ack()
-    await wait_for(lambda: a.caches.info("phone").size == 0)  # the ack flooded, by event id
+    await wait_for(lambda: a.caches.info(key("phone")).size == 0)  # the ack flooded, by event id
     b.publish({"Temperature": 50})
-    await wait_for(lambda: a.caches.info("phone").size == 1)
-    assert [e.values["Temperature"] for e in a.caches.fetch("phone").events] == [50]
+    await wait_for(lambda: a.caches.info(key("phone")).size == 1)
+    assert [e.values["Temperature"] for e in a.caches.fetch(key("phone")).events] == [50]
 
 
 async def test_policy_clear_and_remove_flood(two) -> None:
@@ -121,12 +128,12 @@ async def test_lapsed_keepalive_removes_the_cache_everywhere(two, open_client) -
     gone = await open_client(a, "gone")
     await live.cache_register("True", timeout=0.6)  # keep-alives every 0.2 s
     await gone.cache_register("True", timeout=0.6)
-    await wait_for(lambda: "live" in b.caches and "gone" in b.caches)
+    await wait_for(lambda: key("live") in b.caches and key("gone") in b.caches)
     await gone.aclose()  # no more keep-alives from it
-    await wait_for(lambda: "gone" not in a.caches and "gone" not in b.caches)
+    await wait_for(lambda: key("gone") not in a.caches and key("gone") not in b.caches)
     # Meanwhile the live client's keep-alives flooded and kept its cache on both routers.
     assert b.caches.counters["received_keepalive"] >= 2
-    assert "live" in a.caches and "live" in b.caches
+    assert key("live") in a.caches and key("live") in b.caches
 
 
 async def test_a_router_that_lost_the_cache_gets_it_again_from_the_client(
@@ -134,9 +141,9 @@ async def test_a_router_that_lost_the_cache_gets_it_again_from_the_client(
 ) -> None:
     c = await open_client(router, "c")
     await c.cache_register("x > 1", max_count=5, timeout=60)
-    router.caches.remove("c")  # as if it lapsed here, or the router restarted
+    router.caches.remove(key("c"))  # as if it lapsed here, or the router restarted
     info = await c.cache_keepalive()
-    assert "c" in router.caches and info["max_count"] == 5 and info["pattern"] == "x > 1"
+    assert key("c") in router.caches and info["max_count"] == 5 and info["pattern"] == "x > 1"
 
 
 async def test_blocking_client_cache_calls(router: Router) -> None:

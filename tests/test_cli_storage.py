@@ -19,6 +19,7 @@ from support import wait_for
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import UsageError
 from aa.router import EventLogConfig, Router, RouterConfig
+from aa.router.caches import cache_key
 from aa.tools.cli import build_parser, main
 from aa.tools.router_cmd import config_from_args
 
@@ -119,7 +120,7 @@ async def test_cache_commands(drouter: Router, tmp_path: Path) -> None:
     assert code == 0, err
     assert json.loads(out)["max_count"] == 10
     kept = (tmp_path / "config" / "aa" / "client-id").read_text().strip()
-    assert kept in drouter.caches  # the stable id, made once
+    assert cache_key("anonymous", kept) in drouter.caches  # the stable id, made once
     for x in (1, 2, 3):
         drouter.publish({"x": x})
     code, out, err = await run_aa("cache", "get", *ep, "--json", env=env)
@@ -132,7 +133,7 @@ async def test_cache_commands(drouter: Router, tmp_path: Path) -> None:
     code, out, err = await run_aa("cache", "mesh", *ep, "--since", "1h", "x > 2", env=env)
     assert code == 0 and out.startswith("(historical) x=3"), (out, err)
     code, out, err = await run_aa("cache", "remove", *ep, env=env)
-    assert code == 0 and "removed" in out and kept not in drouter.caches
+    assert code == 0 and "removed" in out and cache_key("anonymous", kept) not in drouter.caches
     code, _, err = await run_aa("cache", "get", *ep, "--client-id", "someone-else", env=env)
     assert code == 1 and "aa cache register" in err
 

@@ -229,8 +229,10 @@ PUBLIC: dict[str, list[str]] = {
         "MESH_CACHE_MAX_EVENTS",
         "MeshCache",
         "approx_size",
+        "cache_key",
         "encode_events",
         "equality_of",
+        "owner_of",
     ],
     "aa.router.eventlog": [
         "Chunk",
@@ -280,6 +282,7 @@ PUBLIC: dict[str, list[str]] = {
         "SandboxLimits",
         "WORKER_TIER",
         "WorkerConfig",
+        "admits",
         "pattern_warnings",
     ],
     "aa.router.quench": [

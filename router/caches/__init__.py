@@ -14,6 +14,7 @@ once per batch (`aa.router.sinks`).
 
 from .cacheconfig import CACHE_SWEEP_INTERVAL, CACHE_SYNC_INTERVAL, CacheConfig
 from .cacheindex import CacheIndex, equality_of
+from .cacherequests import cache_key, owner_of
 from .cacheservice import CACHE_TOPIC, ClientCacheService
 from .cachesync import CACHE_SYNC_TOPIC, CacheSync
 from .clientcaches import MAX_CLIENT_CACHES, MAX_EVENTS_PER_CACHE, CacheInfo, ClientCaches, Fetched
@@ -43,6 +44,8 @@ __all__ = [
     "MESH_CACHE_MAX_EVENTS",
     "MeshCache",
     "approx_size",
+    "cache_key",
     "encode_events",
     "equality_of",
+    "owner_of",
 ]

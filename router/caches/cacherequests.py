@@ -33,7 +33,7 @@ from .clientcaches import Fetched
 if TYPE_CHECKING:
     from .cacheservice import ClientCacheService
 
-__all__ = ["handle_request", "marked", "MAX_ANSWER_BACKLOG"]
+__all__ = ["handle_request", "marked", "cache_key", "owner_of", "MAX_ANSWER_BACKLOG"]
 
 #: Bytes of unread answers (and deliveries) a client may have waiting before its next cache
 #: request is refused with "busy": a few answer pages.
@@ -84,9 +84,32 @@ def _answer_later(
     task.add_done_callback(self.queries.discard)
 
 
-def handle_request(self: ClientCacheService, session: ClientPort, msg: Message) -> None:
-    """A storage request of *session*'s client: the mesh cache (`GetCached`), or its own
-    client cache (the session's id)."""
+def cache_key(owner: str, client_id: str) -> str:
+    """The key of *owner*'s client cache for *client_id*: ``owner/client_id``. A user name
+    holds no ``/`` (`aa.router.security`), so the key names its owner unambiguously, travels
+    with every flood of the cache (the owner is part of it) and no client id one user picks
+    reaches another user's cache."""
+    return f"{owner}/{client_id}"
+
+
+def owner_of(key: str) -> str | None:
+    """The user a TCP client cache *key* belongs to (None: not such a key)."""
+    owner, slash, _ = key.partition("/")
+    return owner if slash else None
+
+
+def handle_request(
+    self: ClientCacheService,
+    session: ClientPort,
+    msg: Message,
+    *,
+    owner: str | None = None,
+    receives: Callable[[str | None], bool] | None = None,
+) -> None:
+    """A storage request of *session*'s client: the mesh cache (`GetCached`: only what
+    *receives* admits, when given), or its own client cache — *owner*'s cache for the
+    session's client id (`cache_key`); without an owner, the client id alone (in-process
+    callers)."""
     req: int = msg.req  # type: ignore[attr-defined]
     if session.backlog > MAX_ANSWER_BACKLOG:
         # A client that asks and does not read must not make us hold its answers: each
@@ -98,7 +121,12 @@ def handle_request(self: ClientCacheService, session: ClientPort, msg: Message) 
         return
     if type(msg) is GetCached:
         try:
-            events = self.cached(msg.pattern, since=msg.since, limit=msg.limit)  # type: ignore[attr-defined]
+            events = self.cached(
+                msg.pattern,  # type: ignore[attr-defined]
+                since=msg.since,  # type: ignore[attr-defined]
+                limit=msg.limit,  # type: ignore[attr-defined]
+                receives=receives,
+            )
             if not isinstance(events, list):  # pattern code: answered once its worker did
                 _answer_later(self, session, req, events)
                 return
@@ -112,7 +140,8 @@ def handle_request(self: ClientCacheService, session: ClientPort, msg: Message) 
             session, events, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial)
         )
         return
-    client_id = session.client_id or "?"
+    shown = session.client_id or "?"
+    client_id = shown if owner is None else cache_key(owner, shown)
     kind = type(msg)
     try:
         if kind is CacheRegister:
@@ -120,10 +149,12 @@ def handle_request(self: ClientCacheService, session: ClientPort, msg: Message) 
             self.register(client_id, msg.pattern, policy, msg.timeout)  # type: ignore[attr-defined]
         elif kind is CacheKeepalive:
             if not self.keepalive(client_id):
-                raise UnknownCache(f"no event cache is registered for client {client_id!r}")
+                raise UnknownCache(f"no event cache is registered for client {shown!r}")
         elif kind is CacheFetch:
             self.keepalive(client_id)
             got = self.fetch(client_id, after=msg.after, limit=msg.limit)  # type: ignore[attr-defined]
+            if owner is not None:  # what its owner may receive now (the rules may have changed)
+                got = _receivable(got, receives)
             _send_events(session, req, got)
             return
         elif kind is CacheAck:
@@ -138,14 +169,14 @@ def handle_request(self: ClientCacheService, session: ClientPort, msg: Message) 
             self.clear(client_id)
         elif kind is CacheRemove:
             session.send(
-                CacheDone(req=req, info={"client_id": client_id, "removed": self.remove(client_id)})
+                CacheDone(req=req, info={"client_id": shown, "removed": self.remove(client_id)})
             )
             return
         elif kind is GetCacheInfo:
             self.keepalive(client_id)
         else:
             raise UsageError(f"not a cache request: {msg.kind!r}")
-        session.send(CacheDone(req=req, info=_info_map(self, client_id)))
+        session.send(CacheDone(req=req, info=_info_map(self, client_id, shown)))
     except InvalidPolicy as exc:
         session.send(Error(code="invalid-policy", message=str(exc), ref=req))
     except UnknownCache as exc:
@@ -156,15 +187,26 @@ def handle_request(self: ClientCacheService, session: ClientPort, msg: Message) 
         session.send(Error(code="bad-request", message=str(exc), ref=req))
 
 
-def _info_map(self: ClientCacheService, client_id: str) -> dict[str, Any]:
+def _info_map(self: ClientCacheService, client_id: str, shown: str) -> dict[str, Any]:
     info = self._caches.info(client_id)
     return {
-        "client_id": client_id,
+        "client_id": shown,
         "timeout": info.timeout,
         "size": info.size,
         "pattern": self._specs[client_id].source,
         **_policy_body(info.policy),
     }
+
+
+def _receivable(got: Fetched, receives: Callable[[str | None], bool] | None) -> Fetched:
+    """*got* without the events its owner may not receive (the cursor stays: acknowledging
+    past them is harmless)."""
+    if receives is None:
+        return got
+    events = [e for e in got.events if receives(e.type)]
+    if len(events) == len(got.events):
+        return got
+    return Fetched(events=events, cursor=got.cursor, more=got.more)
 
 
 def _send_events(session: ClientPort, req: int, got: Fetched) -> None:

@@ -525,12 +525,18 @@ class ClientCacheService:
     # -- requests from TCP clients ----------------------------------------------------------
 
     def cached(
-        self, pattern: str | PatternSpec, *, since: datetime | None = None, limit: int | None = None
+        self,
+        pattern: str | PatternSpec,
+        *,
+        since: datetime | None = None,
+        limit: int | None = None,
+        receives: Callable[[str | None], bool] | None = None,
     ) -> list[Event] | Awaitable[list[Event]]:
         """Mesh-cached events *pattern* matches (time at or after *since*), oldest first, at
-        most *limit*; marked historical. For pattern code, which runs only in a worker, an
-        awaitable of them (`cacherequests` answers it when the worker has). Raises
-        `PatternError`, `UsageError`."""
+        most *limit*; marked historical. With *receives*, the pattern sees only the events
+        of the types it admits (the asking user's): they are left out before it runs. For
+        pattern code, which runs only in a worker, an awaitable of them (`cacherequests`
+        answers it when the worker has). Raises `PatternError`, `UsageError`."""
         since = check_since(since)
         if self.mesh_cache is None:
             return []
@@ -538,7 +544,16 @@ class ClientCacheService:
         self._flush_cache()
         select = getattr(match, "select", None)
         if select is not None:
-            return marked(select, self.mesh_cache.query(None, since=since), limit)
+            seen = self.mesh_cache.query(None, since=since)
+            if receives is not None:
+                seen = [e for e in seen if receives(e.type)]
+            return marked(select, seen, limit)
+        if receives is not None:
+            inner = match
+
+            def match(event: Event) -> bool:
+                return receives(event.type) and inner(event)
+
         return [mark_historical(e) for e in self.mesh_cache.query(match, since=since, limit=limit)]
 
     @property
@@ -551,7 +566,15 @@ class ClientCacheService:
         """Whether the caches take dispatched events (only while a cache exists)."""
         return self._sink_on
 
-    def handle_request(self, session: ClientPort, msg: Message) -> None:
+    def handle_request(
+        self,
+        session: ClientPort,
+        msg: Message,
+        *,
+        owner: str | None = None,
+        receives: Callable[[str | None], bool] | None = None,
+    ) -> None:
         """A storage request of *session*'s client: the mesh cache (`GetCached`), or its own
-        client cache (the session's id). See `aa.router.caches.cacherequests`."""
-        handle_request(self, session, msg)
+        client cache (*owner*'s for the session's client id); only what *receives* admits
+        is answered. See `aa.router.caches.cacherequests`."""
+        handle_request(self, session, msg, owner=owner, receives=receives)

@@ -86,6 +86,7 @@ from .advice import pattern_warnings
 from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
 from .limits import Delivery, HostFacts, SandboxLimits
 from .patternset import PatternSet
+from .scope import admits
 from .workers import WorkerConfig
 
 __all__ = [
@@ -99,5 +100,6 @@ __all__ = [
     "WORKER_TIER",
     "SandboxLimits",
     "WorkerConfig",
+    "admits",
     "pattern_warnings",
 ]

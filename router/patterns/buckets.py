@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -96,13 +96,20 @@ Members = Member | dict[Hashable, Member]
 
 
 class Instance:
-    __slots__ = ("spec_key", "program", "buckets", "remote", "run")
+    __slots__ = ("spec_key", "program", "buckets", "remote", "run", "receives")
 
     def __init__(
-        self, spec_key: tuple[str, str, str], program: Program, remote: bool = False
+        self,
+        spec_key: tuple[Any, ...],
+        program: Program,
+        remote: bool = False,
+        receives: Callable[[str | None], bool] | None = None,
     ) -> None:
         self.spec_key = spec_key
         self.program = program
+        #: The event types pattern code of this instance may see (its subscribers' scope,
+        #: `scope.py`); None: any. Events of other types never reach it.
+        self.receives = receives
         #: params key → bucket: the Bucket alone, or a dict (see `_Alone`).
         self.buckets: Bucket | dict[Any, Bucket] = {}
         #: Matched in a worker process (`workers`): `match` skips it here.

@@ -53,6 +53,7 @@ from .limits import Delivery, HostFacts, SandboxLimits
 from .predicates import Plan, PredicateProgram
 from .python_kernel import ExprProgram, ScriptProgram
 from .sandbox import Sandbox
+from .scope import scope_filter
 from .workers import (
     MAX_STOP_MESSAGE,
     RemoteProgram,
@@ -117,21 +118,36 @@ class PatternEngine:
         self._xml = XmlCache()
         self._on_failure = on_failure
         self._subs: dict[Hashable, Member] = {}
-        self._instances: dict[tuple[str, str, str], Instance] = {}
+        #: (kernel, format, source), and the scope after them for scoped pattern code.
+        self._instances: dict[tuple[Any, ...], Instance] = {}
         self._stamp = 0
         self._seq = itertools.count()
 
     # -- subscribers -----------------------------------------------------------------------
 
     def subscribe(
-        self, key: Hashable, spec: PatternSpec, params: Mapping[str, Any] | None = None
+        self,
+        key: Hashable,
+        spec: PatternSpec,
+        params: Mapping[str, Any] | None = None,
+        *,
+        scope: tuple[str, ...] | None = None,
     ) -> None:
         """Add subscriber *key* with pattern *spec* and its *params*.
+
+        *scope* (default: the key's ``scope`` attribute, if any) is the event types its
+        owner may receive (`scope.py`): pattern code of this subscriber runs only over those
+        (an instance of its own, shared with subscribers of the same scope); a predicate
+        delivers the event it matched, which the subscriber's delivery checks.
 
         Raises `UsageError` if *key* is already subscribed, `InvalidValue` for params outside
         the value model, and `PatternError` (code `pattern-compile` or `pattern-refused`) for
         a pattern that does not compile or breaks a sandbox rule.
         """
+        if scope is None:
+            scope = getattr(key, "scope", None)
+        if scope is not None and "*" in scope:
+            scope = None
         if key in self._subs:
             raise UsageError(f"subscriber {key!r} is already subscribed")
         own = (
@@ -139,8 +155,13 @@ class PatternEngine:
         )  # shared: replaced, never changed
         if own:  # (checked, and frozen below, only if there are any)
             check_values(own, "params")
-        spec_key = (spec.kernel, spec.format, spec.source)
+        spec_key: tuple[Any, ...] = (spec.kernel, spec.format, spec.source)
         instance = self._instances.get(spec_key)
+        if scope is not None and (
+            instance is None or not isinstance(instance.program, PredicateProgram)
+        ):
+            scoped = (*spec_key, tuple(scope))
+            instance = self._instances.get(scoped)
         plan = None
         if instance is None:
             if (
@@ -157,13 +178,16 @@ class PatternEngine:
                 program = (
                     RemoteProgram(spec) if remote and not prechecked(spec) else self._compile(spec)
                 )
-            instance = Instance(spec_key, program, remote)
-            self._instances[spec_key] = instance
+            if scope is not None and not isinstance(program, PredicateProgram):
+                instance = Instance(scoped, program, remote, scope_filter(scope))
+            else:
+                instance = Instance(spec_key, program, remote)
+            self._instances[instance.spec_key] = instance
         sub = Member(key, own, None, next(self._seq))  # type: ignore[arg-type]
         self._subs[key] = sub
         self._join(sub, instance, freeze(own) if own else (), None, plan)
         if instance.remote:
-            self._tier.subscribe(key, spec, own)
+            self._tier.subscribe(key, spec, own, None if instance.receives is None else scope)
 
     def unsubscribe(self, key: Hashable) -> None:
         """Remove subscriber *key* (no-op if unknown). A script's state goes with the last
@@ -352,7 +376,11 @@ class PatternEngine:
         if failures:
             budget.violation = None
         scripted: list[tuple[Bucket, Any]] = []
+        kind = event.type
         for bucket in self._scan:  # not changed during the walk: stops are deferred
+            receives = bucket.instance.receives
+            if receives is not None and not receives(kind):
+                continue  # outside its owners' scope: the pattern never sees it
             try:
                 result = bucket.run(bucket, event)
             except SandboxStop as stop:
@@ -414,6 +442,9 @@ class PatternEngine:
         program = bucket.instance.program
         if needs_names and not (_mentioned(program) & prototype.values.keys()):
             return False
+        receives = bucket.instance.receives
+        if receives is not None and not receives(prototype.type):
+            return False  # outside its owners' scope: never shown to the pattern
         if bucket.instance.remote:
             return True  # never run here: "may match" (`select`, quench dry-run it in its worker)
         try:
@@ -434,6 +465,9 @@ class PatternEngine:
         each (history replay); a worker's pattern is dry-run in its worker, awaited. Raises
         `UsageError` for an unknown key."""
         sub = self._subs.get(key)
+        receives = None if sub is None else sub.bucket.instance.receives
+        if receives is not None:
+            events = [e for e in events if receives(e.type)]
         if sub is not None and sub.bucket.instance.remote:
             return await self._tier.select(key, events)
         return [e for e in events if self.matches_prototype(key, e)]

@@ -355,6 +355,20 @@ class Gate:
         """Whether the CRL file changed since it was read (a `stat`; poll it every second)."""
         return self.config.crl is not None and self.crl.changed()
 
+    def receive_filter(self, identity: Identity) -> Callable[[str | None], bool] | None:
+        """Whether *identity*'s user may receive an event type, by the rules in force at each
+        call (a reload applies at the next event); None when nothing can ever be refused
+        (no permissions file: a reload keeps everything allowed)."""
+        if self.permissions.path is None:
+            return None
+        user = identity.user
+
+        def receives(type_: str | None) -> bool:
+            rules = self.permissions.rules_for(user)
+            return rules is not None and (rules.subscribe_any or rules.may_receive(type_))
+
+        return receives
+
 
 #: Seconds between two log lines about refusals from one source.
 REFUSAL_LOG_INTERVAL: Final = 60.0

@@ -37,16 +37,18 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from aa.mesh import PatternSpec, UsageError
 
+from ..patterns import admits
 from .tls import ANONYMOUS
 
 __all__ = ["Rules", "Permissions", "ALLOW_ALL", "PATTERN_KINDS"]
 
+#: The tier `patterns = "predicates"` admits (`aa.router.patterns.PREDICATE_TIER`).
+PREDICATE = "predicate"
 #: Values of `patterns`, from most to least allowed.
 PATTERN_KINDS = ("scripts", "predicates", "none")
 _LISTS = ("publish", "subscribe")
@@ -86,14 +88,30 @@ class Rules:
     def may_receive(self, type_: str | None) -> bool:
         return _allowed(self.subscribe, type_)
 
-    def pattern_refusal(self, spec: PatternSpec) -> str | None:
-        """Why this user may not subscribe *spec*, naming the rule; None when it may."""
+    def may_run(self, tier: str) -> bool:
+        """Whether this user's patterns may run in *tier* (`aa.router.patterns.PREDICATE_TIER`
+        is "predicate"; anything else is pattern code)."""
+        return self.patterns == "scripts" or (self.patterns == "predicates" and tier == PREDICATE)
+
+    def pattern_refusal(self, spec: PatternSpec, tier: str | None = None) -> str | None:
+        """Why this user may not subscribe *spec* (or query with it), naming the rule; None
+        when it may. *tier* is where the router would run it (`PatternEngine.tier`): under
+        ``patterns = "predicates"`` only what compiles to the predicate tier is admitted,
+        so no pattern code — lambdas, comprehensions, loops, XPath — runs for this user.
+        Without *tier* only scripts are known to be pattern code."""
         if not self.subscribe:
             return self.refusal("subscribe", "subscribe to anything")
         if self.patterns == "none":
             return self.refusal("patterns", "subscribe patterns")
-        if self.patterns == "predicates" and spec.format == "script":
-            return self.refusal("patterns", "register scripts, only predicate patterns")
+        if self.patterns == "predicates":
+            if spec.format == "script":
+                return self.refusal("patterns", "register scripts, only predicate patterns")
+            if spec.kernel != "python" or (tier is not None and tier != PREDICATE):
+                return self.refusal(
+                    "patterns",
+                    "run pattern code, only predicates (comparisons of values with constants, "
+                    "and/or/not, in, startswith...)",
+                )
         return None
 
     def refusal(self, rule: str, what: str) -> str:
@@ -115,9 +133,7 @@ class Rules:
 
 
 def _allowed(patterns: tuple[str, ...], type_: str | None) -> bool:
-    if type_ is None:
-        return "*" in patterns or "" in patterns
-    return any(fnmatchcase(type_, p) for p in patterns if p)
+    return admits(patterns, type_)  # one reading of type lists, for rules and pattern scopes
 
 
 #: The rules when there is no permissions file: everything.

@@ -171,7 +171,12 @@ class HistoryReplay:
         sent: set[str] = set()
         n = 0
 
+        # Only what its owner may receive is shown to the pattern (a script is dry-run).
+        receives = getattr(key, "receives", None)
+
         def match(event: Event) -> bool:
+            if receives is not None and not receives(event.type):
+                return False
             return matches(key, event)  # UsageError once unsubscribed
 
         trusted = Event.trusted
@@ -183,6 +188,8 @@ class HistoryReplay:
                 store.iterate(None if select else match, since=since, chunk=REPLAY_CHUNK)
             ):
                 if select is not None:
+                    if receives is not None:
+                        chunk = [e for e in chunk if receives(e.type)]
                     chunk = await select(key, chunk)
                 for start in range(0, len(chunk), REPLAY_FRAME):
                     if not key.active:

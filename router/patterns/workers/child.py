@@ -174,9 +174,11 @@ class Worker:
         client: str,
         kind: int = 0,
         state: bytes = b"",
+        scope: list[str] | None = None,
     ) -> None:
         """Place *wkey*'s pattern (with the *state* its pattern carried from probation,
-        `carry.py`: the bucket takes it if it has none yet)."""
+        `carry.py`: the bucket takes it if it has none yet), to run only over the event
+        types *scope* admits (None: any)."""
         self._placing = (iid, client)
         self.clients.setdefault(client, _Client(self.burst))
         _pack_slot(self.slot, 0, iid, _mono_ns(), self.compile_ns)
@@ -186,7 +188,9 @@ class Worker:
                 m = self.matchers[wkey] = self.engine.matcher(spec, params)
                 self.matcher_wkeys[id(m)] = wkey
             else:
-                self.engine.subscribe(wkey, spec, params)
+                self.engine.subscribe(
+                    wkey, spec, params, scope=None if scope is None else tuple(scope)
+                )
         except PatternError as exc:
             self.write(encode(["refused", wkey, exc.code, _short(str(exc))]))
             return

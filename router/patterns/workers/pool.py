@@ -123,10 +123,16 @@ class WorkerPool(Probation):
         params: Mapping[str, Any],
         client: str,
         kind: int = SUBSCRIBER,
+        *,
+        scope: tuple[str, ...] | None = None,
     ) -> None:
         """Place *key*'s pattern: a subscriber (`SUBSCRIBER`: its deliveries, to `key`), or a
-        standalone matcher (`MATCHER`: each event it accepts is delivered to `key` as is)."""
-        spec_key = (spec.kernel, spec.format, spec.source)
+        standalone matcher (`MATCHER`: each event it accepts is delivered to `key` as is).
+        With *scope* the worker runs it only over the event types the scope admits
+        (`aa.router.patterns.scope`), in an instance shared only with that scope."""
+        spec_key: tuple[Any, ...] = (spec.kernel, spec.format, spec.source)
+        if scope is not None:
+            spec_key = (*spec_key, tuple(scope))
         inst = self._instance_for(spec_key, freeze(dict(params)), client)
         if inst is None:
             probation = self.config.probation_count > 0
@@ -140,6 +146,7 @@ class WorkerPool(Probation):
         count(slot.clients, client, 1)
         self._client_slot.setdefault((client, slot.probation), slot)
         sub = Sub(key, next(self._wkeys), spec, dict(params), client, inst, kind)
+        sub.scope = None if scope is None else list(scope)
         self._subs[key] = sub
         self._by_wkey[sub.wkey] = sub
         inst.subs[sub.wkey] = sub
@@ -220,6 +227,7 @@ class WorkerPool(Probation):
                 sub.client,
                 sub.kind,
                 state,
+                sub.scope,
             ]
         )
 
@@ -511,7 +519,7 @@ class WorkerPool(Probation):
             and not spare.cancelled()
             and spare.exception() is None
         ):
-            for kernel, fmt, source in specs or {k for k, _ in self._instances}:
+            for kernel, fmt, source, *_scope in specs or {k for k, _ in self._instances}:
                 if (
                     kernel == "python" and len(source) <= PRECHECK_MAX_SOURCE
                 ):  # bounded work: no watchdog here

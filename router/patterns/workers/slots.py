@@ -24,7 +24,7 @@ SUBSCRIBER, MATCHER = 0, 1
 
 
 class Sub:
-    __slots__ = ("key", "wkey", "spec", "params", "client", "inst", "kind", "held")
+    __slots__ = ("key", "wkey", "spec", "params", "client", "inst", "kind", "held", "scope")
 
     def __init__(
         self,
@@ -48,6 +48,8 @@ class Sub:
         #: Its params as its worker holds them (frozen): they change when the update is
         #: sent, not when it is queued, so a kill blames the bucket the worker was running.
         self.held: Any = None
+        #: The event types its pattern may see (`aa.router.patterns.scope`); None: any.
+        self.scope: list[str] | None = None
 
 
 class Inst:

@@ -65,9 +65,16 @@ class WorkerTier:
             self.pool = WorkerPool(**self._args)
         return self.pool
 
-    def subscribe(self, key: Hashable, spec: PatternSpec, params: dict[str, Any]) -> None:
+    def subscribe(
+        self,
+        key: Hashable,
+        spec: PatternSpec,
+        params: dict[str, Any],
+        scope: tuple[str, ...] | None = None,
+    ) -> None:
+        """Place *key*'s pattern in a worker; it runs only over events *scope* admits."""
         client = getattr(key, "client_id", None) or key  # the placement unit (`pool.py`)
-        self.open().subscribe(key, spec, params, str(client))
+        self.open().subscribe(key, spec, params, str(client), scope=scope)
 
     def matcher(self, spec: PatternSpec, params: dict[str, Any]) -> RemoteMatcher:
         """A standalone matcher for *spec* that runs only in a worker (`RemoteMatcher`)."""
