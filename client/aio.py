@@ -52,6 +52,7 @@ from aa.mesh.protocol import (
     Message,
     Missed,
     PatternFailed,
+    PatternRaised,
     Ping,
     Pong,
     Routers,
@@ -329,6 +330,10 @@ class AsyncClient(QuenchClient, CacheClient):
             sub = self._subs.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
                 sub.fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+        elif kind is PatternRaised:
+            sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
+            if sub is not None:
+                sub.pattern_raised(msg)  # type: ignore[arg-type]
         elif kind is Missed:
             sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
             if sub is not None:
@@ -461,11 +466,14 @@ class AsyncClient(QuenchClient, CacheClient):
         needs: Sequence[str] = (),
         overflow: str = "notify",
         on_missed: Callable[[int], None] | None = None,
+        on_error: Callable[[PatternRaised], None] | None = None,
     ) -> Subscription:
         """Register a pattern; events go to *callback* (a function or coroutine function), or
         iterate the `Subscription`. *needs*: the value names the pattern needs, for quenching
         (`aa.mesh.protocol.quench_messages`). *overflow*: when this client reads too slowly,
-        "notify" (events dropped, `on_missed(n)` told) or "disconnect". Raises `PatternError`
+        "notify" (events dropped, `on_missed(n)` told) or "disconnect". *on_error*: called
+        with a `PatternRaised` when the pattern raises while running (at most once a second;
+        without it, a warning is logged; `Subscription.errors` counts). Raises `PatternError`
         (the router's reason), `AaTimeout` if no router answers."""
         spec = (
             pattern
@@ -486,6 +494,7 @@ class AsyncClient(QuenchClient, CacheClient):
             dict(history) if history else None,
             overflow=overflow,
             on_missed=on_missed,
+            on_error=on_error,
         )
         self._subs[sub_id] = sub
         try:

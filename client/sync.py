@@ -29,6 +29,7 @@ from concurrent.futures import Future
 from typing import Any, Final, TypeVar
 
 from aa.mesh import AaTimeout, ConnectionClosed, Event, PatternError, PatternSpec, RemoteError
+from aa.mesh.protocol import PatternRaised
 
 from .aio import AsyncClient
 from .caching import BlockingCacheClient
@@ -102,6 +103,16 @@ class Subscription:
     def warnings(self) -> tuple[str, ...]:
         """Why the pattern may never match, as the router said at subscribe."""
         return self._inner.warnings
+
+    @property
+    def errors(self) -> int:
+        """Runs of the pattern that raised, as the router told (it goes on running)."""
+        return self._inner.errors
+
+    @property
+    def last_error(self) -> PatternRaised | None:
+        """The router's latest notice of the pattern raising, or None."""
+        return self._inner.last_error
 
     def update(self, **params: Any) -> None:
         """Change the pattern's parameters; returns once the router applied them."""
@@ -268,9 +279,12 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         kernel: str = "python",
         history: Mapping[str, Any] | None = None,
         needs: Sequence[str] = (),
+        on_error: Callable[[PatternRaised], None] | None = None,
     ) -> Subscription:
         """Register a pattern. With *callback*, it is called (in the client's thread) for each
-        event; without, iterate the returned subscription. Raises `PatternError`."""
+        event; without, iterate the returned subscription. *on_error*: called (in the client's
+        thread) with a `PatternRaised` when the pattern raises while running, at most once a
+        second (`Subscription.errors` counts them). Raises `PatternError`."""
         q: queue.SimpleQueue[Event | None] | None = None
         cb = callback
         if cb is None:
@@ -289,6 +303,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
                 kernel=kernel,
                 history=history,
                 needs=needs,
+                on_error=on_error,
             )
             if q is not None:  # its end (the router stopping the pattern too) ends the iteration
                 inner.on_finish = functools.partial(q.put, None)

@@ -152,6 +152,7 @@ PUBLIC: dict[str, list[str]] = {
         "OVERFLOW_MODES",
         "PROTOCOL_VERSION",
         "PatternFailed",
+        "PatternRaised",
         "PatternSpec",
         "PeerHello",
         "PeerRouters",
@@ -271,6 +272,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "aa.router.patterns": [
         "Delivery",
+        "ErrorNotice",
         "HostFacts",
         "Matcher",
         "PREDICATE_TIER",

@@ -224,7 +224,9 @@ def subscribe(args: argparse.Namespace) -> int:
             else None
         )
         with open_client(args, "aa subscribe") as client:
-            sub = client.subscribe(spec, params=params, history=history, needs=args.needs)
+            sub = client.subscribe(
+                spec, params=params, history=history, needs=args.needs, on_error=_raised
+            )
             for warning in sub.warnings:  # a name no event has had, a bare name meant as text
                 print(f"aa subscribe: warning: {warning}", file=sys.stderr, flush=True)
             if args.verbose_tier:
@@ -250,6 +252,11 @@ def subscribe(args: argparse.Namespace) -> int:
     except AaError as exc:
         return fail(explain(exc))
     return 0
+
+
+def _raised(notice: Any) -> None:
+    """The router says the pattern raised (at most once a second): one line on stderr."""
+    print(f"aa subscribe: the pattern raised: {notice}", file=sys.stderr, flush=True)
 
 
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:
