@@ -166,11 +166,16 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         timeout: float | None = None,
         exit_timeout: float = EXIT_TIMEOUT,
         on_error: Callable[[RemoteError], None] | None = None,
+        on_disconnect: Callable[[str], None] | None = None,
+        on_reconnect: Callable[[str], None] | None = None,
     ) -> None:
         """*exit_timeout*: seconds the program's exit waits for a router to acknowledge what
         this client was given, if it was not closed (0: do not wait; see the module docstring).
         *on_error*: called (in the client's thread) with what a router says went wrong outside
-        any request, such as a persisted event it did not keep; without it, logged."""
+        any request, such as a persisted event it did not keep; without it, logged.
+        *on_disconnect*, *on_reconnect*: called (in the client's thread) with the router's
+        endpoint when the connection is lost, and when it is back (subscriptions registered
+        again); without them, logged."""
         self.exit_timeout = exit_timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -183,7 +188,13 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
 
         async def make() -> AsyncClient:
             return AsyncClient(
-                routers, config=config, client_id=client_id, name=name, on_error=on_error
+                routers,
+                config=config,
+                client_id=client_id,
+                name=name,
+                on_error=on_error,
+                on_disconnect=on_disconnect,
+                on_reconnect=on_reconnect,
             )
 
         self._async = self._call(make())

@@ -21,6 +21,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from aa.mesh import PatternSpec, RemoteError
 
 __all__ = ["add_parsers"]
@@ -223,7 +225,12 @@ def subscribe(args: argparse.Namespace) -> int:
             if args.history
             else None
         )
-        with open_client(args, "aa subscribe") as client:
+        with open_client(
+            args,
+            "aa subscribe",
+            on_disconnect=_say("disconnected from {}; reconnecting"),
+            on_reconnect=_say("reconnected to {}"),
+        ) as client:
             sub = client.subscribe(
                 spec, params=params, history=history, needs=args.needs, on_error=_raised
             )
@@ -252,6 +259,15 @@ def subscribe(args: argparse.Namespace) -> int:
     except AaError as exc:
         return fail(explain(exc))
     return 0
+
+
+def _say(text: str) -> Callable[[str], None]:
+    """A connection callback that prints *text* (with the router's endpoint) on stderr."""
+
+    def say(endpoint: str) -> None:
+        print(f"aa subscribe: {text.format(endpoint)}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def _raised(notice: Any) -> None:
