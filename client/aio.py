@@ -52,6 +52,7 @@ from aa.mesh.protocol import (
     Message,
     Missed,
     PatternFailed,
+    PatternRaised,
     Ping,
     Pong,
     Routers,
@@ -90,9 +91,18 @@ class AsyncClient(QuenchClient, CacheClient):
         client_id: str | None = None,
         name: str | None = None,
         on_error: Callable[[RemoteError], None] | None = None,
+        on_disconnect: Callable[[str], None] | None = None,
+        on_reconnect: Callable[[str], None] | None = None,
     ) -> None:
         #: Called with a router's error outside any request (a publish not kept); else logged.
         self.on_error = on_error
+        #: Called with the router's endpoint when the connection to it is lost (the client
+        #: reconnects by itself: fail-over), and when connected again after such a loss (the
+        #: subscriptions are registered again; live events published meanwhile are not
+        #: delivered unless a subscription asked for history). Else logged at info level.
+        self.on_disconnect = on_disconnect
+        self.on_reconnect = on_reconnect
+        self._lost_at: float | None = None  # when the last connection was lost
         if config is None:
             if isinstance(routers, str):
                 routers = [routers]
@@ -210,7 +220,13 @@ class AsyncClient(QuenchClient, CacheClient):
                 self._refusals.note(
                     endpoint, exc, () if self.config.discovering else self.known_routers
                 )
-                retry = peers.record_failure(endpoint, time.monotonic())
+                now = time.monotonic()
+                fast = self._lost_at is not None and now - self._lost_at < (
+                    self.config.retry_fast_period
+                )
+                retry = peers.record_failure(
+                    endpoint, now, cap=self.config.retry_fast_max if fast else None
+                )
                 log.info(
                     "router %s unavailable: %s; %s",
                     endpoint,
@@ -227,6 +243,9 @@ class AsyncClient(QuenchClient, CacheClient):
             self._bye = False
             self._link = link
             self._on_connected()
+            if self._lost_at is not None:
+                self._lost_at = None
+                self._tell(self.on_reconnect, endpoint, "reconnected to %s")
             lost_wait = asyncio.ensure_future(link.lost)
             while not lost_wait.done():
                 await asyncio.wait([lost_wait], timeout=self.config.alternatives_interval)
@@ -246,13 +265,24 @@ class AsyncClient(QuenchClient, CacheClient):
             self._mesh_waiters.clear()
             if self._closing:
                 return
+            self._lost_at = now = time.monotonic()
+            self._tell(self.on_disconnect, endpoint, "disconnected from %s")
             if self._bye:
-                peers.record_closed(endpoint, time.monotonic())  # it said goodbye: no penalty
+                peers.record_closed(endpoint, now)  # it said goodbye: no penalty
                 log.info("router %s closed; failing over", endpoint)
             else:
                 # Poisoned; a link that stayed up `stable_after` had its failures forgiven.
-                peers.record_failure(endpoint, time.monotonic())
+                peers.record_failure(endpoint, now, cap=self.config.retry_fast_max)
                 log.info("lost router %s; failing over", endpoint)
+
+    def _tell(self, callback: Callable[[str], None] | None, endpoint: str, text: str) -> None:
+        if callback is None:
+            log.info(text, endpoint)  # (a fail-over is the library's business, not an error)
+            return
+        try:
+            callback(endpoint)
+        except Exception:
+            log.exception("client callback for %s failed", endpoint)
 
     def _found(self, info: RouterInfo) -> None:
         """Discovery heard a router (or reports a configured endpoint)."""
@@ -329,6 +359,10 @@ class AsyncClient(QuenchClient, CacheClient):
             sub = self._subs.pop(msg.sub_id, None)  # type: ignore[attr-defined]
             if sub is not None:
                 sub.fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+        elif kind is PatternRaised:
+            sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
+            if sub is not None:
+                sub.pattern_raised(msg)  # type: ignore[arg-type]
         elif kind is Missed:
             sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
             if sub is not None:
@@ -461,11 +495,14 @@ class AsyncClient(QuenchClient, CacheClient):
         needs: Sequence[str] = (),
         overflow: str = "notify",
         on_missed: Callable[[int], None] | None = None,
+        on_error: Callable[[PatternRaised], None] | None = None,
     ) -> Subscription:
         """Register a pattern; events go to *callback* (a function or coroutine function), or
         iterate the `Subscription`. *needs*: the value names the pattern needs, for quenching
         (`aa.mesh.protocol.quench_messages`). *overflow*: when this client reads too slowly,
-        "notify" (events dropped, `on_missed(n)` told) or "disconnect". Raises `PatternError`
+        "notify" (events dropped, `on_missed(n)` told) or "disconnect". *on_error*: called
+        with a `PatternRaised` when the pattern raises while running (at most once a second;
+        without it, a warning is logged; `Subscription.errors` counts). Raises `PatternError`
         (the router's reason), `AaTimeout` if no router answers."""
         spec = (
             pattern
@@ -486,6 +523,7 @@ class AsyncClient(QuenchClient, CacheClient):
             dict(history) if history else None,
             overflow=overflow,
             on_missed=on_missed,
+            on_error=on_error,
         )
         self._subs[sub_id] = sub
         try:

@@ -91,6 +91,11 @@ class ClientConfig:
     retry_base: float = 0.2
     #: Longest retry interval, seconds.
     retry_max: float = 30.0
+    #: Longest retry interval in the first `retry_fast_period` seconds after the connection
+    #: to a router was lost: a router restarting (an upgrade, a reboot) is back within
+    #: seconds, and its subscribers should be too; only a long outage backs off further.
+    retry_fast_max: float = 2.0
+    retry_fast_period: float = 60.0
     #: Seconds between asking the router for alternative routers.
     alternatives_interval: float = 30.0
     #: Events kept unacknowledged before publishing waits.
@@ -140,6 +145,8 @@ class ClientConfig:
             "request_timeout",
             "retry_base",
             "retry_max",
+            "retry_fast_max",
+            "retry_fast_period",
             "alternatives_interval",
         ):
             if getattr(self, name) <= 0:

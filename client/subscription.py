@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aa.mesh import ConnectionClosed, Event, EventQueue, PatternError, PatternSpec
-from aa.mesh.protocol import Subscribe
+from aa.mesh.protocol import PatternRaised, Subscribe
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
@@ -43,6 +43,7 @@ class Subscription:
         *,
         overflow: str = "notify",
         on_missed: Callable[[int], None] | None = None,
+        on_error: Callable[[PatternRaised], None] | None = None,
     ) -> None:
         self.client = client
         #: "notify" (the router drops what this client cannot take, and says how many) or
@@ -55,6 +56,12 @@ class Subscription:
         self.tier: str | None = None
         self.warnings: tuple[str, ...] = ()
         self._on_missed = on_missed
+        #: Runs of the pattern that raised (it goes on: for that event it did not match),
+        #: as the router told, and its latest notice (`PatternRaised`: error, line, text,
+        #: count since the notice before).
+        self.errors = 0
+        self.last_error: PatternRaised | None = None
+        self._on_error = on_error
         self.id = sub_id
         self.pattern = spec
         self.params = params
@@ -115,6 +122,19 @@ class Subscription:
                 count,
                 self.missed,
             )
+
+    def pattern_raised(self, notice: PatternRaised) -> None:
+        """The router says the pattern raised (at most once a second, counting the rest).
+        Counted in `errors`; `on_error(notice)` is called, or a warning logged."""
+        self.errors += notice.count
+        self.last_error = notice
+        if self._on_error is not None:
+            try:
+                self._on_error(notice)
+            except Exception:
+                log.exception("subscription %d: on_error failed", self.id)
+        else:
+            log.warning("subscription %d: the pattern raised: %s", self.id, notice)
 
     def fail(self, error: PatternError) -> None:
         self.failure = error

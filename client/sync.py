@@ -29,6 +29,7 @@ from concurrent.futures import Future
 from typing import Any, Final, TypeVar
 
 from aa.mesh import AaTimeout, ConnectionClosed, Event, PatternError, PatternSpec, RemoteError
+from aa.mesh.protocol import PatternRaised
 
 from .aio import AsyncClient
 from .caching import BlockingCacheClient
@@ -103,6 +104,16 @@ class Subscription:
         """Why the pattern may never match, as the router said at subscribe."""
         return self._inner.warnings
 
+    @property
+    def errors(self) -> int:
+        """Runs of the pattern that raised, as the router told (it goes on running)."""
+        return self._inner.errors
+
+    @property
+    def last_error(self) -> PatternRaised | None:
+        """The router's latest notice of the pattern raising, or None."""
+        return self._inner.last_error
+
     def update(self, **params: Any) -> None:
         """Change the pattern's parameters; returns once the router applied them."""
         self._client._call(self._inner.update(**params))
@@ -155,11 +166,16 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         timeout: float | None = None,
         exit_timeout: float = EXIT_TIMEOUT,
         on_error: Callable[[RemoteError], None] | None = None,
+        on_disconnect: Callable[[str], None] | None = None,
+        on_reconnect: Callable[[str], None] | None = None,
     ) -> None:
         """*exit_timeout*: seconds the program's exit waits for a router to acknowledge what
         this client was given, if it was not closed (0: do not wait; see the module docstring).
         *on_error*: called (in the client's thread) with what a router says went wrong outside
-        any request, such as a persisted event it did not keep; without it, logged."""
+        any request, such as a persisted event it did not keep; without it, logged.
+        *on_disconnect*, *on_reconnect*: called (in the client's thread) with the router's
+        endpoint when the connection is lost, and when it is back (subscriptions registered
+        again); without them, logged."""
         self.exit_timeout = exit_timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -172,7 +188,13 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
 
         async def make() -> AsyncClient:
             return AsyncClient(
-                routers, config=config, client_id=client_id, name=name, on_error=on_error
+                routers,
+                config=config,
+                client_id=client_id,
+                name=name,
+                on_error=on_error,
+                on_disconnect=on_disconnect,
+                on_reconnect=on_reconnect,
             )
 
         self._async = self._call(make())
@@ -268,9 +290,12 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         kernel: str = "python",
         history: Mapping[str, Any] | None = None,
         needs: Sequence[str] = (),
+        on_error: Callable[[PatternRaised], None] | None = None,
     ) -> Subscription:
         """Register a pattern. With *callback*, it is called (in the client's thread) for each
-        event; without, iterate the returned subscription. Raises `PatternError`."""
+        event; without, iterate the returned subscription. *on_error*: called (in the client's
+        thread) with a `PatternRaised` when the pattern raises while running, at most once a
+        second (`Subscription.errors` counts them). Raises `PatternError`."""
         q: queue.SimpleQueue[Event | None] | None = None
         cb = callback
         if cb is None:
@@ -289,6 +314,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
                 kernel=kernel,
                 history=history,
                 needs=needs,
+                on_error=on_error,
             )
             if q is not None:  # its end (the router stopping the pattern too) ends the iteration
                 inner.on_finish = functools.partial(q.put, None)

@@ -304,10 +304,34 @@ class HttpClients:
         return FeedPage(entries=_merge(lists), cursor=bound, more=bool(waiting), after=after)
 
     def ack(self, client: HttpClient, upto: int | str) -> int:
-        """Acknowledge a cursor or an event id in all the client's caches; the new floor
-        (the smallest of its caches')."""
-        floors = [self.caches.ack(client.cache_key(pid), upto) for pid in client.patterns]
-        return min(floors) if floors else (upto if type(upto) is int else 0)
+        """Acknowledge a cursor or an event id in all the client's caches: every entry up to
+        that position, whatever the patterns; the cursor now acknowledged.
+
+        An event id names one position in the router's one sequence, but only the caches of
+        the patterns that took the event hold it: it is turned into its cursor (found in a
+        cache that took it, a linear search as in `find`) and every cache is acknowledged up
+        to that cursor, so a pattern that did not take the event drops its earlier entries
+        too. An id no cache holds acknowledges nothing. The answer is the largest floor: each
+        cache's floor is the last entry it held up to the position, and what is in none of
+        them was acknowledged with it."""
+        keys = [client.cache_key(pid) for pid in client.patterns]
+        if type(upto) is str:
+            cursor = self._cursor_of(keys, upto)
+            if cursor is None:
+                floors = [self.caches.ack(key, upto) for key in keys]  # (nothing to drop)
+                return max(floors, default=0)
+            upto = cursor
+        floors = [self.caches.ack(key, upto) for key in keys]
+        return max(floors) if floors else (upto if type(upto) is int else 0)
+
+    def _cursor_of(self, keys: list[str], event_id: str) -> int | None:
+        """The cursor of event *event_id* in the first of the caches *keys* that holds it."""
+        for key in keys:
+            events = self.caches.fetch(key).events
+            for i in range(len(events) - 1, -1, -1):
+                if events[i].id == event_id:
+                    return self.caches.fetch(key, limit=i + 1).cursor
+        return None
 
     def find(self, client: HttpClient, event_id: str) -> tuple[Event, tuple[str, ...]] | None:
         """The event with id *event_id* among those kept for the client, and the patterns

@@ -306,9 +306,10 @@ class PeerTable:
         entry.connected_since = now
         self._useful(entry, now)
 
-    def record_failure(self, address: str, now: float) -> float | None:
+    def record_failure(self, address: str, now: float, *, cap: float | None = None) -> float | None:
         """Dialling *address* failed, or its connection broke: poison it — or forget it, if it
-        is not configured and has been of no use for `forget_after` seconds.
+        is not configured and has been of no use for `forget_after` seconds. *cap*: the next
+        attempt is at most this many seconds away (a client just after losing its router).
 
         Returns the monotonic time of the next attempt; None if the address is unknown, or
         now forgotten.
@@ -323,7 +324,8 @@ class PeerTable:
         entry.failures += 1
         entry.state = PeerState.POISONED
         entry.connected_since = None
-        entry.next_attempt = now + self.retry_delay(entry.failures)
+        delay = self.retry_delay(entry.failures)
+        entry.next_attempt = now + (delay if cap is None else min(delay, cap))
         return entry.next_attempt
 
     def record_closed(self, address: str, now: float) -> None:

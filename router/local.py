@@ -37,6 +37,11 @@ class LocalSubscription:
         #: Live events held while this subscription's history is replayed
         # (`aa.router.store.HistoryReplay`).
         self.held: Any = None
+        #: Runs of the pattern that raised, the latest notice of them, and who to tell
+        #: (`aa.router.patterns.ErrorNotice`: error, line, text, count).
+        self.errors = 0
+        self.last_error: Any = None
+        self.on_error: Callable[[Any], Any] | None = None
 
     # -- called by the router ---------------------------------------------------------------
 
@@ -60,6 +65,17 @@ class LocalSubscription:
             return
         assert self._queue is not None
         self._queue.put(event)
+
+    def pattern_erred(self, notice: Any) -> None:
+        """The pattern raised (`aa.router.patterns.ErrorNotice`): counted in `errors`, the
+        latest kept in `last_error`, and given to `on_error` if there is one."""
+        self.errors += notice.count
+        self.last_error = notice
+        if self.on_error is not None:
+            try:
+                self.on_error(notice)
+            except Exception:
+                log.exception("local subscription on_error failed")
 
     def pattern_failed(self, code: str, message: str) -> None:
         self.failure = PatternError(message, code=code)

@@ -47,7 +47,7 @@ from .dispatch import DISPATCH_STEP, Dispatcher
 from .eventlog import EventLog
 from .links import MeshService
 from .local import LocalSubscription
-from .patterns import HostFacts, PatternEngine, SandboxLimits
+from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits
 from .quench import QuenchService
 from .security import Gate, PartialFrames, router_id_for
 from .session import ClientSession
@@ -114,6 +114,7 @@ class Router:
             ),
             limits=SandboxLimits(time_budget=config.pattern_time_budget),
             on_failure=self._pattern_failed,
+            on_errors=self._pattern_erred,
             on_deliveries=self._worker_deliveries,
             workers=config.workers,
         )
@@ -646,6 +647,15 @@ class Router:
     def _flush_sinks(self) -> None:
         if self._sinks is not None:
             self._sinks.flush()
+
+    def _pattern_erred(self, keys: list[Hashable], notice: ErrorNotice) -> None:
+        """A pattern raised (rate-limited by the engine): its subscribers are told."""
+        self.counters["pattern_errors"] += notice.count
+        log.debug("pattern of %s raised: %s", keys[0], notice)
+        for key in keys:
+            told = getattr(key, "pattern_erred", None)
+            if told is not None:
+                told(notice)
 
     def _pattern_failed(self, keys: list[Hashable], code: str, message: str) -> None:
         self.counters["patterns_stopped"] += 1

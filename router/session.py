@@ -42,6 +42,7 @@ from aa.mesh.protocol import (
     Message,
     Missed,
     PatternFailed,
+    PatternRaised,
     Ping,
     Pong,
     Publish,
@@ -146,6 +147,19 @@ class SessionSubscriber:
 
     def pattern_failed(self, code: str, message: str) -> None:
         self.session.pattern_failed(self.sub_id, code, message)
+
+    def pattern_erred(self, notice: Any) -> None:
+        """The pattern raised (`aa.router.patterns.ErrorNotice`): tell the client."""
+        if self.active:
+            self.session.send(
+                PatternRaised(
+                    sub_id=self.sub_id,
+                    error=notice.error,
+                    count=notice.count,
+                    line=notice.line,
+                    text=notice.text,
+                )
+            )
 
     @property
     def client_id(self) -> str | None:

@@ -152,6 +152,7 @@ PUBLIC: dict[str, list[str]] = {
         "OVERFLOW_MODES",
         "PROTOCOL_VERSION",
         "PatternFailed",
+        "PatternRaised",
         "PatternSpec",
         "PeerHello",
         "PeerRouters",
@@ -273,6 +274,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "aa.router.patterns": [
         "Delivery",
+        "ErrorNotice",
         "HostFacts",
         "Matcher",
         "PREDICATE_TIER",

@@ -166,6 +166,32 @@ async def test_ack_drops_what_was_handled_and_after_polls_only_what_is_new() -> 
         assert bad.status_code == 422
 
 
+async def test_ack_by_event_id_covers_every_pattern_up_to_that_event() -> None:
+    """Two patterns, the acknowledged event taken by one of them only: the other's earlier
+    entries are acknowledged too, and the answer is that event's cursor."""
+    async with open_api() as (router, http):
+        c = await register(http, 'type == "k3" and N > 100', 'type == "k3"')
+        for n in (101, 2, 3):
+            router.publish({"N": n}, type="k3")
+        page = await feed_json(http, c)
+        assert [e["event"]["values"]["N"] for e in page["entries"]] == [101, 2, 3]
+        two = page["entries"][1]["event"]["id"]
+        r = await http.post(
+            f"/clients/{c['id']}/ack", json={"event": two}, headers=bearer(c["token"])
+        )
+        assert r.status_code == 200
+        left = await feed_json(http, c)
+        assert [e["event"]["values"]["N"] for e in left["entries"]] == [3]
+        assert r.json()["cursor"] > 0
+        after = await feed_json(http, c, after=r.json()["cursor"])
+        assert [e["event"]["values"]["N"] for e in after["entries"]] == [3]
+        unknown = await http.post(
+            f"/clients/{c['id']}/ack", json={"event": "no-such-id"}, headers=bearer(c["token"])
+        )
+        assert unknown.status_code == 200
+        assert [e["event"]["values"]["N"] for e in (await feed_json(http, c))["entries"]] == [3]
+
+
 async def test_etag_and_last_modified_answer_304_until_the_feed_changes() -> None:
     clock = Clock()
     async with open_api(clock=clock) as (router, http):

@@ -21,6 +21,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from aa.mesh import PatternSpec, RemoteError
 
 __all__ = ["add_parsers"]
@@ -223,8 +225,15 @@ def subscribe(args: argparse.Namespace) -> int:
             if args.history
             else None
         )
-        with open_client(args, "aa subscribe") as client:
-            sub = client.subscribe(spec, params=params, history=history, needs=args.needs)
+        with open_client(
+            args,
+            "aa subscribe",
+            on_disconnect=_say("disconnected from {}; reconnecting"),
+            on_reconnect=_say("reconnected to {}"),
+        ) as client:
+            sub = client.subscribe(
+                spec, params=params, history=history, needs=args.needs, on_error=_raised
+            )
             for warning in sub.warnings:  # a name no event has had, a bare name meant as text
                 print(f"aa subscribe: warning: {warning}", file=sys.stderr, flush=True)
             if args.verbose_tier:
@@ -250,6 +259,20 @@ def subscribe(args: argparse.Namespace) -> int:
     except AaError as exc:
         return fail(explain(exc))
     return 0
+
+
+def _say(text: str) -> Callable[[str], None]:
+    """A connection callback that prints *text* (with the router's endpoint) on stderr."""
+
+    def say(endpoint: str) -> None:
+        print(f"aa subscribe: {text.format(endpoint)}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _raised(notice: Any) -> None:
+    """The router says the pattern raised (at most once a second): one line on stderr."""
+    print(f"aa subscribe: the pattern raised: {notice}", file=sys.stderr, flush=True)
 
 
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:

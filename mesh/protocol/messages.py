@@ -17,6 +17,7 @@ Client ⇄ router conversation::
           ◄─────────────────────── Deliver([(sub_ids, event), ...])
     Update(sub_id, params) ──────►              applied between two events: none missed,
           ◄─────────────────────── Updated        none delivered twice
+          ◄─────────────────────── PatternRaised(sub_id)   the pattern raised (it goes on)
           ◄─────────────────────── PatternFailed(sub_id)   the sandbox stopped the pattern
     Unsubscribe(sub_id) ─────────►
     Ping / Pong, GetRouters / Routers, Bye   either way as listed
@@ -51,6 +52,7 @@ __all__ = [
     "Updated",
     "Deliver",
     "PatternFailed",
+    "PatternRaised",
     "Error",
     "Ping",
     "Pong",
@@ -409,6 +411,42 @@ class PatternFailed(Message):
     sub_id: int
     code: str
     message: str
+
+
+#: Longest error text and pattern line a `PatternRaised` carries, in characters.
+MAX_RAISED_TEXT = 300
+
+
+@register("pattern-raised")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatternRaised(Message):
+    """This subscription's pattern raised while running; it goes on (for that event an
+    expression did not match, a script forwarded nothing). *error*: the exception's type and
+    message; *count*: how many runs raised since the last such notice (a router sends at
+    most one a second per pattern and params); *line*: the line of the pattern's source it
+    was raised on (0: unknown), *text* that line."""
+
+    sub_id: int
+    error: str
+    count: int
+    line: int = 0
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+        _need(self.error, str, "error")
+        _need(self.count, int, "count")
+        _need(self.line, int, "line")
+        _need(self.text, str, "text")
+        object.__setattr__(self, "error", self.error[:MAX_RAISED_TEXT])
+        object.__setattr__(self, "text", self.text[:MAX_RAISED_TEXT])
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: {self.error}" if self.line else self.error
+        if self.text:
+            where += f"  [{self.text}]"
+        times = "once" if self.count == 1 else f"{self.count:,} times"
+        return f"{where} ({times} since the last notice)"
 
 
 @register("error")

@@ -64,6 +64,10 @@ Decisions
   `on_failure(keys, code, message)` is called after the event is matched, with code
   `pattern-timeout`, `pattern-memory` or `pattern-forbidden`. Refusals at subscribe time
   raise `PatternError` with code `pattern-compile` or `pattern-refused`.
+- **Run-time errors** (`runerrors.py`): an error in pattern code is no match, and is also
+  told to the bucket's subscribers through `on_errors(keys, ErrorNotice)`, at most once a
+  second, counting the rest; a missing value (a NameError of a name not called) is not an
+  error; a bucket whose last 1,000 runs all raised is stopped with code `pattern-errors`.
 - **Derived events** (`event.copy`, `event.with_values`, `new_event`) keep the source's meta
   and have no id (None): the router decides how to identify them.
 - **Standalone matchers** (`matcher(spec)`): a predicate that is no subscriber, for client
@@ -86,11 +90,13 @@ from .advice import pattern_warnings
 from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
 from .limits import Delivery, HostFacts, SandboxLimits
 from .patternset import PatternSet
+from .runerrors import ErrorNotice
 from .scope import admits
 from .workers import WorkerConfig
 
 __all__ = [
     "Delivery",
+    "ErrorNotice",
     "HostFacts",
     "Matcher",
     "PatternEngine",

@@ -16,13 +16,16 @@ the matching buckets sorted by subscription order. A parametric `update` unplace
 re-places one bucket between two `match` calls. A `SandboxStop` from any bucket stops the
 whole instance: its subscribers are removed, their deliveries for this event dropped, and
 `on_failure` is called once per instance after the walk, so the callback may freely call
-back into the engine.
+back into the engine. Run-time errors of pattern code are counted per bucket by the kernels
+and told, rate-limited, through `on_errors` after the event (`runerrors.py`); a bucket that
+only errs is stopped like any other, with code `pattern-errors`.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import time
 from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any
 
@@ -52,6 +55,7 @@ from .index import PredicateIndex
 from .limits import Delivery, HostFacts, SandboxLimits
 from .predicates import Plan, PredicateProgram
 from .python_kernel import ExprProgram, ScriptProgram
+from .runerrors import ERRORS_CODE, ErrorNotice
 from .sandbox import Sandbox
 from .scope import scope_filter
 from .workers import (
@@ -98,8 +102,13 @@ class PatternEngine:
         workers: WorkerConfig = WorkerConfig(),
         on_deliveries: Callable[[list[Delivery]], None] = deliver_each,
         on_compiled: Callable[[PatternSpec, Program], None] | None = None,
+        on_errors: Callable[[list[Hashable], ErrorNotice], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limits = limits
+        #: Told the subscribers of a bucket whose pattern code raised (`runerrors.py`).
+        self._on_errors = on_errors
+        self._monotonic = monotonic
         # Patterns outside the predicate grammar run in worker processes (`workers.tier`).
         self._tier = WorkerTier(
             isolation=isolation,
@@ -108,6 +117,7 @@ class PatternEngine:
             config=workers,
             deliver=on_deliveries,
             on_stop=self._remote_stopped,
+            on_errors=self._remote_erred,
         )
         self._on_compiled = on_compiled
         self._sandbox = self.sandbox = Sandbox(host, limits)
@@ -298,6 +308,8 @@ class PatternEngine:
         drop_bucket(bucket.instance, bucket.params_key)
         self._index.remove(bucket)
         self._scan.pop(bucket, None)
+        if self._sandbox.errors.tallies:
+            self._sandbox.errors.forget(bucket)
 
     def _prepare(self, bucket: Bucket, force: bool = False) -> None:
         """(Re)build the kernel's context of *bucket*: expressions depend on the params only,
@@ -347,6 +359,36 @@ class PatternEngine:
             if sub is not None:
                 self._leave(sub)
         self._on_failure(keys, code, message)
+
+    def _remote_erred(self, keys: list[Hashable], notice: ErrorNotice) -> None:
+        """A worker told these subscribers' pattern raised (rate-limited there)."""
+        keys = [k for k in keys if k in self._subs]
+        if keys and self._on_errors is not None:
+            self._on_errors(keys, notice)
+
+    def _errors_due(self) -> list[tuple[Bucket, SandboxStop]]:
+        """Tell the notices that are due; the buckets that only err, to be stopped."""
+        errors = self._sandbox.errors
+        notices, stopping = errors.due(self._monotonic())
+        subs = self._subs
+        for bucket, notice in notices:
+            keys = [k for k in bucket.members if k in subs]
+            if not keys:
+                errors.forget(bucket)  # a matcher's or a dry run's: nobody to tell
+            elif self._on_errors is not None:
+                self._on_errors(keys, notice)
+        return [
+            (
+                bucket,
+                SandboxStop(
+                    ERRORS_CODE,
+                    f"pattern stopped: its last {errors.stop_after:,} runs all raised, the "
+                    f"latest {notice.where()}",
+                ),
+            )
+            for bucket, notice in stopping
+            if any(k in subs for k in bucket.members)
+        ]
 
     @property
     def workers(self) -> WorkerPool | None:
@@ -403,6 +445,8 @@ class PatternEngine:
         if len(matched) + len(scripted) > 1:
             hits.sort(key=first)  # stable: a script's forwards keep their order
         out: list[Delivery] = [(key, ev) for _, key, ev in hits]
+        if self._sandbox.errors.tallies:
+            failures += self._errors_due()
         if failures:
             out = self._stop_all(failures, out)
         return out

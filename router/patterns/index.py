@@ -61,6 +61,7 @@ from .plans import (
     hashable,
 )
 from .postings import Entry, Posting, post, posting_size, unpost
+from .runerrors import NO_MATCH_IN_EXPRESSIONS
 
 if TYPE_CHECKING:
     from .engine import Bucket
@@ -467,6 +468,12 @@ class PredicateIndex:
             except SandboxStop as stop:
                 b.stamp = stamp
                 stops.append((b, stop))
+            except Raised as raised:  # no match, and told (`runerrors.py`)
+                b.stamp = stamp
+                program = b.instance.program
+                program.sandbox.errors.failed(
+                    b, raised.exc, program.source, frozenset, expression=True, streak=False
+                )
         for b in shadowed:
             if b.stamp != stamp:
                 b.stamp = stamp
@@ -495,8 +502,10 @@ def _holds(
             raise
         except _PASS_THROUGH:
             raise
-        except BaseException:
-            return False
+        except BaseException as exc:
+            if isinstance(exc, NO_MATCH_IN_EXPRESSIONS):
+                return False
+            raise Raised(exc) from None
     it = iter(rest)
     try:
         for where, key, fn, c in zip(it, it, it, it):
@@ -526,6 +535,17 @@ def _holds(
         raise
     except _PASS_THROUGH:
         raise
-    except BaseException:
-        return False
+    except BaseException as exc:
+        if isinstance(exc, NO_MATCH_IN_EXPRESSIONS):
+            return False
+        raise Raised(exc) from None
     return True
+
+
+class Raised(Exception):
+    """An exception a check raised that is worth telling (`runerrors.py`): no match, and
+    counted for the bucket by `_verify`, which knows the bucket."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__()
+        self.exc = exc

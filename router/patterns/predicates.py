@@ -87,6 +87,10 @@ _DEAD = object()
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 
 
+def _NO_CALLS() -> frozenset[str]:  # the grammar calls no bare name but its builtins
+    return frozenset()
+
+
 class PredicateProgram:
     """A `python`/`expr` pattern inside the predicate grammar."""
 
@@ -138,7 +142,10 @@ class PredicateProgram:
             raise
         except _PASS_THROUGH:
             raise
-        except BaseException:
+        except BaseException as exc:
+            self.sandbox.errors.failed(
+                bucket, exc, self.source, _NO_CALLS, expression=True, streak=False
+            )
             return False
 
     @staticmethod

@@ -5,7 +5,9 @@ Errors versus violations. A pattern is a filter over events that differ in shape
 error is an answer, not a fault: a missing name, comparing a str with an int, a KeyError, a
 ZeroDivisionError... make an expression not match, and make a script run forward nothing
 for that event (deliveries it made before the error are dropped too, so a run either
-completes or has no effect on deliveries; `state` changes are kept). Only a `SandboxStop`
+completes or has no effect on deliveries; `state` changes are kept). Such an error is also
+counted for the bucket and told to its subscribers, rate-limited (`runerrors.py`), except a
+missing value (a NameError of a name the pattern does not call). Only a `SandboxStop`
 (time, memory, forbidden access) stops the pattern; it propagates to the engine, and so
 does MemoryError, as a memory stop (in a worker, the address-space limit raises it).
 """
@@ -25,6 +27,7 @@ from .limits import (
     MAX_DERIVED_TOTAL_BYTES,
     MAX_FORWARDS,
 )
+from .runerrors import called_names
 from .sandbox import Sandbox
 from .views import EventView, SubscriberView, event_size, private_values
 
@@ -48,6 +51,7 @@ class ExprProgram:
 
     def __init__(self, sandbox: Sandbox, source: str) -> None:
         self.sandbox = sandbox
+        self.source = source
         compiled = sandbox.compile(source, expression=True)
         self.code = compiled.code
         self.names = compiled.names
@@ -97,14 +101,22 @@ class ExprProgram:
             raise
         except MemoryError:  # the worker's address-space limit: a stop, not an answer
             raise SandboxStop(MEMORY, "pattern stopped: it ran out of memory") from None
-        except BaseException:
+        except BaseException as exc:
+            if budget.violation is None:
+                self.sandbox.errors.failed(bucket, exc, self.source, self.called, expression=True)
             return False
         if self.loops and (budget.violation is not None or budget.overran()):
             raise budget.violation  # type: ignore[misc]
+        if self.sandbox.errors.tallies:
+            self.sandbox.errors.clean(bucket)
         try:
             return bool(result)
         except Exception:
             return False
+
+    def called(self) -> frozenset[str]:
+        """The names the source calls (read once, at its first NameError)."""
+        return _called(self)
 
 
 class ScriptProgram:
@@ -114,6 +126,7 @@ class ScriptProgram:
 
     def __init__(self, sandbox: Sandbox, source: str) -> None:
         self.sandbox = sandbox
+        self.source = source
         compiled = sandbox.compile(source, expression=False)
         self.code = compiled.code
         self.mentions = compiled.mentions
@@ -223,8 +236,13 @@ class ScriptProgram:
             raise
         except MemoryError:  # the worker's address-space limit: a stop, not an answer
             raise SandboxStop(MEMORY, "pattern stopped: it ran out of memory") from None
-        except BaseException:
+        except BaseException as exc:
             out = {}
+            if budget.violation is None:
+                sandbox.errors.failed(bucket, exc, self.source, self.called)
+        else:
+            if sandbox.errors.tallies:
+                sandbox.errors.clean(bucket)
         if budget.violation is not None or budget.overran():
             raise budget.violation  # type: ignore[misc]
         self.last_derived_bytes = (
@@ -238,6 +256,17 @@ class ScriptProgram:
                 # checked every run, a large one every few runs (at most every 16th).
                 bucket.state_countdown = 1 + min(16, objects // 1024)
         return out
+
+    def called(self) -> frozenset[str]:
+        """The names the source calls (read once, at its first NameError)."""
+        return _called(self)
+
+
+def _called(program: ExprProgram | ScriptProgram) -> frozenset[str]:
+    names: frozenset[str] | None = getattr(program, "_called", None)
+    if names is None:
+        names = program._called = called_names(program.source)  # type: ignore[union-attr]
+    return names
 
 
 def _targets(to: Any, members: Any) -> Iterable[Hashable]:

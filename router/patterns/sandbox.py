@@ -21,6 +21,7 @@ from .compiler import CompiledPython, compile_python
 from .guards import Guards
 from .limits import MAX_STATE_DEPTH, HostFacts, SandboxLimits
 from .modules import RandomSwitch, make_modules
+from .runerrors import RunErrors
 from .views import RouterView
 
 __all__ = ["Sandbox", "measure_state"]
@@ -43,6 +44,8 @@ class Sandbox:
         self.modules = make_modules(g, self.random)
         self.module_members = {name: frozenset(dir(proxy)) for name, proxy in self.modules.items()}
         self.router = RouterView(host)
+        #: Run-time errors of pattern code, per bucket, until told (`runerrors.py`).
+        self.errors = RunErrors()
         #: The names only rewritten code uses (user code cannot name anything starting with
         #: "_"); put last into every namespace so no event value or parameter shadows them.
         self.guard_names: dict[str, Any] = {

@@ -111,6 +111,7 @@ class Worker:
             host=host,
             limits=limits,
             on_failure=self._failed,
+            on_errors=self._erred,
             isolation="in-process",
             on_compiled=self._compiled,
         )
@@ -124,6 +125,8 @@ class Worker:
         self.charged: dict[int, _Client] = {}  # wkey → the client its evaluations are charged to
         self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
         self.stops: list[list[Any]] = []
+        #: Notices of patterns that raised, sent before the next reply (`runerrors.py`).
+        self.errors: list[list[Any]] = []
         self.share = 1.0
         self.next_share = 0.0
         #: Share of wall time the worker was on a CPU in its last batch: evaluations are
@@ -372,6 +375,9 @@ class Worker:
             self.charged.pop(k, None)
         self.stops.append([list(keys), code, _short(message)])
 
+    def _erred(self, keys: list[Any], notice: Any) -> None:
+        self.errors.append([list(keys), notice.error, notice.count, notice.line, notice.text])
+
     def refill(self) -> None:
         """Before a batch: time the worker spent idle (waiting for the router) is credited
         to every client whole, since nobody needed it; time it worked is credited at the
@@ -421,6 +427,9 @@ class Worker:
                     keep.append(ev)
                 deliveries += (key, ref)
         stops, self.stops = self.stops, []
+        if self.errors:
+            errors, self.errors = self.errors, []
+            self.write(encode(["errors", errors]))
         self.write(encode(["done", seq, deliveries, pack(derived), stops]))
         wall = _perf() - wall
         if wall > 0.001:  # long enough for the CPU clock to say something

@@ -23,6 +23,7 @@ from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
 
 from ..buckets import freeze
 from ..limits import HostFacts, SandboxLimits
+from ..runerrors import MAX_ERROR_TEXT, MAX_LINE_TEXT, ErrorNotice
 from .hooks import missed_each
 from .limits import (
     MAX_BACKLOG_EVENTS,
@@ -46,12 +47,17 @@ Deliveries = list[tuple[Hashable, Event]]
 
 #: Deliveries handed on per turn of the router's loop (about 1 ms of work).
 DELIVERY_CHUNK = 2000
+#: Error notices read from one worker reply: a worker sends at most one per bucket a
+#: second, so more in one reply is a broken worker, not news.
+MAX_NOTICES_PER_REPLY = 10_000
 
 
 class WorkerPool(Probation):
     """Worker-tier patterns of one router. `deliver(items)` gets each reply's deliveries,
     in order; `on_stop(keys, code, message)` gets the subscribers of a stopped pattern;
-    `on_missed(keys, count)` gets the subscribers of a worker that dropped *count* events
+    `on_errors(keys, notice)` gets the subscribers of a pattern that raised (`runerrors.py`:
+    counted and rate-limited in the worker); `on_missed(keys, count)` gets the subscribers of
+    a worker that dropped *count* events
     unmatched (its backlog was full, or it died twice on a batch): `hooks.missed_each` tells
     each key (`missed_events`: a client hears it as a `Missed(count)` frame)."""
 
@@ -64,8 +70,10 @@ class WorkerPool(Probation):
         deliver: Callable[[Deliveries], None],
         on_stop: Callable[[list[Hashable], str, str], None],
         on_missed: Callable[[list[Hashable], int], None] = missed_each,
+        on_errors: Callable[[list[Hashable], ErrorNotice], None] | None = None,
     ) -> None:
         self.config = config
+        self._on_errors = on_errors
         self.host = host
         self.facts = {
             "router_id": host.router_id,
@@ -415,6 +423,8 @@ class WorkerPool(Probation):
                 self._stop_inst(sub.inst, msg[2], msg[3])
         elif op == "stop":
             self._stop_wkeys(slot, msg[1], msg[2], msg[3])
+        elif op == "errors":
+            self._errors(slot, msg[1])
         elif op == "exported":
             self._exported(slot, msg[1], msg[2])
 
@@ -452,6 +462,30 @@ class WorkerPool(Probation):
                 keys.append(sub.key)
         if keys:
             self._report(keys, code, message)
+
+    def _errors(self, slot: Slot, notices: list[Any]) -> None:
+        """A worker's notices of patterns that raised: [[wkey...], error, count, line, text]
+        each; checked as any worker reply (a worker speaks for its own subscribers only)."""
+        if self._on_errors is None or type(notices) is not list:
+            return
+        for item in notices[:MAX_NOTICES_PER_REPLY]:
+            try:
+                wkeys, error, count, line, text = item
+                notice = ErrorNotice(
+                    error=str(error)[:MAX_ERROR_TEXT],
+                    count=int(count),
+                    line=int(line),
+                    text=str(text)[:MAX_LINE_TEXT],
+                )
+                subs = [self._by_wkey.get(w) for w in wkeys]
+            except (TypeError, ValueError):
+                continue
+            keys = [s.key for s in subs if s is not None and s.inst.worker is slot]
+            if keys:
+                try:
+                    self._on_errors(keys, notice)
+                except Exception:
+                    log.exception("reporting a pattern's errors failed")
 
     def _report(self, keys: list[Hashable], code: str, message: str) -> None:
         if len(message) > MAX_STOP_MESSAGE:

@@ -33,6 +33,7 @@ class WorkerTier:
         config: WorkerConfig,
         deliver: Callable[[Deliveries], None],
         on_stop: Callable[[list[Hashable], str, str], None],
+        on_errors: Callable[[list[Hashable], Any], None],
     ) -> None:
         if isolation not in ISOLATIONS:
             raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
@@ -43,6 +44,7 @@ class WorkerTier:
             "config": config,
             "deliver": deliver,
             "on_stop": on_stop,
+            "on_errors": on_errors,
         }
         #: The pool, once a pattern went to a worker (else None).
         self.pool: WorkerPool | None = None

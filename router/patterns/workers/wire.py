@@ -9,7 +9,9 @@ item names them::
             source, params, client, kind, state]
     ["update", wkey, params]                 ["stop", [wkey...], code, message]
     ["unsub", wkey]
-    ["batch", seq, peer_count, events]       ["done", seq, deliveries, derived, stops]
+    ["batch", seq, peer_count, events]       ["errors", [[[wkey...], error, count,
+                                                          line, text], ...]]
+                                             ["done", seq, deliveries, derived, stops]
     ["probe", seq, wkey, needs, events]      ["probed", seq, results, stops]
     ["export", seq, [wkey...]]               ["exported", seq, [[wkey, state], ...]]
     ["precompile", kernel, format, source]
