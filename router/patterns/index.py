@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sortedcontainers import SortedList
 
@@ -65,6 +65,7 @@ from .runerrors import NO_MATCH_IN_EXPRESSIONS
 
 if TYPE_CHECKING:
     from .engine import Bucket
+    from .predicates import PredicateProgram
 
 __all__ = ["PredicateIndex"]
 
@@ -470,7 +471,8 @@ class PredicateIndex:
                 stops.append((b, stop))
             except Raised as raised:  # no match, and told (`runerrors.py`)
                 b.stamp = stamp
-                program = b.instance.program
+                # the index holds the predicate tier only
+                program = cast("PredicateProgram", b.instance.program)
                 program.sandbox.errors.failed(
                     b, raised.exc, program.source, frozenset, expression=True, streak=False
                 )
