@@ -721,7 +721,7 @@ class ClientSession(asyncio.Protocol):
             except UsageError:
                 continue  # stopped meanwhile
             why = (
-                rules.pattern_refusal(spec)
+                rules.pattern_refusal(spec, self.router.engine.tier(spec))
                 if rules is not None
                 else "not allowed to subscribe (no rule covers this user)"
             )

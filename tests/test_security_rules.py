@@ -40,13 +40,13 @@ def test_permissions_by_user_with_defaults_denied() -> None:
         and anon.may_receive("weather")
         and not anon.may_receive("x")
     )
-    assert anon.pattern_refusal(PatternSpec(source="x = 1", format="script")) == (
+    assert anon.pattern_refusal(PatternSpec(source="x = 1", format="script"), "worker") == (
         "not allowed to register scripts, only predicate patterns "
         '(rule patterns = "predicates" in [anonymous] in perms.toml)'
     )
-    assert anon.pattern_refusal(PatternSpec(source="True")) is None
+    assert anon.pattern_refusal(PatternSpec(source="True"), "predicate") is None
     assert (
-        other.pattern_refusal(PatternSpec(source="True")) is not None
+        other.pattern_refusal(PatternSpec(source="True"), "predicate") is not None
     )  # subscribe = [] by default
     assert not alice.quench and alice.persist
     assert (

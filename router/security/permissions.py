@@ -93,12 +93,12 @@ class Rules:
         is "predicate"; anything else is pattern code)."""
         return self.patterns == "scripts" or (self.patterns == "predicates" and tier == PREDICATE)
 
-    def pattern_refusal(self, spec: PatternSpec, tier: str | None = None) -> str | None:
+    def pattern_refusal(self, spec: PatternSpec, tier: str) -> str | None:
         """Why this user may not subscribe *spec* (or query with it), naming the rule; None
         when it may. *tier* is where the router would run it (`PatternEngine.tier`): under
         ``patterns = "predicates"`` only what compiles to the predicate tier is admitted,
         so no pattern code — lambdas, comprehensions, loops, XPath — runs for this user.
-        Without *tier* only scripts are known to be pattern code."""
+        *tier* is required: a caller that forgot it would let pattern code through."""
         if not self.subscribe:
             return self.refusal("subscribe", "subscribe to anything")
         if self.patterns == "none":
@@ -106,7 +106,7 @@ class Rules:
         if self.patterns == "predicates":
             if spec.format == "script":
                 return self.refusal("patterns", "register scripts, only predicate patterns")
-            if spec.kernel != "python" or (tier is not None and tier != PREDICATE):
+            if spec.kernel != "python" or tier != PREDICATE:
                 return self.refusal(
                     "patterns",
                     "run pattern code, only predicates (comparisons of values with constants, "
