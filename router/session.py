@@ -328,19 +328,14 @@ class ClientSession(asyncio.Protocol):
 
     def _may(self, rule: str, what: str, ref: int) -> bool:
         """Whether this client's user may do *what* (permission *rule*); tells it why not."""
-        rules = self.router.security.rules_for(self.identity)
+        gate = self.router.security
+        rules = gate.rules_for(self.identity)
         if rules is not None and getattr(rules, rule):
             return True
-        message = (
-            rules.refusal(rule, what)
-            if rules is not None
-            else "not allowed anything (no rule covers this user)"
-        )
+        reason = rules.refusal(rule, what) if rules is not None else None
         self.send(
             Error(
-                code="permission-denied",
-                message=f"user {self.identity.user!r} is {message}",
-                ref=ref,
+                code="permission-denied", message=gate.denial(self.identity, rules, reason), ref=ref
             )
         )
         return False
@@ -358,7 +353,7 @@ class ClientSession(asyncio.Protocol):
                 Error(
                     code="permission-denied",
                     message=f"{len(events) - len(allowed)} event(s) refused: "
-                    f"user {self.identity.user!r} is {reason}",
+                    + gate.denial(self.identity, rules, reason),
                 )
             )
         return allowed
@@ -400,17 +395,14 @@ class ClientSession(asyncio.Protocol):
                 )
             )
             return
-        rules = self.router.security.rules_for(self.identity)
-        refusal = (
-            rules.pattern_refusal(msg.pattern)
-            if rules is not None
-            else "not allowed to subscribe (no rule covers this user)"
-        )
-        if refusal is not None:
+        gate = self.router.security
+        rules = gate.rules_for(self.identity)
+        refusal = rules.pattern_refusal(msg.pattern) if rules is not None else None
+        if rules is None or refusal is not None:
             self.send(
                 Error(
                     code="permission-denied",
-                    message=f"user {self.identity.user!r} is {refusal}",
+                    message=gate.denial(self.identity, rules, refusal),
                     ref=msg.sub_id,
                 )
             )

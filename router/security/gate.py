@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cryptography.x509.oid import NameOID
 
-from aa.mesh import Event, NotAuthenticated, UsageError
+from aa.mesh import Event, NotAuthenticated, PatternSpec, PermissionDenied, UsageError
 
 from .admission import (
     HELLO_DEADLINE,
@@ -44,11 +44,14 @@ from .tls import (
 )
 from .tokens import TokenVerifier
 
-__all__ = ["SecurityConfig", "Gate"]
+__all__ = ["SecurityConfig", "Gate", "NO_RULE"]
 
 log = logging.getLogger("aa.router.security")
 
 _Path = str | os.PathLike[str] | None
+
+#: Why a user that no section of the permissions file covers is refused (after its name).
+NO_RULE = "may do nothing: no rule in the permissions file covers this user"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,7 +266,7 @@ class Gate:
         """The events *rules* allow to be published, and why the others were refused (one
         line naming the first rule broken)."""
         if rules is None:
-            return [], "no rule in the permissions file covers this user: it may do nothing"
+            return [], NO_RULE
         reason = None
         if rules.publish_any and rules.persist:
             return list(events), None
@@ -287,6 +290,65 @@ class Gate:
             return f"permissions not reloaded, the old rules stay: {exc}"
         log.warning("permissions reloaded from %s", self.permissions.path)
         return f"permissions reloaded from {self.permissions.path}"
+
+    # -- the questions every door asks (TCP sessions and the HTTP endpoint alike) -----------
+    #
+    # Each reads the rules in force now (`rules_for`), so a reloaded permissions file takes
+    # effect at the next request, and raises `PermissionDenied` with the one line the TCP
+    # side sends as its error frame.
+
+    def denial(self, identity: Identity, rules: Rules | None, reason: str | None) -> str:
+        """One line telling *identity* why it was refused: ``user 'bob' is not allowed to
+        persist events (rule persist = false in [users.bob] in perms.toml)``, or, when no
+        section covers the user (*rules* None), that it may do nothing."""
+        if rules is None:
+            return f"user {identity.user!r} {NO_RULE}"
+        return f"user {identity.user!r} is {reason}"
+
+    def require(self, identity: Identity, rule: str, what: str) -> Rules:
+        """The rules of *identity* when its flag *rule* (``client_caches``, ``persist``,
+        ``quench``) is true; else raises `PermissionDenied` naming the rule."""
+        rules = self.rules_for(identity)
+        if rules is None or not getattr(rules, rule):
+            reason = rules.refusal(rule, what) if rules is not None else None
+            raise PermissionDenied(self.denial(identity, rules, reason))
+        return rules
+
+    def require_covered(self, identity: Identity) -> Rules:
+        """The rules of *identity*; raises `PermissionDenied` when no section covers it (the
+        mesh's picture and counters are for users the permissions file knows)."""
+        rules = self.rules_for(identity)
+        if rules is None:
+            raise PermissionDenied(self.denial(identity, None, None))
+        return rules
+
+    def require_pattern(self, identity: Identity, spec: PatternSpec) -> Rules:
+        """The rules of *identity* when it may run *spec* (`Rules.pattern_refusal`); else
+        raises `PermissionDenied` naming the rule."""
+        rules = self.rules_for(identity)
+        reason = rules.pattern_refusal(spec) if rules is not None else None
+        if rules is None or reason is not None:
+            raise PermissionDenied(self.denial(identity, rules, reason))
+        return rules
+
+    def require_publish(self, identity: Identity, event: Event, persist_key: str) -> None:
+        """Raises `PermissionDenied` unless *identity* may publish *event* (its type, and
+        persisting it when its meta asks), with `screen`'s reason."""
+        rules = self.rules_for(identity)
+        allowed, reason = self.screen(rules, (event,), persist_key)
+        if not allowed:
+            raise PermissionDenied(self.denial(identity, rules, reason))
+
+    def receives(self, identity: Identity) -> Callable[[str | None], bool]:
+        """A test of event types *identity* may receive, asking the rules in force at each
+        call: a long-lived reader (an HTTP stream, a feed) loses a type the moment a reload
+        takes it away."""
+
+        def may_receive(type_: str | None) -> bool:
+            rules = self.rules_for(identity)
+            return rules is not None and rules.may_receive(type_)
+
+        return may_receive
 
 
 _ACCEPT_FILTER = RateLimited(("out of system resource", "accept failed", "Too many open files"))
