@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any, Literal
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -48,8 +48,11 @@ from starlette.routing import Match
 
 from aa.mesh import (
     AaError,
+    Event,
+    NotAuthenticated,
     PatternError,
     PatternSpec,
+    PermissionDenied,
     StoreError,
     UsageError,
     event_to_json,
@@ -61,6 +64,7 @@ from aa.router import parse_duration, scoped_id
 from aa.router.store import event_order
 
 from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
+from .callers import caller_of, gate_dependency
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
 from .docs import add_docs
 from .fastfeed import FeedFastPath
@@ -70,7 +74,7 @@ from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
 from .routes_clients import api as clients_api
 from .stream import api as stream_api
 from .web import error as _error
-from .web import negotiate, token_of
+from .web import negotiate
 
 __all__ = ["create_app"]
 
@@ -115,11 +119,16 @@ def create_app(
     max_body: int = MAX_BODY_BYTES,
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
+    names: Iterable[str] | None = (),
 ) -> Guard:
     """The ASGI application serving *router*: the FastAPI app behind the `Guard`.
 
-    *clock* (monotonic seconds) drives HTTP clients' keep-alives, *wall* (epoch seconds) the
-    feeds' Last-Modified; tests pass their own. Raises `UsageError` for a bad range.
+    Every route asks *router*'s gate (``router.security``, `aa.router.security.Gate`) who is
+    calling and what they may do (`callers`). *names* are the host names the endpoint
+    answers to besides loopback's (the ``Host`` check, `guard`); None answers any (for a
+    proxy in front that checks them). *clock* (monotonic seconds) drives HTTP clients'
+    keep-alives, *wall* (epoch seconds) the feeds' Last-Modified and token expiry; tests pass
+    their own. Raises `UsageError` for a bad range.
     """
     app = FastAPI(
         title="Aa router",
@@ -129,6 +138,7 @@ def create_app(
         responses=_ERRORS,
         docs_url=None,  # served by add_docs from local files: the default loads them from a CDN
         redoc_url=None,
+        dependencies=[Depends(gate_dependency)],  # every route asks who is calling
     )
     _typed_values_schema(app)
     app.state.router = router
@@ -145,13 +155,15 @@ def create_app(
         return FileResponse(str(_STATIC / "index.html"), media_type="text/html")
 
     @app.get("/health", summary="Liveness, and the router's counters")
-    async def health() -> dict[str, Any]:
+    async def health(request: Request) -> dict[str, Any]:
+        router.security.require_covered(caller_of(request).identity)
         return {"status": "ok", **to_json(router.stats())}
 
     @app.get("/mesh", summary="Routers and links of the mesh, as this router knows it")
-    async def mesh() -> dict[str, Any]:
+    async def mesh(request: Request) -> dict[str, Any]:
         """`Router.mesh_info()` (layout: `aa.mesh.MeshInfo`), plus ``links``: each pair of
         router ids with a peer link between them, once."""
+        router.security.require_covered(caller_of(request).identity)
         info: dict[str, Any] = to_json(router.mesh_info())
         pairs = {
             tuple(sorted((r["id"], p["id"])))
@@ -188,11 +200,13 @@ def create_app(
         # so an id it proposes can only be a duplicate of its own, never of someone else's.
         who = request.headers.get("authorization") or (peer.host if peer else "http")
         scope = id_scope("http:" + who)
-        # The user (Å §4.6, `meta["user"]`): the HTTP client whose token the request carries.
-        owner = request.app.state.clients.owner_of(
-            token_of(request, ""), now=request.app.state.clock()
+        # The user (Å §4.6, `meta["user"]`): the token's user, or the owner of the HTTP client
+        # whose token the request carries; what it may publish and persist is the gate's say.
+        identity = caller_of(request).identity
+        router.security.require_publish(
+            identity, Event(values={}, type=body.type, meta=meta), "persist"
         )
-        user = f"http:{owner.id}" if owner is not None else "anonymous"
+        user = identity.user
         event = router.publish(
             values,
             type=body.type,
@@ -236,9 +250,17 @@ def create_app(
         include_cache: bool = True,
     ) -> Response:
         spec = PatternSpec(kernel=kernel, format=format, source=pattern)
+        identity = caller_of(request).identity
+        router.security.require_pattern(identity, spec, router.engine.tier(spec))
         start = _parse_since(since, datetime.now(UTC)) if since else None
+        # The pattern is shown only what the caller may receive, so a page holds `limit` of
+        # those and no script reads the others.
         events = await router.history(
-            spec, since=start, limit=limit + 1, include_cache=include_cache
+            spec,
+            since=start,
+            limit=limit + 1,
+            include_cache=include_cache,
+            receives=router.security.receive_filter(identity),
         )
         beyond = events[limit] if len(events) > limit else None  # one more: is the answer cut?
         del events[limit:]
@@ -267,7 +289,7 @@ def create_app(
     app.include_router(stream_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
     add_docs(app, title="Aa router")
-    return Guard(FeedFastPath(app), allow=allow, max_body=max_body)
+    return Guard(FeedFastPath(app), allow=allow, max_body=max_body, names=names)
 
 
 def _later(last: Any, beyond: Any) -> datetime | None:
@@ -340,6 +362,16 @@ def _handlers(app: FastAPI) -> None:
             # route per method, so the Allow header must gather them all (RFC 9110 §15.5.6).
             headers["Allow"] = ", ".join(_allowed(app, request))
         return _error(exc.status_code, code, str(exc.detail), headers=headers or None)
+
+    @app.exception_handler(NotAuthenticated)
+    async def not_authenticated(request: Request, exc: NotAuthenticated) -> JSONResponse:
+        return _error(
+            401, "unauthorized", str(exc), headers={"WWW-Authenticate": 'Bearer realm="aa"'}
+        )
+
+    @app.exception_handler(PermissionDenied)
+    async def denied(request: Request, exc: PermissionDenied) -> JSONResponse:
+        return _error(403, "permission-denied", str(exc))
 
     @app.exception_handler(BadToken)
     async def bad_token(request: Request, exc: BadToken) -> JSONResponse:

@@ -42,6 +42,7 @@ import hashlib
 import heapq
 import hmac
 import secrets
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,6 +54,8 @@ from .limits import (
     DEFAULT_KEEPALIVE,
     MAX_CONDITIONAL_VARIANTS,
     MAX_HTTP_CLIENTS,
+    MAX_HTTP_CLIENTS_PER_ADDRESS,
+    MAX_HTTP_CLIENTS_PER_USER,
     MAX_PATTERNS_PER_CLIENT,
 )
 
@@ -103,6 +106,11 @@ class HttpClient:
 
     id: str
     name: str | None
+    #: The user who registered it (`aa.http_api.callers`): its events are what this user may
+    #: receive, and only this user (or the client's own token) reaches it.
+    owner: str = "anonymous"
+    #: The address it was registered from (counted against `MAX_HTTP_CLIENTS_PER_ADDRESS`).
+    address: str | None = None
     policy: Any  # aa.router.policy.ExpiryPolicy
     #: Seconds without a poll after which the client and its caches go.
     keepalive: float
@@ -116,6 +124,11 @@ class HttpClient:
     validators: dict[tuple[Any, ...], tuple[str, int]] = field(default_factory=dict, repr=False)
     #: The latest Last-Modified given for any variant.
     modified: int = 0
+
+    @property
+    def issued(self) -> float:
+        """When its token was issued, Unix seconds (revoking the owner revokes it too)."""
+        return self.created.timestamp()
 
     def cache_key(self, pattern_id: str) -> str:
         return f"http:{self.id}:{pattern_id}"
@@ -155,9 +168,20 @@ class HttpClients:
     >>> # client, token = clients.register(name="phone", policy=ExpiryPolicy(), now=0.0)
     """
 
-    def __init__(self, caches: CacheAPI, *, max_clients: int = MAX_HTTP_CLIENTS) -> None:
+    def __init__(
+        self,
+        caches: CacheAPI,
+        *,
+        max_clients: int = MAX_HTTP_CLIENTS,
+        per_user: int = MAX_HTTP_CLIENTS_PER_USER,
+        per_address: int = MAX_HTTP_CLIENTS_PER_ADDRESS,
+    ) -> None:
         self.caches = caches
         self.max_clients = max_clients
+        self.per_user = per_user
+        self.per_address = per_address
+        self._by_owner: Counter[str] = Counter()
+        self._by_address: Counter[str] = Counter()
         self._clients: dict[str, HttpClient] = {}
         self._by_hash: dict[bytes, HttpClient] = {}  # token hash → client
 
@@ -176,13 +200,26 @@ class HttpClients:
         policy: Any,
         keepalive: float = DEFAULT_KEEPALIVE,
         patterns: Iterable[PatternSpec] = (),
+        owner: str = "anonymous",
+        address: str | None = None,
         now: float,
     ) -> tuple[HttpClient, str]:
-        """A new client and its token (shown once). Raises `Capacity`, `PatternError` or
-        `UsageError`; on failure nothing is left behind."""
+        """A new client of *owner*, registered from *address*, and its token (shown once).
+        Raises `Capacity` (this router's, the user's or the address's limit), `PatternError`
+        or `UsageError`; on failure nothing is left behind."""
         self.expire(now)
         if len(self._clients) >= self.max_clients:
             raise Capacity(f"this router already serves {self.max_clients} HTTP clients, its limit")
+        if self._by_owner[owner] >= self.per_user:
+            raise Capacity(
+                f"user {owner!r} already has {self.per_user} HTTP clients here, the limit per "
+                "user: delete some (DELETE /clients/ID) or let them expire"
+            )
+        if address is not None and self._by_address[address] >= self.per_address:
+            raise Capacity(
+                f"{self.per_address} HTTP clients were registered from {address} already, the "
+                "limit per address"
+            )
         specs = list(patterns)
         if len(specs) > MAX_PATTERNS_PER_CLIENT:
             raise UsageError(f"a client may hold at most {MAX_PATTERNS_PER_CLIENT} patterns")
@@ -190,6 +227,8 @@ class HttpClients:
         client = HttpClient(
             id=secrets.token_hex(8),
             name=name,
+            owner=owner,
+            address=address,
             policy=policy,
             keepalive=float(keepalive),
             token_hash=_hash(token),
@@ -198,6 +237,9 @@ class HttpClients:
         )
         self._clients[client.id] = client
         self._by_hash[client.token_hash] = client
+        self._by_owner[owner] += 1
+        if address is not None:
+            self._by_address[address] += 1
         try:
             for spec in specs:
                 self.add_pattern(client, spec)
@@ -206,8 +248,9 @@ class HttpClients:
             raise
         return client, token
 
-    def get(self, client_id: str, token: str | None, *, now: float) -> HttpClient:
-        """The client, if *token* is its token. Raises `UnknownClient` or `BadToken`."""
+    def lookup(self, client_id: str, *, now: float) -> HttpClient:
+        """The live client *client_id*, whoever asks (the caller decides who may reach it).
+        Raises `UnknownClient`."""
         client = self._clients.get(client_id)
         if client is None:
             raise UnknownClient(f"no HTTP client {client_id!r} here (unknown, deleted or expired)")
@@ -216,6 +259,11 @@ class HttpClients:
             raise UnknownClient(
                 f"HTTP client {client_id!r} expired: no poll for {client.keepalive:.0f} s"
             )
+        return client
+
+    def get(self, client_id: str, token: str | None, *, now: float) -> HttpClient:
+        """The client, if *token* is its token. Raises `UnknownClient` or `BadToken`."""
+        client = self.lookup(client_id, now=now)
         if token is None or not hmac.compare_digest(_hash(token), client.token_hash):
             raise BadToken(
                 "this resource needs the client's token: 'Authorization: Bearer <token>'"
@@ -230,6 +278,10 @@ class HttpClients:
         if client is None or now - client.last_seen > client.keepalive:
             return None
         return client
+
+    def by_token(self, token: str) -> HttpClient | None:
+        """The client whose token *token* is, live or expired but not yet swept."""
+        return self._by_hash.get(_hash(token))
 
     def add_pattern(self, client: HttpClient, spec: PatternSpec) -> str:
         """Add a pattern (a cache in the router); its id. Raises `UsageError`/`PatternError`."""
@@ -258,6 +310,9 @@ class HttpClients:
         self._by_hash.pop(client.token_hash, None)
         if self._clients.pop(client.id, None) is None:
             return
+        _release(self._by_owner, client.owner)
+        if client.address is not None:
+            _release(self._by_address, client.address)
         for pid in client.patterns:
             self.caches.remove(client.cache_key(pid))
 
@@ -384,6 +439,12 @@ class HttpClients:
         client.validators[variant] = (etag, second)
         client.modified = max(client.modified, second)
         return second
+
+
+def _release(counts: Counter[str], key: str) -> None:
+    counts[key] -= 1
+    if counts[key] <= 0:
+        del counts[key]
 
 
 def _index(events: list[Event], target: Event) -> int:

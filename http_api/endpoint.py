@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +30,14 @@ import uvicorn
 from aa.mesh import UsageError
 
 from .app import create_app
-from .guard import parse_ranges
+from .guard import Guard, parse_ranges
 from .limits import DEFAULT_ALLOW, DEFAULT_HTTP_PORT, MAX_BODY_BYTES
-from .protocol import MAX_CONNECTIONS_PER_ADDRESS, REQUEST_HEAD_DEADLINE, with_deadline
+from .protocol import (
+    MAX_CONNECTIONS_PER_ADDRESS,
+    REQUEST_HEAD_DEADLINE,
+    TLS_HANDSHAKE_TIMEOUT,
+    with_deadline,
+)
 from .stream import close_streams
 
 __all__ = ["HttpConfig", "HttpEndpoint"]
@@ -56,12 +62,19 @@ class HttpConfig:
     port: int = DEFAULT_HTTP_PORT
     #: CIDR ranges of callers allowed in; others get 403. Loopback only by default.
     allow: tuple[str, ...] = field(default=DEFAULT_ALLOW)
+    #: Host names (DNS names or addresses, no port) requests may name in ``Host`` besides
+    #: loopback's and `host`; others get 421, so a web page cannot reach the endpoint through
+    #: a name of its own that it points at this machine (DNS rebinding).
+    names: tuple[str, ...] = ()
     #: Largest request body in bytes; larger ones get 413.
     max_body: int = MAX_BODY_BYTES
     #: Seconds a connection has to send each request's line and headers (`aa.http_api.protocol`).
     request_head_deadline: float = REQUEST_HEAD_DEADLINE
-    #: Connections one address may hold at once (past it: 503, closed); 1,000 in all.
+    #: Connections one address may hold at once (past it: 503, closed); 1,000 in all. On
+    #: HTTPS, connections still in their TLS handshake count too.
     max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
+    #: Seconds an HTTPS connection has to finish its TLS handshake before it is closed.
+    tls_handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT
     #: Seconds a closing endpoint waits for requests in flight.
     shutdown_grace: float = 2.0
     #: HTTPS certificate and key (PEM); None: plain HTTP. `aa router` passes its own.
@@ -75,6 +88,14 @@ class HttpConfig:
             object.__setattr__(self, "allow", (self.allow,))
         object.__setattr__(self, "allow", tuple(self.allow))
         parse_ranges(self.allow)  # raises UsageError for a bad range
+        if isinstance(self.names, str):
+            object.__setattr__(self, "names", (self.names,))
+        object.__setattr__(self, "names", tuple(self.names))
+        Guard(_nothing, names=self.names)  # raises UsageError for a bad name
+        if not isinstance(
+            self.tls_handshake_timeout, (int, float)
+        ) or not 0 < self.tls_handshake_timeout < float("inf"):
+            raise UsageError("tls_handshake_timeout must be a positive number of seconds")
         if (
             not isinstance(self.request_head_deadline, (int, float))
             or not self.request_head_deadline > 0
@@ -89,6 +110,22 @@ class HttpConfig:
             raise UsageError("max_body must be a positive number of bytes")
         if (self.cert is None) != (self.key is None):
             raise UsageError("give the HTTPS certificate and its key together")
+
+
+def _tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """The HTTPS server's context: TLS 1.2 or later, the endpoint's certificate. Raises
+    `UsageError` for files that cannot be read."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot use HTTPS certificate {cert} with key {key}: {exc}") from None
+    return ctx
+
+
+async def _nothing(scope: Any, receive: Any, send: Any) -> None:
+    """An application that is never called (to check a config's names with the Guard's rules)."""
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -145,6 +182,7 @@ class HttpEndpoint:
         self._task: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._address: tuple[str, int] | None = None
+        self._protocol: Any = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -163,7 +201,16 @@ class HttpEndpoint:
         """Bind, start serving *router*, return once requests are answered. Raises OSError
         when the port is taken."""
         cfg = self.config
-        self.app = create_app(router, allow=cfg.allow, max_body=cfg.max_body)
+        self.app = create_app(
+            router, allow=cfg.allow, max_body=cfg.max_body, names=(cfg.host, *cfg.names)
+        )
+        tls = _tls_context(cfg.cert, cfg.key) if cfg.cert and cfg.key else None
+        self._protocol = protocol = with_deadline(
+            cfg.request_head_deadline,
+            cfg.max_connections_per_address,
+            tls=tls,
+            tls_timeout=cfg.tls_handshake_timeout,
+        )  # httptools, head timed, TLS run by the protocol (`aa.http_api.protocol`)
         sock = _listen(cfg.host, cfg.port)
         server = _Server(
             uvicorn.Config(
@@ -175,16 +222,12 @@ class HttpEndpoint:
                 proxy_headers=False,
                 server_header=False,
                 ws="none",
-                http=with_deadline(
-                    cfg.request_head_deadline, cfg.max_connections_per_address
-                ),  # httptools, head timed
+                http=protocol,
                 timeout_graceful_shutdown=int(cfg.shutdown_grace) or 1,
                 # Idle keep-alive connections closed after 5 s; past 1,000 connections new
                 # requests get 503 (an fd each: the router's port shares the open-file limit).
                 timeout_keep_alive=5,
                 limit_concurrency=1_000,
-                ssl_certfile=str(cfg.cert) if cfg.cert else None,
-                ssl_keyfile=str(cfg.key) if cfg.key else None,
             )
         )
         task = asyncio.create_task(server.serve(sockets=[sock]), name="aa-http")
@@ -222,6 +265,8 @@ class HttpEndpoint:
         state = self.app.app.state
         state.closing.set()
         close_streams(state)
+        for handshake in list(self._protocol.handshakes):
+            handshake.cancel()
         server.should_exit = True
         try:
             await task

@@ -1,5 +1,6 @@
 """The endpoint's outer wall, as plain ASGI middleware in front of the application: callers
-outside the allowed address ranges get 403, request bodies over the cap get 413, before any
+outside the allowed address ranges get 403, requests naming a ``Host`` that is not one of the
+endpoint's names get 421 (`host_allowed`), request bodies over the cap get 413, before any
 route, parser or the router sees them, and so do bodies of more than `MAX_BODY_VALUES`
 values: JSON is parsed and checked in one piece on the router's loop, ~1 µs per value, and a
 megabyte of empty maps held every client of the router for 360 ms.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -22,7 +24,11 @@ from aa.mesh import UsageError
 
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_BODY_VALUES
 
-__all__ = ["Guard", "parse_ranges"]
+__all__ = ["Guard", "parse_ranges", "LOOPBACK_NAMES", "host_name"]
+
+#: Host names every endpoint answers to, with any port: a page a browser loaded from
+#: loopback can always reach its own router.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -43,6 +49,46 @@ def parse_ranges(ranges: Iterable[str]) -> tuple[Network, ...]:
     return tuple(out)
 
 
+def host_name(value: str) -> str | None:
+    """The name part of a ``Host`` header (``[::1]:8080`` → ``::1``, ``Router.Lan.`` →
+    ``router.lan``), lower case; None when it is not a host name at all."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+    else:
+        name, _, port = value.partition(":")
+        if port and not port.isdigit():
+            return None
+    name = name.rstrip(".")
+    return name or None
+
+
+def _names(names: Iterable[str] | None) -> frozenset[str] | None:
+    if names is None:
+        return None
+    out = set(LOOPBACK_NAMES)
+    for n in names:
+        text = n.strip().lower().strip("[]").rstrip(".")
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            if not _NAME.fullmatch(text):
+                raise UsageError(
+                    f"not a host name: {n!r} (a DNS name or an address, without a port)"
+                ) from None
+        else:
+            if address.is_unspecified:  # a wildcard listen address names no host
+                continue
+            text = address.compressed
+        out.add(text)
+    return frozenset(out)
+
+
+_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*")
+
+
 async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     body = json.dumps({"error": code, "message": message}).encode()
     await send(
@@ -60,14 +106,21 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
 
 
 class Guard:
-    """ASGI middleware: address allow-list and body cap (see the module docstring)."""
+    """ASGI middleware: address allow-list, ``Host`` names and body cap (see the module
+    docstring). *names*: host names answered besides `LOOPBACK_NAMES`; None: any ``Host``."""
 
     def __init__(
-        self, app: ASGIApp, *, allow: Iterable[str] = DEFAULT_ALLOW, max_body: int = MAX_BODY_BYTES
+        self,
+        app: ASGIApp,
+        *,
+        allow: Iterable[str] = DEFAULT_ALLOW,
+        max_body: int = MAX_BODY_BYTES,
+        names: Iterable[str] | None = (),
     ) -> None:
         self.app = app
         self.allow = parse_ranges(allow)
         self.max_body = max_body
+        self.names = _names(names)
         self._verdicts: dict[str, bool] = {}  # address → allowed; callers are few
 
     def allowed(self, host: str | None) -> bool:
@@ -87,6 +140,29 @@ class Guard:
                 self._verdicts[host] = verdict
         return verdict
 
+    def host_allowed(self, host: str) -> bool:
+        """Whether a ``Host`` header names this endpoint. A page from another site cannot
+        reach the endpoint through a name it made point at loopback (DNS rebinding): its
+        requests carry that name, which is not one of ours."""
+        if self.names is None:
+            return True
+        name = host_name(host)
+        return name is not None and name in self.names
+
+    def host_refusal(self, headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, str, str] | None:
+        hosts = [v for k, v in headers if k == b"host"]
+        if len(hosts) != 1:
+            return 400, "bad-host", "a request must name its host in exactly one Host header"
+        host = hosts[0].decode("latin-1")
+        if self.host_allowed(host):
+            return None
+        shown = host if len(host) <= 100 and host.isprintable() else repr(host[:100])
+        return (
+            421,
+            "misdirected",
+            f"Host {shown} is not a name of this endpoint (aa router --http-name adds one)",
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
@@ -102,6 +178,11 @@ class Guard:
         if kind == "websocket":
             await self.app(scope, receive, send)
             return
+        if self.names is not None:
+            refusal = self.host_refusal(scope["headers"])
+            if refusal is not None:
+                await _refuse(send, *refusal)
+                return
         length = None
         for name, value in scope["headers"]:
             if name == b"content-length":

@@ -11,6 +11,8 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_BODY_VALUES",
     "MAX_HTTP_CLIENTS",
+    "MAX_HTTP_CLIENTS_PER_USER",
+    "MAX_HTTP_CLIENTS_PER_ADDRESS",
     "MAX_PATTERNS_PER_CLIENT",
     "MAX_NAME_LENGTH",
     "DEFAULT_KEEPALIVE",
@@ -50,6 +52,16 @@ MAX_BODY_VALUES: Final = 8192
 #: HTTP clients one router keeps. Each holds a token hash and a client cache per pattern,
 #: and the router's caches are capped too (`aa.router.caches.clientcaches.MAX_CLIENT_CACHES`).
 MAX_HTTP_CLIENTS: Final = 5_000
+
+#: HTTP clients one user may hold on one router (anonymous callers are one user): with
+#: `MAX_PATTERNS_PER_CLIENT` caches each, at most 1,600 of the router's 10,000 client caches,
+#: so no one user, and no token-less flood from many addresses, fills the table (624
+#: token-less registrations did).
+MAX_HTTP_CLIENTS_PER_USER: Final = 100
+
+#: HTTP clients registered from one address and still alive: a phone has one or two, a NAT of
+#: a few dozen phones fits; one machine cannot take a user's whole share on its own.
+MAX_HTTP_CLIENTS_PER_ADDRESS: Final = 50
 
 #: Patterns one HTTP client may hold: each is a client cache the router offers every event
 #: to, so one client must not be able to fill the router with them (as for TCP clients).

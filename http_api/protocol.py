@@ -11,12 +11,20 @@ closed. Bodies are not timed: the body cap bounds them, and a slow uploader is n
 And a cap per address: uvicorn holds at most 1,000 connections in all (past it, 503s), so one
 address could take them all and leave every phone with 503s. A connection from an address
 that holds `per_address` already gets a 503 saying so, and is closed.
+
+HTTPS is this protocol's own business, not the listening socket's: a connection is counted
+against its address from its first moment, then its TLS handshake is run here
+(`loop.start_tls`) with a deadline of `tls_timeout` seconds. Left to the server, TLS runs
+before the protocol sees the connection, so connections that never start TLS were neither
+counted nor closed for a minute. One refused before TLS is just closed: it would not read an
+HTTP answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import Counter
 from typing import Any
 
@@ -26,6 +34,7 @@ __all__ = [
     "HeadDeadlineProtocol",
     "MAX_CONNECTIONS_PER_ADDRESS",
     "REQUEST_HEAD_DEADLINE",
+    "TLS_HANDSHAKE_TIMEOUT",
     "with_deadline",
 ]
 
@@ -37,6 +46,9 @@ REQUEST_HEAD_DEADLINE = 10.0
 #: HTTP connections one address may hold at once: a quarter of uvicorn's 1,000 in all, so one
 #: address (a NAT of many phones, or an attacker) cannot take the port from everybody else.
 MAX_CONNECTIONS_PER_ADDRESS = 250
+#: Seconds an HTTPS connection has to finish its TLS handshake (a phone on a slow link needs
+#: a few round trips; a connection that says nothing is closed).
+TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
 class HeadDeadlineProtocol(HttpToolsProtocol):
@@ -46,14 +58,26 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     per_address = MAX_CONNECTIONS_PER_ADDRESS
     #: Connections held per address (one table per server: `with_deadline` makes the class).
     held: Counter[str] = Counter()
+    #: The server's TLS context (None: plain HTTP), and its handshake deadline in seconds.
+    tls: ssl.SSLContext | None = None
+    tls_timeout = TLS_HANDSHAKE_TIMEOUT
+    #: Handshakes under way (the endpoint cancels them when it closes).
+    handshakes: set[asyncio.Task[None]] = set()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
         self._address: str | None = None
+        self._handshake: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.tls is not None and self._handshake is None:
+            self._before_tls(transport)
+            return
         super().connection_made(transport)
+        if self.tls is not None:
+            self._arm()  # counted already, before its handshake
+            return
         address = str(self.client[0]) if self.client else None
         if address is not None and self.held[address] >= self.per_address:
             log.debug(
@@ -73,6 +97,42 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
             self.held[address] += 1
         self._arm()
 
+    def _before_tls(self, raw: asyncio.Transport) -> None:
+        """Count the connection, then run its TLS handshake under the deadline."""
+        peer = raw.get_extra_info("peername")
+        address = str(peer[0]) if peer else None
+        if address is not None and self.held[address] >= self.per_address:
+            log.debug(
+                "refusing an HTTPS connection from %s: %d held already", address, self.per_address
+            )
+            self._handshake = _DONE
+            raw.close()
+            return
+        if address is not None:
+            self._address = address
+            self.held[address] += 1
+        self._handshake = task = self.loop.create_task(self._start_tls(raw))
+        self.handshakes.add(task)
+        task.add_done_callback(self.handshakes.discard)
+
+    async def _start_tls(self, raw: asyncio.Transport) -> None:
+        assert self.tls is not None
+        try:
+            transport = await self.loop.start_tls(
+                raw, self, self.tls, server_side=True, ssl_handshake_timeout=self.tls_timeout
+            )
+        except BaseException as exc:
+            # start_tls closed the connection; our connection_lost is not called for it
+            log.debug("closing an HTTPS connection from %s: no TLS (%r)", self._address, exc)
+            self._release()
+            if not isinstance(exc, Exception):  # cancelled: the endpoint is closing
+                raise
+            return
+        if transport is None:
+            self._release()
+            return
+        self.connection_made(transport)  # type: ignore[arg-type]
+
     def on_message_begin(self) -> None:
         self._arm()
         super().on_message_begin()
@@ -83,12 +143,17 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._release()
+        if getattr(self, "transport", None) is None:  # lost before TLS let uvicorn in
+            return
+        super().connection_lost(exc)
+
+    def _release(self) -> None:
         address, self._address = self._address, None
         if address is not None:
             self.held[address] -= 1
             if self.held[address] <= 0:
                 del self.held[address]
-        super().connection_lost(exc)
 
     def _arm(self) -> None:
         self._disarm()
@@ -111,12 +176,28 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
 
 
 def with_deadline(
-    seconds: float, per_address: int = MAX_CONNECTIONS_PER_ADDRESS
+    seconds: float,
+    per_address: int = MAX_CONNECTIONS_PER_ADDRESS,
+    *,
+    tls: ssl.SSLContext | None = None,
+    tls_timeout: float = TLS_HANDSHAKE_TIMEOUT,
 ) -> type[HeadDeadlineProtocol]:
     """The protocol class of one server: a deadline of *seconds*, *per_address* connections
-    at most from one address (uvicorn takes a class)."""
+    at most from one address, HTTPS with *tls* and a handshake deadline of *tls_timeout*
+    (uvicorn takes a class; give it no TLS of its own then)."""
     return type(
         "HeadDeadlineProtocol",
         (HeadDeadlineProtocol,),
-        {"head_deadline": seconds, "per_address": per_address, "held": Counter()},
+        {
+            "head_deadline": seconds,
+            "per_address": per_address,
+            "held": Counter(),
+            "tls": tls,
+            "tls_timeout": tls_timeout,
+            "handshakes": set(),
+        },
     )
+
+
+#: The marker of a connection refused before its handshake began.
+_DONE: Any = object()

@@ -1,6 +1,8 @@
 """Routes of HTTP clients (Å §4.8): registration, patterns, policy, the feed, acknowledgement.
 
-Everything under ``/clients/{id}`` needs the client's token (`web.token_of`). The feed is
+Every route needs a caller whose user has the ``client_caches`` rule (`callers`, the router's
+gate); everything under ``/clients/{id}`` is reached only with that client's own token or
+its owner's user token, and shows only the event types the owner may receive now. The feed is
 Atom unless ``Accept`` prefers JSON; both carry the same page (`clients.HttpClients.page`).
 It answers conditional requests: ``If-None-Match`` against a strong ETag of the page's
 content, else ``If-Modified-Since`` against its Last-Modified (`HttpClients.conditional`);
@@ -10,6 +12,7 @@ either gives a 304 without rendering. A poll, conditional or not, is the client'
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -18,9 +21,11 @@ from fastapi.responses import JSONResponse
 
 from aa.mesh import META_TIME, PatternSpec, UsageError, event_to_json
 from aa.router import ExpiryPolicy, parse_duration
+from aa.router.security import Identity
 
 from .atom import ATOM_TYPE, render_atom, render_json
-from .clients import HttpClient, HttpClients
+from .callers import Caller, caller_of
+from .clients import BadToken, HttpClient, HttpClients, UnknownClient
 from .limits import (
     DEFAULT_KEEPALIVE,
     DEFAULT_MAX_COUNT,
@@ -30,7 +35,7 @@ from .limits import (
     MIN_KEEPALIVE,
 )
 from .models import AckIn, AckOut, ClientIn, ClientOut, PatternIn, PatternOut, PolicyIn, Registered
-from .web import error, etag_matches, http_date, negotiate, parse_http_date, token_of
+from .web import error, etag_matches, http_date, negotiate, parse_http_date
 
 __all__ = ["api", "answer_feed", "FEED_FORMATS"]
 
@@ -44,14 +49,47 @@ def _clients(request: Request) -> HttpClients:
     return request.app.state.clients  # type: ignore[no-any-return]
 
 
-def _client(request: Request, client_id: str) -> HttpClient:
-    return _clients(request).get(
-        client_id, token_of(request, client_id), now=request.app.state.clock()
+def _caching_caller(request: Request) -> Caller:
+    """The caller, if its user may own client caches (the rules in force now); raises
+    `NotAuthenticated` or `PermissionDenied`."""
+    caller = caller_of(request)
+    request.app.state.router.security.require(
+        caller.identity, "client_caches", "own client caches (HTTP clients)"
     )
+    return caller
+
+
+def _client(request: Request, client_id: str) -> HttpClient:
+    """The client the path names, if the caller may reach it (`Caller.may_reach`). Another
+    user's client is answered as unknown, so ids cannot be probed; an anonymous caller
+    without the client's token is asked for it."""
+    caller = _caching_caller(request)
+    client = _clients(request).lookup(client_id, now=request.app.state.clock())
+    if caller.may_reach(client):
+        return client
+    if caller.client is not None:
+        raise BadToken("this token belongs to another HTTP client")
+    if caller.identity.anonymous:
+        raise BadToken("this resource needs the client's token: 'Authorization: Bearer <token>'")
+    raise UnknownClient(f"no HTTP client {client_id!r} here (unknown, deleted or expired)")
+
+
+def _check_patterns(request: Request, client: HttpClient | None, specs: list[PatternSpec]) -> None:
+    """Each pattern must be one the owner (or, for a new client, the caller) may run."""
+    gate = request.app.state.router.security
+    identity = caller_of(request).identity if client is None else Identity(user=client.owner)
+    engine = request.app.state.router.engine
+    for spec in specs:
+        gate.require_pattern(identity, spec, engine.tier(spec))
+
+
+def _receives(request: Request, client: HttpClient) -> Callable[[str | None], bool]:
+    """The test of types the client's owner may receive now."""
+    return request.app.state.router.security.receives(Identity(user=client.owner))
 
 
 async def _authenticated(client_id: str, request: Request) -> HttpClient:
-    """The client the path names, if the request carries its token. A dependency, so it is
+    """The client the path names, if the caller may reach it. A dependency, so it is
     checked before the body is: a caller without the token learns nothing from a 422."""
     return _client(request, client_id)
 
@@ -134,12 +172,20 @@ def _pattern_out(pid: str, spec: PatternSpec) -> dict[str, str]:
 async def register(body: ClientIn, request: Request, response: Response) -> dict[str, Any]:
     """The router keeps the events matching the client's patterns in client caches under
     its policy (default: the newest 1,000 per pattern) until it polls; the answer holds the
-    client's id and its token, which every later request about the client needs."""
+    client's id and its token, which every later request about the client needs. The client
+    belongs to the caller's user: it reaches what that user may receive, and is counted
+    against that user's and this address's limits."""
+    caller = _caching_caller(request)
+    specs = [_spec(p) for p in body.patterns]
+    _check_patterns(request, None, specs)
+    peer = request.client
     client, token = _clients(request).register(
         name=body.name,
         policy=_policy(body.policy),
         keepalive=_keepalive(body.keepalive),
-        patterns=[_spec(p) for p in body.patterns],
+        patterns=specs,
+        owner=caller.user,
+        address=peer.host if peer else None,
         now=request.app.state.clock(),
     )
     response.headers["Location"] = f"/clients/{client.id}"
@@ -183,6 +229,7 @@ async def add_pattern(
 ) -> dict[str, str]:
     """Events matching it are kept for the client from now on."""
     spec = _spec(body)
+    _check_patterns(request, client, [spec])
     pid = _clients(request).add_pattern(client, spec)
     response.headers["Location"] = f"/clients/{client.id}/patterns/{pid}"
     return _pattern_out(pid, spec)
@@ -225,6 +272,8 @@ async def event(client: Authenticated, event_id: str, request: Request) -> Respo
     """``{"patterns": [...], "event": {"id", "type", "values", "meta"}}`` while the client's
     caches hold the event (until acknowledged or expired)."""
     found = _clients(request).find(client, event_id)
+    if found is not None and not _receives(request, client)(found[0].type):
+        found = None  # the owner may not receive this type (any longer)
     if found is None:
         return error(
             404, "unknown-event", f"no event {event_id!r} is kept for client {client.id!r}"
@@ -265,9 +314,11 @@ def answer_feed(
     state = request.app.state
     clients = _clients(request)
     now = state.clock()
-    client = clients.get(client_id, token_of(request, client_id), now=now)
+    client = _client(request, client_id)
     clients.touch(client, now)
     page = clients.page(client, after=after, limit=limit)
+    receives = _receives(request, client)
+    entries = [(e, pids) for e, pids in page.entries if receives(e.type)]
     kind = FEED_FORMATS[format] if format else negotiate(request.headers.get("accept"), _FEED_TYPES)
     base = _feed_url(request, client)
 
@@ -276,7 +327,7 @@ def answer_feed(
     shown = "|".join(
         [
             f"{kind}|{format}|{base}|{after}|{limit}|{page.cursor}|{page.more}|{','.join(client.patterns)}",
-            *(f"{event.id}:{','.join(pids)}" for event, pids in page.entries),
+            *(f"{event.id}:{','.join(pids)}" for event, pids in entries),
         ]
     )
     etag = (
@@ -308,11 +359,11 @@ def answer_feed(
         links["next"] = _page_url(base, page.cursor, limit, format)
     if kind == "application/json":
         body = render_json(
-            links=links, entries=page.entries, cursor=page.cursor, more=page.more, client=client.id
+            links=links, entries=entries, cursor=page.cursor, more=page.more, client=client.id
         )
         return Response(body, media_type="application/json", headers=headers)
     events = f"{base.removesuffix('/feed')}/events"
-    stamps = [t for e, _ in page.entries if type(t := e.meta.get(META_TIME)) is datetime]
+    stamps = [t for e, _ in entries if type(t := e.meta.get(META_TIME)) is datetime]
     updated = max(stamps) if stamps else client.created
     body = render_atom(
         feed_id=f"urn:aa:client:{client.id}",
@@ -320,7 +371,7 @@ def answer_feed(
         updated=updated.astimezone(UTC),
         author=str(getattr(state.router, "name", "aa")),
         links=list(links.items()),
-        entries=page.entries,
+        entries=entries,
         patterns={pid: s.source for pid, s in client.patterns.items()},
         cursor=page.cursor,
         event_url=f"{events}/",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -26,6 +26,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from aa.mesh import Event, PatternSpec, event_to_json
 
+from .callers import caller_of
 from .limits import MAX_STREAM_BACKLOG, MAX_STREAMS, STREAM_HEARTBEAT
 from .web import error
 
@@ -35,16 +36,20 @@ api = APIRouter(tags=["events"])
 
 
 class _Stream:
-    __slots__ = ("backlog", "wake", "dropped", "closing", "sub")
+    __slots__ = ("backlog", "wake", "dropped", "closing", "sub", "receives")
 
-    def __init__(self) -> None:
+    def __init__(self, receives: Callable[[str | None], bool]) -> None:
         self.sub: Any = None
+        #: The types the caller may receive, per the rules in force at each event.
+        self.receives = receives
         self.backlog: deque[Event] = deque()
         self.wake = asyncio.Event()
         self.dropped = 0
         self.closing = False
 
     def deliver(self, event: Event) -> None:
+        if not self.receives(event.type):
+            return
         backlog = self.backlog
         if len(backlog) >= MAX_STREAM_BACKLOG:
             backlog.popleft()
@@ -112,7 +117,13 @@ async def stream(
     kernel: str = "python",
     format: str = "expr",
 ) -> Response:
+    """Only the types the caller may receive reach it, checked at each event against the
+    rules in force then; a pattern kind its rules do not allow is a 403."""
     state = request.app.state
+    gate = state.router.security
+    identity = caller_of(request).identity
+    spec = PatternSpec(kernel=kernel, format=format, source=pattern)
+    gate.require_pattern(identity, spec, state.router.engine.tier(spec))
     if len(state.streams) >= MAX_STREAMS:
         return error(
             503,
@@ -120,9 +131,10 @@ async def stream(
             f"this router already serves {MAX_STREAMS} streams",
             headers={"Retry-After": "10"},
         )
-    spec = PatternSpec(kernel=kernel, format=format, source=pattern)
-    s = _Stream()
-    sub = s.sub = state.router.subscribe(spec, s.deliver)  # a refused pattern raises here: a 422
+    s = _Stream(gate.receives(identity))
+    sub = s.sub = state.router.subscribe(
+        spec, s.deliver, scope=gate.scope_of(identity)
+    )  # a refused pattern raises here: a 422
     state.streams.add(s)
     return StreamingResponse(
         _write(s, sub, state.streams),

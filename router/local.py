@@ -42,6 +42,10 @@ class LocalSubscription:
         self.errors = 0
         self.last_error: Any = None
         self.on_error: Callable[[Any], Any] | None = None
+        #: What its pattern may see, when it acts for a user (`Router.subscribe`'s *scope*):
+        #: the type patterns, and the test of them history replay applies; None: everything.
+        self.scope: tuple[str, ...] | None = None
+        self.receives: Callable[[str | None], bool] | None = None
 
     # -- called by the router ---------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from .dispatch import DISPATCH_STEP, Dispatcher
 from .eventlog import EventLog
 from .links import MeshService
 from .local import LocalSubscription
-from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits
+from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits, scope_filter
 from .quench import QuenchService
 from .security import Gate, PartialFrames, router_id_for
 from .session import ClientSession
@@ -371,17 +371,23 @@ class Router:
         format: str = "expr",
         kernel: str = "python",
         history: Mapping[str, Any] | None = None,
+        scope: tuple[str, ...] | None = None,
     ) -> LocalSubscription:
         """Subscribe from inside this process. With *history* (``{"since": datetime | None}``)
         the stored events the pattern matches come first, oldest first, marked historical,
-        then the live ones (`aa.router.store.HistoryReplay`). Raises `PatternError` for a
-        refused pattern, `UsageError` for a bad *history*."""
+        then the live ones (`aa.router.store.HistoryReplay`). *scope* (event type patterns,
+        `aa.router.patterns.scope`) is what the pattern may see, for a caller acting for a
+        user (the HTTP endpoint); None: every event. Raises `PatternError` for a refused
+        pattern, `UsageError` for a bad *history*."""
         spec = (
             pattern
             if isinstance(pattern, PatternSpec)
             else PatternSpec(kernel=kernel, format=format, source=pattern)
         )
         sub = LocalSubscription(self, callback, client_id=self._local_client)
+        if scope is not None and "*" not in scope:
+            sub.scope = tuple(scope)
+            sub.receives = scope_filter(sub.scope)  # history replay shows the pattern only these
         self.add_subscription(sub, spec, dict(params or {}), history)
         self.subscription_added(sub, history)
         return sub
@@ -393,6 +399,7 @@ class Router:
         since: datetime | None = None,
         limit: int | None = None,
         include_cache: bool = True,
+        receives: Callable[[str | None], bool] | None = None,
     ) -> list[Event]:
         """Stored events *pattern* matches — and mesh-cached ones too with *include_cache* —
         with a time at or after *since* (an aware datetime), oldest first, each id once, at
@@ -401,11 +408,14 @@ class Router:
         >>> # await router.history("Temperature > 30", since=datetime.now(timezone.utc) -
         timedelta(hours=3))
 
+        *receives* (a test of event types) limits what the pattern is shown to what the asking
+        user may receive (the HTTP endpoint passes `Gate.receive_filter`).
+
         Raises `PatternError` for a refused pattern, `UsageError` for a bad argument,
         `StoreUnavailable` when the store cannot be read.
         """
         return await self.storage.history(
-            pattern, since=since, limit=limit, include_cache=include_cache
+            pattern, since=since, limit=limit, include_cache=include_cache, receives=receives
         )
 
     @property

@@ -389,19 +389,14 @@ class ClientSession(asyncio.Protocol):
 
     def _may(self, rule: str, what: str, ref: int) -> bool:
         """Whether this client's user may do *what* (permission *rule*); tells it why not."""
-        rules = self.router.security.rules_for(self.identity)
+        gate = self.router.security
+        rules = gate.rules_for(self.identity)
         if rules is not None and getattr(rules, rule):
             return True
-        message = (
-            rules.refusal(rule, what)
-            if rules is not None
-            else "not allowed anything (no rule covers this user)"
-        )
+        reason = rules.refusal(rule, what) if rules is not None else None
         self.send(
             Error(
-                code="permission-denied",
-                message=f"user {self.identity.user!r} is {message}",
-                ref=ref,
+                code="permission-denied", message=gate.denial(self.identity, rules, reason), ref=ref
             )
         )
         return False
@@ -427,21 +422,17 @@ class ClientSession(asyncio.Protocol):
 
     def _pattern_refused(self, spec: PatternSpec, ref: int) -> bool:
         """Whether this user may not run *spec* (told why, naming the rule)."""
-        rules = self.router.security.rules_for(self.identity)
+        gate = self.router.security
+        rules = gate.rules_for(self.identity)
         refusal = (
             rules.pattern_refusal(spec, self.router.engine.tier(spec))
             if rules is not None
-            else "not allowed to subscribe (no rule covers this user)"
+            else None
         )
-        if refusal is None:
+        if rules is not None and refusal is None:
             return False
-        self.send(
-            Error(
-                code="permission-denied",
-                message=f"user {self.identity.user!r} is {refusal}",
-                ref=ref,
-            )
-        )
+        message = gate.denial(self.identity, rules, refusal)
+        self.send(Error(code="permission-denied", message=message, ref=ref))
         return True
 
     def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
@@ -457,7 +448,7 @@ class ClientSession(asyncio.Protocol):
                 Error(
                     code="permission-denied",
                     message=f"{len(events) - len(allowed)} event(s) refused: "
-                    f"user {self.identity.user!r} is {reason}",
+                    + gate.denial(self.identity, rules, reason),
                 )
             )
         return allowed

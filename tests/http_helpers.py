@@ -12,6 +12,7 @@ from support import Clock
 
 from aa.http_api import HttpEndpoint, create_app
 from aa.router import Router, RouterConfig
+from aa.router.security import SecurityConfig
 
 PEER = ("127.0.0.1", 40000)
 
@@ -23,11 +24,20 @@ async def open_api(
     max_body: int | None = None,
     peer: tuple[str, int] = PEER,
     clock: Clock | None = None,
+    names: tuple[str, ...] | None = ("aa.test",),
+    security: SecurityConfig | None = None,
 ) -> AsyncIterator[tuple[Router, httpx.AsyncClient]]:
-    """A started router and an httpx client talking to its app in-process."""
-    async with Router(RouterConfig(port=0, name="http-test")) as router:
+    """A started router (with *security*, if given) and an httpx client talking to its app
+    in-process, as host ``aa.test``."""
+    config = RouterConfig(port=0, name="http-test", **({"security": security} if security else {}))
+    async with Router(config) as router:
         clock = clock or Clock()
-        kwargs: dict[str, Any] = {"allow": allow, "clock": clock, "wall": clock.wall}
+        kwargs: dict[str, Any] = {
+            "allow": allow,
+            "clock": clock,
+            "wall": clock.wall,
+            "names": names,
+        }
         if max_body is not None:
             kwargs["max_body"] = max_body
         app = create_app(router, **kwargs)
@@ -67,7 +77,8 @@ def chromium(*, window: str = "1280,1000") -> Iterator[Any]:
     for program, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
         if shutil.which(program) is None:
             pytest.skip(
-                f"{program} is not installed (Debian package {package}; see tests/setup/system-deps.sh)"
+                f"{program} is not installed (Debian package {package}; "
+                "see tests/setup/system-deps.sh)"
             )
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
     from selenium.webdriver.chrome.service import Service

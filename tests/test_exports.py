@@ -286,6 +286,7 @@ PUBLIC: dict[str, list[str]] = {
         "WorkerConfig",
         "admits",
         "pattern_warnings",
+        "scope_filter",
     ],
     "aa.router.quench": [
         "Change",

@@ -4,7 +4,8 @@ router's real uvicorn server; every answer must be no 5xx, with a status, conten
 headers and body the document declares, schema-valid requests accepted, ``Allow`` correct
 on 405. Invalid requests need not all be refused: the schema is deliberately narrower than
 what the router accepts in places (durations as text, typed values), so that what it calls
-valid the router surely takes. Bounded: a fixed number of examples per operation, no shrinking past a deadline.
+valid the router surely takes. Bounded: a fixed number of examples per operation, no
+shrinking past a deadline.
 
 Operations about one HTTP client get a freshly registered client's id and token (each
 case may delete it), so they are exercised past the token check.
@@ -105,7 +106,8 @@ def _fuzz(served: _Served, mode: Any) -> dict[str, str]:
 
         @given(case=operation.as_strategy(generation_mode=mode))
         # Derandomized: the suite explores the same cases on every run, so CI cannot fail on a
-        # case nobody saw; AA_FUZZ_RANDOM=1 explores new ones (how the max_count 5.0 case was found).
+        # case nobody saw; AA_FUZZ_RANDOM=1 explores new ones (how the max_count 5.0 case was
+        # found).
         @settings(
             max_examples=EXAMPLES,
             deadline=None,
@@ -114,7 +116,8 @@ def _fuzz(served: _Served, mode: Any) -> dict[str, str]:
             database=None,
             derandomize=os.environ.get("AA_FUZZ_RANDOM") != "1",
         )
-        def run(case: Any) -> None:
+        def run(case: Any, operation: Any = operation) -> None:
+            c = None
             if "client_id" in (case.path_parameters or {}):
                 c = _client(served)
                 router = served.router
@@ -139,6 +142,12 @@ def _fuzz(served: _Served, mode: Any) -> dict[str, str]:
             ) as exc:  # schemathesis' failures: collected, not shrunk
                 key = f"{operation.method.upper()} {operation.path}: {type(exc).__name__}"
                 failures.setdefault(key, f"{exc}\n  {case.as_curl_command()}")
+            finally:  # one address may hold a few dozen clients (MAX_HTTP_CLIENTS_PER_ADDRESS)
+                if c is not None:
+                    httpx.delete(
+                        f"{served.url}clients/{c['id']}",
+                        headers={"Authorization": f"Bearer {c['token']}"},
+                    )
 
         try:
             run()

@@ -191,6 +191,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="address range allowed to call the HTTP endpoint, e.g. 192.168.0.0/16; "
         "repeatable (default: loopback only)",
     )
+    http.add_argument(
+        "--http-name",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="a host name (or address) requests to the HTTP endpoint may name in their Host "
+        "header, e.g. router.lan; repeatable (always: localhost, loopback addresses and "
+        "--http-host; others get 421, against DNS rebinding)",
+    )
     http.add_argument("--no-http", action="store_true", help="no HTTP endpoint")
     add_storage_options(p)
     add_security_options(p)
@@ -314,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
                 host=args.http_host or args.host,
                 port=http_port(args),
                 allow=tuple(args.http_allow) or DEFAULT_ALLOW,
+                names=tuple(args.http_name),
                 cert=args.http_cert or config.security.cert,
                 key=args.http_key or config.security.key,
             )

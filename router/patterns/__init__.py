@@ -91,7 +91,7 @@ from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternE
 from .limits import Delivery, HostFacts, SandboxLimits
 from .patternset import PatternSet
 from .runerrors import ErrorNotice
-from .scope import admits
+from .scope import admits, scope_filter
 from .workers import WorkerConfig
 
 __all__ = [
@@ -108,4 +108,5 @@ __all__ = [
     "WorkerConfig",
     "admits",
     "pattern_warnings",
+    "scope_filter",
 ]

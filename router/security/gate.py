@@ -24,7 +24,7 @@ from typing import Final
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from aa.mesh import Event, NotAuthenticated, UsageError
+from aa.mesh import Event, NotAuthenticated, PatternSpec, PermissionDenied, UsageError
 
 from .admission import (
     HELLO_DEADLINE,
@@ -49,11 +49,14 @@ from .tls import (
 )
 from .tokens import TokenVerifier
 
-__all__ = ["SecurityConfig", "Gate"]
+__all__ = ["SecurityConfig", "Gate", "NO_RULE"]
 
 log = logging.getLogger("aa.router.security")
 
 _Path = str | os.PathLike[str] | None
+
+#: Why a user that no section of the permissions file covers is refused (after its name).
+NO_RULE = "may do nothing: no rule in the permissions file covers this user"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -301,7 +304,7 @@ class Gate:
         """The events *rules* allow to be published, and why the others were refused (one
         line naming the first rule broken)."""
         if rules is None:
-            return [], "no rule in the permissions file covers this user: it may do nothing"
+            return [], NO_RULE
         reason = None
         if rules.publish_any and rules.persist:
             return list(events), None
@@ -369,6 +372,67 @@ class Gate:
 
         return receives
 
+    # -- the questions every door asks (TCP sessions and the HTTP endpoint alike) -----------
+    #
+    # Each reads the rules in force now (`rules_for`), so a reloaded permissions file takes
+    # effect at the next request, and raises `PermissionDenied` with the one line the TCP
+    # side sends as its error frame.
+
+    def denial(self, identity: Identity, rules: Rules | None, reason: str | None) -> str:
+        """One line telling *identity* why it was refused: ``user 'bob' is not allowed to
+        persist events (rule persist = false in [users.bob] in perms.toml)``, or, when no
+        section covers the user (*rules* None), that it may do nothing."""
+        if rules is None:
+            return f"user {identity.user!r} {NO_RULE}"
+        return f"user {identity.user!r} is {reason}"
+
+    def require(self, identity: Identity, rule: str, what: str) -> Rules:
+        """The rules of *identity* when its flag *rule* (``client_caches``, ``persist``,
+        ``quench``) is true; else raises `PermissionDenied` naming the rule."""
+        rules = self.rules_for(identity)
+        if rules is None or not getattr(rules, rule):
+            reason = rules.refusal(rule, what) if rules is not None else None
+            raise PermissionDenied(self.denial(identity, rules, reason))
+        return rules
+
+    def require_covered(self, identity: Identity) -> Rules:
+        """The rules of *identity*; raises `PermissionDenied` when no section covers it (the
+        mesh's picture and counters are for users the permissions file knows)."""
+        rules = self.rules_for(identity)
+        if rules is None:
+            raise PermissionDenied(self.denial(identity, None, None))
+        return rules
+
+    def require_pattern(self, identity: Identity, spec: PatternSpec, tier: str) -> Rules:
+        """The rules of *identity* when it may run *spec* in *tier* (`PatternEngine.tier`,
+        `Rules.pattern_refusal`); else raises `PermissionDenied` naming the rule."""
+        rules = self.rules_for(identity)
+        reason = rules.pattern_refusal(spec, tier) if rules is not None else None
+        if rules is None or reason is not None:
+            raise PermissionDenied(self.denial(identity, rules, reason))
+        return rules
+
+    def require_publish(self, identity: Identity, event: Event, persist_key: str) -> None:
+        """Raises `PermissionDenied` unless *identity* may publish *event* (its type, and
+        persisting it when its meta asks), with `screen`'s reason."""
+        rules = self.rules_for(identity)
+        allowed, reason = self.screen(rules, (event,), persist_key)
+        if not allowed:
+            raise PermissionDenied(self.denial(identity, rules, reason))
+
+    def receives(self, identity: Identity) -> Callable[[str | None], bool]:
+        """`receive_filter` for a reader that wants a test either way (an HTTP stream, a
+        feed): every type passes when nothing can ever be refused."""
+        return self.receive_filter(identity) or _any_type
+
+    def scope_of(self, identity: Identity) -> tuple[str, ...] | None:
+        """The event types *identity*'s pattern code may see (`aa.router.patterns.scope`):
+        its ``subscribe`` list by the rules in force, None for any type."""
+        rules = self.rules_for(identity)
+        if rules is None:
+            return ()
+        return None if rules.subscribe_any else rules.subscribe
+
 
 #: Seconds between two log lines about refusals from one source.
 REFUSAL_LOG_INTERVAL: Final = 60.0
@@ -398,6 +462,10 @@ class RefusalLog:
         more = f" ({held} more from {source} in the last {self.interval:g} s)" if held else ""
         log.log(level, "%s%s", message, more)
         return True
+
+
+def _any_type(type_: str | None) -> bool:
+    return True
 
 
 _ACCEPT_FILTER = RateLimited(("out of system resource", "accept failed", "Too many open files"))

@@ -228,14 +228,29 @@ class StoreService:
         since: datetime | None = None,
         limit: int | None = None,
         include_cache: bool = True,
+        receives: Callable[[str | None], bool] | None = None,
     ) -> list[Event]:
         """Stored (and, with *include_cache*, mesh-cached) events *pattern* matches, time at
-        or after *since*, oldest first, each once, at most *limit*; marked historical."""
+        or after *since*, oldest first, each once, at most *limit*; marked historical. With
+        *receives* (a test of event types: what the asking user may receive) the pattern is
+        shown only events that pass it, so its code never sees the others."""
         since = check_since(since)
         if limit is not None and (type(limit) is not int or limit < 0):
             raise UsageError(f"limit must be a non-negative int or None, not {limit!r}")
-        match = self._matcher(as_spec(pattern))
-        remote = getattr(match, "select", None)  # pattern code: matched in a worker, awaited
+        matcher = self._matcher(as_spec(pattern))
+        remote = getattr(matcher, "select", None)  # pattern code: matched in a worker, awaited
+        match: Callable[[Event], bool] = matcher
+        if receives is not None:
+            allowed = receives
+
+            def match(ev: Event) -> bool:
+                return allowed(ev.type) and matcher(ev)
+
+            if remote is not None:
+                select = remote
+
+                async def remote(chunk: list[Event]) -> list[Event]:
+                    return await select([ev for ev in chunk if allowed(ev.type)])
         found: dict[str, Event] = {}
         if self.store is not None and remote:
             async for chunk in self.store.iterate(None, since=since):
