@@ -67,7 +67,8 @@ def chromium(*, window: str = "1280,1000") -> Iterator[Any]:
     for program, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
         if shutil.which(program) is None:
             pytest.skip(
-                f"{program} is not installed (Debian package {package}; see tests/setup/system-deps.sh)"
+                f"{program} is not installed (Debian package {package}; "
+                "see tests/setup/system-deps.sh)"
             )
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
     from selenium.webdriver.chrome.service import Service

@@ -41,17 +41,18 @@ async def test_start_returns_with_the_real_port_bound_and_aclose_frees_it() -> N
 
 async def test_head_answers_as_get_without_a_body() -> None:
     # monitors ask HEAD (RFC 9110 §9.3.2): it was 405 on every resource
-    async with open_server() as (router, endpoint):
-        async with httpx.AsyncClient(base_url=endpoint.url) as http:
-            for path in ("/health", "/docs", "/", "/events"):
-                got, head = await http.get(path), await http.head(path)
-                assert head.status_code == got.status_code == 200, path
-                assert (
-                    head.content == b""
-                    and head.headers["content-type"] == got.headers["content-type"]
-                ), path
-            r = await http.put("/health")
-            assert r.status_code == 405 and "HEAD" in r.headers["allow"].split(", ")
+    async with (
+        open_server() as (router, endpoint),
+        httpx.AsyncClient(base_url=endpoint.url) as http,
+    ):
+        for path in ("/health", "/docs", "/", "/events"):
+            got, head = await http.get(path), await http.head(path)
+            assert head.status_code == got.status_code == 200, path
+            assert (
+                head.content == b"" and head.headers["content-type"] == got.headers["content-type"]
+            ), path
+        r = await http.put("/health")
+        assert r.status_code == 405 and "HEAD" in r.headers["allow"].split(", ")
 
 
 async def test_a_taken_port_fails_start() -> None:
@@ -67,21 +68,23 @@ async def test_a_taken_port_fails_start() -> None:
 
 async def test_sse_stream_over_a_socket() -> None:
     async with open_server() as (router, endpoint):
-        async with httpx.AsyncClient(base_url=endpoint.url) as http:
-            async with http.stream("GET", "/stream", params={"pattern": "n > 1"}) as r:
-                assert r.status_code == 200 and r.headers["content-type"].startswith(
-                    "text/event-stream"
-                )
-                lines = r.aiter_lines()
-                async with asyncio.timeout(10):
-                    assert (await anext(lines)).startswith("retry:")
-                    router.publish({"n": 1})
-                    router.publish({"n": 2, "b": b"\x01"})
-                    async for line in lines:
-                        if line.startswith("data:"):
-                            data = json.loads(line[5:])
-                            break
-                assert data["event"]["values"] == {"n": 2, "b": {"$bytes": "AQ=="}}
+        async with (
+            httpx.AsyncClient(base_url=endpoint.url) as http,
+            http.stream("GET", "/stream", params={"pattern": "n > 1"}) as r,
+        ):
+            assert r.status_code == 200 and r.headers["content-type"].startswith(
+                "text/event-stream"
+            )
+            lines = r.aiter_lines()
+            async with asyncio.timeout(10):
+                assert (await anext(lines)).startswith("retry:")
+                router.publish({"n": 1})
+                router.publish({"n": 2, "b": b"\x01"})
+                async for line in lines:
+                    if line.startswith("data:"):
+                        data = json.loads(line[5:])
+                        break
+            assert data["event"]["values"] == {"n": 2, "b": {"$bytes": "AQ=="}}
         # The server saw the stream go and dropped its pattern.
         await wait_for(lambda: router.stats()["subscriptions"] == 0, timeout=10)
 
@@ -98,31 +101,33 @@ async def test_open_streams_do_not_hold_up_shutdown() -> None:
 
 
 async def test_the_feed_validates_against_the_rfc_4287_schema() -> None:
-    async with open_server() as (router, endpoint):
-        async with httpx.AsyncClient(base_url=endpoint.url) as http:
-            r = await http.post(
-                "/clients",
-                json={"name": "schema <&>", "patterns": [{"source": "True"}, {"source": "i > 2"}]},
+    async with (
+        open_server() as (router, endpoint),
+        httpx.AsyncClient(base_url=endpoint.url) as http,
+    ):
+        r = await http.post(
+            "/clients",
+            json={"name": "schema <&>", "patterns": [{"source": "True"}, {"source": "i > 2"}]},
+        )
+        c = r.json()
+        feed_url = f"/clients/{c['id']}/feed"
+        empty = etree.fromstring((await http.get(feed_url, headers=bearer(c["token"]))).content)
+        assert SCHEMA.validate(empty), SCHEMA.error_log
+        for i in range(5):
+            router.publish(
+                {"i": i, "s": "odd \x01 chars <&>", "b": b"\x00"}, type="t<&>" if i else None
             )
-            c = r.json()
-            feed_url = f"/clients/{c['id']}/feed"
-            empty = etree.fromstring((await http.get(feed_url, headers=bearer(c["token"]))).content)
-            assert SCHEMA.validate(empty), SCHEMA.error_log
-            for i in range(5):
-                router.publish(
-                    {"i": i, "s": "odd \x01 chars <&>", "b": b"\x00"}, type="t<&>" if i else None
-                )
-            r = await http.get(feed_url, params={"limit": 2}, headers=bearer(c["token"]))
-            doc = etree.fromstring(r.content)
-            assert SCHEMA.validate(doc), SCHEMA.error_log
-            # The RFC's two Schematron rules, which RELAX NG leaves aside:
-            assert doc.xpath("a:author or not(a:entry[not(a:author)])", namespaces=ATOM_NS)
-            for entry in doc.xpath("a:entry", namespaces=ATOM_NS):
-                assert entry.xpath(
-                    "a:link[@rel='alternate'] or a:link[not(@rel)] or a:content", namespaces=ATOM_NS
-                )
-                assert entry.xpath("a:content[@type='xhtml']/x:div", namespaces=XHTML_NS)
-            assert doc.xpath("a:link[@rel='next']/@href", namespaces=ATOM_NS)
+        r = await http.get(feed_url, params={"limit": 2}, headers=bearer(c["token"]))
+        doc = etree.fromstring(r.content)
+        assert SCHEMA.validate(doc), SCHEMA.error_log
+        # The RFC's two Schematron rules, which RELAX NG leaves aside:
+        assert doc.xpath("a:author or not(a:entry[not(a:author)])", namespaces=ATOM_NS)
+        for entry in doc.xpath("a:entry", namespaces=ATOM_NS):
+            assert entry.xpath(
+                "a:link[@rel='alternate'] or a:link[not(@rel)] or a:content", namespaces=ATOM_NS
+            )
+            assert entry.xpath("a:content[@type='xhtml']/x:div", namespaces=XHTML_NS)
+        assert doc.xpath("a:link[@rel='next']/@href", namespaces=ATOM_NS)
 
 
 async def run_router(*args: str) -> tuple[asyncio.subprocess.Process, list[str]]:
@@ -211,19 +216,21 @@ async def test_a_feed_answer_leaves_in_one_write_and_whole_when_the_connection_c
         real(self, data)
 
     monkeypatch.setattr(transport, "write", write)
-    async with open_server() as (router, endpoint):
-        async with httpx.AsyncClient(base_url=endpoint.url) as http:
-            r = await http.post("/clients", json={"patterns": [{"source": "True"}]})
-            c = r.json()
-            router.publish({"i": 1})
-            url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
-            writes.clear()
-            r = await http.get(url, headers=auth)
-            answers = [w for w in writes if w.startswith(b"HTTP/1.1")]
-            assert r.status_code == 200 and len(answers) == 1 and answers[0].endswith(r.content)
-            closing = await http.get(url, headers={**auth, "Connection": "close"})
-            assert closing.status_code == 200 and closing.content == r.content
-            assert closing.headers["connection"] == "close"
+    async with (
+        open_server() as (router, endpoint),
+        httpx.AsyncClient(base_url=endpoint.url) as http,
+    ):
+        r = await http.post("/clients", json={"patterns": [{"source": "True"}]})
+        c = r.json()
+        router.publish({"i": 1})
+        url, auth = f"/clients/{c['id']}/feed", bearer(c["token"])
+        writes.clear()
+        r = await http.get(url, headers=auth)
+        answers = [w for w in writes if w.startswith(b"HTTP/1.1")]
+        assert r.status_code == 200 and len(answers) == 1 and answers[0].endswith(r.content)
+        closing = await http.get(url, headers={**auth, "Connection": "close"})
+        assert closing.status_code == 200 and closing.content == r.content
+        assert closing.headers["connection"] == "close"
 
 
 async def test_connections_that_do_not_send_a_request_head_in_time_are_closed() -> None:
