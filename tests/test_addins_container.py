@@ -26,15 +26,15 @@ def write(path: Path, source: str) -> None:
 
 
 def config(router: Router, folder: Path, **kw: Any) -> ContainerConfig:
-    settings: dict[str, Any] = dict(
-        folders=(folder,),
-        routers=(router.endpoint,),
-        poll_interval=0.05,
-        entry_points=False,
-        data_dir=folder.parent / "data",
-        backoff_base=0.02,
-        backoff_max=0.1,
-    )
+    settings: dict[str, Any] = {
+        "folders": (folder,),
+        "routers": (router.endpoint,),
+        "poll_interval": 0.05,
+        "entry_points": False,
+        "data_dir": folder.parent / "data",
+        "backoff_base": 0.02,
+        "backoff_max": 0.1,
+    }
     return ContainerConfig(**{**settings, **kw})
 
 
@@ -304,8 +304,9 @@ async def test_the_context_names_match_the_docs(router: Router, tmp_path: Path) 
         class Names(AddIn):
             async def start(self, ctx):
                 assert ctx.logger is ctx.log and ctx.log.name == "aa.addins.names"
-                await ctx.client.publish({"Names": sorted(k for k in ("client", "settings", "log", "logger",
-                                          "data_dir") if hasattr(ctx, k)), "Dir": ctx.data_dir.is_dir()})
+                names = ("client", "settings", "log", "logger", "data_dir")
+                present = sorted(k for k in names if hasattr(ctx, k))
+                await ctx.client.publish({"Names": present, "Dir": ctx.data_dir.is_dir()})
     """,
     )
     sub = router.subscribe("Names")

@@ -49,7 +49,7 @@ class Cable:
     @property
     def endpoint(self) -> str:
         assert self._server is not None
-        return "127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     def cut(self) -> None:
         self.up = False
@@ -226,7 +226,8 @@ async def test_a_cache_whose_pattern_runs_in_a_worker_heals_too() -> None:
             )
         except TimeoutError:
             raise AssertionError(
-                f"{len(ids(a, 'app'))} {len(ids(b, 'app'))} {a.caches.sync.counters} {b.caches.sync.counters}"
+                f"{len(ids(a, 'app'))} {len(ids(b, 'app'))} {a.caches.sync.counters} "
+                f"{b.caches.sync.counters}"
             ) from None
         assert sorted(e.values["i"] for e in a.caches.fetch("app").events) == [
             *range(0, 20, 2),

@@ -132,7 +132,7 @@ async def test_after_a_hostile_burst_honest_repair_still_works(pair) -> None:
     a, b = pair
     a.caches.register("phone", PatternSpec(source="i >= 0"), ExpiryPolicy(max_count=100), 600.0)
     await wait_for(lambda: "phone" in b.caches)
-    for i in range(10):
+    for _ in range(10):
         send(
             b, a, {"op": "digest", "caches": [[f"c{j}", 1, None, 0, 0, "0"] for j in range(100)]}
         )  # bad versions

@@ -311,7 +311,8 @@ async def test_send_to_no_router_is_one_line_at_once():
     assert code == 1 and out == ""
     one_line(
         err,
-        f"aa send: {endpoint}: nothing listens there (connection refused); is a router running there?",
+        f"aa send: {endpoint}: nothing listens there (connection refused); "
+        "is a router running there?",
     )
     assert took < 4, took  # the interpreter's start and the imports; no connect timeout
 
@@ -358,7 +359,8 @@ async def test_on_log_to_a_socket_that_is_not_there_is_one_line(router, tmp_path
     assert code == 1
     one_line(
         err,
-        f"aa on: cannot open the system log {tmp_path / 'log'}: No such file or directory; give another",
+        f"aa on: cannot open the system log {tmp_path / 'log'}: No such file or directory; "
+        "give another",
     )
 
 
@@ -492,7 +494,7 @@ async def test_send_persist_to_a_router_without_a_store_is_not_silent(router):
     assert "no store" in err
 
 
-# -- an error nobody foresaw ------------------------------------------------------------------------
+# -- an error nobody foresaw -----------------------------------------------------------------------
 
 
 def test_an_error_no_command_handled_is_one_line(capsys):
@@ -506,19 +508,22 @@ def test_an_error_no_command_handled_is_one_line(capsys):
             (
                 RuntimeError("boom"),
                 1,
-                "aa demo: unexpected error: RuntimeError: boom (run 'aa -v demo …' for the traceback)",
+                "aa demo: unexpected error: RuntimeError: boom "
+                "(run 'aa -v demo …' for the traceback)",
             ),
             (UsageError("--limit must be positive"), 2, "aa demo: --limit must be positive"),
             (
                 AaTimeout("no router answered within 6.0 s (tried 127.0.0.1:1)"),
                 1,
-                "aa demo: no router answered within 6.0 s (tried 127.0.0.1:1); is a router running there? ('aa router' "
+                "aa demo: no router answered within 6.0 s (tried 127.0.0.1:1); "
+                "is a router running there? ('aa router' "
                 "starts one; --router H:P or $AA_ROUTER names another)",
             ),
             (
                 PermissionError(13, "Permission denied", "/srv/aa"),
                 1,
-                "aa demo: permission denied on /srv/aa: give a folder you may write to, or fix its permissions",
+                "aa demo: permission denied on /srv/aa: "
+                "give a folder you may write to, or fix its permissions",
             ),
         ]
         for exc, code, line in cases:

@@ -25,7 +25,10 @@ from aa.tools.service_cmd import systemd_quote
 AA = str(Path(sys.executable).with_name("aa"))
 
 #: Everything a shell would act on: quotes, separators, substitutions, globs, newlines.
-HOSTILE = 'it\'s "quoted"; $(touch PWNED) `touch PWNED2` && rm -rf ~ | cat > x\nsecond line\t* ? ~ $HOME  end '
+HOSTILE = (
+    'it\'s "quoted"; $(touch PWNED) `touch PWNED2` && rm -rf ~ | cat > x\n'
+    "second line\t* ? ~ $HOME  end "
+)
 
 #: The exec'd program: writes its argv and the AA_ environment to the file named first.
 RECORDER = textwrap.dedent("""

@@ -111,7 +111,8 @@ async def test_the_largest_frame_allowed_holds_the_loop_at_most_10_ms() -> None:
         ]
         gap, answers = await gap_while_sending(router, frames, last_seq=3)
         print(
-            f"longest loop gap {gap * 1e3:.1f} ms for frames of {MAX_FRAME_ITEMS} events, {len(frames[0])} bytes"
+            f"longest loop gap {gap * 1e3:.1f} ms for frames of {MAX_FRAME_ITEMS} events, "
+            f"{len(frames[0])} bytes"
         )
         assert [m.seq for m in answers if type(m) is Ack][-1] == 3
         assert router.counters["published"] == 3 * MAX_FRAME_ITEMS
@@ -162,7 +163,7 @@ async def test_a_frame_of_dense_msgpack_is_refused_without_holding_the_loop(dens
             writer.close()
 
 
-async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_the_loop_at_most_10_ms() -> (
+async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_the_loop_at_most_10_ms() -> (  # noqa: E501 (the name alone is 92 characters)
     None
 ):
     # Below STEP_ABOVE a frame is decoded, checked and freed in one piece: its size must bound
@@ -174,7 +175,8 @@ async def test_a_stream_of_dense_frames_just_small_enough_to_decode_whole_holds_
     async with Router(RouterConfig(port=0, name="dense-small")) as router:
         gap, answers = await gap_while_sending(router, frames, last_seq=100)
         print(
-            f"longest loop gap {gap * 1e3:.1f} ms for 100 frames of {len(frames[0])} bytes of empty maps"
+            f"longest loop gap {gap * 1e3:.1f} ms for 100 frames of {len(frames[0])} bytes "
+            "of empty maps"
         )
         assert (
             any(type(m) is Ack and m.seq == 100 for m in answers)
@@ -268,8 +270,8 @@ def http_post(address: tuple[str, int], path: str, body: bytes) -> tuple[int, by
     """In a thread: one POST over a blocking socket; the status and the body."""
     with socket.create_connection(address, timeout=60) as sock:
         sock.sendall(
-            b"POST %s HTTP/1.1\r\nHost: aa\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n\r\n" % (path.encode(), len(body)) + body
+            b"POST %s HTTP/1.1\r\nHost: aa\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (path.encode(), len(body)) + body
         )
         answer = b""
         while data := sock.recv(1 << 16):

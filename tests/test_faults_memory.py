@@ -29,7 +29,17 @@ from support.routerproc import RouterProcess
 from support.wire import Bystander, Wire, frame_bytes
 
 from aa.mesh import Connection, Event, PatternSpec
-from aa.mesh.protocol import Ack, Cached, Error, GetCached, Hello, Publish, Subscribe, Subscribed
+from aa.mesh.protocol import (
+    Ack,
+    Cached,
+    Error,
+    GetCached,
+    Hello,
+    Message,
+    Publish,
+    Subscribe,
+    Subscribed,
+)
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc (Linux)"
@@ -87,9 +97,11 @@ def publish(router: RouterProcess, n: int, pad: int = 100, per_frame: int = 1000
         )
         wire.send(Publish(seq=seq, events=events))
         if seq % 10 == 0:  # a window of ten frames in flight
-            assert wire.read_until(
-                lambda got: any(type(m) is Ack and m.seq >= seq - 5 for m in got), 60
-            )  # type: ignore[attr-defined]
+
+            def window_acked(got: list[Message], seq: int = seq) -> bool:
+                return any(type(m) is Ack and m.seq >= seq - 5 for m in got)
+
+            assert wire.read_until(window_acked, 60)
     assert wire.read_until(lambda got: any(type(m) is Ack and m.seq == seq for m in got), 60)  # type: ignore[attr-defined]
     assert not [m for m in wire.got if type(m) is Error], wire.got
     wire.close()

@@ -4,12 +4,13 @@
 Three `aa router` processes in network namespaces (`support.netlab`); a publisher of
 persisted events on each; six times, a random router's cable is pulled while the publishers
 have 8,000-32,000 more events acknowledged (1-4 s) and put back. Then every store must hold
-every acknowledged event, each once, within 10 s of the links coming back (the issue's figure). It took 21-50 s for ~100,000 events, all in one
-hour-bucket: each exchange compared the first 5,000 ids and got the rest of the bucket
-back, held or not. Now a bucket's ids go in one message of up to 180,000 (in lists of
-60,000), larger buckets a hash slice at a time, the store's keys read once a second and the
-ids' hashes remembered: 5.9-8.0 s for 125,000-146,000 events (2026-11-24, 5 runs, cuts
-then timed 1-4 s); 4.7 s for 111,500 with the cuts counted in events.
+every acknowledged event, each once, within 10 s of the links coming back (the issue's
+figure). It took 21-50 s for ~100,000 events, all in one hour-bucket: each exchange compared
+the first 5,000 ids and got the rest of the bucket back, held or not. Now a bucket's ids go
+in one message of up to 180,000 (in lists of 60,000), larger buckets a hash slice at a time,
+the store's keys read once a second and the ids' hashes remembered: 5.9-8.0 s for
+125,000-146,000 events (2026-11-24, 5 runs, cuts then timed 1-4 s); 4.7 s for 111,500 with
+the cuts counted in events.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ CYCLES = 6
 
 
 async def test_stores_converge_within_10_s_after_repeated_partitions_under_load(
-    net: NetLab, tmp_path: Path
+    net: NetLab,  # noqa: F811 (the fixture imported above, by its name)
+    tmp_path: Path,
 ) -> None:
     await start_mesh(net, tmp_path)
     agents = {h: await net.agent(h) for h in HOSTS}

@@ -320,7 +320,7 @@ def fuzz(examples: int) -> settings:
 
 def test_fuzzed_frames_harm_nobody_and_leave_no_memory_behind(fuzzing: Fuzzing) -> None:
     # Warm up: every kind once, valid, and some bystander traffic, before the baseline.
-    for kind, wire in SAMPLES.items():
+    for wire in SAMPLES.values():
         fuzzing.run(HELLO + frame_bytes(_packed(wire)))
         fuzzing.run(PEER_HELLO + frame_bytes(_packed(wire)))
     for _ in range(200):
@@ -354,8 +354,8 @@ def test_fuzzed_frames_harm_nobody_and_leave_no_memory_behind(fuzzing: Fuzzing) 
         ran[fuzzer.__name__] = fuzzing.examples - start
     after = fuzzing.router.rss()
     print(
-        f"fuzzed {fuzzing.examples} connections {ran} {fuzzing.outcomes}; RSS {before / 2**20:.1f} MiB "
-        f"-> {after / 2**20:.1f} MiB"
+        f"fuzzed {fuzzing.examples} connections {ran} {fuzzing.outcomes}; RSS {before / 2**20:.1f} "
+        f"MiB -> {after / 2**20:.1f} MiB"
     )
     assert after - before < RSS_SLACK, (
         f"RSS {before / 2**20:.1f} MiB after warm-up, {after / 2**20:.1f} MiB after fuzzing"

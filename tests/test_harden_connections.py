@@ -82,7 +82,9 @@ async def test_a_router_at_1024_open_files_lets_a_client_in_past_a_stranger_with
 ) -> None:
     """The a10 attack on a real `aa router` process: the stranger's oldest silent sockets
     are closed to make room; a real client connects while the stranger keeps opening."""
-    proc = subprocess.Popen(
+    # Popen returns at once and nothing else runs on the loop until the router is up (its
+    # first line is read with select's timeout): the blocking calls here are harmless.
+    proc = subprocess.Popen(  # noqa: ASYNC220
         [
             "prlimit",
             "--nofile=1024:1024",

@@ -103,57 +103,60 @@ def _fuzz(served: _Served, mode: Any) -> dict[str, str]:
     for operation in operations:
         if operation.path == "/stream":  # a live stream never ends; tested in test_http_server.py
             continue
-
-        @given(case=operation.as_strategy(generation_mode=mode))
-        # Derandomized: the suite explores the same cases on every run, so CI cannot fail on a
-        # case nobody saw; AA_FUZZ_RANDOM=1 explores new ones (how the max_count 5.0 case was
-        # found).
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
-            database=None,
-            derandomize=os.environ.get("AA_FUZZ_RANDOM") != "1",
-        )
-        def run(case: Any, operation: Any = operation) -> None:
-            c = None
-            if "client_id" in (case.path_parameters or {}):
-                c = _client(served)
-                router = served.router
-                assert router is not None
-                served.loop.call_soon_threadsafe(lambda: router.publish({"fuzz": 1}, type="fuzz"))
-                case.path_parameters["client_id"] = c["id"]
-                case.headers = {**(case.headers or {}), "Authorization": f"Bearer {c['token']}"}
-            try:
-                response = case.call()
-                try:
-                    case.validate_response(response, excluded_checks=[negative_data_rejection])
-                except BaseExceptionGroup as group:
-                    rest = [f for f in group.exceptions if not _semantic(f, response)]
-                    if rest:
-                        found = "\n".join(f"{getattr(f, 'code', '')} {f}" for f in rest)
-                        raise AssertionError(
-                            f"{found}\n  answer: {response.status_code} {response.text[:500]}"
-                        ) from None
-            except (
-                Exception,
-                BaseExceptionGroup,
-            ) as exc:  # schemathesis' failures: collected, not shrunk
-                key = f"{operation.method.upper()} {operation.path}: {type(exc).__name__}"
-                failures.setdefault(key, f"{exc}\n  {case.as_curl_command()}")
-            finally:  # one address may hold a few dozen clients (MAX_HTTP_CLIENTS_PER_ADDRESS)
-                if c is not None:
-                    httpx.delete(
-                        f"{served.url}clients/{c['id']}",
-                        headers={"Authorization": f"Bearer {c['token']}"},
-                    )
-
-        try:
-            run()
-        except Unsatisfiable:  # nothing of this operation can be made invalid (negative mode)
-            pass
+        _fuzz_operation(served, operation, mode, failures)
     return failures
+
+
+def _fuzz_operation(served: _Served, operation: Any, mode: Any, failures: dict[str, str]) -> None:
+    """Run one operation's generated cases; the first failure of each kind into *failures*."""
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    # Derandomized: the suite explores the same cases on every run, so CI cannot fail on a
+    # case nobody saw; AA_FUZZ_RANDOM=1 explores new ones (how the max_count 5.0 case was
+    # found).
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=os.environ.get("AA_FUZZ_RANDOM") != "1",
+    )
+    def run(case: Any) -> None:
+        c = None
+        if "client_id" in (case.path_parameters or {}):
+            c = _client(served)
+            router = served.router
+            assert router is not None
+            served.loop.call_soon_threadsafe(lambda: router.publish({"fuzz": 1}, type="fuzz"))
+            case.path_parameters["client_id"] = c["id"]
+            case.headers = {**(case.headers or {}), "Authorization": f"Bearer {c['token']}"}
+        try:
+            response = case.call()
+            try:
+                case.validate_response(response, excluded_checks=[negative_data_rejection])
+            except BaseExceptionGroup as group:
+                rest = [f for f in group.exceptions if not _semantic(f, response)]
+                if rest:
+                    found = "\n".join(f"{getattr(f, 'code', '')} {f}" for f in rest)
+                    raise AssertionError(
+                        f"{found}\n  answer: {response.status_code} {response.text[:500]}"
+                    ) from None
+        except (Exception, BaseExceptionGroup) as exc:
+            # schemathesis' failures: collected, not shrunk
+            key = f"{operation.method.upper()} {operation.path}: {type(exc).__name__}"
+            failures.setdefault(key, f"{exc}\n  {case.as_curl_command()}")
+        finally:  # one address may hold a few dozen clients (MAX_HTTP_CLIENTS_PER_ADDRESS)
+            if c is not None:
+                httpx.delete(
+                    f"{served.url}clients/{c['id']}",
+                    headers={"Authorization": f"Bearer {c['token']}"},
+                )
+
+    try:
+        run()
+    except Unsatisfiable:  # nothing of this operation can be made invalid (negative mode)
+        pass
 
 
 @pytest.mark.timeout(400)  # some 40 s each on an idle 2-core machine; far more on a loaded one

@@ -67,11 +67,11 @@ async def test_a_taken_port_fails_start() -> None:
 
 
 async def test_sse_stream_over_a_socket() -> None:
-    async with (
-        open_server() as (router, endpoint),
-        httpx.AsyncClient(base_url=endpoint.url) as http,
-    ):
-        async with http.stream("GET", "/stream", params={"pattern": "n > 1"}) as r:
+    async with open_server() as (router, endpoint):
+        async with (
+            httpx.AsyncClient(base_url=endpoint.url) as http,
+            http.stream("GET", "/stream", params={"pattern": "n > 1"}) as r,
+        ):
             assert r.status_code == 200 and r.headers["content-type"].startswith(
                 "text/event-stream"
             )

@@ -412,7 +412,7 @@ async def _hang_up_server(accepted: list[float]) -> asyncio.Server:
 async def test_a_client_tries_a_failing_router_less_and_less_often(router: Router) -> None:
     accepted: list[float] = []
     server = await _hang_up_server(accepted)
-    bad = "127.0.0.1:%d" % server.sockets[0].getsockname()[1]
+    bad = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
         lonely = AsyncClient(config=ClientConfig(routers=(bad,), retry_base=0.05, retry_max=10.0))
         with pytest.raises(AaTimeout):

@@ -30,7 +30,9 @@ NODE = textwrap.dedent(
                 os.write(1, f"found {other} {info.peer}\\n".encode())
                 found.set()
         b = Beacon(router_id=me, peer="0.0.0.0:7447")
-        async with BroadcastDiscovery(port=47474, on_found=on_found, beacon=b, selection=[iface], interval=0.2):
+        async with BroadcastDiscovery(
+            port=47474, on_found=on_found, beacon=b, selection=[iface], interval=0.2
+        ):
             async with asyncio.timeout(15):
                 await found.wait()
 
@@ -44,7 +46,8 @@ ip link set lo up
 ip link add veth0 type veth peer name veth1 netns {pid}
 ip addr add 10.9.0.1/24 dev veth0
 ip link set veth0 up
-nsenter -t {pid} -n sh -c 'ip link set lo up; ip addr add 10.9.0.2/24 dev veth1; ip link set veth1 up'
+nsenter -t {pid} -n \\
+  sh -c 'ip link set lo up; ip addr add 10.9.0.2/24 dev veth1; ip link set veth1 up'
 nsenter -t {pid} -n {py} -c "$NODE" node-b node-a veth1 &
 {py} -c "$NODE" node-a node-b veth0
 wait $!

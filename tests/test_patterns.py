@@ -338,7 +338,8 @@ def test_script_sees_router_and_modules(engine: PatternEngine) -> None:
 
 def test_try_except_and_functions_work_in_scripts(engine: PatternEngine) -> None:
     src = (
-        "def safe_ratio(a, b):\n    try:\n        return a / b\n    except ZeroDivisionError:\n        return None\n"
+        "def safe_ratio(a, b):\n"
+        "    try:\n        return a / b\n    except ZeroDivisionError:\n        return None\n"
         "state['n'] = state.get('n', 0)\nstate['n'] += 1\n"
         "if safe_ratio(A, B) is None:\n    forward()"
     )

@@ -142,7 +142,8 @@ async def run_attacks(
     stopping = [a for a in attacks if a.expect == "stopped" and a.name in subs]
     await until(lambda: all(subs[a.name].failure is not None for a in stopping), 30)
     assert await until(lambda: len(bystander) >= EVENTS, 30), (
-        f"bystander got {len(bystander)} of {EVENTS} ({honest_sub.failure}); {router.engine.workers and router.engine.workers.counters}; {outcomes}"
+        f"bystander got {len(bystander)} of {EVENTS} ({honest_sub.failure}); "
+        f"{router.engine.workers and router.engine.workers.counters}; {outcomes}"
     )
     for attack in attacks:
         if attack.name in subs and subs[attack.name].failure is not None:
@@ -182,10 +183,12 @@ async def run_attacks(
     by99 = bystander_lat[int(len(bystander_lat) * 0.99) - 1]
     stretch = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     print(
-        f"bystander p50 {bystander_lat[len(bystander_lat) // 2] * 1000:.1f} ms, p99 {by99 * 1000:.1f} ms, max {bystander_lat[-1] * 1000:.1f} ms"
+        f"bystander p50 {bystander_lat[len(bystander_lat) // 2] * 1000:.1f} ms, "
+        f"p99 {by99 * 1000:.1f} ms, max {bystander_lat[-1] * 1000:.1f} ms"
     )
     assert by99 < 0.100 * stretch + machine, (
-        f"bystander p99 {by99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms, load x{stretch:.1f})"
+        f"bystander p99 {by99 * 1000:.1f} ms "
+        f"(machine's own: {machine * 1000:.1f} ms, load x{stretch:.1f})"
     )
     assert p99 < 0.010 + machine, (
         f"victim p99 {p99 * 1000:.1f} ms (machine's own: {machine * 1000:.1f} ms)"
@@ -315,7 +318,8 @@ CPU = [
     ),
     Attack(
         "counter-chain",
-        "import collections, itertools\ncollections.Counter(itertools.chain(range(1000000), range(1000000)))",
+        "import collections, itertools\n"
+        "collections.Counter(itertools.chain(range(1000000), range(1000000)))",
         "stopped",
         codes=("pattern-timeout", "pattern-memory"),
     ),
@@ -343,7 +347,9 @@ MEMORY = [
     ),
     Attack(
         "tee",
-        "import itertools, collections\na, b = itertools.tee(itertools.chain(*([range(1000000)] * 60)))\ncollections.deque(a, maxlen=0)",
+        "import itertools, collections\n"
+        "a, b = itertools.tee(itertools.chain(*([range(1000000)] * 60)))\n"
+        "collections.deque(a, maxlen=0)",
         "stopped",
         codes=("pattern-memory", "pattern-timeout"),
     ),

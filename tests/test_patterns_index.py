@@ -72,11 +72,21 @@ def atoms(draw: Any) -> str:
         coll = draw(st.sampled_from(["({}, {})", "[{}, {}]", "{{{}, {}}}"])).format(c, draw(consts))
         return f"{f} {draw(st.sampled_from(['in', 'not in']))} {coll}"
     if kind == 7:
-        return f"{f}.{draw(st.sampled_from(['startswith', 'endswith']))}({draw(st.sampled_from(['a', 'b', 'ab', 'la']))!r})"
+        return (
+            f"{f}.{draw(st.sampled_from(['startswith', 'endswith']))}"
+            f"({draw(st.sampled_from(['a', 'b', 'ab', 'la']))!r})"
+        )
     if kind == 8:
-        return f"{draw(st.sampled_from(['a', 'b', 1]))!r} {draw(st.sampled_from(['in', 'not in']))} {f}"
+        return (
+            f"{draw(st.sampled_from(['a', 'b', 1]))!r} "
+            f"{draw(st.sampled_from(['in', 'not in']))} {f}"
+        )
     if kind == 9:
-        return f"{draw(st.sampled_from(['A', 'S', 'zz']))!r} {draw(st.sampled_from(['in', 'not in']))} {draw(st.sampled_from(['event', 'meta', 'params']))}"
+        return (
+            f"{draw(st.sampled_from(['A', 'S', 'zz']))!r} "
+            f"{draw(st.sampled_from(['in', 'not in']))} "
+            f"{draw(st.sampled_from(['event', 'meta', 'params']))}"
+        )
     if kind == 10:
         return (
             f"{draw(st.sampled_from(['len', 'A']))}({f}) {op} {c}"
@@ -84,9 +94,15 @@ def atoms(draw: Any) -> str:
             else f"{f}.{draw(st.sampled_from(['lower', 'upper']))}() == {c}"
         )
     if kind == 11:
-        return f"{f} {draw(st.sampled_from(['+', '-', '*', '/', '//', '%', '**']))} {c} {op} {draw(consts)}"
+        return (
+            f"{f} {draw(st.sampled_from(['+', '-', '*', '/', '//', '%', '**']))} "
+            f"{c} {op} {draw(consts)}"
+        )
     if kind == 12:
-        return f"{c} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {draw(consts)}"
+        return (
+            f"{c} {draw(st.sampled_from(['<', '<=']))} {f} "
+            f"{draw(st.sampled_from(['<', '<=']))} {draw(consts)}"
+        )
     return (
         f"{f} is {draw(st.sampled_from(['None', 'not None', 'True']))}"
         if draw(st.booleans())
@@ -125,7 +141,8 @@ def conjunctions(draw: Any) -> str:
                 draw(st.sampled_from([0, 1, 2, 2.5, 1e300])),
             )
             parts.append(
-                f"{lo} {draw(st.sampled_from(['<', '<=']))} {f} {draw(st.sampled_from(['<', '<=']))} {hi}"
+                f"{lo} {draw(st.sampled_from(['<', '<=']))} {f} "
+                f"{draw(st.sampled_from(['<', '<=']))} {hi}"
             )
         elif op == "in":
             parts.append(f"{f} in ({rhs}, {draw(pool)!r})")
@@ -200,7 +217,7 @@ def test_index_delivers_what_evaluating_every_pattern_delivers(ops: list[tuple[A
         reference = make_engine()
         expected = [_apply(reference, op) for op in ops]
     got = [_apply(indexed, op) for op in ops]
-    assert got == expected, [op for op in ops]
+    assert got == expected, list(ops)
 
 
 @settings(max_examples=300, deadline=None)

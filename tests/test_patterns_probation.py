@@ -60,7 +60,7 @@ async def test_a_pattern_leaves_probation_with_its_state_and_every_event(router,
         assert time.monotonic() < deadline, pool.counters
         pub.publish_nowait({"i": sent})
         sent += 1
-        await wait_for(lambda: len(got) == sent, 10)
+        await wait_for(lambda sent=sent: len(got) == sent, 10)
     assert not on_probation(pool, COUNTER)
     for _ in range(50):  # now on the regular worker: a burst, queued behind the move
         pub.publish_nowait({"i": sent})
@@ -79,14 +79,18 @@ async def test_a_pattern_leaves_probation_with_its_state_and_every_event(router,
 
 
 async def test_a_state_that_cannot_be_carried_keeps_its_pattern_on_probation(router, make_client):
-    source = "if 'it' not in state:\n    state['it'] = iter(range(10 ** 6))\nforward(event.with_values(n=next(state['it'])))"
+    source = (
+        "if 'it' not in state:\n"
+        "    state['it'] = iter(range(10 ** 6))\n"
+        "forward(event.with_values(n=next(state['it'])))"
+    )
     got: list[Event] = []
     await (await make_client()).subscribe(source, got.append, format="script")
     pool = pool_of(router)
     pub = await make_client()
     for i in range(30):
         pub.publish_nowait({"i": i})
-        await wait_for(lambda: len(got) == i + 1, 10)
+        await wait_for(lambda i=i: len(got) == i + 1, 10)
     (inst,) = pool._instances.values()
     assert inst.worker.probation and pool.counters["graduated"] == 0
     assert inst.next_try > QUICK.probation_events  # it was asked, and will be asked again later
@@ -129,7 +133,11 @@ async def strike(router: Router, make_client: Any, attackers: int) -> list[float
     while config.probation_count and not pool.counters["graduated"] or i < 10:
         pub.publish_nowait({"i": i, "t": time.perf_counter()})
         i += 1
-        await wait_for(lambda: i - 1 in seen, 10)
+
+        def arrived(i: int = i) -> bool:
+            return i - 1 in seen
+
+        await wait_for(arrived, 10)
     assert not config.probation_count or not on_probation(pool, "forward()")
     stuck = "import re\nre.match('(a+)+$', 'a' * 34 + 'b')"
     for n in range(attackers):
@@ -167,7 +175,7 @@ async def test_a_pattern_that_gets_a_regular_worker_killed_takes_its_clients_oth
     while pool.counters["graduated"] < 3:
         pub.publish_nowait({"i": i})
         i += 1
-        await wait_for(lambda: len(neighbour_got) == i, 10)
+        await wait_for(lambda i=i: len(neighbour_got) == i, 10)
     pub.publish_nowait({"i": -1})  # the sleeper strikes, on the regular worker
     await wait_for(lambda: bad.failure is not None, 20)
     assert bad.failure.code == "pattern-timeout"
@@ -245,7 +253,11 @@ async def test_new_params_on_a_proven_pattern_are_new_behaviour_and_go_on_probat
             assert time.monotonic() < deadline, pool.counters
             pub.publish_nowait({"i": sent})
             sent += 1
-            await wait_for(lambda: len(first) == sent, 10)
+
+            def caught_up(sent: int = sent) -> bool:
+                return len(first) == sent
+
+            await wait_for(caught_up, 10)
 
     await publish_until(lambda: pool.counters["graduated"] == 1)
     same: list[Event] = []
@@ -276,7 +288,15 @@ async def test_a_stop_takes_only_the_subscribers_whose_params_caused_it(router, 
     """One script, two subscribers with their own params: the params of one make it loop
     past its budget (a stop by the sandbox's ticks), or hang in C (a kill); the other
     subscriber of the same pattern goes on."""
-    source = "import re\nif slow == 1:\n    while True:\n        pass\nif slow == 2:\n    re.match('(a+)+$', 'a' * 34 + 'b')\nforward()"
+    source = (
+        "import re\n"
+        "if slow == 1:\n"
+        "    while True:\n"
+        "        pass\n"
+        "if slow == 2:\n"
+        "    re.match('(a+)+$', 'a' * 34 + 'b')\n"
+        "forward()"
+    )
     honest: list[Event] = []
     await (await make_client(client_id="honest")).subscribe(
         source, honest.append, params={"slow": 0}, format="script"

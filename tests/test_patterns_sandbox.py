@@ -15,12 +15,13 @@ from aa.mesh import Event, PatternError, PatternSpec
 from aa.router.patterns import HostFacts, PatternEngine, SandboxLimits
 
 EVENT = Event(values={"Temperature": 101, "Sensor": "lab3", "L": [1, 2, 3]}, meta={"client": "c1"})
+DEFAULT_LIMITS = SandboxLimits()  # frozen: one instance serves every Harness
 
 
 class Harness:
     """An engine with one honest subscriber ("ok") and a failure log."""
 
-    def __init__(self, limits: SandboxLimits = SandboxLimits()) -> None:
+    def __init__(self, limits: SandboxLimits = DEFAULT_LIMITS) -> None:
         self.failures: list[tuple[list[Hashable], str, str]] = []
         host = HostFacts(
             router_id="r-1",
@@ -61,10 +62,20 @@ def refused(kernel: str, fmt: str, source: str) -> PatternError:
 
 LOOPS = {
     "plain": "while True: pass",
-    "inside try/except": "while True:\n    try:\n        while True: pass\n    except:\n        pass",
-    "catching BaseException": "while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass",
-    "BaseException from mro": "B = ValueError.mro()[-2]\nwhile True:\n    try:\n        while True: pass\n    except (B, ValueError):\n        pass",
-    "return in finally": "def f():\n    try:\n        while True: pass\n    finally:\n        return 1\nf()\nforward()",
+    "inside try/except": (
+        "while True:\n    try:\n        while True: pass\n    except:\n        pass"
+    ),
+    "catching BaseException": (
+        "while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass"
+    ),
+    "BaseException from mro": (
+        "B = ValueError.mro()[-2]\n"
+        "while True:\n    try:\n        while True: pass\n    except (B, ValueError):\n        pass"
+    ),
+    "return in finally": (
+        "def f():\n    try:\n        while True: pass\n    finally:\n        return 1\n"
+        "f()\nforward()"
+    ),
     "loop in finally": "try:\n    while True: pass\nfinally:\n    while True: pass",
     "C loop over count()": "import itertools\nx = sum(itertools.count())",
     "C loop over repeat()": "import itertools\nx = list(itertools.repeat(1))",

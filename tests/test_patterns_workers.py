@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 from datetime import UTC
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,11 @@ def worker_pids(router: Router) -> list[int]:
     pool = router.engine.workers
     assert pool is not None
     return [s.proc.pid for s in pool._slots if s.proc is not None and s.proc.pid is not None]
+
+
+def proc_file(pid: int, name: str) -> str:
+    """/proc/<pid>/<name> (the kernel answers at once: no blocking worth an executor)."""
+    return Path(f"/proc/{pid}/{name}").read_text()
 
 
 @pytest.mark.parametrize(
@@ -99,7 +105,7 @@ async def test_the_worker_holds_nothing_but_its_pipe_and_is_limited(router, make
     (pid,) = worker_pids(router)
     fds = sorted(int(n) for n in os.listdir(f"/proc/{pid}/fd"))
     assert fds == [0, 1]
-    limits = open(f"/proc/{pid}/limits").read()
+    limits = proc_file(pid, "limits")
     assert "Max open files            2" in limits
     assert "Max address space         unlimited" not in limits
     assert "Max cpu time              unlimited" not in limits
@@ -224,7 +230,7 @@ async def test_workers_are_forked_and_still_replaced_once_their_zygote_is_gone(r
     zygote = await pool._the_zygote()
     assert zygote is not None and zygote._proc is not None
     (pid,) = worker_pids(router)
-    assert f"PPid:\t{zygote._proc.pid}\n" in open(f"/proc/{pid}/status").read()  # forked by it
+    assert f"PPid:\t{zygote._proc.pid}\n" in proc_file(pid, "status")  # forked by it
     os.kill(zygote._proc.pid, signal.SIGKILL)
     await until(lambda: zygote.gone)
     await until(lambda: pool.warm, timeout=30)

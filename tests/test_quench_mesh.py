@@ -46,24 +46,27 @@ SNOW = {"SnowDepthSensor": True, "SnowDepth": 50}
 
 
 async def test_notices_across_a_line_of_three_routers() -> None:
-    async with routers(3, line(3)) as (r0, r1, r2):
-        async with AsyncClient(r0.endpoint) as pub, AsyncClient(r2.endpoint) as sub_client:
-            changes = Changes()
-            q = await pub.quench(SNOW, changes)
-            assert not q.interested
-            await wait_for(lambda: all(len(r.quench.table) == 1 for r in (r0, r1, r2)))
-            sub = await sub_client.subscribe("SnowDepthSensor == True")
-            await q.wait_interested(timeout=5)
-            assert changes.seen == [(f"{sub_client.client_id}#{sub.id}", r2.id, True)]
-            # A subscription the prototype does not match changes nothing; one on r1 does.
-            await sub_client.subscribe("Temperature > 3")
-            local = r1.subscribe("SnowDepth > 10")
-            await wait_for(lambda: len(q.interest) == 2)
-            assert {r for r, _ in q.interest} == {r1.id, r2.id}
-            await sub.aclose()
-            local.close()
-            await q.wait_uninterested(timeout=5)
-            assert sorted(changes.routers(False)) == sorted([r1.id, r2.id])
+    async with (
+        routers(3, line(3)) as (r0, r1, r2),
+        AsyncClient(r0.endpoint) as pub,
+        AsyncClient(r2.endpoint) as sub_client,
+    ):
+        changes = Changes()
+        q = await pub.quench(SNOW, changes)
+        assert not q.interested
+        await wait_for(lambda: all(len(r.quench.table) == 1 for r in (r0, r1, r2)))
+        sub = await sub_client.subscribe("SnowDepthSensor == True")
+        await q.wait_interested(timeout=5)
+        assert changes.seen == [(f"{sub_client.client_id}#{sub.id}", r2.id, True)]
+        # A subscription the prototype does not match changes nothing; one on r1 does.
+        await sub_client.subscribe("Temperature > 3")
+        local = r1.subscribe("SnowDepth > 10")
+        await wait_for(lambda: len(q.interest) == 2)
+        assert {r for r, _ in q.interest} == {r1.id, r2.id}
+        await sub.aclose()
+        local.close()
+        await q.wait_uninterested(timeout=5)
+        assert sorted(changes.routers(False)) == sorted([r1.id, r2.id])
 
 
 async def test_session_end_pattern_stop_and_update_are_noticed() -> None:
@@ -111,19 +114,22 @@ async def test_session_end_pattern_stop_and_update_are_noticed() -> None:
 
 
 async def test_needs_declaration_overcomes_narrow_patterns() -> None:
-    async with routers(2, line(2)) as (r0, r1):
-        async with AsyncClient(r0.endpoint) as pub, AsyncClient(r1.endpoint) as sub_client:
-            q = await pub.quench(SNOW)
-            await wait_for(lambda: len(r1.quench.table) == 1)
-            narrow = await sub_client.subscribe("SnowDepth == 80")  # Å §4.4: never matches 50
-            other = await sub_client.subscribe("Rain > 3", needs=["Rain"])
-            await wait_for(lambda: len(r1.engine) == 2)
-            assert not q.interested
-            await sub_client.subscribe("SnowDepth == 80", needs=["SnowDepth"])
-            await q.wait_interested(timeout=5)
-            r1.subscribe("(: needs: SnowDepth SnowDepthSensor :) //SnowDepth = 80", kernel="xpath")
-            await wait_for(lambda: len(q.interest) == 2)
-            assert narrow and other
+    async with (
+        routers(2, line(2)) as (r0, r1),
+        AsyncClient(r0.endpoint) as pub,
+        AsyncClient(r1.endpoint) as sub_client,
+    ):
+        q = await pub.quench(SNOW)
+        await wait_for(lambda: len(r1.quench.table) == 1)
+        narrow = await sub_client.subscribe("SnowDepth == 80")  # Å §4.4: never matches 50
+        other = await sub_client.subscribe("Rain > 3", needs=["Rain"])
+        await wait_for(lambda: len(r1.engine) == 2)
+        assert not q.interested
+        await sub_client.subscribe("SnowDepth == 80", needs=["SnowDepth"])
+        await q.wait_interested(timeout=5)
+        r1.subscribe("(: needs: SnowDepth SnowDepthSensor :) //SnowDepth = 80", kernel="xpath")
+        await wait_for(lambda: len(q.interest) == 2)
+        assert narrow and other
 
 
 async def test_mentioned_only_ignores_catch_all_patterns() -> None:

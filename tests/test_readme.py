@@ -74,7 +74,7 @@ class Block:
 
     @property
     def id(self) -> str:
-        first = next((l for l in self.code.splitlines() if l.strip()), "")
+        first = next((code_line for code_line in self.code.splitlines() if code_line.strip()), "")
         return f"L{self.line}-{self.lang}-{re.sub(r'[^A-Za-z0-9]+', '_', first)[:40]}"
 
 
@@ -185,7 +185,7 @@ def makefile_router_argv() -> list[str]:
     """The `aa router …` command of the Makefile's `run` target, as argv after `aa`."""
     text = (ROOT / "Makefile").read_text()
     recipe = text[text.index("\nrun:") :].split("\n\n", 1)[0]
-    line = next(l for l in recipe.splitlines() if "bin/aa router" in l)
+    line = next(step for step in recipe.splitlines() if "bin/aa router" in step)
     port = re.search(r"^PORT\s*\?=\s*(\d+)$", text, re.M)
     argv = shlex.split(line.strip().replace("$(PORT)", port.group(1) if port else "$(PORT)"))
     return argv[argv.index("router") :]
@@ -277,10 +277,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     router = Background(argv, w)
     try:
         assert router.out.wait_for(
-            lambda ls: any("listening on" in l for l in ls), READY_TIMEOUT
+            lambda ls: any("listening on" in printed for printed in ls), READY_TIMEOUT
         ), router.err.text
         assert router.out.wait_for(
-            lambda ls: any("hosting add-ins" in l for l in ls), READY_TIMEOUT
+            lambda ls: any("hosting add-ins" in printed for printed in ls), READY_TIMEOUT
         ), router.err.text
         yield w
     finally:
@@ -296,11 +296,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def _lines(out: str) -> list[str]:
-    return [l for l in out.splitlines() if l.strip()]
+    return [printed for printed in out.splitlines() if printed.strip()]
 
 
 WEATHER = re.compile(
-    r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+ Condition=(clear|cloudy|rain|snow)$"
+    r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+ "
+    r"Condition=(clear|cloudy|rain|snow)$"
 )
 
 #: (pattern on the command line or the code, check of its stdout, seconds it may take)
@@ -308,7 +309,9 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     # "events at once": the office's weather station speaks every 2 s
     (
         re.compile(r"^aa subscribe --count 3 'type == \"weather\"'"),
-        lambda out: len(_lines(out)) == 3 and all(WEATHER.match(l) for l in _lines(out)),
+        lambda out: (
+            len(_lines(out)) == 3 and all(WEATHER.match(printed) for printed in _lines(out))
+        ),
         15.0,
     ),
     (
@@ -340,7 +343,7 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     (
         re.compile(r"^aa subscribe --count 2 'type == \"greeting\"'"),
         lambda out: (
-            [re.sub(r"N=\d+", "N=n", l) for l in _lines(out)]
+            [re.sub(r"N=\d+", "N=n", printed) for printed in _lines(out)]
             == ["[greeting] Greeting=hello N=n"] * 2
         ),
         30.0,
@@ -445,7 +448,11 @@ def run_sh(block: Block, world: World) -> None:
             background.append((line, kind, bg))
             ready = {"router": "listening on", "container": "hosting"}.get(kind)
             if ready is not None:
-                assert bg.out.wait_for(lambda ls: any(ready in l for l in ls), READY_TIMEOUT), (
+
+                def said_ready(ls: list[str], ready: str = ready) -> bool:
+                    return any(ready in printed for printed in ls)
+
+                assert bg.out.wait_for(said_ready, READY_TIMEOUT), (
                     f"{line!r} never said it was ready: {bg.err.text}"
                 )
         for line, kind, bg in background:
@@ -454,7 +461,11 @@ def run_sh(block: Block, world: World) -> None:
             want = expectation(line)
             check = want[0] if want else (lambda out: bool(out.strip()))
             deadline = time.monotonic() + READY_TIMEOUT
-            while not bg.out.wait_for(lambda ls: check("".join(ls)), 0.5):
+
+            def printed_enough(ls: list[str], check: Callable[[str], bool] = check) -> bool:
+                return check("".join(ls))
+
+            while not bg.out.wait_for(printed_enough, 0.5):
                 assert bg.proc.poll() is None, f"{line!r} ended: {bg.err.text}"
                 assert time.monotonic() < deadline, (
                     f"{line!r} printed {bg.out.text!r}, not what the README says"
@@ -462,7 +473,7 @@ def run_sh(block: Block, world: World) -> None:
                 for send in sends:  # it may have subscribed after they were sent
                     run_foreground(send, world)
     finally:
-        for line, kind, bg in reversed(background):
+        for line, _kind, bg in reversed(background):
             code, err = bg.stop()
             assert code in (0, 130), f"{line!r} ended with {code} on SIGINT: {err}"
             assert "Traceback" not in err, err

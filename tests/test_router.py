@@ -126,12 +126,14 @@ async def test_a_client_that_leaves_takes_its_subscriptions_with_it(router, make
 
 
 async def test_subscriptions_per_client_are_capped(make_client):
-    async with Router(RouterConfig(port=0, max_subscriptions_per_client=2)) as r:
-        async with AsyncClient(r.endpoint) as c:
-            await c.subscribe("x == 1")
-            await c.subscribe("x == 2")
-            with pytest.raises(Exception, match="at most 2 subscriptions"):
-                await c.subscribe("x == 3")
+    async with (
+        Router(RouterConfig(port=0, max_subscriptions_per_client=2)) as r,
+        AsyncClient(r.endpoint) as c,
+    ):
+        await c.subscribe("x == 1")
+        await c.subscribe("x == 2")
+        with pytest.raises(Exception, match="at most 2 subscriptions"):
+            await c.subscribe("x == 3")
 
 
 async def test_embedded_router_publish_and_subscribe_without_sockets(router):

@@ -87,8 +87,8 @@ async def test_denied_publish_names_the_rule_and_affects_nothing_else(
             (3, "bob"),
         ]
         assert (
-            "user 'alice' is not allowed to publish events of type 'alarm' (rule publish = [\"reading\"] "
-            "in [users.alice]"
+            "user 'alice' is not allowed to publish events of type 'alarm' "
+            '(rule publish = ["reading"] in [users.alice]'
         ) in caplog.text
         assert router.counters["refused_permission"] == 1
         assert alice.connected and bob.connected

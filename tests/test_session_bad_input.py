@@ -183,7 +183,7 @@ async def test_connections_holding_big_unfinished_frames_are_closed_past_a_total
     )
     hogs = []
     try:
-        for i in range(MAX_PARTIAL_TOTAL // part + 2):
+        for _ in range(MAX_PARTIAL_TOTAL // part + 2):
             reader, writer = await asyncio.open_connection(*router.address)
             writer.write(HELLO + header + start + b"\0" * (part - len(start)))
             hogs.append(writer)

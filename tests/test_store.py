@@ -344,8 +344,12 @@ async def test_acknowledged_events_survive_kill_9(tmp_path: Path) -> None:
         asyncio.run(main())
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, timeout=60
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", child, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == -9, proc.stderr
     assert proc.stdout.strip() == "acked"

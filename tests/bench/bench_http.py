@@ -215,10 +215,15 @@ end
 
 function done(summary, latency, requests)
   local a, b, c = 0, 0, 0
-  for _, t in ipairs(threads) do a = a + t:get("n200"); b = b + t:get("n304"); c = c + t:get("nother") end
+  for _, t in ipairs(threads) do
+    a = a + t:get("n200"); b = b + t:get("n304"); c = c + t:get("nother")
+  end
   local e = summary.errors
-  io.write(string.format("AA polls=%%d seconds=%%.3f p50=%%.3f p99=%%.3f max=%%.3f errors=%%d s200=%%d s304=%%d other=%%d\\n",
-    summary.requests, summary.duration / 1e6, latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+  io.write(string.format(
+    "AA polls=%%d seconds=%%.3f p50=%%.3f p99=%%.3f max=%%.3f errors=%%d "
+      .. "s200=%%d s304=%%d other=%%d\\n",
+    summary.requests, summary.duration / 1e6,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
     latency.max / 1000, e.connect + e.read + e.write + e.timeout + e.status, a, b, c))
 end
 """
@@ -234,9 +239,8 @@ async def poll_with_wrk(
         for url, auth in clients:
             cursor = (await http.get(url, headers=auth)).headers["aa-cursor"]
             etag = (await http.get(url, params={"after": cursor}, headers=auth)).headers["etag"]
-            rows.append(
-                '{"%s", "%s", "%s", %r}' % (url, auth["Authorization"].split()[1], cursor, etag)
-            )
+            token = auth["Authorization"].split()[1]
+            rows.append(f'{{"{url}", "{token}", "{cursor}", {etag!r}}}')
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(WRK_SCRIPT % (concurrency, ",\n".join(rows)))
     stop = asyncio.Event()
@@ -282,9 +286,14 @@ PACED_SCRIPT = """
 -- omission). Thread t polls clients t+1, t+1+STEP, ... (each client is one thread's, as a
 -- phone is one), each once a second when STEP * RATE = the number of clients.
 local ffi = require("ffi")
-ffi.cdef[[ typedef struct { long tv_sec; long tv_nsec; } aa_ts; int clock_gettime(int, aa_ts *); ]]
+ffi.cdef[[
+  typedef struct { long tv_sec; long tv_nsec; } aa_ts;
+  int clock_gettime(int, aa_ts *);
+]]
 local ts = ffi.new("aa_ts")
-local function now() ffi.C.clock_gettime(1, ts); return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9 end
+local function now()
+  ffi.C.clock_gettime(1, ts); return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
 local STEP, RATE = %d, %f
 local clients = {%s}
 local etag, cursor = {}, {}
@@ -348,7 +357,9 @@ function done(summary, latency, requests)
   table.sort(all)
   local function pct(p) return all[math.max(1, math.ceil(#all * p / 100))] or 0 end
   local e = summary.errors
-  io.write(string.format("AA polls=%%d seconds=%%.3f p50=%%.3f p99=%%.3f max=%%.3f errors=%%d s200=%%d s304=%%d other=%%d\\n",
+  io.write(string.format(
+    "AA polls=%%d seconds=%%.3f p50=%%.3f p99=%%.3f max=%%.3f errors=%%d "
+      .. "s200=%%d s304=%%d other=%%d\\n",
     #all, summary.duration / 1e6, pct(50), pct(99), all[#all] or 0,
     e.connect + e.read + e.write + e.timeout + e.status, a, b, c))
 end
@@ -446,9 +457,8 @@ async def poll_open_loop(
         for url, auth in clients:
             cursor = (await http.get(url, headers=auth)).headers["aa-cursor"]
             etag = (await http.get(url, params={"after": cursor}, headers=auth)).headers["etag"]
-            rows.append(
-                '{"%s", "%s", "%s", %r}' % (url, auth["Authorization"].split()[1], cursor, etag)
-            )
+            token = auth["Authorization"].split()[1]
+            rows.append(f'{{"{url}", "{token}", "{cursor}", {etag!r}}}')
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(PACED_SCRIPT % (concurrency, poll_rate / concurrency, ",\n".join(rows)))
     ctx = multiprocessing.get_context("spawn")

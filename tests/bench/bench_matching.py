@@ -22,27 +22,28 @@ Workloads:
 
 What the figures include. `subscribes_per_s`: for each subscription (timed one by one:
 until 2026-11-24 05:00 the clock also ran while the workload drew the next source and
-params), building its `PatternSpec` (as the codec does for a client's frame), `PatternEngine.subscribe`: the params
-check, parsing (the fast conjunction reader, else `ast`; no RestrictedPython for a predicate
-pattern), normalising and planning (the access predicate), the index insert, and the
-engine's bookkeeping (subscriber, params bucket, shared instance). With `--router`, the
-subscriptions go through an embedded `Router.subscribe` (a `LocalSubscription`, the router's
-checks, quenching and store hooks too) and the memory is the whole router process's RSS.
-`updates_per_s`: `PatternEngine.update` (with `--router`, `LocalSubscription.update`).
-Each rate is given per second of wall time and per second of this process's CPU time
-(`*_cpu`): on a loaded machine the second is the one to compare (for subscribes it counts
-the workload's draws too: a lower bound of the rate). The collector is set as
-`aa router` sets it (`--python-gc`: Python's defaults, with which a subscribe cost a fifth
-more: 17,500 against 21,000 BE-Tree-style subscribes/s at 100,000, idle, 2026-11-24).
+params), building its `PatternSpec` (as the codec does for a client's frame),
+`PatternEngine.subscribe`: the params check, parsing (the fast conjunction reader, else
+`ast`; no RestrictedPython for a predicate pattern), normalising and planning (the access
+predicate), the index insert, and the engine's bookkeeping (subscriber, params bucket,
+shared instance). With `--router`, the subscriptions go through an embedded
+`Router.subscribe` (a `LocalSubscription`, the router's checks, quenching and store hooks
+too) and the memory is the whole router process's RSS. `updates_per_s`:
+`PatternEngine.update` (with `--router`, `LocalSubscription.update`). Each rate is given per
+second of wall time and per second of this process's CPU time (`*_cpu`): on a loaded machine
+the second is the one to compare (for subscribes it counts the workload's draws too: a lower
+bound of the rate). The collector is set as `aa router` sets it (`--python-gc`: Python's
+defaults, with which a subscribe cost a fifth more: 17,500 against 21,000 BE-Tree-style
+subscribes/s at 100,000, idle, 2026-11-24).
 
 Each run prints the deliveries per event: the cost of an event is the index lookups plus
 the verification of its candidates plus its deliveries, so a workload's selectivity decides
-what is reachable. Per size: events/s is not the figure; per-event match time is (median per run, then the
-median and min-max over `--runs` runs), with the number of deliveries per event; subscribe
-rate; update rate (trading); memory per subscription (RSS growth of this process while
-subscribing, after a collection); the collector's longest pause per generation while
-subscribing (`gc_pause_ms_max`) and a full collection afterwards (`gc_full_ms`): what the
-router's loop would stop for; and the collector's share of the subscribes' time
+what is reachable. Per size: events/s is not the figure; per-event match time is (median per
+run, then the median and min-max over `--runs` runs), with the number of deliveries per
+event; subscribe rate; update rate (trading); memory per subscription (RSS growth of this
+process while subscribing, after a collection); the collector's longest pause per generation
+while subscribing (`gc_pause_ms_max`) and a full collection afterwards (`gc_full_ms`): what
+the router's loop would stop for; and the collector's share of the subscribes' time
 (`gc_share_of_subscribing`). Targets (issue 12): 1 M subscriptions ≤ 1 ms per event and
 ≤ 20× the 1,000 figure; ≥ 50,000 subscribes/s; ≥ 100,000 updates/s; ≤ 1 KB per subscription.
 """

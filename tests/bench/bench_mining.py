@@ -140,7 +140,8 @@ def main() -> None:
         )
         r = rows[-1]
         print(
-            f"{r['read']:>12,} {r['seconds']:>8.1f} {r['events_per_s']:>9,}  {load:.1f}/{os.getloadavg()[0]:.1f}",
+            f"{r['read']:>12,} {r['seconds']:>8.1f} {r['events_per_s']:>9,}  "
+            f"{load:.1f}/{os.getloadavg()[0]:.1f}",
             file=sys.stderr,
         )
     a, b, r2 = (

@@ -128,7 +128,10 @@ def missing(system: str) -> str | None:
     if why:
         return why
     if python == "peers" and not PEERS_PYTHON.exists():
-        return f"no {PEERS_PYTHON.relative_to(HERE.parent.parent)} (tests/bench/peers/setup.sh makes it)"
+        return (
+            f"no {PEERS_PYTHON.relative_to(HERE.parent.parent)} "
+            "(tests/bench/peers/setup.sh makes it)"
+        )
     if system == "mqtt-c" and not servers.shutil.which("mosquitto_sub"):
         return "mosquitto-clients is not installed (tests/bench/peers/setup.sh installs it)"
     return None

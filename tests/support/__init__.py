@@ -1,8 +1,8 @@
 """What tests share, loaded as a pytest plugin (`pytest_plugins` in tests/conftest.py): the
 fixtures (`fixtures`, `postgres`), and the one way to build a mesh of routers (`meshes`),
 a clock tests move (`clock`), free loopback ports (`ports`), and waiting for a condition
-with a timeout (`waits`), the CPU a guarded piece of work costs (`cost`). Test modules import the helpers from here: ``from support import
-mesh, wait_for``."""
+with a timeout (`waits`), the CPU a guarded piece of work costs (`cost`). Test modules
+import the helpers from here: ``from support import mesh, wait_for``."""
 
 from .clock import Clock
 from .cost import cpu_seconds

@@ -58,9 +58,10 @@ async def main(endpoint: str) -> None:
                     if op == "peers":
                         own: dict[str, Any] = {}
 
-                        async def linked() -> (
-                            bool
-                        ):  # asked again and again: the router has no push for this
+                        # asked again and again: the router has no push for this
+                        async def linked(
+                            own: dict[str, Any] = own, req: dict[str, Any] = req
+                        ) -> bool:
                             own.update((await client.mesh_info())["routers"][0])
                             return len(own["peers"]) == req["n"]
 

@@ -39,7 +39,7 @@ class RouterProcess:
         cmd = [AA, "router", "--port", "0", "--no-discovery", "--name", name, *args]
         # stderr to a file, not a pipe: a router logging every bad frame would fill a pipe
         # nobody reads and block.
-        self._err = tempfile.TemporaryFile()
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 (kept open: closed in __exit__)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._err)
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT)

@@ -10,8 +10,8 @@ py-spy (tests/bench/peers/.venv, from setup.sh) samples the router process from 
 non-blocking, so the router runs unchanged; idle samples (waiting in epoll) are left out.
 Sampling starts once the router listens (its imports are left out) and ends with it; the
 latency run of bench_router.py is cut to 100 events, so nearly every sample is from the
-2,000-event warm-up and the throughput run. --out keeps the raw collapsed stacks (one line per stack, its
-count last) for flame graphs or a before/after diff.
+2,000-event warm-up and the throughput run. --out keeps the raw collapsed stacks (one line
+per stack, its count last) for flame graphs or a before/after diff.
 """
 
 from __future__ import annotations
