@@ -10,7 +10,7 @@ PORT  ?= 7447
 # Discovery never leaves loopback unless the operator says otherwise.
 export AA_DISCOVERY_INTERFACES ?= lo
 
-.PHONY: run test bench system-deps clean
+.PHONY: run test bench docs system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +37,10 @@ system-deps:
 ## bench: the benchmarks of tests/bench (not part of the test suite)
 bench: $(STAMP)
 	$(PY) tests/bench/run_all.py
+
+## docs: the manual (docs/, mkdocs.yml) served on http://127.0.0.1:8000/, rebuilt as you edit
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
 
 clean:
 	rm -rf $(VENV) .aa-data .pytest_cache
