@@ -1,16 +1,19 @@
-"""The README's code runs: every shell and Python block of README.md meant to run is run, in
-README order, against a real router started the way `make run` starts it (the Makefile's own
-flags), and must do what the README says.
+"""The docs' code runs: every shell and Python block meant to run, of README.md and of every
+page of the manual (`docs/*.md`), is run, in page order, against one real router started the
+way `make run` starts it (the Makefile's own flags), and must do what the page says. Pages an
+engineer drafts for the lead (`docs/notes-*.md`) are left out until they are folded into a
+page of the manual.
 
-Conventions for README authors (new sections are picked up without touching this file):
+Conventions for authors of the README and the manual (new sections and new pages are picked up
+without touching this file):
 
 * A fence at the start of a line, tagged ``sh``, ``shell``, ``bash`` or ``python``, is run as
   one test. A fence indented inside a list item is an excerpt (a pattern script), not run.
 * ``<!-- not run: reason -->`` on the line before a fence: not run. Use it sparingly, and say
   why (the quick start's ``make run``/``make test``: this test starts that router itself).
 * ``<!-- file: PATH -->`` before a fence: the block is written to PATH (relative to the
-  working folder all blocks share) before any block runs, instead of being run: an add-in,
-  a settings file.
+  working folder all blocks of all pages share) before any block runs, instead of being run:
+  an add-in, a settings file. Two pages may not write the same PATH.
 * Ports: every number from 7440 to 7499 in a block is moved to a block of free ports with the
   same offsets (so a router's HTTP port stays its port + 1). ``$AA_ROUTER`` names `make run`'s
   router (the README's default 127.0.0.1:7447); discovery stays on loopback, on this test
@@ -49,6 +52,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+
+
+def doc_pages() -> list[Path]:
+    """README.md, then the manual's pages in name order; drafts (notes-*.md) left out."""
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    return [README, *(p for p in docs if not p.name.startswith("notes-"))]
+
+
+PAGES = doc_pages()
 BIN = Path(sys.executable).parent
 AA = str(BIN / "aa")
 
@@ -61,11 +73,12 @@ COMMAND_TIMEOUT = 60.0
 READY_TIMEOUT = 60.0
 
 
-# -- the README's blocks ------------------------------------------------------------------------
+# -- the pages' blocks ------------------------------------------------------------------------
 
 
 @dataclass
 class Block:
+    page: str  # the file, relative to the repository: README.md, docs/mesh.md
     line: int  # 1-based line of the opening fence
     lang: str
     code: str
@@ -74,8 +87,13 @@ class Block:
 
     @property
     def id(self) -> str:
-        first = next((l for l in self.code.splitlines() if l.strip()), "")
-        return f"L{self.line}-{self.lang}-{re.sub(r'[^A-Za-z0-9]+', '_', first)[:40]}"
+        first = next((ln for ln in self.code.splitlines() if ln.strip()), "")
+        slug = re.sub(r"[^A-Za-z0-9]+", "_", first)[:40]
+        return f"{self.page}:L{self.line}-{self.lang}-{slug}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.page} line {self.line}"
 
 
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -84,7 +102,7 @@ FILE = re.compile(r"^<!--\s*file:\s*(\S+)\s*-->\s*$")
 LANGS = {"sh": "sh", "shell": "sh", "bash": "sh", "python": "python"}
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
     """The top-level fenced blocks of *text* in a language we run, with their markers."""
     lines = text.splitlines()
     blocks: list[Block] = []
@@ -104,6 +122,7 @@ def readme_blocks(text: str) -> list[Block]:
             skip, file = NOT_RUN.match(before), FILE.match(before)
             blocks.append(
                 Block(
+                    page=page,
                     line=start + 1,
                     lang=lang,
                     code="\n".join(lines[start + 1 : j]) + "\n",
@@ -115,25 +134,37 @@ def readme_blocks(text: str) -> list[Block]:
     return blocks
 
 
-BLOCKS = readme_blocks(README.read_text())
+def page_name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+BLOCKS = [b for page in PAGES for b in readme_blocks(page.read_text(), page_name(page))]
 RUN = [b for b in BLOCKS if b.file is None]
+#: Fence tags of blocks shown, never run.
+SHOWN = ("text", "console", "json", "toml", "xml", "http", "javascript", "html")
 
 
 def test_the_conventions_are_understood():
-    """The parser finds what this module's docstring promises (guards against a README edit
-    that silently makes blocks invisible, e.g. an unknown fence tag on a command)."""
-    assert any(b.skip for b in BLOCKS) and any(b.file for b in BLOCKS)
-    assert sum(1 for b in RUN if not b.skip) >= 5
+    """The parser finds what this module's docstring promises (guards against an edit that
+    silently makes blocks invisible, e.g. an unknown fence tag on a command)."""
+    readme = [b for b in RUN if b.page == "README.md"]
+    assert any(b.skip for b in readme) and sum(1 for b in readme if not b.skip) >= 5
+    assert any(b.file for b in BLOCKS)
+    assert len({b.page for b in RUN if not b.skip}) >= 6  # the manual's pages run too
     assert all(b.skip.strip() for b in BLOCKS if b.skip)
-    for m in re.finditer(r"^```(\w+)", README.read_text(), re.M):  # tags we neither run nor know
-        assert m.group(1) in LANGS or m.group(1) in (
-            "text",
-            "console",
-            "json",
-            "toml",
-            "xml",
-            "http",
-        ), m.group(1)
+    files = [b.file for b in BLOCKS if b.file]
+    assert len(files) == len(set(files)), files  # one working folder for all pages
+    for page in PAGES:  # tags we neither run nor know, at any indentation
+        for m in re.finditer(r"^\s*```(\w+)", page.read_text(), re.M):
+            assert m.group(1) in LANGS or m.group(1) in SHOWN, (page_name(page), m.group(1))
+
+
+def test_the_pages_are_the_manuals():
+    """Every page of the manual is parsed (a page added to docs/ is run without a word here),
+    and drafts are not."""
+    names = {page_name(p) for p in PAGES}
+    assert {"README.md", "docs/index.md", "docs/phones-and-browsers.md"} <= names
+    assert not any(n.startswith("docs/notes-") for n in names)
 
 
 # -- ports and environment ----------------------------------------------------------------------
@@ -185,7 +216,7 @@ def makefile_router_argv() -> list[str]:
     """The `aa router …` command of the Makefile's `run` target, as argv after `aa`."""
     text = (ROOT / "Makefile").read_text()
     recipe = text[text.index("\nrun:") :].split("\n\n", 1)[0]
-    line = next(l for l in recipe.splitlines() if "bin/aa router" in l)
+    line = next(ln for ln in recipe.splitlines() if "bin/aa router" in ln)
     port = re.search(r"^PORT\s*\?=\s*(\d+)$", text, re.M)
     argv = shlex.split(line.strip().replace("$(PORT)", port.group(1) if port else "$(PORT)"))
     return argv[argv.index("router") :]
@@ -277,10 +308,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     router = Background(argv, w)
     try:
         assert router.out.wait_for(
-            lambda ls: any("listening on" in l for l in ls), READY_TIMEOUT
+            lambda ls: any("listening on" in ln for ln in ls), READY_TIMEOUT
         ), router.err.text
         assert router.out.wait_for(
-            lambda ls: any("hosting add-ins" in l for l in ls), READY_TIMEOUT
+            lambda ls: any("hosting add-ins" in ln for ln in ls), READY_TIMEOUT
         ), router.err.text
         yield w
     finally:
@@ -292,15 +323,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     assert code == 0 and "Traceback" not in err, err
 
 
-# -- what the README promises, per command or piece of code -------------------------------------
+# -- what the pages promise, per command or piece of code -------------------------------------
 
 
 def _lines(out: str) -> list[str]:
-    return [l for l in out.splitlines() if l.strip()]
+    return [ln for ln in out.splitlines() if ln.strip()]
 
 
 WEATHER = re.compile(
-    r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+ Condition=(clear|cloudy|rain|snow)$"
+    r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+"
+    r" Condition=(clear|cloudy|rain|snow)$"
 )
 
 #: (pattern on the command line or the code, check of its stdout, seconds it may take)
@@ -308,7 +340,7 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     # "events at once": the office's weather station speaks every 2 s
     (
         re.compile(r"^aa subscribe --count 3 'type == \"weather\"'"),
-        lambda out: len(_lines(out)) == 3 and all(WEATHER.match(l) for l in _lines(out)),
+        lambda out: len(_lines(out)) == 3 and all(WEATHER.match(ln) for ln in _lines(out)),
         15.0,
     ),
     (
@@ -340,10 +372,33 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     (
         re.compile(r"^aa subscribe --count 2 'type == \"greeting\"'"),
         lambda out: (
-            [re.sub(r"N=\d+", "N=n", l) for l in _lines(out)]
+            [re.sub(r"N=\d+", "N=n", ln) for ln in _lines(out)]
             == ["[greeting] Greeting=hello N=n"] * 2
         ),
         30.0,
+    ),
+    # Command line: the persisted note comes back as history
+    (
+        re.compile(r"^aa subscribe --history --since 1h --count 1 'type == \"note\"'"),
+        lambda out: _lines(out) == ["[note] Text=hello"],
+        COMMAND_TIMEOUT,
+    ),
+    # Operations: a unit printed, nothing written
+    (
+        re.compile(r"^aa service install \w+ --user --dry-run"),
+        lambda out: "[Service]" in out and "ExecStart=" in out and "WantedBy=" in out,
+        COMMAND_TIMEOUT,
+    ),
+    # The web monitor and its module are served by the router itself
+    (
+        re.compile(r"%\{http_code\} %\{content_type\}\\n' http://127\.0\.0\.1:\d+/$"),
+        lambda out: out.startswith("200 text/html"),
+        COMMAND_TIMEOUT,
+    ),
+    (
+        re.compile(r"%\{http_code\} %\{content_type\}\\n' http://127\.0\.0\.1:\d+/static/aa\.js$"),
+        lambda out: bool(re.match(r"200 (text|application)/javascript", out)),
+        COMMAND_TIMEOUT,
     ),
     # Python: the subscribing example prints the event's values and time
     (
@@ -425,7 +480,7 @@ def run_foreground(line: str, world: World) -> str:
         if check(done.stdout):
             return done.stdout
         if time.monotonic() >= deadline:
-            pytest.fail(f"{line!r} printed {done.stdout!r}, not what the README says")
+            pytest.fail(f"{line!r} printed {done.stdout!r}, not what the page says")
 
 
 def run_sh(block: Block, world: World) -> None:
@@ -445,31 +500,31 @@ def run_sh(block: Block, world: World) -> None:
             background.append((line, kind, bg))
             ready = {"router": "listening on", "container": "hosting"}.get(kind)
             if ready is not None:
-                assert bg.out.wait_for(lambda ls: any(ready in l for l in ls), READY_TIMEOUT), (
-                    f"{line!r} never said it was ready: {bg.err.text}"
-                )
+                assert bg.out.wait_for(
+                    lambda ls, ready=ready: any(ready in ln for ln in ls), READY_TIMEOUT
+                ), f"{line!r} never said it was ready: {bg.err.text}"
         for line, kind, bg in background:
             if kind != "listener":
                 continue
             want = expectation(line)
             check = want[0] if want else (lambda out: bool(out.strip()))
             deadline = time.monotonic() + READY_TIMEOUT
-            while not bg.out.wait_for(lambda ls: check("".join(ls)), 0.5):
+            while not bg.out.wait_for(lambda ls, check=check: check("".join(ls)), 0.5):
                 assert bg.proc.poll() is None, f"{line!r} ended: {bg.err.text}"
                 assert time.monotonic() < deadline, (
-                    f"{line!r} printed {bg.out.text!r}, not what the README says"
+                    f"{line!r} printed {bg.out.text!r}, not what the page says"
                 )
                 for send in sends:  # it may have subscribed after they were sent
                     run_foreground(send, world)
     finally:
-        for line, kind, bg in reversed(background):
+        for line, _kind, bg in reversed(background):
             code, err = bg.stop()
             assert code in (0, 130), f"{line!r} ended with {code} on SIGINT: {err}"
             assert "Traceback" not in err, err
 
 
 def run_python(block: Block, world: World) -> None:
-    path = world.cwd / f"readme_{block.line}.py"
+    path = world.cwd / f"{Path(block.page).stem.lower().replace('-', '_')}_{block.line}.py"
     path.write_text(world.ports.rewrite(block.code))
     want = expectation(block.code)
     seconds = want[1] if want else COMMAND_TIMEOUT
@@ -483,14 +538,14 @@ def run_python(block: Block, world: World) -> None:
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     if want:
-        assert want[0](done.stdout), f"README line {block.line} printed {done.stdout!r}"
+        assert want[0](done.stdout), f"{block.where} printed {done.stdout!r}"
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
 def test_readme_block(block: Block, world: World) -> None:
     if block.skip:
-        pytest.skip(f"README line {block.line}: not run: {block.skip}")
+        pytest.skip(f"{block.where}: not run: {block.skip}")
     if block.lang == "sh":
         run_sh(block, world)
     else:
@@ -502,7 +557,9 @@ def test_the_three_line_publish_arrives(world: World) -> None:
     block = next(
         b
         for b in RUN
-        if 'c.publish({"Temperature": 101}, type="reading")' in b.code and "with" not in b.code
+        if b.page == "README.md"
+        and 'c.publish({"Temperature": 101}, type="reading")' in b.code
+        and "with" not in b.code
     )
     from aa.client import Client
 
