@@ -87,7 +87,7 @@ class Block:
 
     @property
     def id(self) -> str:
-        first = next((ln for ln in self.code.splitlines() if ln.strip()), "")
+        first = next((code_line for code_line in self.code.splitlines() if code_line.strip()), "")
         slug = re.sub(r"[^A-Za-z0-9]+", "_", first)[:40]
         return f"{self.page}:L{self.line}-{self.lang}-{slug}"
 
@@ -170,11 +170,24 @@ def test_the_pages_are_the_manuals():
 # -- ports and environment ----------------------------------------------------------------------
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel hands out for port 0 and outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port_block(span: int = README_PORT_SPAN) -> int:
-    """A base B such that B .. B+span-1 are all free TCP ports on loopback just now."""
+    """A base B such that B .. B+span-1 are all free TCP ports on loopback just now, below
+    the ephemeral range when there is room: a port free when chosen stays free until its
+    command binds it, not taken meanwhile by one of the many connections the blocks open."""
     rng = __import__("random").Random()
+    low, high = ephemeral_ports()
+    lowest, highest = (10000, low - span) if low - span > 10000 else (20000, 60000 - span)
     for _ in range(200):
-        base = rng.randrange(20000, 60000 - span)
+        base = rng.randrange(lowest, highest)
         held = []
         try:
             for port in range(base, base + span):
@@ -216,7 +229,7 @@ def makefile_router_argv() -> list[str]:
     """The `aa router …` command of the Makefile's `run` target, as argv after `aa`."""
     text = (ROOT / "Makefile").read_text()
     recipe = text[text.index("\nrun:") :].split("\n\n", 1)[0]
-    line = next(ln for ln in recipe.splitlines() if "bin/aa router" in ln)
+    line = next(step for step in recipe.splitlines() if "bin/aa router" in step)
     port = re.search(r"^PORT\s*\?=\s*(\d+)$", text, re.M)
     argv = shlex.split(line.strip().replace("$(PORT)", port.group(1) if port else "$(PORT)"))
     return argv[argv.index("router") :]
@@ -308,10 +321,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     router = Background(argv, w)
     try:
         assert router.out.wait_for(
-            lambda ls: any("listening on" in ln for ln in ls), READY_TIMEOUT
+            lambda ls: any("listening on" in printed for printed in ls), READY_TIMEOUT
         ), router.err.text
         assert router.out.wait_for(
-            lambda ls: any("hosting add-ins" in ln for ln in ls), READY_TIMEOUT
+            lambda ls: any("hosting add-ins" in printed for printed in ls), READY_TIMEOUT
         ), router.err.text
         yield w
     finally:
@@ -327,12 +340,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def _lines(out: str) -> list[str]:
-    return [ln for ln in out.splitlines() if ln.strip()]
+    return [printed for printed in out.splitlines() if printed.strip()]
 
 
 WEATHER = re.compile(
-    r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+"
-    r" Condition=(clear|cloudy|rain|snow)$"
+    r"^\[weather\] City=\S+ TemperatureC=-?\d+(\.\d+)? Humidity=\d+ "
+    r"Condition=(clear|cloudy|rain|snow)$"
 )
 
 #: (pattern on the command line or the code, check of its stdout, seconds it may take)
@@ -340,7 +353,9 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     # "events at once": the office's weather station speaks every 2 s
     (
         re.compile(r"^aa subscribe --count 3 'type == \"weather\"'"),
-        lambda out: len(_lines(out)) == 3 and all(WEATHER.match(ln) for ln in _lines(out)),
+        lambda out: (
+            len(_lines(out)) == 3 and all(WEATHER.match(printed) for printed in _lines(out))
+        ),
         15.0,
     ),
     (
@@ -372,7 +387,7 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     (
         re.compile(r"^aa subscribe --count 2 'type == \"greeting\"'"),
         lambda out: (
-            [re.sub(r"N=\d+", "N=n", ln) for ln in _lines(out)]
+            [re.sub(r"N=\d+", "N=n", printed) for printed in _lines(out)]
             == ["[greeting] Greeting=hello N=n"] * 2
         ),
         30.0,
@@ -380,7 +395,7 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     # Command line: the persisted note comes back as history
     (
         re.compile(r"^aa subscribe --history --since 1h --count 1 'type == \"note\"'"),
-        lambda out: _lines(out) == ["[note] Text=hello"],
+        lambda out: _lines(out) == ["[note] (historical) Text=hello"],
         COMMAND_TIMEOUT,
     ),
     # Operations: a unit printed, nothing written
@@ -500,16 +515,24 @@ def run_sh(block: Block, world: World) -> None:
             background.append((line, kind, bg))
             ready = {"router": "listening on", "container": "hosting"}.get(kind)
             if ready is not None:
-                assert bg.out.wait_for(
-                    lambda ls, ready=ready: any(ready in ln for ln in ls), READY_TIMEOUT
-                ), f"{line!r} never said it was ready: {bg.err.text}"
+
+                def said_ready(ls: list[str], ready: str = ready) -> bool:
+                    return any(ready in printed for printed in ls)
+
+                assert bg.out.wait_for(said_ready, READY_TIMEOUT), (
+                    f"{line!r} never said it was ready: {bg.err.text}"
+                )
         for line, kind, bg in background:
             if kind != "listener":
                 continue
             want = expectation(line)
             check = want[0] if want else (lambda out: bool(out.strip()))
             deadline = time.monotonic() + READY_TIMEOUT
-            while not bg.out.wait_for(lambda ls, check=check: check("".join(ls)), 0.5):
+
+            def printed_enough(ls: list[str], check: Callable[[str], bool] = check) -> bool:
+                return check("".join(ls))
+
+            while not bg.out.wait_for(printed_enough, 0.5):
                 assert bg.proc.poll() is None, f"{line!r} ended: {bg.err.text}"
                 assert time.monotonic() < deadline, (
                     f"{line!r} printed {bg.out.text!r}, not what the page says"
