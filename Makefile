@@ -10,7 +10,7 @@ PORT  ?= 7447
 # Discovery never leaves loopback unless the operator says otherwise.
 export AA_DISCOVERY_INTERFACES ?= lo
 
-.PHONY: run test bench docs system-deps clean
+.PHONY: run test bench system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/run_all.py
 
 ## docs: the manual (docs/, mkdocs.yml) served on http://127.0.0.1:8000/, rebuilt as you edit
+.PHONY: docs
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
 
