@@ -44,5 +44,10 @@ system-deps:
 bench: $(STAMP)
 	$(PY) tests/bench/run_all.py
 
+## docs: the manual (docs/, mkdocs.yml) served on http://127.0.0.1:8000/, rebuilt as you edit
+.PHONY: docs
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
+
 clean:
 	rm -rf $(VENV) .aa-data .pytest_cache

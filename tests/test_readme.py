@@ -1,16 +1,19 @@
-"""The README's code runs: every shell and Python block of README.md meant to run is run, in
-README order, against a real router started the way `make run` starts it (the Makefile's own
-flags), and must do what the README says.
+"""The docs' code runs: every shell and Python block meant to run, of README.md and of every
+page of the manual (`docs/*.md`), is run, in page order, against one real router started the
+way `make run` starts it (the Makefile's own flags), and must do what the page says. Pages an
+engineer drafts for the lead (`docs/notes-*.md`) are left out until they are folded into a
+page of the manual.
 
-Conventions for README authors (new sections are picked up without touching this file):
+Conventions for authors of the README and the manual (new sections and new pages are picked up
+without touching this file):
 
 * A fence at the start of a line, tagged ``sh``, ``shell``, ``bash`` or ``python``, is run as
   one test. A fence indented inside a list item is an excerpt (a pattern script), not run.
 * ``<!-- not run: reason -->`` on the line before a fence: not run. Use it sparingly, and say
   why (the quick start's ``make run``/``make test``: this test starts that router itself).
 * ``<!-- file: PATH -->`` before a fence: the block is written to PATH (relative to the
-  working folder all blocks share) before any block runs, instead of being run: an add-in,
-  a settings file.
+  working folder all blocks of all pages share) before any block runs, instead of being run:
+  an add-in, a settings file. Two pages may not write the same PATH.
 * Ports: every number from 7440 to 7499 in a block is moved to a block of free ports with the
   same offsets (so a router's HTTP port stays its port + 1). ``$AA_ROUTER`` names `make run`'s
   router (the README's default 127.0.0.1:7447); discovery stays on loopback, on this test
@@ -49,6 +52,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+
+
+def doc_pages() -> list[Path]:
+    """README.md, then the manual's pages in name order; drafts (notes-*.md) left out."""
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    return [README, *(p for p in docs if not p.name.startswith("notes-"))]
+
+
+PAGES = doc_pages()
 BIN = Path(sys.executable).parent
 AA = str(BIN / "aa")
 
@@ -61,11 +73,12 @@ COMMAND_TIMEOUT = 60.0
 READY_TIMEOUT = 60.0
 
 
-# -- the README's blocks ------------------------------------------------------------------------
+# -- the pages' blocks ------------------------------------------------------------------------
 
 
 @dataclass
 class Block:
+    page: str  # the file, relative to the repository: README.md, docs/mesh.md
     line: int  # 1-based line of the opening fence
     lang: str
     code: str
@@ -75,7 +88,12 @@ class Block:
     @property
     def id(self) -> str:
         first = next((code_line for code_line in self.code.splitlines() if code_line.strip()), "")
-        return f"L{self.line}-{self.lang}-{re.sub(r'[^A-Za-z0-9]+', '_', first)[:40]}"
+        slug = re.sub(r"[^A-Za-z0-9]+", "_", first)[:40]
+        return f"{self.page}:L{self.line}-{self.lang}-{slug}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.page} line {self.line}"
 
 
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -84,7 +102,7 @@ FILE = re.compile(r"^<!--\s*file:\s*(\S+)\s*-->\s*$")
 LANGS = {"sh": "sh", "shell": "sh", "bash": "sh", "python": "python"}
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
     """The top-level fenced blocks of *text* in a language we run, with their markers."""
     lines = text.splitlines()
     blocks: list[Block] = []
@@ -104,6 +122,7 @@ def readme_blocks(text: str) -> list[Block]:
             skip, file = NOT_RUN.match(before), FILE.match(before)
             blocks.append(
                 Block(
+                    page=page,
                     line=start + 1,
                     lang=lang,
                     code="\n".join(lines[start + 1 : j]) + "\n",
@@ -115,35 +134,60 @@ def readme_blocks(text: str) -> list[Block]:
     return blocks
 
 
-BLOCKS = readme_blocks(README.read_text())
+def page_name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+BLOCKS = [b for page in PAGES for b in readme_blocks(page.read_text(), page_name(page))]
 RUN = [b for b in BLOCKS if b.file is None]
+#: Fence tags of blocks shown, never run.
+SHOWN = ("text", "console", "json", "toml", "xml", "http", "javascript", "html")
 
 
 def test_the_conventions_are_understood():
-    """The parser finds what this module's docstring promises (guards against a README edit
-    that silently makes blocks invisible, e.g. an unknown fence tag on a command)."""
-    assert any(b.skip for b in BLOCKS) and any(b.file for b in BLOCKS)
-    assert sum(1 for b in RUN if not b.skip) >= 5
+    """The parser finds what this module's docstring promises (guards against an edit that
+    silently makes blocks invisible, e.g. an unknown fence tag on a command)."""
+    readme = [b for b in RUN if b.page == "README.md"]
+    assert any(b.skip for b in readme) and sum(1 for b in readme if not b.skip) >= 5
+    assert any(b.file for b in BLOCKS)
+    assert len({b.page for b in RUN if not b.skip}) >= 6  # the manual's pages run too
     assert all(b.skip.strip() for b in BLOCKS if b.skip)
-    for m in re.finditer(r"^```(\w+)", README.read_text(), re.M):  # tags we neither run nor know
-        assert m.group(1) in LANGS or m.group(1) in (
-            "text",
-            "console",
-            "json",
-            "toml",
-            "xml",
-            "http",
-        ), m.group(1)
+    files = [b.file for b in BLOCKS if b.file]
+    assert len(files) == len(set(files)), files  # one working folder for all pages
+    for page in PAGES:  # tags we neither run nor know, at any indentation
+        for m in re.finditer(r"^\s*```(\w+)", page.read_text(), re.M):
+            assert m.group(1) in LANGS or m.group(1) in SHOWN, (page_name(page), m.group(1))
+
+
+def test_the_pages_are_the_manuals():
+    """Every page of the manual is parsed (a page added to docs/ is run without a word here),
+    and drafts are not."""
+    names = {page_name(p) for p in PAGES}
+    assert {"README.md", "docs/index.md", "docs/phones-and-browsers.md"} <= names
+    assert not any(n.startswith("docs/notes-") for n in names)
 
 
 # -- ports and environment ----------------------------------------------------------------------
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel hands out for port 0 and outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port_block(span: int = README_PORT_SPAN) -> int:
-    """A base B such that B .. B+span-1 are all free TCP ports on loopback just now."""
+    """A base B such that B .. B+span-1 are all free TCP ports on loopback just now, below
+    the ephemeral range when there is room: a port free when chosen stays free until its
+    command binds it, not taken meanwhile by one of the many connections the blocks open."""
     rng = __import__("random").Random()
+    low, high = ephemeral_ports()
+    lowest, highest = (10000, low - span) if low - span > 10000 else (20000, 60000 - span)
     for _ in range(200):
-        base = rng.randrange(20000, 60000 - span)
+        base = rng.randrange(lowest, highest)
         held = []
         try:
             for port in range(base, base + span):
@@ -292,7 +336,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     assert code == 0 and "Traceback" not in err, err
 
 
-# -- what the README promises, per command or piece of code -------------------------------------
+# -- what the pages promise, per command or piece of code -------------------------------------
 
 
 def _lines(out: str) -> list[str]:
@@ -347,6 +391,29 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
             == ["[greeting] Greeting=hello N=n"] * 2
         ),
         30.0,
+    ),
+    # Command line: the persisted note comes back as history
+    (
+        re.compile(r"^aa subscribe --history --since 1h --count 1 'type == \"note\"'"),
+        lambda out: _lines(out) == ["[note] (historical) Text=hello"],
+        COMMAND_TIMEOUT,
+    ),
+    # Operations: a unit printed, nothing written
+    (
+        re.compile(r"^aa service install \w+ --user --dry-run"),
+        lambda out: "[Service]" in out and "ExecStart=" in out and "WantedBy=" in out,
+        COMMAND_TIMEOUT,
+    ),
+    # The web monitor and its module are served by the router itself
+    (
+        re.compile(r"%\{http_code\} %\{content_type\}\\n' http://127\.0\.0\.1:\d+/$"),
+        lambda out: out.startswith("200 text/html"),
+        COMMAND_TIMEOUT,
+    ),
+    (
+        re.compile(r"%\{http_code\} %\{content_type\}\\n' http://127\.0\.0\.1:\d+/static/aa\.js$"),
+        lambda out: bool(re.match(r"200 (text|application)/javascript", out)),
+        COMMAND_TIMEOUT,
     ),
     # Python: the subscribing example prints the event's values and time
     (
@@ -428,7 +495,7 @@ def run_foreground(line: str, world: World) -> str:
         if check(done.stdout):
             return done.stdout
         if time.monotonic() >= deadline:
-            pytest.fail(f"{line!r} printed {done.stdout!r}, not what the README says")
+            pytest.fail(f"{line!r} printed {done.stdout!r}, not what the page says")
 
 
 def run_sh(block: Block, world: World) -> None:
@@ -468,7 +535,7 @@ def run_sh(block: Block, world: World) -> None:
             while not bg.out.wait_for(printed_enough, 0.5):
                 assert bg.proc.poll() is None, f"{line!r} ended: {bg.err.text}"
                 assert time.monotonic() < deadline, (
-                    f"{line!r} printed {bg.out.text!r}, not what the README says"
+                    f"{line!r} printed {bg.out.text!r}, not what the page says"
                 )
                 for send in sends:  # it may have subscribed after they were sent
                     run_foreground(send, world)
@@ -480,7 +547,7 @@ def run_sh(block: Block, world: World) -> None:
 
 
 def run_python(block: Block, world: World) -> None:
-    path = world.cwd / f"readme_{block.line}.py"
+    path = world.cwd / f"{Path(block.page).stem.lower().replace('-', '_')}_{block.line}.py"
     path.write_text(world.ports.rewrite(block.code))
     want = expectation(block.code)
     seconds = want[1] if want else COMMAND_TIMEOUT
@@ -494,14 +561,14 @@ def run_python(block: Block, world: World) -> None:
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     if want:
-        assert want[0](done.stdout), f"README line {block.line} printed {done.stdout!r}"
+        assert want[0](done.stdout), f"{block.where} printed {done.stdout!r}"
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
 def test_readme_block(block: Block, world: World) -> None:
     if block.skip:
-        pytest.skip(f"README line {block.line}: not run: {block.skip}")
+        pytest.skip(f"{block.where}: not run: {block.skip}")
     if block.lang == "sh":
         run_sh(block, world)
     else:
@@ -513,7 +580,9 @@ def test_the_three_line_publish_arrives(world: World) -> None:
     block = next(
         b
         for b in RUN
-        if 'c.publish({"Temperature": 101}, type="reading")' in b.code and "with" not in b.code
+        if b.page == "README.md"
+        and 'c.publish({"Temperature": 101}, type="reading")' in b.code
+        and "with" not in b.code
     )
     from aa.client import Client
 
