@@ -13,11 +13,11 @@ address could take them all and leave every phone with 503s. A connection from a
 that holds `per_address` already gets a 503 saying so, and is closed.
 
 HTTPS is this protocol's own business, not the listening socket's: a connection is counted
-against its address from its first moment, then its TLS handshake is run here
-(`loop.start_tls`) with a deadline of `tls_timeout` seconds. Left to the server, TLS runs
-before the protocol sees the connection, so connections that never start TLS were neither
-counted nor closed for a minute. One refused before TLS is just closed: it would not read an
-HTTP answer.
+against its address from its first moment, then its TLS handshake is run here (asyncio's TLS
+protocol, as `loop.start_tls` uses it) with a deadline of `tls_timeout` seconds. Left to the
+server, TLS runs before the protocol sees the connection, so connections that never start TLS
+were neither counted nor closed for a minute. One refused before TLS is just closed: it would
+not read an HTTP answer.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from asyncio import sslproto
 from collections import Counter
 from typing import Any
 
@@ -111,27 +112,39 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
         if address is not None:
             self._address = address
             self.held[address] += 1
-        self._handshake = task = self.loop.create_task(self._start_tls(raw))
+        # TLS goes in place here, synchronously: the transport's protocol becomes TLS's before
+        # a byte is read, so a client's hello sent at once can neither reach the HTTP parser
+        # nor be lost (`loop.start_tls` swaps it only when its task first runs, and uvloop
+        # reads before that). asyncio's own TLS protocol, as start_tls uses it; it calls our
+        # `connection_made` with the TLS transport once the handshake is done, before any
+        # request byte.
+        assert self.tls is not None
+        waiter = self.loop.create_future()
+        tls = sslproto.SSLProtocol(
+            self.loop,
+            self,
+            self.tls,
+            waiter,
+            server_side=True,
+            call_connection_made=True,
+            ssl_handshake_timeout=self.tls_timeout,  # type: ignore[arg-type]  # a float works
+        )
+        raw.set_protocol(tls)
+        tls.connection_made(raw)
+        self._handshake = task = self.loop.create_task(self._handshake_done(waiter, raw))
         self.handshakes.add(task)
         task.add_done_callback(self.handshakes.discard)
 
-    async def _start_tls(self, raw: asyncio.Transport) -> None:
-        assert self.tls is not None
+    async def _handshake_done(self, waiter: asyncio.Future[None], raw: asyncio.Transport) -> None:
         try:
-            transport = await self.loop.start_tls(
-                raw, self, self.tls, server_side=True, ssl_handshake_timeout=self.tls_timeout
-            )
+            await waiter
         except BaseException as exc:
-            # start_tls closed the connection; our connection_lost is not called for it
+            # the TLS protocol closed the connection; our connection_lost is not called for it
             log.debug("closing an HTTPS connection from %s: no TLS (%r)", self._address, exc)
             self._release()
             if not isinstance(exc, Exception):  # cancelled: the endpoint is closing
+                raw.abort()
                 raise
-            return
-        if transport is None:
-            self._release()
-            return
-        self.connection_made(transport)  # type: ignore[arg-type]
 
     def on_message_begin(self) -> None:
         self._arm()

@@ -270,7 +270,7 @@ def http_post(address: tuple[str, int], path: str, body: bytes) -> tuple[int, by
     """In a thread: one POST over a blocking socket; the status and the body."""
     with socket.create_connection(address, timeout=60) as sock:
         sock.sendall(
-            b"POST %s HTTP/1.1\r\nHost: aa\r\nContent-Type: application/json\r\n"
+            b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (path.encode(), len(body)) + body
         )
         answer = b""

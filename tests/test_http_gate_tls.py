@@ -126,3 +126,20 @@ async def test_the_https_port_counts_and_times_out_connections_before_tls(pki: P
             assert (await http.get("/health")).status_code == 200
         idle[1][1].close()
         await wait_for(lambda: "127.0.0.1" not in held)
+
+
+async def test_every_fresh_https_connection_is_answered(pki: Path) -> None:
+    """A client's TLS hello often arrives before the handshake task runs; it must never reach
+    the HTTP parser (it did: one connection in five failed with an unexpected EOF)."""
+    endpoint = HttpEndpoint(host="127.0.0.1", port=0, cert=pki / "r1.pem", key=pki / "r1.key")
+    async with Router(RouterConfig(port=0), endpoints=[endpoint]):
+        host, port = endpoint.address
+        for _ in range(30):
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=trust(pki), server_hostname="127.0.0.1"
+            )
+            writer.write(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            async with asyncio.timeout(10):
+                status = await reader.readline()
+            writer.close()
+            assert status.startswith(b"HTTP/1.1 200"), status

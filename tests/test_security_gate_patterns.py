@@ -133,7 +133,7 @@ async def test_the_mesh_cache_answers_only_what_the_user_may_receive_and_run(
             with pytest.raises(RemoteError, match='rule patterns = "predicates"'):
                 await alice.cached(code, format=fmt, kernel=kernel)
         _reload_without(r2, "alice")
-        with pytest.raises(RemoteError, match="no rule covers this user"):
+        with pytest.raises(RemoteError, match="no rule in the permissions file covers this user"):
             await alice.cached("True")
     finally:
         for c in (carol, alice, watcher):
