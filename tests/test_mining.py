@@ -517,3 +517,25 @@ def test_public_names_exist() -> None:
         module = importlib.import_module(name)
         assert module.__all__ and all(hasattr(module, attr) for attr in module.__all__), name
         assert (Path(module.__file__).parent / "py.typed").exists()  # type: ignore[arg-type]
+
+
+def test_numbers_key_does_not_depend_on_the_order_of_the_candidates() -> None:
+    """Two string links between quote and ticker, both at confidence 1.0 (as on a small
+    office): the numbers are split by the one sharing more values, whichever comes first."""
+    from aa.tools.mining.schema import _key
+
+    def link(a: str, b: str, shared: int) -> dict[str, object]:
+        return {
+            "a": ["quote", a],
+            "b": ["ticker", b],
+            "kind": "strings",
+            "confidence": 1.0,
+            "evidence": {"shared": shared},
+        }
+
+    links = [link("Currency", "Ccy", 3), link("StockSymbol", "Symbol", 4)]
+    picks = {_key(order, "quote", "ticker")["a"][1] for order in (links, links[::-1])}  # type: ignore[index]
+    assert picks == {"StockSymbol"}
+    same = [link("A", "X", 2), link("B", "Y", 2)]
+    assert _key(same, "quote", "ticker") == _key(same[::-1], "quote", "ticker") == same[0]
+    assert _key(same, "ticker", "quote") is None
