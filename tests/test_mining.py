@@ -24,6 +24,7 @@ from aa.tools.mining import (
     Progress,
     SimulateConfig,
     SparkConfig,
+    check_master,
     list_versions,
     measure_inputs,
     plan,
@@ -143,6 +144,16 @@ def test_progress_of_tasks_side_by_side() -> None:
     progress.begin("location", 2, alongside=True)
     progress.part_done("location")
     assert progress.poll(1.0) == "aa mine  57% schema+location (1 s)"  # (20 + 15 + 15 / 2) of 75
+    # Spark's stages of both: no one stage's task count on the line, which would jump.
+    tracker = FakeTracker()
+    tracker.jobs[1] = SimpleNamespace(jobId=1, stageIds=[1])
+    tracker.stages[1] = _stage(1, 10, done=9, active=1)
+    tracker.jobs[2] = SimpleNamespace(jobId=2, stageIds=[2])
+    tracker.stages[2] = _stage(2, 200, active=2)
+    progress.tracker = tracker
+    line = progress.render(1.5)
+    assert line.startswith("aa mine  5") and line.endswith("% schema+location (2 s)"), line
+    progress.tracker = None
     progress.finish("location")
     progress.part_done("schema")
     assert progress.poll(2.0) == "aa mine  75% schema (2 s)"  # (50 + 25 / 4) of 75
@@ -272,7 +283,7 @@ def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
         (["mine", "/nonexistent/aa-logs"], "no such event log folder: /nonexistent/aa-logs"),
         (["mine", "EMPTY"], "no event log in"),
         (["mine", "--master", "lokal[2]", "LOGS"], "is not a Spark master URL"),
-        (["mine", "--master", "spark://127.0.0.1:CLOSED", "LOGS"], "cannot reach the Spark master"),
+        (["mine", "--master", "spark://127.0.0.1:CLOSED", "LOGS"], "not a Spark master"),
         (["mine", "--conf", "spark.x", "LOGS"], "is not KEY=VALUE"),
     ],
 )
@@ -539,3 +550,67 @@ def test_numbers_key_does_not_depend_on_the_order_of_the_candidates() -> None:
     same = [link("A", "X", 2), link("B", "Y", 2)]
     assert _key(same, "quote", "ticker") == _key(same[::-1], "quote", "ticker") == same[0]
     assert _key(same, "ticker", "quote") is None
+
+
+def test_cluster_options_become_spark_settings() -> None:
+    from aa.tools.mining.session import shuffle_partitions_for
+
+    s = session_settings(
+        SparkConfig(
+            master="spark://10.0.0.5:7077",
+            executor_memory="2g",
+            total_cores=4,
+            driver_host="10.0.0.9",
+        ),
+        2 * 2**20,
+    )
+    assert (s["spark.executor.memory"], s["spark.cores.max"], s["spark.driver.host"]) == (
+        "2g",
+        "4",
+        "10.0.0.9",
+    )
+    # A cluster's partitions come from its executors' cores, known once they are there.
+    assert "spark.sql.shuffle.partitions" not in s
+    assert shuffle_partitions_for(4, 2 * 2**20) == 4 and shuffle_partitions_for(2, None) == 64
+    assert shuffle_partitions_for(2, 350 * 2**20) == 44
+    for bad in (
+        {"executor_memory": "lots"},
+        {"total_cores": 0},
+        {"driver_host": "a b"},
+        {"executor_wait": 0},
+    ):
+        with pytest.raises(UsageError):
+            SparkConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_a_master_url_that_is_not_a_master_is_one_line_in_seconds() -> None:
+    """A closed port, and a web server (the master's web UI), each a clear error before any
+    JVM starts."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    with socket.socket() as s:  # bound, never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+        t = time.monotonic()
+        with pytest.raises(UsageError, match=r"refused.*not a Spark master"):
+            check_master(f"spark://127.0.0.1:{closed}")
+        assert time.monotonic() - t < 5
+
+    class Quiet(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Quiet) as web:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        try:
+            t = time.monotonic()
+            with pytest.raises(UsageError, match="not a Spark master"):
+                check_master(f"spark://127.0.0.1:{web.server_address[1]}", timeout=2)
+            assert time.monotonic() - t < 5
+        finally:
+            web.shutdown()
+    for bad in ("spark://host", "spark://host:99999"):
+        with pytest.raises(UsageError, match="HOST:PORT"):
+            check_master(bad)

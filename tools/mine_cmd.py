@@ -5,9 +5,13 @@ artefacts against that office's ground truth."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,8 @@ EPILOG = """\
 examples:
   aa mine simulate --out /tmp/office --days 5 --seed 1
   aa mine --adapters ./adapters --report /tmp/office/report.json /tmp/office
+  aa mine --master spark://cluster:7077 --driver-host 10.0.0.9 --executor-memory 4g \
+      --total-cores 8 file:///shared/aa/r1 file:///shared/aa/r2
   aa mine --master spark://cluster:7077 --tasks schema hdfs:///aa/r1/eventlog
   aa mine report --adapters ./adapters --world /tmp/office
   aa mine prepare
@@ -92,10 +98,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="Spark driver heap, e.g. 8g (default: a third of the memory, 2g to 16g)",
     )
     p.add_argument(
+        "--executor-memory",
+        metavar="SIZE",
+        help="heap of each executor on a cluster, e.g. 4g (default: Spark's 1g)",
+    )
+    p.add_argument(
+        "--total-cores",
+        type=int,
+        metavar="N",
+        help="cores to take of a cluster in all (default: all it offers)",
+    )
+    p.add_argument(
+        "--driver-host",
+        metavar="HOST",
+        help="this machine's name or address as the cluster's workers reach it "
+        "(default: Spark's guess; loopback for local masters)",
+    )
+    p.add_argument(
+        "--executor-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="stop if a cluster gives no executor in this time (default: 60)",
+    )
+    p.add_argument(
         "--shuffle-partitions",
         type=int,
         metavar="N",
-        help="partitions after a shuffle (default: from the input's size, 8 MiB of Parquet each)",
+        help="partitions after a shuffle (default: from the input's size, 8 MiB of Parquet "
+        "each, and the cores: this machine's, or a cluster's executors')",
     )
     p.add_argument(
         "--conf",
@@ -191,6 +222,10 @@ def _find_world(inputs: list[str]) -> str | None:
     return None
 
 
+#: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
+
 def _run(args: argparse.Namespace) -> int:
     args.verbose = args.verbose or getattr(args, "traceback", False)  # `aa mine -v` or `aa -v mine`
     try:
@@ -213,7 +248,46 @@ def _one_line(exc: BaseException) -> str:
     return f"Spark failed: {spark_error_message(exc)}"
 
 
+@contextmanager
+def _stop_on_ctrl_c() -> Iterator[None]:
+    """Ctrl-C ends the run at once and quietly: the JVM is killed (PySpark starts it deaf
+    to Ctrl-C, and it would go on running the job; a cluster drops an application whose
+    driver is gone), and the process exits with one line. It does not unwind: the main
+    thread is inside a py4j call, which on a lost JVM retries and logs tracebacks for tens
+    of seconds. Nothing is half written: artefacts are written whole, after every task."""
+    import logging
+
+    def stop(signum: int, frame: Any) -> None:
+        logging.disable(logging.CRITICAL)
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+        try:
+            sys.stdout.flush()
+            sys.stderr.write("\r\x1b[K" if sys.stderr.isatty() else "")
+            sys.stderr.write("aa mine: interrupted\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(EXIT_INTERRUPTED)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only: nothing to catch here
+        return
+    before = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _mine(args: argparse.Namespace) -> int:
+    with _stop_on_ctrl_c():
+        return _mine_now(args)
+
+
+def _mine_now(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from aa.tools.mining import (
@@ -238,6 +312,10 @@ def _mine(args: argparse.Namespace) -> int:
         driver_memory=args.driver_memory,
         verbose=args.verbose,
         shuffle_partitions=args.shuffle_partitions,
+        executor_memory=args.executor_memory,
+        total_cores=args.total_cores,
+        driver_host=args.driver_host,
+        executor_wait=args.executor_wait,
         extra=_spark_conf(args.conf),
     )
     world = args.world or (_find_world(list(args.logdirs)) if args.report else None)

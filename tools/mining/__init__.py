@@ -15,7 +15,14 @@ from .artefacts import (
     read_pointer,
     write_artefact,
 )
-from .job import MineConfig, MineResult, measure_inputs, read_events, resolve_inputs, run_mining
+from .job import (
+    MineConfig,
+    MineResult,
+    measure_inputs,
+    read_events,
+    resolve_inputs,
+    run_mining,
+)
 from .location import LocationConfig
 from .prepare import PrepareResult, prepare
 from .presence import PresenceConfig
@@ -23,6 +30,7 @@ from .progress import Progress, plan
 from .schema import SchemaConfig
 from .session import (
     SMALL_LOG_BYTES,
+    NoExecutorsError,
     SparkConfig,
     SparkStartError,
     check_java,
@@ -37,6 +45,7 @@ from .simulate import WORLD_FILE, SimulateConfig, SimulateResult, load_world, si
 
 __all__ = [
     "SMALL_LOG_BYTES",
+    "NoExecutorsError",
     "Artefact",
     "ArtefactError",
     "LocationConfig",
