@@ -614,3 +614,30 @@ def test_a_master_url_that_is_not_a_master_is_one_line_in_seconds() -> None:
     for bad in ("spark://host", "spark://host:99999"):
         with pytest.raises(UsageError, match="HOST:PORT"):
             check_master(bad)
+
+
+def test_bad_files_are_skipped_with_their_reason_and_the_rest_mined(tmp_path: Path) -> None:
+    """A half-written Parquet file and a file of another schema beside a router's log: each
+    named with its reason, the others still read; a folder with nothing sound is an error."""
+    from aa.tools.mining import scan_inputs
+
+    simulate(SimulateConfig(out=str(tmp_path / "w"), start=MONDAY, days=0.01, routers=("a",)))
+    (root,) = resolve_inputs([str(tmp_path / "w")])
+    good = sorted(Path(root).rglob("*.parquet"))
+    size = sum(f.stat().st_size for f in good)
+    hour = good[0].parent
+    half = hour / "part-half.parquet"
+    half.write_bytes(good[0].read_bytes()[: good[0].stat().st_size // 2])
+    pq.write_table(pa.table({"x": [1]}), hour / "part-other.parquet")
+    scanned = scan_inputs([root])
+    assert scanned.bytes == size
+    reasons = dict(scanned.skipped)
+    assert reasons.keys() == {str(half), str(hour / "part-other.parquet")}
+    assert reasons[str(half)].startswith("is not a readable Parquet file (")
+    assert reasons[str(hour / "part-other.parquet")] == "is not an event log: no column id, " + (
+        "type, time, values, values_types"
+    )
+    for f in good:
+        f.unlink()
+    with pytest.raises(UsageError, match=r"part-.*\.parquet is not .* \(and 1 more files\): no"):
+        scan_inputs([root])

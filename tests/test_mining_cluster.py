@@ -4,8 +4,10 @@ standalone cluster, a Master and a Worker on loopback)."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from support.spark import StandaloneCluster, artefact_texts, first_difference, need_spark
 
@@ -216,3 +220,50 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_bad_files_are_named_and_the_rest_mined_to_the_same_artefacts(
+    office: Path, one_core: dict[str, bytes], tmp_path: Path
+) -> None:
+    """The office's logs with a half-written Parquet file and one of another schema beside
+    them: a line for each, and the artefacts of the sound files (those of the clean run)."""
+    logs = tmp_path / "logs"
+    shutil.copytree(office, logs)
+    first = sorted((logs / "r1").rglob("*.parquet"))[0]
+    half, other = first.with_name("part-half.parquet"), first.with_name("part-other.parquet")
+    half.write_bytes(first.read_bytes()[: first.stat().st_size // 2])
+    pq.write_table(pa.table({"id": [1]}), other)
+    out = _aa(
+        "-q",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "1g",
+        "--adapters",
+        str(tmp_path / "ad"),
+        str(logs),
+        env_home=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stderr.splitlines()) == [
+        f"aa mine: skipping {half}: it is not a readable Parquet file ({_footer_error(half)})",
+        f"aa mine: skipping {other}: it is not an event log: no column type, time, values, "
+        "values_types",
+    ]
+
+    def content(text: bytes) -> dict[str, object]:
+        doc = json.loads(text)
+        doc.pop("inputs")  # the copy's folders
+        return doc  # type: ignore[no-any-return]
+
+    mined = artefact_texts(tmp_path / "ad")
+    assert mined.keys() == one_core.keys()
+    assert all(content(mined[t]) == content(one_core[t]) for t in mined)
+
+
+def _footer_error(path: Path) -> str:
+    try:
+        pq.read_schema(path)
+    except (OSError, ValueError) as exc:
+        return str(exc).strip().splitlines()[0][:200]
+    raise AssertionError(f"{path} reads")

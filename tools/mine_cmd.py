@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -248,38 +249,50 @@ def _one_line(exc: BaseException) -> str:
     return f"Spark failed: {spark_error_message(exc)}"
 
 
-@contextmanager
-def _stop_on_ctrl_c() -> Iterator[None]:
-    """Ctrl-C ends the run at once and quietly: the JVM is killed (PySpark starts it deaf
-    to Ctrl-C, and it would go on running the job; a cluster drops an application whose
-    driver is gone), and the process exits with one line. It does not unwind: the main
-    thread is inside a py4j call, which on a lost JVM retries and logs tracebacks for tens
-    of seconds. Nothing is half written: artefacts are written whole, after every task."""
+def _stop_now(signum: int, frame: Any) -> None:
+    """Ctrl-C during a run: it ends at once and quietly. The JVM is killed (PySpark starts
+    it deaf to Ctrl-C, and it would go on running the job; a cluster drops an application
+    whose driver is gone), and the process exits with one line. It does not unwind: the
+    main thread is inside a py4j call, which on a lost JVM retries and logs tracebacks for
+    tens of seconds. Nothing is half written: artefacts are written whole, after every
+    task."""
     import logging
 
-    def stop(signum: int, frame: Any) -> None:
-        logging.disable(logging.CRITICAL)
-        from pyspark import SparkContext
+    logging.disable(logging.CRITICAL)
+    from pyspark import SparkContext
 
-        proc = getattr(SparkContext._gateway, "proc", None)
-        if proc is not None:
-            proc.kill()
-        try:
-            sys.stdout.flush()
-            sys.stderr.write("\r\x1b[K" if sys.stderr.isatty() else "")
-            sys.stderr.write("aa mine: interrupted\n")
-            sys.stderr.flush()
-        finally:
-            os._exit(EXIT_INTERRUPTED)
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None:
+        proc.kill()
+    try:
+        sys.stdout.flush()
+        sys.stderr.write("\r\x1b[K" if sys.stderr.isatty() else "")
+        sys.stderr.write("aa mine: interrupted\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_INTERRUPTED)
 
+
+def _arm_ctrl_c() -> None:
+    """`_stop_now` on Ctrl-C (again after a SparkContext starts: it installs its own
+    handler, which calls the JVM from inside the call the main thread waits in)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _stop_now)
+
+
+@contextmanager
+def _stop_on_ctrl_c() -> Iterator[None]:
+    """`_stop_now` on Ctrl-C while the run lasts."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach the main thread only: nothing to catch here
         return
-    before = signal.signal(signal.SIGINT, stop)
+    before = signal.getsignal(signal.SIGINT)
+    _arm_ctrl_c()
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
 
 
 def _mine(args: argparse.Namespace) -> int:
@@ -297,11 +310,11 @@ def _mine_now(args: argparse.Namespace) -> int:
         SparkConfig,
         check_java,
         check_master,
-        measure_inputs,
         open_session,
         plan,
         resolve_inputs,
         run_mining,
+        scan_inputs,
         stop_session,
     )
 
@@ -321,8 +334,14 @@ def _mine_now(args: argparse.Namespace) -> int:
     world = args.world or (_find_world(list(args.logdirs)) if args.report else None)
     if args.report and world is None:
         raise UsageError("--report needs the simulated world: give --world DIR")
-    # Bad input is found before the JVM starts: a missing folder, a folder without a log.
-    size = measure_inputs(resolve_inputs(config.inputs))
+    # Bad input is found before the JVM starts: a missing folder, a folder without a log;
+    # a file that is not an event log is left out, with a line saying which and why.
+    scanned = scan_inputs(resolve_inputs(config.inputs))
+    for path, why in scanned.skipped:
+        print(f"aa mine: skipping {path}: it {why}", file=sys.stderr)
+    if scanned.skipped:
+        config = replace(config, exclude=tuple(p for p, _ in scanned.skipped))
+    size = scanned.bytes
     check_master(spark_config.master)
     check_java()
     progress = None if args.quiet else Progress(plan(tasks))
@@ -331,6 +350,7 @@ def _mine_now(args: argparse.Namespace) -> int:
         spark = open_session(
             spark_config, input_bytes=size, sink=progress.message if progress else None
         )
+        _arm_ctrl_c()
         started = time.perf_counter() - t
         try:
             if progress is not None:

@@ -18,10 +18,12 @@ from .artefacts import (
 from .job import (
     MineConfig,
     MineResult,
+    ScannedInputs,
     measure_inputs,
     read_events,
     resolve_inputs,
     run_mining,
+    scan_inputs,
 )
 from .location import LocationConfig
 from .prepare import PrepareResult, prepare
@@ -46,6 +48,7 @@ from .simulate import WORLD_FILE, SimulateConfig, SimulateResult, load_world, si
 __all__ = [
     "SMALL_LOG_BYTES",
     "NoExecutorsError",
+    "ScannedInputs",
     "Artefact",
     "ArtefactError",
     "LocationConfig",
@@ -77,6 +80,7 @@ __all__ = [
     "read_pointer",
     "resolve_inputs",
     "run_mining",
+    "scan_inputs",
     "session_settings",
     "simulate",
     "spark_error_message",
