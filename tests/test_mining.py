@@ -641,3 +641,23 @@ def test_bad_files_are_skipped_with_their_reason_and_the_rest_mined(tmp_path: Pa
         f.unlink()
     with pytest.raises(UsageError, match=r"part-.*\.parquet is not .* \(and 1 more files\): no"):
         scan_inputs([root])
+
+
+def test_artefacts_are_written_without_hard_links_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system without hard links (some network mounts): versions are still claimed
+    once each and written whole."""
+
+    def no_links(src: object, dst: object) -> None:
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    a = write_artefact(tmp_path, "schema", {"types": {}}, inputs=["/d"], events={"unique": 0})
+    b = write_artefact(tmp_path, "schema", {"types": {}}, inputs=["/d"], events={"unique": 0})
+    assert (a.version, b.version) == (1, 2) and read_artefact(tmp_path / "schema").version == 2
+    assert sorted(p.name for p in (tmp_path / "schema").iterdir()) == [
+        "current",
+        "v1.json",
+        "v2.json",
+    ]

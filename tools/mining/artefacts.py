@@ -89,6 +89,12 @@ def _publish(path: Path, text: str) -> bool:
             os.link(tmp, path)
         except FileExistsError:
             return False
+        except OSError:  # a file system without hard links: claim the name, then fill it
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                return False
+            os.replace(tmp, path)
         return True
     finally:
         Path(tmp).unlink(missing_ok=True)
