@@ -24,6 +24,7 @@ from aa.tools.mining import (
     Progress,
     SimulateConfig,
     SparkConfig,
+    check_master,
     list_versions,
     measure_inputs,
     plan,
@@ -143,6 +144,16 @@ def test_progress_of_tasks_side_by_side() -> None:
     progress.begin("location", 2, alongside=True)
     progress.part_done("location")
     assert progress.poll(1.0) == "aa mine  57% schema+location (1 s)"  # (20 + 15 + 15 / 2) of 75
+    # Spark's stages of both: no one stage's task count on the line, which would jump.
+    tracker = FakeTracker()
+    tracker.jobs[1] = SimpleNamespace(jobId=1, stageIds=[1])
+    tracker.stages[1] = _stage(1, 10, done=9, active=1)
+    tracker.jobs[2] = SimpleNamespace(jobId=2, stageIds=[2])
+    tracker.stages[2] = _stage(2, 200, active=2)
+    progress.tracker = tracker
+    line = progress.render(1.5)
+    assert line.startswith("aa mine  5") and line.endswith("% schema+location (2 s)"), line
+    progress.tracker = None
     progress.finish("location")
     progress.part_done("schema")
     assert progress.poll(2.0) == "aa mine  75% schema (2 s)"  # (50 + 25 / 4) of 75
@@ -272,7 +283,7 @@ def test_inputs_are_measured_and_checked_before_spark(tmp_path: Path) -> None:
         (["mine", "/nonexistent/aa-logs"], "no such event log folder: /nonexistent/aa-logs"),
         (["mine", "EMPTY"], "no event log in"),
         (["mine", "--master", "lokal[2]", "LOGS"], "is not a Spark master URL"),
-        (["mine", "--master", "spark://127.0.0.1:CLOSED", "LOGS"], "cannot reach the Spark master"),
+        (["mine", "--master", "spark://127.0.0.1:CLOSED", "LOGS"], "not a Spark master"),
         (["mine", "--conf", "spark.x", "LOGS"], "is not KEY=VALUE"),
     ],
 )
@@ -517,3 +528,136 @@ def test_public_names_exist() -> None:
         module = importlib.import_module(name)
         assert module.__all__ and all(hasattr(module, attr) for attr in module.__all__), name
         assert (Path(module.__file__).parent / "py.typed").exists()  # type: ignore[arg-type]
+
+
+def test_numbers_key_does_not_depend_on_the_order_of_the_candidates() -> None:
+    """Two string links between quote and ticker, both at confidence 1.0 (as on a small
+    office): the numbers are split by the one sharing more values, whichever comes first."""
+    from aa.tools.mining.schema import _key
+
+    def link(a: str, b: str, shared: int) -> dict[str, object]:
+        return {
+            "a": ["quote", a],
+            "b": ["ticker", b],
+            "kind": "strings",
+            "confidence": 1.0,
+            "evidence": {"shared": shared},
+        }
+
+    links = [link("Currency", "Ccy", 3), link("StockSymbol", "Symbol", 4)]
+    picks = {_key(order, "quote", "ticker")["a"][1] for order in (links, links[::-1])}  # type: ignore[index]
+    assert picks == {"StockSymbol"}
+    same = [link("A", "X", 2), link("B", "Y", 2)]
+    assert _key(same, "quote", "ticker") == _key(same[::-1], "quote", "ticker") == same[0]
+    assert _key(same, "ticker", "quote") is None
+
+
+def test_cluster_options_become_spark_settings() -> None:
+    from aa.tools.mining.session import shuffle_partitions_for
+
+    s = session_settings(
+        SparkConfig(
+            master="spark://10.0.0.5:7077",
+            executor_memory="2g",
+            total_cores=4,
+            driver_host="10.0.0.9",
+        ),
+        2 * 2**20,
+    )
+    assert (s["spark.executor.memory"], s["spark.cores.max"], s["spark.driver.host"]) == (
+        "2g",
+        "4",
+        "10.0.0.9",
+    )
+    # A cluster's partitions come from its executors' cores, known once they are there.
+    assert "spark.sql.shuffle.partitions" not in s
+    assert shuffle_partitions_for(4, 2 * 2**20) == 4 and shuffle_partitions_for(2, None) == 64
+    assert shuffle_partitions_for(2, 350 * 2**20) == 44
+    for bad in (
+        {"executor_memory": "lots"},
+        {"total_cores": 0},
+        {"driver_host": "a b"},
+        {"executor_wait": 0},
+    ):
+        with pytest.raises(UsageError):
+            SparkConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_a_master_url_that_is_not_a_master_is_one_line_in_seconds() -> None:
+    """A closed port, and a web server (the master's web UI), each a clear error before any
+    JVM starts."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    with socket.socket() as s:  # bound, never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+        t = time.monotonic()
+        with pytest.raises(UsageError, match=r"refused.*not a Spark master"):
+            check_master(f"spark://127.0.0.1:{closed}")
+        assert time.monotonic() - t < 5
+
+    class Quiet(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Quiet) as web:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        try:
+            t = time.monotonic()
+            with pytest.raises(UsageError, match="not a Spark master"):
+                check_master(f"spark://127.0.0.1:{web.server_address[1]}", timeout=2)
+            assert time.monotonic() - t < 5
+        finally:
+            web.shutdown()
+    for bad in ("spark://host", "spark://host:99999"):
+        with pytest.raises(UsageError, match="HOST:PORT"):
+            check_master(bad)
+
+
+def test_bad_files_are_skipped_with_their_reason_and_the_rest_mined(tmp_path: Path) -> None:
+    """A half-written Parquet file and a file of another schema beside a router's log: each
+    named with its reason, the others still read; a folder with nothing sound is an error."""
+    from aa.tools.mining import scan_inputs
+
+    simulate(SimulateConfig(out=str(tmp_path / "w"), start=MONDAY, days=0.01, routers=("a",)))
+    (root,) = resolve_inputs([str(tmp_path / "w")])
+    good = sorted(Path(root).rglob("*.parquet"))
+    size = sum(f.stat().st_size for f in good)
+    hour = good[0].parent
+    half = hour / "part-half.parquet"
+    half.write_bytes(good[0].read_bytes()[: good[0].stat().st_size // 2])
+    pq.write_table(pa.table({"x": [1]}), hour / "part-other.parquet")
+    scanned = scan_inputs([root])
+    assert scanned.bytes == size
+    reasons = dict(scanned.skipped)
+    assert reasons.keys() == {str(half), str(hour / "part-other.parquet")}
+    assert reasons[str(half)].startswith("is not a readable Parquet file (")
+    assert reasons[str(hour / "part-other.parquet")] == "is not an event log: no column id, " + (
+        "type, time, values, values_types"
+    )
+    for f in good:
+        f.unlink()
+    with pytest.raises(UsageError, match=r"part-.*\.parquet is not .* \(and 1 more files\): no"):
+        scan_inputs([root])
+
+
+def test_artefacts_are_written_without_hard_links_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system without hard links (some network mounts): versions are still claimed
+    once each and written whole."""
+
+    def no_links(src: object, dst: object) -> None:
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    a = write_artefact(tmp_path, "schema", {"types": {}}, inputs=["/d"], events={"unique": 0})
+    b = write_artefact(tmp_path, "schema", {"types": {}}, inputs=["/d"], events={"unique": 0})
+    assert (a.version, b.version) == (1, 2) and read_artefact(tmp_path / "schema").version == 2
+    assert sorted(p.name for p in (tmp_path / "schema").iterdir()) == [
+        "current",
+        "v1.json",
+        "v2.json",
+    ]

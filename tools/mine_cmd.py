@@ -5,9 +5,14 @@ artefacts against that office's ground truth."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,8 @@ EPILOG = """\
 examples:
   aa mine simulate --out /tmp/office --days 5 --seed 1
   aa mine --adapters ./adapters --report /tmp/office/report.json /tmp/office
+  aa mine --master spark://cluster:7077 --driver-host 10.0.0.9 --executor-memory 4g \
+      --total-cores 8 file:///shared/aa/r1 file:///shared/aa/r2
   aa mine --master spark://cluster:7077 --tasks schema hdfs:///aa/r1/eventlog
   aa mine report --adapters ./adapters --world /tmp/office
   aa mine prepare
@@ -92,10 +99,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="Spark driver heap, e.g. 8g (default: a third of the memory, 2g to 16g)",
     )
     p.add_argument(
+        "--executor-memory",
+        metavar="SIZE",
+        help="heap of each executor on a cluster, e.g. 4g (default: Spark's 1g)",
+    )
+    p.add_argument(
+        "--total-cores",
+        type=int,
+        metavar="N",
+        help="cores to take of a cluster in all (default: all it offers)",
+    )
+    p.add_argument(
+        "--driver-host",
+        metavar="HOST",
+        help="this machine's name or address as the cluster's workers reach it "
+        "(default: Spark's guess; loopback for local masters)",
+    )
+    p.add_argument(
+        "--executor-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="stop if a cluster gives no executor in this time (default: 60)",
+    )
+    p.add_argument(
         "--shuffle-partitions",
         type=int,
         metavar="N",
-        help="partitions after a shuffle (default: from the input's size, 8 MiB of Parquet each)",
+        help="partitions after a shuffle (default: from the input's size, 8 MiB of Parquet "
+        "each, and the cores: this machine's, or a cluster's executors')",
     )
     p.add_argument(
         "--conf",
@@ -191,6 +223,10 @@ def _find_world(inputs: list[str]) -> str | None:
     return None
 
 
+#: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
+
 def _run(args: argparse.Namespace) -> int:
     args.verbose = args.verbose or getattr(args, "traceback", False)  # `aa mine -v` or `aa -v mine`
     try:
@@ -213,7 +249,58 @@ def _one_line(exc: BaseException) -> str:
     return f"Spark failed: {spark_error_message(exc)}"
 
 
+def _stop_now(signum: int, frame: Any) -> None:
+    """Ctrl-C during a run: it ends at once and quietly. The JVM is killed (PySpark starts
+    it deaf to Ctrl-C, and it would go on running the job; a cluster drops an application
+    whose driver is gone), and the process exits with one line. It does not unwind: the
+    main thread is inside a py4j call, which on a lost JVM retries and logs tracebacks for
+    tens of seconds. Nothing is half written: artefacts are written whole, after every
+    task."""
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None:
+        proc.kill()
+    try:
+        sys.stdout.flush()
+        sys.stderr.write("\r\x1b[K" if sys.stderr.isatty() else "")
+        sys.stderr.write("aa mine: interrupted\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def _arm_ctrl_c() -> None:
+    """`_stop_now` on Ctrl-C (again after a SparkContext starts: it installs its own
+    handler, which calls the JVM from inside the call the main thread waits in)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _stop_now)
+
+
+@contextmanager
+def _stop_on_ctrl_c() -> Iterator[None]:
+    """`_stop_now` on Ctrl-C while the run lasts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only: nothing to catch here
+        return
+    before = signal.getsignal(signal.SIGINT)
+    _arm_ctrl_c()
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
+
+
 def _mine(args: argparse.Namespace) -> int:
+    with _stop_on_ctrl_c():
+        return _mine_now(args)
+
+
+def _mine_now(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from aa.tools.mining import (
@@ -223,11 +310,11 @@ def _mine(args: argparse.Namespace) -> int:
         SparkConfig,
         check_java,
         check_master,
-        measure_inputs,
         open_session,
         plan,
         resolve_inputs,
         run_mining,
+        scan_inputs,
         stop_session,
     )
 
@@ -238,13 +325,23 @@ def _mine(args: argparse.Namespace) -> int:
         driver_memory=args.driver_memory,
         verbose=args.verbose,
         shuffle_partitions=args.shuffle_partitions,
+        executor_memory=args.executor_memory,
+        total_cores=args.total_cores,
+        driver_host=args.driver_host,
+        executor_wait=args.executor_wait,
         extra=_spark_conf(args.conf),
     )
     world = args.world or (_find_world(list(args.logdirs)) if args.report else None)
     if args.report and world is None:
         raise UsageError("--report needs the simulated world: give --world DIR")
-    # Bad input is found before the JVM starts: a missing folder, a folder without a log.
-    size = measure_inputs(resolve_inputs(config.inputs))
+    # Bad input is found before the JVM starts: a missing folder, a folder without a log;
+    # a file that is not an event log is left out, with a line saying which and why.
+    scanned = scan_inputs(resolve_inputs(config.inputs))
+    for path, why in scanned.skipped:
+        print(f"aa mine: skipping {path}: it {why}", file=sys.stderr)
+    if scanned.skipped:
+        config = replace(config, exclude=tuple(p for p, _ in scanned.skipped))
+    size = scanned.bytes
     check_master(spark_config.master)
     check_java()
     progress = None if args.quiet else Progress(plan(tasks))
@@ -253,6 +350,7 @@ def _mine(args: argparse.Namespace) -> int:
         spark = open_session(
             spark_config, input_bytes=size, sink=progress.message if progress else None
         )
+        _arm_ctrl_c()
         started = time.perf_counter() - t
         try:
             if progress is not None:

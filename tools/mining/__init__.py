@@ -15,7 +15,16 @@ from .artefacts import (
     read_pointer,
     write_artefact,
 )
-from .job import MineConfig, MineResult, measure_inputs, read_events, resolve_inputs, run_mining
+from .job import (
+    MineConfig,
+    MineResult,
+    ScannedInputs,
+    measure_inputs,
+    read_events,
+    resolve_inputs,
+    run_mining,
+    scan_inputs,
+)
 from .location import LocationConfig
 from .prepare import PrepareResult, prepare
 from .presence import PresenceConfig
@@ -23,6 +32,7 @@ from .progress import Progress, plan
 from .schema import SchemaConfig
 from .session import (
     SMALL_LOG_BYTES,
+    NoExecutorsError,
     SparkConfig,
     SparkStartError,
     check_java,
@@ -37,6 +47,8 @@ from .simulate import WORLD_FILE, SimulateConfig, SimulateResult, load_world, si
 
 __all__ = [
     "SMALL_LOG_BYTES",
+    "NoExecutorsError",
+    "ScannedInputs",
     "Artefact",
     "ArtefactError",
     "LocationConfig",
@@ -68,6 +80,7 @@ __all__ = [
     "read_pointer",
     "resolve_inputs",
     "run_mining",
+    "scan_inputs",
     "session_settings",
     "simulate",
     "spark_error_message",

@@ -76,6 +76,30 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def _publish(path: Path, text: str) -> bool:
+    """Write *text* to *path* if no file is there (False if one is), never partly."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: claim the name, then fill it
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                return False
+            os.replace(tmp, path)
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 def write_artefact(
     adapters: str | os.PathLike[str],
     task: str,
@@ -99,28 +123,24 @@ def write_artefact(
     created = (now or datetime.now(UTC)).isoformat()
     version = (list_versions(folder) or [0])[-1] + 1
     while True:
-        # Claim the version with O_EXCL, so two miners writing at once never share one.
+        document = {
+            "format": ARTEFACT_FORMAT,
+            "task": task,
+            "version": version,
+            "created": created,
+            "inputs": list(inputs),
+            "events": dict(events),
+            "config": dict(config or {}),
+            "data": data,
+        }
+        text = json.dumps(document, indent=1, sort_keys=False, allow_nan=False) + "\n"
         path = folder / f"v{version}.json"
-        try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        # Written whole under a hidden name, then linked into place: a link never replaces
+        # a file, so two miners writing at once never share a version, and no reader (nor
+        # a run killed half way) ever sees a version file without its content.
+        if _publish(path, text):
             break
-        except FileExistsError:
-            version += 1
-    document = {
-        "format": ARTEFACT_FORMAT,
-        "task": task,
-        "version": version,
-        "created": created,
-        "inputs": list(inputs),
-        "events": dict(events),
-        "config": dict(config or {}),
-        "data": data,
-    }
-    try:
-        _atomic_write(path, json.dumps(document, indent=1, sort_keys=False, allow_nan=False) + "\n")
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
+        version += 1
     _atomic_write(folder / POINTER, path.name)
     for old in list_versions(folder)[:-KEEP_VERSIONS]:
         (folder / f"v{old}.json").unlink(missing_ok=True)

@@ -47,6 +47,8 @@ __all__ = [
     "open_session",
     "resolve_inputs",
     "measure_inputs",
+    "scan_inputs",
+    "ScannedInputs",
     "read_events",
     "run_mining",
     "EVENT_COLUMNS",
@@ -88,22 +90,36 @@ def resolve_inputs(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def measure_inputs(roots: Sequence[str]) -> int | None:
-    """Bytes of Parquet under the local *roots* (None if any is a remote URI, whose size
-    Spark alone knows).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScannedInputs:
+    """What `scan_inputs` found under the event log roots."""
 
-    Raises `UsageError` for a local root without a Parquet file, or whose Parquet is not
-    an event log (the columns of `EVENT_COLUMNS` missing).
+    #: Bytes of the Parquet files to read (None if a root is a remote URI, whose size
+    #: Spark alone knows).
+    bytes: int | None
+    #: Files left out, each with the reason: (path, reason).
+    skipped: tuple[tuple[str, str], ...] = ()
+
+
+def scan_inputs(roots: Sequence[str]) -> ScannedInputs:
+    """Check every Parquet file under the local *roots* (its footer only) before Spark
+    starts: a file that is not Parquet (half written, corrupt) or not an event log (another
+    schema) is skipped, with its reason, and the others are mined.
+
+    Raises `UsageError` for a local root without a Parquet file, or none that is an event
+    log (naming the first bad file and why).
     """
-    total = 0
+    total: int | None = 0
+    skipped: list[tuple[str, str]] = []
     for root in roots:
         if "://" in root and not root.startswith("file://"):
-            return None
+            total = None
+            continue
         local = Path(root.removeprefix("file://"))
         files = (
             [local]
             if local.is_file()
-            else [f for f in local.rglob("*.parquet") if not _hidden(f, local)]
+            else sorted(f for f in local.rglob("*.parquet") if not _hidden(f, local))
         )
         if not files:
             writing = [] if local.is_file() else list(local.rglob(".part-*.parquet.inprogress"))
@@ -116,9 +132,22 @@ def measure_inputs(roots: Sequence[str]) -> int | None:
             raise UsageError(
                 f"no event log in {root}: no .parquet file under it (is it a router's data folder?)"
             )
-        _check_columns(files[0])
-        total += sum(f.stat().st_size for f in files)
-    return total
+        bad = [(str(f), why) for f in files if (why := _file_problem(f)) is not None]
+        if len(bad) == len(files):
+            path, why = bad[0]
+            more = f" (and {len(bad) - 1} more files)" if len(bad) > 1 else ""
+            raise UsageError(f"{path} {why}{more}: no event log to mine in {root}")
+        skipped += bad
+        if total is not None:
+            gone = {p for p, _ in bad}
+            total += sum(f.stat().st_size for f in files if str(f) not in gone)
+    return ScannedInputs(bytes=total, skipped=tuple(skipped))
+
+
+def measure_inputs(roots: Sequence[str]) -> int | None:
+    """Bytes of event log Parquet under the local *roots* (see `scan_inputs`, which also
+    says which files it left out)."""
+    return scan_inputs(roots).bytes
 
 
 def _hidden(path: Path, root: Path) -> bool:
@@ -126,20 +155,26 @@ def _hidden(path: Path, root: Path) -> bool:
     return any(part.startswith((".", "_")) for part in path.relative_to(root).parts)
 
 
-def _check_columns(path: Path) -> None:
+def _file_problem(path: Path) -> str | None:
+    """Why *path* is not an event log file Spark can read, in a few words (None: it is)."""
     import pyarrow.parquet as pq
 
     try:
-        names = set(pq.read_schema(path).names)  # the footer only
+        schema = pq.read_schema(path)  # the footer only
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise UsageError(f"{path} is not a readable Parquet file: {exc}") from None
+        return f"is not a readable Parquet file ({_first_line(exc)})"
+    names = set(schema.names)
     missing = [c for c, _ in EVENT_COLUMNS if c not in names]
     if missing:
-        raise UsageError(f"{path} is not an event log: no column {', '.join(missing)}")
-    schema = pq.read_schema(path)
+        return f"is not an event log: no column {', '.join(missing)}"
     wrong = [c for c, kind in EVENT_COLUMNS if not _arrow_is(schema.field(c).type, kind)]
     if wrong:
-        raise UsageError(f"{path} is not an event log: column {', '.join(wrong)} of another type")
+        return f"is not an event log: column {', '.join(wrong)} of another type"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _arrow_is(arrow_type: Any, kind: str) -> bool:
@@ -152,11 +187,28 @@ def _arrow_is(arrow_type: Any, kind: str) -> bool:
     return bool(pa.types.is_map(arrow_type))
 
 
-def read_events(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
-    """The rows of all *inputs* (one scan): columns id, type ("" for none), time, values,
-    values_types. Not de-duplicated; see the module docstring."""
+def read_events(
+    spark: SparkSession, inputs: Sequence[str], *, exclude: Sequence[str] = ()
+) -> DataFrame:
+    """The rows of all *inputs* (one scan) but the files *exclude* names: columns id, type
+    ("" for none), time, values, values_types. Not de-duplicated; see the module
+    docstring."""
     from pyspark.sql import functions as F
 
+    if exclude:  # a local root with a file left out: its other files, one by one
+        gone = set(exclude)
+        listed: list[str] = []
+        for root in inputs:
+            local = Path(root.removeprefix("file://"))
+            if ("://" in root and not root.startswith("file://")) or local.is_file():
+                listed.append(root)
+                continue
+            listed += sorted(
+                str(f)
+                for f in local.rglob("*.parquet")
+                if not _hidden(f, local) and str(f) not in gone
+            )
+        inputs = listed
     schema = ", ".join(f"`{c}` {t}" for c, t in EVENT_COLUMNS)
     df = (
         spark.read.schema(schema)
@@ -179,6 +231,8 @@ class MineConfig:
     adapters: str
     #: Tasks to run, of `TASKS`.
     tasks: tuple[str, ...] = TASKS
+    #: Files under the inputs not to read (see `scan_inputs`).
+    exclude: tuple[str, ...] = ()
     schema: SchemaConfig = field(default_factory=SchemaConfig)
     location: LocationConfig = field(default_factory=LocationConfig)
     presence: PresenceConfig = field(default_factory=PresenceConfig)
@@ -242,7 +296,8 @@ def run_mining(
     progress: Progress | None = None,
     side_by_side: bool = False,
 ) -> MineResult:
-    """Read and de-duplicate the logs, run each task, write each task's artefact.
+    """Read and de-duplicate the logs, run each task, then write each task's artefact
+    (none if a task fails).
 
     *side_by_side*: run the tasks at once, each from its own thread (Spark runs their jobs
     side by side). For a small log, whose time goes to planning and compiling queries on
@@ -272,7 +327,9 @@ def run_mining(
     t0 = t = time.perf_counter()
     inputs = resolve_inputs(config.inputs)
     begin("read", _PARTS["read"])
-    events = _dedup(read_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
+    events = _dedup(read_events(spark, inputs, exclude=config.exclude)).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     parsed = None
     artefacts: dict[str, Artefact] = {}
     try:
@@ -302,7 +359,7 @@ def run_mining(
         if progress is not None:
             progress.finish("read")
 
-        def run(task: str) -> tuple[Artefact, float]:
+        def run(task: str) -> tuple[dict[str, Any], float]:
             t = time.perf_counter()
             task_config: Any = getattr(config, task)
             begin(task, _PARTS[task])
@@ -312,17 +369,9 @@ def run_mining(
                 data = mine_location(events, task_config, parsed=parsed, tick=ticker(task))
             else:
                 data = mine_presence(events, task_config, parsed=parsed, tick=ticker(task))
-            art = write_artefact(
-                config.adapters,
-                task,
-                data,
-                inputs=inputs,
-                events=counts,
-                config=_config_dict(task_config),
-            )
             if progress is not None:
                 progress.finish(task)
-            return art, time.perf_counter() - t
+            return data, time.perf_counter() - t
 
         todo = [task for task in TASKS if task in config.tasks]
         if side_by_side and len(todo) > 1:
@@ -332,8 +381,18 @@ def run_mining(
                 done = list(pool.map(run, todo))  # the first error, if any, is raised here
         else:
             done = [run(task) for task in todo]
-        for task, (art, secs) in zip(todo, done):
-            artefacts[task], seconds[task] = art, secs
+        # Written once every task is done: a run that fails (or is stopped) half way adds
+        # nothing to the adapters folder, and each artefact is written whole.
+        for task, (data, secs) in zip(todo, done):
+            artefacts[task] = write_artefact(
+                config.adapters,
+                task,
+                data,
+                inputs=inputs,
+                events=counts,
+                config=_config_dict(getattr(config, task)),
+            )
+            seconds[task] = secs
     finally:
         if parsed is not None:
             parsed.unpersist()

@@ -53,10 +53,25 @@ from .pathloss import Cell, fit, place
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["LocationConfig", "mine_location", "scans", "RADIOS_SCHEMA"]
+__all__ = ["LocationConfig", "mine_location", "scans", "fixed_sum", "RADIOS_SCHEMA"]
 
 #: How the ``Radios`` list of a scan is read (typed JSON, see `aa.router.eventlog.logcodec`).
 RADIOS_SCHEMA = "array<struct<Id:string,Name:string,Rssi:double>>"
+#: Units the sums of signals (dB) and positions (m) are taken in (see `fixed_sum`): far
+#: finer than a radio or a position is measured, coarse enough that a sum of a billion
+#: observations stays inside a long.
+SIGNAL_UNIT = 1e-4
+POSITION_UNIT = 1e-4
+
+
+def fixed_sum(column: Any, unit: float) -> Any:
+    """Spark's sum of *column* (doubles) in whole *unit*s, a long: exact, so it does not
+    depend on the order the rows are added in (a sum of doubles does, in its last bits,
+    and so on how Spark partitions them; a mean derived from one can tip a grid search or
+    a threshold). Divide by the count and multiply by *unit* for the mean."""
+    from pyspark.sql import functions as F
+
+    return F.sum(F.round(column / unit).cast("long"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +172,9 @@ def _observations(
         .agg(
             F.first("type").alias("kind"),
             F.first("radios").alias("radios"),
-            F.min_by(F.struct("building", "floor", "x", "y"), F.col("dt")).alias("at"),
+            # The nearest position; of two as near (one before, one after), the earlier:
+            # a total order, whatever order the candidates come in.
+            F.min(F.struct("dt", "tp", "building", "floor", "x", "y")).alias("at"),
         )
     )
     return (
@@ -216,7 +233,7 @@ def mine_location(
 
     obs = _observations(events, config, parsed)
     cm = config.cell_m
-    rows = (
+    collected = (
         obs.groupBy(
             "radio",
             "building",
@@ -226,15 +243,36 @@ def mine_location(
         )
         .agg(
             F.count(F.lit(1)).alias("n"),
-            F.avg("rssi").alias("rssi"),
-            F.avg("x").alias("x"),
-            F.avg("y").alias("y"),
-            F.first("kind").alias("kind"),
-            F.first("name").alias("name"),
+            fixed_sum(F.col("rssi"), SIGNAL_UNIT).alias("rssi"),
+            fixed_sum(F.col("x"), POSITION_UNIT).alias("x"),
+            fixed_sum(F.col("y"), POSITION_UNIT).alias("y"),
+            F.min("kind").alias("kind"),
+            F.min("name").alias("name"),
         )
         .collect()
     )
     tick()
+    # In a fixed order: the model is fitted over the cells in the order they come, and a
+    # radio's kind and name are its first cell's.
+    rows = sorted(
+        (
+            {
+                "radio": r["radio"],
+                "building": r["building"],
+                "floor": r["floor"],
+                "n": r["n"],
+                "rssi": r["rssi"] / r["n"] * SIGNAL_UNIT,
+                "x": r["x"] / r["n"] * POSITION_UNIT,
+                "y": r["y"] / r["n"] * POSITION_UNIT,
+                "kind": r["kind"],
+                "name": r["name"],
+                "cell": (r["cx"], r["cy"]),
+            }
+            for r in collected
+            if r["x"] is not None and r["y"] is not None  # a position without coordinates
+        ),
+        key=lambda r: (r["radio"], r["building"], r["floor"], r["cell"]),
+    )
     by_radio: dict[str, list[tuple[str, Cell]]] = {}
     meta: dict[str, tuple[str, str]] = {}  # radio → (kind, name)
     floors: dict[str, set[int]] = {}
@@ -260,13 +298,13 @@ def mine_location(
         votes: dict[str, int] = {}
         for bld, c in found:
             votes[bld] = votes.get(bld, 0) + c.n
-        building[rid] = max(votes.items(), key=lambda kv: kv[1])[0]
+        building[rid] = min(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
         cells[rid] = [c for bld, c in found if bld == building[rid]]
     first = {rid: _heuristic(cs) for rid, cs in cells.items()}
     # Fit the model per kind of scan (Wi-Fi and Bluetooth differ), on the radios whose loud
     # floor is clear, at their centroid; then place every radio with it.
     models = {}
-    for kind in {m[0] for m in meta.values()}:
+    for kind in sorted({m[0] for m in meta.values()}):
         samples = [
             (math.hypot(c.x - fx, c.y - fy), abs(c.floor - ff), c.rssi, c.n)
             for rid, (ff, fx, fy, margin) in first.items()

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from aa.mesh import UsageError
 
-from .location import scans
+from .location import SIGNAL_UNIT, fixed_sum, scans
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -125,10 +125,16 @@ def _distances(
         )
         .where(F.col("r.Rssi").isNotNull())
         .groupBy("window", "node", F.col("r.Id").alias("radio"))
-        .agg(F.avg("r.Rssi").alias("rssi"))
+        # Exact means (see `fixed_sum`), and maps in radio order: the distances are sums
+        # over the maps' entries, and must not depend on how the rows were partitioned.
+        .agg(
+            (fixed_sum(F.col("r.Rssi"), SIGNAL_UNIT) / F.count("r.Rssi") * SIGNAL_UNIT).alias(
+                "rssi"
+            )
+        )
         .groupBy("window", "node")
         .agg(
-            F.map_from_entries(F.collect_list(F.struct("radio", "rssi"))).alias("fp"),
+            F.map_from_entries(F.array_sort(F.collect_list(F.struct("radio", "rssi")))).alias("fp"),
             # The node's loudest radios, loudest first (sorted by -rssi).
             F.transform(
                 F.slice(

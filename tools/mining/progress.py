@@ -1,5 +1,6 @@
 """Progress of a mining run as one status line: an overall percentage, the current step,
-and what Spark is doing in it::
+and what Spark is doing in it (when one step runs; steps side by side show the
+percentage alone)::
 
     aa mine  47% schema: stage 2/3, tasks 13/40 (12 s)
 
@@ -184,7 +185,9 @@ class Progress:
         """The status line."""
         share, detail = self._running()
         pct = self.fraction(now, share) * 100
-        detail = "" if self.step == "start" else detail
+        # Tasks side by side share Spark's tracker: one stage's count would jump between
+        # theirs (and back); the percentage alone is their combined figure.
+        detail = "" if self.step == "start" or len(self._running_steps) > 1 else detail
         label = "starting Spark" if self.step == "start" else self.step or "done"
         return f"aa mine {pct:3.0f}% {label}{detail} ({now - self._started:.0f} s)"
 

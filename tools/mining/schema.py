@@ -46,6 +46,9 @@ __all__ = ["SchemaConfig", "mine_schema", "type_mappings", "QUANTILES"]
 
 #: Quantiles kept for numbers (and compared between them).
 QUANTILES: Final = (0.05, 0.25, 0.5, 0.75, 0.95)
+#: Digits kept of a mean or a spread (see `_significant`): far more than the data hold, far
+#: fewer than a double's 15-17, whose last ones vary with the order of summation.
+SIGNIFICANT_DIGITS: Final = 9
 _NUMERIC: Final = ("int", "float")
 _DISCRETE: Final = ("str", "bool")
 _TYPE_NAMES: Final = (
@@ -127,7 +130,9 @@ def _profile(long: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
         F.max(num).alias("max"),
         F.avg(num).alias("mean"),
         F.stddev_pop(num).alias("stddev"),
-        F.percentile_approx(num, list(QUANTILES), 1000).alias("q"),
+        # Exact, not `percentile_approx`: its sketches merge differently as the rows are
+        # partitioned differently, and the quantiles decide which numbers are compared.
+        F.percentile(num, list(QUANTILES)).alias("q"),
         F.approx_count_distinct(F.when(F.col("vtype").isin(*_DISCRETE), F.col("text"))).alias(
             "distinct"
         ),
@@ -144,8 +149,8 @@ def _profile(long: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
             prof.update(
                 min=r["min"],
                 max=r["max"],
-                mean=r["mean"],
-                stddev=r["stddev"],
+                mean=_significant(r["mean"]),
+                stddev=_significant(r["stddev"]),
                 quantiles=list(r["q"] or []),
             )
         if any(t in vtypes for t in _DISCRETE):
@@ -154,6 +159,12 @@ def _profile(long: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
     for t in types.values():
         t["attributes"] = dict(sorted(t["attributes"].items()))
     return types
+
+
+def _significant(x: float | None) -> float | None:
+    """*x* to `SIGNIFICANT_DIGITS`: a floating-point sum's last bits depend on the order it
+    adds in, which depends on the partitioning; the artefact must not."""
+    return None if x is None else float(f"{x:.{SIGNIFICANT_DIGITS}g}")
 
 
 def _kind(prof: Mapping[str, Any]) -> str | None:
@@ -222,7 +233,9 @@ def _strings(
     finally:
         vals.unpersist()
     out = []
-    for r in pairs:
+    # Sorted: the order Spark collects in depends on the partitioning (`_numbers` picks keys
+    # from this list).
+    for r in sorted(pairs, key=lambda r: (r["ta"], r["aa"], r["tb"], r["ab"])):
         inter, na, nb = r["count"], sizes[(r["ta"], r["aa"])], sizes[(r["tb"], r["ab"])]
         jaccard = inter / (na + nb - inter)
         containment = inter / min(na, nb)
@@ -259,6 +272,19 @@ def _similarity(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> float:
     return max(0.0, 1.0 - gap / spread)
 
 
+def _key(strings: list[dict[str, Any]], ta: str, tb: str) -> dict[str, Any] | None:
+    """The string correspondence of types *ta* and *tb* that numbers are split by: the most
+    confident; of equally confident ones the one sharing the most values (the most specific
+    key: a stock symbol rather than a currency), then by name, so that the choice never
+    depends on the order the candidates came in."""
+    keys = [c for c in strings if c["a"][0] == ta and c["b"][0] == tb]
+    return min(
+        keys,
+        key=lambda c: (-c["confidence"], -c["evidence"]["shared"], c["a"], c["b"]),
+        default=None,
+    )
+
+
 def _numbers(
     events: DataFrame,
     types: Mapping[str, Any],
@@ -284,8 +310,7 @@ def _numbers(
                         cands.setdefault((ta, tb), []).append((aa, ab, sim))
     out = []
     for (ta, tb), pairs in sorted(cands.items()):
-        keys = [c for c in strings if c["a"][0] == ta and c["b"][0] == tb]
-        key = max(keys, key=lambda c: c["confidence"], default=None)
+        key = _key(strings, ta, tb)
         ka, kb = (key["a"][1], key["b"][1]) if key else (None, None)
 
         def series(t: str, key_attr: str | None, attrs: list[str], side: str) -> DataFrame:
@@ -390,7 +415,7 @@ def mine_schema(
     tick()
     strings = _strings(long, types, config, tick)
     numbers = _numbers(events, types, strings, config, tick)
-    corr = sorted(strings + numbers, key=lambda c: (c["a"], c["b"]))
+    corr = sorted(strings + numbers, key=lambda c: (c["a"], c["b"], c["kind"]))
     return {
         "types": types,
         "correspondences": corr,

@@ -8,13 +8,17 @@ of CPU seconds on that. `session_settings` therefore sizes the session from the 
 bytes to read (pure: tested without Spark):
 
 - shuffle partitions: one per `BYTES_PER_PARTITION` of input, at least one per core, at
-  most 32 per core (adaptive execution merges small ones, never splits big ones);
+  most 32 per core (adaptive execution merges small ones, never splits big ones); the
+  cores are this machine's for a local master, and a cluster's executors' otherwise,
+  asked of Spark once they registered (`wait_for_executors`, which also stops a job that
+  gets none instead of letting it wait for ever);
 - a *small* log (under `SMALL_LOG_BYTES`) runs on a JVM that only uses the quick JIT
   compiler (C1) and the serial collector, and without whole-stage code generation: nothing
   it runs is hot long enough to repay C2 or Janino;
 - no web UI, no console progress bar, Spark's log at ERROR (WARN with ``verbose``);
-- a local JVM maps Spark's classes from a class archive (AppCDS, `class_archive_options`)
-  instead of loading and verifying them one by one: a run without one writes it when its
+- the driver's JVM (this machine's, whatever the master) maps Spark's classes from a
+  class archive (AppCDS, `class_archive_options`) instead of loading and verifying them
+  one by one: a run without one writes it when its
   JVM exits (~180 MB in ``~/.cache/aa``; `stop_session` waits for that and puts it in
   place), the next ones start in half the time. ``make`` (the install) writes it once by
   ``aa mine prepare`` (`aa.tools.mining.prepare`), so a newcomer's first run is warm.
@@ -58,8 +62,12 @@ __all__ = [
     "archive_dir",
     "stop_session",
     "check_master",
+    "probe_spark_rpc",
     "spark_error_message",
     "local_cores",
+    "shuffle_partitions_for",
+    "wait_for_executors",
+    "NoExecutorsError",
     "BYTES_PER_PARTITION",
     "SMALL_LOG_BYTES",
 ]
@@ -123,6 +131,16 @@ class SparkConfig:
     #: Folder of the JVM's class archive (see `class_archive_options`); None:
     #: ``$XDG_CACHE_HOME/aa`` or ``~/.cache/aa``; "": no archive.
     class_archive_dir: str | None = None
+    #: Heap of each executor on a cluster (``spark.executor.memory``); None: Spark's 1g.
+    executor_memory: str | None = None
+    #: Cores the job takes of a cluster in all (``spark.cores.max``); None: all it offers.
+    total_cores: int | None = None
+    #: Address the executors reach the driver at (``spark.driver.host``): this machine's
+    #: name or address as the cluster sees it. None: Spark's guess (loopback when local).
+    driver_host: str | None = None
+    #: Seconds a cluster job waits for its first executor before it stops (a worker too
+    #: small for ``executor_memory``, or one that cannot reach the driver, would hang it).
+    executor_wait: float = 60.0
     #: Further ``spark.*`` settings, as (key, value) pairs; they win over ours.
     extra: tuple[tuple[str, str], ...] = ()
 
@@ -134,12 +152,18 @@ class SparkConfig:
             )
         if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
             raise UsageError("SparkConfig.shuffle_partitions must be at least 1")
-        if self.driver_memory is not None and not re.fullmatch(
-            r"[1-9]\d*[kmgtKMGT]?", self.driver_memory
+        for flag, size in (
+            ("--driver-memory", self.driver_memory),
+            ("--executor-memory", self.executor_memory),
         ):
-            raise UsageError(
-                f"--driver-memory {self.driver_memory!r} is not a size such as 4g or 512m"
-            )
+            if size is not None and not re.fullmatch(r"[1-9]\d*[kmgtKMGT]?", size):
+                raise UsageError(f"{flag} {size!r} is not a size such as 4g or 512m")
+        if self.total_cores is not None and self.total_cores < 1:
+            raise UsageError("--total-cores must be at least 1")
+        if self.driver_host is not None and not re.fullmatch(r"[\w.:\-\[\]]+", self.driver_host):
+            raise UsageError(f"--driver-host {self.driver_host!r} is not a host name or address")
+        if not 0 < self.executor_wait <= 86_400:
+            raise UsageError("--executor-wait must be between 0 and 86400 seconds")
 
 
 def local_cores(master: str) -> int | None:
@@ -153,28 +177,71 @@ def local_cores(master: str) -> int | None:
 
 
 def check_master(master: str, *, timeout: float = 5.0) -> None:
-    """For a standalone master (``spark://h1:p1,h2:p2``): that one of its addresses answers.
+    """For a standalone master (``spark://h1:p1,h2:p2``): that one of its addresses is a
+    Spark RPC port, in seconds.
 
-    Spark itself would try for a minute (three 20-second registrations) before giving up,
-    logging errors all along. Raises `UsageError` when none answers.
+    Spark itself would try for a minute (three 20-second registrations) before giving up
+    with a misleading "stopped SparkContext", logging errors all along. A closed port, a web
+    server (the master's web UI, 8080) or anything else not speaking Spark's RPC raises
+    `UsageError` naming what answered (see `probe_spark_rpc`).
     """
-    import socket
-
     if not master.startswith("spark://"):
         return
     why = ""
     for address in master.removeprefix("spark://").split(","):
         host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise UsageError(f"--master {master!r}: {address!r} is not HOST:PORT")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        verdict = probe_spark_rpc(host.strip("[]"), int(port), timeout=timeout)
+        if verdict is None:
             return
-        except OSError as exc:
-            why = f"{address}: {exc.strerror or exc}"
-    raise UsageError(
-        f"cannot reach the Spark master ({why}): is it running? (or use --master 'local[*]')"
-    )
+        why = f"{address}: {verdict}"
+    raise UsageError(f"{why}: not a Spark master (or use --master 'local[*]')")
+
+
+#: A Spark RPC frame asking for a stream no server has (`probe_spark_rpc`): frame length
+#: (8 bytes, itself included), message type 6 (StreamRequest), the stream id (4-byte length,
+#: UTF-8). A Spark server answers with a StreamFailure (type 8) and logs nothing.
+_PROBE_STREAM = b"/files/aa-mine-probe"
+_PROBE: Final = (
+    (8 + 1 + 4 + len(_PROBE_STREAM)).to_bytes(8, "big")
+    + b"\x06"
+    + len(_PROBE_STREAM).to_bytes(4, "big")
+    + _PROBE_STREAM
+)
+#: Spark's reply types to a stream request: StreamResponse, StreamFailure.
+_STREAM_REPLIES: Final = (7, 8)
+
+
+def probe_spark_rpc(host: str, port: int, *, timeout: float = 5.0) -> str | None:
+    """None if *host*:*port* answers as a Spark RPC server, else what is wrong, in a few
+    words ("connection refused", "a web server answers (HTTP/1.1 400 ...): Spark's web UI?").
+
+    The probe is a request for a stream that does not exist: a Spark server replies with a
+    failure frame, an HTTP server with an HTTP error, anything else with something else or
+    nothing. A server that closes the connection without a word (Spark with authentication
+    on) is taken as Spark: Spark itself then says more."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(_PROBE)
+            reply = b""
+            try:
+                while len(reply) < 9:
+                    chunk = sock.recv(9 - len(reply))
+                    if not chunk:
+                        return None if not reply else "the connection closed mid-answer"
+                    reply += chunk
+            except TimeoutError:
+                return f"no answer in {timeout:g} s" if not reply else "a partial answer"
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    if reply[8] in _STREAM_REPLIES and int.from_bytes(reply[:8], "big") > 9:
+        return None
+    if reply.startswith(b"HTTP/"):
+        return "a web server answers (Spark's web UI? the master's port is usually 7077)"
+    return f"something else answers ({reply[:9]!r})"
 
 
 #: A class archive being written (by a JVM at its exit) is taken as whole this many
@@ -304,22 +371,40 @@ def session_settings(config: SparkConfig, input_bytes: int | None) -> dict[str, 
         s["spark.ui.enabled"] = "false"
         s["spark.driver.host"] = "127.0.0.1"
         s["spark.driver.bindAddress"] = "127.0.0.1"
-        if small:
-            s["spark.driver.defaultJavaOptions"] = SMALL_JVM_OPTIONS
     if small:
+        # The driver JVM is this machine's whatever the master: on a cluster it only plans.
+        s["spark.driver.defaultJavaOptions"] = SMALL_JVM_OPTIONS
         s["spark.sql.codegen.wholeStage"] = "false"
+    if config.executor_memory is not None:
+        s["spark.executor.memory"] = config.executor_memory
+    if config.total_cores is not None:
+        s["spark.cores.max"] = str(config.total_cores)
+    if config.driver_host is not None:
+        s["spark.driver.host"] = config.driver_host
     partitions = config.shuffle_partitions
     if partitions is None and cores is not None:
-        top = MAX_PARTITIONS_PER_CORE * cores
-        if input_bytes is None:
-            partitions = top
-        else:
-            need = -(-input_bytes // BYTES_PER_PARTITION)
-            partitions = min(top, max(cores, -(-need // cores) * cores))
+        partitions = shuffle_partitions_for(cores, input_bytes)
     if partitions is not None:
+        # A cluster's are set once its executors are there (`open_session`).
         s["spark.sql.shuffle.partitions"] = str(partitions)
     s.update(config.extra)
     return s
+
+
+def shuffle_partitions_for(cores: int, input_bytes: int | None) -> int:
+    """Shuffle partitions for *cores* running tasks and *input_bytes* of Parquet (None:
+    unknown): one per `BYTES_PER_PARTITION`, a multiple of the cores, at most
+    `MAX_PARTITIONS_PER_CORE` per core. Pure.
+
+    >>> shuffle_partitions_for(2, 2_000_000), shuffle_partitions_for(4, None)
+    (2, 128)
+    """
+    cores = max(1, cores)
+    top = MAX_PARTITIONS_PER_CORE * cores
+    if input_bytes is None:
+        return top
+    need = -(-input_bytes // BYTES_PER_PARTITION)
+    return min(top, max(cores, -(-need // cores) * cores))
 
 
 def check_java() -> str:
@@ -407,7 +492,7 @@ def open_session(
             log4j.write_text(_LOG4J.format(level=level), encoding="utf-8")
             opts = settings.get("spark.driver.defaultJavaOptions", "")
             archive = archive_dir(config)
-            if archive is not None and local_cores(config.master) is not None:
+            if archive is not None:  # the driver's classes, for any master
                 cds = class_archive_options(archive, java, time.time())
                 if "ArchiveClassesAtExit=" in cds:
                     part = Path(cds.split("ArchiveClassesAtExit=", 1)[1].split()[0])
@@ -423,6 +508,18 @@ def open_session(
             spark = SparkSession.builder.config(conf=conf).getOrCreate()
         except Exception as exc:  # Py4JJavaError: the context refused the configuration
             raise SparkStartError(f"Spark could not start: {spark_error_message(exc)}") from exc
+    if local_cores(config.master) is None:
+        try:
+            cores = wait_for_executors(spark, config)
+        except BaseException:
+            spark.stop()
+            raise
+        if config.shuffle_partitions is None and "spark.sql.shuffle.partitions" not in dict(
+            config.extra
+        ):
+            settings["spark.sql.shuffle.partitions"] = str(
+                shuffle_partitions_for(cores, input_bytes)
+            )
     for key in (
         "spark.sql.shuffle.partitions",
         "spark.sql.codegen.wholeStage",
@@ -432,6 +529,43 @@ def open_session(
             spark.conf.set(key, settings[key])
     spark.sparkContext.setLogLevel(level.upper())
     return spark
+
+
+class NoExecutorsError(AaError):
+    """A cluster gave the job no executor in time (`SparkConfig.executor_wait`)."""
+
+
+def wait_for_executors(
+    spark: SparkSession, config: SparkConfig, *, clock: Callable[[], float] = time.monotonic
+) -> int:
+    """Wait until the cluster has given *spark* an executor; return the cores the job
+    runs tasks on (Spark's default parallelism: the executors' cores, at least 2).
+
+    Raises `NoExecutorsError` after ``config.executor_wait`` seconds without one: Spark
+    would wait for ever, saying only in its log that the "Initial job has not accepted any
+    resources"."""
+    sc = spark.sparkContext
+    deadline = clock() + config.executor_wait
+    tick = threading.Event()
+    # The driver counts among the block managers; each executor adds one.
+    while sc._jsc.sc().getExecutorMemoryStatus().size() < 2:  # type: ignore[union-attr]
+        if clock() >= deadline:
+            asked = ", ".join(
+                f"{what} {value}"
+                for what, value in (
+                    ("executor memory", config.executor_memory or "1g"),
+                    ("cores", config.total_cores),
+                )
+                if value
+            )
+            raise NoExecutorsError(
+                f"no executor in {config.executor_wait:g} s from {config.master} (Spark: "
+                f'"Initial job has not accepted any resources"): no worker has room for '
+                f"{asked}, or the workers cannot reach this driver at "
+                f"{sc.getConf().get('spark.driver.host')} (--driver-host)"
+            )
+        tick.wait(0.1)
+    return int(sc.defaultParallelism)
 
 
 def _launch(conf: object, sink: Callable[[str], None], verbose: bool) -> None:

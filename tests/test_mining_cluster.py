@@ -1,0 +1,269 @@
+"""The same answers everywhere: the mining job's artefacts do not depend on how Spark
+partitions the work (one core or two, 200 shuffle partitions) nor on where it runs (a real
+standalone cluster, a Master and a Worker on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from support.spark import StandaloneCluster, artefact_texts, first_difference, need_spark
+
+from aa.tools.mining import MineConfig, SimulateConfig, SparkConfig, open_session, run_mining
+from aa.tools.mining import simulate as simulate_office
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+START = datetime(2030, 1, 7, 7, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def office(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short working morning logged by two routers with overlap (duplicates to drop)."""
+    out = tmp_path_factory.mktemp("office")
+    simulate_office(
+        SimulateConfig(
+            out=str(out), start=START, days=6 / 24, step_seconds=120, seed=3, overlap=0.5
+        )
+    )
+    return out
+
+
+def _mine_locally(office: Path, adapters: Path, master: str, partitions: int) -> dict[str, bytes]:
+    spark = open_session(
+        SparkConfig(
+            master=master, shuffle_partitions=partitions, driver_memory="1g", class_archive_dir=""
+        )
+    )
+    try:
+        run_mining(spark, MineConfig(inputs=(str(office),), adapters=str(adapters)))
+    finally:
+        spark.stop()
+    return artefact_texts(adapters)
+
+
+@pytest.fixture(scope="module")
+def one_core(office: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    need_spark()
+    return _mine_locally(office, tmp_path_factory.mktemp("one"), "local[1]", 1)
+
+
+def _same(a: dict[str, bytes], b: dict[str, bytes]) -> None:
+    assert a.keys() == b.keys() == {"schema", "location", "presence"}
+    for task in a:
+        assert a[task] == b[task], f"{task} differs {first_difference(a[task], b[task])}"
+
+
+def test_partitioning_does_not_change_the_artefacts_one_core_one_partition_vs_two_cores_200(
+    office: Path, one_core: dict[str, bytes], tmp_path: Path
+) -> None:
+    _same(one_core, _mine_locally(office, tmp_path, "local[2]", 200))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    need_spark()
+    with StandaloneCluster(tmp_path_factory.mktemp("spark"), cores=1, memory="1g") as c:
+        yield c
+
+
+def _aa(*args: str, env_home: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(env_home / "cache")}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("aa")), "mine", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_a_real_cluster_runs_the_job_with_the_same_artefacts(
+    cluster: StandaloneCluster, office: Path, one_core: dict[str, bytes], tmp_path: Path
+) -> None:
+    out = _aa(
+        "-q",
+        "--master",
+        cluster.url,
+        "--driver-host",
+        "127.0.0.1",
+        "--driver-memory",
+        "1g",
+        "--executor-memory",
+        "512m",
+        "--total-cores",
+        "1",
+        "--adapters",
+        str(tmp_path / "ad"),
+        str(office),
+        env_home=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    state = cluster.wait(
+        lambda s: any(a["name"] == "aa-mine" for a in s.get("completedapps", [])),
+        60,
+        "no completed application",
+    )
+    (app,) = [a for a in state["completedapps"] if a["name"] == "aa-mine"]
+    assert app["state"] == "FINISHED", app
+    _same(one_core, artefact_texts(tmp_path / "ad"))
+
+
+def test_a_cluster_without_room_stops_with_sparks_reason(
+    cluster: StandaloneCluster, office: Path, tmp_path: Path
+) -> None:
+    """The worker has 1g: an executor of 4g never starts, and the job says so in one line
+    instead of waiting for ever."""
+    out = _aa(
+        "-q",
+        "--master",
+        cluster.url,
+        "--driver-host",
+        "127.0.0.1",
+        "--driver-memory",
+        "1g",
+        "--executor-memory",
+        "4g",
+        "--executor-wait",
+        "5",
+        "--adapters",
+        str(tmp_path / "ad"),
+        str(office),
+        env_home=tmp_path,
+    )
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "Initial job has not accepted any resources" in out.stderr, out.stderr
+    assert "no executor in 5 s" in out.stderr and not (tmp_path / "ad").exists()
+
+
+def test_the_web_ui_port_is_not_a_master(
+    cluster: StandaloneCluster, office: Path, tmp_path: Path
+) -> None:
+    t = time.monotonic()
+    out = _aa(
+        "--master",
+        f"spark://127.0.0.1:{cluster.ui_port}",
+        str(office),
+        env_home=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "a web server answers" in out.stderr and time.monotonic() - t < 30
+
+
+def test_ctrl_c_stops_the_job_at_once_and_quietly(office: Path, tmp_path: Path) -> None:
+    """A real `aa mine` interrupted while Spark runs its jobs: it ends in seconds, with
+    one line, no py4j traceback, and its JVM gone."""
+    need_spark()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("aa")), "mine", "--master", "local[1]"]
+        + ["--driver-memory", "1g", "--adapters", str(tmp_path / "ad"), str(office)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    seen = []
+    deadline = time.monotonic() + 600
+    try:
+        while not any(" read" in x for x in seen):  # Spark runs the reading job
+            seen.append(lines.get(timeout=max(0.1, deadline - time.monotonic())))
+        jvms = _children(proc.pid)
+        assert jvms, "no JVM under aa mine"
+        t = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - t
+    finally:
+        proc.kill()
+    reader.join(timeout=30)  # stderr's end
+    rest = [lines.get() for _ in range(lines.qsize())]
+    assert code == 130 and took < 15, (code, took, rest)
+    assert [x for x in rest if not x.startswith("aa mine ")] == ["aa mine: interrupted\n"], rest
+    assert not any(os.path.exists(f"/proc/{pid}") and _alive(pid) for pid in jvms), jvms
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is *pid* (the JVM PySpark started)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_bad_files_are_named_and_the_rest_mined_to_the_same_artefacts(
+    office: Path, one_core: dict[str, bytes], tmp_path: Path
+) -> None:
+    """The office's logs with a half-written Parquet file and one of another schema beside
+    them: a line for each, and the artefacts of the sound files (those of the clean run)."""
+    logs = tmp_path / "logs"
+    shutil.copytree(office, logs)
+    first = sorted((logs / "r1").rglob("*.parquet"))[0]
+    half, other = first.with_name("part-half.parquet"), first.with_name("part-other.parquet")
+    half.write_bytes(first.read_bytes()[: first.stat().st_size // 2])
+    pq.write_table(pa.table({"id": [1]}), other)
+    out = _aa(
+        "-q",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "1g",
+        "--adapters",
+        str(tmp_path / "ad"),
+        str(logs),
+        env_home=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stderr.splitlines()) == [
+        f"aa mine: skipping {half}: it is not a readable Parquet file ({_footer_error(half)})",
+        f"aa mine: skipping {other}: it is not an event log: no column type, time, values, "
+        "values_types",
+    ]
+
+    def content(text: bytes) -> dict[str, object]:
+        doc = json.loads(text)
+        doc.pop("inputs")  # the copy's folders
+        return doc  # type: ignore[no-any-return]
+
+    mined = artefact_texts(tmp_path / "ad")
+    assert mined.keys() == one_core.keys()
+    assert all(content(mined[t]) == content(one_core[t]) for t in mined)
+
+
+def _footer_error(path: Path) -> str:
+    try:
+        pq.read_schema(path)
+    except (OSError, ValueError) as exc:
+        return str(exc).strip().splitlines()[0][:200]
+    raise AssertionError(f"{path} reads")
