@@ -132,6 +132,16 @@ class StoreService:
         if self.store is not None:
             await self.store.flush()
 
+    def no_store_note(self) -> str | None:
+        """Why a history asked of this router is always empty (it keeps no store), in one
+        line for the person who asked; None when it keeps one."""
+        if self.store is not None:
+            return None
+        return (
+            f"router {self._name()} keeps no store, so it has no history: events sent with "
+            "--persist are delivered but not kept; start it with --data-dir or --store-url"
+        )
+
     def on_subscribe(self, key: Hashable, history: Mapping[str, Any] | None) -> None:
         """A subscription was registered: replay its history if it asked."""
         self.replay.on_subscribe(key, history)
