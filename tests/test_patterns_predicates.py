@@ -7,12 +7,14 @@ import random
 from collections.abc import Hashable
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import cpu_seconds
 
+import aa.router.patterns.engine as engine_module
 from aa.mesh import Event, PatternSpec
 from aa.router.patterns import PREDICATE_TIER, SANDBOX_TIER, HostFacts, PatternEngine, PatternSet
 
@@ -92,15 +94,17 @@ def test_outside_the_grammar_stays_in_the_sandbox(engine: PatternEngine, source:
 
 
 def test_the_kernels_semantics(engine: PatternEngine) -> None:
-    """A missing name, a type mismatch, an error anywhere in the expression: no match, as in
-    the python kernel; `or` does not rescue an error on its left."""
+    """A missing name, a type mismatch, an error in a comparison: that comparison is
+    unknown, as in the python kernel; `or` is rescued by a true operand, `not` of unknown is
+    unknown (no match)."""
     engine.subscribe("or", expr("Temperature > 100 or Humidity > 90"))
     engine.subscribe("not", expr("not (Temperature > 100)"))
     engine.subscribe("param", expr("Temperature > limit"), {"limit": 10})
     engine.subscribe("high", expr("Temperature > limit"), {"limit": 1000})
     engine.subscribe("len", expr("len > 3"))
-    assert keys(engine.match(Event(values={"Humidity": 95}))) == []  # NameError on the left
-    assert keys(engine.match(Event(values={"Temperature": "hot", "Humidity": 95}))) == []
+    assert keys(engine.match(Event(values={"Humidity": 95}))) == ["or"]  # only the left unknown
+    assert keys(engine.match(Event(values={"Humidity": 5}))) == []  # unknown or false
+    assert keys(engine.match(Event(values={"Temperature": "hot", "Humidity": 95}))) == ["or"]
     assert keys(engine.match(Event(values={"Temperature": 50, "Humidity": 95}))) == [
         "or",
         "not",
@@ -568,3 +572,57 @@ def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_s
                 source
             )  # a float, a string: the regular expression's reading
     assert planned > 300
+
+
+# -- three values: a comparison that cannot be made is unknown, not the whole pattern ------
+
+#: (source, event values, match?) — the same answers in the predicate tier and the kernel.
+READS_LIKE_PYTHON = [
+    ('A > 1 or B == "x"', {"B": "x"}, True),  # the missing A is only its own comparison
+    ('A > 1 or B == "x"', {"B": "y"}, False),
+    ('A > 1 or B == "x"', {"A": "hot", "B": "x"}, True),  # a comparison that does not apply
+    ('A > 1 and B == "x"', {"B": "x"}, False),
+    ("not (A > 1)", {"B": 1}, False),  # unknown stays unknown: no match
+    ("not (A > 1)", {"A": 0}, True),
+    ("A != 1", {"B": 1}, False),  # needs A, as A == 1 does
+    ('not (A > 1 and B == "x")', {"B": "y"}, True),  # false and unknown: false
+    ('not (A > 1 or B == "x")', {"B": "y"}, False),  # unknown or false: unknown
+    ('(A > 1 or B == "x") and C == 1', {"B": "x", "C": 1}, True),
+    ('"A" not in event or A > 1', {"B": 1}, True),
+    ("(A or 0) > 1", {"B": 1}, False),  # inside a comparison: Python's own `or`
+]
+
+
+@pytest.mark.parametrize("source, values, expected", READS_LIKE_PYTHON)
+def test_a_missing_name_makes_only_its_own_comparison_false(
+    engine: PatternEngine, source: str, values: dict[str, Any], expected: bool
+) -> None:
+    assert engine.tier(expr(source)) == PREDICATE_TIER
+    engine.subscribe("p", expr(source))
+    assert (keys(engine.match(Event(values=values))) == ["p"]) is expected
+    # The python kernel (expressions outside the grammar, in workers) answers the same.
+    with (
+        mock.patch.object(engine_module, "parse_predicate", return_value=None),
+        mock.patch.object(engine_module, "parse_conjunction", return_value=None),
+        mock.patch.object(engine_module, "plan_spaced", return_value=None),
+    ):
+        kernel = engine.matcher(expr(source + " "), {})  # another source: a new instance
+        assert engine.tier(expr(source + " ")) == SANDBOX_TIER
+    assert kernel(Event(values=values)) is expected
+
+
+def test_an_unknown_pattern_tells_its_first_error_and_a_decided_one_tells_none() -> None:
+    told: list[str] = []
+    host = HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0)
+    engine = PatternEngine(
+        host=host,
+        on_failure=lambda *a: None,
+        on_errors=lambda keys, notice: told.append(notice.error),
+        monotonic=lambda: 0.0,
+    )
+    engine.subscribe("k", expr('sorted([1]) and (1 / Count > 1 or Flag == "x")'))  # the kernel
+    assert engine.tier(expr('sorted([1]) and (1 / Count > 1 or Flag == "x")')) == SANDBOX_TIER
+    assert keys(engine.match(Event(values={"Count": 0, "Flag": "x"}))) == ["k"]
+    assert told == []  # the `or` is decided: its other operand's error is no matter
+    assert keys(engine.match(Event(values={"Count": 0}))) == []
+    assert told == ["ZeroDivisionError: division by zero"]
