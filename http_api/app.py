@@ -71,6 +71,7 @@ from .fastfeed import FeedFastPath
 from .guard import Guard
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
 from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
+from .routes_clients import advice
 from .routes_clients import api as clients_api
 from .stream import api as stream_api
 from .web import error as _error
@@ -236,7 +237,8 @@ def create_app(
             "the "
             "answer was cut at `limit`, and `next` (when the cut falls between two times) is this "
             "query from the first event left out: follow it for the rest. Events stamped with one "
-            "time are never split across `next`: a larger `limit` gets past them. A router "
+            "time are never split across `next`: a larger `limit` gets past them. `warnings` "
+            "(when there are any) says why the pattern may never match. A router "
             "that keeps no store answers from its mesh cache alone and says so: header "
             f"`{NO_STORE_HEADER}: none` and a line in `warnings`; asked with "
             "`include_cache=false`, it answers 409 (`no-store`)."
@@ -266,7 +268,7 @@ def create_app(
         no_store = router.storage.no_store_note()
         if no_store is not None and not include_cache:
             return _error(409, "no-store", no_store)
-        warnings = [no_store] if no_store is not None else []
+        warnings = [*advice(request, spec), *([no_store] if no_store is not None else [])]
         headers = {NO_STORE_HEADER: "none"} if no_store is not None else None
         # The pattern is shown only what the caller may receive, so a page holds `limit` of
         # those and no script reads the others.

@@ -401,3 +401,32 @@ async def test_history_from_a_router_without_a_store_says_so() -> None:
         r = await http.get("/events", params={"include_cache": "false"})
         assert r.status_code == 409 and r.json()["error"] == "no-store"
         assert "keeps no store" in r.json()["message"]
+
+
+async def test_patterns_added_over_http_get_the_subscribers_advice() -> None:
+    async with open_api() as (router, http):
+        router.publish({"Temperature": 20, "Sensor": "lab-1"})  # names the router has seen
+        reg = await register(http, "Temprature > 100", 'Door == "open"')
+        assert reg["warnings"] == [
+            "`Temprature > 100`: no event has had `Temprature`; did you mean `Temperature`?"
+        ]  # `Door`: not published yet, the normal order in publish/subscribe
+        auth = bearer(reg["token"])
+        r = await http.post(
+            f"/clients/{reg['id']}/patterns", json={"source": "sensor == 'x'"}, headers=auth
+        )
+        assert r.status_code == 201
+        assert r.json()["warnings"] == ["no event has had `sensor`; did you mean `Sensor`?"]
+        r = await http.post(
+            f"/clients/{reg['id']}/patterns", json={"source": "Sensor == lab-1"}, headers=auth
+        )
+        assert r.json()["warnings"] == [
+            "`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"
+        ]
+        r = await http.post(
+            f"/clients/{reg['id']}/patterns", json={"source": "Temperature > 1"}, headers=auth
+        )
+        assert r.json()["warnings"] == []
+        r = await http.get("/events", params={"pattern": "Temprature > 1"})
+        assert r.json()["warnings"][0] == (
+            "no event has had `Temprature`; did you mean `Temperature`?"
+        )
