@@ -71,6 +71,7 @@ from .fastfeed import FeedFastPath
 from .guard import Guard
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
 from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
+from .routes_clients import advice
 from .routes_clients import api as clients_api
 from .stream import api as stream_api
 from .web import error as _error
@@ -90,6 +91,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorOut},
 }
 
+
+#: Header of a ``GET /events`` answer from a router that keeps no store (value ``none``): the
+#: answer holds only what its mesh cache has, whatever the body's format.
+NO_STORE_HEADER = "Aa-Store"
 
 #: What ``GET /events?since=`` reads: nothing, an ISO 8601 instant, or a duration of at most
 #: a few digits (parse_duration reads more, but a longer one reaches past year 1).
@@ -232,8 +237,13 @@ def create_app(
             "the "
             "answer was cut at `limit`, and `next` (when the cut falls between two times) is this "
             "query from the first event left out: follow it for the rest. Events stamped with one "
-            "time are never split across `next`: a larger `limit` gets past them."
+            "time are never split across `next`: a larger `limit` gets past them. `warnings` "
+            "(when there are any) says why the pattern may never match. A router "
+            "that keeps no store answers from its mesh cache alone and says so: header "
+            f"`{NO_STORE_HEADER}: none` and a line in `warnings`; asked with "
+            "`include_cache=false`, it answers 409 (`no-store`)."
         ),
+        responses={409: {"model": ErrorOut, "description": "No store, and no cache asked for"}},
     )
     async def history(
         request: Request,
@@ -253,6 +263,13 @@ def create_app(
         identity = caller_of(request).identity
         router.security.require_pattern(identity, spec, router.engine.tier(spec))
         start = _parse_since(since, datetime.now(UTC)) if since else None
+        # A router without a store answers from its mesh cache alone, and says so; asked
+        # for stored events only, it has nothing that could ever answer.
+        no_store = router.storage.no_store_note()
+        if no_store is not None and not include_cache:
+            return _error(409, "no-store", no_store)
+        warnings = [*advice(request, spec), *([no_store] if no_store is not None else [])]
+        headers = {NO_STORE_HEADER: "none"} if no_store is not None else None
         # The pattern is shown only what the caller may receive, so a page holds `limit` of
         # those and no script reads the others.
         events = await router.history(
@@ -276,14 +293,16 @@ def create_app(
                 entries=[(e, ()) for e in events],
                 cache=app.state.entries,
             )
-            return Response(body, media_type=ATOM_TYPE)
+            return Response(body, media_type=ATOM_TYPE, headers=headers)
         answer: dict[str, Any] = {
             "events": [event_to_json(e) for e in events],
             "more": beyond is not None,
         }
         if rest is not None:
             answer["next"] = rest
-        return JSONResponse(answer)
+        if warnings:
+            answer["warnings"] = warnings
+        return JSONResponse(answer, headers=headers)
 
     app.include_router(clients_api)
     app.include_router(stream_api)

@@ -194,6 +194,12 @@ class PatternOut(PatternIn):
     id: str
 
 
+class PatternAdded(PatternOut):
+    #: Why the pattern may never match, as a subscriber is told at subscribe: a name that
+    #: looks like a typo of one events have had, a bare name meant as text. Empty if none.
+    warnings: list[str] = Field(default_factory=list)
+
+
 class PolicyIn(BaseModel):
     """When cached events go: ``max_age`` in seconds or as text (``"3h"``), ``max_count``."""
 
@@ -246,6 +252,9 @@ class ClientOut(BaseModel):
 class Registered(ClientOut):
     #: The client's secret: send it as ``Authorization: Bearer <token>``. Shown only once.
     token: str
+    #: Advice on its patterns (`PatternAdded.warnings`), each line starting with the
+    #: pattern's source in backquotes. Empty if none.
+    warnings: list[str] = Field(default_factory=list)
 
 
 class AckIn(BaseModel):

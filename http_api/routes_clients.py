@@ -34,10 +34,20 @@ from .limits import (
     MAX_PAGE,
     MIN_KEEPALIVE,
 )
-from .models import AckIn, AckOut, ClientIn, ClientOut, PatternIn, PatternOut, PolicyIn, Registered
+from .models import (
+    AckIn,
+    AckOut,
+    ClientIn,
+    ClientOut,
+    PatternAdded,
+    PatternIn,
+    PatternOut,
+    PolicyIn,
+    Registered,
+)
 from .web import error, etag_matches, http_date, negotiate, parse_http_date
 
-__all__ = ["api", "answer_feed", "FEED_FORMATS"]
+__all__ = ["api", "answer_feed", "advice", "FEED_FORMATS"]
 
 api = APIRouter(tags=["clients"])
 
@@ -164,6 +174,13 @@ def _describe(request: Request, client: HttpClient) -> dict[str, Any]:
     }
 
 
+def advice(request: Request, spec: PatternSpec) -> list[str]:
+    """What a subscriber of *spec* would be told at subscribe (the router's advice): a name
+    that looks like a typo of one events have had, a bare name meant as text."""
+    notes = request.app.state.router.subscription_notes(spec, {})
+    return list(notes["warnings"])
+
+
 def _pattern_out(pid: str, spec: PatternSpec) -> dict[str, str]:
     return {"id": pid, "source": spec.source, "kernel": spec.kernel, "format": spec.format}
 
@@ -189,7 +206,8 @@ async def register(body: ClientIn, request: Request, response: Response) -> dict
         now=request.app.state.clock(),
     )
     response.headers["Location"] = f"/clients/{client.id}"
-    return {**_describe(request, client), "token": token}
+    warnings = [f"`{spec.source[:80]}`: {w}" for spec in specs for w in advice(request, spec)]
+    return {**_describe(request, client), "token": token, "warnings": warnings}
 
 
 @api.get("/clients/{client_id}", response_model=ClientOut, summary="An HTTP client")
@@ -221,18 +239,19 @@ async def patterns(client: Authenticated) -> list[dict[str, str]]:
 @api.post(
     "/clients/{client_id}/patterns",
     status_code=201,
-    response_model=PatternOut,
+    response_model=PatternAdded,
     summary="Add a pattern",
 )
 async def add_pattern(
     client: Authenticated, body: PatternIn, request: Request, response: Response
-) -> dict[str, str]:
-    """Events matching it are kept for the client from now on."""
+) -> dict[str, Any]:
+    """Events matching it are kept for the client from now on. `warnings` says why it may
+    never match (a name that looks like a typo of one events have had)."""
     spec = _spec(body)
     _check_patterns(request, client, [spec])
     pid = _clients(request).add_pattern(client, spec)
     response.headers["Location"] = f"/clients/{client.id}/patterns/{pid}"
-    return _pattern_out(pid, spec)
+    return {**_pattern_out(pid, spec), "warnings": advice(request, spec)}
 
 
 @api.delete(

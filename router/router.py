@@ -586,13 +586,21 @@ class Router:
         self.storage.on_subscribe(key, history)
         self.quench.subscribed(key)
 
-    def subscription_notes(self, spec: PatternSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    def subscription_notes(
+        self,
+        spec: PatternSpec,
+        params: Mapping[str, Any],
+        history: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """What a subscriber is told of its pattern: its tier, and why it may never match
-        (value names no event dispatched here has had, a bare name meant as text)."""
+        (value names no event dispatched here has had, a bare name meant as text), or get
+        no history (it asked for some from a router that keeps no store)."""
         try:
             warnings = self.engine.pattern_warnings(spec, self.dispatcher.names_seen, params)
         except Exception:  # advice must never fail a subscribe
             warnings = []
+        if history is not None and (note := self.storage.no_store_note()) is not None:
+            warnings.append(note)
         return {"tier": self.engine.tier(spec), "warnings": tuple(warnings)}
 
     def remove_subscription(self, key: Hashable) -> None:

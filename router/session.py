@@ -516,7 +516,10 @@ class ClientSession(asyncio.Protocol):
             return
         self.subscriptions[msg.sub_id] = sub
         self.send(
-            Subscribed(sub_id=msg.sub_id, **self.router.subscription_notes(msg.pattern, msg.params))
+            Subscribed(
+                sub_id=msg.sub_id,
+                **self.router.subscription_notes(msg.pattern, msg.params, msg.history),
+            )
         )
         self.router.subscription_added(sub, msg.history)
 

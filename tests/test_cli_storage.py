@@ -96,6 +96,32 @@ async def test_send_persist_then_subscribe_history(drouter: Router) -> None:
     assert all(e["meta"]["historical"] is True for e in events)
 
 
+async def test_subscribe_history_from_a_router_without_a_store_says_so() -> None:
+    async with Router(RouterConfig(port=0, name="bare")) as router:
+        proc = await asyncio.create_subprocess_exec(
+            AA,
+            "subscribe",
+            "--router",
+            router.endpoint,
+            "--history",
+            "--count",
+            "1",
+            "x == 1",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        await wait_for(lambda: any(s.subscriptions for s in router.sessions), timeout=30)
+        router.publish({"x": 1})
+        async with asyncio.timeout(30):
+            out, err = await proc.communicate()
+    assert proc.returncode == 0, err
+    (line,) = err.decode().splitlines()  # one line, and the live event still comes
+    assert line.startswith("aa subscribe: warning: router bare keeps no store") and (
+        "--data-dir" in line
+    )
+    assert out.decode() == "x=1\n"
+
+
 BAD = [
     (["--persist", "--max-age=-3h"], "negative"),
     (["--persist", "--max-age", "3 fortnights"], "unknown unit"),

@@ -84,7 +84,7 @@ async def test_history_asks_the_router_with_pattern_since_and_limit() -> None:
     async with open_api() as (router, http):
         calls = []
 
-        async def history(pattern, *, since=None, limit=None, include_cache=True):  # type: ignore[no-untyped-def]
+        async def history(pattern, *, since=None, limit=None, include_cache=True, receives=None):  # type: ignore[no-untyped-def]
             calls.append((pattern, since, limit, include_cache))
             return [router.publish({"v": 1.5}, type="old")]
 
@@ -385,3 +385,48 @@ async def test_a_bad_since_is_named_as_such() -> None:
             assert (
                 r.json()["error"] in ("usage", "invalid-request") and "since" in r.json()["message"]
             ), r.json()
+
+
+async def test_history_from_a_router_without_a_store_says_so() -> None:
+    async with open_api() as (router, http):
+        router.publish({"v": 1}, type="t", meta={"persist": True})  # delivered, not kept
+        r = await http.get("/events", params={"pattern": "v == 1"})
+        assert r.status_code == 200 and r.headers["aa-store"] == "none"
+        body = r.json()
+        assert [e["values"] for e in body["events"]] == [{"v": 1}]  # the mesh cache's copy
+        (warning,) = body["warnings"]
+        assert "keeps no store" in warning and "--data-dir" in warning
+        atom = await http.get("/events", headers={"Accept": "application/atom+xml"})
+        assert atom.status_code == 200 and atom.headers["aa-store"] == "none"
+        r = await http.get("/events", params={"include_cache": "false"})
+        assert r.status_code == 409 and r.json()["error"] == "no-store"
+        assert "keeps no store" in r.json()["message"]
+
+
+async def test_patterns_added_over_http_get_the_subscribers_advice() -> None:
+    async with open_api() as (router, http):
+        router.publish({"Temperature": 20, "Sensor": "lab-1"})  # names the router has seen
+        reg = await register(http, "Temprature > 100", 'Door == "open"')
+        assert reg["warnings"] == [
+            "`Temprature > 100`: no event has had `Temprature`; did you mean `Temperature`?"
+        ]  # `Door`: not published yet, the normal order in publish/subscribe
+        auth = bearer(reg["token"])
+        r = await http.post(
+            f"/clients/{reg['id']}/patterns", json={"source": "sensor == 'x'"}, headers=auth
+        )
+        assert r.status_code == 201
+        assert r.json()["warnings"] == ["no event has had `sensor`; did you mean `Sensor`?"]
+        r = await http.post(
+            f"/clients/{reg['id']}/patterns", json={"source": "Sensor == lab-1"}, headers=auth
+        )
+        assert r.json()["warnings"] == [
+            "`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"
+        ]
+        r = await http.post(
+            f"/clients/{reg['id']}/patterns", json={"source": "Temperature > 1"}, headers=auth
+        )
+        assert r.json()["warnings"] == []
+        r = await http.get("/events", params={"pattern": "Temprature > 1"})
+        assert r.json()["warnings"][0] == (
+            "no event has had `Temprature`; did you mean `Temperature`?"
+        )

@@ -96,6 +96,24 @@ async def test_a_script_runs_in_a_worker_and_derives_events(router, make_client)
     assert pids and os.getpid() not in pids
 
 
+async def test_an_expression_in_a_worker_reads_or_like_python(router, make_client):
+    """A missing name makes only its own comparison false in the worker tier too."""
+    got: list[Event] = []
+    source = 'sorted([1]) and (Temperature > 100 or Flag == "x")'
+    router.subscribe(source, got.append)
+    assert router.engine.tier(PatternSpec(source=source)) == "worker"
+    pub = await make_client()
+    for values in ({"Flag": "x"}, {"Flag": "y"}, {"Temperature": 200}, {"Temperature": "hot"}):
+        pub.publish_nowait(values)
+    pub.publish_nowait({"Flag": "x", "last": True})
+    await until(lambda: len(got) == 3)
+    assert [e.values for e in got] == [
+        {"Flag": "x"},
+        {"Temperature": 200},
+        {"Flag": "x", "last": True},
+    ]
+
+
 async def test_the_worker_holds_nothing_but_its_pipe_and_is_limited(router, make_client):
     c = await make_client()
     got: list[Event] = []

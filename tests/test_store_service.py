@@ -8,10 +8,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
+from http_helpers import PEER
 from support import next_event, next_turn, wait_for
 
 from aa.client import AsyncClient
+from aa.http_api import create_app
 from aa.mesh import META_HISTORICAL, NEED_DATA, Connection, Event, PatternError, RemoteError
 from aa.mesh.protocol import Ack, Error, Hello, Publish, Welcome
 from aa.router import EventLogConfig, Router, RouterConfig, StoreConfig
@@ -413,3 +416,57 @@ async def test_a_bad_store_url_fails_the_start_with_the_reason(tmp_path: Path) -
     with pytest.raises((StoreUnavailable, UsageError)) as err:
         await Router(RouterConfig(port=0, data_dir=bad_dir)).start()
     assert "not-a-folder" in str(err.value)
+
+
+# -- expiry: one rule for every way to history ---------------------------------------------------
+
+SNOW = {**PERSIST, "max_age": "20s", "max_count": 5}
+
+
+async def _seven_snow(router: Router) -> None:
+    for i in range(7):
+        router.publish({"i": i}, type="snow", meta=SNOW)
+    await router.storage.flush()
+
+
+async def _replayed(router: Router, pattern: str) -> list[int]:
+    """What a subscriber asking for history gets: the replay, up to its end."""
+    sub = router.subscribe(pattern, history={"since": None})
+    router.publish({"end": True}, type="mark")  # live, after the replay (the hold)
+    got: list[int] = []
+    while "end" not in (ev := await next_event(sub)).values:
+        got.append(ev.values["i"])
+    sub.close()
+    return got
+
+
+async def test_http_history_and_the_replay_honour_the_same_expiry(srouter: Router) -> None:
+    await _seven_snow(srouter)
+    app = create_app(srouter, names=("aa.test",))
+    transport = httpx.ASGITransport(app=app, client=PEER)  # type: ignore[arg-type]
+    pattern = 'type == "snow" or type == "mark"'
+    async with httpx.AsyncClient(transport=transport, base_url="http://aa.test") as http:
+
+        async def over_http() -> list[int]:
+            r = await http.get("/events", params={"pattern": 'type == "snow"', "since": "1h"})
+            assert r.status_code == 200, r.text
+            return [e["values"]["i"] for e in r.json()["events"]]
+
+        # now: the count limit keeps the newest five, though the mesh cache has all seven
+        assert await over_http() == [2, 3, 4, 5, 6] == await _replayed(srouter, pattern)
+        later = datetime.now(UTC) + timedelta(seconds=40)
+        srouter.storage.clock = lambda: later  # 40 s on: past every event's age limit
+        assert await over_http() == [] == await _replayed(srouter, pattern)
+        assert [e.values for e in await srouter.history("True")] == [{"end": True}] * 2
+
+
+async def test_history_without_a_store_holds_cached_copies_to_their_policy() -> None:
+    async with Router(RouterConfig(port=0)) as router:
+        assert router.storage.store is None
+        await _seven_snow(router)
+        got = await router.history('type == "snow"')
+        assert [e.values["i"] for e in got] == [2, 3, 4, 5, 6]
+        later = datetime.now(UTC) + timedelta(seconds=40)
+        assert await router.storage.history('type == "snow"', now=later) == []
+        router.publish({"i": 9}, type="rain")  # not persisted: the cache's own rules only
+        assert [e.values["i"] for e in await router.storage.history("True", now=later)] == [9]

@@ -36,7 +36,9 @@ Kernels and formats
   does not move a subscriber's `limit` (it would have reached every subscriber of `Price <
   limit`, and made the index evaluate each of them whole: a million for one event), and is
   read as `event["limit"]`. A name missing from the event, or any ordinary error
-  (TypeError, KeyError, ZeroDivisionError...), means "no match".
+  (TypeError, KeyError, ZeroDivisionError...), makes the operand of `and`/`or`/`not` it is
+  in *unknown*: `A > 1 or B == "x"` matches an event with only `B`; `not` of unknown is
+  unknown; a pattern that ends unknown does not match (SQL's three-valued logic).
 - `python`/`script`: statements run once per event with the values as bare names plus
   `event`, `state` (kept between events), `forward(ev=None, to=None)`, `new_event(values,
   type=None)`, `params`, `subscribers` (`.id`, `.params`) and `router` (`.id`, `.name`,

@@ -1,10 +1,16 @@
-"""Warnings for patterns that cannot match (issue 14): names no event has carried, and bare
-names obviously meant as text.
+"""Warnings for patterns that may never match: names that look like typos of names events
+have carried, and bare names obviously meant as text.
 
     >>> pattern_warnings(PatternSpec(source="Temprature > 100"), seen={"Temperature", "Sensor"})
     ['no event has had `Temprature`; did you mean `Temperature`?']
+    >>> pattern_warnings(PatternSpec(source="Door == 'open'"), seen={"Temperature", "Sensor"})
+    []
     >>> pattern_warnings(PatternSpec(source="Sensor == lab-1"), seen={"Sensor"})
     ["`lab-1` is read as an expression, not as text; did you mean Sensor == 'lab-1'?"]
+
+A name no event has had is the normal case in publish/subscribe (subscribers come first), so
+it is warned about only when it is a near miss of a name seen: equal but for case, or within
+`typo_distance` edits (Damerau–Levenshtein, a transposition one edit) of it.
 
 Pure: the router passes the value names it has seen (recently, or from the mining job's
 schema); the caller shows the warnings at subscribe and subscribes anyway (a name may simply
@@ -15,14 +21,19 @@ from __future__ import annotations
 
 import ast
 import builtins as _builtins
-import difflib
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from aa.mesh import PatternSpec
 
-__all__ = ["pattern_warnings", "MAX_WARNINGS", "MAX_ADVICE_SOURCE", "MAX_SUGGESTION_COMPARISONS"]
+__all__ = [
+    "pattern_warnings",
+    "typo_distance",
+    "MAX_WARNINGS",
+    "MAX_ADVICE_SOURCE",
+    "MAX_SUGGESTION_COMPARISONS",
+]
 
 #: Most warnings for one pattern: a pattern of a hundred typos needs the first few. The work
 #: stops there too, not after (advice runs on the router's loop at every subscribe).
@@ -33,6 +44,8 @@ MAX_ADVICE_SOURCE = 8192
 #: Most seen names compared per subscribe when looking for a "did you mean": an attacker can
 #: fill the seen names (10,000) with look-alikes; past this budget a warning has no suggestion.
 MAX_SUGGESTION_COMPARISONS = 4000
+#: Longest name looked at for a near miss (characters): edit distances cost its length.
+MAX_TYPO_NAME = 64
 #: Names a pattern resolves without the event (expressions and scripts).
 _FRAMEWORK = frozenset(
     {"type", "meta", "event", "params", "state", "forward", "new_event", "subscribers", "router"}
@@ -87,40 +100,88 @@ def pattern_warnings(
             if name in hinted:
                 continue  # already explained as text
             close = suggest.closest(name)
-            out.append(
-                f"no event has had `{name}`" + (f"; did you mean `{close}`?" if close else "")
-            )
+            if close is not None:  # else a name simply not published yet: nothing to say
+                out.append(f"no event has had `{name}`; did you mean `{close}`?")
     return out[:MAX_WARNINGS]
 
 
+def typo_distance(name: str) -> int:
+    """Most edits at which a seen name counts as what *name* was meant to be: none for up to
+    three characters (`A` and `B` are two names, not a typo), one up to five, else two.
+
+    >>> [typo_distance(n) for n in ("A", "Door", "Temperature")]
+    [0, 1, 2]
+    """
+    n = len(name)
+    return 0 if n <= 3 else 1 if n <= 5 else 2
+
+
 class _Suggestions:
-    """difflib's close match (ratio ≥ 0.75), or a name equal but for case, under a budget of
-    comparisons shared by every name of one pattern."""
+    """The nearest seen name within `typo_distance` edits, or one equal but for case, under a
+    budget of comparisons shared by every name of one pattern."""
 
     def __init__(self, seen: Collection[str]) -> None:
         self.by_lower = {s.lower(): s for s in seen}
         self.by_length: dict[int, list[str]] = {}
         for s in seen:
             self.by_length.setdefault(len(s), []).append(s)
+        self.sorted: set[int] = set()  # lengths whose list is sorted (when first needed)
         self.budget = MAX_SUGGESTION_COMPARISONS
 
     def closest(self, name: str) -> str | None:
-        matcher = difflib.SequenceMatcher()
-        matcher.set_seq2(name)
-        best, best_ratio = None, 0.75
+        same_but_case = self.by_lower.get(name.lower())
+        k = typo_distance(name)
+        if same_but_case is not None or k == 0 or len(name) > MAX_TYPO_NAME:
+            return same_but_case
         n = len(name)
-        # ratio = 2M / (a + b) ≥ 0.75 needs 3/5 ≤ a/b ≤ 5/3: nothing else can be close.
-        for length in range((3 * n + 4) // 5, (5 * n) // 3 + 1):
-            for candidate in sorted(self.by_length.get(length, ())):
+        best, best_d = None, k + 1
+        for length in sorted(range(n - k, n + k + 1), key=lambda m: abs(m - n)):
+            if self.budget <= 0:
+                return best
+            candidates = self.by_length.get(length, [])
+            if length not in self.sorted:
+                candidates.sort()  # the same suggestion whatever the order names were seen in
+                self.sorted.add(length)
+            for candidate in candidates:
                 if self.budget <= 0:
-                    return best or self.by_lower.get(name.lower())
+                    return best
                 self.budget -= 1
-                matcher.set_seq1(candidate)
-                if matcher.real_quick_ratio() >= best_ratio and matcher.quick_ratio() >= best_ratio:
-                    r = matcher.ratio()
-                    if r > best_ratio or (r == best_ratio and best is None):
-                        best, best_ratio = candidate, r
-        return best or self.by_lower.get(name.lower())
+                d = _edits(name, candidate, best_d - 1)
+                if d < best_d:
+                    best, best_d = candidate, d
+        return best
+
+
+def _edits(a: str, b: str, cap: int) -> int:
+    """The optimal-string-alignment distance of *a* and *b* (insertions, deletions,
+    substitutions, adjacent transpositions), or ``cap + 1`` once it is surely over *cap*:
+    only the band of cells within *cap* of the diagonal is computed."""
+    if abs(len(a) - len(b)) > cap:
+        return cap + 1
+    start = 0  # a common prefix and suffix cost no edit: only the middle is compared
+    while start < len(a) and start < len(b) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < len(a) - start and end < len(b) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    a, b = a[start : len(a) - end], b[start : len(b) - end]
+    big = cap + 1
+    prev2: list[int] | None = None
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [big] * (len(b) + 1)
+        cur[0] = i
+        lo, hi = max(1, i - cap), min(len(b), i + cap)
+        for j in range(lo, hi + 1):
+            cost = a[i - 1] != b[j - 1]
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if prev2 is not None and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = min(v, big)
+        if min(cur[max(0, lo - 1) : hi + 1]) > cap:
+            return big
+        prev2, prev = prev, cur
+    return min(prev[len(b)], big)
 
 
 def _bound_names(tree: ast.AST) -> set[str]:

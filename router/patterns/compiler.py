@@ -42,7 +42,7 @@ from aa.mesh import PatternError
 
 from .calls import FORBIDDEN_NAMES, MUTATING_METHODS, ROUTED_ATTRIBUTES
 
-__all__ = ["CompiledPython", "compile_python", "COMPILE_ERROR", "REFUSED"]
+__all__ = ["CompiledPython", "compile_python", "compile_tests", "Logic", "COMPILE_ERROR", "REFUSED"]
 
 #: The pattern is not valid Python (or too deeply nested to compile).
 COMPILE_ERROR = "pattern-compile"
@@ -140,6 +140,47 @@ def compile_python(
         )
     assert result.code is not None
     return CompiledPython(code=result.code, names=names, mentions=mentions, loops=loops)
+
+
+#: An expression's logic where only its truth counts: ``("and", parts)``, ``("or", parts)``,
+#: ``("not", part)``, or ``("leaf", code)`` for an operand that is none of these.
+Logic = tuple[str, Any]
+
+
+def compile_tests(source: str, *, modules: dict[str, frozenset[str]]) -> Logic | None:
+    """The `and`/`or`/`not` of the expression *source* (already compiled whole by
+    `compile_python`), each other operand compiled on its own, so that the kernel can give
+    an operand that raises the value "unknown" (`python_kernel`) rather than lose the whole
+    pattern to it; None when the expression is none of the three. Raises `PatternError`."""
+    tree = ast.parse(source, "<pattern>", "eval")
+    if not _is_logic(tree.body):
+        return None
+    policy = type(_ExprPolicy.__name__, (_ExprPolicy,), {"modules": modules})
+
+    def build(node: ast.expr) -> Logic:
+        if isinstance(node, ast.BoolOp):
+            kind = "and" if isinstance(node.op, ast.And) else "or"
+            return (kind, tuple(build(v) for v in node.values))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return ("not", build(node.operand))
+        leaf = ast.Expression(body=node)
+        result = compile_restricted_eval(leaf, filename="<pattern>", policy=policy)  # type: ignore[arg-type]
+        if result.errors or result.code is None:  # the whole compiled: its parts do too
+            raise PatternError(
+                "pattern refused: " + "; ".join(dict.fromkeys(result.errors)), code=REFUSED
+            )
+        return ("leaf", result.code)
+
+    try:
+        return build(tree.body)
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise PatternError(f"pattern does not compile: {_short(exc)}", code=COMPILE_ERROR) from None
+
+
+def _is_logic(node: ast.expr) -> bool:
+    return isinstance(node, ast.BoolOp) or (
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
+    )
 
 
 def _short(exc: BaseException) -> str:

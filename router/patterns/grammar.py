@@ -16,14 +16,16 @@ What is inside
 
 Same answers as the python kernel
 ---------------------------------
-Each closure is `fn(values, event, params)` and does what CPython does for that node, with
-the same name resolution (`type`/`meta`/`event`/`params`, then the subscriber's params,
-then the event's value, then the sandbox builtins: a publisher's values cannot change what a
-subscriber's params or the language's names mean, `patterns/__init__.py`) and the same
-short-circuits. Any exception
-means "no match", as in the kernel. `+ * ** %` go through the sandbox's own size guards
-(so an oversized repetition stops the pattern in both tiers). The one difference: integers
-in arithmetic stay under `MAX_PREDICATE_INT_BITS`; past that the kernel would compute (up to
+Each closure is `fn(values, event, params)` and does what CPython does for that node, with the
+same name resolution (`type`/`meta`/`event`/`params`, then the subscriber's params, then the
+event's value, then the sandbox builtins: a publisher's values cannot change what a subscriber's
+params or the language's names mean, `patterns/__init__.py`) and the same short-circuits, except
+where only truth counts (the pattern and the operands of its `and`, `or`, `not`:
+`_Compiler.test`): there an operand that raises is *unknown*, `and`/`or` go on past it (`_all`,
+`_any`), `not` keeps it unknown, and a pattern that ends unknown does not match, as in the
+kernel (`python_kernel._decide`). `+ * ** %` go through the sandbox's own size guards (so an
+oversized repetition stops the pattern in both tiers). The one difference: integers in
+arithmetic stay under `MAX_PREDICATE_INT_BITS`; past that the kernel would compute (up to
 `MAX_INT_BITS`), this tier answers "no match" — long division of huge integers is the one
 operation here whose cost a subscriber could otherwise choose. Likewise a string or list built
 by `+`/`*` stays under `MAX_PREDICATE_SEQUENCE` (checked before it is built); `+`/`*`/`%` with a
@@ -62,6 +64,7 @@ from .shapes import (
     _reads,
     _ref,
     _ref_names,
+    _test_reads,
     _union,
 )
 
@@ -201,7 +204,7 @@ class _Compiler:
         self.calls = 0
 
     def grammar(self, body: ast.expr) -> Grammar:
-        fn: Any = self.expr(body, 0) if self.closures else None
+        fn: Any = self.test(body, 0) if self.closures else None
         leaves = _and_leaves(body)
         if leaves is not None:
             dnf = [[a for leaf in leaves for a in self.atoms(leaf)]]
@@ -217,6 +220,23 @@ class _Compiler:
         )
 
     # -- closures --------------------------------------------------------------------------
+
+    def test(self, node: ast.expr, depth: int) -> Fn:
+        """*node* where only its truth counts (the pattern, the operands of its `and`, `or`
+        and `not`): a comparison that raises there is unknown (`_all`, `_any`)."""
+        if isinstance(node, ast.BoolOp) or (
+            isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
+        ):
+            self.nodes += 1
+            if self.nodes > MAX_PREDICATE_NODES or depth > MAX_PREDICATE_DEPTH:
+                raise _Outside
+            d = depth + 1
+            if isinstance(node, ast.UnaryOp):
+                f = self.test(node.operand, d)
+                return lambda values, event, params: not f(values, event, params)
+            parts = [self.test(v, d) for v in node.values]
+            return _all(parts) if isinstance(node.op, ast.And) else _any(parts)
+        return self.expr(node, depth)
 
     def expr(self, node: ast.expr, depth: int) -> Fn:
         self.nodes += 1
@@ -418,7 +438,7 @@ class _Compiler:
                 )
                 out.append(Atom(_op(o), lr, rr, negated, self._keep(fn, negated), reads))
             return out
-        fn = self.expr(node, 0)
+        fn = self.test(node, 0)
         call = _method_call(node)
         if call is not None and call[0] in ("startswith", "endswith"):
             return [
@@ -450,7 +470,7 @@ class _Compiler:
                 ("const", None),
                 negated,
                 self._keep(fn, negated),
-                _reads(node),
+                _test_reads(node),
             )
         ]
 
@@ -522,6 +542,52 @@ def _or(parts: list[Fn]) -> Fn:
             v = f(values, event, params)
             if v:
                 return v
+        return v
+
+    return disj
+
+
+def _all(parts: list[Fn]) -> Fn:
+    """`and` where only truth counts, in three values: false if one operand is false, else
+    unknown (the first error raised again) if one raised, else the last value."""
+
+    def conj(values: Mapping[str, Any], event: Any, params: Mapping[str, Any]) -> Any:
+        v, err = None, None
+        for f in parts:
+            try:
+                v = f(values, event, params)
+            except MemoryError:
+                raise
+            except Exception as exc:  # unknown: a later false operand still decides
+                err = err or exc
+                continue
+            if not v:
+                return v
+        if err is not None:
+            raise err
+        return v
+
+    return conj
+
+
+def _any(parts: list[Fn]) -> Fn:
+    """`or` where only truth counts, in three values: true if one operand is true, else
+    unknown (the first error raised again) if one raised, else the last value."""
+
+    def disj(values: Mapping[str, Any], event: Any, params: Mapping[str, Any]) -> Any:
+        v, err = None, None
+        for f in parts:
+            try:
+                v = f(values, event, params)
+            except MemoryError:
+                raise
+            except Exception as exc:  # unknown: a later true operand still decides
+                err = err or exc
+                continue
+            if v:
+                return v
+        if err is not None:
+            raise err
         return v
 
     return disj

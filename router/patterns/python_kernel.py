@@ -3,7 +3,9 @@ and `forward()`), both compiled once per distinct source and run once per params
 
 Errors versus violations. A pattern is a filter over events that differ in shape, so an
 error is an answer, not a fault: a missing name, comparing a str with an int, a KeyError, a
-ZeroDivisionError... make an expression not match, and make a script run forward nothing
+ZeroDivisionError... make the operand of an expression's `and`/`or`/`not` they are in
+unknown (`_decide`: `A > 1 or B == "x"` matches an event with only B; an expression that
+ends unknown does not match), and make a script run forward nothing
 for that event (deliveries it made before the error are dropped too, so a run either
 completes or has no effect on deliveries; `state` changes are kept). Such an error is also
 counted for the bucket and told to its subscribers, rate-limited (`runerrors.py`), except a
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aa.mesh import Event, check_values
 
 from .budget import MEMORY, SandboxStop
+from .compiler import Logic
 from .limits import (
     MAX_DERIVED_EVENT_BYTES,
     MAX_DERIVED_EVENTS,
@@ -60,6 +63,8 @@ class ExprProgram:
         self.uses_type = "type" in compiled.names
         self.uses_meta = "meta" in compiled.names
         self.uses_event = "event" in compiled.names
+        #: Its `and`/`or`/`not` evaluated here in three values (`_decide`), or None.
+        self.logic = sandbox.compile_tests(source)
 
     def prepare(self, bucket: Bucket) -> None:
         """Build the bucket's globals: builtins, then params as bare names, then `params`,
@@ -93,6 +98,8 @@ class ExprProgram:
             budget.start()
         else:
             budget.allocated = 0
+        if self.logic is not None:
+            return self._run_logic(bucket, g, values)
         try:
             result = eval(self.code, g, values)
         except SandboxStop:
@@ -114,9 +121,60 @@ class ExprProgram:
         except Exception:
             return False
 
+    def _run_logic(self, bucket: Bucket, g: dict[str, Any], values: Any) -> bool:
+        budget = self.sandbox.budget
+        errors: list[BaseException] = []
+        decided = _decide(self.logic, g, values, errors)  # type: ignore[arg-type]
+        if self.loops and (budget.violation is not None or budget.overran()):
+            raise budget.violation  # type: ignore[misc]
+        if decided is None:  # unknown: no match, and its first error told as before
+            if budget.violation is None:
+                self.sandbox.errors.failed(
+                    bucket, errors[0], self.source, self.called, expression=True
+                )
+            return False
+        if self.sandbox.errors.tallies:
+            self.sandbox.errors.clean(bucket)
+        return decided
+
     def called(self) -> frozenset[str]:
         """The names the source calls (read once, at its first NameError)."""
         return _called(self)
+
+
+def _decide(
+    logic: Logic, g: dict[str, Any], values: Any, errors: list[BaseException]
+) -> bool | None:
+    """*logic*'s truth in three values: True, False or None (unknown). An operand that
+    raises is unknown (its error is added to *errors*); `and` is false if one operand is
+    false, `or` true if one is true, and otherwise unknown if one is unknown; `not` keeps
+    unknown unknown (SQL's three-valued logic: an event without ``A`` matches neither
+    ``A > 1`` nor ``not (A > 1)``)."""
+    kind, x = logic
+    if kind == "leaf":
+        try:
+            return bool(eval(x, g, values))
+        except SandboxStop:
+            raise
+        except _PASS_THROUGH:
+            raise
+        except MemoryError:  # the worker's address-space limit: a stop, not an answer
+            raise SandboxStop(MEMORY, "pattern stopped: it ran out of memory") from None
+        except BaseException as exc:
+            errors.append(exc)
+            return None
+    if kind == "not":
+        r = _decide(x, g, values, errors)
+        return None if r is None else not r
+    decisive = kind == "or"  # the operand value that decides the whole
+    unknown = False
+    for part in x:
+        r = _decide(part, g, values, errors)
+        if r is None:
+            unknown = True
+        elif r is decisive:
+            return decisive
+    return None if unknown else not decisive
 
 
 class ScriptProgram:

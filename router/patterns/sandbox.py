@@ -17,7 +17,7 @@ from RestrictedPython.Guards import guarded_iter_unpack_sequence, guarded_unpack
 
 from .budget import MEMORY, Budget
 from .calls import make_builtins, make_routed_getattr
-from .compiler import CompiledPython, compile_python
+from .compiler import CompiledPython, Logic, compile_python, compile_tests
 from .guards import Guards
 from .limits import MAX_STATE_DEPTH, HostFacts, SandboxLimits
 from .modules import RandomSwitch, make_modules
@@ -72,6 +72,11 @@ class Sandbox:
     def compile(self, source: str, *, expression: bool) -> CompiledPython:
         """Compile a Python pattern; raises `PatternError`."""
         return compile_python(source, expression=expression, modules=self.module_members)
+
+    def compile_tests(self, source: str) -> Logic | None:
+        """The `and`/`or`/`not` of an expression compiled operand by operand, or None
+        (`compiler.compile_tests`); raises `PatternError`."""
+        return compile_tests(source, modules=self.module_members)
 
     def check_state(self, state: Any) -> int:
         """Stop the running pattern if *state* is over its cap; returns its object count."""

@@ -106,6 +106,24 @@ def _reads(node: ast.expr) -> frozenset[str]:
     return frozenset(out)
 
 
+def _test_reads(node: ast.expr) -> frozenset[str]:
+    """`_reads` of *node* where only its truth counts, its `and`/`or`/`not` in three values
+    (`grammar._all`, `_any`): names read whenever it is true. An `and` reads its operands',
+    an `or` those every operand reads; the `not` of an `and`/`or`, none for sure."""
+    if isinstance(node, ast.BoolOp):
+        parts = [_test_reads(v) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return frozenset().union(*parts)
+        return frozenset.intersection(*parts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = node.operand
+        if isinstance(inner, ast.BoolOp) or (
+            isinstance(inner, ast.UnaryOp) and isinstance(inner.op, ast.Not)
+        ):
+            return frozenset()
+    return _reads(node)
+
+
 def _product(parts: list[list[list[Any]]]) -> list[list[Any]]:
     """AND of disjunctions; factors that would push past MAX_DNF_TERMS are dropped (the result
     stays implied by the pattern, only less precise)."""

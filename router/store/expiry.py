@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -44,6 +44,7 @@ __all__ = [
     "persist_policy",
     "wants_mesh_cache",
     "event_time",
+    "expired_copies",
     "META_PERSIST",
     "META_MAX_AGE",
     "META_MAX_COUNT",
@@ -260,3 +261,44 @@ def event_time(event: Event) -> datetime | None:
     if type(t) is datetime and t.tzinfo is not None:
         return t
     return None
+
+
+def expired_copies(events: Iterable[Event], now: datetime) -> set[str]:
+    """The ids of *events* (copies of persisted events outside a store: the mesh cache's)
+    that their own store policy has removed at *now*, as a store would have: older than
+    their age limit, or not among the newest `max_count` of their type (newest by time then
+    id; the count of the latest event that has one wins for the type). An event without a
+    valid policy is never expired here.
+
+    >>> from datetime import UTC
+    >>> t = datetime(2030, 1, 1, tzinfo=UTC)
+    >>> snow = [Event(values={}, type="snow", id=f"e{i}",
+    ...               meta={"persist": True, "max_count": 2, "time": t}) for i in range(3)]
+    >>> sorted(expired_copies(snow, t))
+    ['e0']
+    """
+    by_type: dict[str, list[tuple[datetime, str]]] = {}
+    count: dict[str, tuple[tuple[datetime, str], int]] = {}
+    out: set[str] = set()
+    for ev in events:
+        try:
+            policy = persist_policy(ev)
+        except InvalidPolicy:
+            continue
+        t = event_time(ev)
+        if policy is None or t is None or ev.id is None:
+            continue
+        if policy.max_age is not None and t + policy.max_age <= now:
+            out.add(ev.id)
+        if ev.type is not None:
+            key = (t, ev.id)
+            by_type.setdefault(ev.type, []).append(key)
+            n = policy.max_count
+            if n is not None and (ev.type not in count or key > count[ev.type][0]):
+                count[ev.type] = (key, n)
+    for type_, (_, n) in count.items():
+        keys = by_type[type_]
+        if len(keys) > n:
+            keys.sort()
+            out.update(id_ for _, id_ in keys[: len(keys) - n])
+    return out

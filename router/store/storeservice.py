@@ -28,7 +28,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import MAX_ID_LENGTH, Event, InvalidPolicy, PatternSpec, StoreError, UsageError
@@ -37,7 +37,7 @@ from aa.mesh.protocol import Error
 from ..seams import ClientPort, Dispatch
 from .answers import as_spec, check_since, event_order, mark_historical
 from .eventstore import MAX_STORED_TYPE_LENGTH, EventStore, StoreConfig
-from .expiry import META_MAX_AGE, META_MAX_COUNT, META_PERSIST, persist_policy
+from .expiry import META_MAX_AGE, META_MAX_COUNT, META_PERSIST, expired_copies, persist_policy
 from .history import HistoryReplay
 from .sync import StoreSync
 
@@ -79,6 +79,9 @@ class StoreService:
         self._matcher = matcher
         self._flush_cache = flush_cache
         self._name: Callable[[], str] = router_name or (lambda: router_id)
+        #: The time expiry is measured with (an aware datetime), by the store and by history
+        #: alike; tests replace it to move time.
+        self.clock: Callable[[], datetime] = _utcnow
         #: The persistent store, once started (None: this router keeps none).
         self.store: EventStore | None = None
         self.counters: Counter[str] = Counter()
@@ -105,7 +108,7 @@ class StoreService:
         config, data_dir = self._config, self._data_dir
         if config is None or (config.url is None and data_dir is None):
             return
-        store = EventStore(config, data_dir=data_dir)
+        store = EventStore(config, data_dir=data_dir, clock=lambda: self.clock())
         try:
             await store.start()
         except (StoreError, UsageError):
@@ -128,6 +131,16 @@ class StoreService:
         """Return once every event queued so far is committed (`aa.router.acks` awaits it)."""
         if self.store is not None:
             await self.store.flush()
+
+    def no_store_note(self) -> str | None:
+        """Why a history asked of this router is always empty (it keeps no store), in one
+        line for the person who asked; None when it keeps one."""
+        if self.store is not None:
+            return None
+        return (
+            f"router {self._name()} keeps no store, so it has no history: events sent with "
+            "--persist are delivered but not kept; start it with --data-dir or --store-url"
+        )
 
     def on_subscribe(self, key: Hashable, history: Mapping[str, Any] | None) -> None:
         """A subscription was registered: replay its history if it asked."""
@@ -229,12 +242,20 @@ class StoreService:
         limit: int | None = None,
         include_cache: bool = True,
         receives: Callable[[str | None], bool] | None = None,
+        now: datetime | None = None,
     ) -> list[Event]:
         """Stored (and, with *include_cache*, mesh-cached) events *pattern* matches, time at
         or after *since*, oldest first, each once, at most *limit*; marked historical. With
         *receives* (a test of event types: what the asking user may receive) the pattern is
-        shown only events that pass it, so its code never sees the others."""
+        shown only events that pass it, so its code never sees the others.
+
+        Expiry is the one of the replay on subscribe, at *now* (default: `clock`): an event
+        the publisher asked to persist is governed by its own policy wherever a copy lies.
+        With a store, the store is its only source (it applies the age and the count limits;
+        the mesh cache's copy is left out); without one, the cache's copies are held to the
+        same limits (`expired_copies`)."""
         since = check_since(since)
+        now = check_since(now) or self.clock()
         if limit is not None and (type(limit) is not int or limit < 0):
             raise UsageError(f"limit must be a non-negative int or None, not {limit!r}")
         matcher = self._matcher(as_spec(pattern))
@@ -254,18 +275,32 @@ class StoreService:
 
         found: dict[str, Event] = {}
         if self.store is not None and remote:
-            async for chunk in self.store.iterate(None, since=since):
+            async for chunk in self.store.iterate(None, since=since, now=now):
                 found.update((ev.id or "", ev) for ev in await remote(chunk))
                 if limit is not None and len(found) >= limit:
                     break
         elif self.store is not None:
-            for ev in await self.store.query(match, since=since, limit=limit):
+            for ev in await self.store.query(match, since=since, limit=limit, now=now):
                 found[ev.id or ""] = ev
         if include_cache and self._mesh_cache is not None:
             self._flush_cache()
-            cached = self._mesh_cache.query(
-                None if remote else match, since=since, limit=None if remote else limit
-            )
+            cache = self._mesh_cache
+            gone: Callable[[Event], bool]
+            if self.store is not None:
+
+                def gone(ev: Event) -> bool:
+                    return ev.meta.get(META_PERSIST) is True
+
+            else:
+                expired = expired_copies(cache.query(_persisted), now)
+
+                def gone(ev: Event) -> bool:
+                    return ev.id in expired
+
+            def cached_match(ev: Event) -> bool:
+                return not gone(ev) and (remote is not None or match(ev))
+
+            cached = cache.query(cached_match, since=since, limit=None if remote else limit)
             for ev in await remote(cached) if remote else cached:
                 found.setdefault(ev.id or "", ev)
         events = sorted(found.values(), key=event_order)
@@ -286,6 +321,14 @@ class StoreService:
                 "expired": s.expired,
             }
         return out
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _persisted(event: Event) -> bool:
+    return event.meta.get(META_PERSIST) is True
 
 
 def check_persistable(event: Event) -> None:
