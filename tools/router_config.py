@@ -21,7 +21,7 @@ import functools
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -379,14 +379,24 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))  # a JSON string is a TOML basic string
 
 
-def to_toml(args: argparse.Namespace, keys: Mapping[str, Key]) -> str:
+def to_toml(
+    args: argparse.Namespace,
+    keys: Mapping[str, Key],
+    *,
+    only: Collection[str] | None = None,
+    header: str = "The effective configuration of 'aa router' (aa router --print-config).",
+) -> str:
     """The configuration *args* holds, as a file `load` reads back to the same values. Keys
-    without a value (the flag's default is "none" or "decided at start") are commented out."""
-    lines = ["# The effective configuration of 'aa router' (aa router --print-config)."]
+    without a value (the flag's default is "none" or "decided at start") are commented out;
+    with *only* (dests), just those keys are written."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
     tables: dict[str, list[Key]] = {"": []}  # top-level keys first: TOML needs them there
     for key in keys.values():
-        tables.setdefault(key.table, []).append(key)
+        if only is None or key.dest in only:
+            tables.setdefault(key.table, []).append(key)
     for table, members in tables.items():
+        if not members and table:
+            continue
         lines += ["", f"[{table}]"] if table else [""]
         for key in members:
             value = getattr(args, key.dest, None)
