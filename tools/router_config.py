@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import functools
 import math
 import os
 import re
@@ -178,8 +177,14 @@ def record_given(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(**{GIVEN: ()})
 
 
-@functools.cache
+_RECORDING: dict[type[argparse.Action], type[argparse.Action]] = {}
+
+
 def _recording(cls: type[argparse.Action]) -> type[argparse.Action]:
+    """*cls* made to note its dest in `GIVEN` when the command line gives it (one per class)."""
+    if cls in _RECORDING or cls in _RECORDING.values():
+        return _RECORDING.get(cls, cls)
+
     def __call__(
         self: argparse.Action,
         parser: argparse.ArgumentParser,
@@ -190,7 +195,8 @@ def _recording(cls: type[argparse.Action]) -> type[argparse.Action]:
         setattr(namespace, GIVEN, (*getattr(namespace, GIVEN, ()), self.dest))
         cls.__call__(self, parser, namespace, values, option_string)
 
-    return type(cls.__name__, (cls,), {"__call__": __call__})
+    made = _RECORDING[cls] = type(cls.__name__, (cls,), {"__call__": __call__})
+    return made
 
 
 # -- reading a file -------------------------------------------------------------------------
