@@ -229,7 +229,9 @@ class Dispatcher:
                 )
                 return
         except Exception:  # never for events the codec checked; the frame is still acked
-            log.exception("dispatching a publish of %s failed", client_id)
+            log.exception(
+                "dispatching a publish of %s failed", client_id, extra={"client_id": client_id}
+            )
         then()
 
     def dispatch(self, event: Event) -> None:

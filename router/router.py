@@ -452,7 +452,7 @@ class Router:
                 continue
             revoked = gate.certificate_refusal(gate.identity(link.transport))
             if revoked is not None:
-                log.warning("cutting peer %s: %s", link.label, revoked)
+                log.warning("cutting peer %s: %s", link.label, revoked, extra={"peer": link.label})
                 link.fail("revoked", revoked)
         for hook in gate.reloaded:
             hook()

@@ -287,7 +287,13 @@ class ClientSession(asyncio.Protocol):
                     self._next_turn()
                     break
         except ProtocolError as exc:
-            log.info("closing %s (%s): %s", self.client_id or self.address, exc.code, exc)
+            log.info(
+                "closing %s (%s): %s",
+                self.client_id or self.address,
+                exc.code,
+                exc,
+                extra=self.log_fields(),
+            )
             self.fail(exc.code, str(exc))
         finally:
             self._processing = False
@@ -298,6 +304,7 @@ class ClientSession(asyncio.Protocol):
                 self.client_id or self.address,
                 self.codec.buffered,
                 self.router.partial_frames.total,
+                extra=self.log_fields(),
             )
             self.router.counters["busy_closed"] += 1
             self.fail(
@@ -584,7 +591,11 @@ class ClientSession(asyncio.Protocol):
             self.transport.write(self.codec.send_deliver(pending))  # each event packed once for all
         except UsageError:  # over the frame cap: split and retry
             if len(pending) == 1:
-                log.warning("dropping an event too large to deliver to %s", self.client_id)
+                log.warning(
+                    "dropping an event too large to deliver to %s",
+                    self.client_id,
+                    extra={**self.log_fields(), "event_id": getattr(pending[0][1], "id", None)},
+                )
                 return
             half = len(pending) // 2
             for part in (pending[:half], pending[half:]):
@@ -606,6 +617,7 @@ class ClientSession(asyncio.Protocol):
                     log.info(
                         "closing %s: it does not read its deliveries (overflow=disconnect)",
                         self.client_id,
+                        extra=self.log_fields(),
                     )
                     self.fail(
                         "overflow",
@@ -722,13 +734,23 @@ class ClientSession(asyncio.Protocol):
             if why is not None:
                 self.stop_subscription(sub_id, "permission-denied", f"user {user!r} is {why}")
 
+    def log_fields(self) -> dict[str, str | None]:
+        """Who this session is, for a structured log line (``extra=``)."""
+        return {"client_id": self.client_id, "user": self.identity.user, "address": self.address}
+
     def stop_subscription(self, sub_id: int, code: str, message: str) -> None:
         """Stop subscription *sub_id* from the router's side, telling the client why."""
         sub = self.subscriptions.pop(sub_id, None)
         if sub is None:
             return
         self.router.remove_subscription(sub)
-        log.info("stopping subscription %d of %s: %s", sub_id, self.client_id, message)
+        log.info(
+            "stopping subscription %d of %s: %s",
+            sub_id,
+            self.client_id,
+            message,
+            extra=self.log_fields(),
+        )
         self.send(PatternFailed(sub_id=sub_id, code=code, message=message))
 
     def end(self, code: str, message: str) -> None:
@@ -736,7 +758,13 @@ class ClientSession(asyncio.Protocol):
         has any (that ends them, and ``aa subscribe`` with one line), else in an error frame
         (a second copy of the reason would be a second line of a client's log). Its next
         attempt to connect is refused with the reason too."""
-        log.warning("closing %s (%s): %s", self.client_id or self.address, code, message)
+        log.warning(
+            "closing %s (%s): %s",
+            self.client_id or self.address,
+            code,
+            message,
+            extra=self.log_fields(),
+        )
         if not self.subscriptions:
             self.fail(code, message)
             return

@@ -237,7 +237,9 @@ def test_service_install_writes_units(tmp_path: Path, capsys: pytest.CaptureFixt
     )
     assert code == 0, err
     unit = (tmp_path / "aa-router.service").read_text()
-    assert f"ExecStart={AA} router --host 0.0.0.0 --data-dir ${{STATE_DIRECTORY}}\n" in unit
+    assert f"ExecStart={AA} router --config {tmp_path / 'aa-router.toml'}\n" in unit
+    settings = (tmp_path / "aa-router.toml").read_text()
+    assert 'host = "0.0.0.0"\ndata-dir = "${STATE_DIRECTORY}"\n' in settings
     for line in (
         "[Service]",
         "Restart=on-failure",

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -134,9 +135,11 @@ def test_the_secured_service_unit_refuses_anonymous_and_reads_crl_and_permission
     assert done.returncode == 0, done.stderr
     text = (units / "aa-router.service").read_text()
     start = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))
-    assert "--no-anonymous" in start
-    assert f"--crl {certs / 'crl.pem'}" in start  # read in place: revocations reach it live
-    assert f"--permissions {perms}" in start
+    assert start.endswith(f"router --config {units / 'aa-router.toml'}")
+    settings = tomllib.loads((units / "aa-router.toml").read_text())["security"]
+    assert settings["anonymous"] is False
+    assert settings["crl"] == str(certs / "crl.pem")  # read in place: revocations reach it live
+    assert settings["permissions"] == str(perms)
     assert "ExecReload=/bin/kill -HUP $MAINPID" in text
     # The template parses and denies everything.
     rules = Permissions.load(perms)

@@ -19,6 +19,8 @@ __all__ = [
     "MESH_CACHE_MAX_EVENTS",
     "CACHE_SWEEP_INTERVAL",
     "DEFAULT_POLL_INTERVAL",
+    "MAX_SUBSCRIPTIONS_PER_CLIENT",
+    "MAX_SESSION_BACKLOG",
 ]
 
 DEFAULT_PORT: Final = 7447  # aa.router.DEFAULT_PORT
@@ -33,3 +35,5 @@ ROUTER_INFO_INTERVAL: Final = 10.0  # aa.router's MeshConfig.info_interval defau
 MESH_CACHE_MAX_EVENTS: Final = 20_000  # aa.router's CacheConfig.mesh_cache_events default
 CACHE_SWEEP_INTERVAL: Final = 5.0  # aa.router's CacheConfig.sweep_interval default
 DEFAULT_POLL_INTERVAL: Final = 2.0  # aa.addins.ContainerConfig.poll_interval default
+MAX_SUBSCRIPTIONS_PER_CLIENT: Final = 100  # aa.router.MAX_SUBSCRIPTIONS_PER_CLIENT
+MAX_SESSION_BACKLOG: Final = 32 * 1024 * 1024  # aa.router.MAX_SESSION_BACKLOG

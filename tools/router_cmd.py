@@ -12,9 +12,9 @@ import platform
 import signal
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .common import add_event_loop_option, loop_runner
 from .container_cmd import add_hosting_options, hosted_container
@@ -24,19 +24,31 @@ from .defaults import (
     DEFAULT_PORT,
     DISCOVERY_PORT,
     ENV_INTERFACES,
+    MAX_SESSION_BACKLOG,
+    MAX_SUBSCRIPTIONS_PER_CLIENT,
     PEER_KEEPALIVE,
     RETRY_BASE,
     RETRY_MAX,
     ROUTER_INFO_INTERVAL,
 )
+from .logsetup import LOG_FORMATS, LOG_LEVELS
+from .router_config import Key, keys_of, record_given
 from .security_opts import add_security_options, security_config
 from .storage_opts import add_storage_options, storage_config
 
 if TYPE_CHECKING:
     from aa.http_api import HttpEndpoint
-    from aa.router import RouterConfig
+    from aa.router import Router, RouterConfig
 
-__all__ = ["add_parser", "run", "config_from_args", "http_port", "check_listen"]
+__all__ = [
+    "add_parser",
+    "router_parser",
+    "router_keys",
+    "run",
+    "config_from_args",
+    "http_port",
+    "check_listen",
+]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,9 +74,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--name", help="name shown in the mesh (default: host name and port)")
     p.add_argument(
-        "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="read the settings from this TOML file (docs/aa-router.example.toml has every key); "
+        "flags given too override it; SIGHUP reads it again",
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective configuration (the file and the flags) as TOML and exit",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="count", default=0, help="debug log output (--log-level debug)"
     )
     add_event_loop_option(p)
+    logs = p.add_argument_group("log", "What the router logs on stderr, and how.")
+    logs.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="least severe level logged (default: info)",
+    )
+    logs.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text for people, or json: one object per line with time, level, logger, message "
+        "and the client, user, peer or event concerned (default: text)",
+    )
     mesh = p.add_argument_group(
         "mesh",
         "How the router finds and joins other routers. By default it broadcasts beacons and "
@@ -201,10 +239,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--http-host; others get 421, against DNS rebinding)",
     )
     http.add_argument("--no-http", action="store_true", help="no HTTP endpoint")
+    limits = p.add_argument_group(
+        "limits", "What one client may take of the router; SIGHUP applies a change at once."
+    )
+    limits.add_argument(
+        "--max-subscriptions",
+        type=int,
+        metavar="N",
+        default=MAX_SUBSCRIPTIONS_PER_CLIENT,
+        help=f"subscriptions one client may hold at once (default: {MAX_SUBSCRIPTIONS_PER_CLIENT})",
+    )
+    limits.add_argument(
+        "--max-backlog",
+        type=int,
+        metavar="BYTES",
+        default=MAX_SESSION_BACKLOG,
+        help="bytes queued for a client that does not read before its deliveries are dropped "
+        f"(default: {MAX_SESSION_BACKLOG})",
+    )
     add_storage_options(p)
     add_security_options(p)
     add_hosting_options(p)
     p.set_defaults(func=run)
+    record_given(p)
+
+
+def router_parser() -> argparse.ArgumentParser:
+    """The `aa router` parser on its own (for its keys, and for tests)."""
+    top = argparse.ArgumentParser(prog="aa")
+    sub = top.add_subparsers()
+    add_parser(sub)
+    return sub.choices["router"]  # type: ignore[no-any-return]
+
+
+def router_keys() -> dict[str, Key]:
+    """The keys of `aa router --config FILE`, one per flag."""
+    return keys_of(router_parser())
 
 
 def config_from_args(
@@ -245,6 +315,12 @@ def config_from_args(
         raise UsageError(f"--pattern-workers must be 1..64, not {args.pattern_workers}")
     if args.probation_workers is not None and not 0 <= args.probation_workers <= 64:
         raise UsageError(f"--probation-workers must be 0..64, not {args.probation_workers}")
+    for flag, value in (
+        ("--max-subscriptions", args.max_subscriptions),
+        ("--max-backlog", args.max_backlog),
+    ):
+        if value <= 0:
+            raise UsageError(f"{flag} must be positive, not {value}")
     return RouterConfig(
         host=args.host,
         port=args.port,
@@ -253,6 +329,8 @@ def config_from_args(
         discovery=discovery,
         peers=tuple(args.peer),
         mesh=mesh,
+        max_subscriptions_per_client=args.max_subscriptions,
+        max_session_backlog=args.max_backlog,
         security=security_config(args, env),
         workers=WorkerConfig(
             workers=args.pattern_workers, probation_workers=args.probation_workers
@@ -308,36 +386,34 @@ def _bind_message(exc: OSError, host: str, port: int, what: str, flag: str) -> s
 
 
 def run(args: argparse.Namespace) -> int:
-
-    from aa.http_api import DEFAULT_ALLOW, HttpEndpoint
     from aa.mesh import StoreError, UsageError
 
-    level = logging.WARNING - 10 * min(args.verbose + 1, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config = config_from_args(args)
-    endpoints = (
-        []
-        if args.no_http
-        else [
-            HttpEndpoint(
-                host=args.http_host or args.host,
-                port=http_port(args),
-                allow=tuple(args.http_allow) or DEFAULT_ALLOW,
-                names=tuple(args.http_name),
-                cert=args.http_cert or config.security.cert,
-                key=args.http_key or config.security.key,
+    from .logsetup import setup_logging
+    from .router_config import blame, resolve, to_toml
+
+    keys = router_keys()
+    cmdline, args = args, resolve(args, keys)
+    if args.print_config:
+        print(to_toml(args, keys), end="")
+        return 0
+    setup_logging(_log_level(args), args.log_format)
+    try:
+        config, endpoints = _compose(args)
+        check_listen(args.host, args.port, "port", "--port")
+        for endpoint in endpoints:
+            check_listen(
+                endpoint.config.host,
+                endpoint.config.port,
+                "HTTP port",
+                "--http-port (or --no-http)",
             )
-        ]
-    )
-    check_listen(args.host, args.port, "port", "--port")
-    for endpoint in endpoints:
-        check_listen(
-            endpoint.config.host, endpoint.config.port, "HTTP port", "--http-port (or --no-http)"
-        )
+    except UsageError as exc:
+        raise blame(exc, args, keys) from None
+    reloader = _Reloader(cmdline, args, keys)
     run = loop_runner(args.event_loop)
     _tune_gc()
     try:
-        run(_serve(config, endpoints, args))
+        run(_serve(config, endpoints, args, reloader))
     except KeyboardInterrupt:
         pass
     except StoreError as exc:  # a wrong --store-url, an unreachable database
@@ -355,6 +431,114 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         raise
     return 0
+
+
+def _log_level(args: argparse.Namespace) -> str:
+    return "debug" if args.verbose else str(args.log_level)
+
+
+def _compose(args: argparse.Namespace) -> tuple[RouterConfig, list[HttpEndpoint]]:
+    """The router's configuration and its HTTP endpoint. Raises `UsageError`."""
+    from aa.http_api import DEFAULT_ALLOW, HttpEndpoint
+
+    config = config_from_args(args)
+    endpoints = (
+        []
+        if args.no_http
+        else [
+            HttpEndpoint(
+                host=args.http_host or args.host,
+                port=http_port(args),
+                allow=tuple(args.http_allow) or DEFAULT_ALLOW,
+                names=tuple(args.http_name),
+                cert=args.http_cert or config.security.cert,
+                key=args.http_key or config.security.key,
+            )
+        ]
+    )
+    return config, endpoints
+
+
+class _Reloader:
+    """What SIGHUP does: read the configuration file again (the flags still win), apply
+    what can change while the router runs (`LIVE`), read the permissions and the revocation
+    list again, and say in one log line what was reloaded and what was not. A file that
+    does not load, or holds a bad value, changes nothing of the configuration."""
+
+    def __init__(
+        self, cmdline: argparse.Namespace, current: argparse.Namespace, keys: dict[str, Key]
+    ) -> None:
+        self.cmdline, self.current, self.keys = cmdline, current, keys
+
+    def __call__(self, router: Router) -> None:
+        from aa.mesh import UsageError
+
+        from .router_config import blame, changes, resolve
+
+        done: list[str] = []
+        failed: list[str] = []
+        bad = False
+        if self.cmdline.config is not None:
+            new = None
+            try:
+                new = resolve(self.cmdline, self.keys)
+                _compose(new)  # every value checked before any is applied
+            except UsageError as exc:
+                reason = blame(exc, new, self.keys) if new is not None else exc
+                failed.append(f"the configuration (the old one stays): {reason}")
+                bad = True
+            else:
+                done += self._apply(router, new, changes(self.current, new, self.keys), failed)
+        for line in router.reload_security():
+            if " not reloaded" in line:
+                failed.append(line.partition(" not reloaded")[0] + " (see above)")
+            else:
+                done.append("revocation list" if line.startswith("revocation") else "permissions")
+        text = "; ".join(
+            part
+            for part in (
+                f"reloaded {', '.join(done)}" if done else "",
+                f"not reloaded {'; '.join(failed)}" if failed else "",
+            )
+            if part
+        )
+        log = logging.getLogger("aa.router.config")
+        log.log(
+            logging.ERROR if bad else logging.WARNING if failed else logging.INFO,
+            "SIGHUP: %s",
+            text or "nothing to reload (no --config, --permissions or --crl)",
+            extra={"reloaded": done, "not_reloaded": failed},
+        )
+
+    def _apply(
+        self, router: Router, new: argparse.Namespace, changed: list[Any], failed: list[str]
+    ) -> list[str]:
+        import dataclasses
+
+        from .logsetup import setup_logging
+        from .router_config import LIVE
+
+        done = []
+        for key, old, value in changed:
+            if key.name in LIVE:
+                done.append(f"{key.name} ({_shown(old)} → {_shown(value)})")
+            else:
+                failed.append(f"{key.name} ({_shown(old)} → {_shown(value)}: needs a restart)")
+                setattr(new, key.dest, old)  # still the running value
+        setup_logging(_log_level(new), new.log_format)
+        router.config = dataclasses.replace(
+            router.config,
+            max_subscriptions_per_client=new.max_subscriptions,
+            max_session_backlog=new.max_backlog,
+        )
+        self.current = new
+        return done
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return "unset" if value is None else str(value)
 
 
 def _permission_hint(exc: BaseException) -> str:
@@ -392,7 +576,10 @@ def _tune_gc() -> None:
 
 
 async def _serve(
-    config: RouterConfig, endpoints: list[HttpEndpoint], args: argparse.Namespace | None = None
+    config: RouterConfig,
+    endpoints: list[HttpEndpoint],
+    args: argparse.Namespace | None = None,
+    reloader: Callable[[Router], None] | None = None,
 ) -> None:
     import asyncio
 
@@ -409,9 +596,11 @@ async def _serve(
         await router.aclose()  # what was bound before the failure (the mesh, its beacons)
         raise
 
-    def reload() -> None:  # permissions and revocations; live sessions held to them
-        for line in router.reload_security():
-            print(f"aa router: {line}", file=sys.stderr, flush=True)
+    def reload() -> None:
+        if reloader is not None:
+            reloader(router)
+        else:  # permissions and revocations; live sessions held to them
+            router.reload_security()
 
     loop.add_signal_handler(signal.SIGHUP, reload)
     try:

@@ -13,6 +13,13 @@ container   ``aa container /etc/aa/addins``           ``aa container %h/.config/
 
 ``--args`` replaces those defaults: ``aa service install container --args '/srv/addins --bundled'``.
 
+The router's settings go into a configuration file (``aa router --config FILE``), written
+beside the unit with ``--unit-dir``, else ``/etc/aa/NAME.toml`` (``~/.config/aa/NAME.toml``
+with ``--user``), and never overwritten: the operator edits it, and ``systemctl reload``
+applies what can change while the router runs. Its paths name systemd's
+``${STATE_DIRECTORY}`` and ``${CREDENTIALS_DIRECTORY}``, which the router expands. For the
+router, ``--args`` are added to ``aa router --config FILE`` (flags override the file).
+
 With ``--certs DIR`` the router serves TLS with DIR's certificates (handed over by systemd's
 ``LoadCredential``), refuses clients without a certificate (``--no-anonymous``), reads the
 revocation list ``DIR/crl.pem`` in place (``--crl``: a credential would be a copy frozen at
@@ -43,6 +50,8 @@ __all__ = [
     "unit_path",
     "PERMISSIONS_TEMPLATE",
     "permissions_path",
+    "config_path",
+    "router_config_text",
 ]
 
 #: The permissions file `aa service install router --certs` writes when there is none: it
@@ -129,6 +138,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "everything unless it exists (default: /etc/aa/permissions.toml, or "
         "~/.config/aa/permissions.toml with --user)",
     )
+    inst.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="router: its configuration file, written unless it exists (default: beside the unit "
+        "with --unit-dir, else /etc/aa/NAME.toml, or ~/.config/aa/NAME.toml with --user)",
+    )
     # One string, split like a shell would: never a REMAINDER positional, which would swallow
     # --dry-run or --unit-dir given after it (and argparse mishandles "--" in sub-commands).
     inst.add_argument(
@@ -179,37 +195,26 @@ def unit_text(
     cert_name: str = "router",
     permissions: Path | None = None,
     crl: bool = True,
+    config: Path | None = None,
 ) -> str:
     """The unit file for *what* ("router" or "container"). A system unit runs as *run_as*,
     or as a user systemd makes for it (DynamicUser: unprivileged, owning only its state
     folder); *certs* hands the router its certificates (LoadCredential: readable by the
     service only, whatever the files' owner), refuses anonymous clients, reads *certs*'s
-    revocation list and the *permissions* file (see the module docstring)."""
-    if not args:
+    revocation list and the *permissions* file (see the module docstring). With *config*,
+    the router is started as ``aa router --config CONFIG`` followed by *args*, and what it
+    needs is in that file (`router_config_text`)."""
+    creds = _credentials(certs, cert_name)
+    if config is not None and what == "router":
+        args = ["--config", str(config.absolute()), *(args or [])]
+    elif not args:
         if what == "router":
-            args = [
-                "--host",
-                "127.0.0.1" if user else "0.0.0.0",
-                "--data-dir",
-                "${STATE_DIRECTORY}",
-            ]
+            args = _router_words(user=user)
         else:
             args = ["%h/.config/aa/addins" if user else "/etc/aa/addins"]
-    creds = {"ca.pem": "ca", f"{cert_name}.pem": "cert", f"{cert_name}.key": "key"} if certs else {}
-    if creds and what == "router":
-        args = [
-            *args,
-            *(
-                w
-                for f, flag in creds.items()
-                for w in (f"--{flag}", f"${{CREDENTIALS_DIRECTORY}}/{f}")
-            ),
-            "--no-anonymous",
-        ]
-        if crl:
-            args += ["--crl", str(certs.absolute() / "crl.pem")]  # type: ignore[union-attr]
-        if permissions is not None:
-            args += ["--permissions", str(permissions.absolute())]
+    if creds and what == "router" and config is None:
+        assert certs is not None
+        args = [*args, *_secure_words(certs, cert_name, crl=crl, permissions=permissions)]
     words = [program, what, *args]
     # ${STATE_DIRECTORY} and ${CREDENTIALS_DIRECTORY} are expanded by systemd: keep them unquoted.
     exec_start = " ".join(
@@ -260,6 +265,73 @@ def unit_text(
     return "\n".join(lines)
 
 
+def _credentials(certs: Path | None, cert_name: str) -> dict[str, str]:
+    """Credential file → the router flag naming it."""
+    if certs is None:
+        return {}
+    return {"ca.pem": "ca", f"{cert_name}.pem": "cert", f"{cert_name}.key": "key"}
+
+
+def _router_words(*, user: bool) -> list[str]:
+    return ["--host", "127.0.0.1" if user else "0.0.0.0", "--data-dir", "${STATE_DIRECTORY}"]
+
+
+def _secure_words(certs: Path, cert_name: str, *, crl: bool, permissions: Path | None) -> list[str]:
+    """The flags of a router with *certs*: TLS from systemd's credentials, no anonymous
+    clients, the revocation list read in place, the permissions file."""
+    words = [
+        w
+        for f, flag in _credentials(certs, cert_name).items()
+        for w in (f"--{flag}", f"${{CREDENTIALS_DIRECTORY}}/{f}")
+    ]
+    words.append("--no-anonymous")
+    if crl:
+        words += ["--crl", str(certs.absolute() / "crl.pem")]
+    if permissions is not None:
+        words += ["--permissions", str(permissions.absolute())]
+    return words
+
+
+def router_config_text(
+    *,
+    user: bool,
+    unit: str,
+    certs: Path | None = None,
+    cert_name: str = "router",
+    permissions: Path | None = None,
+    crl: bool = True,
+) -> str:
+    """The configuration file of a router unit: the settings `unit_text` would otherwise
+    pass as flags, as ``aa router --config`` reads them."""
+    from .router_cmd import router_keys, router_parser
+    from .router_config import GIVEN, to_toml
+
+    words = _router_words(user=user)
+    if certs is not None:
+        words += _secure_words(certs, cert_name, crl=crl, permissions=permissions)
+    args = router_parser().parse_args(words)
+    ctl = "systemctl --user" if user else "systemctl"
+    header = (
+        f"Settings of the router the unit {unit}.service runs (aa router --config THIS-FILE).\n"
+        f"Written by 'aa service install router', never overwritten: edit it, then\n"
+        f"'{ctl} reload {unit}' applies the log level, the limits, the permissions and the\n"
+        f"revocation list, and logs what needs '{ctl} restart {unit}'. Every key, with its\n"
+        "default: 'aa router --print-config'; docs/aa-router.example.toml explains each.\n"
+        "${STATE_DIRECTORY} and ${CREDENTIALS_DIRECTORY} are the folders systemd gives."
+    )
+    return to_toml(args, router_keys(), only=set(getattr(args, GIVEN)), header=header)
+
+
+def config_path(name: str, *, user: bool, unit_dir: Path | None) -> Path:
+    """Where `install` writes the router's configuration file."""
+    if unit_dir is not None:
+        return unit_dir / f"{name}.toml"
+    if user:
+        base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        return Path(base) / "aa" / f"{name}.toml"
+    return Path("/etc/aa") / f"{name}.toml"
+
+
 def unit_path(name: str, *, user: bool, unit_dir: Path | None) -> Path:
     if unit_dir is not None:
         return unit_dir / f"{name}.service"
@@ -296,6 +368,18 @@ def install(args: argparse.Namespace) -> int:
         return fail(f"{name!r} is not a unit name", 2)
     secured = args.what == "router" and args.certs is not None and "--permissions" not in extra
     perms = permissions_path(args.permissions, user=args.user) if secured else None
+    crl = args.certs is not None and (args.certs / "crl.pem").exists()
+    config = None
+    if args.what == "router":
+        config = args.config or config_path(name, user=args.user, unit_dir=args.unit_dir)
+        config_text = router_config_text(
+            user=args.user,
+            unit=name,
+            certs=args.certs,
+            cert_name=args.cert_name,
+            permissions=perms,
+            crl=crl,
+        )
     text = unit_text(
         args.what,
         user=args.user,
@@ -306,16 +390,28 @@ def install(args: argparse.Namespace) -> int:
         certs=args.certs,
         cert_name=args.cert_name,
         permissions=perms,
-        crl=args.certs is not None and (args.certs / "crl.pem").exists(),
+        crl=crl,
+        config=config,
     )
     path = unit_path(name, user=args.user, unit_dir=args.unit_dir)
     if args.dry_run:
         print(f"# would write {path}")
         print(text, end="")
+        if config is not None:
+            kept = " (it exists: kept as it is)" if config.exists() else ""
+            print(f"\n# would write {config}{kept}")
+            print(config_text, end="")
         return 0
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+        if config is not None:
+            if config.exists():
+                print(f"kept {config} as it is (delete it to have it written again)")
+            else:
+                config.parent.mkdir(parents=True, exist_ok=True)
+                config.write_text(config_text)
+                print(f"wrote {config}")
         if perms is not None and not perms.exists():
             perms.parent.mkdir(parents=True, exist_ok=True)
             perms.write_text(PERMISSIONS_TEMPLATE)

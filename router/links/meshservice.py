@@ -253,7 +253,9 @@ class MeshService:
         if link.state == "closed":
             return
         self.counters["links_cut"] += 1
-        log.warning("cutting the link with peer %s: %s", link.label, reason)
+        log.warning(
+            "cutting the link with peer %s: %s", link.label, reason, extra={"peer": link.label}
+        )
         link.abort()
 
     # -- what a link tells us (aa.router.links.peerlink) ------------------------------------
@@ -372,6 +374,7 @@ class MeshService:
             link.label,
             "dialled" if link.outgoing else "from",
             link.address or link.remote_host,
+            extra={"peer": link.label},
         )
         self._info_soon(now)
         self.dialer.save_soon()
@@ -412,11 +415,17 @@ class MeshService:
             if link.address is not None:
                 if link.clean:
                     self.table.record_closed(link.address, now)
-                    log.info("peer %s left", link.label)
+                    log.info("peer %s left", link.label, extra={"peer": link.label})
                 else:
                     retry = self.table.record_failure(link.address, now)
                     wait = f"; next attempt in {retry - now:.1f} s" if retry is not None else ""
-                    log.info("peer %s lost (%s)%s", link.label, exc or "connection closed", wait)
+                    log.info(
+                        "peer %s lost (%s)%s",
+                        link.label,
+                        exc or "connection closed",
+                        wait,
+                        extra={"peer": link.label},
+                    )
             self.dialer.save_soon()
             self._poke()
         elif previous not in ("hello",) and link.address is not None:
@@ -537,7 +546,10 @@ class MeshService:
             if now - link.last_heard >= cfg.link_timeout:
                 if link.state == "up":
                     log.info(
-                        "peer %s silent for %.1f s: link broken", link.label, now - link.last_heard
+                        "peer %s silent for %.1f s: link broken",
+                        link.label,
+                        now - link.last_heard,
+                        extra={"peer": link.label},
                     )
                 link.abort()
             elif link.state == "up" and now - link.last_sent >= cfg.keepalive:

@@ -206,7 +206,11 @@ class PeerLink(asyncio.Protocol):
         except ProtocolError as exc:
             self.mesh.counters["peer_errors"] += 1
             log.warning(
-                "peer %s sent a bad frame (%s): %s; closing the link", self.label, exc.code, exc
+                "peer %s sent a bad frame (%s): %s; closing the link",
+                self.label,
+                exc.code,
+                exc,
+                extra={"peer": self.label},
             )
             self.fail(exc.code, str(exc), exc)
         finally:
@@ -283,7 +287,13 @@ class PeerLink(asyncio.Protocol):
         elif kind is Bye:
             self._on_bye()
         elif kind is Error:
-            log.warning("peer %s reports %s: %s", self.label, msg.code, msg.message)  # type: ignore[attr-defined]
+            log.warning(
+                "peer %s reports %s: %s",
+                self.label,
+                msg.code,  # type: ignore[attr-defined]
+                msg.message,  # type: ignore[attr-defined]
+                extra={"peer": self.label},
+            )
             if msg.fatal:  # type: ignore[attr-defined]
                 self.abort()
         elif kind is GetMesh:
@@ -341,7 +351,11 @@ class PeerLink(asyncio.Protocol):
                 return
             group = groups[0]
             if len(group.ids) == 1:
-                log.warning("dropping an event too large to flood to %s", self.label)
+                log.warning(
+                    "dropping an event too large to flood to %s",
+                    self.label,
+                    extra={"peer": self.label, "event_id": next(iter(group.ids), None)},
+                )
                 self.mesh.counters["dropped_large"] += 1
                 return
             a, b = group.split()
