@@ -50,6 +50,7 @@ from aa.mesh import (
 
 from .patterns import PatternEngine
 from .seams import Sink
+from .timing import SAMPLE_EVERY, DispatchTimes
 
 __all__ = ["Dispatcher", "Writable", "MAX_NAMES_SEEN"]
 
@@ -112,6 +113,10 @@ class Dispatcher:
         #: Value names of the events dispatched here (at most `MAX_NAMES_SEEN`): a pattern
         #: that reads a name none of them had is warned about at subscribe.
         self.names_seen: set[str] = set()
+        #: Sampled times from dispatch to the write of the deliveries (`aa.router.timing`).
+        self.timing = DispatchTimes()
+        self._sample_in = SAMPLE_EVERY
+        self._sampled: float | None = None  # perf_counter() at the timed batch's start
 
     def new_id(self) -> str:
         """A fresh id, unique in the mesh (for events and control messages alike)."""
@@ -134,6 +139,11 @@ class Dispatcher:
         id can only ever be a duplicate of one the same publisher sent. Without that, a
         client that publishes the next ids of another publisher (ids show their prefix and
         counter) made the mesh drop that publisher's real events as duplicates."""
+        self._sample_in -= 1
+        if not self._sample_in:  # one batch in SAMPLE_EVERY is timed until its flush
+            self._sample_in = SAMPLE_EVERY
+            if self._sampled is None:
+                self._sampled = time.perf_counter()
         now = time.monotonic()
         stamp_time = datetime.now(UTC)  # one clock read per batch, not per event
         originate = self.rules.originate
@@ -234,6 +244,11 @@ class Dispatcher:
 
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks (once per router per event)."""
+        self._sample_in -= 1
+        if not self._sample_in:
+            self._sample_in = SAMPLE_EVERY
+            if self._sampled is None:
+                self._sampled = time.perf_counter()
         self._dispatch(event)
         self.counters["dispatched"] += 1
 
@@ -265,3 +280,6 @@ class Dispatcher:
             self._dirty = []
             for client in dirty:
                 client.flush()
+            if self._sampled is not None:
+                self.timing.observe(time.perf_counter() - self._sampled)
+        self._sampled = None  # a batch that delivered nothing is not timed
