@@ -2,7 +2,7 @@
 
 Nothing on the event path counts for Prometheus: the router keeps its own counters (plain
 ints and `collections.Counter` entries it had for ``/health``, per-connection and per-link
-ints, a sampled dispatch histogram, `aa.router.timing`), and `RouterCollector` reads them
+ints, a sampled dispatch histogram, `DispatchTimes`), and `RouterCollector` reads them
 when the scraper asks, building the families afresh each time. A scrape costs the router
 a pass over its peer links and its client sessions (the buffered bytes), and no more: no
 per-event or per-subscription walk. Every series carries ``router`` (the router's name) so a
