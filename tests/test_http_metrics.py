@@ -188,3 +188,31 @@ async def test_clients_live_is_bounded_with_many_clients_and_subscriptions() -> 
             assert len(busy["subscriptions"]) == MAX_LIVE_SUBSCRIPTIONS
         finally:
             await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def test_the_grafana_dashboard_asks_only_for_metrics_the_router_serves(
+    tmp_path: Any,
+) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from aa.router import Router, RouterConfig
+
+    dashboard = json.loads(
+        (Path(__file__).parents[1] / "docs" / "grafana-dashboard.json").read_text()
+    )
+    asked = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(aa_[a-z_]+)\b", target["expr"])
+    }
+    config = RouterConfig(port=0, name="dash", data_dir=tmp_path)  # store and event log on
+    async with Router(config) as router:
+        transport = httpx.ASGITransport(app=create_app(router, names=None))  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as http:
+            text = (await http.get("/metrics")).text
+    # every sample, and the families without one yet (no peer link: no per-peer series)
+    served = {name for name, _ in parse(text)} | set(re.findall(r"^# TYPE (\S+)", text, re.M))
+    assert asked and asked <= served, asked - served
