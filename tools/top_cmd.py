@@ -306,7 +306,7 @@ def _links_table(
 ) -> Any:
     from rich.table import Table
 
-    before: dict[str, dict[str, Any]] = {}
+    before: dict[Any, dict[str, Any]] = {}
     if prev is not None:
         own = _own_router(prev.mesh, prev.health.get("id"))
         before = {p.get("id"): p for p in (own or {}).get("peers", [])}
