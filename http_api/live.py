@@ -58,7 +58,9 @@ async def clients_live(
     identity = caller_of(request).identity
     rules = router.security.require_covered(identity)
     own = None if rules.subscribe_any else identity.user
-    rates = state.__dict__.setdefault("_live_rates", WeakKeyDictionary())
+    rates = getattr(state, "live_rates", None)
+    if rates is None:
+        rates = state.live_rates = WeakKeyDictionary()
     return live_clients(router, limit=limit, offset=offset, user=own, rates=rates)
 
 

@@ -59,6 +59,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=os.environ.get("AA_TOKEN"),
         help="a user token for a secured router ('aa certs token'; default: $AA_TOKEN)",
     )
+    p.add_argument(
+        "--ca",
+        metavar="FILE",
+        help="the CA certificate an HTTPS endpoint's certificate is checked against (the "
+        "mesh CA's ca.pem; default: the system's)",
+    )
     p.add_argument("--mesh", action="store_true", help="show every router of the mesh")
     p.add_argument("--once", action="store_true", help="print one frame and exit (for scripts)")
     p.add_argument(
@@ -395,7 +401,15 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= limit <= 1000:
         return fail("--limit must be between 1 and 1000", 2)
     timeout = min(REQUEST_TIMEOUT, max(args.interval, 1.0))
-    with httpx.Client(base_url=url, headers=headers, timeout=timeout) as http:
+    verify: Any = True
+    if args.ca:
+        import ssl
+
+        try:
+            verify = ssl.create_default_context(cafile=args.ca)
+        except (OSError, ssl.SSLError) as exc:
+            return fail(f"cannot read the CA certificate {args.ca}: {exc}", 2)
+    with httpx.Client(base_url=url, headers=headers, timeout=timeout, verify=verify) as http:
         try:
             first = read_frame(http, limit)
         except Unreachable as exc:
