@@ -70,6 +70,8 @@ from .docs import add_docs
 from .fastfeed import FeedFastPath
 from .guard import Guard
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_HISTORY
+from .live import api as live_api
+from .metrics import api as metrics_api
 from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
 from .routes_clients import advice
 from .routes_clients import api as clients_api
@@ -304,8 +306,10 @@ def create_app(
             answer["warnings"] = warnings
         return JSONResponse(answer, headers=headers)
 
+    app.include_router(live_api)  # before /clients/{client_id}, which would take "live"
     app.include_router(clients_api)
     app.include_router(stream_api)
+    app.include_router(metrics_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
     add_docs(app, title="Aa router")
     return Guard(FeedFastPath(app), allow=allow, max_body=max_body, names=names)
@@ -324,7 +328,8 @@ def _allowed(app: FastAPI, request: Request) -> list[str]:
     """The methods some route of *app* answers on the request's path."""
     methods: set[str] = set()
     # Routes of included routers (no prefix) are listed on their own routers, not the app's.
-    for route in (*app.routes, *clients_api.routes, *stream_api.routes):
+    included = (*live_api.routes, *clients_api.routes, *stream_api.routes, *metrics_api.routes)
+    for route in (*app.routes, *included):
         match, _ = route.matches(request.scope)
         if match != Match.NONE:
             methods |= getattr(route, "methods", None) or set()

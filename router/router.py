@@ -539,6 +539,7 @@ class Router:
         (`time.perf_counter()`), what is left when it passes is dispatched on later turns
         of the loop (`Dispatcher.accept_in_steps`); *done* is called after the last."""
         storage = self.storage
+        session.events_in += len(msg.events)
         events = session.permitted(msg.events)  # what the user may not publish is refused
         events, persisted = storage.screen(session, events)  # bad store policies refused
         refused = storage.refused

@@ -221,6 +221,11 @@ class ClientSession(asyncio.Protocol):
         self._slicing = False  # a big publish is being dispatched in slices
         self.closed = asyncio.get_running_loop().create_future()
         self.dropped = 0  # deliveries dropped because this client did not keep up
+        #: Monotonic time the connection was made; events it published (counted per frame
+        #: by the router) and deliveries written to it (per flush): for ``/clients/live``.
+        self.connected_at = time.monotonic()
+        self.events_in = 0
+        self.events_out = 0
         self._missed = False  # some subscription has drops to tell
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
 
@@ -589,6 +594,8 @@ class ClientSession(asyncio.Protocol):
             self._tell_missed()
         try:
             self.transport.write(self.codec.send_deliver(pending))  # each event packed once for all
+            self.events_out += len(pending)
+            self.router.counters["delivered"] += len(pending)
         except UsageError:  # over the frame cap: split and retry
             if len(pending) == 1:
                 log.warning(

@@ -19,7 +19,10 @@ from cryptography.hazmat.primitives import serialization
 from http_helpers import bearer, open_api
 from support import Clock, wait_for
 
+from aa.client import AsyncClient, ClientConfig
 from aa.http_api.callers import MAX_AUTHORIZATION, OPEN_PATHS
+from aa.http_api.live import api as live_api
+from aa.http_api.metrics import api as metrics_api
 from aa.http_api.routes_clients import api as clients_api
 from aa.http_api.stream import api as stream_api
 from aa.http_api.stream import close_streams
@@ -145,9 +148,10 @@ async def test_every_route_asks_the_gate(api: Api) -> None:
     assert len(operations) >= 14, operations
     # every route of the application is in the document, or open on purpose
     app = http._transport.app.app.app  # type: ignore[attr-defined]
+    included = (*clients_api.routes, *stream_api.routes, *live_api.routes, *metrics_api.routes)
     routes = {
         (m, r.path)
-        for r in (*app.routes, *clients_api.routes, *stream_api.routes)
+        for r in (*app.routes, *included)
         if hasattr(r, "methods") and r.path not in OPEN_PATHS
         for m in r.methods
         if m != "HEAD"
@@ -163,7 +167,7 @@ async def test_every_route_asks_the_gate(api: Api) -> None:
             "user 'nobody' may do nothing: no rule in the permissions file covers this user"
         )
         alice = await _call(api, method, path, users["alice"])
-        if path in ("/health", "/mesh"):  # for users the file knows: no rule to name
+        if path in ("/health", "/mesh", "/metrics", "/clients/live"):  # no rule to name
             assert alice.status_code == 200, (method, path)
         else:
             assert alice.status_code == 403, (method, path, alice.text)
@@ -329,3 +333,26 @@ async def test_http_clients_are_capped_per_user_and_per_address(api: Api) -> Non
     r = await http.post("/clients", json=body, headers=users["carol"])
     assert r.status_code == 503 and "from 127.0.0.1" in r.json()["message"]
     assert len(clients) == 3
+
+
+async def test_clients_live_shows_others_only_to_who_may_receive_everything(
+    api: Api, pki: Path
+) -> None:
+    router, http, _, users = api
+
+    def as_user(name: str) -> AsyncClient:
+        return AsyncClient(
+            config=ClientConfig(
+                routers=(router.endpoint,),
+                ca=pki / "ca.pem",
+                cert=pki / f"{name}.pem",
+                key=pki / f"{name}.key",
+            )
+        )
+
+    async with as_user("bob"), as_user("carol"):
+        await wait_for(lambda: len(router.sessions) == 2)
+        mine = (await http.get("/clients/live", headers=users["bob"])).json()
+        assert [c["user"] for c in mine["items"]] == ["bob"] and mine["clients"] == 1
+        every = (await http.get("/clients/live", headers=users["carol"])).json()
+        assert sorted(c["user"] for c in every["items"]) == ["bob", "carol"]

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "container": ("container_cmd", "host add-ins"),
     "service": ("service_cmd", "write a systemd unit for a router or a container"),
     "certs": ("certs_cmd", "make a mesh CA and certificates for routers and users"),
+    "top": ("top_cmd", "a live view of a router: rates, clients, slow subscribers, links"),
 }
 
 #: Exit status of a command whose output pipe was closed (as if killed by SIGPIPE).

@@ -39,7 +39,8 @@ class MeshInfo(Message):
         {"id", "name", "peer": "host:port", "client": "host:port" | None,
          "uptime": seconds, "age": seconds since this summary was made (0 for the
          answering router), "clients": int,
-         "peers": [{"id", "name", "address", "direction": "out" | "in", "since": seconds}],
+         "peers": [{"id", "name", "address", "direction": "out" | "in", "since": seconds,
+                    "events_in", "events_out": events on that link}],
          "poisoned": [{"address", "router_id", "failures", "retry_in": seconds}],
          "counters": {"events_in", "events_out", "duplicates", "dispatched",
                       "published", ...}},

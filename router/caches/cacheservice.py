@@ -364,6 +364,11 @@ class ClientCacheService:
     def __len__(self) -> int:
         return len(self._caches)
 
+    @property
+    def events_held(self) -> int:
+        """Events the client caches hold together (for ``GET /metrics``)."""
+        return self._caches.events_held
+
     # -- local state ------------------------------------------------------------------------
 
     def _apply_registration(

@@ -168,6 +168,11 @@ class ClientCaches:
     def __contains__(self, client_id: object) -> bool:
         return client_id in self._caches
 
+    @property
+    def events_held(self) -> int:
+        """Events the caches hold (a group's shared log once, past its dead prefix)."""
+        return sum(len(g.log) - g.head for g in self._groups.values())
+
     # -- registration -------------------------------------------------------------------------
 
     def register(

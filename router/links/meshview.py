@@ -101,6 +101,8 @@ class MeshView:
                 "address": link.address,
                 "direction": "out" if link.outgoing else "in",
                 "since": round(now - link.since, 3) if link.since is not None else 0.0,
+                "events_in": link.events_in,
+                "events_out": link.events_out,
             }
             for link in list(mesh.links.values())[:MAX_LISTED]
         ]

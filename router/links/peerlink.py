@@ -158,6 +158,9 @@ class PeerLink(asyncio.Protocol):
         self.last_sent = now
         #: Bytes handed to the transport so far (an ack waits until the kernel has them).
         self.written = 0
+        #: Events flooded to the peer and received from it on this link (`GET /metrics`).
+        self.events_out = 0
+        self.events_in = 0
         #: Whether the link ended on purpose (goodbyes, a duplicate), not broke.
         self.clean = False
         self.bye_sent = False
@@ -365,6 +368,7 @@ class PeerLink(asyncio.Protocol):
         self.transport.write(data)  # type: ignore[union-attr]
         self.written += len(data)
         self.last_sent = time.monotonic()
+        self.events_out += n
         counters = self.mesh.counters
         counters["events_out"] += n
         counters["frames_out"] += 1

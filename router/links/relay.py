@@ -270,6 +270,7 @@ class Relay:
                 for rid in targets:
                     by_id[rid].queue_group(out_group)
         finally:  # a malformed group ends the frame (and the link): count what came
+            link.events_in += n
             counters = self.counters
             counters["events_in"] += n
             counters["frames_in"] += 1

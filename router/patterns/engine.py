@@ -128,6 +128,8 @@ class PatternEngine:
         self._xml = XmlCache()
         self._on_failure = on_failure
         self._subs: dict[Hashable, Member] = {}
+        #: Subscribers per tier, kept at subscribe and at each removal (`by_tier`).
+        self._tiers: dict[str, int] = dict.fromkeys((PREDICATE_TIER, WORKER_TIER, SANDBOX_TIER), 0)
         #: (kernel, format, source), and the scope after them for scoped pattern code.
         self._instances: dict[tuple[Any, ...], Instance] = {}
         self._stamp = 0
@@ -195,6 +197,7 @@ class PatternEngine:
             self._instances[instance.spec_key] = instance
         sub = Member(key, own, None, next(self._seq))  # type: ignore[arg-type]
         self._subs[key] = sub
+        self._tiers[_tier_of(instance)] += 1
         self._join(sub, instance, freeze(own) if own else (), None, plan)
         if instance.remote:
             self._tier.subscribe(key, spec, own, None if instance.receives is None else scope)
@@ -204,6 +207,7 @@ class PatternEngine:
         subscriber of its bucket."""
         sub = self._subs.pop(key, None)
         if sub is not None:
+            self._tiers[_tier_of(sub.bucket.instance)] -= 1
             if sub.bucket.instance.remote:
                 self._tier.unsubscribe(key)
             self._leave(sub)
@@ -357,6 +361,7 @@ class PatternEngine:
         for key in keys:
             sub = self._subs.pop(key, None)
             if sub is not None:
+                self._tiers[_tier_of(sub.bucket.instance)] -= 1
                 self._leave(sub)
         self._on_failure(keys, code, message)
 
@@ -607,6 +612,7 @@ class PatternEngine:
                 continue  # stopped already (twice in one event)
             self._unplace(bucket)
             keys = [k for k in bucket.members if k in self._subs]
+            self._tiers[_tier_of(instance)] -= len(keys)
             for k in keys:
                 del self._subs[k]
                 if instance.remote:
@@ -626,6 +632,10 @@ class PatternEngine:
     def __len__(self) -> int:  # subscribers
         return len(self._subs)
 
+    def by_tier(self) -> dict[str, int]:
+        """Subscribers in each tier ("predicate", "worker", "sandbox"): O(1), for metrics."""
+        return dict(self._tiers)
+
     @property
     def instance_count(self) -> int:
         """Number of distinct compiled pattern instances."""
@@ -634,6 +644,12 @@ class PatternEngine:
     def keys(self) -> list[Hashable]:
         """The subscriber keys, in subscription order."""
         return list(self._subs)
+
+
+def _tier_of(instance: Instance) -> str:
+    if isinstance(instance.program, PredicateProgram):
+        return PREDICATE_TIER
+    return WORKER_TIER if instance.remote else SANDBOX_TIER
 
 
 _NO_PARAMS: dict[

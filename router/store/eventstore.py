@@ -511,6 +511,24 @@ class EventStore:
             last_error=w.last_error,
         )
 
+    @property
+    def bytes_on_disk(self) -> int | None:
+        """Bytes of the SQLite database file and its write-ahead log (two `stat` calls);
+        None for a database server, or before `start`."""
+        engine = self._engine
+        if engine is None or engine.url.get_backend_name() != "sqlite":
+            return None
+        name = engine.url.database
+        if not name or name == ":memory:":
+            return None
+        total = 0
+        for path in (name, name + "-wal"):
+            try:
+                total += os.stat(path).st_size
+            except OSError:
+                pass
+        return total
+
     def _need_engine(self) -> sa.Engine:
         if self._engine is None or self._closed:
             raise UsageError("the event store is " + ("closed" if self._closed else "not started"))

@@ -12,7 +12,15 @@ issue 2 asked for < 5 ms).
     python tests/bench/bench_router.py --event-log      # router with a data folder, log on
     python tests/bench/bench_router.py --no-event-log   # the same, log off
 
-With either flag the router gets a fresh data folder (and no store, which the run would not
+    python tests/bench/bench_router.py --scrape         # what GET /metrics costs the router
+
+--scrape: the same paced run (--rate, default 10,000 events/s, for --seconds) twice, without
+and with a scraper asking ``/metrics`` every second, reporting the router's CPU as a share of
+one core for each; then the router's CPU per scrape, from 300 scrapes back to back, which is
+the share of a core one scrape a second costs (the paced runs' difference is within the
+noise of a shared machine; this one is not).
+
+With either log flag the router gets a fresh data folder (and no store, which the run would not
 touch anyway), so the two runs differ by the event log only. Each run also reports the
 router process's CPU time per event (user + system, all threads, from /proc): on a shared
 machine it swings much less than events/s.
@@ -139,6 +147,55 @@ def run(endpoint: str, n: int, rate: float | None) -> dict:
     return result
 
 
+def scrape_cost(proc, endpoint: str, http_url: str, rate: float, seconds: float) -> None:
+    """The --scrape measurement (see the module docstring)."""
+    import threading
+
+    import httpx
+
+    n = int(rate * seconds)
+    shares = {}
+    with httpx.Client(base_url=http_url, timeout=10) as http:
+        assert http.get("/metrics").status_code == 200
+        for scraping in (False, True):
+            stop = threading.Event()
+
+            def scrape(stop: threading.Event = stop) -> None:
+                while not stop.wait(1.0):
+                    http.get("/metrics").raise_for_status()
+
+            scraper = threading.Thread(target=scrape) if scraping else None
+            c0, t0 = process_cpu(proc.pid), time.perf_counter()
+            if scraper is not None:
+                scraper.start()
+            run(endpoint, n, rate)
+            stop.set()
+            if scraper is not None:
+                scraper.join()
+            shares[scraping] = (process_cpu(proc.pid) - c0) / (time.perf_counter() - t0)
+        k = 300
+        c0, t0 = process_cpu(proc.pid), time.perf_counter()
+        for _ in range(k):
+            http.get("/metrics").raise_for_status()
+        per_scrape = (process_cpu(proc.pid) - c0) / k
+        wall = (time.perf_counter() - t0) / k
+        size = len(http.get("/metrics").content)
+    report(
+        "router-metrics-scrape",
+        {
+            "rate": rate,
+            "events_per_run": n,
+            "router_core_share_without_scrapes": round(shares[False], 4),
+            "router_core_share_scraped_each_second": round(shares[True], 4),
+            "router_cpu_ms_per_scrape": round(per_scrape * 1000, 3),
+            "scrape_wall_ms": round(wall * 1000, 3),
+            "core_share_of_one_scrape_per_s": round(per_scrape, 5),
+            "target_core_share": 0.01,
+            "scrape_bytes": size,
+        },
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,7 +210,26 @@ def main() -> None:
         help="give the router a fresh data folder (no store) with the event log on, "
         "or off (default: no data folder)",
     )
+    ap.add_argument(
+        "--scrape",
+        action="store_true",
+        help="measure what scraping GET /metrics once a second costs the router (at --rate, "
+        "default here 10,000 events/s)",
+    )
+    ap.add_argument("--seconds", type=float, default=20.0, help="seconds of each --scrape run")
     args = ap.parse_args()
+    if args.scrape:
+        proc, endpoint = start_router("--http-port", "0")
+        try:
+            assert proc.stdout is not None
+            http_url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()
+            run(endpoint, 2000, None)  # warm up
+            rate = args.rate if args.rate != 5000.0 else 10_000.0
+            scrape_cost(proc, endpoint, http_url, rate, args.seconds)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        return
     data = None
     extra: tuple[str, ...] = ()
     if args.event_log is not None:
