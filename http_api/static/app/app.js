@@ -317,7 +317,7 @@ async function subscribe(source, notifyToo = false) {
   } catch (err) {
     if (err instanceof Refused) throw err;
   }
-  const p = { id: crypto.randomUUID(), source, notify: notifyToo, checked, error: null };
+  const p = { id: crypto.randomUUID(), source, notify: notifyToo, checked, error: null, added: Date.now() };
   await db.put("patterns", p);
   await bumpPatterns();
   await drawPatterns();
@@ -338,7 +338,7 @@ function shareLink(source) {
 
 async function drawPatterns() {
   const list = $("patterns");
-  const items = await db.all("patterns");
+  const items = (await db.all("patterns")).sort((a, b) => (a.added || 0) - (b.added || 0));
   list.replaceChildren(...items.map((p) => {
     const li = el("li", "pattern");
     li.append(el("code", null, p.source.slice(0, 500)));

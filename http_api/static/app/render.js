@@ -45,7 +45,8 @@ export function valueNode(value, limits = SHORT, depth = 0) {
   if (value instanceof Date) return el("span", "v-time", when(value));
   if (value instanceof Uint8Array) return el("span", "v-bytes", size(value.length));
   const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
-  const label = Array.isArray(value) ? `${entries.length} items` : `${entries.length} fields`;
+  const n = entries.length;
+  const label = Array.isArray(value) ? `${n} ${n === 1 ? "item" : "items"}` : `${n} ${n === 1 ? "field" : "fields"}`;
   if (depth >= limits.depth) return el("span", "v-fold", `{${label}}`);
   const box = el("details", "v-nest");
   box.append(el("summary", null, label));
