@@ -2,7 +2,7 @@
 // network, and shows notifications. It never stores data calls (events, feeds, tokens): those
 // go to the network as they are, and what the app shows offline is in its IndexedDB.
 
-const CACHE = "aa-app-1";
+const CACHE = "aa-app-2";
 const SHELL = [
   "./",
   "app.js",
@@ -38,7 +38,9 @@ function isShell(url) {
 }
 
 // The shell: the network first (a newer app wins), the kept copy when the router does not
-// answer in time or at all. Navigations to /app/?pattern=… are the page "./".
+// answer in time or at all. Navigations to /app/?pattern=… are the page "./". The kept copy is
+// matched ignoring Vary: the files answer "Vary: Origin" (CORS), module scripts are asked for
+// with an Origin header, and a file of the app is the same whoever asks.
 self.addEventListener("fetch", (event) => {
   const req = event.request;
   const url = new URL(req.url);
@@ -54,7 +56,7 @@ self.addEventListener("fetch", (event) => {
         if (res.ok) await cache.put(key, res.clone());
         return res;
       } catch {
-        const kept = await cache.match(key, { ignoreSearch: true });
+        const kept = await cache.match(key, { ignoreSearch: true, ignoreVary: true });
         return kept || Response.error();
       } finally {
         clearTimeout(timer);
