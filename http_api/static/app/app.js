@@ -53,7 +53,9 @@ function toast(text) {
 
 async function routers() {
   const rows = await db.all("routers");
-  rows.sort((a, b) => (a.url === own ? -1 : b.url === own ? 1 : (a.added || 0) - (b.added || 0)));
+  // Its own router first, then those the user added, then those guessed from the mesh.
+  const rank = (r) => (r.url === own ? 0 : r.source === "mesh" ? 2 : 1);
+  rows.sort((a, b) => rank(a) - rank(b) || (a.added || 0) - (b.added || 0));
   return rows;
 }
 
