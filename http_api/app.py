@@ -63,6 +63,7 @@ from aa.mesh import (
 from aa.router import parse_duration, scoped_id
 from aa.router.store import event_order
 
+from .app_shell import add_app_shell
 from .atom import ATOM_TYPE, HTTP_PUBLISHER, EntryCache, render_atom
 from .callers import caller_of, gate_dependency
 from .clients import BadToken, Capacity, HttpClients, UnknownClient
@@ -312,6 +313,7 @@ def create_app(
     app.include_router(metrics_api)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
     add_docs(app, title="Aa router")
+    add_app_shell(app)
     return Guard(FeedFastPath(app), allow=allow, max_body=max_body, names=names)
 
 

@@ -3,7 +3,9 @@ outside the allowed address ranges get 403, requests naming a ``Host`` that is n
 endpoint's names get 421 (`host_allowed`), request bodies over the cap get 413, before any
 route, parser or the router sees them, and so do bodies of more than `MAX_BODY_VALUES`
 values: JSON is parsed and checked in one piece on the router's loop, ~1 µs per value, and a
-megabyte of empty maps held every client of the router for 360 ms.
+megabyte of empty maps held every client of the router for 360 ms. Cross-origin calls from
+the mesh's own hosts (the phone app roaming to this router) get their CORS headers here, for
+every answer including the feed's fast path; which origins, and why, is `cors`'s docstring.
 
 The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
 talk its way in with ``X-Forwarded-For``. Bodies: a ``Content-Length`` over the cap is
@@ -22,6 +24,7 @@ from typing import Any
 
 from aa.mesh import UsageError
 
+from . import cors
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_BODY_VALUES
 
 __all__ = ["Guard", "parse_ranges", "LOOPBACK_NAMES", "host_name"]
@@ -105,6 +108,17 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    """*send*, adding *extra* to the answer's head."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+
+    return sending
+
+
 class Guard:
     """ASGI middleware: address allow-list, ``Host`` names and body cap (see the module
     docstring). *names*: host names answered besides `LOOPBACK_NAMES`; None: any ``Host``."""
@@ -163,6 +177,20 @@ class Guard:
             f"Host {shown} is not a name of this endpoint (aa router --http-name adds one)",
         )
 
+    def cross_origin(self, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+        """The ``Origin`` of a request from a page this endpoint lets read its answers
+        (`cors.allowed`), else None (no Origin, or one not allowed: no CORS header)."""
+        origins = [v for k, v in headers if k == b"origin"]
+        if len(origins) != 1:
+            return None
+        origin = origins[0].decode("latin-1")
+        return origin if cors.allowed(origin, self.names, self._mesh_hosts) else None
+
+    def _mesh_hosts(self) -> frozenset[str]:
+        router = getattr(getattr(self.app, "state", None), "router", None)
+        info = router.mesh_info() if router is not None else None
+        return cors.mesh_hosts(info) if isinstance(info, dict) else frozenset()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
@@ -183,6 +211,14 @@ class Guard:
             if refusal is not None:
                 await _refuse(send, *refusal)
                 return
+        origin = self.cross_origin(scope["headers"])
+        if origin is not None:  # the phone app of another router of the mesh (`cors`)
+            if scope["method"] == "OPTIONS":
+                head = cors.preflight_headers(origin)
+                await send({"type": "http.response.start", "status": 204, "headers": head})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            send = _with_headers(send, cors.cors_headers(origin))
         length = None
         for name, value in scope["headers"]:
             if name == b"content-length":
