@@ -63,6 +63,7 @@ from .event import (
 )
 from .eventqueue import EventQueue
 from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
+from .interest import Interest, InterestFilter, InterestTable, MeshInterests
 from .interfaces import (
     ENV_INTERFACES,
     Interface,
@@ -131,6 +132,9 @@ __all__ = [
     "GetMesh",
     "Hop",
     "IdGenerator",
+    "Interest",
+    "InterestFilter",
+    "InterestTable",
     "Interface",
     "InvalidPattern",
     "InvalidPolicy",
@@ -150,6 +154,7 @@ __all__ = [
     "META_TTL",
     "MalformedFrame",
     "MeshInfo",
+    "MeshInterests",
     "NEED_DATA",
     "OutboxFull",
     "PatternError",
