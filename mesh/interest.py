@@ -403,12 +403,18 @@ Interest.NOTHING = Interest(False, frozenset(), frozenset())
 
 def _uncovered(filters: set[InterestFilter]) -> list[InterestFilter]:
     """*filters* without those another covers (of two equal filters, one stays)."""
-    ordered = sorted(filters, key=lambda f: len(f.eq) + len(f.has) + bin(f.flags).count("1"))
+    # A filter that covers another and differs from it weighs strictly less (an equality
+    # weighs two: it is a presence and more), so coverers come first.
+    ordered = sorted(filters, key=_weight)
     kept: list[InterestFilter] = []
-    for f in ordered:  # fewer conditions first: a coverer comes before what it covers
+    for f in ordered:
         if not any(k.covers(f) for k in kept):
             kept.append(f)
     return kept
+
+
+def _weight(f: InterestFilter) -> int:
+    return 2 * len(f.eq) + len(f.has) + bin(f.flags).count("1") + (f.type is not None)
 
 
 class _Tree:
