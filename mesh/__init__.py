@@ -63,7 +63,14 @@ from .event import (
 )
 from .eventqueue import EventQueue
 from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
-from .interest import Interest, InterestFilter, InterestTable, MeshInterests
+from .interest import (
+    CACHE_INTEREST,
+    STORE_INTEREST,
+    Interest,
+    InterestFilter,
+    InterestTable,
+    MeshInterests,
+)
 from .interfaces import (
     ENV_INTERFACES,
     Interface,
@@ -103,6 +110,8 @@ from .topology import TOPOLOGY_FILE, load_topology, save_topology
 from .values import Value, Values, check_value, check_values
 
 __all__ = [
+    "CACHE_INTEREST",
+    "STORE_INTEREST",
     "AaError",
     "AaTimeout",
     "AccessDenied",

@@ -70,6 +70,8 @@ __all__ = [
     "MAX_FILTERS",
     "MAX_TYPES",
     "MAX_CONSTRAINTS",
+    "STORE_INTEREST",
+    "CACHE_INTEREST",
 ]
 
 #: Filter flag: the event asks to be persisted (meta ``persist: True``): a store's interest.
@@ -396,6 +398,12 @@ class Interest:
         filters.extend(InterestFilter(type=t) for t in types)
         return cls.of(filters)
 
+
+#: A store's interest: every persisted event.
+STORE_INTEREST: Final = InterestFilter(flags=PERSISTED)
+#: A mesh cache's interest (when it counts: `MeshConfig.cache_interest`): every event not
+#: opted out of the mesh cache.
+CACHE_INTEREST: Final = InterestFilter(flags=CACHED)
 
 Interest.ANYTHING = Interest(True, frozenset(), frozenset())
 Interest.NOTHING = Interest(False, frozenset(), frozenset())

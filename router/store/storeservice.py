@@ -251,6 +251,7 @@ class StoreService:
 
                 async def remote(chunk: list[Event]) -> list[Event]:
                     return await select([ev for ev in chunk if allowed(ev.type)])
+
         found: dict[str, Event] = {}
         if self.store is not None and remote:
             async for chunk in self.store.iterate(None, since=since):
