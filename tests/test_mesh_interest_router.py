@@ -102,3 +102,18 @@ async def test_a_summary_over_the_caps_gets_its_router_everything() -> None:
         )
         assert a.mesh.counters["interest_refused"] == 1
         assert table.view.interest(b.id) is Interest.ANYTHING
+
+
+def test_aa_router_routing_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from aa.tools.cli import build_parser
+    from aa.tools.router_cmd import config_from_args
+
+    def config(*argv: str) -> RouterConfig:
+        return config_from_args(build_parser().parse_args(["router", *argv]), environ={})
+
+    assert config().mesh.routing == "flood"
+    assert config("--routing", "interest").mesh.routing == "interest"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["router", "--routing", "gossip"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'gossip'" in err and "Traceback" not in err
