@@ -25,8 +25,11 @@ owns the sockets and the control flood that carries the summaries (`aa.router.li
 3. **Safety** (`InterestTable`) — a router forwards by the tree only when it is sure:
 
    - the view is *complete*: every router named as a peer has told its own links and
-     interest, and every edge is claimed by both its ends (else some router's links or
-     interest are unknown to us);
+     interest (else some router's links or interest are unknown to us). An edge counts
+     only when both its ends claim it: a router's word on its own links wins, so the stale
+     summary of a router that died (still claiming links its neighbours dropped) leaves
+     it outside the graph until it is forgotten, and a link one end has not yet told of
+     is not used (both ends, and everyone who heard of the change, flood meanwhile);
    - the view is *settled*: nothing changed for `SETTLE_TIME` (a link came or went here, a
      router's links or interest changed, a router appeared or was forgotten);
    - the copy came the tree's way: from this router's parent in the tree of its source (a
@@ -525,8 +528,7 @@ class MeshInterests:
 
     @property
     def complete(self) -> bool:
-        """Every router named as a peer told its own links and interest, and every edge is
-        claimed by both its ends."""
+        """Every router named as a peer told its own links and interest."""
         self._build()
         return self._complete
 
@@ -539,10 +541,10 @@ class MeshInterests:
                 mine = []
                 for w in ws:
                     theirs = peers.get(w)
-                    if theirs is not None and v in theirs:
+                    if theirs is None:
+                        complete = False  # a router we know nothing of
+                    elif v in theirs:
                         mine.append(w)
-                    else:
-                        complete = False
                 graph[v] = mine  # sorted already: `put` sorts
             self._graph = graph
             self._complete = complete

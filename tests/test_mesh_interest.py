@@ -186,3 +186,17 @@ def test_a_full_view_leaves_it_incomplete_so_the_router_floods():
     table.receive("b", 1, ["a"], Interest.NOTHING, now=0.0)
     table.receive("c", 1, ["a"], Interest.NOTHING, now=0.0)  # no room: unknown
     assert table.targets("a", None, ev("hot"), now=1.0) is None
+
+
+def test_a_dead_routers_stale_summary_does_not_hold_the_mesh_in_flood():
+    graph = ring(6)
+    view = MeshInterests()
+    for rid, peers in graph.items():
+        view.put(rid, peers, Interest.of([HOT]) if rid == "r3" else Interest.NOTHING)
+    # r2 dies: r1 and r3 say so; r2's last summary (claiming both) is still held.
+    graph = {r: [p for p in peers if p != "r2"] for r, peers in graph.items() if r != "r2"}
+    view.put("r1", graph["r1"], Interest.NOTHING)
+    view.put("r3", graph["r3"], Interest.of([HOT]))
+    assert view.complete
+    reached, messages = walk(view, graph, "r1", ev("hot"))
+    assert reached == {"r1", "r6", "r5", "r4", "r3"} and messages == 4
