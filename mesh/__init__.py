@@ -63,6 +63,14 @@ from .event import (
 )
 from .eventqueue import EventQueue
 from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
+from .interest import (
+    CACHE_INTEREST,
+    STORE_INTEREST,
+    Interest,
+    InterestFilter,
+    InterestTable,
+    MeshInterests,
+)
 from .interfaces import (
     ENV_INTERFACES,
     Interface,
@@ -102,6 +110,8 @@ from .topology import TOPOLOGY_FILE, load_topology, save_topology
 from .values import Value, Values, check_value, check_values
 
 __all__ = [
+    "CACHE_INTEREST",
+    "STORE_INTEREST",
     "AaError",
     "AaTimeout",
     "AccessDenied",
@@ -131,6 +141,9 @@ __all__ = [
     "GetMesh",
     "Hop",
     "IdGenerator",
+    "Interest",
+    "InterestFilter",
+    "InterestTable",
     "Interface",
     "InvalidPattern",
     "InvalidPolicy",
@@ -150,6 +163,7 @@ __all__ = [
     "META_TTL",
     "MalformedFrame",
     "MeshInfo",
+    "MeshInterests",
     "NEED_DATA",
     "OutboxFull",
     "PatternError",

@@ -45,7 +45,7 @@ from .caches import ClientCacheService, MeshCache
 from .config import RouterConfig
 from .dispatch import DISPATCH_STEP, Dispatcher
 from .eventlog import EventLog
-from .links import MeshService
+from .links import MeshService, Wants
 from .local import LocalSubscription
 from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits, scope_filter
 from .quench import QuenchService
@@ -183,6 +183,9 @@ class Router:
             controls=self.mesh,
             info_interval=config.mesh.info_interval,
         )
+        # Interest routing: what this router wants, told again when subscriptions change.
+        self.mesh.interests.collect = Wants(self)
+        self.quench.on_change.append(self.mesh.interests.changed)
 
     # -- life cycle -------------------------------------------------------------------------
 

@@ -145,6 +145,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     mesh.add_argument(
         "--no-broadcast", action="store_true", help="no UDP broadcast beacons (zeroconf only)"
     )
+    mesh.add_argument(
+        "--routing",
+        choices=("flood", "interest"),
+        default="flood",
+        help="'interest': send each event only toward routers that may want it; 'flood' "
+        "(default): to every router",
+    )
     timing = p.add_argument_group(
         "mesh timing", "Seconds; the defaults suit a LAN, tests shorten them."
     )
@@ -310,6 +317,7 @@ def config_from_args(
         retry_max=max(args.retry_max, args.retry_base),
         keepalive=args.keepalive,
         info_interval=args.info_interval,
+        routing=args.routing,
     )
     if not 1 <= args.pattern_workers <= 64:
         raise UsageError(f"--pattern-workers must be 1..64, not {args.pattern_workers}")

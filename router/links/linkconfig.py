@@ -19,7 +19,13 @@ from aa.mesh import (
     UsageError,
 )
 
-__all__ = ["MeshConfig", "MAX_PEER_BACKLOG", "PEER_KEEPALIVE", "ROUTER_INFO_INTERVAL"]
+__all__ = [
+    "MeshConfig",
+    "MAX_PEER_BACKLOG",
+    "PEER_KEEPALIVE",
+    "ROUTER_INFO_INTERVAL",
+    "ROUTINGS",
+]
 
 #: Bytes queued for one peer router before events for it are dropped (and counted) rather
 #: than buffered: a stalled peer must not grow our memory without bound. Some 100,000
@@ -31,6 +37,9 @@ PEER_KEEPALIVE: Final = 5.0
 #: Seconds between two router-info summaries a router floods (what `aa mesh` shows of the
 #: routers it is not connected to). Tens of bytes per router per interval.
 ROUTER_INFO_INTERVAL: Final = 10.0
+#: How events cross the mesh: "flood" (every router gets every event) or "interest" (only
+#: routers that may want an event get it: `aa.mesh.interest`).
+ROUTINGS: Final = ("flood", "interest")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +71,14 @@ class MeshConfig:
     save_interval: float = 30.0
     #: Bytes queued for one peer before its events are dropped.
     max_backlog: int = MAX_PEER_BACKLOG
+    #: "flood" or "interest" (`ROUTINGS`). Routers of both kinds mix in one mesh: a flooding
+    #: router's copies arrive off the trees, and interest routers flood them on.
+    routing: str = "flood"
+    #: Under interest routing, whether this router's mesh cache is an interest: True, it
+    #: asks for every event not opted out of the mesh cache (so the mesh floods them while
+    #: any router keeps a mesh cache); False, its mesh cache holds the events that reach it
+    #: anyway (its subscribers', its store's, the ones it relays).
+    cache_interest: bool = False
 
     def __post_init__(self) -> None:
         if type(self.ttl) is not int or not 1 <= self.ttl <= MAX_TTL:
@@ -85,6 +102,10 @@ class MeshConfig:
             raise UsageError("stable_after must not be negative")
         if type(self.max_backlog) is not int or self.max_backlog <= 0:
             raise UsageError("max_backlog must be a positive number of bytes")
+        if self.routing not in ROUTINGS:
+            raise UsageError(f"routing must be one of {', '.join(ROUTINGS)}")
+        if type(self.cache_interest) is not bool:
+            raise UsageError("cache_interest must be True or False")
 
     @property
     def link_timeout(self) -> float:

@@ -48,6 +48,7 @@ from aa.mesh.protocol import MESH_PROTOCOL_VERSION, FloodGroup, MeshInfo, Ping
 
 from ..seams import Dispatch, RouterFacts
 from .dialer import Dialer, fill_host
+from .interests import InterestService
 from .linkconfig import MeshConfig
 from .meshview import ROUTER_INFO_TOPIC, MeshView
 from .peerlink import PeerLink
@@ -114,6 +115,9 @@ class MeshService:
         )
         self.table = self.dialer.table
         self.view = MeshView(self)
+        #: Who wants what, and where an event goes (`aa.router.links.interests`).
+        self.interests = InterestService(self)
+        self.relay.interests = self.interests
         self.discovery: Discovery | None = None
         #: Our mesh endpoint as we tell it ("0.0.0.0:port" when listening on every address:
         #: receivers put the address they see in its place).
@@ -168,6 +172,7 @@ class MeshService:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        self.interests.close()
         await self.dialer.cancel_dials()
         if self.discovery is not None:
             await self.discovery.aclose()
@@ -369,6 +374,7 @@ class MeshService:
         self.links[rid] = link
         self._link_list.append(link)
         link.settle(True)
+        self.interests.links_changed()  # before any event is relayed on the new link
         log.info(
             "peer %s up (%s %s)",
             link.label,
@@ -412,6 +418,7 @@ class MeshService:
         rid = link.remote_id
         if rid is not None and self.links.get(rid) is link:
             self._unregister(link)
+            self.interests.links_changed()
             if link.address is not None:
                 if link.clean:
                     self.table.record_closed(link.address, now)
@@ -521,13 +528,14 @@ class MeshService:
                 self.view.expire(now)
                 self.rules.seen.expire(now)
                 self._next_info = now + cfg.info_interval
+            next_interest = self.interests.tick(now)
             save_at = dialer.save_at
             if dialer.keeps_topology and (
                 now >= next_save or (save_at is not None and now >= save_at)
             ):
                 dialer.spawn_save()
                 next_save = now + cfg.save_interval
-            wake = min(next_keepalive, self._next_info)
+            wake = min(next_keepalive, self._next_info, next_interest)
             if dialer.keeps_topology:
                 wake = min(wake, next_save, dialer.save_at if dialer.save_at is not None else wake)
             dial_at = dialer.next_dial(now)

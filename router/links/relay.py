@@ -60,6 +60,7 @@ from aa.mesh.protocol import MAX_GROUP_EVENTS, FloodGroup
 from ..seams import Dispatch
 
 if TYPE_CHECKING:
+    from .interests import InterestService
     from .peerlink import PeerLink
 
 __all__ = ["Relay", "ControlCallback"]
@@ -96,6 +97,8 @@ class Relay:
         self._dirty: list[PeerLink] = []
         self._flush_scheduled = False
         self._last_drop_log = -DROP_LOG_INTERVAL
+        #: Where events go under interest routing (None, or routing "flood": everywhere).
+        self.interests: InterestService | None = None
 
     # -- control messages -------------------------------------------------------------------
 
@@ -177,6 +180,19 @@ class Relay:
             return
         path = (self.rules.router_id,)  # what `FloodRules.originate` stamped on each of them
         ttl = self.rules.initial_ttl
+        interests = self.interests
+        if interests is not None and interests.routes:
+            by_id = {link.remote_id: link for link in links}
+            me = self.rules.router_id
+            for chosen, part in self._route(events, me, None, list(by_id), None, None):
+                self._queue(part, ttl, path, [by_id[rid] for rid in chosen])
+            return
+        self._queue(events, ttl, path, links)
+
+    def _queue(
+        self, events: list[Event], ttl: int, path: tuple[str, ...], links: list[PeerLink]
+    ) -> None:
+        """Pack *events* once and queue the groups on every one of *links*."""
         for start in range(0, len(events), MAX_GROUP_EVENTS):
             chunk = events[start : start + MAX_GROUP_EVENTS]
             try:
@@ -186,6 +202,39 @@ class Relay:
                 continue
             for link in links:
                 link.queue_group(group)
+
+    def _route(
+        self,
+        events: list[Event],
+        source: str,
+        came_from: str | None,
+        peers: list[str],
+        hop: Any,
+        flood_to: list[str] | None,
+    ) -> list[tuple[tuple[str, ...], list[Event]]]:
+        """*events* split by the peers each goes to under interest routing: the peers the
+        rule names (among *peers*, never one on the path), or where a flood goes
+        (*flood_to*, or every one of *peers*) when the rule says flood."""
+        assert self.interests is not None
+        targets = self.interests.targets
+        now = time.monotonic()
+        path = hop.path if hop is not None else ()
+        flooded = tuple(flood_to if flood_to is not None else peers)
+        parts: dict[tuple[str, ...], list[Event]] = {}
+        n_flooded = 0
+        for ev in events:
+            chosen = targets(source, came_from, ev, now)
+            if chosen is None:
+                key = flooded
+                n_flooded += 1
+            else:
+                key = tuple(p for p in chosen if p in peers and p not in path)
+            if key:
+                parts.setdefault(key, []).append(ev)
+        counters = self.counters
+        counters["interest_flooded"] += n_flooded
+        counters["interest_routed"] += len(events) - n_flooded
+        return list(parts.items())
 
     def link_dirty(self, link: PeerLink) -> None:
         """*link* queued groups: write them at the next `flush`."""
@@ -237,6 +286,7 @@ class Relay:
         by_id = {out.remote_id: out for out in self._links() if out is not link}
         peers = list(by_id)
         now = time.monotonic()
+        routes = self.interests is not None and self.interests.routes
         n = dups = 0
         try:
             for group in groups:
@@ -263,6 +313,16 @@ class Relay:
                 targets = forward_to(hop, peers, came_from)  # step 4
                 if not targets:
                     continue
+                if routes:
+                    parts = self._route(fresh, new_path[0], came_from, peers, hop, targets)
+                    if len(parts) == 1 and len(parts[0][1]) == k:  # all of it, one way
+                        targets = list(parts[0][0])
+                    else:
+                        for chosen, part in parts:
+                            out_group = FloodGroup.encode(part, ttl=hop.ttl, path=new_path)
+                            for rid in chosen:
+                                by_id[rid].queue_group(out_group)
+                        continue
                 if len(fresh) == k:
                     out_group = FloodGroup.trusted(hop.ttl, new_path, ids, group.blob)
                 else:

@@ -45,7 +45,7 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import MAX_PEERS, Control, Event, InvalidValue, PatternSpec, UsageError
@@ -109,6 +109,9 @@ class QuenchService:
         self._scheduled = False
         self._reflood = False
         self._task: asyncio.Task[None] | None = None
+        #: Called (no arguments) whenever a subscription comes, changes or goes: the one
+        #: place the router's subscriptions are watched, for quenching and interest routing.
+        self.on_change: list[Callable[[], None]] = []
         controls.on_control(QUENCH_TOPIC, self._on_control)
         controls.on_control(ROUTER_INFO_TOPIC, self._on_router_info)
 
@@ -233,6 +236,11 @@ class QuenchService:
         if later:
             self._dry_run(key, later)
         self._schedule()
+        self._changed()
+
+    def _changed(self) -> None:
+        for hook in self.on_change:
+            hook()
 
     def _set(self, reg: Registration, key: Hashable, now_in: bool) -> None:
         if now_in != (key in reg.matches):
@@ -272,6 +280,7 @@ class QuenchService:
         if sid is not None:
             self._sid_taken.discard(sid)
         self._schedule()
+        self._changed()
 
     def _scan(self, reg: Registration) -> set[Hashable]:
         """The local subscriptions matching *reg*; those whose pattern runs in a worker are

@@ -1,0 +1,671 @@
+"""Interest routing: what each router wants, and where an event must go (pure: no I/O, no
+asyncio; time is passed in).
+
+Flooding sends every event to every router. Interest routing sends an event on a link only
+if some router reached through that link may want it. Three parts, all here; the router
+owns the sockets and the control flood that carries the summaries (`aa.router.links`).
+
+1. **Interest** — one router's summary: a set of `InterestFilter`s, each a conjunction of
+   *necessary* conditions (an event type, equalities of values with constants, names that
+   must be present, "persisted", "not opted out of the mesh cache"), or "anything". A
+   filter says "may match": an event it rejects is one the router's subscribers, store and
+   caches can never want; an event it accepts may still match nothing there. Filters are
+   merged and covered (`InterestFilter.covers`: a filter that accepts every event another
+   accepts replaces it), so a thousand subscribers of ``type == "hot"`` cost one filter.
+   Every count is capped (the constants below); past a cap a summary widens — filters to
+   their types, then to "anything" — never grows. Widening only ever forwards more.
+
+2. **The view** (`MeshInterests`) — every router's links and interest, as flooded by each
+   of them. The graph keeps an edge only when both ends claim it. For an event from router
+   *s*, every router computes the same shortest-path tree rooted at *s* (breadth-first,
+   neighbours in order of router id: the deterministic tie-break), and forwards it to the
+   children of its own node whose subtree holds a router whose interest may match. The
+   subtree interests are folded bottom-up once per (view, source) and cached.
+
+3. **Safety** (`InterestTable`) — a router forwards by the tree only when it is sure:
+
+   - the view is *complete*: every router named as a peer has told its own links and
+     interest (else some router's links or interest are unknown to us). An edge counts
+     only when both its ends claim it: a router's word on its own links wins, so the stale
+     summary of a router that died (still claiming links its neighbours dropped) leaves
+     it outside the graph until it is forgotten, and a link one end has not yet told of
+     is not used (both ends, and everyone who heard of the change, flood meanwhile);
+   - the view is *settled*: nothing changed for `SETTLE_TIME` (a link came or went here, a
+     router's links or interest changed, a router appeared or was forgotten);
+   - the copy came the tree's way: from this router's parent in the tree of its source (a
+     copy from anywhere else means a router upstream floods, or sees another view).
+
+   Otherwise it floods, as without interest routing. Why no event is lost to a change: a
+   router that sees a change floods its new summary *at once* (before relaying any further
+   event), and routers relay a control before the events that follow it on the same link
+   (links are FIFO, controls are forwarded on first receipt). So every router a flooded
+   copy reaches after a change has heard of the change first, is unsettled, and floods it
+   on; by the time a router settles (`SETTLE_TIME` later, far longer than a flood takes to
+   cross the mesh), every router holds the same view. What is still lost is what flooding
+   would also lose on that link — a copy in flight to a router that dies — except that
+   flooding had other copies on other routes: an event that was on its way *through* the
+   router that died is lost for the routers behind it. A silent death (no TCP reset) is
+   seen only after the link timeout.
+
+An event reaches a subscriber whose router's interest was in the view of every router on
+the way when the event passed there: "after subscribe() returned" means after the new
+summary reached the publisher's router (one flood, milliseconds per hop).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
+
+from .errors import InvalidValue
+from .event import MAX_ID_LENGTH, Event
+
+__all__ = [
+    "InterestFilter",
+    "Interest",
+    "MeshInterests",
+    "InterestTable",
+    "PERSISTED",
+    "CACHED",
+    "SETTLE_TIME",
+    "MAX_FILTERS",
+    "MAX_TYPES",
+    "MAX_CONSTRAINTS",
+    "STORE_INTEREST",
+    "CACHE_INTEREST",
+]
+
+#: Filter flag: the event asks to be persisted (meta ``persist: True``): a store's interest.
+PERSISTED: Final = 1
+#: Filter flag: the event is not opted out of the mesh cache (meta ``mesh_cache`` not False).
+CACHED: Final = 2
+_FLAGS: Final = PERSISTED | CACHED
+#: The meta keys the flags read (the store's own names: `aa.router.store.expiry`).
+_META_PERSIST: Final = "persist"
+_META_MESH_CACHE: Final = "mesh_cache"
+
+#: Filters beyond type-only ones in one summary, in filters. A summary crosses the mesh on
+#: every change and is held by every router: 128 filters of a few constraints are a few KB.
+#: A router whose subscribers need more widens its filters to their types.
+MAX_FILTERS: Final = 128
+#: Event types in one summary, in types; past it the summary is "anything". Sites have tens
+#: of event types; a summary of hundreds is still a few KB.
+MAX_TYPES: Final = 256
+#: Equalities and names in one filter, each; a longer conjunction keeps its first ones (a
+#: filter with fewer conditions accepts more: still sound).
+MAX_CONSTRAINTS: Final = 4
+#: Longest type, value name or string constant kept, in characters; a longer constant is
+#: dropped from its filter (the filter accepts more), a longer type widens the filter.
+MAX_TEXT: Final = 128
+#: Filters of a subtree's folded interest (the union over many routers), in filters: past it
+#: the subtree wants "anything" (its link carries every event).
+MAX_FOLDED_FILTERS: Final = 1024
+#: Seconds a router floods after any change of the view. Must exceed by far the time a
+#: summary takes to cross the mesh (milliseconds per hop): routers then settle on one view.
+SETTLE_TIME: Final = 1.0
+#: Trees kept per view (sources the router relays for), in trees: each holds a few entries
+#: per router of the mesh.
+MAX_TREES: Final = 256
+
+_MISSING: Final = object()
+_CONSTANT_TYPES: Final = (str, int, float, bool)
+
+
+class InterestFilter(NamedTuple):
+    """Necessary conditions for an event to be wanted: all must hold.
+
+    >>> f = InterestFilter(type="hot", eq=(("site", "a"),))
+    >>> f.matches(Event(values={"site": "a", "t": 1}, type="hot"))
+    True
+    >>> f.matches(Event(values={"site": "b"}, type="hot"))
+    False
+    >>> InterestFilter(type="hot").covers(f)
+    True
+    """
+
+    #: The event's type, or None for any type (and none).
+    type: str | None = None
+    #: (value name, constant) pairs, sorted: the event's value equals the constant (``==``
+    #: on hashable values, as the predicate index compares).
+    eq: tuple[tuple[str, Any], ...] = ()
+    #: Value names the event must carry, sorted.
+    has: tuple[str, ...] = ()
+    #: `PERSISTED`, `CACHED`, or both.
+    flags: int = 0
+
+    def matches(self, event: Event) -> bool:
+        """Whether *event* meets every condition (it *may* be wanted)."""
+        if self.type is not None and event.type != self.type:
+            return False
+        flags = self.flags
+        if flags:
+            meta = event.meta
+            if flags & PERSISTED and meta.get(_META_PERSIST) is not True:
+                return False
+            if flags & CACHED and meta.get(_META_MESH_CACHE) is False:
+                return False
+        values = event.values
+        for name in self.has:
+            if name not in values:
+                return False
+        for name, constant in self.eq:
+            v = values.get(name, _MISSING)
+            if v is _MISSING:
+                return False
+            try:
+                hash(v)
+            except TypeError:  # a list or a map equals no constant
+                return False
+            if v != constant:
+                return False
+        return True
+
+    def covers(self, other: InterestFilter) -> bool:
+        """Whether every event *other* accepts, this one accepts too."""
+        if self.type is not None and self.type != other.type:
+            return False
+        if self.flags & ~other.flags:
+            return False
+        if any(pair not in other.eq for pair in self.eq):
+            return False
+        named = set(other.has)
+        named.update(name for name, _ in other.eq)
+        return all(name in named for name in self.has)
+
+    @property
+    def universal(self) -> bool:
+        """Accepts every event."""
+        return self.type is None and not self.eq and not self.has and not self.flags
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        type: str | None = None,
+        eq: Iterable[tuple[str, Any]] = (),
+        has: Iterable[str] = (),
+        flags: int = 0,
+    ) -> InterestFilter:
+        """A filter with its conditions checked and capped: constants that are no str, int,
+        float or bool (or too long), and conditions past `MAX_CONSTRAINTS`, are dropped —
+        the filter then accepts more, never less. A type that is no str of at most
+        `MAX_TEXT` characters means any type."""
+        if type is not None and (not isinstance(type, str) or len(type) > MAX_TEXT):
+            type = None
+        pairs: dict[str, Any] = {}
+        for name, c in eq:
+            if name in pairs or not _name_ok(name) or not _constant_ok(c):
+                continue
+            pairs[name] = c
+        names = sorted({n for n in has if _name_ok(n) and n not in pairs})
+        return cls(
+            type,
+            tuple(sorted(pairs.items(), key=lambda kv: kv[0]))[:MAX_CONSTRAINTS],
+            tuple(names[:MAX_CONSTRAINTS]),
+            flags & _FLAGS,
+        )
+
+
+def _name_ok(name: object) -> bool:
+    return type(name) is str and 0 < len(name) <= MAX_TEXT
+
+
+def _constant_ok(c: object) -> bool:
+    if type(c) not in _CONSTANT_TYPES:
+        return False
+    if type(c) is str:
+        return len(c) <= MAX_TEXT  # type: ignore[arg-type]
+    return not (type(c) is float and not math.isfinite(c))  # type: ignore[arg-type]
+
+
+class Interest:
+    """One router's interest (or a subtree's): "anything", or event types wanted whole
+    plus filters. Immutable; build with `Interest.of` (merged, covered, capped).
+
+    >>> hot = Interest.of([InterestFilter(type="hot"), InterestFilter(type="hot", has=("x",))])
+    >>> hot.types, hot.filters
+    (frozenset({'hot'}), frozenset())
+    >>> hot.may_match(Event(values={}, type="cold"))
+    False
+    >>> Interest.ANYTHING.covers(hot), hot.covers(Interest.ANYTHING)
+    (True, False)
+    """
+
+    __slots__ = ("anything", "types", "filters")
+
+    ANYTHING: Interest
+    NOTHING: Interest
+
+    def __init__(
+        self, anything: bool, types: frozenset[str], filters: frozenset[InterestFilter]
+    ) -> None:
+        self.anything = anything
+        self.types = types
+        self.filters = filters
+
+    @classmethod
+    def of(cls, filters: Iterable[InterestFilter]) -> Interest:
+        """The interest of *filters* (each a way an event may be wanted), merged: covered
+        filters go; past `MAX_FILTERS` the filters widen to their types, past `MAX_TYPES`
+        (or with a filter that accepts everything) the interest is "anything"."""
+        types: set[str] = set()
+        rest: set[InterestFilter] = set()
+        for f in filters:
+            if f.universal:
+                return cls.ANYTHING
+            if f.type is not None and not f.eq and not f.has and not f.flags:
+                types.add(f.type)
+                if len(types) > MAX_TYPES:
+                    return cls.ANYTHING
+            else:
+                rest.add(f)
+                if len(rest) > 4 * MAX_FILTERS:  # covering is quadratic: widen now
+                    return cls._widened(types, rest)
+        rest = {f for f in rest if f.type not in types}
+        kept = _uncovered(rest)
+        if len(kept) > MAX_FILTERS:
+            return cls._widened(types, kept)
+        return cls(False, frozenset(types), frozenset(kept))
+
+    @classmethod
+    def _widened(cls, types: set[str], filters: Iterable[InterestFilter]) -> Interest:
+        types = set(types)
+        for f in filters:
+            if f.type is None:
+                return cls.ANYTHING
+            types.add(f.type)
+        if len(types) > MAX_TYPES:
+            return cls.ANYTHING
+        return cls(False, frozenset(types), frozenset())
+
+    @classmethod
+    def union(cls, interests: Iterable[Interest]) -> Interest:
+        """What any of *interests* may want (a subtree's), without covering (cheap); past
+        `MAX_FOLDED_FILTERS` filters or `MAX_TYPES` types: "anything"."""
+        types: set[str] = set()
+        filters: set[InterestFilter] = set()
+        for i in interests:
+            if i.anything:
+                return cls.ANYTHING
+            types |= i.types
+            filters |= i.filters
+        if len(filters) > MAX_FOLDED_FILTERS or len(types) > 4 * MAX_TYPES:
+            return cls.ANYTHING
+        if types and filters:
+            filters = {f for f in filters if f.type not in types}
+        return cls(False, frozenset(types), frozenset(filters))
+
+    @property
+    def empty(self) -> bool:
+        """Wants nothing."""
+        return not self.anything and not self.types and not self.filters
+
+    def may_match(self, event: Event) -> bool:
+        """Whether *event* may be wanted (False: certainly not)."""
+        if self.anything:
+            return True
+        if event.type in self.types:
+            return True
+        return any(f.matches(event) for f in self.filters)
+
+    def covers(self, other: Interest) -> bool:
+        """Whether this interest accepts every event *other* accepts."""
+        if self.anything:
+            return True
+        if other.anything:
+            return False
+        if not other.types <= self.types:
+            return False
+        mine = [InterestFilter(type=t) for t in self.types]
+        mine.extend(self.filters)
+        return all(any(m.covers(f) for m in mine) for f in other.filters)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Interest):
+            return NotImplemented
+        return (self.anything, self.types, self.filters) == (
+            other.anything,
+            other.types,
+            other.filters,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.anything, self.types, self.filters))
+
+    def __repr__(self) -> str:
+        if self.anything:
+            return "Interest.ANYTHING"
+        return f"Interest(types={sorted(self.types)!r}, filters={len(self.filters)})"
+
+    # -- the wire ---------------------------------------------------------------------------
+
+    def to_wire(self) -> dict[str, Any]:
+        """The interest as a control body's value (values of the model only)."""
+        if self.anything:
+            return {"any": True}
+        return {
+            "any": False,
+            "types": sorted(self.types),
+            "f": [
+                [f.type, [list(p) for p in f.eq], list(f.has), f.flags]
+                for f in sorted(self.filters, key=repr)
+            ],
+        }
+
+    @classmethod
+    def from_wire(cls, data: object) -> Interest:
+        """The interest a peer sent. Raises `InvalidValue` for a malformed one, or one over
+        the caps (`MAX_TYPES`, `MAX_FILTERS`, `MAX_CONSTRAINTS`, `MAX_TEXT`): the caller
+        then takes that router as wanting anything."""
+        if not isinstance(data, Mapping):
+            raise InvalidValue("an interest must be a map")
+        if data.get("any") is True:
+            return cls.ANYTHING
+        types = data.get("types", [])
+        raw = data.get("f", [])
+        if type(types) is not list or type(raw) is not list:
+            raise InvalidValue("an interest's types and filters must be lists")
+        if len(types) > MAX_TYPES or len(raw) > MAX_FILTERS:
+            raise InvalidValue(
+                f"an interest holds at most {MAX_TYPES} types and {MAX_FILTERS} filters"
+            )
+        if not all(_name_ok(t) for t in types):
+            raise InvalidValue(f"event types must be str of 1 to {MAX_TEXT} characters")
+        filters = []
+        for item in raw:
+            if type(item) is not list or len(item) != 4:
+                raise InvalidValue("a filter must be [type, eq, has, flags]")
+            t, eq, has, flags = item
+            if t is not None and not _name_ok(t):
+                raise InvalidValue(f"a filter's type must be a str of 1 to {MAX_TEXT} characters")
+            if type(eq) is not list or type(has) is not list or type(flags) is not int:
+                raise InvalidValue("a filter's eq and has must be lists, its flags an int")
+            if len(eq) > MAX_CONSTRAINTS or len(has) > MAX_CONSTRAINTS:
+                raise InvalidValue(
+                    f"a filter holds at most {MAX_CONSTRAINTS} conditions of each kind"
+                )
+            pairs = []
+            for p in eq:
+                if type(p) is not list or len(p) != 2 or not _name_ok(p[0]):
+                    raise InvalidValue("an equality must be [name, constant]")
+                if not _constant_ok(p[1]):
+                    raise InvalidValue("a constant must be a str, int, finite float or bool")
+                pairs.append((p[0], p[1]))
+            if not all(_name_ok(n) for n in has):
+                raise InvalidValue(f"names must be str of 1 to {MAX_TEXT} characters")
+            if flags & ~_FLAGS:
+                raise InvalidValue("unknown filter flags")
+            filters.append(InterestFilter.make(type=t, eq=pairs, has=has, flags=flags))
+        filters.extend(InterestFilter(type=t) for t in types)
+        return cls.of(filters)
+
+
+#: A store's interest: every persisted event.
+STORE_INTEREST: Final = InterestFilter(flags=PERSISTED)
+#: A mesh cache's interest (when it counts: `MeshConfig.cache_interest`): every event not
+#: opted out of the mesh cache.
+CACHE_INTEREST: Final = InterestFilter(flags=CACHED)
+
+Interest.ANYTHING = Interest(True, frozenset(), frozenset())
+Interest.NOTHING = Interest(False, frozenset(), frozenset())
+
+
+def _uncovered(filters: set[InterestFilter]) -> list[InterestFilter]:
+    """*filters* without those another covers (of two equal filters, one stays)."""
+    # A filter that covers another and differs from it weighs strictly less (an equality
+    # weighs two: it is a presence and more), so coverers come first.
+    ordered = sorted(filters, key=_weight)
+    kept: list[InterestFilter] = []
+    for f in ordered:
+        if not any(k.covers(f) for k in kept):
+            kept.append(f)
+    return kept
+
+
+def _weight(f: InterestFilter) -> int:
+    return 2 * len(f.eq) + len(f.has) + bin(f.flags).count("1") + (f.type is not None)
+
+
+class _Tree:
+    """The shortest-path tree of one source over one view: each router's parent, and the
+    folded interest of each router's subtree (its own and all its descendants')."""
+
+    __slots__ = ("parent", "children", "folded")
+
+    def __init__(
+        self,
+        source: str,
+        graph: Mapping[str, Sequence[str]],
+        interests: Mapping[str, Interest],
+    ) -> None:
+        parent: dict[str, str | None] = {source: None}
+        order = [source]
+        queue = deque([source])
+        while queue:
+            v = queue.popleft()
+            for w in graph.get(v, ()):  # sorted by id: the tie-break
+                if w not in parent:
+                    parent[w] = v
+                    order.append(w)
+                    queue.append(w)
+        children: dict[str, list[str]] = {}
+        for v in order[1:]:
+            children.setdefault(parent[v], []).append(v)  # type: ignore[arg-type]
+        folded: dict[str, Interest] = {}
+        for v in reversed(order):  # leaves first
+            own = interests.get(v, Interest.ANYTHING)
+            kids = children.get(v)
+            folded[v] = Interest.union([own, *(folded[c] for c in kids)]) if kids else own
+        self.parent = parent
+        self.children = children
+        self.folded = folded
+
+
+class MeshInterests:
+    """The view: every router's links and interest; shortest-path trees over it.
+
+    >>> view = MeshInterests()
+    >>> for rid, peers in {"a": ["b"], "b": ["a", "c"], "c": ["b"]}.items():
+    ...     _ = view.put(rid, peers, Interest.NOTHING)
+    >>> _ = view.put("c", ["b"], Interest.of([InterestFilter(type="hot")]))
+    >>> view.forward("a", "a", None, Event(values={}, type="hot"))
+    ['b']
+    >>> view.forward("a", "a", None, Event(values={}, type="cold"))
+    []
+    """
+
+    def __init__(self, *, max_routers: int = 1024) -> None:
+        self.max_routers = max_routers
+        self._peers: dict[str, tuple[str, ...]] = {}
+        self._interests: dict[str, Interest] = {}
+        self._graph: dict[str, list[str]] | None = None
+        self._complete = False
+        self._trees: OrderedDict[str, _Tree] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def __contains__(self, router_id: object) -> bool:
+        return router_id in self._peers
+
+    def interest(self, router_id: str) -> Interest | None:
+        """*router_id*'s interest, or None when unknown."""
+        return self._interests.get(router_id)
+
+    def peers(self, router_id: str) -> tuple[str, ...]:
+        return self._peers.get(router_id, ())
+
+    def routers(self) -> list[str]:
+        return list(self._peers)
+
+    def put(self, router_id: str, peers: Iterable[str], interest: Interest) -> bool:
+        """Record what *router_id* says of itself. True if that changed the view. Raises
+        `InvalidValue` when the view already holds `max_routers` other routers."""
+        claimed = tuple(sorted(set(peers) - {router_id}))
+        if self._peers.get(router_id) == claimed and self._interests.get(router_id) == interest:
+            return False
+        if router_id not in self._peers and len(self._peers) >= self.max_routers:
+            raise InvalidValue(f"the view holds at most {self.max_routers} routers")
+        self._peers[router_id] = claimed
+        self._interests[router_id] = interest
+        self._changed()
+        return True
+
+    def drop(self, router_id: str) -> bool:
+        """Forget *router_id*; True if it was known."""
+        if router_id not in self._peers:
+            return False
+        del self._peers[router_id]
+        del self._interests[router_id]
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        self._graph = None
+        self._trees.clear()
+
+    @property
+    def complete(self) -> bool:
+        """Every router named as a peer told its own links and interest."""
+        self._build()
+        return self._complete
+
+    def _build(self) -> dict[str, list[str]]:
+        if self._graph is None:
+            peers = self._peers
+            complete = True
+            graph: dict[str, list[str]] = {}
+            for v, ws in peers.items():
+                mine = []
+                for w in ws:
+                    theirs = peers.get(w)
+                    if theirs is None:
+                        complete = False  # a router we know nothing of
+                    elif v in theirs:
+                        mine.append(w)
+                graph[v] = mine  # sorted already: `put` sorts
+            self._graph = graph
+            self._complete = complete
+        return self._graph
+
+    def tree(self, source: str) -> _Tree | None:
+        """The tree of *source*, or None if *source* is unknown."""
+        tree = self._trees.get(source)
+        if tree is not None:
+            self._trees.move_to_end(source)
+            return tree
+        graph = self._build()
+        if source not in graph:
+            return None
+        tree = self._trees[source] = _Tree(source, graph, self._interests)
+        if len(self._trees) > MAX_TREES:
+            self._trees.popitem(last=False)
+        return tree
+
+    def forward(
+        self, me: str, source: str, came_from: str | None, event: Event
+    ) -> list[str] | None:
+        """The neighbours of *me* to send *event* (from router *source*, received from
+        *came_from*, None if *me* is the source) to: its children in the tree of *source*
+        whose subtree may want it. None means "flood": the view is incomplete, *source*
+        or *me* is not in it, or the copy did not come the tree's way."""
+        self._build()
+        if not self._complete:
+            return None
+        tree = self.tree(source)
+        if tree is None or me not in tree.parent or tree.parent[me] != came_from:
+            return None
+        kids = tree.children.get(me)
+        if not kids:
+            return []
+        folded = tree.folded
+        return [c for c in kids if folded[c].may_match(event)]
+
+
+class InterestTable:
+    """One router's view with the safety rules of the module docstring: time passed in.
+
+    >>> table = InterestTable("a")
+    >>> table.local(["b"], Interest.NOTHING, now=0.0)
+    True
+    >>> table.receive("b", 1, ["a"], Interest.of([InterestFilter(type="hot")]), now=0.0)
+    True
+    >>> table.targets("a", None, Event(values={}, type="cold"), now=0.5) is None  # settling
+    True
+    >>> table.targets("a", None, Event(values={}, type="cold"), now=2.0)
+    []
+    """
+
+    def __init__(
+        self, router_id: str, *, settle: float = SETTLE_TIME, max_routers: int = 1024
+    ) -> None:
+        if type(router_id) is not str or not 0 < len(router_id) <= MAX_ID_LENGTH:
+            raise InvalidValue(f"router_id must be a str of 1 to {MAX_ID_LENGTH} characters")
+        self.router_id = router_id
+        self.settle = settle
+        self.view = MeshInterests(max_routers=max_routers)
+        #: router id → (version, monotonic time last heard) of each remote router.
+        self.heard: dict[str, tuple[int, float]] = {}
+        self._settled_at = math.inf  # not before our own links are known
+
+    def unsettle(self, now: float) -> None:
+        """Something changed: flood until `settle` seconds have passed quietly."""
+        self._settled_at = now + self.settle
+
+    def settled(self, now: float) -> bool:
+        return now >= self._settled_at
+
+    def local(self, peers: Iterable[str], interest: Interest, now: float) -> bool:
+        """This router's links and interest; True (and unsettled) if they changed."""
+        if self._settled_at == math.inf:
+            self._settled_at = now + self.settle
+        if self.view.put(self.router_id, peers, interest):
+            self.unsettle(now)
+            return True
+        return False
+
+    def receive(
+        self, origin: str, version: int, peers: Iterable[str], interest: Interest, now: float
+    ) -> bool:
+        """A router's flooded summary. True if the view changed (then unsettled). An older
+        version than the one held is stale and ignored; a router the view has no room for
+        leaves it incomplete, so this router floods (`InterestTable.targets` then says so)."""
+        if origin == self.router_id:
+            return False
+        held = self.heard.get(origin)
+        if held is not None and version < held[0]:
+            return False
+        try:
+            changed = self.view.put(origin, peers, interest)
+        except InvalidValue:
+            self.unsettle(now)
+            return False
+        self.heard[origin] = (version, now)
+        if changed:
+            self.unsettle(now)
+        return changed
+
+    def forget(self, origin: str, now: float) -> bool:
+        """Drop *origin* from the view (True, unsettled, if it was there)."""
+        self.heard.pop(origin, None)
+        if self.view.drop(origin):
+            self.unsettle(now)
+            return True
+        return False
+
+    def expire(self, now: float, max_age: float) -> list[str]:
+        """Forget routers not heard for *max_age* seconds (gone, or cut off); their ids."""
+        gone = [rid for rid, (_, at) in self.heard.items() if now - at > max_age]
+        for rid in gone:
+            self.forget(rid, now)
+        return gone
+
+    def targets(
+        self, source: str, came_from: str | None, event: Event, now: float
+    ) -> list[str] | None:
+        """The peers to send *event* to, or None: flood (unsure). See `MeshInterests.forward`."""
+        if now < self._settled_at:
+            return None
+        return self.view.forward(self.router_id, source, came_from, event)

@@ -1,0 +1,198 @@
+"""Sharing interests across the mesh, and asking them where an event goes: one
+`InterestService` per router (`router.mesh.interests`); the rules are `aa.mesh.interest`.
+
+Every router floods a control of topic ``interest``: ``{"v": version, "peers": [router ids
+of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
+
+- **at once** when one of its links comes up or goes away: the safety argument of
+  `aa.mesh.interest` needs the news to travel ahead of the events relayed after it;
+- soon (`SUMMARY_DEBOUNCE`) after its subscriptions change, so a burst of subscribes costs
+  one flood, and within `SUMMARY_REFRESH` of any other change (a client cache, the store);
+- every `MeshConfig.info_interval` with the same version, so a router that joins learns it
+  and a summary nobody repeats is forgotten three of its sender's intervals later.
+
+Routers always share their summaries, whatever their own `MeshConfig.routing`: a flooding
+router still lets its interest-routing neighbours complete their view. The version orders
+one router's summaries (a stale one is ignored); a summary over the caps of
+`aa.mesh.interest` counts as "anything" for its router (a warning, `interest_refused`). On a
+TLS mesh controls only travel over mutual-TLS peer links, so only the mesh CA's routers'
+summaries count; a router that lies about its interest gets more events, or makes others
+flood — a peer that forges another router's summary could starve that router, as it could
+already drop its events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from aa.mesh import MAX_PEERS, Control, Event, Interest, InterestTable, InvalidValue
+
+if TYPE_CHECKING:
+    from .meshservice import MeshService
+
+__all__ = ["InterestService", "INTEREST_TOPIC", "SUMMARY_DEBOUNCE", "SUMMARY_REFRESH"]
+
+log = logging.getLogger("aa.router.links")
+
+#: Control topic of the interest summaries.
+INTEREST_TOPIC: Final = "interest"
+#: Seconds a change of subscriptions waits before the summary is made and flooded: a burst of
+#: subscribes is one flood. Interest changes need no settling (`aa.mesh.interest`).
+SUMMARY_DEBOUNCE: Final = 0.02
+#: Seconds between two checks of the summary without a hook (client caches, the store).
+SUMMARY_REFRESH: Final = 1.0
+#: Seconds between two warnings about refused summaries.
+_WARN_INTERVAL: Final = 60.0
+_DEFAULT_INTERVAL: Final = 10.0
+
+
+class InterestService:
+    """This router's summary, everyone else's, and the forwarding rule over them."""
+
+    def __init__(self, mesh: MeshService) -> None:
+        self.mesh = mesh
+        self.config = mesh.config
+        self.table = InterestTable(mesh.id, max_routers=MAX_PEERS)
+        #: Makes this router's interest (set by the router; `aa.router.links.wants`).
+        self.collect: Callable[[], Interest] = lambda: Interest.ANYTHING
+        self.interest = Interest.ANYTHING
+        self.version = 0
+        self.counters = mesh.counters
+        self._intervals: dict[str, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_refresh = 0.0
+        self._next_send = 0.0
+        self._last_warning = -_WARN_INTERVAL
+        mesh.relay.on_control(INTEREST_TOPIC, self.on_summary)
+
+    @property
+    def routes(self) -> bool:
+        """Whether this router forwards by interest (else it floods)."""
+        return self.config.routing == "interest"
+
+    # -- this router's summary --------------------------------------------------------------
+
+    def changed(self) -> None:
+        """Subscriptions changed: make and flood the summary soon."""
+        if self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._timer = loop.call_later(SUMMARY_DEBOUNCE, self._debounced)
+
+    def _debounced(self) -> None:
+        self._timer = None
+        self.refresh(time.monotonic())
+
+    def links_changed(self) -> None:
+        """A link came up or went: flood the summary now, ahead of any further event."""
+        self.refresh(time.monotonic())
+
+    def refresh(self, now: float) -> None:
+        """Make the summary; flood it if it changed."""
+        self._next_refresh = now + SUMMARY_REFRESH
+        try:
+            interest = self.collect()
+        except Exception:  # a bug here must not stop the flood: want anything
+            log.exception("making this router's interest failed")
+            interest = Interest.ANYTHING
+        self.interest = interest
+        if self.table.local(self.mesh.peer_ids(), interest, now):
+            self.version += 1
+            self.send(now)
+
+    def send(self, now: float) -> None:
+        self._next_send = now + self.config.info_interval
+        if self.mesh.links:
+            self.mesh.flood_control(
+                INTEREST_TOPIC,
+                {
+                    "v": self.version,
+                    "peers": sorted(self.mesh.peer_ids()),
+                    "interest": self.interest.to_wire(),
+                    "interval": self.config.info_interval,
+                },
+            )
+            self.counters["interest_sent"] += 1
+
+    def tick(self, now: float) -> float:
+        """Housekeeping (the mesh's loop calls it): refresh, repeat, forget the silent.
+        Returns when it wants to be called again."""
+        if now >= self._next_refresh:
+            self.refresh(now)
+        if now >= self._next_send:
+            self.send(now)
+        for rid, (_, at) in list(self.table.heard.items()):
+            if now - at > 3 * self._intervals.get(rid, _DEFAULT_INTERVAL):
+                self.table.forget(rid, now)
+                self._intervals.pop(rid, None)
+        return min(self._next_refresh, self._next_send)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- the others' ------------------------------------------------------------------------
+
+    def on_summary(self, control: Control) -> None:
+        """A router's summary arrived (once per flood)."""
+        origin = control.path[0] if control.path else None
+        body = control.body
+        version, peers = body.get("v"), body.get("peers")
+        if (
+            origin is None
+            or type(version) is not int
+            or type(peers) is not list
+            or len(peers) > MAX_PEERS
+            or not all(type(p) is str for p in peers)
+        ):
+            self.counters["interest_malformed"] += 1
+            return
+        now = time.monotonic()
+        try:
+            interest = Interest.from_wire(body.get("interest"))
+        except InvalidValue as exc:
+            self.counters["interest_refused"] += 1
+            interest = Interest.ANYTHING  # flood toward it: never too little
+            if now - self._last_warning >= _WARN_INTERVAL:
+                self._last_warning = now
+                log.warning(
+                    "router %s sent an interest over the caps (%s): sending it everything",
+                    origin,
+                    exc,
+                )
+        self._intervals[origin] = _interval(body.get("interval"))
+        self.table.receive(origin, version, peers, interest, now)
+
+    # -- the rule ---------------------------------------------------------------------------
+
+    def targets(
+        self, source: str, came_from: str | None, event: Event, now: float
+    ) -> list[str] | None:
+        """Peers to send *event* to, or None: flood (flooding routers always flood)."""
+        if self.config.routing != "interest":
+            return None
+        return self.table.targets(source, came_from, event, now)
+
+    def info(self) -> dict[str, Any]:
+        """What `aa mesh` may show of interest routing here."""
+        now = time.monotonic()
+        return {
+            "routing": self.config.routing,
+            "settled": self.table.settled(now),
+            "complete": self.table.view.complete,
+            "routers": len(self.table.view),
+            "interest": self.interest.to_wire(),
+        }
+
+
+def _interval(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _DEFAULT_INTERVAL
+    return min(max(float(value), 0.01), 3600.0)

@@ -1,0 +1,110 @@
+"""What this router wants from the mesh (its `aa.mesh.Interest`): its subscribers' patterns,
+its store, its mesh cache, its client caches.
+
+- A predicate-tier pattern: per conjunction of its plan, the access predicate the index
+  files it under — necessary for the conjunction to hold, since the index finds a
+  conjunction only through it (`aa.router.patterns.index`): an equality on the type or a
+  value gives that type or equality (``in`` gives one filter per constant), any other
+  access on a value the presence of its name; a conjunction with no access, or an access on
+  ``meta``, wants anything. Names the event may shadow (read as ``event[...]`` when present)
+  make the pattern also want any event carrying them.
+- Any other pattern (scripts, XPath, expressions outside the grammar): the names it declares
+  it needs (``# needs:``, `aa.mesh.protocol.declared_needs`) must be present; without a
+  declaration it wants anything. A declaration is a promise: a pattern that also matches
+  events lacking a declared name misses those published on other routers.
+- A store wants every persisted event; a mesh cache, when `MeshConfig.cache_interest`, every
+  event not opted out of it; client caches (held by every router, for a client that roams)
+  want anything while there is one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aa.mesh import CACHE_INTEREST, STORE_INTEREST, Interest, InterestFilter, PatternSpec
+from aa.mesh.protocol import declared_needs
+
+__all__ = ["pattern_filters", "Wants"]
+
+log = logging.getLogger("aa.router.links")
+
+_ANY = InterestFilter()
+#: How a plan's access names its field and kind (`aa.router.patterns.plans`: VALUE, TYPE,
+#: EQ; not part of the patterns room's face, so held here, and checked against it by
+#: tests/test_mesh_interest_router.py).
+VALUE, TYPE, EQ = 0, 1, "eq"
+
+
+def _no_posting(kind: str, src: Any, keys: Any) -> int:
+    return 0  # the selectivity estimate: any access is a necessary condition
+
+
+def pattern_filters(bucket: Any) -> list[InterestFilter]:
+    """The filters of one params bucket of the engine (`PatternEngine.bucket_of`)."""
+    instance = bucket.instance
+    kernel, format, source = instance.spec_key[:3]
+    program = instance.program
+    if getattr(program, "tier", None) == "predicate" and not getattr(instance, "remote", False):
+        try:
+            plan = program.plan(bucket.params, _no_posting)
+        except Exception:  # never let routing break a subscribe: want anything
+            log.debug("no plan for pattern %r", source, exc_info=True)
+            return [_ANY]
+        if plan.scan:
+            return [_ANY]
+        out = [InterestFilter.make(has=[name]) for name in plan.shadow]
+        for conj in plan.conjs:
+            access = conj.access
+            if access is None:
+                return [_ANY]
+            where, key = access.src
+            if where == TYPE and access.kind == EQ:
+                out.extend(
+                    InterestFilter.make(type=k) if type(k) is str else _ANY for k in access.keys
+                )
+            elif where == VALUE and access.kind == EQ:
+                out.extend(InterestFilter.make(eq=[(key, k)], has=[key]) for k in access.keys)
+            elif where == VALUE:
+                out.append(InterestFilter.make(has=[key]))
+            else:
+                return [_ANY]
+        return out
+    needs = declared_needs(PatternSpec(kernel=kernel, format=format, source=source))
+    return [InterestFilter.make(has=needs)] if needs else [_ANY]
+
+
+class Wants:
+    """Makes a router's interest, remembering each params bucket's filters (planning a
+    pattern again for every summary would cost a parse per distinct pattern)."""
+
+    def __init__(self, router: Any) -> None:
+        self._router = router
+        self._filters: dict[Any, list[InterestFilter]] = {}
+
+    def __call__(self) -> Interest:
+        """The router's interest now."""
+        router = self._router
+        if len(router.caches):
+            return Interest.ANYTHING
+        filters: list[InterestFilter] = []
+        if router.storage.store is not None:
+            filters.append(STORE_INTEREST)
+        if router.mesh_cache is not None and router.config.mesh.cache_interest:
+            filters.append(CACHE_INTEREST)
+        engine = router.engine
+        known = self._filters
+        fresh: dict[Any, list[InterestFilter]] = {}
+        for key in engine.keys():  # noqa: SIM118 (a PatternEngine, not a mapping)
+            bucket = engine.bucket_of(key)
+            if bucket is None:
+                continue
+            k = (bucket.instance.spec_key, bucket.params_key)
+            if k in fresh:
+                continue
+            got = known.get(k)
+            fresh[k] = got if got is not None else pattern_filters(bucket)
+        self._filters = fresh
+        for got in fresh.values():
+            filters.extend(got)
+        return Interest.of(filters)

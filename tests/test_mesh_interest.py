@@ -1,0 +1,202 @@
+"""Interest summaries and the forwarding rule (`aa.mesh.interest`), without sockets: merged
+and covered summaries, caps a peer cannot pass, and the rule that sends an event only
+toward routers that may want it, yet reaches every one of them on any graph."""
+
+import random
+
+import pytest
+
+from aa.mesh import Event, Interest, InterestFilter, InterestTable, InvalidValue, MeshInterests
+from aa.mesh.interest import CACHED, MAX_CONSTRAINTS, MAX_FILTERS, MAX_TYPES, PERSISTED
+
+HOT = InterestFilter(type="hot")
+
+
+def ev(type=None, meta=None, **values):
+    return Event(values=values, type=type, meta=meta or {})
+
+
+def test_many_equal_or_covered_subscriptions_make_one_filter():
+    filters = [HOT] * 1000 + [InterestFilter.make(type="hot", eq=[("site", "a")])]
+    filters += [InterestFilter.make(eq=[("site", "b")]), InterestFilter.make(has=["site"])]
+    interest = Interest.of(filters)
+    assert interest.types == {"hot"}
+    assert interest.filters == {InterestFilter(has=("site",))}  # covers site == "b"
+
+
+def test_a_filter_that_accepts_everything_makes_anything():
+    assert Interest.of([HOT, InterestFilter()]) is Interest.ANYTHING
+    assert Interest.ANYTHING.covers(Interest.of([HOT]))
+    assert not Interest.of([HOT]).covers(Interest.ANYTHING)
+
+
+def test_filters_say_may_match_as_the_index_compares():
+    f = InterestFilter.make(type="t", eq=[("n", 1)])
+    assert f.matches(ev("t", n=1.0)) and f.matches(ev("t", n=True))
+    assert not f.matches(ev("t", n="1"))
+    assert not f.matches(ev("t", n=[1]))  # a list equals no constant
+    assert not f.matches(ev("t"))
+    assert not f.matches(ev("u", n=1))
+    store = InterestFilter(flags=PERSISTED)
+    assert store.matches(ev(meta={"persist": True})) and not store.matches(ev())
+    cache = InterestFilter(flags=CACHED)
+    assert cache.matches(ev()) and not cache.matches(ev(meta={"mesh_cache": False}))
+
+
+def test_past_the_caps_a_summary_widens_and_never_grows():
+    typed = [InterestFilter.make(type=f"t{i % 3}", eq=[("x", i)]) for i in range(MAX_FILTERS + 1)]
+    assert Interest.of(typed) == Interest.of([InterestFilter(type=f"t{i}") for i in range(3)])
+    untyped = [InterestFilter.make(eq=[("x", i)]) for i in range(MAX_FILTERS + 1)]
+    assert Interest.of(untyped) is Interest.ANYTHING
+    many_types = [InterestFilter(type=f"t{i}") for i in range(MAX_TYPES + 1)]
+    assert Interest.of(many_types) is Interest.ANYTHING
+    long = InterestFilter.make(type="t", eq=[(f"n{i}", i) for i in range(10)])
+    assert len(long.eq) == MAX_CONSTRAINTS  # fewer conditions: accepts more, still sound
+    assert InterestFilter.make(type="x" * 1000).universal  # a type too long: any type
+
+
+def test_the_wire_round_trips_and_refuses_what_is_over_the_caps():
+    interest = Interest.of([HOT, InterestFilter.make(eq=[("site", "a")], flags=PERSISTED)])
+    assert Interest.from_wire(interest.to_wire()) == interest
+    assert Interest.from_wire(Interest.ANYTHING.to_wire()) is Interest.ANYTHING
+    bad = [
+        "x",
+        {"types": "hot"},
+        {"types": [f"t{i}" for i in range(MAX_TYPES + 1)]},
+        {"f": [[None, [], [], 0]] * (MAX_FILTERS + 1)},
+        {"f": [[None, [["n", [1]]], [], 0]]},
+        {"f": [[None, [], [], 64]]},
+        {"f": [[1, [], [], 0]]},
+    ]
+    for data in bad:
+        with pytest.raises(InvalidValue):
+            Interest.from_wire(data)
+
+
+def ring(n):
+    """r1..rn in a ring: router -> its peers."""
+    ids = [f"r{i}" for i in range(1, n + 1)]
+    return {r: [ids[i - 1], ids[(i + 1) % n]] for i, r in enumerate(ids)}
+
+
+def walk(view, graph, source, event):
+    """Carry *event* from *source* by the rule; flood where the rule says so. Returns
+    (routers reached, link messages)."""
+    reached = {source}
+    messages = 0
+    queue = [(source, None, [source])]
+    while queue:
+        me, came_from, path = queue.pop(0)
+        targets = view.forward(me, source, came_from, event)
+        if targets is None:
+            targets = [p for p in graph[me] if p not in path]
+        for t in targets:
+            messages += 1
+            if t not in reached:
+                reached.add(t)
+                queue.append((t, me, [*path, t]))
+    return reached, messages
+
+
+def test_the_ring_of_the_issue_carries_hot_to_r3_and_cold_nowhere():
+    graph = ring(6)
+    view = MeshInterests()
+    for rid, peers in graph.items():
+        view.put(rid, peers, Interest.of([HOT]) if rid == "r3" else Interest.NOTHING)
+    reached, messages = walk(view, graph, "r1", ev("hot"))
+    assert reached == {"r1", "r2", "r3"} and messages == 2
+    reached, messages = walk(view, graph, "r1", ev("cold"))
+    assert reached == {"r1"} and messages == 0
+
+
+def test_an_incomplete_view_or_a_copy_off_the_tree_floods():
+    graph = ring(4)
+    view = MeshInterests()
+    for rid, peers in graph.items():
+        view.put(rid, peers, Interest.NOTHING)
+    assert view.forward("r1", "r1", None, ev("x")) == []
+    # r3's parent in r1's tree is r2 (the smaller id): a copy from r4 is off the tree.
+    assert view.forward("r3", "r1", "r2", ev("x")) == []
+    assert view.forward("r3", "r1", "r4", ev("x")) is None
+    view.put("r4", ["r1", "r3", "r9"], Interest.NOTHING)  # r9 has told us nothing
+    assert not view.complete
+    assert view.forward("r1", "r1", None, ev("x")) is None
+
+
+def random_geometric(n, degree, rng):
+    """A connected random geometric graph of about *degree* mean degree."""
+    import math
+
+    while True:
+        pts = {f"r{i:04d}": (rng.random(), rng.random()) for i in range(n)}
+        radius = math.sqrt(degree / (math.pi * n))
+        graph = {r: [] for r in pts}
+        ids = list(pts)
+        for i, a in enumerate(ids):
+            for b in ids[i + 1 :]:
+                if math.dist(pts[a], pts[b]) < radius:
+                    graph[a].append(b)
+                    graph[b].append(a)
+        seen, stack = {ids[0]}, [ids[0]]
+        while stack:
+            for w in graph[stack.pop()]:
+                if w not in seen:
+                    seen.add(w)
+                    stack.append(w)
+        if len(seen) == n:
+            return graph
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_interested_router_is_reached_on_random_graphs(seed):
+    rng = random.Random(seed)
+    graph = random_geometric(60, 4, rng)
+    wanting = set(rng.sample(sorted(graph), 6))
+    view = MeshInterests()
+    for rid, peers in graph.items():
+        view.put(rid, peers, Interest.of([HOT]) if rid in wanting else Interest.NOTHING)
+    edges = sum(len(p) for p in graph.values()) // 2
+    for source in rng.sample(sorted(graph), 10):
+        reached, messages = walk(view, graph, source, ev("hot"))
+        assert wanting <= reached
+        assert messages == len(reached) - 1 < edges  # a tree: one message per router reached
+        assert walk(view, graph, source, ev("cold")) == ({source}, 0)
+
+
+def test_the_table_floods_while_settling_and_for_stale_or_unknown_senders():
+    table = InterestTable("a", settle=1.0)
+    table.local(["b"], Interest.NOTHING, now=0.0)
+    assert table.targets("a", None, ev("hot"), now=0.1) is None  # our own view is new
+    table.receive("b", 2, ["a"], Interest.of([HOT]), now=0.2)
+    assert table.targets("a", None, ev("hot"), now=1.1) is None  # b's summary is new
+    assert table.targets("a", None, ev("hot"), now=1.2) == ["b"]
+    assert not table.receive("b", 1, ["a"], Interest.NOTHING, now=1.3)  # stale: ignored
+    assert table.targets("a", None, ev("hot"), now=1.4) == ["b"]
+    assert table.receive("b", 3, ["a"], Interest.NOTHING, now=2.0)
+    assert table.targets("a", None, ev("hot"), now=2.5) is None
+    assert table.targets("a", None, ev("hot"), now=3.0) == []
+    assert table.expire(now=10.0, max_age=5.0) == ["b"]
+    assert table.targets("a", None, ev("hot"), now=10.5) is None  # b forgotten: settling
+    assert table.targets("a", None, ev("hot"), now=11.0) is None  # and b still our peer
+
+
+def test_a_full_view_leaves_it_incomplete_so_the_router_floods():
+    table = InterestTable("a", settle=0.0, max_routers=2)
+    table.local(["b", "c"], Interest.NOTHING, now=0.0)
+    table.receive("b", 1, ["a"], Interest.NOTHING, now=0.0)
+    table.receive("c", 1, ["a"], Interest.NOTHING, now=0.0)  # no room: unknown
+    assert table.targets("a", None, ev("hot"), now=1.0) is None
+
+
+def test_a_dead_routers_stale_summary_does_not_hold_the_mesh_in_flood():
+    graph = ring(6)
+    view = MeshInterests()
+    for rid, peers in graph.items():
+        view.put(rid, peers, Interest.of([HOT]) if rid == "r3" else Interest.NOTHING)
+    # r2 dies: r1 and r3 say so; r2's last summary (claiming both) is still held.
+    graph = {r: [p for p in peers if p != "r2"] for r, peers in graph.items() if r != "r2"}
+    view.put("r1", graph["r1"], Interest.NOTHING)
+    view.put("r3", graph["r3"], Interest.of([HOT]))
+    assert view.complete
+    reached, messages = walk(view, graph, "r1", ev("hot"))
+    assert reached == {"r1", "r6", "r5", "r4", "r3"} and messages == 4
