@@ -182,7 +182,7 @@ class Relay:
         ttl = self.rules.initial_ttl
         interests = self.interests
         if interests is not None and interests.routes:
-            by_id = {link.remote_id: link for link in links}
+            by_id = {link.remote_id: link for link in links if link.remote_id is not None}
             me = self.rules.router_id
             for chosen, part in self._route(events, me, None, list(by_id), None, None):
                 self._queue(part, ttl, path, [by_id[rid] for rid in chosen])
@@ -283,7 +283,11 @@ class Relay:
         forward_to = rules.forward_to
         dispatch = self._dispatch.dispatch
         came_from = link.remote_id
-        by_id = {out.remote_id: out for out in self._links() if out is not link}
+        by_id = {
+            out.remote_id: out
+            for out in self._links()
+            if out is not link and out.remote_id is not None  # None: no hello yet, no events
+        }
         peers = list(by_id)
         now = time.monotonic()
         routes = self.interests is not None and self.interests.routes
