@@ -290,6 +290,7 @@ async def test_revoked_alice_and_sighup_end_her_live_subscribe(mesh: Path) -> No
         sub = await asyncio.create_subprocess_exec(
             AA,
             "subscribe",
+            "--tier",  # says its tier once subscribed: the event below is sent after that
             "--router",
             endpoint,
             "True",
@@ -297,6 +298,8 @@ async def test_revoked_alice_and_sighup_end_her_live_subscribe(mesh: Path) -> No
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        assert sub.stderr is not None
+        await _line(sub.stderr, r"runs in the \w+ tier")
         send = run_aa("send", "--router", endpoint, "x=1", env=alice_env)
         assert send.returncode == 0, send.stderr
         assert sub.stdout is not None

@@ -225,15 +225,17 @@ def subscribe(args: argparse.Namespace) -> int:
             if args.history
             else None
         )
+        subs: list[Any] = []  # a stopped subscription ends the command: no "reconnecting" then
         with open_client(
             args,
             "aa subscribe",
-            on_disconnect=_say("disconnected from {}; reconnecting"),
-            on_reconnect=_say("reconnected to {}"),
+            on_disconnect=_say("disconnected from {}; reconnecting", subs),
+            on_reconnect=_say("reconnected to {}", subs),
         ) as client:
             sub = client.subscribe(
                 spec, params=params, history=history, needs=args.needs, on_error=_raised
             )
+            subs.append(sub)
             for warning in sub.warnings:  # a name no event has had, a bare name meant as text
                 print(f"aa subscribe: warning: {warning}", file=sys.stderr, flush=True)
             if args.verbose_tier:
@@ -261,10 +263,13 @@ def subscribe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say(text: str) -> Callable[[str], None]:
-    """A connection callback that prints *text* (with the router's endpoint) on stderr."""
+def _say(text: str, subs: list[Any]) -> Callable[[str], None]:
+    """A connection callback that prints *text* (with the router's endpoint) on stderr, unless
+    the router stopped the subscription (*subs*): its reason is the line then."""
 
     def say(endpoint: str) -> None:
+        if any(sub.failure is not None for sub in subs):
+            return
         print(f"aa subscribe: {text.format(endpoint)}", file=sys.stderr, flush=True)
 
     return say
