@@ -10,8 +10,8 @@ never gathered into one buffer: growing that by copies held the loop too):
 `next_message(stepwise=True)` does one bounded step of it per call and returns `IN_PROGRESS`
 until the message is whole (`NEED_DATA` when the bytes so far are decoded), so the caller,
 which owns the clock, decides how many steps fit in its turn: one frame however large never
-holds a router's event loop for long (issue 16: a 16 MiB frame of empty lists took one C
-call of 8-12 s). Such a frame also holds at most `MAX_FRAME_VALUES` items in all its lists
+holds a router's event loop for long (decoded in one C call, a frame of many empty lists
+would take seconds). Such a frame also holds at most `MAX_FRAME_VALUES` items in all its lists
 and maps together: decoding stops as soon as it has more.
 
 A frame longer than the cap, or one that does not decode to a known, well-formed message,
@@ -379,7 +379,7 @@ class Connection:
         )
         # Every value takes a byte at least, so a frame of at most `max_values` bytes (every
         # frame the client library sends) cannot hold too many: it is decoded without a hook
-        # per list and map (0.45 µs an event), its steps grown by their time instead.
+        # per list and map (a Python call each), its steps grown by their time instead.
         work: Callable[[], float]
         if size > self.max_values:  # a step that built under one value per 8 bytes grows
             tally, work = _tally(self.max_values)

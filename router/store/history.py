@@ -18,11 +18,11 @@ A live event that is not stored (not persisted) only ever comes through the hold
 
 Matching uses `PatternEngine.matches_prototype(key, event)`: pure evaluation with the
 subscriber's own pattern and params (a script on a copy of its state), so replay changes no
-pattern state. A predicate-tier pattern (issue 12) is evaluated there by the predicate tier
-itself — its compiled checks, no pattern code, no sandbox — and with the params in force
-when each stored event is matched (`tests/test_patterns_index_paths.py` holds both). A script
-subscriber gets the stored events its script would forward something for, as they were stored (not
-what the script derives).
+pattern state. A predicate-tier pattern (`aa.router.patterns.index`) is evaluated there by the
+predicate tier itself — its compiled checks, no pattern code, no sandbox — and with the params
+in force when each stored event is matched (`tests/test_patterns_index_paths.py` holds both). A
+script subscriber gets the stored events its script would forward something for, as they were
+stored (not what the script derives).
 
 Bounds: the hold keeps at most `MAX_HELD` live events; past that the oldest are dropped and
 counted (`history_held_dropped`), as any subscriber queue does when its reader stalls.

@@ -3,8 +3,7 @@ other lacks, and send it, so every store converges once the mesh is connected ag
 
 Why: the store is replicated by the flood (every router keeps what it dispatches), and
 nothing repairs a flood that did not reach a router — one that was down, or cut off by a
-partition, lacks what was published meanwhile, for good (the issue measured thousands of
-events missing per store after kills and a 20 s partition).
+partition, lacks what was published meanwhile, for good.
 
 How, between a router A and each of its peers B, when their link comes up and every
 `StoreConfig.sync_interval` seconds after:
