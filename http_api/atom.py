@@ -85,7 +85,7 @@ _XHTML = "http://www.w3.org/1999/xhtml"
 MAX_CACHED_ENTRIES = 4096
 #: Bytes (UTF-8) `EntryCache` holds in all, and the largest entry it keeps: a publisher of big
 #: events (up to the 1 MiB body cap) must not make the cache hold gigabytes; a big entry is
-#: rendered anew each time, as before the cache.
+#: rendered anew each time.
 MAX_CACHED_CHARS = 32 * 1024 * 1024
 MAX_CACHED_ENTRY_CHARS = 64 * 1024
 _QUOTE = {'"': "&quot;"}

@@ -119,8 +119,8 @@ class _OneWrite:
 
     uvicorn writes an answer's head and body with two `write` calls, each a `send` system
     call and, on a TCP_NODELAY socket, a packet of its own; on loopback the kernel's work
-    for a packet (the receiver's side included) is done in the sender's call, and those
-    writes were the largest part of a feed poll's CPU under load. Everything else is the
+    for a packet (the receiver's side included) is done in the sender's call, and two such
+    writes would be the largest part of a feed poll's CPU under load. Everything else is the
     real transport's; closing flushes first."""
 
     __slots__ = ("_transport", "_parts")

@@ -61,7 +61,7 @@ NO_RULE = "may do nothing: no rule in the permissions file covers this user"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SecurityConfig:
-    """Who may connect and what they may do. All off by default: an open router, as before.
+    """Who may connect and what they may do. All off by default: an open router.
 
     >>> SecurityConfig().tls
     False

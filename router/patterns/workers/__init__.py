@@ -12,7 +12,7 @@ stuck past it (`pool.py`).
 How the engine uses it::
 
     PatternEngine.subscribe ─► tier? (outside the predicate grammar: `grammar.py`)
-        router:  compiled and matched in-process, as before
+        router:  compiled and matched in-process
         worker:  pre-compiled in the router if short Python (`prechecked`: an
                  immediate refusal), then
                  WorkerPool.subscribe(key, spec, params, client)
@@ -28,8 +28,8 @@ client's patterns of one kind go to the worker it was placed on (the one serving
 clients when its first pattern came); a shared pattern (Å §4.3: one instance, its
 subscribers a group) lives on the worker of its first subscriber — with at most a second
 instance on probation for subscribers whose params are new to it. Why not a process per
-client: a worker forked from the zygote holds 26 MB resident, 4 MB of it its own (measured
-with 20 patterns), and a router may serve thousands of clients; and a process per client
+client: a worker forked from the zygote holds tens of MB resident, a few of them its own, and
+a router may serve thousands of clients; and a process per client
 would not stop one person with many connections. Why not spread each client's patterns over all
 workers: a hostile client would then reach every worker, and each of its patterns could cost every
 other client a kill and re-creation; with affinity it reaches one worker, and fairness inside that
