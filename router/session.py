@@ -80,7 +80,8 @@ DRAIN_ABOVE = 1024 * 1024
 #: for seconds. Larger values: `bytes`.
 MAX_FRAME_ITEMS = 10_000
 #: Seconds one connection's frames may take in one turn of the loop before the rest wait for
-#: the next: 5,000 small frames sent at once (updates, ~1.5 ms each) held everyone for 7 s.
+#: the next: thousands of small frames sent at once (updates, ~1.5 ms each) would hold
+#: everyone for seconds.
 TURN_BUDGET = 0.005
 #: Seconds a connection refused for a bad frame is still read (and dropped) after the error.
 LINGER = 1.0

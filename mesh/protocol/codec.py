@@ -58,7 +58,7 @@ __all__ = [
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 #: Frames larger than this (bytes) are decoded in steps. Below it one frame is bounded by its
 #: size: the densest msgpack (empty maps or lists) costs ~300 ns per byte to build, check
-#: and free, ~2.5 ms here (64 KiB of it took 21 ms).
+#: and free, ~2.5 ms here.
 STEP_ABOVE: Final = 8 * 1024
 #: Bytes of a large frame handed to the decoder in its first step: ~1 ms of the densest
 #: msgpack (each empty list built and counted). A step that built fewer than one list, map

@@ -60,7 +60,7 @@ are forked from a zygote that has imported everything once (`zygote.py`: ~15 ms,
 new Python process takes 0.5 s and more on a busy machine), so the spare behind the spare
 is ready before the next kill; and the spare compiles the placed sources ahead of need
 (`WorkerPool._prime`), so re-creating 100 patterns takes a cache lookup each, not a
-compilation: a kill costs their subscribers about 45 ms (`tests/bench/bench_workers.py`). Their
+compilation (a kill's cost to them: `tests/bench/bench_workers.py`). Their
 `state` starts again empty, as after a router restart: a state is plain data of the
 process that died, and copying it out after each run would cost each run a serialisation.
 
