@@ -236,7 +236,7 @@ class EntryCache:
 
     A busy router's event goes to many phones' feeds (every client whose pattern takes it),
     each polled within a second or two of its arrival; rendering the entry anew for each
-    was most of a poll's cost. Only the link and the pattern categories are the client's
+    would be most of a poll's cost. Only the link and the pattern categories are the client's
     own. Keyed by event id, and the event object checked too (an id names one event in the
     mesh, but a cache must never answer for another object); the oldest go first."""
 

@@ -558,7 +558,7 @@ def _permission_hint(exc: BaseException) -> str:
 #: Allocations between two young-generation collections of a router process (Python's default
 #: is 700). A router makes a few short-lived containers per event and keeps large long-lived
 #: ones (seen ids, caches) that every older-generation pass walks; with the default, the
-#: collector took a third of a relaying router's CPU in the eight-router ring benchmark.
+#: collector takes a large share of a relaying router's CPU (Decisions, in the manual).
 GC_THRESHOLD = (50_000, 20, 100)
 
 

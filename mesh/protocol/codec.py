@@ -6,7 +6,7 @@ bytes, in the manner of h11: feed `receive_data(data)`, then call `next_message(
 returns `NEED_DATA`; `send(message)` returns the bytes to write.
 
 A frame over `STEP_ABOVE` bytes is decoded a piece at a time, as its bytes arrive (they are
-never gathered into one buffer: growing that by copies held the loop too):
+never gathered into one buffer: growing that by copies would hold the loop too):
 `next_message(stepwise=True)` does one bounded step of it per call and returns `IN_PROGRESS`
 until the message is whole (`NEED_DATA` when the bytes so far are decoded), so the caller,
 which owns the clock, decides how many steps fit in its turn: one frame however large never
