@@ -3,9 +3,9 @@
 Every event is kept as its bytes (`packed_event`, made once when it is published): a frame
 is those bytes joined (`Connection.send_publish`), and the outbox holds no objects the
 publisher's collector would walk. As `Event` objects (an event and its two maps), the
-50,000 events a fast publisher keeps waiting were promoted to the oldest generation and
-walked by every full pass: 22 % of the publisher's CPU (`py-spy --native` during
-`bench_router.py`), and packing each frame again another 15 %.
+tens of thousands of events a fast publisher keeps waiting would be promoted to the oldest
+generation and walked by every full pass, and packing each frame again would cost as much
+once more.
 
 An event stays here until a router acknowledged it, so a router lost mid-way costs nothing:
 what no router acknowledged is resent to the next router under the same ids, and the mesh
@@ -48,8 +48,8 @@ class Outbox:
         self._inflight: deque[tuple[int, list[bytes]]] = deque()
         self._inflight_events = 0
         #: Acknowledged: (when, the batch's events). The window holds up to 20,000 events for
-        #: 10 s; as objects, every full pass of the collector walked them (13-19 ms, the
-        #: client's longest latency at 5,000 events/s).
+        #: 10 s; as objects, every full pass of the collector would walk them, a stall of the
+        #: client's loop.
         self._recent: deque[tuple[float, list[bytes]]] = deque()
         self._recent_events = 0
         self._seq = 0

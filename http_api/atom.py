@@ -85,7 +85,7 @@ _XHTML = "http://www.w3.org/1999/xhtml"
 MAX_CACHED_ENTRIES = 4096
 #: Bytes (UTF-8) `EntryCache` holds in all, and the largest entry it keeps: a publisher of big
 #: events (up to the 1 MiB body cap) must not make the cache hold gigabytes; a big entry is
-#: rendered anew each time, as before the cache.
+#: rendered anew each time.
 MAX_CACHED_CHARS = 32 * 1024 * 1024
 MAX_CACHED_ENTRY_CHARS = 64 * 1024
 _QUOTE = {'"': "&quot;"}
@@ -236,7 +236,7 @@ class EntryCache:
 
     A busy router's event goes to many phones' feeds (every client whose pattern takes it),
     each polled within a second or two of its arrival; rendering the entry anew for each
-    was most of a poll's cost. Only the link and the pattern categories are the client's
+    would be most of a poll's cost. Only the link and the pattern categories are the client's
     own. Keyed by event id, and the event object checked too (an id names one event in the
     mesh, but a cache must never answer for another object); the oldest go first."""
 

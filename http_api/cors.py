@@ -9,7 +9,7 @@ request (or its preflight) and hides the answer from the page.
 Who may: an ``Origin`` whose host is one of this endpoint's own names (loopback's, the
 listen address, ``--http-name``: the `Guard`'s names) or the host of a router this router's
 mesh knows (`mesh_hosts`), on any port, over ``http`` or ``https``. Every other origin gets
-no CORS header at all: its page can still send what a plain HTML form can, as before, but
+no CORS header at all: its page can still send what a plain HTML form can, but
 reads nothing, and the JSON calls (which need a preflight) are not sent.
 
 What that allows an attacker: a page served from one of those hosts, on any port, can call

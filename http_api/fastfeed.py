@@ -3,7 +3,7 @@ routing and parameter machinery.
 
 A phone polls once a second or so and most polls find nothing new, so a poll's cost is
 mostly the framework's: matching some thirty routes and validating four parameters through
-pydantic took more CPU than finding and rendering the page. This ASGI layer, in front of the
+pydantic takes more CPU than finding and rendering the page. This ASGI layer, in front of the
 FastAPI application, recognises the one path, reads its three query parameters by hand
 (with the bounds the route declares, and the same 422 answer for a bad one) and calls the
 route's own function (`routes_clients.answer_feed`). Everything else, and the OpenAPI
@@ -119,8 +119,8 @@ class _OneWrite:
 
     uvicorn writes an answer's head and body with two `write` calls, each a `send` system
     call and, on a TCP_NODELAY socket, a packet of its own; on loopback the kernel's work
-    for a packet (the receiver's side included) is done in the sender's call, and those
-    writes were the largest part of a feed poll's CPU under load. Everything else is the
+    for a packet (the receiver's side included) is done in the sender's call, and two such
+    writes would be the largest part of a feed poll's CPU under load. Everything else is the
     real transport's; closing flushes first."""
 
     __slots__ = ("_transport", "_parts")

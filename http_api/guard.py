@@ -3,7 +3,7 @@ outside the allowed address ranges get 403, requests naming a ``Host`` that is n
 endpoint's names get 421 (`host_allowed`), request bodies over the cap get 413, before any
 route, parser or the router sees them, and so do bodies of more than `MAX_BODY_VALUES`
 values: JSON is parsed and checked in one piece on the router's loop, ~1 µs per value, and a
-megabyte of empty maps held every client of the router for 360 ms. Cross-origin calls from
+megabyte of empty maps would hold every client of the router meanwhile. Cross-origin calls from
 the mesh's own hosts (the phone app roaming to this router) get their CORS headers here, for
 every answer including the feed's fast path; which origins, and why, is `cors`'s docstring.
 

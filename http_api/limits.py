@@ -46,7 +46,7 @@ MAX_BODY_BYTES: Final = 1024 * 1024
 
 #: Most values in a request body, counted as its ',', '[' and '{' bytes (a cheap upper
 #: bound: those inside strings count too): parsed and checked on the router's loop at ~1 µs
-#: a value, this many keep one request under ~8 ms (issue 16's figure is 10 ms).
+#: a value, this many keep one request under ~8 ms, within the 10 ms one request may hold it.
 MAX_BODY_VALUES: Final = 8192
 
 #: HTTP clients one router keeps. Each holds a token hash and a client cache per pattern,
@@ -75,8 +75,8 @@ MAX_NAME_LENGTH: Final = 200
 DEFAULT_KEEPALIVE: Final = 3 * 24 * 3600.0
 
 #: Shortest keep-alive a client may ask for, in seconds: one poll's round trip must fit in
-#: it, or the client expires between two polls (1e-276 s was once accepted, and the client
-#: was gone at once).
+#: it, or the client expires between two polls (a tiny keep-alive such as 1e-276 s would let
+#: a client expire the moment it registers).
 MIN_KEEPALIVE: Final = 1.0
 
 #: Longest keep-alive a client may ask for, in seconds: a week, as the router's client caches

@@ -15,9 +15,9 @@ that holds `per_address` already gets a 503 saying so, and is closed.
 HTTPS is this protocol's own business, not the listening socket's: a connection is counted
 against its address from its first moment, then its TLS handshake is run here (asyncio's TLS
 protocol, as `loop.start_tls` uses it) with a deadline of `tls_timeout` seconds. Left to the
-server, TLS runs before the protocol sees the connection, so connections that never start TLS
-were neither counted nor closed for a minute. One refused before TLS is just closed: it would
-not read an HTTP answer.
+server, TLS would run before the protocol sees the connection, so connections that never start
+TLS would be neither counted nor closed for a minute. One refused before TLS is just closed: it
+would not read an HTTP answer.
 """
 
 from __future__ import annotations

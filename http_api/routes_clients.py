@@ -142,7 +142,7 @@ def _feed_url(request: Request, client: HttpClient) -> str:
 
 
 #: Base URLs of recent requests, by the parts of the request that make them: every feed
-#: answer carries its URL, and building it (Starlette's URL) was a tenth of a poll's cost.
+#: answer carries its URL, and building it (Starlette's URL) is a noticeable part of a poll.
 #: A few distinct hosts are expected; a stranger sending made-up Host headers only
 #: churns this many entries.
 _MAX_BASES = 64
@@ -342,7 +342,7 @@ def answer_feed(
     base = _feed_url(request, client)
 
     # The ETag names the page: its request, its bounds and every entry (one digest update,
-    # not one per entry: most of the cost of a 304 was here).
+    # not one per entry: a digest per entry would be most of the cost of a 304).
     shown = "|".join(
         [
             f"{kind}|{format}|{base}|{after}|{limit}|{page.cursor}|{page.more}|{','.join(client.patterns)}",

@@ -83,7 +83,7 @@ class RouterConfig:
     #: The event log for mining: every dispatched event, in Parquet files under
     #: `data_dir`/eventlog. On by default whenever there is a data folder (no data folder,
     #: no log); None: off (`aa router --no-event-log`). Its writer is a process of its own:
-    #: the router pays well under 1 µs of CPU per event (measured, see `aa.router.eventlog`).
+    #: the router only encodes the rows (see `aa.router.eventlog`).
     event_log: EventLogConfig | None = field(default_factory=EventLogConfig)
     #: The mesh cache and the client caches: sizes, and how often lapsed caches are swept.
     caches: CacheConfig = field(default_factory=CacheConfig)

@@ -43,6 +43,7 @@ from aa.mesh import (
     META_ROUTER,
     META_TIME,
     META_TTL,
+    META_USER,
     ROUTER_META_KEYS,
     Event,
     FloodRules,
@@ -68,10 +69,6 @@ MAX_NAMES_SEEN = 10_000
 DISPATCH_STEP = 64
 #: Seconds of the loop a large publish is dispatched for per turn, the rest on the next.
 DISPATCH_BUDGET = 0.004
-
-#: The user who published an event (Å §4.6): aa.mesh.event.META_USER, which aa.mesh does not
-#: export (see the security report).
-META_USER = "user"
 
 log = logging.getLogger("aa.router")
 

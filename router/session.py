@@ -76,11 +76,12 @@ log = logging.getLogger("aa.router.session")
 DRAIN_ABOVE = 1024 * 1024
 
 #: Most items in one list or map of a client's frame (events per publish frame — the client
-#: library sends 1,000 — and per value list or map): a 400,000-event frame held everyone
-#: for seconds. Larger values: `bytes`.
+#: library sends 1,000 — and per value list or map): a frame of hundreds of thousands of
+#: events would hold everyone for seconds. Larger values: `bytes`.
 MAX_FRAME_ITEMS = 10_000
 #: Seconds one connection's frames may take in one turn of the loop before the rest wait for
-#: the next: 5,000 small frames sent at once (updates, ~1.5 ms each) held everyone for 7 s.
+#: the next: thousands of small frames sent at once (updates, ~1.5 ms each) would hold
+#: everyone for seconds.
 TURN_BUDGET = 0.005
 #: Seconds a connection refused for a bad frame is still read (and dropped) after the error.
 LINGER = 1.0

@@ -15,9 +15,9 @@ dispatched is done (`flush`): one encoding call per batch instead of one per eve
 by the two. Client caches attach a sink of their own (`aa.router.caches`), only while a
 cache exists.
 
-Cost, measured with `tests/bench/bench_store.py` and bench_router's run: the non-persisted
-path adds two meta look-ups per event; the mesh cache about 1 µs per event (encoded per
-batch); the event log under 1 µs per event on the router (its own process does the rest).
+Cost: the non-persisted path adds two meta look-ups per event; the mesh cache an encoding
+per batch; the event log shares that encoding (its own process does the rest). The figures
+are in the manual (Performance).
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ PUBLIC: dict[str, list[str]] = {
         "META_ROUTER",
         "META_TIME",
         "META_TTL",
+        "META_USER",
         "MalformedFrame",
         "MeshInfo",
         "MeshInterests",

@@ -97,8 +97,8 @@ def parse_json_object(text: str, what: str = "--json") -> dict[str, Any]:
 
 
 #: The event loops `aa router` can run on (`--event-loop`): uvloop (libuv) when it is installed,
-#: asyncio's own otherwise. Issue 15 measured uvloop at about 10 % more events/s and 10 % less
-#: router CPU per event (7 pairs, bench_router.py); an embedded router runs on its host's loop.
+#: asyncio's own otherwise. uvloop routes a little faster for a little less CPU (figures:
+#: docs/decisions.md); an embedded router runs on its host's loop.
 EVENT_LOOPS = ("uvloop", "asyncio")
 
 

@@ -1,6 +1,6 @@
 """The library's defaults that `aa router --help` and `aa container --help` show, as plain
 numbers: importing the router, the HTTP API and the add-in container only to print help
-took over a second. tests/test_cli_errors.py checks that each equals the library's own."""
+takes over a second. tests/test_cli_errors.py checks that each equals the library's own."""
 
 from __future__ import annotations
 

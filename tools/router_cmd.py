@@ -558,16 +558,16 @@ def _permission_hint(exc: BaseException) -> str:
 #: Allocations between two young-generation collections of a router process (Python's default
 #: is 700). A router makes a few short-lived containers per event and keeps large long-lived
 #: ones (seen ids, caches) that every older-generation pass walks; with the default, the
-#: collector took a third of a relaying router's CPU in the eight-router ring benchmark.
+#: collector takes a large share of a relaying router's CPU (Decisions, in the manual).
 GC_THRESHOLD = (50_000, 20, 100)
 
 
 #: Bytes from which glibc's malloc serves a block by mmap, given back to the system when freed.
 #: glibc raises this threshold by itself (up to 32 MiB) after the first big block is freed;
 #: from then on the buffers of multi-MB frames come from the heap, where a few small live
-#: objects between them keep the freed memory from ever being given back: 100 connections
-#: each sending a 2 MB bad frame left the router 40 MB larger for good (issue 16,
-#: tests/test_faults_memory.py). Set by hand, the threshold stays put.
+#: objects between them keep the freed memory from ever being given back, so many connections
+#: sending multi-MB bad frames would leave the router larger for good
+#: (tests/test_faults_memory.py). Set by hand, the threshold stays put.
 MMAP_THRESHOLD = 256 * 1024
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 

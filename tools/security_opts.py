@@ -1,4 +1,4 @@
-"""`aa router`'s security flags (issue 13) and the `SecurityConfig` they make: a module of
+"""`aa router`'s security flags and the `SecurityConfig` they make: a module of
 its own so that `aa router --help` imports neither the `cryptography` package nor the router."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ __all__ = ["add_security_options", "security_config"]
 
 
 def add_security_options(p: argparse.ArgumentParser) -> None:
-    """`aa router`'s security flags (issue 13)."""
+    """`aa router`'s security flags."""
     g = p.add_argument_group(
         "security",
         "Open by default: plaintext, anyone who reaches the port may join as a router or a client. "

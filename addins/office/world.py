@@ -1,5 +1,5 @@
 """A small simulated office with ground truth: what the bundled publishers report, and what a
-miner (issue 7) should be able to find again (pure: no I/O, no clock; time is passed in).
+miner (`aa mine`) should be able to find again (pure: no I/O, no clock; time is passed in).
 
 >>> from datetime import datetime, timedelta, timezone
 >>> world = OfficeWorld(seed=1)

@@ -6,12 +6,12 @@ bytes, in the manner of h11: feed `receive_data(data)`, then call `next_message(
 returns `NEED_DATA`; `send(message)` returns the bytes to write.
 
 A frame over `STEP_ABOVE` bytes is decoded a piece at a time, as its bytes arrive (they are
-never gathered into one buffer: growing that by copies held the loop too):
+never gathered into one buffer: growing that by copies would hold the loop too):
 `next_message(stepwise=True)` does one bounded step of it per call and returns `IN_PROGRESS`
 until the message is whole (`NEED_DATA` when the bytes so far are decoded), so the caller,
 which owns the clock, decides how many steps fit in its turn: one frame however large never
-holds a router's event loop for long (issue 16: a 16 MiB frame of empty lists took one C
-call of 8-12 s). Such a frame also holds at most `MAX_FRAME_VALUES` items in all its lists
+holds a router's event loop for long (decoded in one C call, a frame of many empty lists
+would take seconds). Such a frame also holds at most `MAX_FRAME_VALUES` items in all its lists
 and maps together: decoding stops as soon as it has more.
 
 A frame longer than the cap, or one that does not decode to a known, well-formed message,
@@ -58,7 +58,7 @@ __all__ = [
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 #: Frames larger than this (bytes) are decoded in steps. Below it one frame is bounded by its
 #: size: the densest msgpack (empty maps or lists) costs ~300 ns per byte to build, check
-#: and free, ~2.5 ms here (64 KiB of it took 21 ms).
+#: and free, ~2.5 ms here.
 STEP_ABOVE: Final = 8 * 1024
 #: Bytes of a large frame handed to the decoder in its first step: ~1 ms of the densest
 #: msgpack (each empty list built and counted). A step that built fewer than one list, map
@@ -379,7 +379,7 @@ class Connection:
         )
         # Every value takes a byte at least, so a frame of at most `max_values` bytes (every
         # frame the client library sends) cannot hold too many: it is decoded without a hook
-        # per list and map (0.45 µs an event), its steps grown by their time instead.
+        # per list and map (a Python call each), its steps grown by their time instead.
         work: Callable[[], float]
         if size > self.max_values:  # a step that built under one value per 8 bytes grows
             tally, work = _tally(self.max_values)

@@ -23,13 +23,12 @@ A `Flood` frame is ``{"kind": "flood", "groups": [[ttl, path, ids, blob], ...]}`
 (`FloodGroup`) is events that share a ttl and a path: ``ids`` lists their event ids, in
 order, and ``blob`` is one msgpack ``bin`` holding the array of their wire arrays
 (``[id, type, values, meta]``, `aa.mesh.protocol.messages.event_to_wire`), packed once with the
-codec's conventions (`aa.mesh.protocol.codec.pack`). Why this shape, measured on the eight-router
-ring of ``tests/bench/bench_ring.py`` (every relaying router used to spend 12-15 µs of CPU per
-event, and twice that where the two flood fronts meet):
+codec's conventions (`aa.mesh.protocol.codec.pack`). Why this shape (the eight-router ring of
+``tests/bench/bench_ring.py`` measures it):
 
 - **Relaying costs no encoding.** A router forwards a group it received, when every event
   in it was new here, as the *same blob bytes* under a new header (its hop's ttl and path).
-  Re-encoding each event for every link was the biggest single cost of a relaying router.
+  Re-encoding each event for every link would be the biggest single cost of a relaying router.
   Events that originate here are packed once per flush into one blob that every link
   shares, not once per link.
 - **Duplicates cost no decoding.** The ids are outside the blob, so a router checks them

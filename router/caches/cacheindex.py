@@ -3,11 +3,11 @@
 Every dispatched event is offered to the client caches, and evaluating each distinct pattern
 costs about half a microsecond: ten distinct patterns would take half a router's budget at
 50,000 events/s. So the router's matchers (`PatternEngine.matcher`) of predicate-tier
-patterns go into a `PatternSet`: the predicate index of issue 12 (equality and `in` by hash,
+patterns go into a `PatternSet`: the predicate index (equality and `in` by hash,
 ranges and intervals by bisection, prefixes, presence; Fabret et al. 2001, BE-Tree), found
 through each pattern's access predicate and verified on its other checks — ``Device ==
 "phone-7"``, ``Temperature > 30 and Room == "A"`` and ``10 <= Price < 20`` alike. Patterns
-outside the predicate grammar are evaluated one by one, as before.
+outside the predicate grammar are evaluated one by one.
 
 A plain callable (no engine's matcher: tests, embedders) keeps the original special case: a
 pattern that is one name compared for equality with one constant is a dictionary lookup,

@@ -113,7 +113,7 @@ def handle_request(
     req: int = msg.req  # type: ignore[attr-defined]
     if session.backlog > MAX_ANSWER_BACKLOG:
         # A client that asks and does not read must not make us hold its answers: each
-        # is up to thousands of events (the issue: 199 unread answers, 2.3 GB).
+        # is up to thousands of events, and unread ones would pile up without bound.
         self.counters["busy"] += 1
         session.send(
             Error(code="busy", message="read the answers already sent before asking again", ref=req)

@@ -9,7 +9,7 @@ may come back through any of them (the router does the flooding; this module is 
 router's copy).
 
 Cost. Every dispatched event is offered to the caches, so `offer` must not grow with the
-number of caches: a router keeps 70% of its throughput with 1,000 of them. Caches are
+number of caches (Performance in the manual has the throughput with 1,000 of them). Caches are
 therefore grouped by *pattern key* (the same pattern compiled once by the router gives the
 same key), and a group has ONE shared log of the events its pattern accepted. Offering an
 event evaluates each distinct pattern once and appends to each accepting group's log once,

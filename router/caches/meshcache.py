@@ -9,15 +9,14 @@ publishers cannot set its expiry, only opt out (meta ``mesh_cache: False``, see
 Bounds: at most `max_events` events and about `max_bytes` bytes; the oldest go first.
 
 Events are kept *encoded* (msgpack, as on the wire), a batch of them per block, and decoded
-only when a client asks. Why, measured on the router benchmark (every dispatched event goes
-through here, at 50,000 events/s):
+only when a client asks. Why (every dispatched event goes through here):
 
-- keeping the events' Python objects alive cost about 4 µs per dispatched event: their
-  memory is cold again by the time they are freed 20,000 events later; encoded, a typical
-  event is a few hundred bytes of one `bytes` object instead of a couple of KiB of objects,
-  and the byte count is exact rather than estimated;
-- encoding one event at a time cost 1.5 µs; a batch (`add_many`, one C call for the whole
-  batch the router dispatched in one go) costs a fraction of that per event.
+- keeping the events' Python objects alive is costly per dispatched event: their memory is
+  cold again by the time they are freed 20,000 events later; encoded, a typical event is a
+  few hundred bytes of one `bytes` object instead of a couple of KiB of objects, and the
+  byte count is exact rather than estimated;
+- a batch (`add_many`, one C call for the whole batch the router dispatched in one go)
+  costs a fraction per event of encoding one event at a time.
 
 A block is evicted event by event as far as the bounds go (its memory goes with its last
 event, so the cache may hold one block more than the bounds until then). A query decodes

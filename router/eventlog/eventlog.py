@@ -48,53 +48,28 @@ logged, never silently — and routing goes on.
 Why a process fed msgpack
 -------------------------
 Every event a router dispatches is logged, so the log's cost is paid per event, at full
-load too. Measured on 2 cores shared by the router, a publisher and a subscriber
-(`tests/bench/bench_router.py --event-log` against ``--no-event-log``: router CPU per event
-from /proc, p99 latency at 5,000 events/s; medians of repeated runs on a machine other jobs
-shared) and by itself (`tests/bench/bench_eventlog.py`: the GIL the router's own threads
-hold per event):
-
-==================================  ==========  =============  ==========  =========
-writer                              router CPU  GIL, log only  writer CPU  p99
-==================================  ==========  =============  ==========  =========
-none (log off)                      8.3 µs      —              —           4–5 ms
-thread, a Python loop per row       24 µs       12 µs          —           10–65 ms
-thread, columns built in C          18 µs       5 µs           —           6–60 ms
-process (this)                      8.6 µs      0.2 (1.1) µs   7 µs        4–5 ms
-==================================  ==========  =============  ==========  =========
-
-A writer thread shares the router's GIL: with the columns built in C it held the GIL for
-5 µs per row, yet the router's CPU rose by 10 — the GIL changing hands between the writer
-and the event loop, which lets go of it at every socket call — and each row group held the
-loop up for tens of milliseconds. The process holds none of it: the router only encodes
-the rows, which its storage does once per dispatched batch for the mesh cache and the log
-alike (0.2 µs per event for the log with the mesh cache on, the default; 1.1 µs with it
-off); decoding them, the columns and Parquet (7 µs per event) run in the writer process,
-on another core when there is one, at a lower priority when there is none
-(`aa.router.eventlog.logprocess.WRITER_NICE`). msgpack rather than pickle: pickle writes a
-batch of one client's events as fast and reads it three times faster (its memo writes the
-strings they share once), but it costs 0.8 µs more per event relayed from a peer (each has
-a datetime of its own) and 6 µs per one-event batch, where msgpack takes 0.7 µs per event
-throughout — and the mesh cache has it already. Aware datetimes in values come back in UTC
-(the same instant), as they do everywhere in Aa. The costs: a second process (70 MB, 120
-MB while writing; 0.3 s to start, in the background), and on a machine whose cores are all
-busy its 7–10 µs per event are taken from someone: on the benchmark's 2 cores, 72–89% of the
-throughput without the log, by the hour (85% at the router's own priority).
+load too. A writer thread would share the router's GIL (which changes hands at every socket
+call of the event loop) and hold the loop up at every row group; the process holds none of
+it. The router only encodes the rows, which its storage does once per dispatched batch for
+the mesh cache and the log alike; decoding them, the columns and Parquet run in the writer
+process, on another core when there is one, at a lower priority when there is none
+(`aa.router.eventlog.logprocess.WRITER_NICE`). msgpack rather than pickle: it costs the same
+per event whatever the batch (one client's events, one event, events relayed from peers),
+and the mesh cache has it already. Aware datetimes in values come back in UTC (the same
+instant), as they do everywhere in Aa. The costs: a second process (its memory, and a start
+in the background), and on a machine whose cores are all busy its CPU is taken from someone.
+The measurements behind this are in the manual (Performance, "The event log's writer").
 
 Why the writer holds rows while they keep coming
 ------------------------------------------------
-So the writer process takes them from no one during a burst: while rows arrive faster
-than one ``write`` per `EventLogConfig.defer_pause` (0.5 s: above about 20,000 events/s),
-it keeps them as they came (about 1 µs per row: receiving the bytes) and writes them once
-the router pauses, up to `EventLogConfig.defer_bytes` (64 MiB, some 450,000 rows) and
-`EventLogConfig.defer_seconds` (60 s). A lower priority did not do that: ``SCHED_IDLE``
-for the writer gave the same 72% as nice 5 (three pairs, load 0.3–1.3 at their starts) — the writer
-still ran in every gap the three busy processes left, and they came back to caches it had filled.
-Holding gave 0.76–1.18 of the log-off throughput over 200,000 events (five pairs, median 0.96, on
-the idle machine). A load that never pauses still pays once the bytes are full: 0.75–0.80
-over 1.5 million events (three pairs).
+So the writer process takes no CPU from routing during a burst: while rows arrive faster
+than one ``write`` per `EventLogConfig.defer_pause`, it keeps them as they came (receiving
+the bytes is all it does) and writes them once the router pauses, up to
+`EventLogConfig.defer_bytes` and `EventLogConfig.defer_seconds`. A lower priority alone does
+not do that: the writer still runs in every gap the busy processes leave, and they come back
+to caches it has filled. A load that never pauses still pays once the bytes are full.
 The price: rows wait up to a minute in the writer's memory before they are in a file
-(files became visible only when closed anyway: `max_file_age`), and a writer killed
+(files become visible only when closed anyway: `max_file_age`), and a writer killed
 meanwhile loses them — counted as dropped, like the rows in its open file.
 """
 

@@ -22,10 +22,9 @@ Deferred writing: a ``write`` is answered once its rows are held, not written
 command has come for ``defer_pause`` seconds (the router paused: it goes on until the next
 command), before a ``close`` or ``stop``, and whatever is beyond ``defer_bytes`` or older
 than ``defer_seconds`` at once. Why: on a machine whose cores the router and its clients
-fill, the writer's 7–10 µs per row (decoding, the Arrow columns, Parquet) are taken from
-routing — 72 % of the throughput without the log, on the benchmark's two cores — while
-holding a row costs the writer about 1 µs; a burst is routed at full speed, and written
-after it.
+fill, the writer's work per row (decoding, the Arrow columns, Parquet) is taken from
+routing, while holding a row costs the writer next to nothing; a burst is routed at full
+speed, and written after it.
 
 Life: the process starts with the first command and ends at "stop", or when the socket
 closes because the router died — having closed its open file either way, so every row it
@@ -70,19 +69,17 @@ RESTART_DELAY: Final = 10.0
 STOP_TIMEOUT: Final = 60.0
 
 #: How much lower the writer process's scheduling priority is than the router's (nice).
-#: On a machine whose cores are all busy, routing comes first: measured on 2 cores shared
-#: with a publisher and a subscriber, the router's throughput with the log on went from
-#: 85% to 89% of that without, the writer still keeping up over a million events (7 µs
-#: each). Where the cores are not all busy, it changes nothing.
+#: On a machine whose cores are all busy, routing comes first, and the writer still keeps
+#: up; where the cores are not all busy, it changes nothing (figures: docs/performance.md).
 WRITER_NICE: Final = 5
 
 #: The writer process's garbage-collector thresholds. A row group makes some 50,000
-#: short-lived containers, none in a cycle: with Python's default (700) the collector took
-#: about 5% of the writer's time.
+#: short-lived containers, none in a cycle: with Python's default (700) the collector would
+#: walk them again and again for nothing.
 GC_THRESHOLD: Final = (100_000, 50, 100)
 
 # The writer process imports only what it needs: `aa.router`'s __init__ would import the
-# whole router (the store's SQLAlchemy, the pattern engine: 0.3 s and 20 MB more). So the
+# whole router (the store's SQLAlchemy, the pattern engine: time and memory at every start). So the
 # router package and this room are entered as bare ones, their modules found on their
 # folders' paths.
 _BOOT: Final = """\

@@ -5,11 +5,9 @@ run in C: each column is built from whole lists with ``map``, ``chain`` and Arro
 converters, not by a Python loop over rows or values. A Python loop runs only for what
 the fast paths refuse — a value that is not a str, int or float, a non-finite float, a
 meta that plain JSON cannot hold, an event without an aware ``time`` — and then only over
-that batch, giving exactly the text `aa.router.eventlog.logcodec` gives. Measured on the router's
-typical event (five values, six meta keys, decoded from msgpack), 10,000 rows at a time:
-3.4 µs per row, of which the values' text is 1.2 µs (``str`` of a float, mostly) and the
-meta's JSON 0.9 µs (a column per key, `_meta_columns`); the loop per row this replaced
-took 12 µs.
+that batch, giving exactly the text `aa.router.eventlog.logcodec` gives. The values' text
+(``str`` of a float, mostly) and the meta's JSON (a column per key, `_meta_columns`) are
+most of a row's cost.
 
 The input is four parallel sequences (``zip(*rows)`` of the rows ``[id, type, values,
 meta]`` the writer process decodes, see `aa.router.eventlog.logwriter`); nothing in them is

@@ -72,14 +72,13 @@ __all__ = ["PeerLink", "LinkOwner"]
 
 log = logging.getLogger("aa.router.links")
 
-#: Most items in one list or map of a frame from a peer router. A link accepted here takes
-#: over the codec of the client session that read the peer's hello, and with it a client's
-#: much smaller cap (`aa.router.session.MAX_FRAME_ITEMS`, 10,000): a store-sync digest or id
-#: list longer than that was refused as malformed and the link closed, again at every
-#: retry, so stores with a bucket of more than 10,000 differing events never converged
-#: (issue 16, tests/test_faults_sync_big.py). Routers send lists of up to 50,000 items
-#: (`aa.router.store.sync`'s MAX_BUCKETS); a cap above that still bounds what one frame costs
-#: to decode, on both ends of a link alike.
+#: Most items in one list or map of a frame from a peer router. A link accepted here takes over
+#: the codec of the client session that read the peer's hello, and with it a client's much
+#: smaller cap (`aa.router.session.MAX_FRAME_ITEMS`, 10,000), which would refuse a long
+#: store-sync digest or id list as malformed at every retry, so stores with a bucket of many
+#: differing events would never converge (tests/test_faults_sync_big.py). Routers send lists of
+#: up to 50,000 items (`aa.router.store.sync`'s MAX_BUCKETS); a cap above that still bounds what
+#: one frame costs to decode, on both ends of a link alike.
 MAX_PEER_FRAME_ITEMS = 65_536
 #: Most items in all lists and maps of one large peer frame together (`aa.mesh.protocol`'s
 #: `MAX_FRAME_VALUES` is the clients'): a frame at the byte cap of the flood groups and id

@@ -38,7 +38,7 @@ __all__ = [
 class _Alone:
     """A one-entry, read-only mapping `{key: self}`.
 
-    Memory (issue 12: at most 1 KB per subscription at a million): a dict of one entry costs
+    Memory (at most 1 KB per subscription at a million subscriptions): a dict of one entry costs
     224 bytes, and most buckets of a million narrow subscriptions hold one member, most
     instances one bucket. So a bucket's `members` is the `Member` itself while it is alone,
     and an instance's `buckets` the `Bucket` itself; a dict once there are two. Reading works

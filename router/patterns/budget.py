@@ -23,7 +23,7 @@ elsewhere; before stopping a pattern for time, `tick` confirms with the thread's
 (about 600 ns, so it is read once at the start of scripts and looping expressions, and once
 more only when the wall clock says the budget is gone). Garbage collection that happens to
 run during an evaluation is not charged to it: a full pass over a big router's heap takes
-tens of milliseconds to seconds (2 s at a million subscriptions) and would stop whichever
+tens of milliseconds to seconds (at a million subscriptions) and would stop whichever
 innocent pattern was running; `gc.callbacks` total the collector's CPU time, and the
 budget subtracts what was spent during the evaluation. A hostile pattern gains little by
 making garbage: a young pass walks what was allocated since the last one, in time of the

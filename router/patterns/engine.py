@@ -236,7 +236,7 @@ class PatternEngine:
             return
         into = instance.buckets.get(new_key)
         # The index reads none of the params changed (a limit checked when verifying): the
-        # bucket needs no new plan (issue 12: an update in microseconds, no event missed or twice).
+        # bucket needs no new plan (an update stays cheap, and no event is missed or seen twice).
         same = into is None and own.keys() <= old.params.keys() and self._index.movable(old, own)
         if into is None and type(old.members) is Member:  # alone: the bucket moves, state and all
             if same or own.keys() <= old.params.keys() and self._index.rekey(old, own, old.params):

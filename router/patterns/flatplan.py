@@ -7,7 +7,7 @@ constants or params: `a18 == 6 and 45 <= a2 <= 49`, `Symbol == sym and Price < l
   same access, the same checks left), without the general planner's `Access`
   per atom and its resolution of every reference: subscribes and parametric updates.
 - `plan_spaced` goes one step further for a subscribe without params whose source is
-  single-spaced names, operators and integers (the BE-Tree workload of issue 12): it reads
+  single-spaced names, operators and integers (the BE-Tree workload of the benchmark): it reads
   the tokens and plans in the same pass, building no `Atom` and no `Grammar` — the pattern's
   program is built without them and parses its source again only if it ever needs to (a
   second bucket, its closures, quenching's mentions). It answers what

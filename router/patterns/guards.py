@@ -38,7 +38,7 @@ _VIEWS = (KeysView, ValuesView, ItemsView)
 # Only width and precision make text. Every part is optional and no two adjacent parts can
 # match the same characters but flags and width ('0'), where the greedy flags win at once:
 # so a match never backtracks, and `check_printf` scans in linear time whatever the format
-# (the old pattern's `\([^)]*\)` rescanned to the end for every unclosed "%(").
+# (a part such as `\([^)]*\)` would rescan to the end for every unclosed "%(").
 _PRINTF_SPEC = re.compile(r"[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _SPEC_NUMBERS = re.compile(r"\d+")
 

@@ -1,7 +1,7 @@
 """The index over predicate-tier buckets: which of them an event can match, without
 evaluating each.
 
-Choice (issue 12). Each bucket's pattern is a disjunction of conjunctions (`grammar.py`);
+Choice. Each bucket's pattern is a disjunction of conjunctions (`grammar.py`);
 each conjunction is filed under ONE *access predicate*, its most selective indexable atom,
 and verified on its other atoms when an event hits it. This is the clustering of Fabret et
 al. ("Filtering algorithms and implementation for very fast publish/subscribe systems",

@@ -5,12 +5,11 @@ history queries), matched against an event all at once through the predicate ind
     >>> # caches.add("phone-7", PatternSpec(source='Device == "phone-7"'))   -> "predicate"
     >>> # caches.match(event)                                               -> ["phone-7", ...]
 
-Client caches use it (`aa.router.caches.CacheIndex`, which before did `Name == constant`
-only): every
-predicate-tier pattern is found through its access predicate (equality, `in`, ranges,
-intervals, prefixes, presence; see `index.py`), any other pattern is evaluated per event by
-its standalone matcher (`PatternEngine.matcher`). Same answers as calling each matcher.
-A pattern the sandbox stops answers no more and is listed in `stopped`.
+Client caches use it (`aa.router.caches.CacheIndex`): every predicate-tier pattern is found
+through its access predicate (equality, `in`, ranges, intervals, prefixes, presence; see
+`index.py`), any other pattern is evaluated per event by its standalone matcher
+(`PatternEngine.matcher`). Same answers as calling each matcher. A pattern the sandbox stops
+answers no more and is listed in `stopped`.
 """
 
 from __future__ import annotations

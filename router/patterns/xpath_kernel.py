@@ -24,8 +24,8 @@ the xs:double forms (`INF`, `-INF`, `NaN`), so comparisons in XPath behave as ex
 Sandbox. XPath 2.0 can loop (`for`, quantifiers, nested predicates) inside elementpath's
 Python code, where no tick of ours can be inserted, so evaluations (and compilations:
 elementpath evaluates constant sub-expressions while parsing) run under a `sys.setprofile`
-hook that checks the deadline on every Python call and return; it costs about 50 µs per
-evaluation, on top of elementpath's own. The parser is a restricted copy of elementpath's
+hook that checks the deadline on every Python call and return, a cost on top of
+elementpath's own. The parser is a restricted copy of elementpath's
 XPath 2.0 parser without `doc`, `doc-available` and `collection`, whose integer ranges
 (`1 to N`) are capped at `MAX_XPATH_RANGE` and whose `string-join` and `replace` check the
 size of their result before building it.

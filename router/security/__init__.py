@@ -1,4 +1,4 @@
-"""aa.router.security — who may connect to a router and what they may do (issue 13, Å §4.6).
+"""aa.router.security — who may connect to a router and what they may do (Å §4.6).
 
 Owns: TLS on the router's one TCP port (contexts from PEM files, `tls`), the identity a
 certificate gives (`Identity`: a user, a router, or anonymous), a router id bound to its

@@ -1,6 +1,6 @@
 """Connections on the router's port: a deadline to say hello, and caps, so that silent
-sockets cannot hold the router's file descriptors (attack a9/a10: 1,030 silent sockets at the
-usual 1,024 open files locked every client out, and were never cut).
+sockets cannot hold the router's file descriptors (uncut silent sockets up to the usual
+1,024 open files would lock every client out).
 
 The router tells `Admission` of each connection it accepts (`opened`); its end (its session's
 `closed` future: closed, or handed to the links room) ends it here too. A connection is *pending*
@@ -68,8 +68,8 @@ MAX_CONNECTIONS_PER_ADDRESS: Final = 1_000
 FD_RESERVE: Final = 128
 #: Seconds between two sweeps for connections past their hello deadline.
 SWEEP_EVERY: Final = 1.0
-#: Seconds between two log lines about failing accepts (EMFILE: one per attempt was 12,998
-#: lines in one attack).
+#: Seconds between two log lines about failing accepts (EMFILE: a line per attempt would
+#: flood the log during an attack).
 ACCEPT_LOG_INTERVAL: Final = 30.0
 
 

@@ -61,7 +61,7 @@ NO_RULE = "may do nothing: no rule in the permissions file covers this user"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SecurityConfig:
-    """Who may connect and what they may do. All off by default: an open router, as before.
+    """Who may connect and what they may do. All off by default: an open router.
 
     >>> SecurityConfig().tls
     False
@@ -273,7 +273,7 @@ class Gate:
         return None
 
     def admit_peer(self, identity: Identity, host: str | None, router_id: str) -> str | None:
-        """Why a peer router's hello is refused, or None (issue 16: ids bound to certificates)."""
+        """Why a peer router's hello is refused, or None (ids are bound to certificates)."""
         if host is not None and not self.peers.allows(host):
             return f"routers from {host} are not allowed here (--allow-peers)"
         if not self.mutual:

@@ -1,6 +1,6 @@
 """TLS for the one TCP port: contexts from PEM files, and who is on the other end.
 
-Trust model (Å §4.6, issue 13): a mesh has one CA (`aa certs init`). It signs *router*
+Trust model (Å §4.6): a mesh has one CA (`aa certs init`). It signs *router*
 certificates (extended key usage serverAuth and clientAuth: a router accepts connections and
 dials its peers; unit ``aa-router``) and *user* certificates (clientAuth only). Names are not
 host names: routers are reached at whatever address discovery finds, so host names are not
@@ -11,7 +11,7 @@ router profile (`Identity.router`: both usages, nothing else, unit ``aa-router``
 only with a certificate without serverAuth (`Identity.server_auth`): a router's certificate is
 no user's, and a user's certificate that somehow carries serverAuth is neither.
 
-A router's id is bound to its certificate (issue 16): with TLS on, the id is
+A router's id is bound to its certificate: with TLS on, the id is
 ``<certificate name>~<random hex>`` (`router_id_for`), and a peer whose hello claims an id
 that does not begin with its own certificate's name is refused (`id_matches`).
 """

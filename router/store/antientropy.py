@@ -133,9 +133,9 @@ def slices_for(n: int, max_ids: int) -> int:
     """Slices to cut *n* ids into so that one holds about *max_ids* at most.
 
     A bucket of more ids than one message carries is compared a slice at a time: the ids
-    whose `id_hash` is *j* modulo *k*, on both sides alike. Sending only its first ids, as
-    before, made the peer send back every event of the bucket but those, most of them held
-    already, round after round."""
+    whose `id_hash` is *j* modulo *k*, on both sides alike. Sending only its first ids would
+    make the peer send back every event of the bucket but those, most of them held already,
+    round after round."""
     return min(MAX_SLICES, max(1, -(-n // max_ids)))
 
 

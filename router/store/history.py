@@ -18,22 +18,21 @@ A live event that is not stored (not persisted) only ever comes through the hold
 
 Matching uses `PatternEngine.matches_prototype(key, event)`: pure evaluation with the
 subscriber's own pattern and params (a script on a copy of its state), so replay changes no
-pattern state. A predicate-tier pattern (issue 12) is evaluated there by the predicate tier
-itself — its compiled checks, no pattern code, no sandbox — and with the params in force
-when each stored event is matched (`tests/test_patterns_index_paths.py` holds both). A script
-subscriber gets the stored events its script would forward something for, as they were stored (not
-what the script derives).
+pattern state. A predicate-tier pattern (`aa.router.patterns.index`) is evaluated there by the
+predicate tier itself — its compiled checks, no pattern code, no sandbox — and with the params
+in force when each stored event is matched (`tests/test_patterns_index_paths.py` holds both). A
+script subscriber gets the stored events its script would forward something for, as they were
+stored (not what the script derives).
 
 Bounds: the hold keeps at most `MAX_HELD` live events; past that the oldest are dropped and
-counted (`history_held_dropped`), as any subscriber queue does when its reader stalls.
-Replay is paced by the client's socket: it waits while the transport's buffer is above its
-high-water mark instead of letting the router's memory fill. A replay in progress holds a
-read-ahead chunk, a frame and the ids it sent (megabytes for a big history), so at most
-`MAX_REPLAYS_PER_CLIENT` run at once per connection and `MAX_REPLAYS` in all (attack a12: 5
-clients that never read, 20 subscribes each with history, took 1.24 GB that stayed after
-they closed). Others wait their turn, holding only their `Hold`; a replay whose connection
-closed, or whose subscription ended, stops at its next frame or as soon as its turn comes,
-and frees everything.
+counted (`history_held_dropped`), as any subscriber queue does when its reader stalls. Replay is
+paced by the client's socket: it waits while the transport's buffer is above its high-water mark
+instead of letting the router's memory fill. A replay in progress holds a read-ahead chunk, a
+frame and the ids it sent (megabytes for a big history), so at most `MAX_REPLAYS_PER_CLIENT` run
+at once per connection and `MAX_REPLAYS` in all (clients that never read, each with many
+subscribes asking for history, would otherwise hold gigabytes). Others wait their turn, holding
+only their `Hold`; a replay whose connection closed, or whose subscription ended, stops at its
+next frame or as soon as its turn comes, and frees everything.
 """
 
 from __future__ import annotations

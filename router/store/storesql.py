@@ -18,8 +18,8 @@ router (or, on an open mesh, anyone who says peer-hello) vouched for; when the s
 then dispatched here live — the flood's exactly-once rule let it through, so it is the
 mesh's event under that id — the live event replaces the repaired copy instead of being
 ignored. Without it, a copy sent ahead under an id predicted from a publisher's last one
-made that publisher's real, acknowledged events vanish from the store. A live event never
-yields to anything: a second live copy of a stored id is ignored, as before.
+would make that publisher's real, acknowledged events vanish from the store. A live event
+never yields to anything: a second live copy of a stored id is ignored.
 
 Times are integers rather than SQL timestamps: the same on every backend, no zone
 conversions, and cheap to compare and index.

@@ -12,7 +12,7 @@ stuck past it (`pool.py`).
 How the engine uses it::
 
     PatternEngine.subscribe ─► tier? (outside the predicate grammar: `grammar.py`)
-        router:  compiled and matched in-process, as before
+        router:  compiled and matched in-process
         worker:  pre-compiled in the router if short Python (`prechecked`: an
                  immediate refusal), then
                  WorkerPool.subscribe(key, spec, params, client)
@@ -28,8 +28,8 @@ client's patterns of one kind go to the worker it was placed on (the one serving
 clients when its first pattern came); a shared pattern (Å §4.3: one instance, its
 subscribers a group) lives on the worker of its first subscriber — with at most a second
 instance on probation for subscribers whose params are new to it. Why not a process per
-client: a worker forked from the zygote holds 26 MB resident, 4 MB of it its own (measured
-with 20 patterns), and a router may serve thousands of clients; and a process per client
+client: a worker forked from the zygote holds tens of MB resident, a few of them its own, and
+a router may serve thousands of clients; and a process per client
 would not stop one person with many connections. Why not spread each client's patterns over all
 workers: a hostile client would then reach every worker, and each of its patterns could cost every
 other client a kill and re-creation; with affinity it reaches one worker, and fairness inside that
@@ -60,7 +60,7 @@ are forked from a zygote that has imported everything once (`zygote.py`: ~15 ms,
 new Python process takes 0.5 s and more on a busy machine), so the spare behind the spare
 is ready before the next kill; and the spare compiles the placed sources ahead of need
 (`WorkerPool._prime`), so re-creating 100 patterns takes a cache lookup each, not a
-compilation: a kill costs their subscribers about 45 ms (`tests/bench/bench_workers.py`). Their
+compilation (a kill's cost to them: `tests/bench/bench_workers.py`). Their
 `state` starts again empty, as after a router restart: a state is plain data of the
 process that died, and copying it out after each run would cost each run a serialisation.
 

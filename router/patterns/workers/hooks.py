@@ -66,9 +66,9 @@ def missed_each(keys: list[Hashable], count: int) -> None:
         elif type(getattr(key, "missed", None)) is int and hasattr(
             getattr(key, "session", None), "_missed"
         ):
-            # A TCP client's subscription (`aa.router.session.SessionSubscriber`, whose module
-            # is at its 500-line cap): the count its session tells before its next delivery,
-            # as for a slow reader (`ClientSession._overflow`).
+            # A TCP client's subscription (`aa.router.session.SessionSubscriber`): the count
+            # its session tells before its next delivery, as for a slow reader
+            # (`ClientSession._overflow`).
             key.missed += count  # type: ignore[attr-defined]
             key.session._missed = True  # type: ignore[attr-defined]
 

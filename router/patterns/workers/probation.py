@@ -3,8 +3,8 @@
 Why: a worker runs the patterns placed on it one after another, so a pattern that strikes
 (an evaluation only the tick budget stops, or a call into C only a kill ends) delays every
 other pattern on its worker. Fairness inside a worker bounds what one *client* costs the
-others (package docstring), but a stranger can open many connections: ninety new clients
-striking at once held another client's script deliveries 0.85–2.1 s. Two processes, though,
+others (package docstring), but a stranger can open many connections: many new clients
+striking at once would hold another client's script deliveries for seconds. Two processes, though,
 run side by side: the kernel does not wait for one to finish an evaluation. So a new
 pattern goes to a probation worker (`WorkerConfig.probation_workers`, as many as the
 regular ones by default; a client's new patterns share one), and moves to a regular worker

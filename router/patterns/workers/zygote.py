@@ -2,7 +2,7 @@
 needs and forks a new worker on request — in milliseconds, where starting a Python process
 and importing the sandbox takes half a second (several on a busy machine). A worker killed
 for a pattern stuck in C is replaced at once, and so is the spare behind it: when many
-hostile patterns fire together, each kill no longer waits for a process to start.
+hostile patterns fire together, no kill waits for a process to start.
 
 The zygote runs no pattern code: it only forks. Its children are exactly the workers
 `child.py` describes (the fork happens before the worker reads its hello, locks itself
