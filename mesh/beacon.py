@@ -23,6 +23,7 @@ from .errors import InvalidValue, MalformedFrame
 from .event import MAX_ID_LENGTH
 from .peers import Source
 from .protocol import PROTOCOL_VERSION
+from .protocol.messages import unchecked
 
 __all__ = [
     "Beacon",
@@ -114,9 +115,9 @@ def decode_beacon(data: bytes) -> Beacon:
         raise MalformedFrame("beacon body is not a map")
     try:
         return Beacon(
-            router_id=body.get("i"),  # type: ignore[arg-type]
+            router_id=unchecked(body, "i"),
             name=body.get("n", ""),
-            peer=body.get("p"),  # type: ignore[arg-type]
+            peer=unchecked(body, "p"),
             client=body.get("c"),
             protocol=body.get("v", 0),
         )
