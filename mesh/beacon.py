@@ -23,7 +23,6 @@ from .errors import InvalidValue, MalformedFrame
 from .event import MAX_ID_LENGTH
 from .peers import Source
 from .protocol import PROTOCOL_VERSION
-from .protocol.messages import unchecked
 
 __all__ = [
     "Beacon",
@@ -113,11 +112,13 @@ def decode_beacon(data: bytes) -> Beacon:
         raise MalformedFrame(f"beacon body is not msgpack: {exc}") from None
     if type(body) is not dict:
         raise MalformedFrame("beacon body is not a map")
+    router_id: Any = body.get("i")  # wire values, checked by Beacon
+    peer: Any = body.get("p")
     try:
         return Beacon(
-            router_id=unchecked(body, "i"),
+            router_id=router_id,
             name=body.get("n", ""),
-            peer=unchecked(body, "p"),
+            peer=peer,
             client=body.get("c"),
             protocol=body.get("v", 0),
         )
