@@ -233,7 +233,7 @@ def _factory(module: ModuleType, name: str) -> Factory:
 
 def _as_factory(obj: Any, name: str) -> Factory:
     if inspect.isclass(obj) and issubclass(obj, AddIn):
-        return obj  # type: ignore[no-any-return]
+        return obj
     if callable(obj):
 
         def make() -> AddIn:

@@ -119,7 +119,7 @@ class AsyncClient(QuenchClient, CacheClient):
         self._discovery: Discovery | None = None
         self._wake = asyncio.Event()
         self._bye = False
-        self._mesh_waiters: list[asyncio.Future[Message]] = []
+        self._mesh_waiters: list[asyncio.Future[MeshInfo]] = []
         self._link: Link | None = None
         self._connected = asyncio.Event()
         self._closing = False
@@ -129,7 +129,7 @@ class AsyncClient(QuenchClient, CacheClient):
         self._flush_scheduled = False
         self._subs: dict[int, Subscription] = {}
         self._next_sub = 1
-        self._requests: dict[int, asyncio.Future[Message]] = {}
+        self._requests: dict[int, asyncio.Future[Subscribed | Updated]] = {}
         #: Router we are connected to: (router id, router name, endpoint), or None.
         self.router: tuple[str, str, str] | None = None
         self._last_error: str | None = None  # why the last connection attempt failed, for connect()
@@ -258,7 +258,8 @@ class AsyncClient(QuenchClient, CacheClient):
             self._link = None
             self._connected.clear()
             self.router = None
-            for fut in [*self._requests.values(), *self._mesh_waiters]:
+            waiting: list[asyncio.Future[Any]] = [*self._requests.values(), *self._mesh_waiters]
+            for fut in waiting:
                 if not fut.done():
                     fut.set_exception(ConnectionLost("connection to the router was lost"))
             self._requests.clear()
@@ -328,59 +329,64 @@ class AsyncClient(QuenchClient, CacheClient):
     # -- messages from the router -----------------------------------------------------------
 
     def _on_message(self, msg: Message) -> None:
-        kind = type(msg)
-        if kind is Deliver:
-            subs = self._subs
-            fresh = self._delivered.check
-            now = time.monotonic()
-            for sub_ids, event in msg.items:  # type: ignore[attr-defined]
-                # A second copy of a live event (possible around a fail-over) is dropped;
-                # replayed history is the subscription's own business.
-                eid = event.id  # (a script's derived event may have none: never a copy)
-                if eid is not None and not fresh(eid, now) and not event.meta.get("historical"):
-                    continue
-                for sid in sub_ids:
-                    sub = subs.get(sid)
-                    if sub is not None:
-                        sub.deliver(event)
-        elif kind is Ack:
-            self._acked(msg.seq)  # type: ignore[attr-defined]
-        elif kind in (Subscribed, Updated):
-            fut = self._requests.pop(msg.sub_id, None)  # type: ignore[attr-defined]
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-        elif kind is Error:
-            self._on_error(msg)  # type: ignore[arg-type]
-        elif kind in STORAGE_ANSWERS:
-            self._storage_answer(msg)
-        elif kind in QUENCH_ANSWERS:
-            self._quench_answer(msg)
-        elif kind is PatternFailed:
-            sub = self._subs.pop(msg.sub_id, None)  # type: ignore[attr-defined]
-            if sub is not None:
-                sub.fail(PatternError(msg.message, code=msg.code))  # type: ignore[attr-defined]
-        elif kind is PatternRaised:
-            sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
-            if sub is not None:
-                sub.pattern_raised(msg)  # type: ignore[arg-type]
-        elif kind is Missed:
-            sub = self._subs.get(msg.sub_id)  # type: ignore[attr-defined]
-            if sub is not None:
-                sub.missed_events(msg.count)  # type: ignore[attr-defined]
-        elif kind is Routers:
-            self._learn(msg.addresses)  # type: ignore[attr-defined]
-        elif kind is Ping:
-            self._send(Pong(token=msg.token))  # type: ignore[attr-defined]
-        elif kind is MeshInfo:
-            while self._mesh_waiters:
-                fut = self._mesh_waiters.pop(0)
-                if not fut.done():
+        # Class patterns are isinstance checks in order (no message kind has subclasses):
+        # the event path's kinds first.
+        match msg:
+            case Deliver():
+                self._deliver(msg)
+            case Ack():
+                self._acked(msg.seq)
+            case Subscribed() | Updated():
+                fut = self._requests.pop(msg.sub_id, None)
+                if fut is not None and not fut.done():
                     fut.set_result(msg)
-                    break
-        elif kind is Bye:
-            self._bye = True
-            if self._link is not None:
-                self._link.close()
+            case Error():
+                self._on_error(msg)
+            case _ if type(msg) in STORAGE_ANSWERS:
+                self._storage_answer(msg)
+            case _ if type(msg) in QUENCH_ANSWERS:
+                self._quench_answer(msg)
+            case PatternFailed():
+                failed = self._subs.pop(msg.sub_id, None)
+                if failed is not None:
+                    failed.fail(PatternError(msg.message, code=msg.code))
+            case PatternRaised():
+                sub = self._subs.get(msg.sub_id)
+                if sub is not None:
+                    sub.pattern_raised(msg)
+            case Missed():
+                sub = self._subs.get(msg.sub_id)
+                if sub is not None:
+                    sub.missed_events(msg.count)
+            case Routers():
+                self._learn(msg.addresses)
+            case Ping():
+                self._send(Pong(token=msg.token))
+            case MeshInfo():
+                while self._mesh_waiters:
+                    waiter = self._mesh_waiters.pop(0)
+                    if not waiter.done():
+                        waiter.set_result(msg)
+                        break
+            case Bye():
+                self._bye = True
+                if self._link is not None:
+                    self._link.close()
+
+    def _deliver(self, msg: Deliver) -> None:
+        subs = self._subs
+        fresh = self._delivered.check
+        now = time.monotonic()
+        for sub_ids, event in msg.items:
+            # A second copy of a live event (possible around a fail-over) is dropped;
+            # replayed history is the subscription's own business.
+            eid = event.id  # (a script's derived event may have none: never a copy)
+            if eid is not None and not fresh(eid, now) and not event.meta.get("historical"):
+                continue
+            for sid in sub_ids:
+                sub = subs.get(sid)
+                if sub is not None:
+                    sub.deliver(event)
 
     def _on_error(self, msg: Error) -> None:
         if self._storage_error(msg) or self._quench_error(msg):
@@ -411,9 +417,10 @@ class AsyncClient(QuenchClient, CacheClient):
         """Queue an event for publishing; returns its id. Raises `InvalidValue` for values
         outside the model or an event too large for a router (`check_fits`), `OutboxFull`
         when the outbox is at its cap."""
-        event = Event.checked(dict(values), type, dict(meta) if meta else {}, id or self._ids())
+        eid = id or self._ids()
+        event = Event.checked(dict(values), type, dict(meta) if meta else {}, eid)
         self._publish_checked(event)
-        return event.id  # type: ignore[return-value]
+        return eid
 
     def _publish_checked(self, event: Event) -> None:
         """`publish_nowait` of a checked event with an id (the blocking `Client` builds it)."""
@@ -528,7 +535,8 @@ class AsyncClient(QuenchClient, CacheClient):
         self._subs[sub_id] = sub
         try:
             reply = await self._request(sub_id, sub.subscribe_message())
-            sub.tier, sub.warnings = reply.tier, reply.warnings  # type: ignore[attr-defined]
+            assert isinstance(reply, Subscribed)  # the router answers a subscribe so
+            sub.tier, sub.warnings = reply.tier, reply.warnings
         except BaseException:
             self._subs.pop(sub_id, None)
             sub.finish()
@@ -549,9 +557,9 @@ class AsyncClient(QuenchClient, CacheClient):
     async def unsubscribe(self, sub: Subscription) -> None:  # the same as sub.aclose()
         await sub.aclose()
 
-    async def _request(self, sub_id: int, msg: Message) -> Message:
+    async def _request(self, sub_id: int, msg: Message) -> Subscribed | Updated:
         await self.wait_connected(self.config.request_timeout)
-        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Subscribed | Updated] = asyncio.get_running_loop().create_future()
         self._requests[sub_id] = fut
         self._send(msg)
         try:
@@ -567,7 +575,7 @@ class AsyncClient(QuenchClient, CacheClient):
         and counters (layout: `aa.mesh.MeshInfo`). Raises `AaTimeout`, `ConnectionLost`."""
         timeout = self.config.request_timeout if timeout is None else timeout
         await self.wait_connected(timeout)
-        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[MeshInfo] = asyncio.get_running_loop().create_future()
         self._mesh_waiters.append(fut)
         self._send(GetMesh())
         try:
@@ -578,7 +586,7 @@ class AsyncClient(QuenchClient, CacheClient):
         finally:
             if fut in self._mesh_waiters:
                 self._mesh_waiters.remove(fut)
-        return dict(msg.info)  # type: ignore[attr-defined]
+        return dict(msg.info)
 
     def _send(self, msg: Message) -> None:
         if self._link is not None:

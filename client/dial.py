@@ -112,14 +112,15 @@ async def open_router(
             if type(msg) is Welcome:
                 welcome.set_result(msg)
             elif type(msg) is Error:
-                welcome.set_exception(RemoteError(msg.message, code=msg.code))  # type: ignore[attr-defined]
+                welcome.set_exception(RemoteError(msg.message, code=msg.code))
             return
         on_message(msg)
 
     link = await open_link(config, lambda: Link(first_then_rest, on_writable), host, port)
     try:
         link.send(hello)
-        await asyncio.wait([welcome, link.lost], return_when=asyncio.FIRST_COMPLETED)
+        either: list[asyncio.Future[Any]] = [welcome, link.lost]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not welcome.done():
             why = link.lost.result() if link.lost.done() else None
             if isinstance(why, ForeignProtocol):  # an HTTP port, a TLS router: said at once

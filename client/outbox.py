@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections import deque
 from itertools import accumulate, islice
 
-from aa.mesh import Event, InvalidValue
+from aa.mesh import Event, InvalidValue, Value
 from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
 
 from .config import (
@@ -143,7 +143,8 @@ def check_fits(event: Event) -> None:
         raise InvalidValue(
             f"event of {size} bytes is over the {MAX_FRAME_BYTES} bytes a frame holds"
         )
-    items, todo = 0, [event.values, event.meta]
+    items = 0
+    todo: list[dict[str, Value] | list[Value]] = [event.values, event.meta]
     while todo:
         value = todo.pop()
         items += len(value)

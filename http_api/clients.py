@@ -385,7 +385,8 @@ class HttpClients:
             events = self.caches.fetch(key).events
             for i in range(len(events) - 1, -1, -1):
                 if events[i].id == event_id:
-                    return self.caches.fetch(key, limit=i + 1).cursor
+                    cursor: int = self.caches.fetch(key, limit=i + 1).cursor
+                    return cursor
         return None
 
     def find(self, client: HttpClient, event_id: str) -> tuple[Event, tuple[str, ...]] | None:

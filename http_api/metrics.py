@@ -49,7 +49,7 @@ async def metrics(request: Request) -> Response:
     state = request.app.state
     state.router.security.require_covered(caller_of(request).identity)
     collector = RouterCollector(state.router, http_clients=len(state.clients))
-    return Response(generate_latest(collector), media_type=METRICS_TYPE)  # type: ignore[arg-type]
+    return Response(generate_latest(collector), media_type=METRICS_TYPE)
 
 
 class RouterCollector:
@@ -195,7 +195,10 @@ def _histogram(r: Any, name: str) -> HistogramMetricFamily:
         "sampled (one batch in 16); pattern workers' deliveries are not in it",
         labels=["router"],
     )
-    buckets = [(floatToGoString(bound), n) for bound, n in timing.cumulative()]
+    buckets = [
+        (floatToGoString(bound), n)  # type: ignore[no-untyped-call]  # prometheus_client: untyped
+        for bound, n in timing.cumulative()
+    ]
     family.add_metric([name], buckets, timing.sum)
     return family
 

@@ -95,7 +95,10 @@ def _check_patterns(request: Request, client: HttpClient | None, specs: list[Pat
 
 def _receives(request: Request, client: HttpClient) -> Callable[[str | None], bool]:
     """The test of types the client's owner may receive now."""
-    return request.app.state.router.security.receives(Identity(user=client.owner))
+    receives: Callable[[str | None], bool] = request.app.state.router.security.receives(
+        Identity(user=client.owner)
+    )
+    return receives
 
 
 async def _authenticated(client_id: str, request: Request) -> HttpClient:

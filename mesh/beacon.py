@@ -112,11 +112,13 @@ def decode_beacon(data: bytes) -> Beacon:
         raise MalformedFrame(f"beacon body is not msgpack: {exc}") from None
     if type(body) is not dict:
         raise MalformedFrame("beacon body is not a map")
+    router_id: Any = body.get("i")  # wire values, checked by Beacon
+    peer: Any = body.get("p")
     try:
         return Beacon(
-            router_id=body.get("i"),  # type: ignore[arg-type]
+            router_id=router_id,
             name=body.get("n", ""),
-            peer=body.get("p"),  # type: ignore[arg-type]
+            peer=peer,
             client=body.get("c"),
             protocol=body.get("v", 0),
         )

@@ -64,7 +64,7 @@ class _Protocol(asyncio.DatagramProtocol):
     def __init__(self, handler: DatagramHandler) -> None:
         self.handler = handler
 
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:  # type: ignore[override]
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
             self.handler(data, (addr[0], addr[1]))
         except Exception:  # one bad handler call must not end the socket

@@ -62,7 +62,8 @@ def check_endpoint(text: object, name: str = "endpoint") -> str:
         parse_endpoint(text)
     except InvalidValue as exc:
         raise InvalidValue(f"{name}: {exc}") from None
-    return text  # type: ignore[return-value]
+    assert isinstance(text, str)  # parse_endpoint raised for anything else
+    return text
 
 
 def format_endpoint(host: str, port: int) -> str:

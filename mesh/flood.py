@@ -203,9 +203,9 @@ def check_flood_meta(ttl: object, path: object) -> None:
         raise MalformedFrame(f"flood ttl must be an int, not {type(ttl).__name__}")
     if type(path) is not list and type(path) is not tuple:
         raise MalformedFrame(f"flood path must be a list, not {type(path).__name__}")
-    if not 0 < len(path) <= MAX_PATH_LENGTH:  # type: ignore[arg-type]
+    if not 0 < len(path) <= MAX_PATH_LENGTH:
         raise MalformedFrame(f"flood path must hold 1 to {MAX_PATH_LENGTH} router ids")
-    for hop in path:  # type: ignore[attr-defined]
+    for hop in path:
         if type(hop) is not str or not 0 < len(hop) <= MAX_ID_LENGTH:
             raise MalformedFrame(
                 f"flood path entries must be router ids of 1 to {MAX_ID_LENGTH} characters"

@@ -216,8 +216,8 @@ def _constant_ok(c: object) -> bool:
     if type(c) not in _CONSTANT_TYPES:
         return False
     if type(c) is str:
-        return len(c) <= MAX_TEXT  # type: ignore[arg-type]
-    return not (type(c) is float and not math.isfinite(c))  # type: ignore[arg-type]
+        return len(c) <= MAX_TEXT
+    return not (type(c) is float and not math.isfinite(c))
 
 
 class Interest:
@@ -452,7 +452,9 @@ class _Tree:
                     queue.append(w)
         children: dict[str, list[str]] = {}
         for v in order[1:]:
-            children.setdefault(parent[v], []).append(v)  # type: ignore[arg-type]
+            above = parent[v]
+            assert above is not None  # only the source has none
+            children.setdefault(above, []).append(v)
         folded: dict[str, Interest] = {}
         for v in reversed(order):  # leaves first
             own = interests.get(v, Interest.ANYTHING)

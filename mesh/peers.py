@@ -341,7 +341,7 @@ class PeerTable:
 
     def retry_delay(self, failures: int) -> float:
         """Seconds to wait after the *failures*-th failure in a row (jitter applied)."""
-        delay = min(self.retry_base * 2 ** min(failures - 1, 62), self.retry_max)
+        delay = min(self.retry_base * 2.0 ** min(failures - 1, 62), self.retry_max)
         if self.jitter:
             delay *= 1.0 - self.jitter * self._rng.random()
         return delay

@@ -65,7 +65,8 @@ def _valid(value: Any, depth: int) -> bool:
     ):
         return True
     if cls is int:
-        return _INT_MIN <= value <= _INT_MAX
+        fits: bool = _INT_MIN <= value <= _INT_MAX
+        return fits
     if depth >= MAX_NESTING:
         return False
     if cls is dict:

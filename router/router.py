@@ -642,20 +642,20 @@ class Router:
         if type(msg) is GetMesh:
             session.send(MeshInfo(info=self.mesh.info()))
             return True
-        if type(msg) is not PeerHello or not self.mesh.takes_peer(msg):  # type: ignore[arg-type]
+        if type(msg) is not PeerHello or not self.mesh.takes_peer(msg):
             return False
-        refusal = self.security.admit_peer(session.identity, session.host, msg.router_id)  # type: ignore[attr-defined]
+        refusal = self.security.admit_peer(session.identity, session.host, msg.router_id)
         if refusal is not None:  # mutual TLS, ids bound to certificates, --allow-peers
             self.security.refusals.note(
                 session.host,
-                f"refusing peer {msg.router_id} from {session.address}: {refusal}",  # type: ignore[attr-defined]
+                f"refusing peer {msg.router_id} from {session.address}: {refusal}",
                 time.monotonic(),
             )
             self.mesh.counters["refused_peers"] += 1
             session.fail("forbidden", refusal)
             return True
         transport, codec = session.detach()
-        self.mesh.handoff(transport, codec, msg)  # type: ignore[arg-type]
+        self.mesh.handoff(transport, codec, msg)
         return True
 
     # -- inside -----------------------------------------------------------------------------

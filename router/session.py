@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from aa.mesh import (
     Connection,
@@ -28,13 +28,19 @@ from aa.mesh import (
 )
 from aa.mesh.protocol import (
     IN_PROGRESS,
-    QUENCH_REQUESTS,
     STORAGE_REQUESTS,
     Ack,
     Bye,
+    CacheAck,
+    CacheClear,
+    CacheFetch,
+    CacheKeepalive,
+    CachePolicy,
     CacheRegister,
+    CacheRemove,
     Error,
     GetCached,
+    GetCacheInfo,
     GetMesh,
     GetRouters,
     Hello,
@@ -50,6 +56,7 @@ from aa.mesh.protocol import (
     Routers,
     Subscribe,
     Subscribed,
+    Unquench,
     Unsubscribe,
     Update,
     Updated,
@@ -66,6 +73,20 @@ if TYPE_CHECKING:
 
 #: The identity of a connection without TLS or without a certificate.
 _ANONYMOUS = Identity()
+
+#: The cache requests a client may send, which `ClientSession.handle` names one by one.
+_StorageRequest = (
+    GetCached
+    | CacheRegister
+    | CacheFetch
+    | CacheAck
+    | CacheKeepalive
+    | CachePolicy
+    | CacheClear
+    | CacheRemove
+    | GetCacheInfo
+)
+assert frozenset(get_args(_StorageRequest)) == STORAGE_REQUESTS
 
 __all__ = ["ClientSession", "SessionSubscriber"]
 
@@ -243,7 +264,8 @@ class ClientSession(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # a stream server's protocol is always given a stream transport
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if peer:
             self.address = f"{peer[0]}:{peer[1]}"
@@ -277,14 +299,14 @@ class ClientSession(asyncio.Protocol):
                     type(msg) is Publish
                     and self.client_id is not None
                     and len(msg.events) > DISPATCH_STEP
-                ):  # type: ignore[attr-defined]
+                ):
                     self._slicing = (
                         True  # reading waits until it is dispatched, across turns if need be
                     )
                     self.transport.pause_reading() if self.transport is not None else None
                     self.router.accept_publish(
                         self, msg, until=start + TURN_BUDGET, done=self._next_turn
-                    )  # type: ignore[arg-type]
+                    )
                     return
                 self.handle(msg)
                 if self._closing:
@@ -373,32 +395,46 @@ class ClientSession(asyncio.Protocol):
             if self.router.handoff(self, msg):
                 return
             raise ProtocolError(f"expected 'hello' first, got {msg.kind!r}")
-        kind = type(msg)
-        if kind is Publish:
-            self.router.accept_publish(self, msg)  # type: ignore[arg-type]
-        elif kind is Subscribe:
-            self._subscribe(msg)  # type: ignore[arg-type]
-        elif kind is Unsubscribe:
-            sub = self.subscriptions.pop(msg.sub_id, None)  # type: ignore[attr-defined]
-            if sub is not None:
-                self.router.remove_subscription(sub)
-        elif kind is Update:
-            self._update(msg)  # type: ignore[arg-type]
-        elif kind is Ping:
-            self.send(Pong(token=msg.token))  # type: ignore[attr-defined]
-        elif kind is GetRouters:
-            self.send(Routers(addresses=self.router.alternatives()))
-        elif kind is GetMesh:
-            self.send(MeshInfo(info=self.router.mesh_info()))
-        elif kind in STORAGE_REQUESTS:
-            self._storage(msg)
-        elif kind in QUENCH_REQUESTS:
-            if kind is not Quench or self._may("quench", "register quench prototypes", msg.reg):  # type: ignore[attr-defined]
+        # Class patterns are isinstance checks in order (no message kind has subclasses):
+        # the event path's kind first.
+        match msg:
+            case Publish():
+                self.router.accept_publish(self, msg)
+            case Subscribe():
+                self._subscribe(msg)
+            case Unsubscribe():
+                sub = self.subscriptions.pop(msg.sub_id, None)
+                if sub is not None:
+                    self.router.remove_subscription(sub)
+            case Update():
+                self._update(msg)
+            case Ping():
+                self.send(Pong(token=msg.token))
+            case GetRouters():
+                self.send(Routers(addresses=self.router.alternatives()))
+            case GetMesh():
+                self.send(MeshInfo(info=self.router.mesh_info()))
+            case Quench():
+                if self._may("quench", "register quench prototypes", msg.reg):
+                    self.router.quench.handle_request(self, msg)
+            case Unquench():
                 self.router.quench.handle_request(self, msg)
-        elif kind is Bye:
-            self.close()
-        else:
-            raise ProtocolError(f"a client may not send {msg.kind!r}")
+            case Bye():
+                self.close()
+            case (
+                GetCached()
+                | CacheRegister()
+                | CacheFetch()
+                | CacheAck()
+                | CacheKeepalive()
+                | CachePolicy()
+                | CacheClear()
+                | CacheRemove()
+                | GetCacheInfo()
+            ):
+                self._storage(msg)
+            case _:
+                raise ProtocolError(f"a client may not send {msg.kind!r}")
 
     def _may(self, rule: str, what: str, ref: int) -> bool:
         """Whether this client's user may do *what* (permission *rule*); tells it why not."""
@@ -414,11 +450,11 @@ class ClientSession(asyncio.Protocol):
         )
         return False
 
-    def _storage(self, msg: Message) -> None:
+    def _storage(self, msg: _StorageRequest) -> None:
         """A cache request, asked of the rules in force now: the mesh cache answers only
         what this user may receive, with a pattern this user may run; a client cache is
         this user's own (keyed by user and client id) and needs `client_caches`."""
-        req: int = msg.req  # type: ignore[attr-defined]
+        req = msg.req
         gate = self.router.security
         if type(msg) is GetCached:
             if self._pattern_refused(msg.pattern, req):
@@ -638,10 +674,12 @@ class ClientSession(asyncio.Protocol):
 
     def _tell_missed(self) -> None:
         self._missed = False
+        transport = self.transport
+        assert transport is not None  # only a flush with a transport tells
         for sub in self.subscriptions.values():
             if sub.missed:
                 n, sub.missed = sub.missed, 0
-                self.transport.write(self.codec.send(Missed(sub_id=sub.sub_id, count=n)))  # type: ignore[union-attr]
+                transport.write(self.codec.send(Missed(sub_id=sub.sub_id, count=n)))
 
     def ack(self, seq: int) -> None:
         """Acknowledge frames up to *seq*; while frames are handled, once at the batch's end."""

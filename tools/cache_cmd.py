@@ -37,7 +37,7 @@ asked for, through any router of the mesh.
 """
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "cache",
         help="keep events in the mesh for this client while it is away",

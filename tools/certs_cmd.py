@@ -71,7 +71,7 @@ _INDEX = "index.txt"
 _CRL = "crl.pem"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "certs",
         help="make the mesh's CA, router and user certificates",
@@ -161,7 +161,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     r.add_argument("dir", type=Path, metavar="DIR", help="the CA's folder")
     r.add_argument("name", metavar="NAME", help="the user or router to revoke")
     r.set_defaults(func=_revoke)
-    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+    def usage(args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def _write(path: Path, data: bytes, secret: bool) -> None:

@@ -70,7 +70,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _add(sub: argparse._SubParsersAction, module: str) -> None:  # type: ignore[type-arg]
+def _add(sub: argparse._SubParsersAction[argparse.ArgumentParser], module: str) -> None:
     mod = import_module(f"{__package__}.{module}")
     (getattr(mod, "add_parsers", None) or mod.add_parser)(sub)
 

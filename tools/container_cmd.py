@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "container",
         help="host add-ins (publishers, adapters) from folders",

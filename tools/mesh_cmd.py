@@ -13,7 +13,7 @@ from .common import add_router_option, explain, fail, router_endpoints
 __all__ = ["add_parser", "show", "format_mesh"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "mesh",
         help="show the routers of the mesh",

@@ -57,7 +57,7 @@ class _MineParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "mine",
         help="mine routers' event logs (PySpark) for the adapters' knowledge",
@@ -68,6 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.__class__ = _MineParser
+    assert isinstance(p, _MineParser)
     p.add_argument("logdirs", nargs="+", metavar="LOGDIR", help="event log folders or URIs")
     p.add_argument(
         "--master", default="local[*]", metavar="URL", help="Spark master URL (default: local[*])"
@@ -397,8 +398,9 @@ def _simulate(args: argparse.Namespace) -> int:
         floors=args.floors,
         routers=routers,
         overlap=args.overlap,
-        **({"start": start} if start else {}),
     )
+    if start:
+        cfg = replace(cfg, start=start)
     result = simulate(cfg)
     rows = ", ".join(f"{r}: {n}" for r, n in result.rows.items())
     print(

@@ -54,7 +54,7 @@ _PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][\w.\-]*)\}\}|\{([A-Za-z_][\w.\-]*)\}"
 _ENV_NAME = re.compile(r"[^A-Za-z0-9_]")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "on",
         # by hand: argparse puts PATTERN last, after --exec, which takes all that follows it

@@ -35,7 +35,7 @@ CLOSE_TIMEOUT = 2.0
 ERROR_POLL = 0.1
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "send",
         help="publish one event",

@@ -32,7 +32,7 @@ from .common import (
 __all__ = ["add_parser"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "quench",
         help="show interest in an event prototype appearing and going",

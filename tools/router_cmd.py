@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "router",
         help="run a router",
@@ -276,7 +276,7 @@ def router_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="aa")
     sub = top.add_subparsers()
     add_parser(sub)
-    return sub.choices["router"]  # type: ignore[no-any-return]
+    return sub.choices["router"]
 
 
 def router_keys() -> dict[str, Key]:

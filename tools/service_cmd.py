@@ -82,7 +82,7 @@ _DESCRIPTIONS = {
 _SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "service",
         help="install the router or the container as a system service (systemd)",
@@ -156,7 +156,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "string: --args '/srv/addins --bundled'",
     )
     inst.set_defaults(func=install)
-    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+    def usage(args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def systemd_quote(arg: str) -> str:

@@ -30,7 +30,7 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_HTTP_PORT}/"
 REQUEST_TIMEOUT = 5.0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "top",
         help="a live view of a router: rates, clients, slow subscribers, links",
@@ -147,7 +147,8 @@ def _message(r: Any) -> str:
     try:
         return str(r.json().get("message", r.text[:200]))
     except ValueError:
-        return r.text[:200]
+        text: str = r.text[:200]
+        return text
 
 
 # -- rendering -------------------------------------------------------------------------------

@@ -93,7 +93,10 @@ class LocationAdapter(Adapter):
             return []
         heard = []
         for r in radios:
-            if type(r) is dict and type(r.get("Id")) is str and type(r.get("Rssi")) in (int, float):
-                heard.append((r["Id"], float(r["Rssi"])))
+            if type(r) is not dict:
+                continue
+            rid, rssi = r.get("Id"), r.get("Rssi")
+            if type(rid) is str and (type(rssi) is int or type(rssi) is float):
+                heard.append((rid, float(rssi)))
         where = self.locate(heard)
         return [] if where is None else [(LOCATION_TYPE, {"Node": node, **where})]

@@ -106,9 +106,12 @@ class PresenceAdapter(Adapter):
                     return []
             entry = self._fp[node] = (w, {})
         for r in radios:
-            if type(r) is dict and type(r.get("Id")) is str and type(r.get("Rssi")) in (int, float):
-                acc = entry[1].setdefault(r["Id"], [0.0, 0])
-                acc[0] += r["Rssi"]
+            if type(r) is not dict:
+                continue
+            rid, rssi = r.get("Id"), r.get("Rssi")
+            if type(rid) is str and (type(rssi) is int or type(rssi) is float):
+                acc = entry[1].setdefault(rid, [0.0, 0])
+                acc[0] += rssi
                 acc[1] += 1
         mine = self._fingerprint(node)
         near = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Collection
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from .world import OfficeWorld
 
@@ -67,7 +67,7 @@ async def feed(
     *,
     tick: float = 1.0,
     backfill: timedelta = timedelta(0),
-) -> AsyncIterator[list[tuple[datetime, str, dict]]]:
+) -> AsyncIterator[list[tuple[datetime, str, dict[str, Any]]]]:
     """Every *tick* seconds, the events of *kinds* that happened in the world since the last
     step (the first step reaches *backfill* into the past, so a publisher has something to
     say at once)."""

@@ -33,7 +33,14 @@ from typing import Any, Final
 
 import msgpack
 
-from ..errors import ForeignProtocol, FrameTooLarge, MalformedFrame, UnknownMessage, UsageError
+from ..errors import (
+    ForeignProtocol,
+    FrameTooLarge,
+    MalformedFrame,
+    ProtocolError,
+    UnknownMessage,
+    UsageError,
+)
 from ..event import Event
 from .messages import MESSAGE_KINDS, Message
 from .wire_events import event_from_wire
@@ -299,7 +306,7 @@ class Connection:
         self._buf = bytearray()
         self._pos = 0
         self._packer = _packer()
-        self._broken: Exception | None = None
+        self._broken: ProtocolError | None = None
         self._stepping: Generator[_NeedData | None, None, Message] | None = (
             None  # a large frame, part decoded
         )
@@ -361,7 +368,8 @@ class Connection:
         except StopIteration as done:
             self._stepping = None
             self._fed = 0
-            return done.value  # type: ignore[no-any-return]
+            message: Message = done.value
+            return message
         except (MalformedFrame, UnknownMessage) as exc:
             self._break(exc)
             raise self._fresh_error() from None
@@ -423,7 +431,9 @@ class Connection:
         if decoder.tell() != size:
             raise MalformedFrame("frame is not valid msgpack: extra data after the message")
         cls = self._kind(data)
-        steps = getattr(cls, "from_wire_steps", None)
+        steps: Callable[[Any], Generator[None, None, Message]] | None = getattr(
+            cls, "from_wire_steps", None
+        )
         if steps is None:
             return cls.from_wire(data)
         return (yield from steps(data))
@@ -433,7 +443,7 @@ class Connection:
         """Bytes received and not yet handed out as messages (a partial frame, mostly)."""
         return len(self._buf) - self._pos + self._fed
 
-    def _break(self, exc: Exception) -> None:
+    def _break(self, exc: ProtocolError) -> None:
         # Keep what the error says, not the error: its traceback (and its __context__'s)
         # would hold this codec's frames, and through them its buffer and whoever owns it,
         # in a reference cycle that only a full garbage collection frees. The buffer goes
@@ -444,14 +454,14 @@ class Connection:
         self._stepping = None
         self._fed = 0
 
-    def _fresh_error(self) -> Exception:
+    def _fresh_error(self) -> ProtocolError:
         broken = self._broken
         assert broken is not None
         err = type(broken)(*broken.args)
         code = getattr(broken, "code", None)
         if code is not None:
             try:
-                err.code = code  # type: ignore[attr-defined]
+                err.code = code
             except AttributeError:
                 pass
         return err

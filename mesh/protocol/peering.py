@@ -69,7 +69,7 @@ from ..event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
 from ..flood import MAX_PATH_LENGTH, check_flood_meta
 from ..values import Values, check_values
 from .codec import pack, pack_events, unpack
-from .messages import Message, event_from_wire, register
+from .messages import Message, event_from_wire, register, unchecked
 
 __all__ = [
     "KnownRouter",
@@ -154,7 +154,7 @@ class KnownRouter:
         if type(data) is not dict:
             raise InvalidValue("a known router must be a map")
         return cls(
-            peer=data.get("peer"),  # type: ignore[arg-type]  # checked in __post_init__
+            peer=unchecked(data, "peer"),
             router_id=data.get("id"),
             client=data.get("client"),
             name=data.get("name"),
@@ -275,14 +275,14 @@ class FloodGroup:
         """Pack *events* (each with an id, each within the value model) into one group.
         Raises `UsageError` if one has no id or cannot be encoded, `InvalidValue` for a bad
         ttl or path or more than `MAX_GROUP_EVENTS` events."""
-        ids = [e.id for e in events]
-        if None in ids:
+        ids = [e.id for e in events if e.id is not None]
+        if len(ids) != len(events):
             raise UsageError("a flooded event needs an id")
         try:
             blob = pack_events(events)  # each event's own bytes, shared with its deliveries
         except UsageError as exc:
             raise UsageError(f"cannot encode flooded events: {exc}") from None
-        return cls(ttl=ttl, path=tuple(path), ids=tuple(ids), blob=blob)  # type: ignore[arg-type]
+        return cls(ttl=ttl, path=tuple(path), ids=tuple(ids), blob=blob)
 
     def decode(self, *, ttl: int | None = None, path: list[str] | None = None) -> list[Event]:
         """The events, checked, each with ``meta`` ttl and path set to *ttl* and *path*

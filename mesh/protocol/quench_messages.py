@@ -46,7 +46,7 @@ from typing import Any, Final
 
 from ..errors import InvalidValue, MalformedFrame
 from ..values import Values, check_values
-from .messages import Message, PatternSpec, register
+from .messages import Message, PatternSpec, register, unchecked
 
 __all__ = [
     "Quench",
@@ -160,7 +160,7 @@ class QuenchNotice(Message):
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> QuenchNotice:
         try:
-            return cls(reg=data.get("reg"), changes=data.get("changes", ()))  # type: ignore[arg-type]
+            return cls(reg=unchecked(data, "reg"), changes=data.get("changes", ()))
         except InvalidValue as exc:
             raise MalformedFrame(f"bad 'quench-notice' message: {exc}") from None
 

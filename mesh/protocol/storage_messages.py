@@ -41,7 +41,14 @@ from typing import Any, Final
 from ..errors import InvalidValue, MalformedFrame
 from ..event import MAX_ID_LENGTH, Event
 from ..values import Values, check_values
-from .messages import Message, PatternSpec, event_from_wire, event_to_wire, register
+from .messages import (
+    Message,
+    PatternSpec,
+    event_from_wire,
+    event_to_wire,
+    register,
+    unchecked,
+)
 
 __all__ = [
     "GetCached",
@@ -171,8 +178,8 @@ class Cached(Message):
     def from_wire(cls, data: Mapping[str, Any]) -> Cached:
         try:
             return cls(
-                req=data.get("req"),  # type: ignore[arg-type]
-                events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
+                req=unchecked(data, "req"),
+                events=_events_from_wire(cls.kind, data.get("events")),
                 partial=data.get("partial", False),
             )
         except InvalidValue as exc:
@@ -311,10 +318,10 @@ class CacheEvents(Message):
     def from_wire(cls, data: Mapping[str, Any]) -> CacheEvents:
         try:
             return cls(
-                req=data.get("req"),  # type: ignore[arg-type]
-                events=_events_from_wire(cls.kind, data.get("events")),  # type: ignore[arg-type]
+                req=unchecked(data, "req"),
+                events=_events_from_wire(cls.kind, data.get("events")),
                 cursor=data.get("cursor", 0),
-                more=data.get("more", False),  # type: ignore[arg-type]
+                more=data.get("more", False),
                 partial=data.get("partial", False),
             )
         except InvalidValue as exc:

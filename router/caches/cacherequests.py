@@ -75,7 +75,9 @@ def _answer_later(
         finally:
             self.asking.discard(session)
         send_paged(
-            session, got, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial)
+            session,
+            got,
+            lambda chunk, partial: Cached(req=req, events=tuple(chunk), partial=partial),
         )
 
     self.asking.add(session)
@@ -122,9 +124,9 @@ def handle_request(
     if type(msg) is GetCached:
         try:
             events = self.cached(
-                msg.pattern,  # type: ignore[attr-defined]
-                since=msg.since,  # type: ignore[attr-defined]
-                limit=msg.limit,  # type: ignore[attr-defined]
+                msg.pattern,
+                since=msg.since,
+                limit=msg.limit,
                 receives=receives,
             )
             if not isinstance(events, list):  # pattern code: answered once its worker did
@@ -137,7 +139,9 @@ def handle_request(
             session.send(Error(code=getattr(exc, "code", "error"), message=str(exc), ref=req))
             return
         send_paged(
-            session, events, lambda chunk, partial: Cached(req=req, events=chunk, partial=partial)
+            session,
+            events,
+            lambda chunk, partial: Cached(req=req, events=tuple(chunk), partial=partial),
         )
         return
     shown = session.client_id or "?"
@@ -214,6 +218,6 @@ def _send_events(session: ClientPort, req: int, got: Fetched) -> None:
         session,
         got.events,
         lambda chunk, partial: CacheEvents(
-            req=req, events=chunk, cursor=got.cursor, more=got.more, partial=partial
+            req=req, events=tuple(chunk), cursor=got.cursor, more=got.more, partial=partial
         ),
     )

@@ -483,7 +483,7 @@ class ClientCacheService:
         body = control.body
         op, client_id = body.get("op"), body.get("client")
         now = self._clock()
-        self.counters[f"received_{op}"] += 1
+        self.counters[f"received_{str(op)}"] += 1
         try:
             if type(client_id) is not str or not client_id:
                 raise UsageError("no client id")

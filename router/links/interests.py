@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from aa.mesh import MAX_PEERS, Control, Event, Interest, InterestTable, InvalidValue
 
@@ -168,7 +168,7 @@ class InterestService:
                     exc,
                 )
         self._intervals[origin] = _interval(body.get("interval"))
-        self.table.receive(origin, version, peers, interest, now)
+        self.table.receive(origin, version, cast(list[str], peers), interest, now)  # checked
 
     # -- the rule ---------------------------------------------------------------------------
 

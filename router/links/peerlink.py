@@ -342,7 +342,7 @@ class PeerLink(asyncio.Protocol):
         try:
             if len(groups) > MAX_PEER_FRAME_ITEMS:  # more than the peer decodes in one frame
                 raise UsageError("too many groups for one frame")
-            data = self.codec.send(Flood(groups=groups))
+            data = self.codec.send(Flood(groups=tuple(groups)))
         except UsageError:
             if len(groups) > 1:
                 half = len(groups) // 2

@@ -150,7 +150,9 @@ class Relay:
             except Exception:
                 log.exception("control callback %r for %r failed", callback, msg.topic)
         by_id = {other.remote_id: other for other in self._links()}
-        targets = self.rules.forward_to(hop, list(by_id), link.remote_id)
+        targets = self.rules.forward_to(
+            hop, [rid for rid in by_id if rid is not None], link.remote_id
+        )
         if targets:
             copy_ = msg.forwarded(hop.ttl, hop.path)
             for rid in targets:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any, ClassVar
 
-from RestrictedPython import compile_restricted_eval, compile_restricted_exec
+from RestrictedPython.compile import compile_restricted_eval, compile_restricted_exec
 from RestrictedPython.transformer import (
     INSPECT_ATTRIBUTES,
     IOPERATOR_TO_STR,
@@ -164,7 +164,7 @@ def compile_tests(source: str, *, modules: dict[str, frozenset[str]]) -> Logic |
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return ("not", build(node.operand))
         leaf = ast.Expression(body=node)
-        result = compile_restricted_eval(leaf, filename="<pattern>", policy=policy)  # type: ignore[arg-type]
+        result = compile_restricted_eval(leaf, filename="<pattern>", policy=policy)
         if result.errors or result.code is None:  # the whole compiled: its parts do too
             raise PatternError(
                 "pattern refused: " + "; ".join(dict.fromkeys(result.errors)), code=REFUSED

@@ -12,9 +12,10 @@ answer can only be the same. The property tests compare both paths with the pyth
 
 from __future__ import annotations
 
+import enum
 import keyword
 import re
-from typing import Any
+from typing import Final
 
 from .calls import FORBIDDEN_NAMES
 from .grammar import Atom, Grammar, Ref
@@ -44,8 +45,14 @@ _NO_READS: frozenset[str] = frozenset()
 
 
 COMPARE_OPS = frozenset(("==", "!=", "<", "<=", ">", ">="))
+
+
 #: The scan of `_TOKEN` is needed (see `_parse_spaced`).
-_UNUSUAL: Any = object()
+class _Unusual(enum.Enum):
+    UNUSUAL = 0
+
+
+_UNUSUAL: Final = _Unusual.UNUSUAL
 #: name → (its Ref, the reads of comparing it with a literal): shared by every atom.
 _NAME_REFS: dict[str, tuple[Ref, frozenset[str]]] = {}
 _MAX_NAME_REFS = 10_000
@@ -69,7 +76,7 @@ def _name_ref(name: str) -> tuple[Ref, frozenset[str]]:
     return got
 
 
-def _parse_spaced(source: str) -> Grammar | None:
+def _parse_spaced(source: str) -> Grammar | _Unusual | None:
     """`_parse_tokens` for a source of names, operators and decimal integers separated by
     single spaces (`a18 == 6 and 45 <= a2 <= 49`: what most subscribers send), read by
     `str.split` and `str` tests in one pass instead of the regular expression; `_UNUSUAL` at

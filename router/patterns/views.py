@@ -88,7 +88,7 @@ class EventView:
 
     @property
     def values(self) -> Mapping[str, Any]:
-        return MappingProxyType(self._values)  # type: ignore[arg-type]
+        return MappingProxyType(self._values)
 
     @property
     def type(self) -> str | None:

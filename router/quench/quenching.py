@@ -415,7 +415,9 @@ class QuenchService:
             elif op == "remove":
                 regs = body.get("regs")
                 for reg_id in regs if type(regs) is list else ():
-                    reg = self.table.registrations.get(reg_id) if type(reg_id) is str else None
+                    if type(reg_id) is not str:
+                        continue
+                    reg = self.table.registrations.get(reg_id)
                     if reg is not None and reg.owner == origin and reg.expires is not None:
                         self.table.remove(reg_id)
                         self._dirty.pop(reg_id, None)

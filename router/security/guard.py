@@ -93,7 +93,7 @@ class HandshakeGuard:
         """Record a refused handshake; returns when the address may be tried again."""
         _, count = self._until.pop(address, (0.0, 0))
         count += 1
-        until = now + min(self.base * 2 ** min(count - 1, 32), self.maximum)
+        until = now + min(self.base * 2.0 ** min(count - 1, 32), self.maximum)
         self._until[address] = (until, count)
         while len(self._until) > self.max_entries:
             self._until.popitem(last=False)

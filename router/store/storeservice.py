@@ -271,7 +271,8 @@ class StoreService:
                 select = remote
 
                 async def remote(chunk: list[Event]) -> list[Event]:
-                    return await select([ev for ev in chunk if allowed(ev.type)])
+                    selected: list[Event] = await select([ev for ev in chunk if allowed(ev.type)])
+                    return selected
 
         found: dict[str, Event] = {}
         if self.store is not None and remote:

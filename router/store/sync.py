@@ -285,7 +285,7 @@ class StoreSync:
             return
         body = control.body
         op = body.get("op")
-        self.counters[f"received_{op}"] += 1
+        self.counters[f"received_{str(op)}"] += 1
         try:
             if op in ("digest", "ids"):
                 # Parsed (and refused past the caps) before any work is scheduled.

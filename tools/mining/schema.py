@@ -269,7 +269,8 @@ def _similarity(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> float:
     gap = sum(abs(x - y) for x, y in zip(qa, qb)) / len(qa)
     if spread <= 0:
         return 1.0 if gap == 0 else 0.0
-    return max(0.0, 1.0 - gap / spread)
+    similarity: float = max(0.0, 1.0 - gap / spread)
+    return similarity
 
 
 def _key(strings: list[dict[str, Any]], ta: str, tb: str) -> dict[str, Any] | None:

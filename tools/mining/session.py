@@ -321,7 +321,7 @@ def stop_session(spark: SparkSession, *, timeout: float = ARCHIVE_WRITE_TIMEOUT_
         return None
     except (OSError, ValueError):
         pass
-    SparkContext._gateway = SparkContext._jvm = None  # type: ignore[assignment]
+    SparkContext._gateway = SparkContext._jvm = None
     try:
         if part.stat().st_size > 0 and not final.exists():
             os.replace(part, final)
@@ -548,7 +548,7 @@ def wait_for_executors(
     deadline = clock() + config.executor_wait
     tick = threading.Event()
     # The driver counts among the block managers; each executor adds one.
-    while sc._jsc.sc().getExecutorMemoryStatus().size() < 2:  # type: ignore[union-attr]
+    while sc._jsc.sc().getExecutorMemoryStatus().size() < 2:
         if clock() >= deadline:
             asked = ", ".join(
                 f"{what} {value}"
@@ -576,7 +576,7 @@ def _launch(conf: object, sink: Callable[[str], None], verbose: bool) -> None:
     r, w = os.pipe()
     pump = _StderrPump(os.fdopen(r, "rb"), sink, verbose)
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": w})
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": w})  # type: ignore[no-untyped-call]  # py4j: untyped
     except Exception as exc:  # JAVA_GATEWAY_EXITED: the JVM said why on its stderr
         os.close(w)
         raise SparkStartError(f"Spark could not start: {pump.last_words()}") from exc

@@ -192,7 +192,7 @@ class WorkerProcess:
     def read_slot(self) -> tuple[int, int, int]:
         """(instance id, started at (monotonic ns) or 0 when idle, limit in ns)."""
         assert self.slot is not None
-        return SLOT.unpack_from(self.slot)  # type: ignore[return-value]
+        return SLOT.unpack_from(self.slot)
 
     def cpu_seconds(self) -> float | None:
         """CPU time the process has used, or None once it is gone. Read from schedstat
