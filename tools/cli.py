@@ -46,7 +46,8 @@ EXIT_INTERRUPTED = 128 + 2
 
 
 class _Version(argparse.Action):
-    """`--version`, reading the installed distribution's version only when asked."""
+    """`--version`, reading the installed distribution's version only when asked, and which
+    event path runs (compiled or pure Python: `aa.mesh.event_path`)."""
 
     def __init__(
         self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any
@@ -66,7 +67,9 @@ class _Version(argparse.Action):
             text = version("aa-mesh")
         except PackageNotFoundError:
             text = "unknown (not installed)"
-        print(f"aa {text}")
+        from aa.mesh import event_path  # the package decides the path as it loads
+
+        print(f"aa {text} ({event_path()})")
         parser.exit()
 
 
