@@ -24,7 +24,6 @@ from setuptools.command.build_ext import build_ext
 #: Modules of `mesh/` to compile (keep in step with `aa.mesh._speedups.COMPILED_MODULES`).
 COMPILED_MODULES = (
     "values",
-    "flood",
     "protocol/wire_events",
 )
 

@@ -38,7 +38,6 @@ PURE_ENV: Final = "AA_PURE_PYTHON"
 #: The modules `setup.py` compiles, as paths below `aa.mesh` (keep in step with setup.py).
 COMPILED_MODULES: Final = (
     "values",
-    "flood",
     "protocol/wire_events",
 )
 

@@ -30,7 +30,7 @@ needs_compiled = pytest.mark.skipif(
 )
 
 SHOW = (
-    "import aa.mesh, aa.mesh.values as v, aa.mesh.flood as f; "
+    "import aa.mesh, aa.mesh.values as v, aa.mesh.protocol.wire_events as f; "
     "print(aa.mesh.event_path(why=True)); print(v.__file__.rsplit('/', 1)[1]); "
     "print(f.__file__.rsplit('/', 1)[1])"
 )
@@ -80,7 +80,7 @@ def test_the_install_runs_the_compiled_path(copy: Path):
     assert run_copy(copy.parents[1]) == [
         "compiled event path",
         f"values{SUFFIX}",
-        f"flood{SUFFIX}",
+        f"wire_events{SUFFIX}",
     ]
 
 
@@ -88,7 +88,7 @@ def test_pure_python_on_request(copy: Path):
     assert run_copy(copy.parents[1], {"AA_PURE_PYTHON": "1"}) == [
         "pure Python: AA_PURE_PYTHON=1",
         "values.py",
-        "flood.py",
+        "wire_events.py",
     ]
 
 
@@ -98,19 +98,19 @@ def test_no_extensions_runs_the_source_and_says_why(copy: Path):
         path.unlink()
     lines = run_copy(copy.parents[1])
     assert lines[0].startswith("pure Python: not compiled (no Cython or no C compiler")
-    assert lines[1:] == ["values.py", "flood.py"]
+    assert lines[1:] == ["values.py", "wire_events.py"]
 
 
 @needs_compiled
 def test_an_edited_source_is_run_not_its_stale_extension(copy: Path):
     """An editable install whose source changed after `pip install -e` runs the source, for
     every compiled module (never half one path, half the other), until it is rebuilt."""
-    with (copy / "flood.py").open("a") as f:
+    with (copy / "protocol" / "wire_events.py").open("a") as f:
         f.write("\n# edited\n")
     assert run_copy(copy.parents[1]) == [
-        "pure Python: source changed since it was compiled: flood",
+        "pure Python: source changed since it was compiled: protocol/wire_events",
         "values.py",
-        "flood.py",
+        "wire_events.py",
     ]
 
 
@@ -120,7 +120,7 @@ def test_one_missing_extension_makes_the_whole_path_pure(copy: Path):
     assert run_copy(copy.parents[1]) == [
         "pure Python: not compiled: values",
         "values.py",
-        "flood.py",
+        "wire_events.py",
     ]
 
 
