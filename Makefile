@@ -28,9 +28,15 @@ run: $(STAMP)
 	$(VENV)/bin/aa router --host 127.0.0.1 --port $(PORT) --data-dir .aa-data --bundled -v
 
 ## test: the formatter and linter, then the whole test suite (installs PostgreSQL etc.
-## through apt-get when root)
+## through apt-get when root), then the codec, router and client tests again on the
+## pure-Python event path, the reference (AA_PURE_PYTHON=1; the first run takes the compiled
+## path when the install built it: `aa --version` says)
+PURE_PATH_TESTS := tests/test_mesh_codec.py tests/test_faults_wire_fuzz.py \
+	tests/test_session_bad_input.py tests/test_router.py tests/test_client_sync.py \
+	tests/test_compiled_golden.py
 test: lint system-deps
 	$(PY) -m pytest
+	AA_PURE_PYTHON=1 $(PY) -m pytest $(PURE_PATH_TESTS)
 
 ## lint: ruff's formatter and linter over the whole tree (config: [tool.ruff] in pyproject.toml)
 lint: $(STAMP)

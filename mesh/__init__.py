@@ -5,6 +5,7 @@ mesh the way routers do). The wire protocol — the codec and every message kind
 subpackage `aa.mesh.protocol`; the names most code needs are re-exported here.
 """
 
+from ._speedups import event_path  # first: decides which event path the modules below load
 from .beacon import Beacon, RouterInfo
 from .datagram import DatagramNetwork, UdpNetwork
 from .discovery import (
@@ -203,6 +204,7 @@ __all__ = [
     "check_values",
     "event_from_json",
     "event_to_json",
+    "event_path",
     "format_endpoint",
     "from_json",
     "is_unspecified",

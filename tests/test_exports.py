@@ -99,6 +99,7 @@ PUBLIC: dict[str, list[str]] = {
         "check_value",
         "check_values",
         "event_from_json",
+        "event_path",
         "event_to_json",
         "format_endpoint",
         "from_json",

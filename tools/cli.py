@@ -46,7 +46,8 @@ EXIT_INTERRUPTED = 128 + 2
 
 
 class _Version(argparse.Action):
-    """`--version`, reading the installed distribution's version only when asked."""
+    """`--version`, reading the installed distribution's version only when asked, and which
+    event path runs (compiled or pure Python: `aa.mesh.event_path`)."""
 
     def __init__(
         self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any
@@ -66,8 +67,26 @@ class _Version(argparse.Action):
             text = version("aa-mesh")
         except PackageNotFoundError:
             text = "unknown (not installed)"
-        print(f"aa {text}")
+        print(f"aa {text} ({_event_path()})")
         parser.exit()
+
+
+def _event_path() -> str:
+    """Which event path `aa.mesh` runs (`aa.mesh.event_path()`), found by running its switch
+    module alone: importing `aa.mesh` would import half of Aa for one word."""
+    from importlib.util import find_spec, module_from_spec, spec_from_file_location
+    from pathlib import Path
+
+    mesh = find_spec("aa.mesh")
+    if mesh is None or not mesh.submodule_search_locations:
+        return "unknown event path"
+    switch = Path(next(iter(mesh.submodule_search_locations)), "_speedups.py")
+    spec = spec_from_file_location("aa.mesh._speedups", switch)
+    if spec is None or spec.loader is None:
+        return "unknown event path"
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.event_path())
 
 
 def _add(sub: argparse._SubParsersAction[argparse.ArgumentParser], module: str) -> None:

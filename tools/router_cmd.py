@@ -591,6 +591,7 @@ async def _serve(
 ) -> None:
     import asyncio
 
+    from aa.mesh import event_path
     from aa.router import Router
 
     stop = asyncio.Event()
@@ -617,6 +618,11 @@ async def _serve(
             print(f"aa router: HTTP endpoint and monitor on {endpoint.url}", flush=True)
         logging.getLogger("aa.router").info(
             "event loop: %s", "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+        )
+        # Said once: a pure path nobody asked for (no compiler at install) is a warning.
+        chosen = event_path() != "pure Python" or os.environ.get("AA_PURE_PYTHON")
+        logging.getLogger("aa.router").log(
+            logging.INFO if chosen else logging.WARNING, "event path: %s", event_path(why=True)
         )
         async with hosted_container(args, router):  # --container / --bundled: add-ins in-process
             await stop.wait()

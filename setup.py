@@ -1,0 +1,116 @@
+"""Build hooks: compile the event path's modules with Cython where it and a C compiler are.
+
+Everything else about the distribution is in pyproject.toml. The modules are compiled from
+their plain `.py` source (Cython's pure-Python mode; a `.pxd` beside a module may declare C
+types for it). Without Cython or a compiler, or if a module fails to compile, the install
+goes on without that extension and Aa runs its Python source: `aa.mesh._speedups` decides
+at import time, and `aa --version` says which path runs.
+
+Each extension gets a `<extension>.src-sha256` beside it, the hash of the source it was
+built from, so an editable install whose `.py` has been edited since runs the edit, not a
+stale extension.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+#: Modules of `mesh/` to compile (keep in step with `aa.mesh._speedups.COMPILED_MODULES`).
+COMPILED_MODULES = (
+    "values",
+    "protocol/wire_events",
+)
+
+#: Cython's directives for all of them. Type annotations are not read as C types: they are
+#: for mypy, and read by Cython they would change what a function accepts (a `str`
+#: parameter would refuse a str subclass with a TypeError). C types go in `.pxd` files.
+DIRECTIVES = {
+    "language_level": 3,
+    "annotation_typing": False,
+    "binding": True,
+    "embedsignature": True,
+}
+
+
+def _note(text: str) -> None:
+    print(f"aa-mesh: {text}", file=sys.stderr)
+
+
+def _extensions() -> list[Extension]:
+    if os.environ.get("AA_BUILD_PURE", "") not in ("", "0"):
+        _note("AA_BUILD_PURE set: not compiling the event path")
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _note("Cython is not installed: the event path stays pure Python")
+        return []
+    modules = [
+        Extension(
+            "aa.mesh." + m.replace("/", "."),
+            [f"mesh/{m}.py"],
+            optional=True,
+        )
+        for m in COMPILED_MODULES
+    ]
+    try:
+        return cythonize(
+            modules,
+            compiler_directives=DIRECTIVES,
+            build_dir="build/cython",
+            quiet=True,
+        )
+    except Exception as exc:  # a Cython error in one module: build none, run the source
+        _note(f"Cython could not translate the event path ({exc}): it stays pure Python")
+        return []
+
+
+class OptionalBuildExt(build_ext):
+    """`build_ext` that never fails the install: a module that does not compile (no C
+    compiler, no Python headers) is left as Python source, said once. Each extension built
+    gets the hash of its source beside it, in the build folder and, for an editable
+    install, beside the source."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:
+            _note(f"no C compiler usable ({exc}): the event path stays pure Python")
+            return
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            filename = self.get_ext_filename(self.get_ext_fullname(ext.name))
+            built = Path(self.build_lib, filename)
+            if not built.is_file():
+                continue
+            digest = hashlib.sha256(_source(ext).read_bytes()).hexdigest() + "\n"
+            Path(f"{built}.src-sha256").write_text(digest)
+            if self.inplace:
+                package = ext.name.rpartition(".")[0]
+                beside = Path(build_py.get_package_dir(package), Path(filename).name)
+                if beside.is_file():
+                    Path(f"{beside}.src-sha256").write_text(digest)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            _note(f"{ext.name} not compiled ({exc}): it stays pure Python")
+
+    def get_outputs(self) -> list[str]:
+        outputs = super().get_outputs()
+        return outputs + [f"{o}.src-sha256" for o in outputs if Path(o).is_file()]
+
+
+def _source(ext: Extension) -> Path:
+    """The `.py` file extension *ext* (``aa.mesh.x.y``) is compiled from: ``mesh/x/y.py``."""
+    return Path("mesh", *ext.name.split(".")[2:]).with_suffix(".py")
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,142 @@
+"""The compiled event path: which path a process runs, and what it says about it.
+
+A copy of the installed `aa.mesh` (with whatever extensions the install built) is imported
+from a temporary folder in a fresh interpreter, so each case can take the copy apart —
+remove an extension, edit a source — without touching the real install.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import aa.mesh
+from aa.mesh import _speedups
+
+ROOT = Path(__file__).resolve().parents[1]
+MESH = Path(aa.mesh.__file__).parent
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+needs_compiled = pytest.mark.skipif(
+    not all((MESH / f"{m}{SUFFIX}").is_file() for m in _speedups.COMPILED_MODULES),
+    reason="this install has no compiled event path (no Cython or C compiler at install)",
+)
+
+SHOW = (
+    "import aa.mesh, aa.mesh.values as v, aa.mesh.protocol.wire_events as f; "
+    "print(aa.mesh.event_path(why=True)); print(v.__file__.rsplit('/', 1)[1]); "
+    "print(f.__file__.rsplit('/', 1)[1])"
+)
+
+
+def run_copy(tmp_path: Path, env: dict[str, str] | None = None) -> list[str]:
+    """What a fresh interpreter importing the copy under *tmp_path* says (SHOW)."""
+    full = {k: v for k, v in os.environ.items() if k != _speedups.PURE_ENV}
+    full.update(env or {}, PYTHONPATH=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", SHOW],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=tmp_path,
+    )
+    return out.stdout.splitlines()
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """The installed aa.mesh, copied as tmp_path/aa/mesh (aa is a namespace package)."""
+    shutil.copytree(MESH, tmp_path / "aa" / "mesh", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path / "aa" / "mesh"
+
+
+def test_setup_compiles_the_modules_the_switch_knows():
+    """setup.py and the switch name the same modules (one list would need setup.py to
+    import the package it builds)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    listed = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", None) == "COMPILED_MODULES" for t in node.targets)
+    )
+    assert tuple(listed) == _speedups.COMPILED_MODULES
+    for module in listed:
+        assert (ROOT / "mesh" / f"{module}.py").is_file()
+
+
+@needs_compiled
+def test_the_install_runs_the_compiled_path(copy: Path):
+    """An install with a C compiler (`make`'s `pip install -e`) runs the extensions."""
+    assert run_copy(copy.parents[1]) == [
+        "compiled event path",
+        f"values{SUFFIX}",
+        f"wire_events{SUFFIX}",
+    ]
+
+
+def test_pure_python_on_request(copy: Path):
+    assert run_copy(copy.parents[1], {"AA_PURE_PYTHON": "1"}) == [
+        "pure Python: AA_PURE_PYTHON=1",
+        "values.py",
+        "wire_events.py",
+    ]
+
+
+def test_no_extensions_runs_the_source_and_says_why(copy: Path):
+    """A machine without a compiler installs the source only."""
+    for path in copy.rglob(f"*{SUFFIX}*"):
+        path.unlink()
+    lines = run_copy(copy.parents[1])
+    assert lines[0].startswith("pure Python: not compiled (no Cython or no C compiler")
+    assert lines[1:] == ["values.py", "wire_events.py"]
+
+
+@needs_compiled
+def test_an_edited_source_is_run_not_its_stale_extension(copy: Path):
+    """An editable install whose source changed after `pip install -e` runs the source, for
+    every compiled module (never half one path, half the other), until it is rebuilt."""
+    with (copy / "protocol" / "wire_events.py").open("a") as f:
+        f.write("\n# edited\n")
+    assert run_copy(copy.parents[1]) == [
+        "pure Python: source changed since it was compiled: protocol/wire_events",
+        "values.py",
+        "wire_events.py",
+    ]
+
+
+@needs_compiled
+def test_one_missing_extension_makes_the_whole_path_pure(copy: Path):
+    (copy / f"values{SUFFIX}").unlink()
+    assert run_copy(copy.parents[1]) == [
+        "pure Python: not compiled: values",
+        "values.py",
+        "wire_events.py",
+    ]
+
+
+@pytest.mark.parametrize("pure", ["", "1"])
+def test_version_says_which_path(pure: str):
+    env = {**os.environ, "AA_PURE_PYTHON": pure}
+
+    def said(*argv: str) -> str:
+        return subprocess.run(
+            [sys.executable, *argv], env=env, capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+
+    path = said(
+        "-c", "import aa.mesh, aa.mesh.values as v; print(aa.mesh.event_path(), v.__file__)"
+    )
+    name, _, file = path.strip().rpartition(" ")
+    assert name == ("pure Python" if pure or file.endswith(".py") else "compiled event path")
+    out = said("-m", "aa.tools.cli", "--version")
+    assert out.startswith("aa ") and out.endswith(f" ({name})\n")
