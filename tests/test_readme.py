@@ -146,7 +146,7 @@ def page_name(path: Path) -> str:
 BLOCKS = [b for page in PAGES for b in readme_blocks(page.read_text(), page_name(page))]
 RUN = [b for b in BLOCKS if b.file is None]
 #: Fence tags of blocks shown, never run.
-SHOWN = ("text", "console", "json", "toml", "xml", "http", "javascript", "html")
+SHOWN = ("text", "console", "json", "toml", "yaml", "xml", "http", "javascript", "html")
 
 
 def test_the_conventions_are_understood():
