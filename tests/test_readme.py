@@ -397,6 +397,12 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
         ),
         30.0,
     ),
+    # Patterns: a missing name makes only its own comparison unknown, `or` is rescued
+    (
+        re.compile(r"""^aa subscribe 'Temperature > 100 or Flag == "x"'"""),
+        lambda out: "[flag] Flag=x" in _lines(out),
+        READY_TIMEOUT,
+    ),
     # Command line: the persisted note comes back as history
     (
         re.compile(r"^aa subscribe --history --since 1h --count 1 'type == \"note\"'"),
