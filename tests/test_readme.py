@@ -403,6 +403,12 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
         lambda out: "[flag] Flag=x" in _lines(out),
         READY_TIMEOUT,
     ),
+    # The mesh: an event routed by interest reaches the subscriber on the other router
+    (
+        re.compile(r"""^aa subscribe --router 127\.0\.0\.1:\d+ 'type == "hot"'"""),
+        lambda out: "[hot] Temperature=120" in _lines(out),
+        READY_TIMEOUT,
+    ),
     # Command line: the persisted note comes back as history
     (
         re.compile(r"^aa subscribe --history --since 1h --count 1 'type == \"note\"'"),
