@@ -8,8 +8,8 @@ sink (`sinks`) and the small interfaces the rooms are given (`seams`).
 The rooms, one concept each: `links` (peer links and the flood), `patterns` (the pattern
 engine), `quench` (quenching), `store` (the persistent store and history), `caches` (the
 mesh cache and client caches), `eventlog` (the event log for mining), `security` (TLS,
-users, permissions, address ranges). The README's
-Architecture section draws an event's way through them.
+users, permissions, address ranges). The manual's
+Architecture page (docs/architecture.md) draws an event's way through them.
 """
 
 from .acks import Acknowledgements

@@ -7,7 +7,7 @@ Embed it in any asyncio program::
         sub = router.subscribe("Temperature > 100", print)
         router.publish({"Temperature": 101})
 
-An event's way (the README's Architecture section draws it): a client's `Publish` reaches
+An event's way (docs/architecture.md draws it): a client's `Publish` reaches
 its `ClientSession`, which hands it here (`accept_publish`): the store screens its policies,
 the dispatcher stamps, matches and sinks it and the links flood it (`aa.router.dispatch`),
 and the ack rule acknowledges it once durable and flooded (`aa.router.acks`). A peer's flood

@@ -11,9 +11,10 @@ without touching this file):
   one test. A fence indented inside a list item is an excerpt (a pattern script), not run.
 * ``<!-- not run: reason -->`` on the line before a fence: not run. Use it sparingly, and say
   why (the quick start's ``make run``/``make test``: this test starts that router itself).
-* ``<!-- file: PATH -->`` before a fence: the block is written to PATH (relative to the
-  working folder all blocks of all pages share) before any block runs, instead of being run:
-  an add-in, a settings file. Two pages may not write the same PATH.
+* ``<!-- file: PATH -->`` before a fence of any tag (``python``, ``toml``, ...): the block is
+  written to PATH (relative to the working folder all blocks of all pages share) before any
+  block runs, instead of being run: an add-in, a settings file, a permissions file. Two
+  pages may not write the same PATH.
 * Ports: every number from 7440 to 7499 in a block is moved to a block of free ports with the
   same offsets (so a router's HTTP port stays its port + 1). ``$AA_ROUTER`` names `make run`'s
   router (the README's default 127.0.0.1:7447); discovery stays on loopback, on this test
@@ -21,11 +22,13 @@ without touching this file):
 * Shell blocks: one command per line (a trailing backslash continues it), run by bash in the
   working folder with the virtual environment's ``bin`` first on PATH. A command that runs
   until stopped is started in the background: ``aa router`` (waited for until it says it
-  listens), ``aa container`` (until it says what it hosts), ``aa subscribe`` / ``aa on``
-  without ``--count`` (each must print a line before the block ends; the block's ``aa send``
-  lines are repeated until it did). Every other command must exit 0 (a pipeline: its last
-  command) without a traceback. At the block's end the background commands get SIGINT and must
-  end quietly.
+  listens; ``aa router --print-config`` prints and exits, in the foreground), ``aa
+  container`` (until it says what it hosts), ``aa subscribe`` / ``aa on`` without
+  ``--count`` (each must print a line before the block ends; the block's ``aa send`` lines
+  are repeated until it did). Every other command must exit 0 (a pipeline: its last
+  command) without a traceback. At the block's end the background commands get SIGINT and
+  must end quietly. A ``curl`` line ending in ``# → 401`` (200, 201, 403) must print that
+  status last (``-w ' %{http_code}\n'``).
 * Python blocks run with the virtual environment's python in the working folder: exit 0,
   nothing on stderr.
 * `EXPECT` below says, for a command or a piece of code, what its output must show (a
@@ -117,9 +120,11 @@ def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
         while j < len(lines) and lines[j].rstrip() != "```":
             j += 1
         lang = LANGS.get(m.group(1))
+        before = lines[start - 1] if start > 0 else ""
+        skip, file = NOT_RUN.match(before), FILE.match(before)
+        if lang is None and file:  # a file of any kind: a permissions file, a config file
+            lang = m.group(1) or "text"
         if lang is not None:
-            before = lines[start - 1] if start > 0 else ""
-            skip, file = NOT_RUN.match(before), FILE.match(before)
             blocks.append(
                 Block(
                     page=page,
@@ -141,7 +146,7 @@ def page_name(path: Path) -> str:
 BLOCKS = [b for page in PAGES for b in readme_blocks(page.read_text(), page_name(page))]
 RUN = [b for b in BLOCKS if b.file is None]
 #: Fence tags of blocks shown, never run.
-SHOWN = ("text", "console", "json", "toml", "xml", "http", "javascript", "html")
+SHOWN = ("text", "console", "json", "toml", "yaml", "xml", "http", "javascript", "html")
 
 
 def test_the_conventions_are_understood():
@@ -392,6 +397,18 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
         ),
         30.0,
     ),
+    # Patterns: a missing name makes only its own comparison unknown, `or` is rescued
+    (
+        re.compile(r"""^aa subscribe 'Temperature > 100 or Flag == "x"'"""),
+        lambda out: "[flag] Flag=x" in _lines(out),
+        READY_TIMEOUT,
+    ),
+    # The mesh: an event routed by interest reaches the subscriber on the other router
+    (
+        re.compile(r"""^aa subscribe --router 127\.0\.0\.1:\d+ 'type == "hot"'"""),
+        lambda out: "[hot] Temperature=120" in _lines(out),
+        READY_TIMEOUT,
+    ),
     # Command line: the persisted note comes back as history
     (
         re.compile(r"^aa subscribe --history --since 1h --count 1 'type == \"note\"'"),
@@ -434,6 +451,17 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     ),
 ]
 
+# A curl line ending in `# → 401` prints that status last (`-w ' %{http_code}\n'`); repeated
+# until it does: a revocation reaches the router within a second or so.
+EXPECT += [
+    (
+        re.compile(rf"^curl .*#\s*→ {status}$"),
+        lambda out, status=status: out.split()[-1:] == [status],
+        COMMAND_TIMEOUT,
+    )
+    for status in ("200", "201", "401", "403")
+]
+
 
 def expectation(text: str) -> tuple[Callable[[str], bool], float] | None:
     for pattern, check, seconds in EXPECT:
@@ -463,7 +491,7 @@ def runs_until_stopped(argv: list[str]) -> str | None:
     """ "router", "container" or "listener" for a command that runs until stopped, else None."""
     if len(argv) < 2 or Path(argv[0]).name != "aa":
         return None
-    if argv[1] in ("router", "container"):
+    if argv[1] in ("router", "container") and "--print-config" not in argv:
         return argv[1]
     if (
         argv[1] in ("subscribe", "on")

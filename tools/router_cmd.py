@@ -195,8 +195,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     patterns = p.add_argument_group(
         "patterns",
         "Pattern code (scripts, XPath, expressions outside the closed grammar) runs in worker "
-        "processes; new patterns run on probation workers first (README: Patterns, and Securing a "
-        "mesh).",
+        "processes; new patterns run on probation workers first (docs/patterns.md and "
+        "docs/security.md).",
     )
     patterns.add_argument(
         "--pattern-workers",

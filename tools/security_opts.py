@@ -19,7 +19,7 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "security",
         "Open by default: plaintext, anyone who reaches the port may join as a router or a client. "
-        "'aa certs' makes the files; see the README's 'Securing a mesh'.",
+        "'aa certs' makes the files; see docs/security.md.",
     )
     g.add_argument(
         "--cert",

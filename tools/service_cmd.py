@@ -437,8 +437,8 @@ def install(args: argparse.Namespace) -> int:
         )
     if args.what == "router" and args.certs is None and not args.user:
         print(
-            "note: without --certs the router is open to anyone who reaches its port (README: "
-            "Securing a mesh)"
+            "note: without --certs the router is open to anyone who reaches its port (see "
+            "docs/security.md)"
         )
     print(f"now run: {ctl} daemon-reload && {ctl} enable --now {name}")
     return 0

@@ -154,7 +154,7 @@ class Gate:
                 self.name = str(cn[0])
             else:
                 # No CA: clients get encryption and the router's identity cannot be checked
-                # by peers; peer links are encrypted but not authenticated (README).
+                # by peers; peer links are encrypted but not authenticated (docs/security.md).
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
                 ctx.minimum_version = ssl.TLSVersion.TLSv1_2
                 ctx.check_hostname = False

@@ -24,8 +24,8 @@ Received events are stored with their own store policy (`persist_policy`), never
 dispatched: they are history, not live events. A sync message is heeded only from the link
 it came on (ttl 0, a path of one router: the link's peer, which the relay checks is the hop
 that sent it), and its events pass the checks a flooded event passes (well formed, an id,
-a policy the store can keep). On an open mesh any peer may flood any event (README,
-"Securing a mesh"), and sync grants nothing more: in particular a repaired copy never
+a policy the store can keep). On an open mesh any peer may flood any event (docs/security.md),
+and sync grants nothing more: in particular a repaired copy never
 displaces a live event — it is stored *as repaired* and the live event of its id, when the
 flood brings it, replaces it (`aa.router.store.storesql`), so a copy sent ahead under an id
 predicted from a publisher's last one cannot make that publisher's events vanish. The store ignores
