@@ -166,6 +166,9 @@ def main() -> None:
     ap.add_argument("--warm-seconds", type=float, default=10)
     ap.add_argument("--slow-seconds", type=float, default=20)
     ap.add_argument("--after-seconds", type=float, default=10)
+    ap.add_argument(
+        "--timeline", action="store_true", help="also print the victim's worst latency per second"
+    )
     ap.add_argument("router_args", nargs="*", help="more `aa router` options (after --)")
     args = ap.parse_args()
 
@@ -208,6 +211,13 @@ def main() -> None:
     def phase(a: float, b: float) -> list[float]:
         return [lat for t, lat in got if a <= t < b]
 
+    if args.timeline:
+        worst: dict[int, float] = {}
+        for t, lat in got:
+            second = int(t - t_slow) if t >= t_slow else -1 - int(t_slow - t)
+            worst[second] = max(worst.get(second, 0.0), lat)
+        for second in sorted(worst):
+            print(f"t={second:+4d} s (0: slow ones connect)  worst {worst[second] * 1000:8.1f} ms")
     report(
         "router-slow-subscribers",
         {
