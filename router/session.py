@@ -248,6 +248,7 @@ class ClientSession(asyncio.Protocol):
         #: counted) without being queued or encoded, until the transport drains
         #: (`resume_writing`), which also tells the client what it missed.
         self.shedding = False
+        self._cut: asyncio.TimerHandle | None = None  # aborts a closed connection that never drains
 
     @property
     def backlog(self) -> int:
@@ -354,6 +355,8 @@ class ClientSession(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._cut is not None:
+            self._cut.cancel()  # lets the transport go now, not after the grace
         heavy = self._writable is not None or self.dropped
         self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
@@ -716,9 +719,8 @@ class ClientSession(asyncio.Protocol):
         self.router.partial_frames.hold(self, 0)
         transport.write_eof()
         transport.resume_reading()
-        loop = asyncio.get_running_loop()
-        loop.call_later(LINGER, transport.close)
-        loop.call_later(CLOSE_GRACE, transport.abort)  # closed by then, if the client reads
+        asyncio.get_running_loop().call_later(LINGER, transport.close)
+        self._cut_later(transport)
 
     def detach(self) -> tuple[asyncio.Transport, Connection]:
         """Give the connection up to another protocol (a peer called): stop handling frames,
@@ -739,6 +741,11 @@ class ClientSession(asyncio.Protocol):
             self.flush()
             self._closing = True
             self.transport.close()
+            self._cut_later(self.transport)
+
+    def _cut_later(self, transport: asyncio.Transport) -> None:
+        """Abort *transport* after `CLOSE_GRACE` unless its connection is lost by then."""
+        self._cut = asyncio.get_running_loop().call_later(CLOSE_GRACE, transport.abort)
 
     # -- after a reload of the rules or the revocation list -----------------------------------
 
