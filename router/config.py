@@ -32,9 +32,12 @@ DEFAULT_PORT = 7447
 MAX_SUBSCRIPTIONS_PER_CLIENT = 100
 
 #: Bytes waiting to be written to one client before the router drops that client's
-#: deliveries (and counts them) rather than buffer more: a stalled subscriber must not grow
-#: the router's memory without bound, nor slow anyone else down.
-MAX_SESSION_BACKLOG = 32 * 1024 * 1024
+#: deliveries (and counts them, and tells it `Missed` once it drains) rather than buffer
+#: more: a stalled subscriber must not grow the router's memory without bound, nor slow
+#: anyone else down. A second of a busy subscription (4,000 events of 1 KB), on top of what
+#: the kernel's socket buffers already hold for it (megabytes); twenty clients that stop
+#: reading then cost the router some 80 MiB, not a gigabyte.
+MAX_SESSION_BACKLOG = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,7 +60,8 @@ class RouterConfig:
     data_dir: Path | None = None
     #: Subscriptions one client may hold at once.
     max_subscriptions_per_client: int = MAX_SUBSCRIPTIONS_PER_CLIENT
-    #: Bytes queued for one slow client before its deliveries are dropped.
+    #: Bytes queued for one client that does not read before its deliveries are dropped
+    #: (`MAX_SESSION_BACKLOG`; the ``max-backlog`` key and ``--max-backlog``).
     max_session_backlog: int = MAX_SESSION_BACKLOG
     #: Seconds a clean shutdown waits for clients to take what is in flight.
     shutdown_grace: float = 5.0

@@ -1,14 +1,15 @@
 """Giving freed memory back to the operating system.
 
-A client that stops reading makes the router hold its unread deliveries (up to the backlog
-bound, 32 MiB) as many medium-sized buffers. Freed when the client goes (the session lets
-its transport go at once: uvloop's transport and the session refer to each other, so they
-waited for a collection), they leave holes in glibc's heap that `malloc` keeps for itself:
-with uvloop's transports (which queue each write as its own buffer) a router stayed 30 MB
-larger after every such client (tests/test_faults_memory.py). `give_back()` asks glibc to
-return the free pages of its heaps (`malloc_trim`), in a worker thread (it walks the heap:
-milliseconds for a large one), a tenth of a second after it is asked for and at most once a
-second; elsewhere than glibc it does nothing.
+A client that stops reading makes the router hold its unread deliveries (up to its backlog
+bound, `aa.router.config.MAX_SESSION_BACKLOG`) as many medium-sized buffers. Freed when the
+client goes (the session lets its transport go at once: uvloop's transport and the session
+refer to each other, so they waited for a collection), they leave holes in glibc's heap that
+`malloc` keeps for itself, with uvloop's transports (which queue each write as its own
+buffer) most of all. `give_back()` asks glibc to return the free pages of its heaps
+(`malloc_trim`), in a worker thread, a tenth of a second after it is asked for and at most
+once a second; elsewhere than glibc it does nothing. The trim holds the heap's lock while it
+walks it (tens of milliseconds after many slow clients), so the loop may wait on its next
+`malloc` for that long, once: the price of the memory coming back.
 """
 
 from __future__ import annotations

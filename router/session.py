@@ -106,6 +106,14 @@ MAX_FRAME_ITEMS = 10_000
 TURN_BUDGET = 0.005
 #: Seconds a connection refused for a bad frame is still read (and dropped) after the error.
 LINGER = 1.0
+#: Seconds a connection we closed has to take what is still written to it (the error saying
+#: why comes after up to the backlog bound of deliveries) before it is cut: one that never
+#: reads would otherwise keep its buffers, and the router's memory, for good.
+CLOSE_GRACE = 30.0
+#: Bytes in a client's transport above which it pauses us (`pause_writing`), unless the
+#: backlog bound is lower: the bound is only ever passed while paused, so the transport
+#: always says when it drains (`resume_writing`, which tells the client what it missed).
+HIGH_WATER = 64 * 1024
 
 
 class SessionSubscriber:
@@ -150,7 +158,15 @@ class SessionSubscriber:
         if self.held is not None:
             self.held.append(event)
             return
-        self.session.queue_delivery(self.sub_id, event)
+        session = self.session
+        if session.shedding and self.overflow != "disconnect":
+            # Its connection is over its bound: count the drop, encode nothing, queue nothing.
+            self.missed += 1
+            session._missed = True
+            session.dropped += 1
+            session.router.counters["dropped_slow"] += 1
+            return
+        session.queue_delivery(self.sub_id, event)
 
     def deliver_now(self, event: Event) -> None:
         """Deliver past any hold (history replay)."""
@@ -250,6 +266,11 @@ class ClientSession(asyncio.Protocol):
         self.events_out = 0
         self._missed = False  # some subscription has drops to tell
         self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
+        #: Over its bound while its transport is paused: its deliveries are dropped (and
+        #: counted) without being queued or encoded, until the transport drains
+        #: (`resume_writing`), which also tells the client what it missed.
+        self.shedding = False
+        self._cut: asyncio.TimerHandle | None = None  # aborts a closed connection that never drains
 
     @property
     def backlog(self) -> int:
@@ -266,6 +287,8 @@ class ClientSession(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream server's protocol is always given a stream transport
         self.transport = cast(asyncio.Transport, transport)
+        high = min(HIGH_WATER, self.router.config.max_session_backlog)
+        self.transport.set_write_buffer_limits(high=high, low=high // 4)
         peer = transport.get_extra_info("peername")
         if peer:
             self.address = f"{peer[0]}:{peer[1]}"
@@ -355,6 +378,8 @@ class ClientSession(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._cut is not None:
+            self._cut.cancel()  # lets the transport go now, not after the grace
         heavy = self._writable is not None or self.dropped
         self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
@@ -373,6 +398,10 @@ class ClientSession(asyncio.Protocol):
         fut, self._writable = self._writable, None
         if fut is not None and not fut.done():
             fut.set_result(None)
+        self.shedding = False
+        if self._missed and not self._closing and self.transport is not None:
+            # Told now, on the drain, not before a next delivery that may never come.
+            self._tell_missed()
 
     async def drained(self) -> None:
         """Return once the transport takes more data (at once unless `DRAIN_ABOVE` bytes wait):
@@ -381,7 +410,8 @@ class ClientSession(asyncio.Protocol):
         if (
             self._writable is not None
             and transport is not None
-            and transport.get_write_buffer_size() > DRAIN_ABOVE
+            and transport.get_write_buffer_size()
+            > min(DRAIN_ABOVE, self.router.config.max_session_backlog // 2)
         ):
             await asyncio.shield(self._writable)
 
@@ -624,7 +654,10 @@ class ClientSession(asyncio.Protocol):
         pending, self._pending = self._pending, []
         if not pending or self.transport is None or self._closing:
             return
-        if self.transport.get_write_buffer_size() > self.router.config.max_session_backlog:
+        if (
+            self.shedding
+            or self.transport.get_write_buffer_size() > self.router.config.max_session_backlog
+        ):
             self._overflow(pending)
             return
         if self._missed:
@@ -648,7 +681,10 @@ class ClientSession(asyncio.Protocol):
 
     def _overflow(self, pending: list[list[Any]]) -> None:
         """The client does not read: drop these, then tell it (`Missed`) or close, per
-        subscription."""
+        subscription. While its transport is paused, later deliveries are dropped as they
+        come (`shedding`) until it drains; a transport that is not paused (a bound under its
+        high-water mark) drains without telling, so its drops are told at the next flush."""
+        self.shedding = self._writable is not None
         self.dropped += len(pending)
         self.router.counters["dropped_slow"] += len(pending)
         subs = self.subscriptions
@@ -723,6 +759,7 @@ class ClientSession(asyncio.Protocol):
         transport.write_eof()
         transport.resume_reading()
         asyncio.get_running_loop().call_later(LINGER, transport.close)
+        self._cut_later(transport)
 
     def detach(self) -> tuple[asyncio.Transport, Connection]:
         """Give the connection up to another protocol (a peer called): stop handling frames,
@@ -743,6 +780,11 @@ class ClientSession(asyncio.Protocol):
             self.flush()
             self._closing = True
             self.transport.close()
+            self._cut_later(self.transport)
+
+    def _cut_later(self, transport: asyncio.Transport) -> None:
+        """Abort *transport* after `CLOSE_GRACE` unless its connection is lost by then."""
+        self._cut = asyncio.get_running_loop().call_later(CLOSE_GRACE, transport.abort)
 
     # -- after a reload of the rules or the revocation list -----------------------------------
 

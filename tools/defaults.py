@@ -36,4 +36,4 @@ MESH_CACHE_MAX_EVENTS: Final = 20_000  # aa.router's CacheConfig.mesh_cache_even
 CACHE_SWEEP_INTERVAL: Final = 5.0  # aa.router's CacheConfig.sweep_interval default
 DEFAULT_POLL_INTERVAL: Final = 2.0  # aa.addins.ContainerConfig.poll_interval default
 MAX_SUBSCRIPTIONS_PER_CLIENT: Final = 100  # aa.router.MAX_SUBSCRIPTIONS_PER_CLIENT
-MAX_SESSION_BACKLOG: Final = 32 * 1024 * 1024  # aa.router.MAX_SESSION_BACKLOG
+MAX_SESSION_BACKLOG: Final = 4 * 1024 * 1024  # aa.router.MAX_SESSION_BACKLOG
