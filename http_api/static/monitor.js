@@ -76,8 +76,27 @@ function drawMesh(info) {
     svg.append(g);
   }
   $("mesh-summary").textContent = `${ids.length} router${ids.length === 1 ? "" : "s"}, ${links.size} link${links.size === 1 ? "" : "s"}`;
+  $("mesh-warning").textContent = differences(info.routers || []).join("; ");
   document.body.dataset.routers = String(ids.length);
   document.body.dataset.links = String(links.size);
+}
+
+// Routers enforcing different rules, as `aa mesh` says it: "permissions differ: r1, r2 vs r3".
+function differences(routers) {
+  const lines = [];
+  for (const [key, what] of [["permissions", "permissions"], ["crl", "revocation lists"]]) {
+    const groups = new Map();
+    for (const r of routers) {
+      if (!(key in r)) continue;
+      const k = JSON.stringify(r[key]);
+      if (!groups.has(k)) groups.set(k, []);
+      groups.get(k).push(r.name || r.id);
+    }
+    if (groups.size < 2) continue;
+    const sides = [...groups.values()].map((names) => names.sort()).sort((a, b) => b.length - a.length);
+    lines.push(`${what} differ: ${sides.map((names) => names.join(", ")).join(" vs ")}`);
+  }
+  return lines;
 }
 
 function pulse(routerId) {
