@@ -11,6 +11,7 @@ Routes (OpenAPI at ``/docs``)::
     POST   /events                           publish
     GET    /events?pattern=&since=&limit=    stored and cached history
     GET    /stream?pattern=                  live events as server-sent events
+    POST   /stream/tickets                   a one-use ticket to open /stream from a browser
     POST   /clients                          register an HTTP client (→ id, token)
     GET    /clients/{id}                     …its patterns, policy, queue sizes
     DELETE /clients/{id}
@@ -77,6 +78,7 @@ from .models import ISO_INSTANT, TYPED_VALUE, ErrorOut, Published, PublishIn
 from .routes_clients import advice
 from .routes_clients import api as clients_api
 from .stream import api as stream_api
+from .tickets import StreamTickets
 from .web import error as _error
 from .web import negotiate
 
@@ -154,6 +156,7 @@ def create_app(
     app.state.clock = clock
     app.state.wall = wall
     app.state.streams = set()
+    app.state.tickets = StreamTickets()  # stream tickets for browsers (`tickets`)
     app.state.entries = EntryCache()  # rendered Atom entries, shared by every feed
     app.state.closing = None  # set by HttpEndpoint: an asyncio.Event, set on shutdown
     _handlers(app)

@@ -11,6 +11,9 @@ A request carries one of:
   feed readers), the token ``POST /clients`` returned: the user who registered that client
   (its owner), with the client itself remembered, since that token opens only its own client;
 - Basic ``<user>:aa1.…``: a user token in a feed reader's URL, its name the token's;
+- on ``GET /stream`` only, ``?ticket=…`` from ``POST /stream/tickets`` (a browser's
+  ``EventSource`` sends no headers): the credential the ticket was issued for, resolved
+  again now (`tickets`);
 - nothing: anonymous, which `Gate.authenticate` refuses under ``--no-anonymous``.
 
 A credential that does not verify is a 401 with the reason, never a silent anonymous: a
@@ -48,6 +51,9 @@ MAX_AUTHORIZATION: Final = 2048
 #: pages read. Mounted file trees (``/static``, ``/docs-static``) are outside the routes and
 #: open too. Everything else asks the gate.
 OPEN_PATHS: Final = frozenset({"/", "/docs", "/redoc", "/openapi.json"})
+
+#: The one route that takes a stream ticket (`tickets`) in its query instead of a header.
+TICKET_PATH: Final = "/stream"
 
 #: Where a request's caller is kept once resolved (one resolution per request).
 _KEY: Final = "aa.caller"
@@ -100,6 +106,16 @@ def _resolve(request: Request) -> Caller:
     state = request.app.state
     gate = state.router.security
     header = request.headers.get("authorization")
+    if header is None and request.url.path == TICKET_PATH:
+        ticket = request.query_params.get("ticket")
+        if ticket is not None:
+            found = state.tickets.redeem(ticket, now=state.clock())
+            if found is None:
+                raise NotAuthenticated(
+                    "unknown, used or expired stream ticket: ask 'POST /stream/tickets' for "
+                    "another (each opens one stream, within seconds)"
+                )
+            header = found.credential
     if header is None:
         return Caller(gate.authenticate(None, now=state.wall()))
     name, token = _credentials(header)

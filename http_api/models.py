@@ -30,6 +30,7 @@ __all__ = [
     "Registered",
     "AckIn",
     "AckOut",
+    "TicketOut",
     "ErrorOut",
     "TYPED_VALUE",
     "ISO_INSTANT",
@@ -278,6 +279,13 @@ class AckIn(BaseModel):
 
 class AckOut(BaseModel):
     cursor: int
+
+
+class TicketOut(BaseModel):
+    #: Put in the stream's URL: ``/stream?ticket=…&pattern=…``.
+    ticket: str
+    #: Seconds left to open the stream with it; it opens one.
+    expires_in: float
 
 
 class ErrorOut(BaseModel):

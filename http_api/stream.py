@@ -1,5 +1,7 @@
 """``GET /stream?pattern=…``: live events as server-sent events, for the monitor and any
-browser (``new EventSource(url)``).
+browser (``new EventSource(url)``); ``POST /stream/tickets``: a one-use ticket that opens a
+stream as its caller's user, since ``EventSource`` sends no ``Authorization`` header
+(`tickets`).
 
 Each stream is one `LocalSubscription` of the router. Its callback runs in the router's
 dispatch, so it only appends the event to a bounded backlog and wakes the stream's writer;
@@ -28,11 +30,16 @@ from aa.mesh import Event, PatternSpec, event_to_json
 
 from .callers import caller_of
 from .limits import MAX_STREAM_BACKLOG, MAX_STREAMS, STREAM_HEARTBEAT
+from .models import TicketOut
+from .tickets import TicketsFull
 from .web import error
 
 __all__ = ["api", "close_streams"]
 
 api = APIRouter(tags=["events"])
+
+#: What a ticket asks its user to be allowed: a stream of every event it may receive.
+_EVERY_EVENT = PatternSpec(kernel="python", format="expr", source="True")
 
 
 class _Stream:
@@ -116,6 +123,12 @@ async def stream(
     pattern: str = Query("True", description="Pattern source (default: every event)"),
     kernel: str = "python",
     format: str = "expr",
+    ticket: str | None = Query(
+        None,
+        description="A ticket from `POST /stream/tickets`, for a browser's EventSource, "
+        "which sends no Authorization header: it opens one stream, within seconds",
+        max_length=64,
+    ),
 ) -> Response:
     """Only the types the caller may receive reach it, checked at each event against the
     rules in force then; a pattern kind its rules do not allow is a 403."""
@@ -141,3 +154,26 @@ async def stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+@api.post(
+    "/stream/tickets",
+    status_code=201,
+    response_model=TicketOut,
+    summary="A ticket that opens one stream as the caller, for a browser's EventSource",
+)
+async def ticket(request: Request, response: Response) -> Response | TicketOut:
+    """Called with the caller's ``Authorization`` header; the ticket goes in the stream's
+    URL (``/stream?ticket=…``), opens one stream within `expires_in` seconds, and stands
+    for that header (checked again when it is used: a token revoked since is refused)."""
+    state = request.app.state
+    gate = state.router.security
+    identity = caller_of(request).identity
+    gate.require_pattern(identity, _EVERY_EVENT, state.router.engine.tier(_EVERY_EVENT))
+    header = request.headers.get("authorization")
+    try:
+        issued = state.tickets.issue(header, identity.user, now=state.clock())
+    except TicketsFull as exc:
+        return error(503, "full", str(exc), headers={"Retry-After": "5"})
+    response.headers["Cache-Control"] = "no-store"
+    return TicketOut(ticket=issued, expires_in=state.tickets.lifetime)

@@ -497,6 +497,8 @@ class Router:
             "published": counters.get("published", 0),
             "client_duplicates": counters.get("duplicates", 0),
             "open": self.open,
+            "permissions": self.security.rules_digest(),
+            "crl": self.security.crl_number(),
         }
 
     def stats(self) -> dict[str, Any]:

@@ -26,6 +26,13 @@ from aa.http_api.metrics import api as metrics_api
 from aa.http_api.routes_clients import api as clients_api
 from aa.http_api.stream import api as stream_api
 from aa.http_api.stream import close_streams
+from aa.http_api.tickets import (
+    MAX_TICKETS,
+    MAX_TICKETS_PER_USER,
+    TICKET_LIFETIME,
+    StreamTickets,
+    TicketsFull,
+)
 from aa.router import Router
 from aa.router.security import SecurityConfig
 from aa.router.security.tokens import issue_token
@@ -356,3 +363,97 @@ async def test_clients_live_shows_others_only_to_who_may_receive_everything(
         assert [c["user"] for c in mine["items"]] == ["bob"] and mine["clients"] == 1
         every = (await http.get("/clients/live", headers=users["carol"])).json()
         assert sorted(c["user"] for c in every["items"]) == ["bob", "carol"]
+
+
+# -- stream tickets: how a browser's EventSource opens a stream as a user ----------------
+
+
+async def _open_stream(http: httpx.AsyncClient, url: str) -> httpx.Response:
+    """GET *url* (a stream); once it is open, end it. Its answer, or the refusal."""
+    state = http._transport.app.app.state  # type: ignore[attr-defined]
+    before = set(state.streams)
+    task = asyncio.ensure_future(http.get(url))
+    await wait_for(lambda: task.done() or bool(state.streams - before))
+    opened = state.streams - before
+    if opened:
+        (stream,) = opened
+        stream.closing = True
+        stream.wake.set()
+        stream.sub.close()
+    async with asyncio.timeout(5):
+        return await task
+
+
+async def test_a_ticket_opens_one_stream_as_its_user_within_seconds(api: Api) -> None:
+    router, http, clock, users = api
+    state = http._transport.app.app.state  # type: ignore[attr-defined]
+    r = await http.post("/stream/tickets", headers=users["bob"])
+    assert r.status_code == 201 and r.headers["cache-control"] == "no-store", r.text
+    ticket, lifetime = r.json()["ticket"], r.json()["expires_in"]
+    assert len(ticket) >= 40 and users["bob"]["Authorization"][7:] not in r.text
+    # the stream it opens is bob's: his types only
+    task = asyncio.ensure_future(http.get(f"/stream?ticket={ticket}"))
+    await wait_for(lambda: task.done() or bool(state.streams))
+    for n, kind in enumerate(("reading", "alarm")):
+        router.publish({"n": n}, type=kind)
+    (stream,) = state.streams
+    assert [e.type for e in stream.backlog] == ["alarm"]
+    close_streams(state)
+    async with asyncio.timeout(5):
+        assert (await task).status_code == 200
+    # once only
+    again = await http.get(f"/stream?ticket={ticket}")
+    assert again.status_code == 401 and "used or expired" in again.json()["message"]
+    # within its lifetime only (the clock the app was given)
+    late = (await http.post("/stream/tickets", headers=users["bob"])).json()["ticket"]
+    clock.advance(lifetime + 0.5)
+    r = await http.get(f"/stream?ticket={late}")
+    assert r.status_code == 401 and "expired" in r.json()["message"]
+    # on /stream only: elsewhere a ticket is nobody (401 under --no-anonymous), and unspent
+    fresh = (await http.post("/stream/tickets", headers=users["bob"])).json()["ticket"]
+    assert (await http.get(f"/health?ticket={fresh}")).status_code == 401
+    assert (await _open_stream(http, f"/stream?ticket={fresh}")).status_code == 200
+    # made up, or asked for without credentials
+    assert (await http.get("/stream?ticket=" + "A" * 43)).status_code == 401
+    assert (await http.post("/stream/tickets")).status_code == 401
+
+
+async def test_a_ticket_stands_for_its_credential_checked_again_when_used(api: Api) -> None:
+    router, http, clock, users = api
+    # a user without stream rights gets no ticket
+    r = await http.post("/stream/tickets", headers=users["alice"])
+    assert r.status_code == 403 and "rule subscribe" in r.json()["message"], r.text
+    # an HTTP client's token: removed before its ticket is used, the ticket opens nothing
+    c = (
+        await http.post("/clients", json={"patterns": [{"source": "True"}]}, headers=users["bob"])
+    ).json()
+    ticket = (await http.post("/stream/tickets", headers=bearer(c["token"]))).json()["ticket"]
+    assert (await http.delete(f"/clients/{c['id']}", headers=users["bob"])).status_code == 204
+    r = await http.get(f"/stream?ticket={ticket}")
+    assert r.status_code == 401 and "unknown token" in r.json()["message"], r.text
+
+
+async def test_tickets_asked_for_in_a_loop_cost_bounded_memory(api: Api) -> None:
+    router, http, clock, users = api
+    state = http._transport.app.app.state  # type: ignore[attr-defined]
+    first = (await http.post("/stream/tickets", headers=users["bob"])).json()["ticket"]
+    for _ in range(3 * MAX_TICKETS_PER_USER):
+        assert (await http.post("/stream/tickets", headers=users["bob"])).status_code == 201
+    assert len(state.tickets) == MAX_TICKETS_PER_USER  # bob's oldest made room
+    assert (await http.get(f"/stream?ticket={first}")).status_code == 401
+    carol = (await http.post("/stream/tickets", headers=users["carol"])).json()["ticket"]
+    assert (await _open_stream(http, f"/stream?ticket={carol}")).status_code == 200  # untouched
+    clock.advance(TICKET_LIFETIME + 1)
+    await http.post("/stream/tickets", headers=users["carol"])
+    assert len(state.tickets) == 1  # the expired ones are gone
+
+
+def test_tickets_in_all_are_capped() -> None:
+    tickets = StreamTickets()
+    for n in range(MAX_TICKETS):
+        tickets.issue("Bearer x", f"user{n}", now=0.0)
+    with pytest.raises(TicketsFull):
+        tickets.issue("Bearer x", "one-more", now=1.0)
+    assert len(tickets) == MAX_TICKETS
+    assert tickets.issue("Bearer x", "one-more", now=TICKET_LIFETIME + 1)  # room again
+    assert len(tickets) == 1

@@ -144,3 +144,29 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
                 for p in poisoned
             )
             out.write(f"    poisoned: {listed}\n")
+    for line in mismatches(routers):
+        out.write(line + "\n")
+
+
+def mismatches(routers: list[dict[str, Any]]) -> list[str]:
+    """One line for each rule routers enforce differently (their permissions' rules and
+    their revocation lists), naming the routers on each side, largest group first:
+    ``permissions differ: r1, r2 vs r3``. Routers that do not say (older ones) are left out."""
+    lines = []
+    for key, what in (("permissions", "permissions"), ("crl", "revocation lists")):
+        groups: dict[Any, list[str]] = {}
+        for r in routers:
+            if key in r:
+                groups.setdefault(r[key], []).append(str(r.get("name") or r.get("id")))
+        if len(groups) > 1:
+            sides = sorted(groups.items(), key=lambda g: (-len(g[1]), sorted(g[1])))
+            shown = " vs ".join(_side(key, value, names) for value, names in sides)
+            lines.append(f"{what} differ: {shown}")
+    return lines
+
+
+def _side(key: str, value: Any, names: list[str]) -> str:
+    listed = ", ".join(sorted(names))
+    if value is None:
+        return f"{listed} (no {'permissions file' if key == 'permissions' else 'CRL'})"
+    return f"{listed} (CRL {value})" if key == "crl" else listed

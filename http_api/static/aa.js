@@ -9,10 +9,17 @@
 //   const page = await aa.feed();              // { cursor, more, entries: [{ patterns, event }] }
 //   await aa.ack(page.cursor);
 //
+// On a router that refuses anonymous callers, give a user token (`aa certs token`):
+// `new AaClient(base, { userToken })`. It goes as `Authorization: Bearer` on every call, and
+// a stream (EventSource sends no headers) opens with a one-use ticket asked for with it.
+//
 // Values travel as the typed JSON of aa.mesh.jsonvalues: bytes are {"$bytes": base64},
 // datetimes {"$datetime": ISO 8601}. Decoded here to Uint8Array and Date (a Date keeps
 // milliseconds; the ISO text is kept as `date.aaIso`). JavaScript has one number type, so a
 // whole number is sent as an int: wrap a value in `new AaFloat(x)` to send a float.
+
+/** Milliseconds before a broken stream is opened again with a new ticket. */
+const STREAM_RETRY_MS = 2000;
 
 /** A number to be sent as a float even when it is whole (1.0 rather than 1). */
 export class AaFloat {
@@ -95,12 +102,14 @@ function patternBody(pattern) {
 export class AaClient {
   /**
    * @param {string} base  the endpoint's URL ("" for the page's own origin)
-   * @param {{clientId?: string, token?: string}} options  an HTTP client registered before
+   * @param {{clientId?: string, token?: string, userToken?: string}} options  an HTTP client
+   *   registered before; a user token from `aa certs token` for every call
    */
-  constructor(base = "", { clientId = null, token = null } = {}) {
+  constructor(base = "", { clientId = null, token = null, userToken = null } = {}) {
     this.base = base.replace(/\/$/, "");
     this.clientId = clientId;
     this.token = token;
+    this.userToken = userToken;
   }
 
   async request(method, path, { body, headers = {}, auth = false } = {}) {
@@ -109,8 +118,10 @@ export class AaClient {
     if (auth) {
       if (!this.token) throw new Error("register a client first (registerClient)");
       h.Authorization = `Bearer ${this.token}`;
+    } else if (this.userToken) {
+      h.Authorization = `Bearer ${this.userToken}`;
     }
-    const res = await fetch(this.base + path, { method, headers: h, body });
+    const res = await fetch(this.base + path, { method, headers: h, body, referrerPolicy: "no-referrer" });
     if (res.status === 204 || res.status === 304) return null;
     const data = await res.json().catch(() => ({}));
     if (!res.ok) throw new AaHttpError(res.status, data.error || "error", data.message || res.statusText);
@@ -148,21 +159,46 @@ export class AaClient {
   /**
    * Live events matching a pattern, over server-sent events. Returns { close() }.
    * onError(message) is called when the router stops the pattern or the stream breaks.
+   * With a user token, each (re)connection opens with a fresh one-use ticket
+   * (POST /stream/tickets): a refused ticket request (a revoked token) is an onError.
    */
   subscribe(pattern, onEvent, { kernel = "python", format = "expr", onError, onDropped } = {}) {
-    const q = new URLSearchParams({ pattern, kernel, format });
-    const source = new EventSource(`${this.base}/stream?${q}`);
-    source.addEventListener("event", (m) => onEvent(eventFromJSON(JSON.parse(m.data).event)));
-    source.addEventListener("dropped", (m) => onDropped && onDropped(JSON.parse(m.data).dropped));
-    source.addEventListener("error", (m) => {
-      if (m.data) {
-        source.close();
-        if (onError) onError(JSON.parse(m.data).message);
-      } else if (onError && source.readyState === EventSource.CLOSED) {
-        onError("the stream was refused or closed");
+    const handle = { source: null, closed: false, close() { this.closed = true; if (this.source) this.source.close(); } };
+    const open = async () => {
+      const q = new URLSearchParams({ pattern, kernel, format });
+      if (this.userToken) {
+        try {
+          q.set("ticket", (await this.request("POST", "/stream/tickets")).ticket);
+        } catch (err) {
+          if (err instanceof AaHttpError && err.status < 500) {
+            handle.closed = true;
+            if (onError) onError(err.message, err);
+          } else if (!handle.closed) {
+            setTimeout(open, STREAM_RETRY_MS);
+          }
+          return;
+        }
       }
-    });
-    return { close: () => source.close(), source };
+      if (handle.closed) return;
+      const source = (handle.source = new EventSource(`${this.base}/stream?${q}`));
+      source.addEventListener("event", (m) => onEvent(eventFromJSON(JSON.parse(m.data).event)));
+      source.addEventListener("dropped", (m) => onDropped && onDropped(JSON.parse(m.data).dropped));
+      source.addEventListener("error", (m) => {
+        if (m.data) {
+          source.close();
+          handle.closed = true;
+          if (onError) onError(JSON.parse(m.data).message);
+        } else if (this.userToken) {
+          // The browser's own retry would present the used ticket again: ask for a new one.
+          source.close();
+          if (!handle.closed) setTimeout(open, STREAM_RETRY_MS);
+        } else if (onError && source.readyState === EventSource.CLOSED) {
+          onError("the stream was refused or closed");
+        }
+      });
+    };
+    open();
+    return handle;
   }
 
   /**

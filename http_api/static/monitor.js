@@ -1,10 +1,16 @@
 // The web monitor: the mesh drawn live from GET /mesh, events flowing past over
 // GET /stream, and forms to publish, subscribe and try an HTTP client's feed. Built on aa.js.
-// For tests and scripts, <body> carries data-routers, data-links and data-events counts.
+// For tests and scripts, <body> carries data-routers, data-links and data-events counts,
+// and data-auth: "open" (no token needed), "asking" (the token form shows) or "token".
+//
+// A router that refuses anonymous callers answers 401: the page then asks for a user token
+// (aa certs token), keeps it in sessionStorage (this origin's, this tab's, gone when the tab
+// closes) and sends it as Authorization: Bearer; its stream opens with one-use tickets.
 
-import { AaClient } from "./aa.js";
+import { AaClient, AaHttpError } from "./aa.js";
 
-const aa = new AaClient("");
+const TOKEN_KEY = "aa.monitor.token";
+const aa = new AaClient("", { userToken: sessionStorage.getItem(TOKEN_KEY) });
 const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
 const MESH_POLL_MS = 2000;
@@ -70,8 +76,27 @@ function drawMesh(info) {
     svg.append(g);
   }
   $("mesh-summary").textContent = `${ids.length} router${ids.length === 1 ? "" : "s"}, ${links.size} link${links.size === 1 ? "" : "s"}`;
+  $("mesh-warning").textContent = differences(info.routers || []).join("; ");
   document.body.dataset.routers = String(ids.length);
   document.body.dataset.links = String(links.size);
+}
+
+// Routers enforcing different rules, as `aa mesh` says it: "permissions differ: r1, r2 vs r3".
+function differences(routers) {
+  const lines = [];
+  for (const [key, what] of [["permissions", "permissions"], ["crl", "revocation lists"]]) {
+    const groups = new Map();
+    for (const r of routers) {
+      if (!(key in r)) continue;
+      const k = JSON.stringify(r[key]);
+      if (!groups.has(k)) groups.set(k, []);
+      groups.get(k).push(r.name || r.id);
+    }
+    if (groups.size < 2) continue;
+    const sides = [...groups.values()].map((names) => names.sort()).sort((a, b) => b.length - a.length);
+    lines.push(`${what} differ: ${sides.map((names) => names.join(", ")).join(" vs ")}`);
+  }
+  return lines;
 }
 
 function pulse(routerId) {
@@ -81,15 +106,69 @@ function pulse(routerId) {
   setTimeout(() => g.classList.remove("pulse"), 300);
 }
 
+let meshTimer = null;
+
 async function pollMesh() {
+  clearTimeout(meshTimer);
   try {
     drawMesh(await aa.mesh());
     setStatus(`connected to ${selfId}`, true);
+    if (document.body.dataset.auth !== "token") document.body.dataset.auth = aa.userToken ? "token" : "open";
+    if (!subscription) subscribe($("pattern").value.trim() || "True"); // once the router lets us in
   } catch (err) {
+    if (err instanceof AaHttpError && err.status === 401) {
+      askForToken(aa.userToken ? `token refused: ${err.message}` : "");
+      return; // polled again once a token is given
+    }
     setStatus(`mesh unavailable: ${err.message}`, false);
   }
-  setTimeout(pollMesh, MESH_POLL_MS);
+  meshTimer = setTimeout(pollMesh, MESH_POLL_MS);
 }
+
+// -- the token ----------------------------------------------------------------------------
+
+function askForToken(why) {
+  if (subscription) subscription.close();
+  subscription = null;
+  aa.userToken = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  setStatus("this router needs a token", false);
+  $("token-result").textContent = why;
+  $("token-result").className = why ? "error" : "";
+  $("token-form").hidden = false;
+  $("sign-out").hidden = true;
+  document.body.dataset.auth = "asking";
+  $("token").focus();
+}
+
+function useToken(token) {
+  aa.userToken = token;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  $("token-form").hidden = true;
+  $("sign-out").hidden = false;
+  document.body.dataset.auth = "token";
+  pollMesh();
+}
+
+$("token-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const token = $("token").value.trim();
+  if (!token) return;
+  const probe = new AaClient("", { userToken: token });
+  try {
+    await probe.mesh();
+  } catch (err) {
+    if (err instanceof AaHttpError && (err.status === 401 || err.status === 403)) {
+      $("token-result").className = "error";
+      $("token-result").textContent = err.message;
+      return;
+    }
+  }
+  useToken(token);
+});
+
+$("sign-out").addEventListener("click", () => askForToken(""));
 
 // -- events flowing past ------------------------------------------------------------------
 
@@ -124,7 +203,12 @@ function subscribe(pattern) {
     $("events-summary").textContent = `${seen} seen · ${pattern}`;
     show($("events"), event);
     pulse(event.meta.router);
-  }, { onError: (message) => ($("events-summary").textContent = `stopped: ${message}`) });
+  }, {
+    onError: (message, err) => {
+      $("events-summary").textContent = `stopped: ${message}`;
+      if (err instanceof AaHttpError && err.status === 401) askForToken(`token refused: ${message}`);
+    },
+  });
   $("events-summary").textContent = `${seen} seen · ${pattern}`;
 }
 
@@ -180,5 +264,5 @@ $("ack-btn").addEventListener("click", async () => {
   $("client-result").textContent = `acknowledged up to ${cursor}`;
 });
 
+if (aa.userToken) $("sign-out").hidden = false;
 pollMesh();
-subscribe($("pattern").value);

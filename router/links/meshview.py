@@ -132,6 +132,9 @@ class MeshView:
             "clients": facts["clients"],
             # Listening off loopback without TLS: `aa mesh` says "open".
             "open": bool(facts.get("open", False)),
+            # What it enforces: a hash of its permissions' rules, its CRL number (None: none).
+            "permissions": facts.get("permissions"),
+            "crl": facts.get("crl"),
             "peers": peers,
             "poisoned": poisoned,
             "counters": counters,

@@ -433,6 +433,18 @@ class Gate:
             return ()
         return None if rules.subscribe_any else rules.subscribe
 
+    # -- what the mesh picture says of this router's rules ----------------------------------
+
+    def rules_digest(self) -> str | None:
+        """A short hash of the permissions in force (`Permissions.digest`: the parsed rules,
+        not the file), so `aa mesh` can tell routers that enforce different ones apart; None
+        without a permissions file."""
+        return self.permissions.digest()
+
+    def crl_number(self) -> int | None:
+        """The CRL number of the revocation list in force; None without ``--crl``."""
+        return self.crl.number if self.config.crl is not None else None
+
 
 #: Seconds between two log lines about refusals from one source.
 REFUSAL_LOG_INTERVAL: Final = 60.0

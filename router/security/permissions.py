@@ -33,6 +33,8 @@ reload that fails keeps the rules in force (`Permissions.reload`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import tomllib
@@ -163,6 +165,7 @@ class Permissions:
         self._users = users
         self._others = others
         self._anonymous = anonymous
+        self._digest: str | None = None
 
     @classmethod
     def open(cls) -> Permissions:
@@ -217,6 +220,34 @@ class Permissions:
         if user == ANONYMOUS:
             return self._anonymous
         return self._users.get(user, self._others)
+
+    def digest(self) -> str | None:
+        """A short hash of the rules (not of the file: comments, order and the file's path
+        do not count), for routers to tell whether they enforce the same ones; None without
+        a file (everything allowed)."""
+        if self.path is None:
+            return None
+        if self._digest is not None:  # the rules never change: a reload makes new Permissions
+            return self._digest
+        sections: dict[str, Any] = {f"users.{name}": r for name, r in self._users.items()}
+        sections["users.*"] = self._others
+        sections[ANONYMOUS] = self._anonymous
+        canonical = {
+            name: None
+            if r is None
+            else [
+                sorted(r.publish),
+                sorted(r.subscribe),
+                r.patterns,
+                r.persist,
+                r.client_caches,
+                r.quench,
+            ]
+            for name, r in sections.items()
+        }
+        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+        self._digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return self._digest
 
     def reload(self) -> Permissions:
         """The rules as the file says now; raises `UsageError` (the caller keeps `self`)."""
