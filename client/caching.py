@@ -52,6 +52,7 @@ from aa.mesh.protocol import (
     GetCached,
     GetCacheInfo,
     Message,
+    StorageAnswer,
 )
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ class CacheClient:
             raise ConnectionLost(f"the connection was lost before the router answered {msg.kind!r}")
         return fut.result()
 
-    def _storage_answer(self, msg: Cached | CacheEvents | CacheDone) -> None:
+    def _storage_answer(self, msg: StorageAnswer) -> None:
         p = self._storage_requests.get(msg.req)
         if p is None or p.future.done():
             return
