@@ -663,7 +663,7 @@ class Router:
 
     def _worker_deliveries(self, items: list[tuple[Hashable, Event]]) -> None:
         """Deliveries a pattern worker sent back: queue them, write them (one frame per client)."""
-        for key, event in cast(list[tuple[Subscriber, Event]], items):  # the router's keys
+        for key, event in cast("list[tuple[Subscriber, Event]]", items):  # the router's keys
             key.deliver(event)
         self.dispatcher.flush()
 
@@ -683,6 +683,6 @@ class Router:
     def _pattern_failed(self, keys: list[Hashable], code: str, message: str) -> None:
         self.counters["patterns_stopped"] += 1
         log.warning("pattern stopped (%s): %s", code, message)
-        for key in cast(list[Subscriber], keys):  # the router's keys
+        for key in cast("list[Subscriber]", keys):  # the router's keys
             self.quench.unsubscribed(key)
             key.pattern_failed(code, message)

@@ -68,7 +68,7 @@ class _SlowReader(Protocol):
 def deliver_each(items: list[tuple[Hashable, Event]]) -> None:
     """Hand each (subscriber key, event) to `key.deliver`. A router passes its own
     `on_deliveries` to the engine, which also writes what that queued (`Router`)."""
-    for key, event in cast(list[tuple[_Deliverable, Event]], items):
+    for key, event in cast("list[tuple[_Deliverable, Event]]", items):
         key.deliver(event)
 
 
