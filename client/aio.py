@@ -39,10 +39,11 @@ from aa.mesh import (
     id_scope,
 )
 from aa.mesh.protocol import (
-    QUENCH_ANSWERS,
-    STORAGE_ANSWERS,
     Ack,
     Bye,
+    Cached,
+    CacheDone,
+    CacheEvents,
     Deliver,
     Error,
     GetMesh,
@@ -55,6 +56,8 @@ from aa.mesh.protocol import (
     PatternRaised,
     Ping,
     Pong,
+    Quenched,
+    QuenchNotice,
     Routers,
     Subscribed,
     Unsubscribe,
@@ -342,9 +345,9 @@ class AsyncClient(QuenchClient, CacheClient):
                     fut.set_result(msg)
             case Error():
                 self._on_error(msg)
-            case _ if type(msg) in STORAGE_ANSWERS:
+            case Cached() | CacheEvents() | CacheDone():  # STORAGE_ANSWERS
                 self._storage_answer(msg)
-            case _ if type(msg) in QUENCH_ANSWERS:
+            case Quenched() | QuenchNotice():  # QUENCH_ANSWERS
                 self._quench_answer(msg)
             case PatternFailed():
                 failed = self._subs.pop(msg.sub_id, None)

@@ -32,6 +32,7 @@ from aa.mesh import (
     Event,
     PatternError,
     PatternSpec,
+    ProtocolError,
     RemoteError,
     UsageError,
 )
@@ -39,7 +40,9 @@ from aa.mesh.protocol import (
     DEFAULT_CACHE_TIMEOUT,
     CacheAck,
     CacheClear,
+    Cached,
     CacheDone,
+    CacheEvents,
     CacheFetch,
     CacheKeepalive,
     CachePolicy,
@@ -49,6 +52,7 @@ from aa.mesh.protocol import (
     GetCached,
     GetCacheInfo,
     Message,
+    StorageAnswer,
 )
 
 if TYPE_CHECKING:
@@ -92,10 +96,14 @@ def _aware(since: datetime | None) -> datetime | None:
     return since if since.tzinfo is not None else since.astimezone()  # naive: this machine's time
 
 
+#: What a storage request resolves to: the `CacheDone`, or the events of every answer frame.
+_Answer = CacheDone | list[Event]
+
+
 class _Pending:
     __slots__ = ("future", "events")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
+    def __init__(self, future: asyncio.Future[_Answer]) -> None:
         self.future = future
         self.events: list[Event] = []
 
@@ -140,10 +148,9 @@ class CacheClient:
         *limit*; marked historical. Raises `PatternError`, `AaTimeout`, `ConnectionLost`."""
         spec = _spec(pattern, format, kernel)
         when = _aware(since)
-        events, _ = await self._storage_request(
+        return await self._storage_events(
             lambda req: GetCached(req=req, pattern=spec, since=when, limit=limit)
         )
-        return events  # type: ignore[no-any-return]
 
     # -- the client cache -------------------------------------------------------------------
 
@@ -167,7 +174,7 @@ class CacheClient:
         `PatternError` for a refused pattern."""
         spec = _spec(pattern, format, kernel)
         age = _age(max_age)
-        done = await self._storage_request(
+        done = await self._storage_done(
             lambda req: CacheRegister(
                 req=req, pattern=spec, max_age=age, max_count=max_count, timeout=float(timeout)
             )
@@ -180,15 +187,15 @@ class CacheClient:
         }
         self._cache_last_fetched = None
         self._start_cache_keepalives()
-        return done.info  # type: ignore[no-any-return]
+        return done.info
 
     async def cache_fetch(self, limit: int | None = None) -> list[Event]:
         """The cached events not yet acknowledged, oldest first, at most *limit*. Fetching
         removes nothing: `cache_ack()` does. Raises `RemoteError` (``unknown-cache``)."""
-        events, _ = await self._storage_request(lambda req: CacheFetch(req=req, limit=limit))
+        events = await self._storage_events(lambda req: CacheFetch(req=req, limit=limit))
         if events:
             self._cache_last_fetched = events[-1].id
-        return events  # type: ignore[no-any-return]
+        return events
 
     async def cache_ack(self, upto: str | None = None) -> dict[str, Any]:
         """Remove from the cache, on every router, the events up to and including event id
@@ -196,50 +203,50 @@ class CacheClient:
         target = upto if upto is not None else self._cache_last_fetched
         if target is None:
             return await self.cache_info()
-        done = await self._storage_request(lambda req: CacheAck(req=req, upto=target))
-        return done.info  # type: ignore[no-any-return]
+        done = await self._storage_done(lambda req: CacheAck(req=req, upto=target))
+        return done.info
 
     async def cache_policy(
         self, *, max_age: Age = None, max_count: int | str | None = None
     ) -> dict[str, Any]:
         """Change the cache's expiry policy everywhere (it applies to what is kept too)."""
         age = _age(max_age)
-        done = await self._storage_request(
+        done = await self._storage_done(
             lambda req: CachePolicy(req=req, max_age=age, max_count=max_count)
         )
         if self._cache_registration is not None:
             self._cache_registration.update(max_age=age, max_count=max_count)
-        return done.info  # type: ignore[no-any-return]
+        return done.info
 
     async def cache_clear(self) -> dict[str, Any]:
         """Empty the cache everywhere; it stays registered."""
-        done = await self._storage_request(lambda req: CacheClear(req=req))
-        return done.info  # type: ignore[no-any-return]
+        done = await self._storage_done(lambda req: CacheClear(req=req))
+        return done.info
 
     async def cache_remove(self) -> bool:
         """Remove the cache everywhere and stop the keep-alives; False if there was none."""
         self._stop_cache_keepalives()
         self._cache_registration = None
-        done = await self._storage_request(lambda req: CacheRemove(req=req))
+        done = await self._storage_done(lambda req: CacheRemove(req=req))
         return bool(done.info.get("removed"))
 
     async def cache_info(self) -> dict[str, Any]:
         """The cache's pattern, policy, timeout and number of events waiting."""
-        done = await self._storage_request(lambda req: GetCacheInfo(req=req))
-        return done.info  # type: ignore[no-any-return]
+        done = await self._storage_done(lambda req: GetCacheInfo(req=req))
+        return done.info
 
     async def cache_keepalive(self) -> dict[str, Any]:
         """Send a keep-alive now (they are sent by themselves; this is for tests and tools).
         Registers the cache again if the router does not know it and we registered it."""
         try:
-            done = await self._storage_request(lambda req: CacheKeepalive(req=req))
+            done = await self._storage_done(lambda req: CacheKeepalive(req=req))
         except RemoteError as exc:
             reg = self._cache_registration
             if exc.code != "unknown-cache" or reg is None:
                 raise
             log.info("the router had lost our cache; registering it again")
-            done = await self._storage_request(lambda req: CacheRegister(req=req, **reg))
-        return done.info  # type: ignore[no-any-return]
+            done = await self._storage_done(lambda req: CacheRegister(req=req, **reg))
+        return done.info
 
     # -- keep-alives ------------------------------------------------------------------------
 
@@ -281,7 +288,21 @@ class CacheClient:
 
     # -- requests and answers ---------------------------------------------------------------
 
-    async def _storage_request(self, make: Callable[[int], Message]) -> Any:
+    async def _storage_done(self, make: Callable[[int], Message]) -> CacheDone:
+        """Send a request the router answers with `CacheDone`; that answer."""
+        answer = await self._storage_request(make)
+        if not isinstance(answer, CacheDone):
+            raise ProtocolError("the router answered a cache request with events")
+        return answer
+
+    async def _storage_events(self, make: Callable[[int], Message]) -> list[Event]:
+        """Send a request the router answers with events; all of them (of every frame)."""
+        answer = await self._storage_request(make)
+        if isinstance(answer, CacheDone):
+            raise ProtocolError("the router answered a request for events without any")
+        return answer
+
+    async def _storage_request(self, make: Callable[[int], Message]) -> _Answer:
         await self.wait_connected(self.config.request_timeout)
         link = self._link
         if link is None:
@@ -289,12 +310,13 @@ class CacheClient:
         req = self._next_sub  # shared with sub_ids: an Error's ref names one request only
         self._next_sub += 1
         msg = make(req)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
         self._storage_requests[req] = _Pending(fut)
         try:
             self._send(msg)
             async with asyncio.timeout(self.config.request_timeout):
-                await asyncio.wait([fut, link.lost], return_when=asyncio.FIRST_COMPLETED)
+                ends: list[asyncio.Future[Any]] = [fut, link.lost]  # waited on, not read
+                await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             raise AaTimeout(f"the router did not answer {msg.kind!r} in time") from None
         finally:
@@ -303,16 +325,17 @@ class CacheClient:
             raise ConnectionLost(f"the connection was lost before the router answered {msg.kind!r}")
         return fut.result()
 
-    def _storage_answer(self, msg: Message) -> None:
-        p = self._storage_requests.get(msg.req)  # type: ignore[attr-defined]
+    def _storage_answer(self, msg: StorageAnswer) -> None:
+        p = self._storage_requests.get(msg.req)
         if p is None or p.future.done():
             return
-        if type(msg) is CacheDone:
-            p.future.set_result(msg)
-            return
-        p.events.extend(msg.events)  # type: ignore[attr-defined]
-        if not msg.partial:  # type: ignore[attr-defined]
-            p.future.set_result((p.events, msg))
+        match msg:
+            case CacheDone():
+                p.future.set_result(msg)
+            case Cached() | CacheEvents():
+                p.events.extend(msg.events)
+                if not msg.partial:
+                    p.future.set_result(p.events)
 
     def _storage_error(self, msg: Error) -> bool:
         """Route a refusal of one of our storage requests; False if it is not one."""
@@ -329,7 +352,10 @@ class BlockingCacheClient:
     """The cache requests for the blocking `Client` (a mixin over its `AsyncClient`)."""
 
     _async: AsyncClient
-    _call: Callable[..., Any]
+
+    if TYPE_CHECKING:  # the blocking client's
+
+        def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T: ...
 
     def cached(
         self,
@@ -394,4 +420,4 @@ class BlockingCacheClient:
         return self._run(self._async.cache_info())
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._call(coro)  # type: ignore[no-any-return]
+        return self._call(coro)

@@ -19,7 +19,7 @@ import ssl
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from aa.mesh import Connection, ConnectionLost, ForeignProtocol, ProtocolError, UsageError
 from aa.mesh.protocol import Message
@@ -51,7 +51,7 @@ class Link(asyncio.Protocol):
         self._on_writable = on_writable
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream's: a Transport
 
     def data_received(self, data: bytes) -> None:
         self.codec.receive_data(data)

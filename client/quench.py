@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from aa.mesh import AaTimeout, ConnectionClosed, RemoteError, check_values
 from aa.mesh.protocol import Error, Message, Quenched, QuenchNotice, Unquench
@@ -34,7 +34,7 @@ from aa.mesh.protocol import Quench as QuenchRequest
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
-    from .sync import Client
+    from .config import ClientConfig
 
 __all__ = [
     "AsyncQuench",
@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("aa.client")
+
+T = TypeVar("T")
 
 #: Seconds after a reconnection within which the mesh must confirm a subscription the client
 #: knew of before it is reported gone. Every router answers a registration at once, so this
@@ -61,7 +63,7 @@ class AsyncQuench:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: QuenchClient,
         reg: int,
         values: dict[str, Any],
         type: str | None,
@@ -87,7 +89,7 @@ class AsyncQuench:
         self._consumer: asyncio.Task[None] | None = None
         if callback is not None and inspect.iscoroutinefunction(callback):
             self._queue = asyncio.Queue()
-            self._consumer = asyncio.get_running_loop().create_task(self._consume())
+            self._consumer = asyncio.get_running_loop().create_task(self._consume(callback))
 
     # -- the publisher's API ----------------------------------------------------------------
 
@@ -202,12 +204,12 @@ class AsyncQuench:
         except Exception:
             log.exception("quench %d: callback failed", self.id)
 
-    async def _consume(self) -> None:
+    async def _consume(self, callback: Callable[[str, str, bool], Awaitable[Any]]) -> None:
         assert self._queue is not None
         while True:
             change = await self._queue.get()
             try:
-                await self._callback(*change)  # type: ignore[misc]
+                await callback(*change)
             except Exception:
                 log.exception("quench %d: callback failed", self.id)
 
@@ -218,12 +220,24 @@ class QuenchClient:
     #: Seconds the mesh has to confirm known interest after a reconnection.
     quench_stale_grace: float = STALE_GRACE
 
-    def _init_quench(self: AsyncClient) -> None:  # type: ignore[misc]
+    if TYPE_CHECKING:  # what it uses of AsyncClient
+        config: ClientConfig
+        _next_sub: int
+        _closing: bool
+
+        @property
+        def connected(self) -> bool: ...
+
+        async def wait_connected(self, timeout: float | None = None) -> None: ...
+
+        def _send(self, msg: Message) -> None: ...
+
+    def _init_quench(self) -> None:
         self._quenches: dict[int, AsyncQuench] = {}
         self._quench_waiters: dict[int, asyncio.Future[None]] = {}
 
-    async def quench(  # type: ignore[misc]
-        self: AsyncClient,
+    async def quench(
+        self,
         prototype: Mapping[str, Any],
         callback: QuenchCallback | None = None,
         *,
@@ -267,26 +281,27 @@ class QuenchClient:
             self._quench_waiters.pop(reg, None)
         return q
 
-    async def remove_quench(self: AsyncClient, q: AsyncQuench) -> None:  # type: ignore[misc]
+    async def remove_quench(self, q: AsyncQuench) -> None:
         if self._quenches.pop(q.id, None) is not None and self.connected:
             self._send(Unquench(reg=q.id))
 
-    def _quench_connected(self: AsyncClient) -> None:  # type: ignore[misc]
+    def _quench_connected(self) -> None:
         for q in list(self._quenches.values()):
             q.reconnected(self.quench_stale_grace)
             self._send(_request(q))
 
-    def _quench_answer(self: AsyncClient, msg: Message) -> None:  # type: ignore[misc]
-        if type(msg) is Quenched:
-            fut = self._quench_waiters.get(msg.reg)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-        elif type(msg) is QuenchNotice:
-            q = self._quenches.get(msg.reg)
-            if q is not None:
-                q.apply(msg.changes)
+    def _quench_answer(self, msg: Quenched | QuenchNotice) -> None:
+        match msg:
+            case Quenched():
+                fut = self._quench_waiters.get(msg.reg)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            case QuenchNotice():
+                q = self._quenches.get(msg.reg)
+                if q is not None:
+                    q.apply(msg.changes)
 
-    def _quench_error(self: AsyncClient, msg: Error) -> bool:  # type: ignore[misc]
+    def _quench_error(self, msg: Error) -> bool:
         """Route a refusal of a quench registration; False if it is not one."""
         if msg.ref is None or msg.ref not in self._quenches:
             return False
@@ -298,7 +313,7 @@ class QuenchClient:
             self._quenches.pop(msg.ref).fail(error)
         return True
 
-    def _quench_close(self: AsyncClient) -> None:  # type: ignore[misc]
+    def _quench_close(self) -> None:
         for q in self._quenches.values():
             q.finish()
         self._quenches.clear()
@@ -312,7 +327,7 @@ class Quench:
     """A blocking client's quench registration (`Client.quench`). The callback runs in the
     client's thread."""
 
-    def __init__(self, client: Client, inner: AsyncQuench) -> None:
+    def __init__(self, client: BlockingQuenchClient, inner: AsyncQuench) -> None:
         self._client = client
         self._inner = inner
         self.id = inner.id
@@ -347,7 +362,10 @@ class BlockingQuenchClient:
     """`quench` for the blocking `Client` (a mixin over its `AsyncClient`)."""
 
     _async: AsyncClient
-    _call: Callable[..., Any]
+
+    if TYPE_CHECKING:  # the blocking client's
+
+        def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T: ...
 
     def quench(
         self,
@@ -361,4 +379,4 @@ class BlockingQuenchClient:
         inner = self._call(
             self._async.quench(prototype, callback, type=type, mentioned_only=mentioned_only)
         )
-        return Quench(self, inner)  # type: ignore[arg-type]
+        return Quench(self, inner)

@@ -78,8 +78,8 @@ class Subscription:
         #: the pattern, the client unsubscribed or closed): how the blocking `Client`'s
         #: iterator, which queues events in its own thread, learns that no more will come.
         self.on_finish: Callable[[], None] | None = None
-        if self._async_callback:
-            self._consumer = asyncio.get_running_loop().create_task(self._consume())
+        if callback is not None and self._async_callback:
+            self._consumer = asyncio.get_running_loop().create_task(self._consume(callback))
 
     # -- from the connection ----------------------------------------------------------------
 
@@ -87,8 +87,10 @@ class Subscription:
         if self.closed:
             return
         if self._queue is None:
+            callback = self._callback
+            assert callback is not None  # without a queue, a plain callback takes each event
             try:
-                self._callback(event)  # type: ignore[misc]
+                callback(event)
             except Exception:
                 log.exception("subscription %d: callback failed", self.id)
             return
@@ -157,14 +159,14 @@ class Subscription:
         """Events dropped because the reader fell behind."""
         return self._queue.dropped if self._queue is not None else 0
 
-    async def _consume(self) -> None:
+    async def _consume(self, callback: Callable[[Event], Awaitable[Any]]) -> None:
         while True:
             try:
                 event = await self.get()
             except (ConnectionClosed, PatternError):
                 return
             try:
-                await self._callback(event)  # type: ignore[misc]
+                await callback(event)
             except Exception:
                 log.exception("subscription %d: callback failed", self.id)
 

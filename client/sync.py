@@ -240,14 +240,15 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         for values outside the model. `flush()` waits for the routers' acknowledgement."""
         if self._closed:
             raise ConnectionClosed("client is closed")
-        event = Event.checked(dict(values), type, dict(meta) if meta else {}, self._async._ids())
+        eid = self._async._ids()
+        event = Event.checked(dict(values), type, dict(meta) if meta else {}, eid)
         # Hand over through a deque and wake the loop only when it is idle: one wake-up
         # per burst instead of one self-pipe write per event.
         self._pending.append(event)  # checked here, in the caller's thread; queued as it is
         if not self._wakeup:
             self._wakeup = True
             self._loop.call_soon_threadsafe(self._drain)
-        return event.id  # type: ignore[return-value]
+        return eid
 
     def _drain(self) -> None:
         self._wakeup = False

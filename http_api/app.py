@@ -348,13 +348,14 @@ def _typed_values_schema(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schema = build()
+            schema = build()  # FastAPI keeps it as app.openapi_schema
             schema.setdefault("components", {}).setdefault("schemas", {})["TypedValue"] = (
                 TYPED_VALUE
             )
-        return app.openapi_schema  # type: ignore[return-value]
+            return schema
+        return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's way to extend the schema
 
 
 def _handlers(app: FastAPI) -> None:

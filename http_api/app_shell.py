@@ -38,7 +38,9 @@ _TYPES = {".webmanifest": "application/manifest+json", ".js": "text/javascript"}
 class _AppFiles(StaticFiles):
     """The app's files with the headers the module docstring names."""
 
-    def file_response(self, full_path: Any, stat_result: Any, scope: Any, status_code: int = 200):  # type: ignore[no-untyped-def]
+    def file_response(
+        self, full_path: Any, stat_result: Any, scope: Any, status_code: int = 200
+    ) -> Response:
         response: Response = super().file_response(full_path, stat_result, scope, status_code)
         for suffix, media in _TYPES.items():
             if str(full_path).endswith(suffix):

@@ -125,7 +125,7 @@ def event_from_content(text: str) -> Event:
     text = text.strip()
     if not text.startswith("{"):
         text = base64.b64decode(text, validate=True).decode("utf-8")
-    return event_from_json(json.loads(text))  # type: ignore[no-any-return]
+    return event_from_json(json.loads(text))
 
 
 def _short(value: Any) -> str:

@@ -85,9 +85,9 @@ def caller_of(request: Request) -> Caller:
     """The caller of *request*; raises `NotAuthenticated` saying why (a bad or unknown
     credential, or none where the router refuses anonymous callers)."""
     scope = request.scope
-    known = scope.get(_KEY)
+    known: Caller | None = scope.get(_KEY)  # only this module sets it
     if known is not None:
-        return known  # type: ignore[no-any-return]
+        return known
     caller = _resolve(request)
     scope[_KEY] = caller
     return caller

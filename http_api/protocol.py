@@ -27,7 +27,7 @@ import logging
 import ssl
 from asyncio import sslproto
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -71,7 +71,8 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
         self._address: str | None = None
         self._handshake: asyncio.Task[None] | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # a stream's: a Transport
         if self.tls is not None and self._handshake is None:
             self._before_tls(transport)
             return

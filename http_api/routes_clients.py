@@ -56,7 +56,8 @@ FEED_FORMATS = {"atom": ATOM_TYPE, "json": "application/json"}
 
 
 def _clients(request: Request) -> HttpClients:
-    return request.app.state.clients  # type: ignore[no-any-return]
+    clients: HttpClients = request.app.state.clients  # set by the app factory
+    return clients
 
 
 def _caching_caller(request: Request) -> Caller:
@@ -270,9 +271,13 @@ async def remove_pattern(client: Authenticated, pattern_id: str, request: Reques
 async def ack(client: Authenticated, body: AckIn, request: Request) -> dict[str, int]:
     """Drop from the client's caches everything up to a feed ``cursor`` (from ``aa:cursor``,
     the ``Aa-Cursor`` header or the JSON ``cursor``), or up to an ``event`` id."""
-    if (body.cursor is None) == (body.event is None):
+    upto: int | str
+    if body.cursor is not None and body.event is None:
+        upto = body.cursor
+    elif body.event is not None and body.cursor is None:
+        upto = body.event
+    else:
         raise UsageError("acknowledge either a 'cursor' or an 'event' id")
-    upto: int | str = body.cursor if body.cursor is not None else body.event  # type: ignore[assignment]
     return {"cursor": _clients(request).ack(client, upto)}
 
 

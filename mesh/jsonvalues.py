@@ -16,9 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidValue
+
+if TYPE_CHECKING:
+    from .event import Event
 
 __all__ = ["to_json", "from_json", "event_to_json", "event_from_json"]
 
@@ -86,7 +89,7 @@ def event_to_json(event: Any) -> dict[str, Any]:
     }
 
 
-def event_from_json(data: Any) -> Any:
+def event_from_json(data: Any) -> Event:
     """An `Event` from `event_to_json`'s form (checked)."""
     from .event import Event
 

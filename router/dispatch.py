@@ -33,7 +33,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from aa.mesh import (
     MAX_ID_LENGTH,
@@ -51,7 +51,7 @@ from aa.mesh import (
 )
 
 from .patterns import PatternEngine
-from .seams import Sink
+from .seams import Sink, Subscriber
 
 __all__ = [
     "Dispatcher",
@@ -162,6 +162,8 @@ class Dispatcher:
         self.ids = ids
         self.rules = rules
         self.engine = engine
+        #: `engine.match`: a router's subscriber keys are `Subscriber`s.
+        self._match = cast(Callable[[Event], list[tuple[Subscriber, Event]]], engine.match)
         self.counters = counters
         #: Called with each event dispatched here (store, caches, event log attach here).
         self.sinks: list[Sink] = []
@@ -319,8 +321,8 @@ class Dispatcher:
         names = self.names_seen
         if len(names) < MAX_NAMES_SEEN:
             names.update(event.values)
-        for key, ev in self.engine.match(event):
-            key.deliver(ev)  # type: ignore[attr-defined]
+        for key, ev in self._match(event):
+            key.deliver(ev)
         for sink in self.sinks:
             try:
                 sink(event)

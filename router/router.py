@@ -49,6 +49,7 @@ from .links import MeshService, Wants
 from .local import LocalSubscription
 from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits, scope_filter
 from .quench import QuenchService
+from .seams import Subscriber
 from .security import Gate, PartialFrames, router_id_for
 from .session import ClientSession
 from .sinks import LocalSinks
@@ -664,8 +665,8 @@ class Router:
 
     def _worker_deliveries(self, items: list[tuple[Hashable, Event]]) -> None:
         """Deliveries a pattern worker sent back: queue them, write them (one frame per client)."""
-        for key, event in items:
-            key.deliver(event)  # type: ignore[attr-defined]
+        for key, event in cast("list[tuple[Subscriber, Event]]", items):  # the router's keys
+            key.deliver(event)
         self.dispatcher.flush()
 
     def _flush_sinks(self) -> None:
@@ -684,6 +685,6 @@ class Router:
     def _pattern_failed(self, keys: list[Hashable], code: str, message: str) -> None:
         self.counters["patterns_stopped"] += 1
         log.warning("pattern stopped (%s): %s", code, message)
-        for key in keys:
+        for key in cast("list[Subscriber]", keys):  # the router's keys
             self.quench.unsubscribed(key)
-            key.pattern_failed(code, message)  # type: ignore[attr-defined]
+            key.pattern_failed(code, message)

@@ -75,7 +75,7 @@ class ClientPort(Protocol):
         """Bytes written to the client and not yet taken by it (its unread answers)."""
 
 
-class Subscriber(Protocol):
+class Subscriber(Hashable, Protocol):
     """The pattern engine's key for one subscription: a TCP client's, or an in-process one."""
 
     held: Any

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast, get_args
+from typing import TYPE_CHECKING, Any, cast
 
 from aa.mesh import (
     Connection,
@@ -28,7 +28,6 @@ from aa.mesh import (
 )
 from aa.mesh.protocol import (
     IN_PROGRESS,
-    STORAGE_REQUESTS,
     Ack,
     Bye,
     CacheAck,
@@ -54,6 +53,7 @@ from aa.mesh.protocol import (
     Publish,
     Quench,
     Routers,
+    StorageRequest,
     Subscribe,
     Subscribed,
     Unquench,
@@ -73,20 +73,6 @@ if TYPE_CHECKING:
 
 #: The identity of a connection without TLS or without a certificate.
 _ANONYMOUS = Identity()
-
-#: The cache requests a client may send, which `ClientSession.handle` names one by one.
-_StorageRequest = (
-    GetCached
-    | CacheRegister
-    | CacheFetch
-    | CacheAck
-    | CacheKeepalive
-    | CachePolicy
-    | CacheClear
-    | CacheRemove
-    | GetCacheInfo
-)
-assert frozenset(get_args(_StorageRequest)) == STORAGE_REQUESTS
 
 __all__ = ["ClientSession", "SessionSubscriber"]
 
@@ -480,7 +466,7 @@ class ClientSession(asyncio.Protocol):
         )
         return False
 
-    def _storage(self, msg: _StorageRequest) -> None:
+    def _storage(self, msg: StorageRequest) -> None:
         """A cache request, asked of the rules in force now: the mesh cache answers only
         what this user may receive, with a pattern this user may run; a client cache is
         this user's own (keyed by user and client id) and needs `client_caches`."""

@@ -176,6 +176,8 @@ PUBLIC: dict[str, list[str]] = {
         "STEP_ABOVE",
         "STORAGE_ANSWERS",
         "STORAGE_REQUESTS",
+        "StorageAnswer",
+        "StorageRequest",
         "Subscribe",
         "Subscribed",
         "Unquench",

@@ -91,7 +91,8 @@ def parse_json_object(text: str, what: str = "--json") -> dict[str, Any]:
     if type(data) is not dict:
         raise UsageError(f"{what} must be a JSON object")
     try:
-        return from_json(data)  # type: ignore[no-any-return]
+        values: dict[str, Any] = from_json(data)  # a JSON object in, a map out
+        return values
     except InvalidValue as exc:
         raise UsageError(f"{what}: {exc}") from None
 

@@ -55,14 +55,17 @@ def _iso(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
+class _AaHandler(logging.StreamHandler[TextIO]):
+    """The handler `setup_logging` installs, found again when it is called again."""
+
+
 def setup_logging(level: str, fmt: str, stream: TextIO | None = None) -> None:
     """Point the root logger at *stream* (stderr) with *fmt* ("text" or "json") at *level*
     ("debug" … "error"); called again (a reload), it changes both in place."""
     root = logging.getLogger()
-    handler = next((h for h in root.handlers if getattr(h, "aa_handler", False)), None)
+    handler = next((h for h in root.handlers if isinstance(h, _AaHandler)), None)
     if handler is None:
-        handler = logging.StreamHandler(stream or sys.stderr)
-        handler.aa_handler = True  # type: ignore[attr-defined]
+        handler = _AaHandler(stream or sys.stderr)
         root.addHandler(handler)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root.setLevel(getattr(logging, level.upper()))

@@ -49,7 +49,9 @@ class _MineParser(argparse.ArgumentParser):
 
     actions: dict[str, argparse.ArgumentParser]
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    def parse_known_args(  # type: ignore[override]  # one signature for argparse's overloads
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> Any:
         args = list(sys.argv[1:] if args is None else args)
         if args and args[0] in self.actions:
             ns, rest = self.actions[args[0]].parse_known_args(args[1:], namespace)
@@ -369,7 +371,8 @@ def _mine_now(args: argparse.Namespace) -> int:
     for task, art in result.artefacts.items():
         print(f"{task}: {art.path} (version {art.version}, {result.seconds[task]:.1f} s)")
     if args.report:
-        _write_report(args.adapters, world, args.report)  # type: ignore[arg-type]
+        assert world is not None  # refused above without one
+        _write_report(args.adapters, world, args.report)
     return 0
 
 

@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .common import fail
 from .defaults import DEFAULT_HTTP_PORT
@@ -243,9 +243,10 @@ def render(prev: Frame | None, cur: Frame, *, url: str, mesh: bool = False) -> A
 
 
 def _own_router(mesh: dict[str, Any], rid: Any) -> dict[str, Any] | None:
-    for r in mesh.get("routers", []):
+    routers: list[dict[str, Any]] = mesh.get("routers", [])  # GET /mesh's
+    for r in routers:
         if r.get("id") == rid:
-            return r  # type: ignore[no-any-return]
+            return r
     return None
 
 
@@ -266,7 +267,7 @@ def _clients_table(prev: Frame | None, cur: Frame, seconds: float) -> Any:
         box=None,
         header_style="bold reverse",
     )
-    for name, justify in (
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
         ("CLIENT", "left"),
         ("NAME", "left"),
         ("USER", "left"),
@@ -277,8 +278,9 @@ def _clients_table(prev: Frame | None, cur: Frame, seconds: float) -> Any:
         ("BUFFERED", "right"),
         ("DROPPED", "right"),
         ("SUBSCRIPTIONS", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    )
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=True)
     for x in shown:
         was = before.get((x.get("id"), x.get("address")))
         rate_in, rate_out = x.get("in_rate"), x.get("out_rate")

@@ -101,6 +101,8 @@ from .storage_messages import (
     CacheRemove,
     GetCached,
     GetCacheInfo,
+    StorageAnswer,
+    StorageRequest,
 )
 
 __all__ = [
@@ -166,6 +168,8 @@ __all__ = [
     "Routers",
     "STORAGE_ANSWERS",
     "STORAGE_REQUESTS",
+    "StorageAnswer",
+    "StorageRequest",
     "Subscribe",
     "Subscribed",
     "Unquench",

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeAlias, get_args
 
 from ..errors import InvalidValue, MalformedFrame
 from ..event import MAX_ID_LENGTH, Event
@@ -63,6 +63,8 @@ __all__ = [
     "CacheRemove",
     "GetCacheInfo",
     "CacheDone",
+    "StorageRequest",
+    "StorageAnswer",
     "STORAGE_REQUESTS",
     "STORAGE_ANSWERS",
     "DEFAULT_CACHE_TIMEOUT",
@@ -363,19 +365,22 @@ class CacheDone(Message):
         check_values(self.info, "info")
 
 
-#: Kinds a client sends to its router about storage (the router's session hands them on).
-STORAGE_REQUESTS: Final = frozenset(
-    {
-        GetCached,
-        CacheRegister,
-        CacheKeepalive,
-        CacheFetch,
-        CacheAck,
-        CachePolicy,
-        CacheClear,
-        CacheRemove,
-        GetCacheInfo,
-    }
+#: A request a client sends to its router about storage (the router's session hands it on).
+StorageRequest: TypeAlias = (
+    GetCached
+    | CacheRegister
+    | CacheKeepalive
+    | CacheFetch
+    | CacheAck
+    | CachePolicy
+    | CacheClear
+    | CacheRemove
+    | GetCacheInfo
 )
-#: Kinds a router answers them with (besides `Error`).
-STORAGE_ANSWERS: Final = frozenset({Cached, CacheEvents, CacheDone})
+#: An answer to one (besides `Error`).
+StorageAnswer: TypeAlias = Cached | CacheEvents | CacheDone
+
+#: The kinds of `StorageRequest`.
+STORAGE_REQUESTS: Final = frozenset(get_args(StorageRequest))
+#: The kinds of `StorageAnswer`.
+STORAGE_ANSWERS: Final = frozenset(get_args(StorageAnswer))

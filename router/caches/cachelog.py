@@ -58,12 +58,13 @@ class Group:
         self.ids: set[str] = set()  # ids in the log (dead prefix included, until compacted)
 
     def retune(self, cap: int) -> None:
-        keep, age = 0, 0.0
+        keep = 0
+        age: float | None = 0.0
         for c in self.members.values():
             keep = max(keep, min(c.policy.max_count or cap, cap))
             if age is not None:
                 a = c.policy.max_age
-                age = None if a is None else max(age, a.total_seconds())  # type: ignore[assignment]
+                age = None if a is None else max(age, a.total_seconds())
         self.keep, self.max_age = keep, age
 
     def settle(self, now: float) -> None:
@@ -81,9 +82,9 @@ class Group:
         """Drop entries no member can still return: acknowledged by all, or too old."""
         log = self.log
         head = self.head
-        floors = [c.floor for c in self.members.values()]
-        if None not in floors:
-            head = bisect_right(log, min(floors), head, key=entry_mark)  # type: ignore[type-var]
+        floors = [c.floor for c in self.members.values() if c.floor is not None]
+        if len(floors) == len(self.members):  # every member acknowledged something
+            head = bisect_right(log, min(floors), head, key=entry_mark)
         if self.max_age is not None:
             head = bisect_left(log, now - self.max_age, head, key=entry_time)
         self.head = head

@@ -23,7 +23,7 @@ from aa.mesh.protocol import (
     Error,
     GetCached,
     GetCacheInfo,
-    Message,
+    StorageRequest,
 )
 
 from ..seams import ClientPort
@@ -103,7 +103,7 @@ def owner_of(key: str) -> str | None:
 def handle_request(
     self: ClientCacheService,
     session: ClientPort,
-    msg: Message,
+    msg: StorageRequest,
     *,
     owner: str | None = None,
     receives: Callable[[str | None], bool] | None = None,
@@ -112,7 +112,7 @@ def handle_request(
     *receives* admits, when given), or its own client cache — *owner*'s cache for the
     session's client id (`cache_key`); without an owner, the client id alone (in-process
     callers)."""
-    req: int = msg.req  # type: ignore[attr-defined]
+    req = msg.req
     if session.backlog > MAX_ANSWER_BACKLOG:
         # A client that asks and does not read must not make us hold its answers: each
         # is up to thousands of events, and unread ones would pile up without bound.
@@ -121,7 +121,7 @@ def handle_request(
             Error(code="busy", message="read the answers already sent before asking again", ref=req)
         )
         return
-    if type(msg) is GetCached:
+    if isinstance(msg, GetCached):
         try:
             events = self.cached(
                 msg.pattern,
@@ -146,40 +146,39 @@ def handle_request(
         return
     shown = session.client_id or "?"
     client_id = shown if owner is None else cache_key(owner, shown)
-    kind = type(msg)
     try:
-        if kind is CacheRegister:
-            policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)  # type: ignore[attr-defined]
-            self.register(client_id, msg.pattern, policy, msg.timeout)  # type: ignore[attr-defined]
-        elif kind is CacheKeepalive:
-            if not self.keepalive(client_id):
-                raise UnknownCache(f"no event cache is registered for client {shown!r}")
-        elif kind is CacheFetch:
-            self.keepalive(client_id)
-            got = self.fetch(client_id, after=msg.after, limit=msg.limit)  # type: ignore[attr-defined]
-            if owner is not None:  # what its owner may receive now (the rules may have changed)
-                got = _receivable(got, receives)
-            _send_events(session, req, got)
-            return
-        elif kind is CacheAck:
-            self.keepalive(client_id)
-            self.ack(client_id, msg.upto)  # type: ignore[attr-defined]
-        elif kind is CachePolicy:
-            policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)  # type: ignore[attr-defined]
-            self.keepalive(client_id)
-            self.set_policy(client_id, policy)
-        elif kind is CacheClear:
-            self.keepalive(client_id)
-            self.clear(client_id)
-        elif kind is CacheRemove:
-            session.send(
-                CacheDone(req=req, info={"client_id": shown, "removed": self.remove(client_id)})
-            )
-            return
-        elif kind is GetCacheInfo:
-            self.keepalive(client_id)
-        else:
-            raise UsageError(f"not a cache request: {msg.kind!r}")
+        match msg:
+            case CacheRegister():
+                policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)
+                self.register(client_id, msg.pattern, policy, msg.timeout)
+            case CacheKeepalive():
+                if not self.keepalive(client_id):
+                    raise UnknownCache(f"no event cache is registered for client {shown!r}")
+            case CacheFetch():
+                self.keepalive(client_id)
+                got = self.fetch(client_id, after=msg.after, limit=msg.limit)
+                if owner is not None:  # what its owner may receive now (the rules may have changed)
+                    got = _receivable(got, receives)
+                _send_events(session, req, got)
+                return
+            case CacheAck():
+                self.keepalive(client_id)
+                self.ack(client_id, msg.upto)
+            case CachePolicy():
+                policy = ExpiryPolicy.parse(max_age=msg.max_age, max_count=msg.max_count)
+                self.keepalive(client_id)
+                self.set_policy(client_id, policy)
+            case CacheClear():
+                self.keepalive(client_id)
+                self.clear(client_id)
+            case CacheRemove():
+                removed = self.remove(client_id)
+                session.send(CacheDone(req=req, info={"client_id": shown, "removed": removed}))
+                return
+            case GetCacheInfo():
+                self.keepalive(client_id)
+            case _:  # typed out, but a caller may still pass anything
+                raise UsageError(f"not a cache request: {msg.kind!r}")
         session.send(CacheDone(req=req, info=_info_map(self, client_id, shown)))
     except InvalidPolicy as exc:
         session.send(Error(code="invalid-policy", message=str(exc), ref=req))

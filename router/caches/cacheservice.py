@@ -58,7 +58,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from aa.mesh import (
     AaError,
@@ -70,7 +70,7 @@ from aa.mesh import (
     UnknownCache,
     UsageError,
 )
-from aa.mesh.protocol import Message
+from aa.mesh.protocol import StorageRequest
 
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
@@ -97,6 +97,12 @@ log = logging.getLogger("aa.router.caches")
 CACHE_TOPIC: Final = "client-cache"
 #: A cache's keep-alive is flooded at most once per this fraction of its timeout.
 KEEPALIVE_FLOOD_FRACTION: Final = 0.25
+
+
+class _Standing(Protocol):
+    """A matcher of pattern code (``remote``: it runs in a worker), placed once for good."""
+
+    def start(self, on_accept: Callable[[Event], None], client: str) -> None: ...
 
 
 @runtime_checkable
@@ -315,7 +321,7 @@ class ClientCacheService:
     def ack(self, client_id: str, upto: int | str) -> int:
         """Drop every event up to and including *upto* (a cursor from `fetch`, or an event
         id) here and, by event id, everywhere; the cache's new floor. Raises `UnknownCache`."""
-        upto_id = upto if type(upto) is str else self._id_at(client_id, upto)  # type: ignore[arg-type]
+        upto_id = upto if isinstance(upto, str) else self._id_at(client_id, upto)
         floor = self._caches.ack(client_id, upto)
         if upto_id is not None:
             self._flood(
@@ -376,8 +382,9 @@ class ClientCacheService:
     ) -> None:
         """A definition from the mesh (a flood or anti-entropy): create or update the cache."""
         spec = PatternSpec.from_wire(body.get("pattern"))
-        policy, timeout = _policy_from(body), body.get("timeout")
-        self._register(client_id, spec, policy, timeout, floor=floor, now=seen)  # type: ignore[arg-type]
+        policy = _policy_from(body)
+        timeout = cast(float, body.get("timeout"))  # checked by ClientCaches.register
+        self._register(client_id, spec, policy, timeout, floor=floor, now=seen)
 
     def _register(
         self,
@@ -406,8 +413,11 @@ class ClientCacheService:
             entry = self._matchers[key] = [matcher, 0]
             self._index.add(key, spec, matcher)
             if getattr(matcher, "remote", False):  # pattern code: runs in a worker, answers later
-                start = matcher.start  # type: ignore[union-attr]
-                start(lambda ev, k=key: self._caches.offer(ev, self._clock(), keys=[k]), client_id)
+
+                def accepted(ev: Event) -> None:
+                    self._caches.offer(ev, self._clock(), keys=[key])
+
+                cast(_Standing, matcher).start(accepted, client_id)
         old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1
@@ -574,7 +584,7 @@ class ClientCacheService:
     def handle_request(
         self,
         session: ClientPort,
-        msg: Message,
+        msg: StorageRequest,
         *,
         owner: str | None = None,
         receives: Callable[[str | None], bool] | None = None,

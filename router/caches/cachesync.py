@@ -59,7 +59,7 @@ import random
 import secrets
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from aa.mesh import Event, PatternError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
@@ -278,8 +278,10 @@ class CacheSync:
 
         def key_of(fields: Any) -> str:
             client_id, version, floor, idle = fields
-            extra[_client(client_id)] = (parse_version(version), parse_mark(floor), _idle(idle))
-            return client_id  # type: ignore[no-any-return]
+            entry = (parse_version(version), parse_mark(floor), _idle(idle))
+            client = _client(client_id)
+            extra[client] = entry
+            return client
 
         theirs = parse_digest(body.get("caches"), key_of, max_entries=MAX_DIGEST_CACHES)
         tombs = [
@@ -371,7 +373,7 @@ class CacheSync:
                     out += self._ids_for(client_id, now, reply=True)
                 continue
             timeout = row.get("timeout")
-            if type(timeout) in (int, float) and idle > timeout:  # type: ignore[operator]
+            if type(timeout) in (int, float) and idle > cast(float, timeout):
                 continue  # lapsed where it came from: not revived here
             try:
                 self._service._apply_registration(client_id, row, floor=floor, seen=now - idle)

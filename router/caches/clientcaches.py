@@ -374,9 +374,9 @@ class ClientCaches:
             # Late: in at its place, and fresh seqs for what follows, so no cursor skips it.
             tail = [(0, t, mark[1], eid, event), *log[i:]]
             del log[i:]
-            for _, *rest in tail:
+            for _, at, id_length, late_id, late in tail:
                 self._seq += 1
-                log.append((self._seq, *rest))  # type: ignore[arg-type]
+                log.append((self._seq, at, id_length, late_id, late))
         if eid:
             group.ids.add(eid)
         group.settle(now)

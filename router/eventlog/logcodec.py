@@ -85,7 +85,7 @@ def _tagged(v: Any) -> Any:
     raise TypeError(f"cannot encode {t.__name__}")
 
 
-def _untagged(v: Any) -> Any:
+def _untagged(v: Any) -> Value:
     if type(v) is dict:
         if len(v) == 1:
             ((k, x),) = v.items()
@@ -100,7 +100,8 @@ def _untagged(v: Any) -> Any:
         return {(k[1:] if k.startswith("$$") else k): _untagged(x) for k, x in v.items()}
     if type(v) is list:
         return [_untagged(x) for x in v]
-    return v
+    scalar: Value = v  # what json.loads makes of the rest: a str, number, bool or None
+    return scalar
 
 
 _PLAIN: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -124,7 +125,7 @@ def encode_json(value: Value) -> str:
 
 def decode_json(text: str) -> Value:
     """The inverse of `encode_json`."""
-    return _untagged(json.loads(text))  # type: ignore[no-any-return]
+    return _untagged(json.loads(text))
 
 
 def encode_value(value: Value) -> tuple[str | None, str]:
@@ -132,14 +133,14 @@ def encode_value(value: Value) -> tuple[str | None, str]:
     t = type(value)
     if value is None:
         return None, "null"
-    if t is str:
-        return value, "str"  # type: ignore[return-value]
+    if type(value) is str:
+        return value, "str"
     if t is bool:
         return ("true" if value else "false"), "bool"
-    if t is float:
-        return _float_text(value), "float"  # type: ignore[arg-type]
-    if t is bytes:
-        return base64.b64encode(value).decode("ascii"), "bytes"  # type: ignore[arg-type]
+    if type(value) is float:
+        return _float_text(value), "float"
+    if type(value) is bytes:
+        return base64.b64encode(value).decode("ascii"), "bytes"
     if isinstance(value, datetime):
         return value.isoformat(), ("datetime" if value.tzinfo is not None else "naive-datetime")
     if t is dict:

@@ -70,12 +70,20 @@ def _refuse(value: object) -> NoReturn:
 # circular-reference markers: event values are trees (`aa.mesh.values`). Where the C
 # accelerator is missing, `encode_json` does every row.
 _c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_JSON: Final = (
+_HAS_C_ENCODER: Final = _c_make_encoder is not None
+
+
+def _no_c_encoder(value: Any, level: int) -> Sequence[str]:
+    raise TypeError("no C JSON encoder")  # never called: `_meta_texts` checks first
+
+
+#: ``_JSON(value, 0)``: the chunks of *value*'s JSON text.
+_JSON: Final[Callable[[Any, int], Sequence[str]]] = (
     _c_make_encoder(
         None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, False
     )
     if _c_make_encoder is not None
-    else None
+    else _no_c_encoder
 )
 _join: Final = "".join
 _encode_str: Final = json.encoder.encode_basestring  # the C one when there is a C encoder
@@ -174,7 +182,7 @@ def _value_texts(values: Sequence[dict[str, Any]]) -> tuple[list[Any], list[Any]
 
 def _meta_texts(metas: list[dict[str, Any]]) -> pa.Array | list[str]:
     """Each meta as `logcodec` typed JSON."""
-    if _JSON is None:
+    if not _HAS_C_ENCODER:
         return list(map(encode_json, metas))
     shapes = set(map(tuple, metas))  # the keys, in order
     if len(shapes) == 1:
@@ -192,7 +200,7 @@ def _meta_texts(metas: list[dict[str, Any]]) -> pa.Array | list[str]:
 
 def _meta_text(meta: dict[str, Any]) -> str:
     try:
-        text: str = _join(_JSON(meta, 0))  # type: ignore[misc]
+        text = _join(_JSON(meta, 0))
     except (TypeError, ValueError):
         return encode_json(meta)
     return text if '"$' not in text else encode_json(meta)
@@ -228,7 +236,7 @@ def _json_column(column: list[Any]) -> list[str] | None:
         encode = _encode_list
     else:
         try:
-            texts = list(map(_join, map(_JSON, column, repeat(0))))  # type: ignore[arg-type]
+            texts = list(map(_join, map(_JSON, column, repeat(0))))
         except (TypeError, ValueError):
             return None
         return None if '"$' in _join(texts) else texts
@@ -240,4 +248,4 @@ def _json_column(column: list[Any]) -> list[str] | None:
 
 
 def _encode_list(value: tuple[str, ...]) -> str:
-    return _join(_JSON(value, 0))  # type: ignore[misc]
+    return _join(_JSON(value, 0))

@@ -270,7 +270,7 @@ class MeshService:
         self._dispatch.flush()
         self.relay.flush()
 
-    def receive_flood(self, link: PeerLink, groups: list[FloodGroup]) -> None:
+    def receive_flood(self, link: PeerLink, groups: Sequence[FloodGroup]) -> None:
         self.relay.receive_flood(link, groups)
 
     def receive_control(self, link: PeerLink, msg: Control) -> None:

@@ -42,7 +42,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aa.mesh import (
     Connection,
@@ -101,7 +101,7 @@ class LinkOwner(Protocol):
 
     def link_lost(self, link: PeerLink, previous: str, exc: Exception | None) -> None: ...
 
-    def receive_flood(self, link: PeerLink, groups: list[Any]) -> None: ...
+    def receive_flood(self, link: PeerLink, groups: Sequence[FloodGroup]) -> None: ...
 
     def receive_control(self, link: PeerLink, msg: Control) -> None: ...
 
@@ -171,7 +171,7 @@ class PeerLink(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream's: a Transport
         peer = transport.get_extra_info("peername")
         if peer:
             self.remote_host = peer[0]
@@ -270,38 +270,40 @@ class PeerLink(asyncio.Protocol):
     # -- frames from the peer ---------------------------------------------------------------
 
     def handle(self, msg: Message) -> None:
-        kind = type(msg)
         if self.state == "hello":
-            if kind is not PeerHello:
+            if not isinstance(msg, PeerHello):
                 raise ProtocolError(f"expected 'peer-hello' first, got {msg.kind!r}")
-            self.mesh.link_up(self, msg)  # type: ignore[arg-type]
+            self.mesh.link_up(self, msg)
             return
-        if kind is Flood:
-            self.mesh.receive_flood(self, msg.groups)  # type: ignore[attr-defined]
-        elif kind is Control:
-            self.mesh.receive_control(self, msg)  # type: ignore[arg-type]
-        elif kind is PeerRouters:
-            self.mesh.learn(self, msg.routers)  # type: ignore[attr-defined]
-        elif kind is Ping:
-            self.send(Pong(token=msg.token))  # type: ignore[attr-defined]
-        elif kind is Pong:
-            pass  # any frame counts as a sign of life (last_heard)
-        elif kind is Bye:
-            self._on_bye()
-        elif kind is Error:
-            log.warning(
-                "peer %s reports %s: %s",
-                self.label,
-                msg.code,  # type: ignore[attr-defined]
-                msg.message,  # type: ignore[attr-defined]
-                extra={"peer": self.label},
-            )
-            if msg.fatal:  # type: ignore[attr-defined]
-                self.abort()
-        elif kind is GetMesh:
-            self.send(MeshInfo(info=self.mesh.info()))
-        else:
-            raise ProtocolError(f"a peer router may not send {msg.kind!r}")
+        # Class patterns are isinstance checks in order (no message kind has subclasses):
+        # the event path's kind first.
+        match msg:
+            case Flood():
+                self.mesh.receive_flood(self, msg.groups)
+            case Control():
+                self.mesh.receive_control(self, msg)
+            case PeerRouters():
+                self.mesh.learn(self, msg.routers)
+            case Ping():
+                self.send(Pong(token=msg.token))
+            case Pong():
+                pass  # any frame counts as a sign of life (last_heard)
+            case Bye():
+                self._on_bye()
+            case Error():
+                log.warning(
+                    "peer %s reports %s: %s",
+                    self.label,
+                    msg.code,
+                    msg.message,
+                    extra={"peer": self.label},
+                )
+                if msg.fatal:
+                    self.abort()
+            case GetMesh():
+                self.send(MeshInfo(info=self.mesh.info()))
+            case _:
+                raise ProtocolError(f"a peer router may not send {msg.kind!r}")
 
     def _on_bye(self) -> None:
         self.clean = True
@@ -333,9 +335,9 @@ class PeerLink(asyncio.Protocol):
         if transport.get_write_buffer_size() > self.mesh.config.max_backlog:
             self.mesh.relay.dropped(self, n)
             return
-        self._write_flood(queue, n)
+        self._write_flood(transport, queue, n)
 
-    def _write_flood(self, groups: list[FloodGroup], n: int) -> None:
+    def _write_flood(self, transport: asyncio.Transport, groups: list[FloodGroup], n: int) -> None:
         # The common case is one `codec.send` for everything queued. Over the frame cap (a
         # backlog of many groups, or bulky events), cut between groups; a single group over
         # it is re-encoded in halves (`FloodGroup.split`); an event too large alone goes.
@@ -348,8 +350,8 @@ class PeerLink(asyncio.Protocol):
                 half = len(groups) // 2
                 first, second = groups[:half], groups[half:]
                 n_first = sum(len(g.ids) for g in first)
-                self._write_flood(first, n_first)
-                self._write_flood(second, n - n_first)
+                self._write_flood(transport, first, n_first)
+                self._write_flood(transport, second, n - n_first)
                 return
             group = groups[0]
             if len(group.ids) == 1:
@@ -361,10 +363,10 @@ class PeerLink(asyncio.Protocol):
                 self.mesh.counters["dropped_large"] += 1
                 return
             a, b = group.split()
-            self._write_flood([a], len(a.ids))
-            self._write_flood([b], len(b.ids))
+            self._write_flood(transport, [a], len(a.ids))
+            self._write_flood(transport, [b], len(b.ids))
             return
-        self.transport.write(data)  # type: ignore[union-attr]
+        transport.write(data)
         self.written += len(data)
         self.last_sent = time.monotonic()
         self.events_out += n

@@ -51,7 +51,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from aa.mesh import Control, Event, FloodRules, UsageError
@@ -275,7 +275,7 @@ class Relay:
 
     # -- incoming floods --------------------------------------------------------------------
 
-    def receive_flood(self, link: PeerLink, groups: list[FloodGroup]) -> None:
+    def receive_flood(self, link: PeerLink, groups: Sequence[FloodGroup]) -> None:
         """A peer's `Flood` frame (steps 1-4 of the module docstring). The hot path of a
         relaying router: no logging, no call per event that can be saved."""
         rules = self.rules
@@ -308,8 +308,8 @@ class Relay:
                 # recorded), then record and dispatch the fresh ones.
                 events = group.decode(ttl=hop.ttl, path=new_path)
                 fresh: list[Event] = []
-                for ev in events:
-                    if first(ev.id, now):  # type: ignore[arg-type]  # decode checked: a str
+                for eid, ev in zip(ids, events):  # decode checked: the ids are ev.id
+                    if first(eid, now):
                         dispatch(ev)
                         fresh.append(ev)
                 if len(fresh) != k:

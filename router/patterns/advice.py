@@ -253,10 +253,10 @@ class _Segments:
         for line in source.splitlines(keepends=True):
             self.starts.append(self.starts[-1] + len(line))
 
-    def __call__(self, node: ast.AST) -> str:
+    def __call__(self, node: ast.expr) -> str:
         try:
-            lineno, col = node.lineno, node.col_offset  # type: ignore[attr-defined]
-            end, end_col = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
+            lineno, col = node.lineno, node.col_offset
+            end, end_col = node.end_lineno, node.end_col_offset
             if end is None or end_col is None or end - lineno > 0:
                 return ""  # hints are for one-line operands
             line = self.source[self.starts[lineno - 1] : self.starts[lineno]]

@@ -81,10 +81,15 @@ class _Alone:
 class Member(_Alone):
     __slots__ = ("key", "params", "bucket", "seq")
 
-    def __init__(self, key: Hashable, params: dict[str, Any], bucket: Bucket, seq: int) -> None:
+    bucket: Bucket
+
+    def __init__(
+        self, key: Hashable, params: dict[str, Any], bucket: Bucket | None, seq: int
+    ) -> None:
         self.key = key
         self.params = params
-        self.bucket = bucket
+        if bucket is not None:  # else the engine sets it as the member joins one
+            self.bucket = bucket
         self.seq = seq
 
     def _key(self) -> Any:
@@ -167,10 +172,10 @@ _NO_STATE: dict[str, Any] = MappingProxyType({})  # type: ignore[assignment]  # 
 
 def add_member(bucket: Bucket, sub: Member) -> None:
     members = bucket.members
-    if type(members) is Member:
+    if isinstance(members, Member):
         bucket.members = {members.key: members, sub.key: sub}
     elif members:
-        members[sub.key] = sub  # type: ignore[index]
+        members[sub.key] = sub
     else:
         bucket.members = sub
 
@@ -190,10 +195,10 @@ def drop_member(bucket: Bucket, key: Hashable) -> None:
 
 def add_bucket(instance: Instance, bucket: Bucket) -> None:
     buckets = instance.buckets
-    if type(buckets) is Bucket:
+    if isinstance(buckets, Bucket):
         instance.buckets = {buckets.params_key: buckets, bucket.params_key: bucket}
     elif buckets:
-        buckets[bucket.params_key] = bucket  # type: ignore[index]
+        buckets[bucket.params_key] = bucket
     else:
         instance.buckets = bucket
 

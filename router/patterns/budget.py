@@ -155,6 +155,11 @@ class Budget:
         self.deadline = float("-inf")
         raise self.violation
 
+    def raise_violation(self) -> NoReturn:
+        """Raise the violation recorded: after a stop, or once `overran` said True."""
+        assert self.violation is not None
+        raise self.violation
+
     def expired(self) -> None:
         """Called by `tick` when the wall clock passed the deadline: stop, unless CPU time
         says the evaluation was merely descheduled, in which case the deadline moves."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from types import CodeType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from RestrictedPython.compile import compile_restricted_eval, compile_restricted_exec
 from RestrictedPython.transformer import (
@@ -95,9 +95,12 @@ def compile_python(
 ) -> CompiledPython:
     """Compile *source* as a pattern expression (or script). Raises `PatternError` with code
     `pattern-compile` or `pattern-refused` and a message naming line and column."""
-    mode = "eval" if expression else "exec"
     try:
-        tree = ast.parse(source, "<pattern>", mode)
+        tree: ast.Expression | ast.Module = (
+            ast.parse(source, "<pattern>", "eval")
+            if expression
+            else ast.parse(source, "<pattern>", "exec")
+        )
     except SyntaxError as exc:
         hint = ""
         if expression and _is_script(source):
@@ -125,7 +128,7 @@ def compile_python(
     )  # per call: engines may live in threads
     compiler = compile_restricted_eval if expression else compile_restricted_exec
     try:
-        result = compiler(tree, filename="<pattern>", policy=policy)  # type: ignore[arg-type]
+        result = compiler(tree, filename="<pattern>", policy=policy)
     except SyntaxError as exc:  # found by CPython's compiler, e.g. 'return' outside function
         raise PatternError(
             f"pattern does not compile: {_where(exc)}: {exc.msg}", code=COMPILE_ERROR
@@ -321,22 +324,22 @@ class _Policy(RestrictingNodeTransformer):
         return stmt
 
     def visit_For(self, node: ast.For) -> Any:
-        node = super().visit_For(node)  # type: ignore[assignment]
+        node = cast(ast.For, super().visit_For(node))  # the node, its children visited
         node.body.insert(0, self._tick_stmt(node))
         return node
 
     def visit_While(self, node: ast.While) -> Any:
-        node = super().visit_While(node)  # type: ignore[assignment]
+        node = cast(ast.While, super().visit_While(node))
         node.body.insert(0, self._tick_stmt(node))
         return node
 
     def visit_comprehension(self, node: ast.comprehension) -> Any:
-        node = super().visit_comprehension(node)  # type: ignore[assignment]
+        node = cast(ast.comprehension, super().visit_comprehension(node))
         node.ifs.insert(0, self._call("_tick_", [], node.target))
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
-        node = super().visit_FunctionDef(node)  # type: ignore[assignment]
+        node = cast(ast.FunctionDef, super().visit_FunctionDef(node))
         guard = ast.Name("_guard_function_", ast.Load())
         copy_locations(guard, node)
         node.decorator_list.append(
@@ -345,11 +348,11 @@ class _Policy(RestrictingNodeTransformer):
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> Any:
-        node = super().visit_Lambda(node)  # type: ignore[assignment]
+        node = cast(ast.Lambda, super().visit_Lambda(node))
         return self._call("_guard_function_", [node], node)
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> Any:
-        node = super().visit_ExceptHandler(node)  # type: ignore[assignment]
+        node = cast(ast.ExceptHandler, super().visit_ExceptHandler(node))
         node.type = self._call("_exc_filter_", [node.type or ast.Constant(None)], node)
         return node
 
@@ -359,7 +362,8 @@ class _Policy(RestrictingNodeTransformer):
     def visit_Yield(self, node: ast.Yield) -> Any:
         self.error(node, "generators (yield) are not supported in patterns")
 
-    visit_YieldFrom = visit_Yield  # type: ignore[assignment]
+    def visit_YieldFrom(self, node: ast.YieldFrom) -> Any:
+        self.error(node, "generators (yield) are not supported in patterns")
 
     # -- imports ---------------------------------------------------------------------------
 

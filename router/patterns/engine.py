@@ -195,7 +195,7 @@ class PatternEngine:
             else:
                 instance = Instance(spec_key, program, remote)
             self._instances[instance.spec_key] = instance
-        sub = Member(key, own, None, next(self._seq))  # type: ignore[arg-type]
+        sub = Member(key, own, None, next(self._seq))
         self._subs[key] = sub
         self._tiers[_tier_of(instance)] += 1
         self._join(sub, instance, freeze(own) if own else (), None, plan)

@@ -124,11 +124,12 @@ def _parse_spaced(source: str) -> Grammar | _Unusual | None:
                 return None
             ref, reads = ("const", int(tok)), _NO_READS
         if op is not None:
+            assert prev is not None  # an operator follows an operand
             if prev_reads and reads:
                 both = prev_reads | reads
             else:
                 both = prev_reads or reads
-            atoms.append(Atom(op, prev, ref, False, None, both))  # type: ignore[arg-type]
+            atoms.append(Atom(op, prev, ref, False, None, both))
         prev, prev_reads, op, want_operand = ref, reads, None, False
     if want_operand or not chained:
         return None

@@ -297,9 +297,10 @@ class _Compiler:
         if (
             isinstance(node.op, ast.USub)
             and isinstance(node.operand, ast.Constant)
-            and type(node.operand.value) in (int, float)
+            and isinstance(node.operand.value, (int, float))
+            and type(node.operand.value) is not bool
         ):
-            c: Any = -node.operand.value  # type: ignore[operator]
+            c: Any = -node.operand.value
             return lambda values, event, params: c
         f = self.expr(node.operand, d)
         if isinstance(node.op, ast.Not):

@@ -142,11 +142,16 @@ class Guards:
             return
         if ta is float or tb is float:
             return
-        n, seq = (b, a) if isinstance(b, int) else (a, b) if isinstance(a, int) else (None, None)
-        if n is None or isinstance(seq, _NUMBERS):
+        if isinstance(b, int):
+            n, seq = b, a
+        elif isinstance(a, int):
+            n, seq = a, b
+        else:
             return  # not a repetition; the operands' own __mul__ decides
+        if isinstance(seq, _NUMBERS):
+            return  # not a repetition either
         if n > 0 and hasattr(seq, "__len__"):
-            self.sized(len(seq) * n, "this repetition")  # type: ignore[arg-type]
+            self.sized(len(seq) * n, "this repetition")
 
     def mul(self, a: Any, b: Any) -> Any:
         if type(a) is not float or type(b) is not float:

@@ -260,7 +260,8 @@ class ModuleProxy:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"module {self._label!r} is read-only in patterns")
 
-    __delattr__ = __setattr__  # type: ignore[assignment]
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"module {self._label!r} is read-only in patterns")
 
     def __dir__(self) -> list[str]:
         return sorted(self._members)
@@ -529,7 +530,8 @@ def guarded_method(g: Guards, name: str, method: Callable[..., Any]) -> Callable
         ) -> list[Any]:
             if isinstance(k, int):
                 g.sized(k, "these choices")
-            return method(population, weights, cum_weights=cum_weights, k=k)  # type: ignore[no-any-return]
+            chosen: list[Any] = method(population, weights, cum_weights=cum_weights, k=k)
+            return chosen
 
         return choices
     if name == "getrandbits":
@@ -537,14 +539,16 @@ def guarded_method(g: Guards, name: str, method: Callable[..., Any]) -> Callable
         def getrandbits(k: int) -> int:
             if isinstance(k, int) and k > MAX_INT_BITS:
                 g.refuse(f"getrandbits({k}) (limit {MAX_INT_BITS:,} bits)")
-            return method(k)  # type: ignore[no-any-return]
+            bits: int = method(k)
+            return bits
 
         return getrandbits
 
     def randbytes(n: int) -> bytes:
         if isinstance(n, int):
             g.sized(n, "these random bytes")
-        return method(n)  # type: ignore[no-any-return]
+        made: bytes = method(n)
+        return made
 
     return randbytes
 

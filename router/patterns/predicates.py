@@ -151,7 +151,7 @@ class PredicateProgram:
     @staticmethod
     def shared_run(bucket: Bucket, event: Event) -> bool:
         """`run` for `Bucket.run`, one function for every instance (see `Instance.run`)."""
-        program: PredicateProgram = bucket.instance.program  # type: ignore[assignment]
+        program: PredicateProgram = bucket.instance.program  # type: ignore[assignment]  # per event: no cast call
         return program.run(bucket, event)
 
     # -- plans -----------------------------------------------------------------------------

@@ -51,6 +51,8 @@ class ExprProgram:
     """A compiled `python`/`expr` pattern."""
 
     kind = "expr"
+    #: The names the source calls, read at the first need (`called`).
+    _called: frozenset[str]
 
     def __init__(self, sandbox: Sandbox, source: str) -> None:
         self.sandbox = sandbox
@@ -99,7 +101,7 @@ class ExprProgram:
         else:
             budget.allocated = 0
         if self.logic is not None:
-            return self._run_logic(bucket, g, values)
+            return self._run_logic(self.logic, bucket, g, values)
         try:
             result = eval(self.code, g, values)
         except SandboxStop:
@@ -113,7 +115,7 @@ class ExprProgram:
                 self.sandbox.errors.failed(bucket, exc, self.source, self.called, expression=True)
             return False
         if self.loops and (budget.violation is not None or budget.overran()):
-            raise budget.violation  # type: ignore[misc]
+            budget.raise_violation()
         if self.sandbox.errors.tallies:
             self.sandbox.errors.clean(bucket)
         try:
@@ -121,12 +123,12 @@ class ExprProgram:
         except Exception:
             return False
 
-    def _run_logic(self, bucket: Bucket, g: dict[str, Any], values: Any) -> bool:
+    def _run_logic(self, logic: Logic, bucket: Bucket, g: dict[str, Any], values: Any) -> bool:
         budget = self.sandbox.budget
         errors: list[BaseException] = []
-        decided = _decide(self.logic, g, values, errors)  # type: ignore[arg-type]
+        decided = _decide(logic, g, values, errors)
         if self.loops and (budget.violation is not None or budget.overran()):
-            raise budget.violation  # type: ignore[misc]
+            budget.raise_violation()
         if decided is None:  # unknown: no match, and its first error told as before
             if budget.violation is None:
                 self.sandbox.errors.failed(
@@ -181,6 +183,8 @@ class ScriptProgram:
     """A compiled `python`/`script` pattern."""
 
     kind = "script"
+    #: The names the source calls, read at the first need (`called`).
+    _called: frozenset[str]
 
     def __init__(self, sandbox: Sandbox, source: str) -> None:
         self.sandbox = sandbox
@@ -302,7 +306,7 @@ class ScriptProgram:
             if sandbox.errors.tallies:
                 sandbox.errors.clean(bucket)
         if budget.violation is not None or budget.overran():
-            raise budget.violation  # type: ignore[misc]
+            budget.raise_violation()
         self.last_derived_bytes = (
             derived_bytes  # what the run sends back (the worker tier charges it)
         )
@@ -323,7 +327,7 @@ class ScriptProgram:
 def _called(program: ExprProgram | ScriptProgram) -> frozenset[str]:
     names: frozenset[str] | None = getattr(program, "_called", None)
     if names is None:
-        names = program._called = called_names(program.source)  # type: ignore[union-attr]
+        names = program._called = called_names(program.source)
     return names
 
 

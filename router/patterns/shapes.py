@@ -52,9 +52,10 @@ def _ref(node: ast.expr, in_right: bool = False) -> Ref:
         isinstance(node, ast.UnaryOp)
         and isinstance(node.op, ast.USub)
         and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) in (int, float)
+        and isinstance(node.operand.value, (int, float))
+        and type(node.operand.value) is not bool
     ):
-        return ("const", -node.operand.value)  # type: ignore[operator]
+        return ("const", -node.operand.value)
     if isinstance(node, ast.Name):
         if node.id in ("meta", "event", "params"):
             return ("ctx", node.id) if in_right else ("other", None)

@@ -33,6 +33,7 @@ __all__ = [
 
 _CONTAINERS = (list, dict)
 _KEEP: Any = object()
+_READ_ONLY = "events are read-only in patterns; derive one with event.copy(values=...)"
 
 
 def private_copy(value: Any) -> Any:
@@ -134,11 +135,10 @@ class EventView:
             raise AttributeError(f"event has no value {name!r}") from None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(
-            "events are read-only in patterns; derive one with event.copy(values=...)"
-        )
+        raise AttributeError(_READ_ONLY)
 
-    __delattr__ = __setattr__  # type: ignore[assignment]
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(_READ_ONLY)
 
     def __repr__(self) -> str:
         return f"<event type={self.type!r} with {len(self._values)} values>"

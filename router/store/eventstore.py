@@ -40,7 +40,7 @@ import heapq
 import itertools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -316,7 +316,7 @@ class EventStore:
                 f"last error: {w.last_error or 'none (the database is slow)'}"
             )
         self._seq += 1
-        w.put(Row(self._seq, event, time_us, expires_us, max_count, repaired))
+        w.put(Row(self._seq, event, id_, time_us, expires_us, max_count, repaired))
         return self._seq
 
     async def flush(self) -> None:
@@ -411,7 +411,7 @@ class EventStore:
         since: datetime | None = None,
         now: datetime | None = None,
         chunk: int = QUERY_CHUNK,
-    ) -> AsyncIterator[list[Event]]:
+    ) -> AsyncGenerator[list[Event], None]:
         """Like `query`, in lists of at most about *chunk* events: for replays too large to
         hold at once. Each chunk is read on a worker thread; the loop only matches."""
         engine = self._need_engine()
@@ -429,7 +429,7 @@ class EventStore:
             if (r.expires_us is None or r.expires_us > now_us) and (
                 since_us is None or r.time_us >= since_us
             ):
-                queued.setdefault(r.event.id, r)  # type: ignore[arg-type]  # ids checked at put
+                queued.setdefault(r.id, r)
         pending = sorted(queued.values(), key=lambda r: r.key)
         pi, after = 0, None
         while True:

@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from aa.mesh import META_TIME, Event, InvalidPolicy
 
@@ -177,7 +177,7 @@ class ExpiryPolicy:
         count: int | None
         if max_count is None:
             count = None
-        elif type(max_count) is str:
+        elif isinstance(max_count, str):
             try:
                 count = int(max_count.strip())
             except ValueError:
@@ -185,7 +185,7 @@ class ExpiryPolicy:
                     f"max_count must be a whole number, not {max_count!r}"
                 ) from None
         else:
-            count = max_count  # type: ignore[assignment]  # checked in __post_init__
+            count = max_count  # checked in __post_init__
         return cls(max_age=age, max_count=count)
 
     def to_meta(self) -> dict[str, Any]:
@@ -202,7 +202,7 @@ def _age(value: object, key: str) -> timedelta:
     if type(value) is str:
         return parse_duration(value)
     if type(value) in (int, float):
-        seconds = float(value)  # type: ignore[arg-type]
+        seconds = float(cast(float, value))
         if not math.isfinite(seconds):
             raise InvalidPolicy(f"{key} must be a finite number of seconds, not {value!r}")
         if seconds <= 0:

@@ -40,12 +40,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from aa.mesh import META_HISTORICAL, Event, StoreError, UsageError
 
-from ..seams import Dispatch
+from ..seams import Dispatch, Subscriber
 from .answers import check_since
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class HistoryReplay:
         """The router's `on_subscribe` hook: start a replay if history was asked for."""
         if history is None or self.storage.store is None:
             return
-        key.held = Hold()  # type: ignore[attr-defined]  # from now on live events wait
+        cast(Subscriber, key).held = Hold()  # from now on live events wait
         task = asyncio.get_running_loop().create_task(self._in_turn(key, history.get("since")))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -167,7 +167,7 @@ class HistoryReplay:
     async def _replay(self, key: Any, since: Any) -> None:
         matches = self._matches
         store = self.storage.store
-        sent: set[str] = set()
+        sent: set[str | None] = set()  # stored events have ids: None never comes
         n = 0
 
         # Only what its owner may receive is shown to the pattern (a script is dry-run).
@@ -194,7 +194,7 @@ class HistoryReplay:
                     if not key.active:
                         return
                     for ev in chunk[start : start + REPLAY_FRAME]:
-                        sent.add(ev.id)  # type: ignore[arg-type]  # stored events have ids
+                        sent.add(ev.id)
                         deliver(
                             trusted(ev.values, ev.type, {**ev.meta, META_HISTORICAL: True}, ev.id)
                         )
@@ -230,7 +230,9 @@ class HistoryReplay:
             await asyncio.sleep(0)  # let other work run between chunks
 
 
-async def _read_ahead(chunks: AsyncIterator[list[Event]]) -> AsyncIterator[list[Event]]:
+async def _read_ahead(
+    chunks: AsyncGenerator[list[Event], None],
+) -> AsyncIterator[list[Event]]:
     """*chunks*, read one chunk ahead in a task of its own: the next database read runs
     while the current chunk is sent."""
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
@@ -256,7 +258,7 @@ async def _read_ahead(chunks: AsyncIterator[list[Event]]) -> AsyncIterator[list[
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await chunks.aclose()  # type: ignore[attr-defined]
+        await chunks.aclose()
 
 
 class Hold:

@@ -49,6 +49,7 @@ from typing import IO, TYPE_CHECKING, Final
 from aa.mesh import AaError, UsageError
 
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
 __all__ = [
@@ -568,7 +569,7 @@ def wait_for_executors(
     return int(sc.defaultParallelism)
 
 
-def _launch(conf: object, sink: Callable[[str], None], verbose: bool) -> None:
+def _launch(conf: SparkConf, sink: Callable[[str], None], verbose: bool) -> None:
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
@@ -582,7 +583,7 @@ def _launch(conf: object, sink: Callable[[str], None], verbose: bool) -> None:
         raise SparkStartError(f"Spark could not start: {pump.last_words()}") from exc
     os.close(w)
     try:
-        SparkContext(conf=conf, gateway=gateway)  # type: ignore[arg-type]
+        SparkContext(conf=conf, gateway=gateway)
     except Exception as exc:
         raise SparkStartError(f"Spark could not start: {spark_error_message(exc)}") from exc
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from aa.mesh import Event, PatternSpec
 
@@ -48,11 +48,28 @@ class RemoteProgram:
         return True
 
 
+class _Deliverable(Protocol):
+    """A subscriber key that takes its deliveries (`aa.router.seams.Subscriber`)."""
+
+    def deliver(self, event: Event) -> None: ...
+
+
+class _Session(Protocol):
+    _missed: bool
+
+
+class _SlowReader(Protocol):
+    """A TCP client's subscription key (`aa.router.session.SessionSubscriber`)."""
+
+    missed: int
+    session: _Session
+
+
 def deliver_each(items: list[tuple[Hashable, Event]]) -> None:
     """Hand each (subscriber key, event) to `key.deliver`. A router passes its own
     `on_deliveries` to the engine, which also writes what that queued (`Router`)."""
-    for key, event in items:
-        key.deliver(event)  # type: ignore[attr-defined]
+    for key, event in cast("list[tuple[_Deliverable, Event]]", items):
+        key.deliver(event)
 
 
 def missed_each(keys: list[Hashable], count: int) -> None:
@@ -69,8 +86,9 @@ def missed_each(keys: list[Hashable], count: int) -> None:
             # A TCP client's subscription (`aa.router.session.SessionSubscriber`): the count
             # its session tells before its next delivery, as for a slow reader
             # (`ClientSession._overflow`).
-            key.missed += count  # type: ignore[attr-defined]
-            key.session._missed = True  # type: ignore[attr-defined]
+            slow = cast(_SlowReader, key)
+            slow.missed += count
+            slow.session._missed = True
 
 
 class RemoteMatcher(Matcher):
