@@ -375,7 +375,9 @@ EXPECT: list[tuple[re.Pattern[str], Callable[[str], bool], float]] = [
     ),
     (
         re.compile(r"^aa --version$"),
-        lambda out: bool(re.fullmatch(r"aa \d+\.\d+\.\d+\S*\n", out)),
+        lambda out: bool(
+            re.fullmatch(r"aa \d+\.\d+\.\d+\S* \((compiled event path|pure Python)\)\n", out)
+        ),
         10.0,
     ),
     (
