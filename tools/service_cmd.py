@@ -499,11 +499,11 @@ def install(args: argparse.Namespace) -> int:
     if crl and args.certs is not None:
         reads.append(str((args.certs / "crl.pem").absolute()))
     if not args.user and not args.run_as:
-        for path in (program, *reads[:1]):
-            closed = _closed_folder(path)
+        for needed in (program, *reads[:1]):
+            closed = _closed_folder(needed)
             if closed is not None:
                 return fail(
-                    f"the service would run {path}, but {closed} is closed to other users and "
+                    f"the service would run {needed}, but {closed} is closed to other users and "
                     "a system unit runs as a user of its own (DynamicUser): give --run-as "
                     f"{_owner(closed)}, or install aa where every user may read it (e.g. a "
                     "virtual environment in /opt/aa)"
