@@ -4,7 +4,11 @@
 
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SUM   := $(shell cksum pyproject.toml | cut -d' ' -f1)
+# One stamp per install, so each target installs only what it needs: `make run` what a router
+# needs (`pip install -e .`: no PySpark, no test tools), `make test` the development extras.
+STAMP := $(VENV)/.installed-run-$(SUM)
+DEV   := $(VENV)/.installed-dev-$(SUM)
 # `make run`'s port (its HTTP endpoint takes the next one): `make run PORT=7450` if 7447 is taken.
 PORT  ?= 7447
 # Discovery never leaves loopback unless the operator says otherwise.
@@ -12,14 +16,21 @@ export AA_DISCOVERY_INTERFACES ?= lo
 
 .PHONY: run test lint bench system-deps clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+$(PY):
+	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	@# Spark's class archive (~180 MB in ~/.cache/aa), so the first `aa mine` starts warm
-	$(VENV)/bin/aa mine prepare || echo "aa mine prepare failed: 'aa mine' works, its first start is slower"
-	rm -f $(VENV)/.installed-*
+
+# Spark's class archive is not made here: the first `aa mine` writes it (and says so), or
+# `aa mine prepare` ahead; a router never waits for it.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	rm -f $(VENV)/.installed-run-*
 	touch $@
+
+$(DEV): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@ $(STAMP)
 
 ## run: a router on 127.0.0.1:$(PORT), 7447 by default (data in .aa-data/) hosting the bundled add-ins in the
 ## same process (simulated office: weather, quotes, ticker adapter, laptops, phones), so a
@@ -34,12 +45,12 @@ run: $(STAMP)
 PURE_PATH_TESTS := tests/test_mesh_codec.py tests/test_faults_wire_fuzz.py \
 	tests/test_session_bad_input.py tests/test_router.py tests/test_client_sync.py \
 	tests/test_compiled_golden.py
-test: lint system-deps
+test: $(DEV) lint system-deps
 	$(PY) -m pytest
 	AA_PURE_PYTHON=1 $(PY) -m pytest $(PURE_PATH_TESTS)
 
 ## lint: ruff's formatter and linter over the whole tree (config: [tool.ruff] in pyproject.toml)
-lint: $(STAMP)
+lint: $(DEV)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 
@@ -47,12 +58,12 @@ system-deps:
 	bash tests/setup/system-deps.sh
 
 ## bench: the benchmarks of tests/bench (not part of the test suite)
-bench: $(STAMP)
+bench: $(DEV)
 	$(PY) tests/bench/run_all.py
 
 ## docs: the manual (docs/, mkdocs.yml) served on http://127.0.0.1:8000/, rebuilt as you edit
 .PHONY: docs
-docs: $(STAMP)
+docs: $(DEV)
 	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
 
 clean:

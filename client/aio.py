@@ -46,6 +46,7 @@ from aa.mesh.protocol import (
     CacheEvents,
     Deliver,
     Error,
+    ForgetRouter,
     GetMesh,
     GetRouters,
     Hello,
@@ -576,20 +577,43 @@ class AsyncClient(QuenchClient, CacheClient):
     async def mesh_info(self, timeout: float | None = None) -> dict[str, Any]:
         """The mesh as the connected router knows it: every router, its peers, poison list
         and counters (layout: `aa.mesh.MeshInfo`). Raises `AaTimeout`, `ConnectionLost`."""
+        return await self._ask_mesh(GetMesh(), timeout)
+
+    async def forget_router(self, router: str, timeout: float | None = None) -> dict[str, Any]:
+        """Make the connected router forget *router* (an id, a name or a "host:port"): drop
+        it from its peer table, its topology file and its picture of the mesh. Returns the
+        routers forgotten, ``{"router", "forgotten": [{"id", "name", "address"}],
+        "refused": None}`` (none forgotten: it knew of no such router). Raises
+        `RemoteError` (code "refused") with the router's reason when it will not: the caller
+        is no administrator, or the router is linked with it now; `InvalidValue` for an
+        empty or overlong *router*; `AaTimeout`, `ConnectionLost`.
+
+        >>> await client.forget_router("laptop-7")  # doctest: +SKIP
+        """
+        info = await self._ask_mesh(ForgetRouter(router=router), timeout)
+        result = info.get("forget")
+        if type(result) is not dict:
+            raise RemoteError("the router does not know 'forget-router'", code="unsupported")
+        if result.get("refused"):
+            raise RemoteError(str(result["refused"]), code="refused")
+        return result
+
+    async def _ask_mesh(self, msg: GetMesh | ForgetRouter, timeout: float | None) -> dict[str, Any]:
+        """Send *msg* and await the router's `MeshInfo` (answers come in the order asked)."""
         timeout = self.config.request_timeout if timeout is None else timeout
         await self.wait_connected(timeout)
         fut: asyncio.Future[MeshInfo] = asyncio.get_running_loop().create_future()
         self._mesh_waiters.append(fut)
-        self._send(GetMesh())
+        self._send(msg)
         try:
             async with asyncio.timeout(timeout):
-                msg = await fut
+                answer = await fut
         except TimeoutError:
-            raise AaTimeout("router did not answer 'get-mesh' in time") from None
+            raise AaTimeout(f"router did not answer {msg.kind!r} in time") from None
         finally:
             if fut in self._mesh_waiters:
                 self._mesh_waiters.remove(fut)
-        return dict(msg.info)
+        return dict(answer.info)
 
     def _send(self, msg: Message) -> None:
         if self._link is not None:

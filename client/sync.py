@@ -329,6 +329,10 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         """The mesh as the connected router knows it (see `AsyncClient.mesh_info`)."""
         return self._call(self._async.mesh_info(timeout))
 
+    def forget_router(self, router: str, timeout: float | None = None) -> dict[str, Any]:
+        """Make the connected router forget *router* (see `AsyncClient.forget_router`)."""
+        return self._call(self._async.forget_router(router, timeout))
+
     def unsubscribe(self, sub: Subscription) -> None:
         sub.close()
 

@@ -36,6 +36,7 @@ from .datagram import DatagramNetwork, DatagramSocket, UdpNetwork
 from .endpoints import check_endpoint
 from .errors import MalformedFrame, UsageError
 from .interfaces import (
+    ENV_INTERFACES,
     BroadcastTarget,
     check_selection,
     select_targets,
@@ -141,6 +142,21 @@ class DiscoveryConfig:
         return selection_from_env(os.environ if environ is None else environ)
 
 
+def broadcast_line(targets: Sequence[BroadcastTarget], *, chosen: bool) -> str:
+    """The line a router logs once at start: where its beacons go. A router whose
+    interfaces nobody chose broadcasts on every one, which its operator should know."""
+    where = ", ".join(
+        f"{t.interface} ({t.broadcast})" if t.interface else f"{t.broadcast} (a remote subnet)"
+        for t in targets
+    )
+    if not chosen:
+        return (
+            f"discovery: beacons on every interface: {where or 'none'}; choose with "
+            f"--discovery-interfaces or ${ENV_INTERFACES} (lo: this machine only)"
+        )
+    return f"discovery: beacons on {where or 'no interface'}"
+
+
 class BroadcastDiscovery:
     """Beacons sent to the broadcast address of each target every `interval` seconds, and
     beacons heard from other routers reported to `on_found` (our own are ignored)."""
@@ -191,6 +207,7 @@ class BroadcastDiscovery:
             raise
         self.announce()
         if self.beacon is not None:
+            log.info("%s", broadcast_line(self.targets, chosen=self.selection is not None))
             self._task = asyncio.get_running_loop().create_task(
                 self._beacon_loop(), name="aa-beacons"
             )

@@ -37,7 +37,8 @@ connection, no first-hand sighting) is forgotten at its next failure, unless it 
 configured. Routers come and go — a laptop's, a test's on a random port — and without this
 every one that ever answered stayed in the table and the topology file for good, dialled
 every `retry_max`. One that comes back is heard of again (a beacon, zeroconf, a peer's
-router list, or its own dial).
+router list, or its own dial). An operator may also forget a router at once (`forget`,
+`aa mesh forget`), configured or not.
 
 Size: the table is capped (entries come from peers' router lists, which we do not control).
 When full, the least recently useful entry goes: the one longest without a successful
@@ -230,6 +231,15 @@ class PeerTable:
     def remove(self, address: str) -> None:
         """Forget *address* (no error if unknown)."""
         self._entries.pop(address, None)
+
+    def forget(self, router: str) -> list[PeerEntry]:
+        """Drop every entry whose address or router id is *router*, whatever its source;
+        returns the entries dropped (none: nothing matched). The caller decides whether a
+        live router may be forgotten: a connected one is simply heard of again."""
+        gone = [e for e in self._entries.values() if router in (e.address, e.router_id)]
+        for e in gone:
+            del self._entries[e.address]
+        return gone
 
     def record_self(self, address: str) -> None:
         """*address* turned out to be this very router: forget it and never dial it again."""

@@ -101,7 +101,9 @@ def load_topology(
     Never raises for a bad file: a missing one is normal at first start; an unreadable,
     corrupt or foreign one is logged as a warning and ignored, and so is each bad entry.
     Saved times are converted to monotonic time; a next attempt never lies more than the
-    table's `retry_max` ahead (the wall clock may have been set back).
+    table's `retry_max` ahead (the wall clock may have been set back). Routers of no use for
+    the table's `forget_after` are not restored: a router stopped long ago is not dialled
+    again at every start.
     """
     path = Path(path)
     try:
@@ -130,7 +132,7 @@ def load_topology(
     ):
         log.warning("topology file %s is not format %d: ignored", path, TOPOLOGY_FORMAT)
         return 0
-    restored = bad = 0
+    restored = bad = stale = 0
     # The file lists the least useful first; `restore` puts each entry in front of what the
     # table knows, so going backwards keeps the file's order.
     for item in reversed(data["routers"]):
@@ -139,9 +141,19 @@ def load_topology(
         except (InvalidValue, KeyError, TypeError, ValueError):
             bad += 1
             continue
+        if now - entry.last_useful >= table.forget_after:
+            stale += 1
+            continue
         restored += table.restore(entry)
     if bad:
         log.warning("topology file %s: %d bad entries ignored", path, bad)
+    if stale:
+        log.info(
+            "topology file %s: %d router(s) of no use for %g s forgotten",
+            path,
+            stale,
+            table.forget_after,
+        )
     return restored
 
 

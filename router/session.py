@@ -38,6 +38,7 @@ from aa.mesh.protocol import (
     CacheRegister,
     CacheRemove,
     Error,
+    ForgetRouter,
     GetCached,
     GetCacheInfo,
     GetMesh,
@@ -430,6 +431,8 @@ class ClientSession(asyncio.Protocol):
                 self.send(Routers(addresses=self.router.alternatives()))
             case GetMesh():
                 self.send(MeshInfo(info=self.router.mesh_info()))
+            case ForgetRouter():
+                self._forget(msg)
             case Quench():
                 if self._may("quench", "register quench prototypes", msg.reg):
                     self.router.quench.handle_request(self, msg)
@@ -465,6 +468,25 @@ class ClientSession(asyncio.Protocol):
             )
         )
         return False
+
+    def _forget(self, msg: ForgetRouter) -> None:
+        """`aa mesh forget`: administrators only (`Permissions.admin_refusal`); the answer
+        is the mesh picture with a ``forget`` map, refused or done."""
+        gate = self.router.security
+        result: dict[str, Any]
+        refusal = gate.permissions.admin_refusal(self.identity.user, self.host)
+        if refusal is not None:
+            refusal = f"user {self.identity.user!r} is {refusal}"
+            result = {"router": msg.router, "forgotten": [], "refused": refusal}
+            gate.refusals.note(  # once a minute per source at most: a refusal costs no log flood
+                self.host,
+                f"refusing to forget router {msg.router!r} for {self.address}: {refusal}",
+                time.monotonic(),
+                logging.INFO,
+            )
+        else:
+            result = self.router.mesh.forget(msg.router)
+        self.send(MeshInfo(info={**self.router.mesh_info(), "forget": result}))
 
     def _storage(self, msg: StorageRequest) -> None:
         """A cache request, asked of the rules in force now: the mesh cache answers only

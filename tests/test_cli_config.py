@@ -288,7 +288,11 @@ def test_the_router_unit_runs_from_a_config_file(
     unit_text, _, config_text = out.partition(f"# would write {config}\n")
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit_text
     settings = tomllib.loads(config_text)
-    assert settings == {"host": "0.0.0.0", "data-dir": "${STATE_DIRECTORY}"}
+    assert settings == {  # loopback, beacons too, unless --host (docs/operations.md)
+        "host": "127.0.0.1",
+        "data-dir": "${STATE_DIRECTORY}",
+        "mesh": {"discovery-interfaces": "lo"},
+    }
     # The file the unit names is one the router reads, with systemd's folder filled in.
     code, out, err = aa_here(capsys, *args)
     assert code == 0 and f"wrote {config}" in out, err

@@ -120,7 +120,7 @@ def test_the_defaults_help_shows_are_the_librarys():
 
     from aa.addins import ContainerConfig
     from aa.http_api import DEFAULT_HTTP_PORT
-    from aa.mesh import ENV_INTERFACES, RETRY_BASE, RETRY_MAX, DiscoveryConfig
+    from aa.mesh import ENV_INTERFACES, FORGET_AFTER, RETRY_BASE, RETRY_MAX, DiscoveryConfig
     from aa.router import DEFAULT_PORT, CacheConfig, MeshConfig
     from aa.tools import defaults
 
@@ -136,6 +136,7 @@ def test_the_defaults_help_shows_are_the_librarys():
     assert default(DiscoveryConfig, "broadcast_interval") == defaults.BROADCAST_INTERVAL
     assert defaults.ENV_INTERFACES == ENV_INTERFACES
     assert (defaults.RETRY_BASE, defaults.RETRY_MAX) == (RETRY_BASE, RETRY_MAX)
+    assert defaults.FORGET_AFTER == FORGET_AFTER == default(MeshConfig, "forget_after")
     assert default(MeshConfig, "keepalive") == defaults.PEER_KEEPALIVE
     assert default(MeshConfig, "info_interval") == defaults.ROUTER_INFO_INTERVAL
     assert default(CacheConfig, "mesh_cache_events") == defaults.MESH_CACHE_MAX_EVENTS

@@ -239,7 +239,8 @@ def test_service_install_writes_units(tmp_path: Path, capsys: pytest.CaptureFixt
     unit = (tmp_path / "aa-router.service").read_text()
     assert f"ExecStart={AA} router --config {tmp_path / 'aa-router.toml'}\n" in unit
     settings = (tmp_path / "aa-router.toml").read_text()
-    assert 'host = "0.0.0.0"\ndata-dir = "${STATE_DIRECTORY}"\n' in settings
+    # Loopback unless --host; discovery left to the unit's AA_DISCOVERY_INTERFACES.
+    assert settings.endswith('host = "127.0.0.1"\ndata-dir = "${STATE_DIRECTORY}"\n')
     for line in (
         "[Service]",
         "Restart=on-failure",

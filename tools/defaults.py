@@ -14,6 +14,7 @@ __all__ = [
     "ENV_INTERFACES",
     "RETRY_BASE",
     "RETRY_MAX",
+    "FORGET_AFTER",
     "PEER_KEEPALIVE",
     "ROUTER_INFO_INTERVAL",
     "MESH_CACHE_MAX_EVENTS",
@@ -30,6 +31,7 @@ BROADCAST_INTERVAL: Final = 10.0  # aa.mesh.discovery.BROADCAST_INTERVAL
 ENV_INTERFACES: Final = "AA_DISCOVERY_INTERFACES"  # aa.mesh.interfaces.ENV_INTERFACES
 RETRY_BASE: Final = 1.0  # aa.mesh.peers.RETRY_BASE
 RETRY_MAX: Final = 300.0  # aa.mesh.peers.RETRY_MAX
+FORGET_AFTER: Final = 7 * 24 * 3600.0  # aa.mesh.peers.FORGET_AFTER
 PEER_KEEPALIVE: Final = 5.0  # aa.router's MeshConfig.keepalive default
 ROUTER_INFO_INTERVAL: Final = 10.0  # aa.router's MeshConfig.info_interval default
 MESH_CACHE_MAX_EVENTS: Final = 20_000  # aa.router's CacheConfig.mesh_cache_events default

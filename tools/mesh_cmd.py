@@ -1,4 +1,5 @@
-"""`aa mesh`: the routers of the mesh, their peers, poison lists and counters."""
+"""`aa mesh`: the routers of the mesh, their peers, poison lists and counters; `aa mesh
+forget ROUTER`: make a router forget one that is gone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, TextIO
 
 from .common import add_router_option, explain, fail, router_endpoints
 
-__all__ = ["add_parser", "show", "format_mesh"]
+__all__ = ["add_parser", "show", "forget", "format_mesh"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,19 +22,55 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "its poison list (routers it failed to reach, with the back-off before the next try) and "
         "its counters — events in and out over peer links, copies dropped as duplicates, events "
         "dispatched. The router answers for the others with the summaries they flood (every "
-        "few seconds; AGE says how old each one is).",
-        epilog="example: aa mesh --router 127.0.0.1:7447 --json",
+        "few seconds; AGE says how old each one is, and 'gone' marks a router whose summaries "
+        "stopped: it was stopped, or is cut off).",
+        epilog="examples: aa mesh --router 127.0.0.1:7447 --json; aa mesh forget laptop-7",
     )
-    add_router_option(p)
-    p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
+    _options(p)
+    p.set_defaults(func=show)
+    actions = p.add_subparsers(dest="mesh_action", metavar="ACTION")
+    f = actions.add_parser(
+        "forget",
+        help="make the router forget a router that is gone",
+        description="Make the router drop ROUTER from its peer table, its topology file and "
+        "its picture of the mesh, so it stops dialling it (a router stopped for good keeps "
+        "being dialled until it has been of no use for --forget-after, a week by default). "
+        "ROUTER is an id, a name or a host:port, as 'aa mesh' shows them. A router linked "
+        "with this one now is not forgotten. Allowed for clients on the router's machine when "
+        "it has no permissions file, else for users whose rules say admin = true.",
+        epilog="example: aa mesh forget 127.0.0.1:7460 --router 127.0.0.1:7447",
+    )
+    f.add_argument("target", metavar="ROUTER", help="id, name or host:port of the router")
+    _options(f, again=True)
+    f.set_defaults(func=forget)
+
+
+def _options(p: argparse.ArgumentParser, *, again: bool = False) -> None:
+    """--router, --json, --timeout; *again*: on ACTION's parser, where a flag not given must
+    not overwrite the one given before ACTION (argparse copies a subparser's defaults)."""
+    if not again:
+        add_router_option(p)
+    else:
+        p.add_argument(
+            "--router",
+            metavar="H:P",
+            action="append",
+            default=argparse.SUPPRESS,
+            help="router endpoint, repeatable for fail-over (default: $AA_ROUTER or the default)",
+        )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if again else False,
+        help="print the answer as one JSON object",
+    )
     p.add_argument(
         "--timeout",
         type=float,
-        default=10.0,
+        default=argparse.SUPPRESS if again else 10.0,
         metavar="S",
         help="seconds to wait for a router (default: 10)",
     )
-    p.set_defaults(func=show)
 
 
 def show(args: argparse.Namespace) -> int:
@@ -56,7 +93,38 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _ask(endpoints: list[str], timeout: float) -> dict[str, Any]:
+def forget(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from aa.mesh import AaError, RemoteError
+
+    try:
+        result = asyncio.run(_ask(router_endpoints(args), args.timeout, forget=args.target))
+    except RemoteError as exc:
+        return fail(f"not forgotten: {exc.message}")
+    except AaError as exc:
+        return fail(explain(exc))
+    except OSError as exc:
+        return fail(f"cannot reach a router: {exc}")
+    forgotten = result.get("forgotten") or []
+    if args.json:
+        json.dump(result, sys.stdout, default=_json_default, indent=1)
+        sys.stdout.write("\n")
+    elif forgotten:
+        for r in forgotten:
+            named = " ".join(str(v) for v in (r.get("name"), r.get("id")) if v)
+            where = r.get("address") or "no address known"
+            sys.stdout.write(f"forgot {named or where} ({where})\n")
+    sys.stdout.flush()
+    if not forgotten:
+        return fail(
+            f"the router knows of no router {args.target!r} (see 'aa mesh' for ids, names "
+            "and addresses)"
+        )
+    return 0
+
+
+async def _ask(endpoints: list[str], timeout: float, forget: str | None = None) -> dict[str, Any]:
     from aa.client import AsyncClient, ClientConfig
 
     config = ClientConfig(
@@ -69,6 +137,8 @@ async def _ask(endpoints: list[str], timeout: float) -> dict[str, Any]:
     client = AsyncClient(config=config)
     try:
         await client.connect(timeout)
+        if forget is not None:
+            return await client.forget_router(forget, timeout)
         return await client.mesh_info(timeout)
     finally:
         await client.aclose(timeout=0)
@@ -116,7 +186,7 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
                 str(c.get("events_out", 0)),
                 str(c.get("duplicates", 0)),
                 str(c.get("dispatched", 0)),
-                f"{float(r.get('age', 0.0)):.1f}s",
+                ("gone " if r.get("gone") is True else "") + f"{float(r.get('age', 0.0)):.1f}s",
             )
         )
     widths = [
@@ -129,7 +199,12 @@ def format_mesh(info: dict[str, Any], out: TextIO) -> None:
         if r.get("open") is True:
             out.write("    open: listens off loopback without TLS (anyone who reaches it is in)\n")
         peers = r.get("peers") or []
-        if peers:
+        if r.get("gone") is True:
+            out.write(
+                "    gone: its summaries stopped (it was stopped, or is cut off); if for good: "
+                f"aa mesh forget {r.get('name') or r.get('id')}\n"
+            )
+        elif peers:
             listed = ", ".join(
                 f"{p.get('name') or names.get(p.get('id')) or p.get('id')} ({p.get('direction')} "
                 f"{p.get('address')})"

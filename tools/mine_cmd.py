@@ -36,8 +36,9 @@ routers' data folders, or any URI Spark reads. Events logged by several routers 
 once (by id). Each task writes <adapters>/<task>/v<N>.json and points <task>/current at it;
 the adapter add-ins load it and reload when it changes.
 
-The first run on a machine writes Spark's class archive (~180 MB in ~/.cache/aa); later
-runs start in about half the time. 'make' (the install) writes it by 'aa mine prepare'.
+The first run with a PySpark version writes Spark's class archive (~180 MB in
+~/.cache/aa/VERSION, shared by every virtual environment with that PySpark) and says so;
+later runs start in about half the time. 'aa mine prepare' writes it ahead.
 
 other actions: 'aa mine simulate --help', 'aa mine report --help', 'aa mine prepare --help'
 """
@@ -197,9 +198,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     r.set_defaults(func=_report, command="mine report")
     w = argparse.ArgumentParser(
         prog="aa mine prepare",
-        description="Write this machine's class archive of Spark (~180 MB in ~/.cache/aa) by "
-        "mining a small simulated log, so that the first real 'aa mine' starts warm. Does nothing "
-        "if it exists. The install ('make') runs it.",
+        description="Write this machine's class archive of Spark (~180 MB in ~/.cache/aa/VERSION, "
+        "one per PySpark version) by mining a small simulated log, so that the first real "
+        "'aa mine' starts warm. Does nothing if it exists. Without it, the first 'aa mine' "
+        "writes it.",
     )
     w.add_argument("-v", "--verbose", action="store_true", help="Spark's own log (WARN and up)")
     w.set_defaults(func=_prepare, command="mine prepare")
@@ -421,7 +423,7 @@ def _prepare(args: argparse.Namespace) -> int:
     # The install runs this: say what the minute of silence is before it starts.
     print(
         "aa mine prepare: Spark's class archive, so that 'aa mine' starts fast "
-        "(about a minute, once per Java, Spark and virtual environment)...",
+        "(about a minute, once per Java and PySpark version)...",
         flush=True,
     )
     try:

@@ -24,6 +24,7 @@ from .defaults import (
     DEFAULT_PORT,
     DISCOVERY_PORT,
     ENV_INTERFACES,
+    FORGET_AFTER,
     MAX_SESSION_BACKLOG,
     MAX_SUBSCRIPTIONS_PER_CLIENT,
     PEER_KEEPALIVE,
@@ -177,6 +178,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"longest retry interval (default: {RETRY_MAX:g})",
     )
     timing.add_argument(
+        "--forget-after",
+        type=float,
+        metavar="S",
+        default=FORGET_AFTER,
+        help="forget a router (not a --peer) of no use this long: no link, not heard of first "
+        f"hand; it is then no longer dialled nor kept in the topology file (default: "
+        f"{FORGET_AFTER:g}, a week; 'aa mesh forget' forgets one at once)",
+    )
+    timing.add_argument(
         "--keepalive",
         type=float,
         metavar="S",
@@ -315,6 +325,7 @@ def config_from_args(
     mesh = MeshConfig(
         retry_base=args.retry_base,
         retry_max=max(args.retry_max, args.retry_base),
+        forget_after=args.forget_after,
         keepalive=args.keepalive,
         info_interval=args.info_interval,
         routing=args.routing,

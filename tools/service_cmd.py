@@ -6,12 +6,24 @@ unit folder (``--dry-run`` writes nothing).
             system (default)                          ``--user``
 ==========  ========================================  ==============================================
 unit folder ``/etc/systemd/system``                   ``~/.config/systemd/user``
-router      ``aa router --host 0.0.0.0 --data-dir     the same, on loopback (``--host 127.0.0.1``)
+router      ``aa router --host 127.0.0.1 --data-dir   the same
             $STATE_DIRECTORY`` (``/var/lib/aa``)
 container   ``aa container /etc/aa/addins``           ``aa container %h/.config/aa/addins``
 ==========  ========================================  ==============================================
 
 ``--args`` replaces those defaults: ``aa service install container --args '/srv/addins --bundled'``.
+
+Where the router listens: loopback, with discovery kept on loopback too (a beacon naming
+127.0.0.1 means nothing to another machine), unless ``--host`` says otherwise; with
+``--certs`` every address (``0.0.0.0``: TLS, no anonymous clients). A plaintext listener off
+loopback is written if asked for, with a one-line warning.
+
+Where the program lives: a system unit confines the service (``ProtectSystem=strict``,
+``ProtectHome=yes``, ``PrivateTmp=yes``). A virtual environment under /home or /root (or an
+editable install's source there) gets ``ProtectHome=read-only`` instead, one under /tmp no
+``PrivateTmp``, each with a comment in the unit saying why; a program in a folder the
+service's user may not enter (``DynamicUser`` runs as nobody's user) is refused with the
+folder and what to do.
 
 The router's settings go into a configuration file (``aa router --config FILE``), written
 beside the unit with ``--unit-dir``, else ``/etc/aa/NAME.toml`` (``~/.config/aa/NAME.toml``
@@ -32,10 +44,12 @@ both (SIGHUP).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import shlex
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -52,6 +66,8 @@ __all__ = [
     "permissions_path",
     "config_path",
     "router_config_text",
+    "confinement",
+    "listener_warning",
 ]
 
 #: The permissions file `aa service install router --certs` writes when there is none: it
@@ -80,6 +96,12 @@ _DESCRIPTIONS = {
     "container": "Aa container: hosts add-ins (publishers, adapters)",
 }
 _SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
+#: Folders `ProtectHome=yes` hides from the service, and `PrivateTmp=yes` replaces.
+_HOMES = ("/home", "/root", "/run/user")
+_TMPS = ("/tmp", "/var/tmp")
+#: Where a router unit listens without --host: loopback, or every address with --certs.
+LOOPBACK_HOST = "127.0.0.1"
+ANY_HOST = "0.0.0.0"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,6 +133,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="unit name without .service (default: aa-router / aa-container)",
     )
     inst.add_argument("--run-as", metavar="USER", help="system units: the user the service runs as")
+    inst.add_argument(
+        "--host",
+        metavar="H",
+        help=f"router: the address it listens on (default: {LOOPBACK_HOST}, with discovery on "
+        f"loopback too; {ANY_HOST} with --certs); a plaintext one off loopback is warned of",
+    )
     inst.add_argument(
         "--env",
         metavar="NAME=VALUE",
@@ -201,6 +229,8 @@ def unit_text(
     permissions: Path | None = None,
     crl: bool = True,
     config: Path | None = None,
+    host: str | None = None,
+    reads: list[str] | None = None,
 ) -> str:
     """The unit file for *what* ("router" or "container"). A system unit runs as *run_as*,
     or as a user systemd makes for it (DynamicUser: unprivileged, owning only its state
@@ -208,13 +238,14 @@ def unit_text(
     service only, whatever the files' owner), refuses anonymous clients, reads *certs*'s
     revocation list and the *permissions* file (see the module docstring). With *config*,
     the router is started as ``aa router --config CONFIG`` followed by *args*, and what it
-    needs is in that file (`router_config_text`)."""
+    needs is in that file (`router_config_text`). *reads*: the paths the service reads
+    besides *program* (the package's source, the files given), for `confinement`."""
     creds = _credentials(certs, cert_name)
     if config is not None and what == "router":
         args = ["--config", str(config.absolute()), *(args or [])]
     elif not args:
         if what == "router":
-            args = _router_words(user=user)
+            args = _router_words(host=_host(host, certs))
         else:
             args = ["%h/.config/aa/addins" if user else "/etc/aa/addins"]
     if creds and what == "router" and config is None:
@@ -257,12 +288,8 @@ def unit_text(
     elif not user:
         lines.append("DynamicUser=yes")  # never root: an unprivileged user of its own
     if not user:
-        lines += [
-            "NoNewPrivileges=yes",
-            "ProtectSystem=strict",
-            "ProtectHome=yes",
-            "PrivateTmp=yes",
-        ]
+        lines += ["NoNewPrivileges=yes", "ProtectSystem=strict"]
+        lines += confinement([program, *(reads or [])])
     for f in creds if what == "router" else ():
         assert certs is not None
         lines.append(f"LoadCredential={f}:{systemd_quote(str(certs.absolute() / f))}")
@@ -277,8 +304,80 @@ def _credentials(certs: Path | None, cert_name: str) -> dict[str, str]:
     return {"ca.pem": "ca", f"{cert_name}.pem": "cert", f"{cert_name}.key": "key"}
 
 
-def _router_words(*, user: bool) -> list[str]:
-    return ["--host", "127.0.0.1" if user else "0.0.0.0", "--data-dir", "${STATE_DIRECTORY}"]
+def confinement(paths: list[str]) -> list[str]:
+    """The unit lines that hide /home and /tmp from the service, unless it reads *paths*
+    there: then ``ProtectHome=read-only`` (it may read, not write) or no ``PrivateTmp``, each
+    after a comment saying which path needs it."""
+    homes = [p for p in paths if _under(p, _HOMES)]
+    tmps = [p for p in paths if _under(p, _TMPS)]
+    lines = []
+    if homes:
+        lines += [
+            f"# ProtectHome=read-only, not yes: the service reads {homes[0]} (a home folder)",
+            "ProtectHome=read-only",
+        ]
+    else:
+        lines.append("ProtectHome=yes")
+    if tmps:
+        lines.append(
+            f"# No PrivateTmp: the service reads {tmps[0]}, which a private /tmp would hide"
+        )
+    else:
+        lines.append("PrivateTmp=yes")
+    return lines
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    p = os.path.normpath(path)
+    return any(p == r or p.startswith(r + "/") for r in roots)
+
+
+def _closed_folder(path: str) -> str | None:
+    """The first existing folder on the way to *path* that other users may not enter (a
+    service run as a user of its own cannot reach *path* then), or None."""
+    here = Path(path).parent
+    for folder in [*reversed(here.parents), here]:
+        try:
+            mode = folder.stat().st_mode
+        except OSError:
+            return None  # not on this machine (yet): nothing to check
+        if not mode & stat.S_IXOTH:
+            return str(folder)
+    return None
+
+
+def _host(host: str | None, certs: Path | None) -> str:
+    if host is not None:
+        return host
+    return ANY_HOST if certs is not None else LOOPBACK_HOST
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def listener_warning(host: str, *, tls: bool) -> str | None:
+    """The one-line warning for a router unit listening on *host*, or None."""
+    if tls or _is_loopback(host):
+        return None
+    return (
+        f"warning: the router will listen on {host} in plaintext: anyone who reaches its port "
+        "may publish, subscribe and read the mesh (give --certs DIR for TLS and users, or leave "
+        "out --host for loopback)"
+    )
+
+
+def _router_words(*, host: str, local_discovery: bool = True) -> list[str]:
+    words = ["--host", host, "--data-dir", "${STATE_DIRECTORY}"]
+    if _is_loopback(host) and local_discovery:
+        # Beacons naming a loopback address mean nothing to other machines.
+        words += ["--discovery-interfaces", "lo"]
+    return words
 
 
 def _secure_words(certs: Path, cert_name: str, *, crl: bool, permissions: Path | None) -> list[str]:
@@ -305,13 +404,16 @@ def router_config_text(
     cert_name: str = "router",
     permissions: Path | None = None,
     crl: bool = True,
+    host: str | None = None,
+    local_discovery: bool = True,
 ) -> str:
     """The configuration file of a router unit: the settings `unit_text` would otherwise
-    pass as flags, as ``aa router --config`` reads them."""
+    pass as flags, as ``aa router --config`` reads them. *local_discovery*: a loopback
+    router's beacons stay on loopback (False: the unit's environment chooses)."""
     from .router_cmd import router_keys, router_parser
     from .router_config import GIVEN, to_toml
 
-    words = _router_words(user=user)
+    words = _router_words(host=_host(host, certs), local_discovery=local_discovery)
     if certs is not None:
         words += _secure_words(certs, cert_name, crl=crl, permissions=permissions)
     args = router_parser().parse_args(words)
@@ -371,6 +473,8 @@ def install(args: argparse.Namespace) -> int:
     name = args.name or f"aa-{args.what}"
     if not re.fullmatch(r"[A-Za-z0-9_.@-]+", name):
         return fail(f"{name!r} is not a unit name", 2)
+    if args.host is not None and args.what != "router":
+        return fail("--host is for a router", 2)
     secured = args.what == "router" and args.certs is not None and "--permissions" not in extra
     perms = permissions_path(args.permissions, user=args.user) if secured else None
     crl = args.certs is not None and (args.certs / "crl.pem").exists()
@@ -384,11 +488,30 @@ def install(args: argparse.Namespace) -> int:
             cert_name=args.cert_name,
             permissions=perms,
             crl=crl,
+            host=args.host,
+            local_discovery="AA_DISCOVERY_INTERFACES" not in env,
         )
+    program = _program(args.program)
+    # What the service reads at run time: its program, the package (an editable install's
+    # source), and the files the router is given.
+    reads = [str(Path(__file__).resolve().parent)]
+    reads += [str(p.absolute()) for p in (config, perms) if p is not None]
+    if crl and args.certs is not None:
+        reads.append(str((args.certs / "crl.pem").absolute()))
+    if not args.user and not args.run_as:
+        for needed in (program, *reads[:1]):
+            closed = _closed_folder(needed)
+            if closed is not None:
+                return fail(
+                    f"the service would run {needed}, but {closed} is closed to other users and "
+                    "a system unit runs as a user of its own (DynamicUser): give --run-as "
+                    f"{_owner(closed)}, or install aa where every user may read it (e.g. a "
+                    "virtual environment in /opt/aa)"
+                )
     text = unit_text(
         args.what,
         user=args.user,
-        program=_program(args.program),
+        program=program,
         args=extra,
         run_as=args.run_as,
         env=env,
@@ -397,7 +520,15 @@ def install(args: argparse.Namespace) -> int:
         permissions=perms,
         crl=crl,
         config=config,
+        host=args.host,
+        reads=reads,
     )
+    if args.what == "router":
+        hosts = [w for i, w in enumerate(extra) if i and extra[i - 1] == "--host"]
+        host = hosts[-1] if hosts else _host(args.host, args.certs)
+        warning = listener_warning(host, tls=args.certs is not None)
+        if warning is not None:
+            fail(warning)
     path = unit_path(name, user=args.user, unit_dir=args.unit_dir)
     if args.dry_run:
         print(f"# would write {path}")
@@ -435,13 +566,17 @@ def install(args: argparse.Namespace) -> int:
             f"note: {args.certs / 'crl.pem'} does not exist (a CA made before revocation): the "
             f"unit has no --crl; 'aa certs revoke {args.certs} NAME' writes one, then install again"
         )
-    if args.what == "router" and args.certs is None and not args.user:
-        print(
-            "note: without --certs the router is open to anyone who reaches its port (see "
-            "docs/security.md)"
-        )
     print(f"now run: {ctl} daemon-reload && {ctl} enable --now {name}")
     return 0
+
+
+def _owner(folder: str) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(Path(folder).stat().st_uid).pw_name
+    except (ImportError, KeyError, OSError):
+        return "USER"
 
 
 def ctl_of(args: argparse.Namespace) -> str:

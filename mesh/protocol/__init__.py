@@ -25,7 +25,9 @@ from .codec import (
     unpacked_event,
 )
 from .meshinfo import (
+    MAX_ROUTER_REF,
     MESH_INFO_FORMAT,
+    ForgetRouter,
     GetMesh,
     MeshInfo,
 )
@@ -127,6 +129,7 @@ __all__ = [
     "FloodGroup",
     "GetCacheInfo",
     "GetCached",
+    "ForgetRouter",
     "GetMesh",
     "GetRouters",
     "Hello",
@@ -142,6 +145,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_NOTICE_CHANGES",
     "MAX_PATTERN_SOURCE",
+    "MAX_ROUTER_REF",
     "MAX_TOPIC_LENGTH",
     "MESH_INFO_FORMAT",
     "MESH_PROTOCOL_VERSION",

@@ -1,4 +1,5 @@
-"""Asking a router about the mesh: `GetMesh` and its answer `MeshInfo` (pure: no I/O).
+"""Asking a router about the mesh: `GetMesh` and its answer `MeshInfo`; telling it to forget a
+router, `ForgetRouter`, answered by a `MeshInfo` too (pure: no I/O).
 
 Any client may ask, after its hello (``aa mesh`` does). The router answers with what it knows:
 itself, its peers, its poison list and its counters, and the same about every other router it
@@ -16,16 +17,38 @@ from ..errors import InvalidValue
 from ..values import Values, check_values
 from .messages import Message, register
 
-__all__ = ["GetMesh", "MeshInfo", "MESH_INFO_FORMAT"]
+__all__ = ["GetMesh", "MeshInfo", "ForgetRouter", "MESH_INFO_FORMAT", "MAX_ROUTER_REF"]
 
 #: Version of the layout of `MeshInfo.info`.
 MESH_INFO_FORMAT: Final = 1
+#: Longest router reference in a `ForgetRouter`, in characters: an id (64), a name (128) or a
+#: "host:port" endpoint all fit.
+MAX_ROUTER_REF: Final = 300
 
 
 @register("get-mesh")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetMesh(Message):
     """Ask the router for a `MeshInfo`."""
+
+
+@register("forget-router")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetRouter(Message):
+    """Ask the router to drop *router* (its id, its name or its "host:port" endpoint) from
+    its peer table, its topology file and its picture of the mesh (``aa mesh forget``). Only
+    an administrator may (`aa.router.security.permissions`). The answer is a `MeshInfo`
+    whose info has a ``forget`` map: ``{"router": as asked, "forgotten": [{"id", "name",
+    "address"}], "refused": null | "the one-line reason"}``."""
+
+    router: str
+
+    def __post_init__(self) -> None:
+        if type(self.router) is not str or not 0 < len(self.router) <= MAX_ROUTER_REF:
+            raise InvalidValue(f"router must be a str of 1 to {MAX_ROUTER_REF} characters")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": self.kind, "router": self.router}
 
 
 @register("mesh-info")
@@ -38,7 +61,8 @@ class MeshInfo(Message):
      "routers": [                          # the answering router first
         {"id", "name", "peer": "host:port", "client": "host:port" | None,
          "uptime": seconds, "age": seconds since this summary was made (0 for the
-         answering router), "clients": int,
+         answering router), "gone": true once its summaries stopped (two of its
+         intervals missed: it stopped, or is cut off), "clients": int,
          "peers": [{"id", "name", "address", "direction": "out" | "in", "since": seconds,
                     "events_in", "events_out": events on that link}],
          "poisoned": [{"address", "router_id", "failures", "retry_in": seconds}],

@@ -53,6 +53,13 @@ MAX_CONCURRENT_DIALS: Final = 16
 SAVE_DELAY: Final = 1.0
 
 
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
 def fill_host(endpoint: str, host: str | None) -> str:
     """*endpoint* with an unspecified host replaced by *host* (the address we see it at)."""
     h, port = parse_endpoint(endpoint)
@@ -85,6 +92,7 @@ class Dialer:
             retry_max=config.retry_max,
             stable_after=config.stable_after,
             jitter=config.retry_jitter,
+            forget_after=config.forget_after,
         )
         self.discovery = discovery
         self._connect = connect
@@ -204,9 +212,22 @@ class Dialer:
             wait = (
                 f"; next attempt in {retry - now:.1f} s"
                 if retry is not None
-                else f"; forgotten (of no use for {self.table.forget_after / 86400:g} days)"
+                else f"; forgotten (of no use for {_duration(self.table.forget_after)})"
             )
             log.info("peer %s unavailable: %s%s", address, exc or type(exc).__name__, wait)
+
+    def forget(self, router: str) -> list[PeerEntry]:
+        """Drop *router* (address or id) from the table, stop dialling it, and save the
+        topology file soon; returns the entries dropped."""
+        gone = self.table.forget(router)
+        for e in gone:
+            task = self._dialing.pop(e.address, None)
+            if task is not None:
+                task.cancel()
+        if gone and self._topology_path is not None:
+            self.spawn_save()  # now, so the file no longer names it
+            self.save_soon()  # and again, in case a save with the old table was under way
+        return gone
 
     async def cancel_dials(self) -> None:
         tasks = list(self._dialing.values())

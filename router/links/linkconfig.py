@@ -11,6 +11,7 @@ from typing import Final
 
 from aa.mesh import (
     DEFAULT_TTL,
+    FORGET_AFTER,
     MAX_TTL,
     RETRY_BASE,
     RETRY_JITTER,
@@ -60,6 +61,10 @@ class MeshConfig:
     retry_jitter: float = RETRY_JITTER
     #: Seconds a link must stay up before its peer's failures are forgiven.
     stable_after: float = STABLE_AFTER
+    #: Seconds a router may be of no use (no link, not heard of first hand) before it is
+    #: forgotten: dropped from the peer table and the topology file at its next failed dial,
+    #: and not read back from the file at start. Configured peers are never forgotten so.
+    forget_after: float = FORGET_AFTER
     #: Seconds to wait for a peer to connect and answer our hello.
     connect_timeout: float = 5.0
     #: Seconds between pings on an idle link; three without a frame break the link.
@@ -86,6 +91,7 @@ class MeshConfig:
         for name in (
             "retry_base",
             "retry_max",
+            "forget_after",
             "connect_timeout",
             "keepalive",
             "info_interval",

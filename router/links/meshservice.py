@@ -195,6 +195,48 @@ class MeshService:
         self.table.add(address, source=Source.CONFIGURED, now=time.monotonic())
         self._poke()
 
+    def forget(self, router: str) -> dict[str, Any]:
+        """Forget the router *router* names — its id, its name, or an address of it: drop it
+        from the peer table (and so from the topology file, saved at once) and from the
+        picture of the mesh. A router linked with this one now is not forgotten (it would be
+        heard of again at once): stop it first. Returns the ``forget`` map of the answer
+        (`aa.mesh.protocol.ForgetRouter`)."""
+        out: dict[str, Any] = {"router": router, "forgotten": [], "refused": None}
+        # Every id the reference may mean: itself, the id behind a name, behind an address.
+        ids = {router}
+        for link in self.links.values():
+            if link.remote is not None and link.remote.name == router and link.remote_id:
+                ids.add(link.remote_id)
+        named = self.view.names().get(router)
+        if named is not None:
+            ids.add(named)
+        ids.update(e.router_id for e in self.table if e.address == router and e.router_id)
+        if self.id in ids or router in (self.facts.name, self.advertised):
+            out["refused"] = f"{router} is this router: it cannot forget itself"
+            return out
+        if any(rid in self.links for rid in ids) or any(
+            link.address == router for link in self.links.values()
+        ):
+            out["refused"] = f"{router} is linked with this router now: stop it first"
+            return out
+        forgotten: dict[str, dict[str, Any]] = {}
+        for key in sorted(ids):
+            for e in self.dialer.forget(key):
+                forgotten[e.address] = {"id": e.router_id, "name": None, "address": e.address}
+        for rid in sorted(ids):
+            body = self.view.summary_of(rid)
+            if not self.view.forget(rid):
+                continue
+            same = [f for f in forgotten.values() if f["id"] == rid]
+            for f in same:
+                f["name"] = body.get("name")
+            if not same:
+                forgotten[rid] = {"id": rid, "name": body.get("name"), "address": body.get("peer")}
+        out["forgotten"] = list(forgotten.values())
+        if forgotten:
+            log.info("forgot router %s: %s", router, ", ".join(sorted(forgotten)))
+        return out
+
     def peer_ids(self) -> list[str]:
         """Ids of the routers we have a link with."""
         return list(self.links)

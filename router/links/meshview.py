@@ -4,8 +4,9 @@ latest summary flooded by every other router.
 Every router floods a small `Control` with topic ``router-info`` every
 `MeshConfig.info_interval` seconds (and when a link comes up): its id, name, endpoints, peers,
 poison list and counters. Each router keeps the latest one of each origin, so any router can
-answer for the whole mesh. A summary is forgotten three of its sender's intervals after it
-came: the router has left, or is cut off.
+answer for the whole mesh. A summary older than `GONE_AFTER` of its sender's intervals is
+shown as gone (the router stopped, or is cut off: `aa mesh` says so rather than show its
+last peers as if they were live), and forgotten after `FORGET_AFTER_INTERVALS`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,18 @@ from aa.mesh.protocol import MESH_INFO_FORMAT
 if TYPE_CHECKING:
     from .meshservice import MeshService
 
-__all__ = ["MeshView", "ROUTER_INFO_TOPIC", "MAX_LISTED"]
+__all__ = ["MeshView", "ROUTER_INFO_TOPIC", "MAX_LISTED", "GONE_AFTER", "FORGET_AFTER_INTERVALS"]
 
 #: Control topic of the periodic router summaries.
 ROUTER_INFO_TOPIC: Final = "router-info"
 #: Most peers and poisoned entries one summary lists, in entries: keeps a summary a few KB.
 MAX_LISTED: Final = 64
+#: Intervals after which a router whose summaries stopped is shown as gone: one summary
+#: lost or late on a busy link is normal, two in a row are not.
+GONE_AFTER: Final = 2.5
+#: Intervals after which the summary of a gone router is dropped: long enough for `aa mesh`
+#: to show it as gone for a while, short enough not to keep it.
+FORGET_AFTER_INTERVALS: Final = 6.0
 #: Interval assumed when a summary does not say its own, and the bounds put on one that does
 #: (seconds): a peer must not make us keep its summary for ever.
 _DEFAULT_INTERVAL: Final = 10.0
@@ -42,21 +49,40 @@ class MeshView:
         # router id -> (summary, monotonic time it came); oldest first.
         self._remote: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
 
-    def on_info(self, control: Control) -> None:
+    def on_info(self, control: Control, now: float | None = None) -> None:
         """A router-info control arrived (called once per origin and summary)."""
         origin = control.path[0]
         body = control.body
         if body.get("id") != origin:
             return  # a summary is only taken from the router it describes
-        self._remote[origin] = (dict(body), time.monotonic())
+        at = time.monotonic() if now is None else now
+        self._remote[origin] = (dict(body), at)
         self._remote.move_to_end(origin)
         while len(self._remote) > MAX_PEERS:
             self._remote.popitem(last=False)
 
     def expire(self, now: float) -> None:
         for rid, (body, at) in list(self._remote.items()):
-            if now - at > 3 * _interval(body):
+            if now - at > FORGET_AFTER_INTERVALS * _interval(body):
                 del self._remote[rid]
+
+    def summary_of(self, router_id: str) -> dict[str, Any]:
+        """The latest summary of *router_id* ({} when we hold none)."""
+        held = self._remote.get(router_id)
+        return held[0] if held is not None else {}
+
+    def forget(self, router_id: str) -> bool:
+        """Drop the summary of *router_id*; whether there was one."""
+        return self._remote.pop(router_id, None) is not None
+
+    def names(self) -> dict[str, str]:
+        """Router id by name, for the routers whose summaries we hold."""
+        out = {}
+        for rid, (body, _) in self._remote.items():
+            name = body.get("name")
+            if type(name) is str:
+                out[name] = rid
+        return out
 
     def known(self) -> list[str]:
         """Ids of the routers whose summaries we hold (not counting ourselves)."""
@@ -140,16 +166,18 @@ class MeshView:
             "counters": counters,
         }
 
-    def info(self) -> dict[str, Any]:
+    def info(self, now: float | None = None) -> dict[str, Any]:
         """The whole mesh as this router knows it (layout: `aa.mesh.protocol.meshinfo.MeshInfo`)."""
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         self.expire(now)
         own = self.summary()
         own["age"] = 0.0
+        own["gone"] = False
         routers = [own]
         for body, at in self._remote.values():
             entry = dict(body)
             entry["age"] = round(now - at, 3)
+            entry["gone"] = now - at > GONE_AFTER * _interval(body)
             routers.append(entry)
         return {
             "format": MESH_INFO_FORMAT,

@@ -11,6 +11,8 @@
     persist = false             # may ask the store to keep events
     client_caches = false       # may own client caches
     quench = false              # may register quench prototypes
+    admin = false               # may change the router's picture of the mesh
+                                # (`aa mesh forget`)
 
     [users.alice]               # the user named in a certificate the mesh CA signed
     publish = ["*"]
@@ -19,13 +21,16 @@
     persist = true
     client_caches = true
     quench = true
+    admin = true
 
     [users."*"]                 # any other user with a certificate
 
 Without a file everyone may do everything (and `anonymous` is allowed unless
-`--no-anonymous`). A user no section covers may do nothing. Subscribing checks the pattern
-kind at once, and the types when events are delivered: a subscription receives only the
-types its owner may receive, so no pattern can read what its owner may not see.
+`--no-anonymous`), except administration: that is for clients on this machine (loopback)
+only, since without a file anyone who reaches the port is anonymous. A user no section
+covers may do nothing. Subscribing checks the pattern kind at once, and the types when events
+are delivered: a subscription receives only the types its owner may receive, so no pattern can
+read what its owner may not see.
 
 Loading is all or nothing: a malformed file is refused with its line and the reason, and a
 reload that fails keeps the rules in force (`Permissions.reload`).
@@ -34,6 +39,7 @@ reload that fails keeps the rules in force (`Permissions.reload`).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -54,7 +60,7 @@ PREDICATE = "predicate"
 #: Values of `patterns`, from most to least allowed.
 PATTERN_KINDS = ("scripts", "predicates", "none")
 _LISTS = ("publish", "subscribe")
-_FLAGS = ("persist", "client_caches", "quench")
+_FLAGS = ("persist", "client_caches", "quench", "admin")
 _KEYS = frozenset((*_LISTS, *_FLAGS, "patterns"))
 #: Entries in one type list: the check runs per published event, and a list this long is a
 #: mistake, not a policy.
@@ -75,6 +81,7 @@ class Rules:
     persist: bool = False
     client_caches: bool = False
     quench: bool = False
+    admin: bool = False
 
     @property
     def publish_any(self) -> bool:
@@ -147,6 +154,7 @@ ALLOW_ALL = Rules(
     persist=True,
     client_caches=True,
     quench=True,
+    admin=True,  # from loopback only: `Permissions.admin_refusal`
 )
 
 
@@ -242,6 +250,7 @@ class Permissions:
                 r.persist,
                 r.client_caches,
                 r.quench,
+                r.admin,
             ]
             for name, r in sections.items()
         }
@@ -249,11 +258,41 @@ class Permissions:
         self._digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         return self._digest
 
+    def admin_refusal(self, user: str, host: str) -> str | None:
+        """Why *user*, calling from *host*, may not administer the router (`aa mesh
+        forget`); None when it may. Without a file only a client on this machine may: anyone
+        who reaches the port is anonymous then, and must not reshape the router's mesh. With
+        a file, the user's ``admin`` flag decides, wherever it calls from."""
+        if self.path is None:
+            if _is_loopback(host):
+                return None
+            return (
+                f"not allowed to administer this router from {host}: without a permissions "
+                "file only clients on its own machine (loopback) may; give admin = true "
+                "to a user in a permissions file to allow others"
+            )
+        rules = self.rules_for(user)
+        if rules is None:
+            return "not allowed to administer this router (no rule in the permissions file)"
+        if not rules.admin:
+            return rules.refusal("admin", "administer this router")
+        return None
+
     def reload(self) -> Permissions:
         """The rules as the file says now; raises `UsageError` (the caller keeps `self`)."""
         if self.path is None:
             return self
         return Permissions.load(self.path)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 def _section(text: str, where: str, path: tuple[str, ...], body: Any) -> Rules:

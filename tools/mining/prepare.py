@@ -1,7 +1,7 @@
 """`aa mine prepare`: write this machine's class archive of Spark (see
 `aa.tools.mining.session`) once, by mining a small simulated log, so that the first real
-`aa mine` already starts warm. The install (``make``) runs it; it does nothing when the
-archive is there.
+`aa mine` already starts warm (otherwise the first `aa mine` writes it, and says so). It
+does nothing when the archive is there.
 
 Why a whole small job and not only a Spark start: the archive holds the classes the JVM
 loaded, and a mining job loads several thousand more than a bare session (the Parquet
@@ -25,6 +25,7 @@ from .session import (
     class_archive_file,
     open_session,
     stop_session,
+    use_shared_spark_home,
 )
 from .simulate import DEFAULT_START, SimulateConfig, simulate
 
@@ -55,6 +56,7 @@ def prepare(
     folder = archive_dir(config)
     if folder is None:
         return PrepareResult(archive=None, written=False)
+    use_shared_spark_home(config)
     final = class_archive_file(folder, java)
     if final.is_file():
         return PrepareResult(archive=final, written=False)

@@ -18,10 +18,14 @@ bytes to read (pure: tested without Spark):
 - no web UI, no console progress bar, Spark's log at ERROR (WARN with ``verbose``);
 - the driver's JVM (this machine's, whatever the master) maps Spark's classes from a
   class archive (AppCDS, `class_archive_options`) instead of loading and verifying them
-  one by one: a run without one writes it when its
-  JVM exits (~180 MB in ``~/.cache/aa``; `stop_session` waits for that and puts it in
-  place), the next ones start in half the time. ``make`` (the install) writes it once by
-  ``aa mine prepare`` (`aa.tools.mining.prepare`), so a newcomer's first run is warm.
+  one by one: the first run without one says so in a line and writes it when its JVM
+  exits (~180 MB; `stop_session` waits for that and puts it in place), the next ones
+  start in half the time. ``aa mine prepare`` (`aa.tools.mining.prepare`) writes it ahead.
+  The archive is shared by every virtual environment with the same PySpark: it lives in
+  ``~/.cache/aa/<PySpark version>/``, and since a JVM takes an archive only for the very
+  jar files (paths, sizes, times) it was written from, Spark runs from one shared copy of
+  PySpark's ``bin``, ``jars`` and ``python`` there (`shared_spark_home`: hard links where
+  the file system allows, else a copy), not from each clone's own.
 
 The JVM's stderr is read by a thread (`_StderrPump`): unless ``verbose``, only Spark's
 ERROR log lines (without their stack traces) go on, to a *sink* (the progress line's
@@ -61,6 +65,7 @@ __all__ = [
     "class_archive_options",
     "class_archive_file",
     "archive_dir",
+    "shared_spark_home",
     "stop_session",
     "check_master",
     "probe_spark_rpc",
@@ -251,15 +256,81 @@ _ARCHIVE_SETTLE_S: Final = 30.0
 
 
 def class_archive_file(folder: Path, java: str) -> Path:
-    """The class archive of *java* and this PySpark in *folder* (it may not exist yet)."""
+    """The class archive of *java* and the Spark that runs (it may not exist yet)."""
     import hashlib
 
     import pyspark
 
     key = hashlib.sha256(
-        f"{os.path.realpath(java)}\0{pyspark.__version__}\0{pyspark.__file__}".encode()
+        f"{os.path.realpath(java)}\0{pyspark.__version__}\0{_spark_home()}".encode()
     ).hexdigest()[:16]
     return folder / f"spark-{key}.jsa"
+
+
+def _spark_home() -> str:
+    """The Spark PySpark launches: $SPARK_HOME, else PySpark's own folder."""
+    import pyspark
+
+    return os.path.realpath(os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__))
+
+
+#: What of PySpark's folder a Spark home needs: the launch scripts, the classes, the
+#: Python side that executors run.
+_SPARK_HOME_PARTS: Final = ("bin", "jars", "python", "conf", "sbin")
+
+
+def shared_spark_home(folder: Path) -> Path | None:
+    """``folder/spark``: PySpark's Spark, shared by every virtual environment with this
+    PySpark version, made once (atomically: a folder renamed into place); None when it
+    cannot be made (the clone's own PySpark is used then). Files are hard links where
+    the file system allows (no space taken), else copies."""
+    import pyspark
+
+    home = folder / "spark"
+    if (home / ".complete").is_file():
+        return home
+    source = Path(pyspark.__file__).parent
+    tmp = folder / f".spark.{os.getpid()}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for part in _SPARK_HOME_PARTS:
+            if (source / part).is_dir():
+                shutil.copytree(
+                    source / part,
+                    tmp / part,
+                    symlinks=True,
+                    copy_function=_link_or_copy,
+                    ignore=shutil.ignore_patterns("__pycache__"),
+                )
+        (tmp / ".complete").write_text(f"PySpark {pyspark.__version__} from {source}\n")
+        try:
+            os.rename(tmp, home)
+        except OSError:  # another run made it meanwhile (or left a broken one)
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    return home if (home / ".complete").is_file() else None
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def use_shared_spark_home(config: SparkConfig) -> None:
+    """Run Spark from `shared_spark_home` unless $SPARK_HOME names one or *config* keeps
+    no archive (before `class_archive_file`, whose name depends on it)."""
+    folder = archive_dir(config)
+    if folder is None or os.environ.get("SPARK_HOME"):
+        return
+    home = shared_spark_home(folder)
+    if home is not None:
+        os.environ["SPARK_HOME"] = str(home)
 
 
 def class_archive_options(folder: Path, java: str, now: float) -> str:
@@ -333,11 +404,14 @@ def stop_session(spark: SparkSession, *, timeout: float = ARCHIVE_WRITE_TIMEOUT_
 
 
 def archive_dir(config: SparkConfig) -> Path | None:
-    """The folder of *config*'s class archive (None: no archive)."""
+    """The folder of *config*'s class archive (None: no archive): the one it names, else
+    ``$XDG_CACHE_HOME/aa/<PySpark version>`` (``~/.cache/aa/…``)."""
     if config.class_archive_dir is not None:
         return Path(config.class_archive_dir) if config.class_archive_dir else None
+    import pyspark
+
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "aa")
+    return Path(base, "aa", pyspark.__version__)
 
 
 def _default_memory() -> str:
@@ -493,17 +567,25 @@ def open_session(
             log4j.write_text(_LOG4J.format(level=level), encoding="utf-8")
             opts = settings.get("spark.driver.defaultJavaOptions", "")
             archive = archive_dir(config)
+            writes = False
             if archive is not None:  # the driver's classes, for any master
+                use_shared_spark_home(config)
                 cds = class_archive_options(archive, java, time.time())
                 if "ArchiveClassesAtExit=" in cds:
                     part = Path(cds.split("ArchiveClassesAtExit=", 1)[1].split()[0])
                     _writing[:] = [(part, class_archive_file(archive, java))]
+                    writes = True
                 opts = f"{opts} {cds}"
             settings["spark.driver.defaultJavaOptions"] = (
                 f"{opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
             )
             conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
             _launch(conf, sink or _print_stderr, config.verbose)
+            if writes:
+                (sink or _print_stderr)(
+                    f"aa mine: first run with this Spark here: its class archive (~180 MB, "
+                    f"in {archive}) is written as it ends; later runs start faster"
+                )
         conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
         try:
             spark = SparkSession.builder.config(conf=conf).getOrCreate()
