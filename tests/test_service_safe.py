@@ -71,8 +71,13 @@ def test_loopback_and_tls_listeners_are_not_warned_of(capsys: pytest.CaptureFixt
 
 
 def test_the_unit_hides_home_and_tmp_only_where_the_program_does_not_live(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The unit also reads the package itself (an editable install's source): put it where a
+    # system install would, so that only the program's place varies (a clone may be in /tmp).
+    from aa.tools import service_cmd
+
+    monkeypatch.setattr(service_cmd, "__file__", "/usr/lib/python3/dist-packages/aa/tools/x.py")
     config = ["--config", "/etc/aa/r.toml"]
     code, out, _ = install(capsys, "router", "--program", "/usr/bin/aa", *config)
     lines = unit_lines(out)
