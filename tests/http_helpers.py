@@ -108,3 +108,37 @@ def chromium(*, window: str = "1280,1000") -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+#: Awaits, inside the page, a JavaScript body (``return …``) to be truthy: checked at once,
+#: then on every change of the document (a MutationObserver), and every 250 ms for state the
+#: document does not show (sessionStorage, a dialog's ``open``). The wait is the page's own:
+#: the test awaits one call, which answers as soon as the page changes.
+_PAGE_UNTIL = """
+const [body, ms, done] = arguments;
+const check = new Function(body);
+let over = false;
+const finish = (answer) => { if (!over) { over = true; observer.disconnect(); done(answer); } };
+const test = () => {
+  try { const value = check(); if (value) finish({ value }); }
+  catch (e) { finish({ error: String(e) }); }
+};
+const observer = new MutationObserver(test);
+const watch = { subtree: true, childList: true, attributes: true, characterData: true };
+observer.observe(document, watch);
+const tick = setInterval(() => (over ? clearInterval(tick) : test()), 250);
+setTimeout(() => finish({ timeout: true }), ms);
+test();
+"""
+
+
+def page_until(driver: Any, script: str, timeout: float) -> Any:
+    """Blocks until *script* (a function body, ``return …``) is truthy in *driver*'s page;
+    its value. Raises TimeoutError after *timeout* seconds, or the page's error."""
+    driver.set_script_timeout(timeout + 5)
+    answer = driver.execute_async_script(_PAGE_UNTIL, script, int(timeout * 1000))
+    if answer.get("timeout"):
+        raise TimeoutError(f"not true within {timeout} s: {script}")
+    if "error" in answer:
+        raise AssertionError(f"{script}: {answer['error']}")
+    return answer["value"]

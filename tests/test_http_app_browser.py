@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from http_helpers import chromium
+from http_helpers import chromium, page_until
 from support import wait_for
 
 from aa.client import AsyncClient
@@ -45,12 +45,7 @@ class Phone:
 
     async def until(self, script: str, timeout: float = 30.0) -> Any:
         """Await a JavaScript expression (``return …``) to be truthy; its value."""
-        async with asyncio.timeout(timeout):
-            while True:
-                value = await self.js(script)
-                if value:
-                    return value
-                await asyncio.sleep(0.1)  # the page's own poll; no event to await here
+        return await asyncio.to_thread(page_until, self.driver, script, timeout)
 
     async def offline(self, cut: bool) -> None:
         await self.cdp(
@@ -116,12 +111,10 @@ async def test_app_installs_keeps_events_offline_and_publishes_once(tmp_path: Pa
         await phone.until("return document.querySelector('#patterns code')?.textContent")
         assert await phone.js("return location.search") == ""  # the shared link is consumed
 
-        async with asyncio.timeout(30):  # installable once the service worker is active
-            while True:
-                answer = await phone.cdp("Page.getInstallabilityErrors")
-                if not answer["installabilityErrors"]:
-                    break
-                await asyncio.sleep(0.2)
+        # Installable once the service worker is active: awaited in the page.
+        await phone.until("return navigator.serviceWorker.controller !== null")
+        answer = await phone.cdp("Page.getInstallabilityErrors")
+        assert answer["installabilityErrors"] == [], answer
 
         ids = [await _publish(url, {"n": i, "Sensor": f"lab-{i}"}) for i in range(3)]
         await phone.until("return document.querySelectorAll('#events li').length === 3")

@@ -7,6 +7,7 @@ user may receive over a stream opened with a one-use ticket (EventSource sends n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from typing import Any
 
 import httpx
 from cryptography.hazmat.primitives import serialization
-from http_helpers import bearer, chromium
+from http_helpers import bearer, chromium, page_until
 
 from aa.http_api import HttpEndpoint
 from aa.router import Router, RouterConfig
@@ -46,12 +47,12 @@ class Tab:
 
     async def until(self, script: str, timeout: float = 30.0) -> Any:
         """Await a JavaScript expression (``return …``) to be truthy; its value."""
-        async with asyncio.timeout(timeout):
-            while True:
-                value = await self.js(script)
-                if value:
-                    return value
-                await asyncio.sleep(0.1)  # the page's own poll; no event to await here
+        return await asyncio.to_thread(page_until, self.driver, script, timeout)
+
+    async def soon(self, script: str) -> None:
+        """Await *script* to be truthy for half a second at most (the caller checks again)."""
+        with contextlib.suppress(TimeoutError):
+            await self.until(script, timeout=0.5)
 
     async def type_token(self, token: str) -> None:
         await self.js(
@@ -131,7 +132,7 @@ async def test_monitor_asks_for_a_token_and_streams_its_users_events(tmp_path: P
             while not await tab.js("return document.body.dataset.events"):
                 await publish(n)
                 n += 1
-                await asyncio.sleep(0.2)
+                await tab.soon("return document.body.dataset.events")
         await publish(-1)  # now that it is open, both types go by; only the alarm shows
         await tab.until("return document.getElementById('events').textContent.includes('n=-1')")
         shown = await tab.events()
@@ -144,7 +145,7 @@ async def test_monitor_asks_for_a_token_and_streams_its_users_events(tmp_path: P
         async with asyncio.timeout(30):
             while not await tab.js("return document.body.dataset.events"):
                 await publish(1000)
-                await asyncio.sleep(0.2)
+                await tab.soon("return document.body.dataset.events")
 
         # Anonymous calls stay refused; the page's token is bob's.
         assert (await http.get("/mesh")).status_code == 401
