@@ -1,0 +1,166 @@
+"""Missed while away: a client that lost its router subscribes again saying how long it was
+away (`Subscribe.away`); the router counts the stored events each such subscription's
+pattern matches in that time, among those its user may receive, and tells it
+(`MissedAway`). Live events that were not persisted are gone; this counts only what a
+subscription with history would get.
+
+What is counted, for a re-subscribe at router time *now* that was away *a* seconds: the
+stored events with a time stamp in ``[now - a, now]``, not expired, that the user's receive
+permissions let through and the pattern matches (the replay's pure evaluation, a script
+on a copy of its state: `PatternEngine.matches_prototype`, or `select` for worker patterns).
+Nothing else is shown: a user never learns of events of types it may not receive.
+
+Bounds (a client may claim to have been away since 1970, and subscribe many times):
+
+- one scan per connection at a time: the re-subscribes of one connection, which come in
+  one burst, wait for their turn together and share one read of the store, each counting
+  over its own window;
+- a scan reads at most `MAX_SCANNED` stored events, oldest of the window first, on the
+  store's (time, id) index, `SCAN_CHUNK` a round trip; past that each subscription is told
+  "at least" (`more`). Its cost is thus bounded whatever the claim, and below what a
+  subscribe with history since forever (which any subscriber may ask) already costs;
+- `MAX_SCANS` scans run at once in all; the others wait, holding only their requests;
+- a request whose subscription ended while it waited is dropped unread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from aa.mesh import Event, StoreError, UsageError
+
+from .expiry import event_time
+
+if TYPE_CHECKING:
+    from .storeservice import StoreService
+
+__all__ = ["AwayCounts", "MAX_SCANNED"]
+
+log = logging.getLogger("aa.router.store")
+
+#: Most stored events one scan reads (for all the re-subscribes of one connection): a few
+#: tens of milliseconds of a worker thread and of matching; past it counts are "at least".
+MAX_SCANNED: Final = 10_000
+#: Stored events read per round trip of a scan.
+SCAN_CHUNK: Final = 2_500
+#: Scans running at once in all (each holds at most one chunk).
+MAX_SCANS: Final = 2
+
+#: Told to a subscription: (count, more).
+Tell = Callable[[int, bool], None]
+
+
+@dataclass(slots=True)
+class _Request:
+    key: Any  # a subscriber: `active`, `receives`
+    since: datetime
+    tell: Tell
+    count: int = 0
+
+
+class AwayCounts:
+    """Counts, per re-subscribe, the stored events missed while away (module docstring)."""
+
+    def __init__(
+        self,
+        storage: StoreService,
+        *,
+        matches_prototype: Callable[[Hashable, Event], bool],
+        select: Callable[[Hashable, list[Event]], Awaitable[list[Event]]] | None,
+        counters: Counter[str],
+    ) -> None:
+        self.storage = storage
+        self._matches = matches_prototype
+        self._select = select
+        self._counters = counters
+        self._turns = asyncio.Semaphore(MAX_SCANS)
+        #: Requests waiting for their connection's scan, by connection (or subscriber).
+        self._waiting: dict[Any, list[_Request]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def request(self, key: Any, away: float, tell: Tell) -> bool:
+        """Count for subscriber *key*, away *away* seconds, then `tell(count, more)` (not
+        told when its subscription ended meanwhile). False when this router keeps no store:
+        it cannot know, and says nothing."""
+        if self.storage.store is None:
+            return False
+        since = self.storage.clock() - timedelta(seconds=away)
+        owner = getattr(key, "session", key)
+        queued = self._waiting.get(owner)
+        if queued is not None:  # its connection's scan has not started: join it
+            queued.append(_Request(key, since, tell))
+            return True
+        self._waiting[owner] = [_Request(key, since, tell)]
+        task = asyncio.get_running_loop().create_task(self._scan_in_turn(owner))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _scan_in_turn(self, owner: Any) -> None:
+        async with self._turns:
+            requests = [r for r in self._waiting.pop(owner, []) if r.key.active]
+            if not requests:
+                return
+            try:
+                more = await self._scan(requests)
+            except (StoreError, UsageError) as exc:
+                log.info("missed-while-away count not made: %s", exc)
+                return
+        for r in requests:
+            if r.key.active:
+                r.tell(r.count, more)
+
+    async def _scan(self, requests: list[_Request]) -> bool:
+        """Count into each request; True when the scan stopped at `MAX_SCANNED`."""
+        store = self.storage.store
+        if store is None:
+            raise UsageError("the store closed")
+        now = self.storage.clock()
+        since = min(r.since for r in requests)
+        scanned = 0
+        async for chunk in store.iterate(None, since=since, now=now, chunk=SCAN_CHUNK):
+            stop = scanned + len(chunk) >= MAX_SCANNED
+            chunk = chunk[: MAX_SCANNED - scanned]
+            scanned += len(chunk)
+            times = [event_time(e) for e in chunk]
+            if times and times[0] is not None and times[0] > now:
+                return False  # stored after the re-subscribe: delivered live, not missed
+            for r in requests:
+                if r.key.active:
+                    r.count += await self._matching(r, chunk, times, now)
+            if stop:
+                self._counters["away_scans_capped"] += 1
+                return True
+        return False
+
+    async def _matching(
+        self, r: _Request, chunk: list[Event], times: list[datetime | None], now: datetime
+    ) -> int:
+        """How many of *chunk* fall in *r*'s window, pass its receive filter and match."""
+        receives = getattr(r.key, "receives", None)
+        mine = [
+            e
+            for e, t in zip(chunk, times, strict=True)
+            if (t is None or r.since <= t <= now) and (receives is None or receives(e.type))
+        ]
+        if not mine:
+            return 0
+        try:
+            if self._select is not None:
+                return len(await self._select(r.key, mine))
+            matches = self._matches
+            return sum(1 for e in mine if matches(r.key, e))
+        except UsageError:
+            return 0  # unsubscribed meanwhile: not told anyway
