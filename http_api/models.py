@@ -247,6 +247,8 @@ class ClientOut(BaseModel):
     keepalive: float
     patterns: list[PatternOut]
     queued: dict[str, int]
+    #: Per pattern: events its cache took and lost to the count or age limit unacknowledged.
+    dropped: dict[str, int]
     feed: str
 
 

@@ -174,6 +174,7 @@ def _describe(request: Request, client: HttpClient) -> dict[str, Any]:
         "keepalive": client.keepalive,
         "patterns": [_pattern_out(pid, s) for pid, s in client.patterns.items()],
         "queued": _clients(request).queued(client),
+        "dropped": _clients(request).dropped(client),
         "feed": _feed_url(request, client),
     }
 

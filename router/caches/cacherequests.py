@@ -196,6 +196,8 @@ def _info_map(self: ClientCacheService, client_id: str, shown: str) -> dict[str,
         "client_id": shown,
         "timeout": info.timeout,
         "size": info.size,
+        # Taken and lost to the count or age limit before acknowledged: missed while away.
+        "dropped": self.dropped(client_id),
         "pattern": self._specs[client_id].source,
         **_policy_body(info.policy),
     }
