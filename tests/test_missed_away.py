@@ -254,3 +254,18 @@ async def test_aa_subscribe_prints_what_it_missed_while_away(tmp_path: Path):
             proc.kill()
             await proc.wait()
         home.__exit__()
+
+
+def test_aa_subscribe_says_when_the_router_stopped_counting_before_it_found_one(
+    capsys: pytest.CaptureFixture[str],
+):
+    from aa.tools.pubsub_cmd import _missed_away
+
+    _missed_away(MissedAway(sub_id=1, count=0, more=False))  # nothing missed: nothing said
+    _missed_away(MissedAway(sub_id=1, count=0, more=True))
+    _missed_away(MissedAway(sub_id=1, count=7, more=True))
+    assert capsys.readouterr().err.splitlines() == [
+        "aa subscribe: missed an unknown number of events while away (too many stored to "
+        "count) (stored: use --history to get them)",
+        "aa subscribe: missed at least 7 events while away (stored: use --history to get them)",
+    ]

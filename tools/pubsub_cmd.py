@@ -290,12 +290,12 @@ def _missed_away(notice: Any) -> None:
     on stderr when there were any (live events are gone; stored ones are history)."""
     if notice.count:
         at_least = "at least " if notice.more else ""
-        print(
-            f"aa subscribe: missed {at_least}{notice.count} events while away "
-            "(stored: use --history to get them)",
-            file=sys.stderr,
-            flush=True,
-        )
+        told = f"missed {at_least}{notice.count} events while away"
+    elif notice.more:  # it stopped counting before it found one
+        told = "missed an unknown number of events while away (too many stored to count)"
+    else:
+        return
+    print(f"aa subscribe: {told} (stored: use --history to get them)", file=sys.stderr, flush=True)
 
 
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:

@@ -20,7 +20,8 @@ Bounds (a client may claim to have been away since 1970, and subscribe many time
   "at least" (`more`). Its cost is thus bounded whatever the claim, and below what a
   subscribe with history since forever (which any subscriber may ask) already costs;
 - `MAX_SCANS` scans run at once in all; the others wait, holding only their requests;
-- a request whose subscription ended while it waited is dropped unread.
+- a request whose subscription ended while it waited is dropped unread, and at most
+  `MAX_WAITING` wait per connection.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ MAX_SCANNED: Final = 10_000
 SCAN_CHUNK: Final = 2_500
 #: Scans running at once in all (each holds at most one chunk).
 MAX_SCANS: Final = 2
+#: Requests one connection may have waiting for its scan: one per subscription is the
+#: honest case; subscribing and unsubscribing in a loop must not grow the list without end.
+MAX_WAITING: Final = 1_000
 
 #: Told to a subscription: (count, more).
 Tell = Callable[[int, bool], None]
@@ -94,6 +98,11 @@ class AwayCounts:
         owner = getattr(key, "session", key)
         queued = self._waiting.get(owner)
         if queued is not None:  # its connection's scan has not started: join it
+            if len(queued) >= MAX_WAITING:
+                queued[:] = [r for r in queued if r.key.active]
+                if len(queued) >= MAX_WAITING:
+                    self._counters["away_refused"] += 1
+                    return False
             queued.append(_Request(key, since, tell))
             return True
         self._waiting[owner] = [_Request(key, since, tell)]
