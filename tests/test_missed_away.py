@@ -104,6 +104,7 @@ RULES = """\
 [users.alice]
 subscribe = ["reading"]
 patterns = "predicates"
+client_caches = true
 
 [users.carol]
 publish = ["*"]
@@ -161,6 +162,39 @@ async def test_a_user_is_told_only_of_events_it_may_receive(tmp_path: Path, pki:
         assert told == {"all": [2], "alarms": [0]}
     finally:
         await router.aclose()
+
+
+async def test_a_cache_under_permissions_tells_no_drop_count(tmp_path: Path, pki: Path):
+    """A client cache takes what its pattern matches, and its owner's permissions filter
+    what is fetched: its drop count could include events hidden to the owner, so it is not
+    told ("dropped": None), and the library calls no `on_dropped`."""
+    perms = tmp_path / "perms.toml"
+    perms.write_text(RULES)
+    security = SecurityConfig(
+        cert=pki / "r1.pem", key=pki / "r1.key", ca=pki / "ca.pem", permissions=perms
+    )
+
+    def user(name: str) -> ClientConfig:
+        return ClientConfig(
+            routers=(router.endpoint,),
+            ca=pki / "ca.pem",
+            cert=pki / f"{name}.pem",
+            key=pki / f"{name}.key",
+            client_id=name,
+        )
+
+    told: list[int] = []
+    async with (
+        Router(RouterConfig(port=0, name="r1", security=security)) as router,
+        AsyncClient(config=user("alice")) as alice,
+    ):
+        await alice.cache_register("True", max_count=2, timeout=600, on_dropped=told.append)
+        async with AsyncClient(config=user("carol")) as carol:
+            for n in range(5):
+                await carol.publish({"n": n}, type="alarm")
+            await carol.flush()
+        assert (await alice.cache_info())["dropped"] is None
+        assert await alice.cache_fetch() == [] and told == []
 
 
 async def test_a_claim_of_away_since_ever_reads_a_bounded_scan(

@@ -28,7 +28,8 @@ Policies travel as the publisher or user wrote them (`max_age` in seconds or as 
 
 `info` (in `CacheDone`) is a map: ``{"client_id", "max_age": seconds | None, "max_count":
 int | None, "timeout": seconds, "size": events waiting, "dropped": events the cache took and
-lost unacknowledged to its count or age limit since this router registered it}``, or
+lost unacknowledged to its count or age limit since this router registered it, or None when
+permissions hide some event types from its owner}``, or
 ``{"client_id", "removed": bool}`` after `CacheRemove`.
 """
 
