@@ -53,6 +53,7 @@ from aa.mesh.protocol import (
     MeshInfo,
     Message,
     Missed,
+    MissedAway,
     PatternFailed,
     PatternRaised,
     Ping,
@@ -107,6 +108,7 @@ class AsyncClient(QuenchClient, CacheClient):
         self.on_disconnect = on_disconnect
         self.on_reconnect = on_reconnect
         self._lost_at: float | None = None  # when the last connection was lost
+        self._heard_at: float | None = None  # when the lost router was last heard from
         if config is None:
             if isinstance(routers, str):
                 routers = [routers]
@@ -271,6 +273,7 @@ class AsyncClient(QuenchClient, CacheClient):
             if self._closing:
                 return
             self._lost_at = now = time.monotonic()
+            self._heard_at = link.heard
             self._tell(self.on_disconnect, endpoint, "disconnected from %s")
             if self._bye:
                 peers.record_closed(endpoint, now)  # it said goodbye: no penalty
@@ -322,9 +325,13 @@ class AsyncClient(QuenchClient, CacheClient):
         # Resend what no router acknowledged, and what was acknowledged only moments ago,
         # first and under the same ids: a router that already has them drops them as
         # duplicates, so only what a dead router took with it is new (`aa.client.outbox`).
-        self._outbox.reconnected(time.monotonic())
+        now = time.monotonic()
+        self._outbox.reconnected(now)
+        # Back after a loss: each subscription says how long it was away, and a router with a
+        # store tells it what it matched meanwhile (`MissedAway`).
+        away = None if self._heard_at is None else max(0.0, now - self._heard_at)
         for sub in list(self._subs.values()):
-            self._send(sub.subscribe_message(with_history=False))
+            self._send(sub.subscribe_message(with_history=False, away=away))
         self._connected.set()
         self._caching_connected()
         self._quench_connected()
@@ -362,6 +369,10 @@ class AsyncClient(QuenchClient, CacheClient):
                 sub = self._subs.get(msg.sub_id)
                 if sub is not None:
                     sub.missed_events(msg.count)
+            case MissedAway():
+                sub = self._subs.get(msg.sub_id)
+                if sub is not None:
+                    sub.missed_while_away(msg)
             case Routers():
                 self._learn(msg.addresses)
             case Ping():
@@ -507,14 +518,18 @@ class AsyncClient(QuenchClient, CacheClient):
         overflow: str = "notify",
         on_missed: Callable[[int], None] | None = None,
         on_error: Callable[[PatternRaised], None] | None = None,
+        on_missed_away: Callable[[MissedAway], None] | None = None,
     ) -> Subscription:
         """Register a pattern; events go to *callback* (a function or coroutine function), or
         iterate the `Subscription`. *needs*: the value names the pattern needs, for quenching
         (`aa.mesh.protocol.quench_messages`). *overflow*: when this client reads too slowly,
         "notify" (events dropped, `on_missed(n)` told) or "disconnect". *on_error*: called
         with a `PatternRaised` when the pattern raises while running (at most once a second;
-        without it, a warning is logged; `Subscription.errors` counts). Raises `PatternError`
-        (the router's reason), `AaTimeout` if no router answers."""
+        without it, a warning is logged; `Subscription.errors` counts). *on_missed_away*:
+        called with a `MissedAway` after a lost router, when the new one keeps a store: how
+        many stored events the pattern matched while this client was away (without it, a
+        warning is logged when there were any; `Subscription.missed_away` counts). Raises
+        `PatternError` (the router's reason), `AaTimeout` if no router answers."""
         spec = (
             pattern
             if isinstance(pattern, PatternSpec)
@@ -535,6 +550,7 @@ class AsyncClient(QuenchClient, CacheClient):
             overflow=overflow,
             on_missed=on_missed,
             on_error=on_error,
+            on_missed_away=on_missed_away,
         )
         self._subs[sub_id] = sub
         try:

@@ -100,6 +100,11 @@ def _aware(since: datetime | None) -> datetime | None:
 _Answer = CacheDone | list[Event]
 
 
+def _dropped_of(info: dict[str, Any]) -> int:
+    dropped = info.get("dropped")
+    return dropped if type(dropped) is int and dropped >= 0 else 0
+
+
 class _Pending:
     __slots__ = ("future", "events")
 
@@ -131,6 +136,8 @@ class CacheClient:
         self._cache_registration: dict[str, Any] | None = None
         self._cache_keepalive_task: asyncio.Task[None] | None = None
         self._cache_last_fetched: str | None = None
+        self._cache_on_dropped: Callable[[int], None] | None = None
+        self._cache_dropped = 0  # the router's count of the cache's drops, as last told
 
     # -- the mesh cache ---------------------------------------------------------------------
 
@@ -163,17 +170,24 @@ class CacheClient:
         timeout: float = DEFAULT_CACHE_TIMEOUT,
         format: str = "expr",
         kernel: str = "python",
+        on_dropped: Callable[[int], None] | None = None,
     ) -> dict[str, Any]:
         """Ask every router of the mesh to keep the events *pattern* matches for this
         client (its `client_id`): at most *max_count* of them, none older than *max_age*
         (seconds, text such as ``"3h"``, or a timedelta), while keep-alives come at least
         every *timeout* seconds (this client sends them by itself while connected).
         Registering again with the same pattern changes the policy and keeps the events.
-        Returns the cache's info (see `aa.mesh.protocol.storage_messages`). Raises `RemoteError`
-        with code ``invalid-policy`` and the router's reason for a bad policy,
-        `PatternError` for a refused pattern."""
+        *on_dropped*: called with how many events the cache took and lost unacknowledged to
+        its count or age limit since last told: by this registration when the mesh kept the
+        cache while this client was away (a client registers again when it comes back), then
+        by the keep-alive sent on every reconnection and by `cache_info`; without it, a
+        warning is logged. Returns the cache's info (see
+        `aa.mesh.protocol.storage_messages`). Raises `RemoteError` with code
+        ``invalid-policy`` and the router's reason for a bad policy, `PatternError` for a
+        refused pattern."""
         spec = _spec(pattern, format, kernel)
         age = _age(max_age)
+        first = self._cache_registration is None
         done = await self._storage_done(
             lambda req: CacheRegister(
                 req=req, pattern=spec, max_age=age, max_count=max_count, timeout=float(timeout)
@@ -186,6 +200,10 @@ class CacheClient:
             "timeout": float(timeout),
         }
         self._cache_last_fetched = None
+        self._cache_on_dropped = on_dropped
+        if first:  # back to a cache kept while this client was away: what it lost is news
+            self._cache_dropped = 0
+        self._note_dropped(done.info)
         self._start_cache_keepalives()
         return done.info
 
@@ -233,6 +251,7 @@ class CacheClient:
     async def cache_info(self) -> dict[str, Any]:
         """The cache's pattern, policy, timeout and number of events waiting."""
         done = await self._storage_done(lambda req: GetCacheInfo(req=req))
+        self._note_dropped(done.info)
         return done.info
 
     async def cache_keepalive(self) -> dict[str, Any]:
@@ -246,7 +265,27 @@ class CacheClient:
                 raise
             log.info("the router had lost our cache; registering it again")
             done = await self._storage_done(lambda req: CacheRegister(req=req, **reg))
+        self._note_dropped(done.info)
         return done.info
+
+    def _note_dropped(self, info: dict[str, Any]) -> None:
+        """Tell what the cache lost since last told (counts are the router's own: a lower one,
+        from another router's copy, becomes the new baseline)."""
+        dropped = _dropped_of(info)
+        new, self._cache_dropped = dropped - self._cache_dropped, dropped
+        if new <= 0:
+            return
+        if self._cache_on_dropped is None:
+            log.warning(
+                "the client cache lost %d events to its count or age limit before they were "
+                "acknowledged",
+                new,
+            )
+            return
+        try:
+            self._cache_on_dropped(new)
+        except Exception:
+            log.exception("cache on_dropped callback failed")
 
     # -- keep-alives ------------------------------------------------------------------------
 
@@ -380,8 +419,10 @@ class BlockingCacheClient:
         timeout: float = DEFAULT_CACHE_TIMEOUT,
         format: str = "expr",
         kernel: str = "python",
+        on_dropped: Callable[[int], None] | None = None,
     ) -> dict[str, Any]:
-        """Blocking `AsyncClient.cache_register` (keep-alives go on in the client's thread)."""
+        """Blocking `AsyncClient.cache_register` (keep-alives go on in the client's thread,
+        where *on_dropped* is called)."""
         return self._run(
             self._async.cache_register(
                 pattern,
@@ -390,6 +431,7 @@ class BlockingCacheClient:
                 timeout=timeout,
                 format=format,
                 kernel=kernel,
+                on_dropped=on_dropped,
             )
         )
 

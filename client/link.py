@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import ssl
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +48,8 @@ class Link(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
         self.paused = False
+        #: Monotonic time bytes last came from the router: what the client last had from it.
+        self.heard = time.monotonic()
         self._on_message = on_message
         self._on_writable = on_writable
 
@@ -54,6 +57,7 @@ class Link(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # a stream's: a Transport
 
     def data_received(self, data: bytes) -> None:
+        self.heard = time.monotonic()
         self.codec.receive_data(data)
         try:
             while True:

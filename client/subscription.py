@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aa.mesh import ConnectionClosed, Event, EventQueue, PatternError, PatternSpec
-from aa.mesh.protocol import PatternRaised, Subscribe
+from aa.mesh.protocol import MissedAway, PatternRaised, Subscribe
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
@@ -44,6 +44,7 @@ class Subscription:
         overflow: str = "notify",
         on_missed: Callable[[int], None] | None = None,
         on_error: Callable[[PatternRaised], None] | None = None,
+        on_missed_away: Callable[[MissedAway], None] | None = None,
     ) -> None:
         self.client = client
         #: "notify" (the router drops what this client cannot take, and says how many) or
@@ -62,6 +63,11 @@ class Subscription:
         self.errors = 0
         self.last_error: PatternRaised | None = None
         self._on_error = on_error
+        #: Stored events its pattern matched while the client was away from the mesh (after
+        #: a lost router), as the next router counted them (`MissedAway`): not delivered;
+        #: a subscription with history gets them.
+        self.missed_away = 0
+        self._on_missed_away = on_missed_away
         self.id = sub_id
         self.pattern = spec
         self.params = params
@@ -96,16 +102,38 @@ class Subscription:
             return
         self._queue.put(event)
 
-    def subscribe_message(self, *, with_history: bool = True) -> Subscribe:
+    def subscribe_message(
+        self, *, with_history: bool = True, away: float | None = None
+    ) -> Subscribe:
         """The frame that registers this subscription (again, after a fail-over: without
-        its history)."""
+        its history, and *away*: seconds since the lost router was last heard from)."""
         return Subscribe(
             sub_id=self.id,
             pattern=self.pattern,
             params=self.params,
             history=self.history if with_history else None,
             overflow=self.overflow,
+            away=away,
         )
+
+    def missed_while_away(self, notice: MissedAway) -> None:
+        """The router says how many stored events this pattern matched while the client was
+        away. Counted in `missed_away`; `on_missed_away(notice)` is called, or a warning
+        logged when there were any."""
+        self.missed_away += notice.count
+        if self._on_missed_away is not None:
+            try:
+                self._on_missed_away(notice)
+            except Exception:
+                log.exception("subscription %d: on_missed_away failed", self.id)
+        elif notice.count:
+            log.warning(
+                "subscription %d: %s%d stored events matched while this client was away; "
+                "subscribe with history to get them",
+                self.id,
+                "at least " if notice.more else "",
+                notice.count,
+            )
 
     def missed_events(self, count: int) -> None:
         """The router dropped *count* events of this subscription: the client read too

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from typing import Any, Final, TypeVar
 
 from aa.mesh import AaTimeout, ConnectionClosed, Event, PatternError, PatternSpec, RemoteError
-from aa.mesh.protocol import PatternRaised
+from aa.mesh.protocol import MissedAway, PatternRaised
 
 from .aio import AsyncClient
 from .caching import BlockingCacheClient
@@ -113,6 +113,11 @@ class Subscription:
     def last_error(self) -> PatternRaised | None:
         """The router's latest notice of the pattern raising, or None."""
         return self._inner.last_error
+
+    @property
+    def missed_away(self) -> int:
+        """Stored events the pattern matched while the client was away, as routers told."""
+        return self._inner.missed_away
 
     def update(self, **params: Any) -> None:
         """Change the pattern's parameters; returns once the router applied them."""
@@ -292,11 +297,14 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         history: Mapping[str, Any] | None = None,
         needs: Sequence[str] = (),
         on_error: Callable[[PatternRaised], None] | None = None,
+        on_missed_away: Callable[[MissedAway], None] | None = None,
     ) -> Subscription:
         """Register a pattern. With *callback*, it is called (in the client's thread) for each
         event; without, iterate the returned subscription. *on_error*: called (in the client's
         thread) with a `PatternRaised` when the pattern raises while running, at most once a
-        second (`Subscription.errors` counts them). Raises `PatternError`."""
+        second (`Subscription.errors` counts them). *on_missed_away*: called (in the client's
+        thread) with a `MissedAway` after a lost router: the stored events the pattern
+        matched while away (`AsyncClient.subscribe`). Raises `PatternError`."""
         q: queue.SimpleQueue[Event | None] | None = None
         cb = callback
         if cb is None:
@@ -316,6 +324,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
                 history=history,
                 needs=needs,
                 on_error=on_error,
+                on_missed_away=on_missed_away,
             )
             if q is not None:  # its end (the router stopping the pattern too) ends the iteration
                 inner.on_finish = functools.partial(q.put, None)

@@ -97,6 +97,7 @@ class CacheAPI(Protocol):
     def clear(self, client_id: str) -> None: ...
     def remove(self, client_id: str) -> bool: ...
     def info(self, client_id: str) -> Any: ...
+    def dropped(self, client_id: str) -> int: ...
     def __contains__(self, client_id: object) -> bool: ...
 
 
@@ -414,6 +415,11 @@ class HttpClients:
     def queued(self, client: HttpClient) -> dict[str, int]:
         """Events each pattern's cache holds (age limits not applied)."""
         return {pid: self.caches.info(client.cache_key(pid)).size for pid in client.patterns}
+
+    def dropped(self, client: HttpClient) -> dict[str, int]:
+        """Events each pattern's cache took and lost to the client's count or age limit
+        before they were acknowledged: what it missed while away although it had a cache."""
+        return {pid: self.caches.dropped(client.cache_key(pid)) for pid in client.patterns}
 
     # -- conditional GET ------------------------------------------------------------------
 

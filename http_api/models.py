@@ -247,6 +247,9 @@ class ClientOut(BaseModel):
     keepalive: float
     patterns: list[PatternOut]
     queued: dict[str, int]
+    #: Per pattern: events its cache took and lost to the count or age limit unacknowledged
+    #: (None under a permissions file: the count could tell of events hidden to the owner).
+    dropped: dict[str, int] | None
     feed: str
 
 

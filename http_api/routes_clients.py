@@ -102,6 +102,15 @@ def _receives(request: Request, client: HttpClient) -> Callable[[str | None], bo
     return receives
 
 
+def _dropped(request: Request, client: HttpClient) -> dict[str, int] | None:
+    """Each pattern's cache drops, unless permissions hide event types from the owner: a
+    cache takes what its pattern matches, so its count could tell of events hidden to it."""
+    gate = request.app.state.router.security
+    if gate.receive_filter(Identity(user=client.owner)) is not None:
+        return None
+    return _clients(request).dropped(client)
+
+
 async def _authenticated(client_id: str, request: Request) -> HttpClient:
     """The client the path names, if the caller may reach it. A dependency, so it is
     checked before the body is: a caller without the token learns nothing from a 422."""
@@ -174,6 +183,7 @@ def _describe(request: Request, client: HttpClient) -> dict[str, Any]:
         "keepalive": client.keepalive,
         "patterns": [_pattern_out(pid, s) for pid, s in client.patterns.items()],
         "queued": _clients(request).queued(client),
+        "dropped": _dropped(request, client),
         "feed": _feed_url(request, client),
     }
 

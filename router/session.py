@@ -47,6 +47,7 @@ from aa.mesh.protocol import (
     MeshInfo,
     Message,
     Missed,
+    MissedAway,
     PatternFailed,
     PatternRaised,
     Ping,
@@ -185,6 +186,11 @@ class SessionSubscriber:
                     text=notice.text,
                 )
             )
+
+    def missed_away(self, count: int, more: bool) -> None:
+        """Stored events it matched while its client was away (`aa.router.store.away`)."""
+        if self.active:
+            self.session.send(MissedAway(sub_id=self.sub_id, count=count, more=more))
 
     @property
     def client_id(self) -> str | None:
@@ -609,6 +615,8 @@ class ClientSession(asyncio.Protocol):
             )
         )
         self.router.subscription_added(sub, msg.history)
+        if msg.away is not None and msg.history is None:  # back after a lost router
+            self.router.storage.count_away(sub, msg.away, sub.missed_away)
 
     def _update(self, msg: Update) -> None:
         sub = self.subscriptions.get(msg.sub_id)

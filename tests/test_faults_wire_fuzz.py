@@ -74,6 +74,7 @@ _BY_TYPE: dict[str, Any] = {
     "int | str": 1,
     "str | None": None,
     "int | None": None,
+    "float | None": None,
     "Values | None": None,
     "datetime | None": None,
     "float | str | None": None,

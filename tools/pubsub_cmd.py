@@ -233,7 +233,12 @@ def subscribe(args: argparse.Namespace) -> int:
             on_reconnect=_say("reconnected to {}", subs),
         ) as client:
             sub = client.subscribe(
-                spec, params=params, history=history, needs=args.needs, on_error=_raised
+                spec,
+                params=params,
+                history=history,
+                needs=args.needs,
+                on_error=_raised,
+                on_missed_away=_missed_away,
             )
             subs.append(sub)
             for warning in sub.warnings:  # a name no event has had, a bare name meant as text
@@ -278,6 +283,19 @@ def _say(text: str, subs: list[Any]) -> Callable[[str], None]:
 def _raised(notice: Any) -> None:
     """The router says the pattern raised (at most once a second): one line on stderr."""
     print(f"aa subscribe: the pattern raised: {notice}", file=sys.stderr, flush=True)
+
+
+def _missed_away(notice: Any) -> None:
+    """Back after a lost router, which counted the stored events matched meanwhile: one line
+    on stderr when there were any (live events are gone; stored ones are history)."""
+    if notice.count:
+        at_least = "at least " if notice.more else ""
+        told = f"missed {at_least}{notice.count} events while away"
+    elif notice.more:  # it stopped counting before it found one
+        told = "missed an unknown number of events while away (too many stored to count)"
+    else:
+        return
+    print(f"aa subscribe: {told} (stored: use --history to get them)", file=sys.stderr, flush=True)
 
 
 def _storage_meta(args: argparse.Namespace) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from .meshinfo import (
     MeshInfo,
 )
 from .messages import (
+    MAX_AWAY,
     MAX_PATTERN_SOURCE,
     MESSAGE_KINDS,
     OVERFLOW_MODES,
@@ -44,6 +45,7 @@ from .messages import (
     Hello,
     Message,
     Missed,
+    MissedAway,
     PatternFailed,
     PatternRaised,
     PatternSpec,
@@ -152,6 +154,8 @@ __all__ = [
     "MESSAGE_KINDS",
     "MeshInfo",
     "Missed",
+    "MissedAway",
+    "MAX_AWAY",
     "Message",
     "NEED_DATA",
     "OVERFLOW_MODES",

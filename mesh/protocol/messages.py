@@ -19,6 +19,8 @@ Client ⇄ router conversation::
           ◄─────────────────────── Updated        none delivered twice
           ◄─────────────────────── PatternRaised(sub_id)   the pattern raised (it goes on)
           ◄─────────────────────── PatternFailed(sub_id)   the sandbox stopped the pattern
+    Subscribe(sub_id, away) ─────►              again after a lost router, away so long:
+          ◄─────────────────────── MissedAway(sub_id)      stored events it matched meanwhile
     Unsubscribe(sub_id) ─────────►
     Ping / Pong, GetRouters / Routers, Bye   either way as listed
 """
@@ -46,6 +48,8 @@ __all__ = [
     "Subscribe",
     "Subscribed",
     "Missed",
+    "MissedAway",
+    "MAX_AWAY",
     "OVERFLOW_MODES",
     "Unsubscribe",
     "Update",
@@ -290,9 +294,17 @@ class Subscribe(Message):
     #: (the events are dropped and the client told how many, `Missed`) or "disconnect"
     #: (the router closes the connection with error "overflow").
     overflow: str = "notify"
+    #: Seconds since the client last heard from its previous router, when this subscribe
+    #: registers the subscription again after losing it (None: a first subscribe). A router
+    #: with a store answers `MissedAway`: the stored events the pattern matched meanwhile.
+    away: float | None = None
 
     def __post_init__(self) -> None:
         _need(self.sub_id, int, "sub_id")
+        if self.away is not None:
+            _need(self.away, (int, float), "away")
+            if not 0 <= self.away <= MAX_AWAY:  # also refuses NaN
+                raise InvalidValue(f"away must be 0 to {MAX_AWAY} seconds, not {self.away!r}")
         if self.overflow not in OVERFLOW_MODES:
             raise InvalidValue(
                 f"overflow must be one of {', '.join(OVERFLOW_MODES)}, not {self.overflow!r}"
@@ -312,8 +324,14 @@ class Subscribe(Message):
             "params": self.params,
             "history": self.history,
             "overflow": self.overflow,
+            **({"away": self.away} if self.away is not None else {}),
         }
 
+
+#: Longest absence a re-subscribe may claim (`Subscribe.away`), in seconds: ten years. A
+#: router counts only a bounded number of stored events however long the claim
+#: (`aa.router.store.away`); this only refuses what is no duration at all.
+MAX_AWAY: Final = 10 * 365 * 24 * 3600.0
 
 #: What a subscription asks the router to do when its client does not keep up.
 OVERFLOW_MODES: Final = ("notify", "disconnect")
@@ -331,6 +349,24 @@ class Missed(Message):
     def __post_init__(self) -> None:
         _need(self.sub_id, int, "sub_id")
         _need(self.count, int, "count")
+
+
+@register("missed-away")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MissedAway(Message):
+    """Stored events subscription *sub_id* matches (and its user may receive) that the
+    router's store took while the client was away (`Subscribe.away`): *count* of them, or
+    at least that many when *more* (the router counts a bounded number). They are not
+    delivered now; subscribing with history gets them."""
+
+    sub_id: int
+    count: int
+    more: bool = False
+
+    def __post_init__(self) -> None:
+        _need(self.sub_id, int, "sub_id")
+        _need(self.count, int, "count")
+        _need(self.more, bool, "more")
 
 
 @register("subscribed")

@@ -27,8 +27,10 @@ Policies travel as the publisher or user wrote them (`max_age` in seconds or as 
 (`aa.router.store.expiry`), so every client, in any language, gets the same rules and messages.
 
 `info` (in `CacheDone`) is a map: ``{"client_id", "max_age": seconds | None, "max_count":
-int | None, "timeout": seconds, "size": events waiting}``, or ``{"client_id", "removed":
-bool}`` after `CacheRemove`.
+int | None, "timeout": seconds, "size": events waiting, "dropped": events the cache took and
+lost unacknowledged to its count or age limit since this router registered it, or None when
+permissions hide some event types from its owner}``, or
+``{"client_id", "removed": bool}`` after `CacheRemove`.
 """
 
 from __future__ import annotations

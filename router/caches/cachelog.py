@@ -1,7 +1,18 @@
 """The log of one group of client caches (caches with the same pattern) and its members'
 views over it — pure, no I/O; see `aa.router.caches.clientcaches` for the model (one shared
 log per pattern, each cache a view: after its floor, newest max_count, within max_age) and
-the order every router computes alike (time stamp, then id)."""
+the order every router computes alike (time stamp, then id).
+
+Drops (what a client is told it lost while away): an event a cache took, past its floor,
+that left the cache unacknowledged because of its count or age limit. Counting them must
+not cost per member on each event. A member's drops are of two kinds: entries still in the
+group log but below the member's view (another member keeps them), found by bisection when
+asked; and entries the group's head moved past. The head moves in mark order, so a member
+notes, when its floor is set, the group's count of passed entries plus the entries at or
+below its floor still ahead of the head (`passed_at`): every pass beyond that number is an
+entry past its floor, a drop. Drops already below a new floor are kept in `lost` when the
+floor moves, so the count only grows. It is exact for events that arrive in order; an event
+arriving late with a mark at or below a floor (a clock far behind) may count once."""
 
 from __future__ import annotations
 
@@ -44,7 +55,7 @@ def mark_of(time_s: float, event_id: str) -> Mark:
 class Group:
     """Caches whose patterns have the same key, and the log their pattern filled."""
 
-    __slots__ = ("key", "matcher", "members", "log", "head", "keep", "max_age", "ids")
+    __slots__ = ("key", "matcher", "members", "log", "head", "keep", "max_age", "ids", "passed")
 
     def __init__(self, key: Hashable, matcher: Callable[[Event], bool]) -> None:
         self.key = key
@@ -56,6 +67,7 @@ class Group:
         self.keep = 0  # entries the most demanding member may need
         self.max_age: float | None = None  # longest member age limit; None: some have none
         self.ids: set[str] = set()  # ids in the log (dead prefix included, until compacted)
+        self.passed = 0  # entries the head has moved past, ever (members' drops count them)
 
     def retune(self, cap: int) -> None:
         keep = 0
@@ -75,6 +87,7 @@ class Group:
             oldest = now - self.max_age
             while head < len(log) and log[head][1] < oldest:
                 head += 1
+        self.passed += head - self.head
         self.head = head
         self._compact()
 
@@ -87,6 +100,7 @@ class Group:
             head = bisect_right(log, min(floors), head, key=entry_mark)
         if self.max_age is not None:
             head = bisect_left(log, now - self.max_age, head, key=entry_time)
+        self.passed += head - self.head
         self.head = head
         self._compact()
 
@@ -99,7 +113,16 @@ class Group:
 
 
 class Member:
-    __slots__ = ("client_id", "group", "policy", "timeout", "last_seen", "floor")
+    __slots__ = (
+        "client_id",
+        "group",
+        "policy",
+        "timeout",
+        "last_seen",
+        "floor",
+        "lost",
+        "passed_at",
+    )
 
     def __init__(
         self,
@@ -117,6 +140,33 @@ class Member:
         self.last_seen = now
         #: Entries with a mark ≤ floor are not (or no longer) in this cache; None: no floor.
         self.floor = floor
+        #: Drops below the floor, counted when it moved (module docstring).
+        self.lost = 0
+        #: The group's `passed` once the entries at or below the floor have passed too.
+        self.passed_at = self._passed_at(floor)
+
+    def _passed_at(self, floor: Mark | None) -> int:
+        g = self.group
+        below = 0 if floor is None else bisect_right(g.log, floor, g.head, key=entry_mark) - g.head
+        return g.passed + below
+
+    def set_floor(self, floor: Mark, cap: int) -> None:
+        """Move the floor up to *floor*, keeping the drops it covers in `lost`."""
+        before = self.dropped(cap, None)
+        self.floor = floor
+        self.passed_at = self._passed_at(floor)
+        self.lost = 0
+        self.lost = max(0, before - self.dropped(cap, None))
+
+    def dropped(self, cap: int, now: float | None) -> int:
+        """Events this cache took and lost to its count or age limit unacknowledged, ever
+        (with *now* None, the age limit as of the last sweep)."""
+        g = self.group
+        passed = max(0, g.passed - self.passed_at)
+        start = g.head
+        if self.floor is not None:
+            start = bisect_right(g.log, self.floor, start, key=entry_mark)
+        return self.lost + passed + max(0, self.first(cap, now) - start)
 
     def first(self, cap: int, now: float | None) -> int:
         """Index in the group log of this cache's oldest event."""

@@ -179,7 +179,7 @@ def handle_request(
                 self.keepalive(client_id)
             case _:  # typed out, but a caller may still pass anything
                 raise UsageError(f"not a cache request: {msg.kind!r}")
-        session.send(CacheDone(req=req, info=_info_map(self, client_id, shown)))
+        session.send(CacheDone(req=req, info=_info_map(self, client_id, shown, receives)))
     except InvalidPolicy as exc:
         session.send(Error(code="invalid-policy", message=str(exc), ref=req))
     except UnknownCache as exc:
@@ -190,12 +190,21 @@ def handle_request(
         session.send(Error(code="bad-request", message=str(exc), ref=req))
 
 
-def _info_map(self: ClientCacheService, client_id: str, shown: str) -> dict[str, Any]:
+def _info_map(
+    self: ClientCacheService,
+    client_id: str,
+    shown: str,
+    receives: Callable[[str | None], bool] | None,
+) -> dict[str, Any]:
     info = self._caches.info(client_id)
     return {
         "client_id": shown,
         "timeout": info.timeout,
         "size": info.size,
+        # Taken and lost to the count or age limit before acknowledged: missed while away.
+        # A cache takes what its pattern matches and its owner's permissions filter only what
+        # is fetched: with permissions, the count could tell of events the owner may not see.
+        "dropped": self.dropped(client_id) if receives is None else None,
         "pattern": self._specs[client_id].source,
         **_policy_body(info.policy),
     }

@@ -357,6 +357,11 @@ class ClientCacheService:
         """What the cache is. Raises `UnknownCache`."""
         return self._caches.info(client_id)
 
+    def dropped(self, client_id: str) -> int:
+        """Events the cache took and lost unacknowledged to its count or age limit
+        (`ClientCaches.dropped`). Raises `UnknownCache`."""
+        return self._caches.dropped(client_id, self._clock())
+
     def pattern(self, client_id: str) -> PatternSpec:
         """The cache's pattern. Raises `UnknownCache`."""
         spec = self._specs.get(client_id)

@@ -206,7 +206,7 @@ class ClientCaches:
         if old is not None and old.group.key == gkey:
             old.policy, old.timeout, old.last_seen = policy, timeout, max(old.last_seen, now)
             if floor is not None and (old.floor is None or floor > old.floor):
-                old.floor = floor
+                old.set_floor(floor, self.max_events)
             old.group.retune(self.max_events)
             return False
         if old is None and len(self._caches) >= self.max_caches:
@@ -257,7 +257,7 @@ class ClientCaches:
         Raises `UnknownCache`."""
         cache = self._need(client_id)
         if cache.floor is None or mark > cache.floor:
-            cache.floor = mark
+            cache.set_floor(mark, self.max_events)
 
     def floor(self, client_id: str) -> Mark | None:
         """The cache's floor (a mark: see the module docstring). Raises `UnknownCache`."""
@@ -289,6 +289,12 @@ class ClientCaches:
             last_seen=c.last_seen,
             size=len(c.group.log) - c.first(self.max_events, None),
         )
+
+    def dropped(self, client_id: str, now: float) -> int:
+        """Events *client_id*'s cache took and lost unacknowledged to its count or age limit
+        since it was registered here: what its client missed while away although it had a
+        cache (`aa.router.caches.cachelog`). Raises `UnknownCache`."""
+        return self._need(client_id).dropped(self.max_events, now)
 
     def _need(self, client_id: str) -> Member:
         cache = self._caches.get(client_id)

@@ -36,6 +36,7 @@ from aa.mesh.protocol import Error
 
 from ..seams import ClientPort, Dispatch
 from .answers import as_spec, check_since, event_order, mark_historical
+from .away import AwayCounts
 from .eventstore import MAX_STORED_TYPE_LENGTH, EventStore, StoreConfig
 from .expiry import META_MAX_AGE, META_MAX_COUNT, META_PERSIST, expired_copies, persist_policy
 from .history import HistoryReplay
@@ -95,6 +96,10 @@ class StoreService:
             counters=counters,
             select=select,
         )
+        #: Stored events a re-subscribe missed while away (`aa.router.store.away`).
+        self.away = AwayCounts(
+            self, matches_prototype=matches_prototype, select=select, counters=counters
+        )
         #: Anti-entropy with the peer routers' stores (`aa.router.store.sync`).
         self.sync = StoreSync(
             self, router_id, interval=config.sync_interval if config is not None else 0.0
@@ -123,6 +128,7 @@ class StoreService:
         """Stop replays and syncs, write what is queued, close the store. Idempotent."""
         await self.sync.aclose()
         await self.replay.aclose()
+        await self.away.aclose()
         store, self.store = self.store, None
         if store is not None:
             await store.aclose()
@@ -145,6 +151,12 @@ class StoreService:
     def on_subscribe(self, key: Hashable, history: Mapping[str, Any] | None) -> None:
         """A subscription was registered: replay its history if it asked."""
         self.replay.on_subscribe(key, history)
+
+    def count_away(self, key: Hashable, away: float, tell: Callable[[int, bool], None]) -> bool:
+        """*key* subscribed again after *away* seconds without a router: count the stored
+        events it matches from then on and `tell(count, more)` (`aa.router.store.away`).
+        False when this router keeps no store (nothing will be told)."""
+        return self.away.request(key, away, tell)
 
     # -- dispatch ---------------------------------------------------------------------------
 
