@@ -90,9 +90,8 @@ system bounds memory and the router kills a call that does not return.
 
 from .advice import pattern_warnings
 from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
-from .limits import Delivery, HostFacts, SandboxLimits
 from .patternset import PatternSet
-from .runerrors import ErrorNotice
+from .sandbox import Delivery, ErrorNotice, HostFacts, SandboxLimits
 from .scope import admits, scope_filter
 from .workers import WorkerConfig
 

@@ -32,11 +32,12 @@ from typing import Any
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
-from .buckets import (
+from .index import (
     Bucket,
     Instance,
     Matcher,
     Member,
+    PredicateIndex,
     add_bucket,
     add_member,
     copy_state,
@@ -47,16 +48,20 @@ from .buckets import (
     rekey_bucket,
     shared_strings,
 )
-from .budget import SandboxStop
-from .fastpath import parse_conjunction
-from .flatplan import plan_spaced
-from .grammar import parse_predicate
-from .index import PredicateIndex
-from .limits import Delivery, HostFacts, SandboxLimits
-from .predicates import Plan, PredicateProgram
-from .python_kernel import ExprProgram, ScriptProgram
-from .runerrors import ERRORS_CODE, ErrorNotice
-from .sandbox import Sandbox
+from .predicates import Plan, PredicateProgram, parse_conjunction, parse_predicate, plan_spaced
+from .sandbox import (
+    ERRORS_CODE,
+    Delivery,
+    ErrorNotice,
+    ExprProgram,
+    HostFacts,
+    Sandbox,
+    SandboxLimits,
+    SandboxStop,
+    ScriptProgram,
+    XmlCache,
+    XPathProgram,
+)
 from .scope import scope_filter
 from .workers import (
     MAX_STOP_MESSAGE,
@@ -67,7 +72,6 @@ from .workers import (
     deliver_each,
     prechecked,
 )
-from .xpath_kernel import XmlCache, XPathProgram
 
 __all__ = ["PatternEngine", "Bucket", "Matcher", "PREDICATE_TIER", "WORKER_TIER", "SANDBOX_TIER"]
 

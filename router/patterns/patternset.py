@@ -23,7 +23,8 @@ from .index import PredicateIndex
 from .predicates import PredicateProgram
 
 if TYPE_CHECKING:
-    from .engine import Bucket, Matcher, PatternEngine
+    from .engine import PatternEngine
+    from .index import Bucket, Matcher
 
 __all__ = ["PatternSet"]
 

@@ -78,8 +78,8 @@ subscribers are told how many (`missed_each`: a client gets a `Missed(count)` fr
 slow reader does), never unbounded memory in the router.
 """
 
+from .config import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .hooks import RemoteMatcher, RemoteProgram, deliver_each, missed_each, prechecked
-from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .pool import WorkerPool
 from .tier import ISOLATIONS, WorkerTier
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import Bucket
-    from .plans import Access
+    from ..predicates import Access
+    from .buckets import Bucket
 
 __all__ = ["Entry", "Posting", "MAX_LIST_POSTING", "post", "unpost", "posting_size"]
 

@@ -45,8 +45,7 @@ from sortedcontainers import SortedList
 
 from aa.mesh import Event
 
-from .budget import SandboxStop
-from .plans import (
+from ..predicates import (
     EQ,
     INTERVAL,
     MAX_INTERVAL_BOUND,
@@ -60,12 +59,12 @@ from .plans import (
     Plan,
     hashable,
 )
+from ..sandbox import NO_MATCH_IN_EXPRESSIONS, SandboxStop
 from .postings import Entry, Posting, post, posting_size, unpost
-from .runerrors import NO_MATCH_IN_EXPRESSIONS
 
 if TYPE_CHECKING:
-    from .engine import Bucket
-    from .predicates import PredicateProgram
+    from ..predicates import PredicateProgram
+    from .buckets import Bucket
 
 __all__ = ["PredicateIndex"]
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event
 
-from .budget import SandboxStop
+from ..sandbox import SandboxStop
 from .fastpath import parse_conjunction
 from .flatplan import flat_plan
 from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
@@ -57,8 +57,8 @@ from .plans import (
 )
 
 if TYPE_CHECKING:
-    from .engine import Bucket
-    from .sandbox import Sandbox
+    from ..index import Bucket
+    from ..sandbox import Sandbox
 
 __all__ = [
     "PredicateProgram",

@@ -17,7 +17,7 @@ import keyword
 import re
 from typing import Final
 
-from .calls import FORBIDDEN_NAMES
+from ..sandbox import FORBIDDEN_NAMES
 from .grammar import Atom, Grammar, Ref
 
 __all__ = ["parse_conjunction"]
