@@ -304,6 +304,75 @@ PUBLIC: dict[str, list[str]] = {
         "pattern_warnings",
         "scope_filter",
     ],
+    "aa.router.patterns.index": [
+        "Bucket",
+        "Instance",
+        "Matcher",
+        "Member",
+        "PredicateIndex",
+        "add_bucket",
+        "add_member",
+        "copy_state",
+        "drop_bucket",
+        "drop_member",
+        "first",
+        "freeze",
+        "rekey_bucket",
+        "shared_strings",
+    ],
+    "aa.router.patterns.predicates": [
+        "Access",
+        "EQ",
+        "INTERVAL",
+        "MAX_INTERVAL_BOUND",
+        "META",
+        "PARAM",
+        "PREFIX",
+        "Plan",
+        "PredicateProgram",
+        "RANGE",
+        "SUFFIX",
+        "TYPE",
+        "VALUE",
+        "hashable",
+        "parse_conjunction",
+        "parse_predicate",
+        "plan_spaced",
+    ],
+    "aa.router.patterns.sandbox": [
+        "Delivery",
+        "ERRORS_CODE",
+        "ErrorNotice",
+        "ExprProgram",
+        "FORBIDDEN_NAMES",
+        "Guards",
+        "HostFacts",
+        "MAX_ERROR_TEXT",
+        "MAX_LINE_TEXT",
+        "MAX_STATE_DEPTH",
+        "MEMORY",
+        "NO_MATCH_IN_EXPRESSIONS",
+        "Sandbox",
+        "SandboxLimits",
+        "SandboxStop",
+        "ScriptProgram",
+        "TIMEOUT",
+        "XPathProgram",
+        "XmlCache",
+    ],
+    "aa.router.patterns.workers": [
+        "ISOLATIONS",
+        "MAX_STOP_MESSAGE",
+        "PRECHECK_MAX_SOURCE",
+        "RemoteMatcher",
+        "RemoteProgram",
+        "WorkerConfig",
+        "WorkerPool",
+        "WorkerTier",
+        "deliver_each",
+        "missed_each",
+        "prechecked",
+    ],
     "aa.router.quench": [
         "Change",
         "MAX_QUENCHES_PER_CLIENT",
@@ -468,6 +537,95 @@ def test_no_module_imports_another_packages_submodule():
                 ancestor = own == package or own.startswith(package + ".")
                 if not ancestor and package in packages:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+    assert not offenders, "\n".join(offenders)
+
+
+#: The rooms of `aa.router.patterns`, bottom first. A room's modules import, when they run, only
+#: their own room and the rooms before it; the modules at the package's top (the engine, the
+#: pattern set, advice, scope) may import every room, and no room imports them.
+PATTERN_ROOMS = ["sandbox", "predicates", "index", "workers"]
+#: The imports up the list that are allowed, each with its reason. The worker process's main
+#: runs an engine of its own; the router's side of the worker tier never imports the engine.
+PATTERN_ROOMS_UPWARD = {("workers/child.py", "aa.router.patterns.engine")}
+
+
+def _imports(path: pathlib.Path, own: str, typing_too: bool) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, names) of each `from ... import` of *path* (a module of the
+    package *own*); those under `if TYPE_CHECKING:` only if *typing_too*."""
+    tree = ast.parse(path.read_text())
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            typing_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or (id(node) in typing_only and not typing_too):
+            continue
+        if node.level:
+            base = own.split(".")[: len(own.split(".")) - (node.level - 1)]
+            target = ".".join(base + (node.module.split(".") if node.module else []))
+        else:
+            target = node.module or ""
+        found.append((node.lineno, target, [a.name for a in node.names]))
+    return found
+
+
+def test_the_pattern_rooms_import_only_the_rooms_below_them():
+    """`aa.router.patterns` is split into rooms with one owner each (sandbox, predicates,
+    index, workers; the package docstring says what each holds), layered so that a room can
+    be read knowing only the rooms below it. Imports for type checking only may name a room
+    above (a kernel's `run` takes the index's `Bucket`, which holds the kernel's program)."""
+    folder = ROOT / "router" / "patterns"
+    rank = {f"aa.router.patterns.{room}": i for i, room in enumerate(PATTERN_ROOMS)}
+    offenders = []
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder)
+        if len(rel.parts) == 1:
+            continue  # the top may import every room
+        room = f"aa.router.patterns.{rel.parts[0]}"
+        assert room in rank, f"{rel.parts[0]}/ is a room missing from PATTERN_ROOMS"
+        own = ".".join(["aa.router.patterns", *rel.parent.parts])
+        for line, target, _ in _imports(path, own, typing_too=False):
+            if not target.startswith("aa.router.patterns.") or target.startswith(room):
+                continue
+            other = ".".join(target.split(".")[:4])
+            up = other not in rank or rank[other] > rank[room]
+            if up and (rel.as_posix(), target) not in PATTERN_ROOMS_UPWARD:
+                offenders.append(f"router/patterns/{rel}:{line} imports {target}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_names_are_imported_from_where_they_are_defined():
+    """Inside `aa.router.patterns`, a name comes from the module that defines it (or a room's
+    face), never through a module that merely imported it: `Bucket` from `index`, not from
+    `engine`, which uses it."""
+    folder = ROOT / "router" / "patterns"
+    offenders = []
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder)
+        own = ".".join(["aa.router.patterns", *rel.parent.parts])
+        for line, target, names in _imports(path, own, typing_too=True):
+            if not target.startswith("aa.router.patterns"):
+                continue
+            source = ROOT / "router" / pathlib.Path(*target.split(".")[2:])
+            if source.is_dir() or not source.with_suffix(".py").is_file():
+                continue  # a package's face re-exports on purpose; its __all__ is held above
+            tree = ast.parse(source.with_suffix(".py").read_text())
+            defined = set()
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    defined.add(node.name)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for t in targets:
+                        elts = t.elts if isinstance(t, ast.Tuple) else [t]
+                        defined.update(e.id for e in elts if isinstance(e, ast.Name))
+            for name in names:
+                if name not in defined:
+                    offenders.append(f"router/patterns/{rel}:{line} takes {name} from {target}")
     assert not offenders, "\n".join(offenders)
 
 

@@ -89,7 +89,8 @@ system bounds memory and the router kills a call that does not return.
 """
 
 from .advice import pattern_warnings
-from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
+from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, PatternEngine
+from .index import Matcher
 from .patternset import PatternSet
 from .sandbox import Delivery, ErrorNotice, HostFacts, SandboxLimits
 from .scope import admits, scope_filter

@@ -18,7 +18,8 @@ import re
 from typing import Final
 
 from ..sandbox import FORBIDDEN_NAMES
-from .grammar import Atom, Grammar, Ref
+from .grammar import Atom, Grammar
+from .shapes import Ref
 
 __all__ = ["parse_conjunction"]
 

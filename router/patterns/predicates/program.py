@@ -31,7 +31,7 @@ from aa.mesh import Event
 from ..sandbox import SandboxStop
 from .fastpath import parse_conjunction
 from .flatplan import flat_plan
-from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
+from .grammar import OPS, Atom, Grammar, parse_predicate
 from .plans import (
     CLOSURE,
     EQ,
@@ -55,6 +55,7 @@ from .plans import (
     hashable,
     intern_names,
 )
+from .shapes import Ref
 
 if TYPE_CHECKING:
     from ..index import Bucket
