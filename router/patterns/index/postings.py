@@ -1,4 +1,4 @@
-"""The posting lists of the predicate index (`index.py`): which entries a key holds.
+"""The posting lists of the predicate index (`predicate_index.py`): which entries a key holds.
 
 An entry is one conjunction of one bucket; a posting is the entries filed under one key
 (an equality's constant, an interval's cell, a prefix): one entry alone, a list of a few, or

@@ -7,7 +7,7 @@
 `plan(params)` resolves the pattern's atoms for one bucket: a bare name that is one of the
 bucket's params becomes a constant, `type`/`meta["k"]` become event fields, and each
 conjunction gets its *access*: the most selective indexable atom (equality, `in` over
-constants, prefix, range, presence; see `index.py`) plus the checks left to verify. A
+constants, prefix, range, presence; see `index/`) plus the checks left to verify. A
 comparison of two constants (a param against a literal) is decided right there: true drops
 the atom, false drops the conjunction.
 

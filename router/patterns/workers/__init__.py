@@ -11,7 +11,7 @@ stuck past it (`pool.py`).
 
 How the engine uses it::
 
-    PatternEngine.subscribe ─► tier? (outside the predicate grammar: `grammar.py`)
+    PatternEngine.subscribe ─► tier? (outside the predicate grammar: `predicates/grammar.py`)
         router:  compiled and matched in-process
         worker:  pre-compiled in the router if short Python (`prechecked`: an
                  immediate refusal), then

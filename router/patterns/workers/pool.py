@@ -54,7 +54,7 @@ MAX_NOTICES_PER_REPLY = 10_000
 class WorkerPool(Probation):
     """Worker-tier patterns of one router. `deliver(items)` gets each reply's deliveries,
     in order; `on_stop(keys, code, message)` gets the subscribers of a stopped pattern;
-    `on_errors(keys, notice)` gets the subscribers of a pattern that raised (`runerrors.py`:
+    `on_errors(keys, notice)` gets the subscribers of a pattern that raised (`sandbox/runerrors.py`:
     counted and rate-limited in the worker); `on_missed(keys, count)` gets the subscribers of
     a worker that dropped *count* events
     unmatched (its backlog was full, or it died twice on a batch): `hooks.missed_each` tells
