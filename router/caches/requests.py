@@ -1,4 +1,4 @@
-"""Client requests about caches (`aa.router.caches.cacheservice.ClientCacheService.handle_request`):
+"""Client requests about caches (`aa.router.caches.service.ClientCacheService.handle_request`):
 the mesh cache (`GetCached`) and the client's own cache, answered in pages, refused "busy"
 while the client has not read what was already sent."""
 
@@ -31,7 +31,7 @@ from ..store import ExpiryPolicy, mark_historical, send_paged
 from .clientcaches import Fetched
 
 if TYPE_CHECKING:
-    from .cacheservice import ClientCacheService
+    from .service import ClientCacheService
 
 __all__ = ["handle_request", "marked", "cache_key", "owner_of", "MAX_ANSWER_BACKLOG"]
 
