@@ -37,7 +37,7 @@ from .expiry import (
     wants_mesh_cache,
 )
 from .history import MAX_HELD, HistoryReplay, Hold, check_history
-from .storeservice import StoreService, check_persistable
+from .service import StoreService, check_persistable
 from .sync import SYNC_TOPIC, StoreSync, digest_of
 
 __all__ = [
