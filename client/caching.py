@@ -1,7 +1,7 @@
 """Cache requests of a client (Å §4.5): the mesh cache, and the client's own cache.
 
 `CacheClient` is a part of `AsyncClient`; `BlockingCacheClient` gives `Client` the same
-methods, blocking. The wire messages are `aa.mesh.protocol.storage_messages`.
+methods, blocking. The wire messages are `aa.mesh.protocol.cache_messages`.
 
     await client.cache_register("Alarm", max_age="3h", max_count=100)   # on every router
     ...                                                                   # (offline a while)
@@ -169,7 +169,7 @@ class CacheClient:
         (seconds, text such as ``"3h"``, or a timedelta), while keep-alives come at least
         every *timeout* seconds (this client sends them by itself while connected).
         Registering again with the same pattern changes the policy and keeps the events.
-        Returns the cache's info (see `aa.mesh.protocol.storage_messages`). Raises `RemoteError`
+        Returns the cache's info (see `aa.mesh.protocol.cache_messages`). Raises `RemoteError`
         with code ``invalid-policy`` and the router's reason for a bad policy,
         `PatternError` for a refused pattern."""
         spec = _spec(pattern, format, kernel)

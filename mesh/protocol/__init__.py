@@ -3,7 +3,7 @@
 One frame is a 4-byte big-endian length and one msgpack map with a `kind` (`codec`);
 the kinds are frozen dataclasses registered by the modules here: client and router
 (`messages`), router to router (`peering`), the mesh summary (`meshinfo`), store and
-caches (`storage_messages`), quenching (`quench_messages`). Importing this package
+caches (`cache_messages`), quenching (`quench_messages`). Importing this package
 registers every kind, so a `Connection` decodes all of them.
 
 No sockets, no asyncio: bytes in, messages out.
@@ -11,6 +11,27 @@ No sockets, no asyncio: bytes in, messages out.
 
 from __future__ import annotations
 
+from .cache_messages import (
+    DEFAULT_CACHE_TIMEOUT,
+    MAX_ANSWER_EVENTS,
+    MAX_CACHE_TIMEOUT,
+    STORAGE_ANSWERS,
+    STORAGE_REQUESTS,
+    CacheAck,
+    CacheClear,
+    Cached,
+    CacheDone,
+    CacheEvents,
+    CacheFetch,
+    CacheKeepalive,
+    CachePolicy,
+    CacheRegister,
+    CacheRemove,
+    GetCached,
+    GetCacheInfo,
+    StorageAnswer,
+    StorageRequest,
+)
 from .codec import (
     IN_PROGRESS,
     MAX_FRAME_BYTES,
@@ -84,27 +105,6 @@ from .quench_messages import (
     Unquench,
     declared_needs,
     with_needs,
-)
-from .storage_messages import (
-    DEFAULT_CACHE_TIMEOUT,
-    MAX_ANSWER_EVENTS,
-    MAX_CACHE_TIMEOUT,
-    STORAGE_ANSWERS,
-    STORAGE_REQUESTS,
-    CacheAck,
-    CacheClear,
-    Cached,
-    CacheDone,
-    CacheEvents,
-    CacheFetch,
-    CacheKeepalive,
-    CachePolicy,
-    CacheRegister,
-    CacheRemove,
-    GetCached,
-    GetCacheInfo,
-    StorageAnswer,
-    StorageRequest,
 )
 
 __all__ = [
