@@ -39,6 +39,7 @@ from aa.mesh import (
 from aa.mesh.protocol import (
     DEFAULT_CACHE_TIMEOUT,
     CacheAck,
+    CacheAnswer,
     CacheClear,
     Cached,
     CacheDone,
@@ -52,7 +53,6 @@ from aa.mesh.protocol import (
     GetCached,
     GetCacheInfo,
     Message,
-    StorageAnswer,
 )
 
 if TYPE_CHECKING:
@@ -325,7 +325,7 @@ class CacheClient:
             raise ConnectionLost(f"the connection was lost before the router answered {msg.kind!r}")
         return fut.result()
 
-    def _storage_answer(self, msg: StorageAnswer) -> None:
+    def _storage_answer(self, msg: CacheAnswer) -> None:
         p = self._storage_requests.get(msg.req)
         if p is None or p.future.done():
             return

@@ -12,12 +12,13 @@ No sockets, no asyncio: bytes in, messages out.
 from __future__ import annotations
 
 from .cache_messages import (
+    CACHE_ANSWERS,
+    CACHE_REQUESTS,
     DEFAULT_CACHE_TIMEOUT,
     MAX_ANSWER_EVENTS,
     MAX_CACHE_TIMEOUT,
-    STORAGE_ANSWERS,
-    STORAGE_REQUESTS,
     CacheAck,
+    CacheAnswer,
     CacheClear,
     Cached,
     CacheDone,
@@ -27,10 +28,9 @@ from .cache_messages import (
     CachePolicy,
     CacheRegister,
     CacheRemove,
+    CacheRequest,
     GetCached,
     GetCacheInfo,
-    StorageAnswer,
-    StorageRequest,
 )
 from .codec import (
     IN_PROGRESS,
@@ -170,10 +170,10 @@ __all__ = [
     "QuenchNotice",
     "Quenched",
     "Routers",
-    "STORAGE_ANSWERS",
-    "STORAGE_REQUESTS",
-    "StorageAnswer",
-    "StorageRequest",
+    "CACHE_ANSWERS",
+    "CACHE_REQUESTS",
+    "CacheAnswer",
+    "CacheRequest",
     "Subscribe",
     "Subscribed",
     "Unquench",

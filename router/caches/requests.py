@@ -20,10 +20,10 @@ from aa.mesh.protocol import (
     CachePolicy,
     CacheRegister,
     CacheRemove,
+    CacheRequest,
     Error,
     GetCached,
     GetCacheInfo,
-    StorageRequest,
 )
 
 from ..seams import ClientPort
@@ -103,7 +103,7 @@ def owner_of(key: str) -> str | None:
 def handle_request(
     self: ClientCacheService,
     session: ClientPort,
-    msg: StorageRequest,
+    msg: CacheRequest,
     *,
     owner: str | None = None,
     receives: Callable[[str | None], bool] | None = None,

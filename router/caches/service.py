@@ -70,7 +70,7 @@ from aa.mesh import (
     UnknownCache,
     UsageError,
 )
-from aa.mesh.protocol import StorageRequest
+from aa.mesh.protocol import CacheRequest
 
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
@@ -584,7 +584,7 @@ class ClientCacheService:
     def handle_request(
         self,
         session: ClientPort,
-        msg: StorageRequest,
+        msg: CacheRequest,
         *,
         owner: str | None = None,
         receives: Callable[[str | None], bool] | None = None,
