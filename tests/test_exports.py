@@ -598,34 +598,47 @@ def test_the_pattern_rooms_import_only_the_rooms_below_them():
     assert not offenders, "\n".join(offenders)
 
 
+def _defined(path: pathlib.Path) -> set[str]:
+    """The names *path* defines at its top level (also under a top-level `if`/`try`)."""
+    names: set[str] = set()
+    body = list(ast.parse(path.read_text()).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                elts = t.elts if isinstance(t, ast.Tuple) else [t]
+                names.update(e.id for e in elts if isinstance(e, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try)):
+            body.extend(node.body + node.orelse)
+    return names
+
+
+#: The package folders whose modules take each name from where it is defined.
+DEFINED_WHERE_TAKEN = {"aa.router": "router", "aa.mesh": "mesh"}
+
+
 def test_names_are_imported_from_where_they_are_defined():
-    """Inside `aa.router.patterns`, a name comes from the module that defines it (or a room's
-    face), never through a module that merely imported it: `Bucket` from `index`, not from
-    `engine`, which uses it."""
-    folder = ROOT / "router" / "patterns"
+    """In `aa.router` and `aa.mesh`, a name comes from the module that defines it (or from a
+    package's face), never through a module that merely imported it: `Bucket` from the
+    pattern index, not from the engine, which uses it."""
     offenders = []
-    for path in sorted(folder.rglob("*.py")):
-        rel = path.relative_to(folder)
-        own = ".".join(["aa.router.patterns", *rel.parent.parts])
-        for line, target, names in _imports(path, own, typing_too=True):
-            if not target.startswith("aa.router.patterns"):
-                continue
-            source = ROOT / "router" / pathlib.Path(*target.split(".")[2:])
-            if source.is_dir() or not source.with_suffix(".py").is_file():
-                continue  # a package's face re-exports on purpose; its __all__ is held above
-            tree = ast.parse(source.with_suffix(".py").read_text())
-            defined = set()
-            for node in tree.body:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    defined.add(node.name)
-                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for t in targets:
-                        elts = t.elts if isinstance(t, ast.Tuple) else [t]
-                        defined.update(e.id for e in elts if isinstance(e, ast.Name))
-            for name in names:
-                if name not in defined:
-                    offenders.append(f"router/patterns/{rel}:{line} takes {name} from {target}")
+    for top, folder in DEFINED_WHERE_TAKEN.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder)
+            own = ".".join([top, *rel.parent.parts])
+            for line, target, names in _imports(path, own, typing_too=True):
+                if not target.startswith(top + "."):
+                    continue
+                source = ROOT / folder / pathlib.Path(*target.split(".")[2:])
+                if source.is_dir() or not source.with_suffix(".py").is_file():
+                    continue  # a package's face re-exports on purpose; its __all__ is held above
+                defined = _defined(source.with_suffix(".py"))
+                for name in names:
+                    if name not in defined:
+                        offenders.append(f"{folder}/{rel}:{line} takes {name} from {target}")
     assert not offenders, "\n".join(offenders)
 
 

@@ -78,8 +78,6 @@ from .messages import (
     Update,
     Updated,
     Welcome,
-    event_from_wire,
-    event_to_wire,
     register,
 )
 from .peering import (
@@ -106,6 +104,7 @@ from .quench_messages import (
     declared_needs,
     with_needs,
 )
+from .wire_events import event_from_wire, event_to_wire
 
 __all__ = [
     "Ack",

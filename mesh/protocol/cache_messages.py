@@ -44,11 +44,10 @@ from ..values import Values, check_values
 from .messages import (
     Message,
     PatternSpec,
-    event_from_wire,
-    event_to_wire,
     register,
     unchecked,
 )
+from .wire_events import event_from_wire, event_to_wire
 
 __all__ = [
     "GetCached",

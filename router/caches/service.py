@@ -74,8 +74,9 @@ from aa.mesh.protocol import CacheRequest
 
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
-from .clientcaches import CacheInfo, ClientCaches, Fetched, Mark
+from .clientcaches import CacheInfo, ClientCaches, Fetched
 from .config import CacheConfig
+from .grouplog import Mark
 from .index import CacheIndex
 from .meshcache import MeshCache
 from .requests import MAX_ANSWER_BACKLOG, _policy_body, handle_request, marked  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)

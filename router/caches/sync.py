@@ -65,7 +65,8 @@ from aa.mesh import Event, PatternError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
 from ..store import Exchanges, chunks, ids_digest, parse_digest, parse_ids
-from .clientcaches import MAX_CLIENT_CACHES, Mark, mark_of
+from .clientcaches import MAX_CLIENT_CACHES
+from .grouplog import Mark, mark_of
 
 log = logging.getLogger("aa.router.caches")
 

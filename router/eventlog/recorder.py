@@ -91,7 +91,8 @@ from aa.mesh.protocol import pack
 
 from ..caches import encode_events
 from .process import WriterProcess
-from .writer import SCHEMA, Chunk, safe_name
+from .table import SCHEMA
+from .writer import Chunk, safe_name
 
 __all__ = ["EventLog", "EventLogConfig", "EventLogStats", "SCHEMA", "EVENTLOG_DIR"]
 

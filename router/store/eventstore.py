@@ -48,11 +48,19 @@ from typing import Any, Final, Literal, TypeVar
 
 import sqlalchemy as sa
 
-from aa.mesh import MAX_ID_LENGTH, Event, InvalidPolicy, UsageError
+from aa.mesh import (
+    MAX_ID_LENGTH,
+    Event,
+    InvalidPolicy,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    UsageError,
+)
 
 from .expiry import ExpiryPolicy, event_time
 from .sql import Row, delete_expired, make_engine, metadata, read_chunk
-from .writer import StoreError, StoreFull, StoreStats, StoreUnavailable, Writer, to_us
+from .writer import StoreStats, Writer, to_us
 
 __all__ = [
     "EventStore",
