@@ -353,7 +353,7 @@ class AsyncClient(QuenchClient, CacheClient):
                     fut.set_result(msg)
             case Error():
                 self._on_error(msg)
-            case Cached() | CacheEvents() | CacheDone():  # STORAGE_ANSWERS
+            case Cached() | CacheEvents() | CacheDone():  # CACHE_ANSWERS
                 self._storage_answer(msg)
             case Quenched() | QuenchNotice():  # QUENCH_ANSWERS
                 self._quench_answer(msg)

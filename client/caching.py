@@ -1,7 +1,7 @@
 """Cache requests of a client (Å §4.5): the mesh cache, and the client's own cache.
 
 `CacheClient` is a part of `AsyncClient`; `BlockingCacheClient` gives `Client` the same
-methods, blocking. The wire messages are `aa.mesh.protocol.storage_messages`.
+methods, blocking. The wire messages are `aa.mesh.protocol.cache_messages`.
 
     await client.cache_register("Alarm", max_age="3h", max_count=100)   # on every router
     ...                                                                   # (offline a while)
@@ -39,6 +39,7 @@ from aa.mesh import (
 from aa.mesh.protocol import (
     DEFAULT_CACHE_TIMEOUT,
     CacheAck,
+    CacheAnswer,
     CacheClear,
     Cached,
     CacheDone,
@@ -52,7 +53,6 @@ from aa.mesh.protocol import (
     GetCached,
     GetCacheInfo,
     Message,
-    StorageAnswer,
 )
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ class CacheClient:
         cache while this client was away (a client registers again when it comes back), then
         by the keep-alive sent on every reconnection and by `cache_info`; without it, a
         warning is logged. Returns the cache's info (see
-        `aa.mesh.protocol.storage_messages`). Raises `RemoteError` with code
+        `aa.mesh.protocol.cache_messages`). Raises `RemoteError` with code
         ``invalid-policy`` and the router's reason for a bad policy, `PatternError` for a
         refused pattern."""
         spec = _spec(pattern, format, kernel)
@@ -364,7 +364,7 @@ class CacheClient:
             raise ConnectionLost(f"the connection was lost before the router answered {msg.kind!r}")
         return fut.result()
 
-    def _storage_answer(self, msg: StorageAnswer) -> None:
+    def _storage_answer(self, msg: CacheAnswer) -> None:
         p = self._storage_requests.get(msg.req)
         if p is None or p.future.done():
             return

@@ -37,6 +37,7 @@ from aa.mesh.protocol import (
     CachePolicy,
     CacheRegister,
     CacheRemove,
+    CacheRequest,
     Error,
     ForgetRouter,
     GetCached,
@@ -55,7 +56,6 @@ from aa.mesh.protocol import (
     Publish,
     Quench,
     Routers,
-    StorageRequest,
     Subscribe,
     Subscribed,
     Unquench,
@@ -494,7 +494,7 @@ class ClientSession(asyncio.Protocol):
             result = self.router.mesh.forget(msg.router)
         self.send(MeshInfo(info={**self.router.mesh_info(), "forget": result}))
 
-    def _storage(self, msg: StorageRequest) -> None:
+    def _storage(self, msg: CacheRequest) -> None:
         """A cache request, asked of the rules in force now: the mesh cache answers only
         what this user may receive, with a pattern this user may run; a client cache is
         this user's own (keyed by user and client id) and needs `client_caches`."""

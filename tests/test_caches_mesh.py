@@ -97,7 +97,7 @@ async def test_a_client_that_asks_for_the_mesh_cache_and_never_reads_is_refused_
 
     from aa.mesh import Connection
     from aa.mesh.protocol import GetCached, Hello
-    from aa.router.caches.cacheservice import MAX_ANSWER_BACKLOG
+    from aa.router.caches.service import MAX_ANSWER_BACKLOG
 
     blob = "x" * 2000
     for i in range(5000):

@@ -15,7 +15,7 @@ from aa.mesh import Event, PatternSpec
 from aa.mesh.protocol import event_to_wire
 from aa.router import CacheConfig, ExpiryPolicy, Router, RouterConfig, StoreConfig
 from aa.router.caches import CACHE_SYNC_TOPIC
-from aa.router.caches.cachesync import (
+from aa.router.caches.sync import (
     DEFS_PER_MESSAGE,
     EVENTS_PER_MESSAGE,
     MAX_DIGEST_CACHES,

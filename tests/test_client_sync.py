@@ -227,7 +227,7 @@ async def test_close_returns_even_while_a_callback_holds_the_clients_thread(endp
     """A callback that blocks holds the client's thread; `close()` used to wait for that
     thread for ever (flush, then aclose, each without a bound). It now gives up after its
     timeout and a grace, and the program goes on."""
-    from aa.client.sync import CLOSE_GRACE
+    from aa.client.blocking import CLOSE_GRACE
 
     def scenario():
         entered, release = threading.Event(), threading.Event()

@@ -29,7 +29,7 @@ from aa.router.eventlog import (
     encode_json,
     encode_value,
 )
-from aa.router.eventlog import logprocess as eventlogprocess
+from aa.router.eventlog import process as eventlogprocess
 
 T0 = datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
 
@@ -257,7 +257,7 @@ async def test_event_without_time_stamp_keeps_all_meta(
 
 
 def reference_rows(events: list[Event], logged: float) -> list[dict[str, object]]:
-    """What each row must hold, one event at a time through `aa.router.eventlog.logcodec`."""
+    """What each row must hold, one event at a time through `aa.router.eventlog.codec`."""
     rows = []
     for e in events:
         meta, t = dict(e.meta), e.meta.get("time")

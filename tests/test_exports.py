@@ -116,7 +116,10 @@ PUBLIC: dict[str, list[str]] = {
     "aa.mesh.protocol": [
         "Ack",
         "Bye",
+        "CACHE_ANSWERS",
+        "CACHE_REQUESTS",
         "CacheAck",
+        "CacheAnswer",
         "CacheClear",
         "CacheDone",
         "CacheEvents",
@@ -125,6 +128,7 @@ PUBLIC: dict[str, list[str]] = {
         "CachePolicy",
         "CacheRegister",
         "CacheRemove",
+        "CacheRequest",
         "Cached",
         "Connection",
         "Control",
@@ -178,10 +182,6 @@ PUBLIC: dict[str, list[str]] = {
         "Quenched",
         "Routers",
         "STEP_ABOVE",
-        "STORAGE_ANSWERS",
-        "STORAGE_REQUESTS",
-        "StorageAnswer",
-        "StorageRequest",
         "Subscribe",
         "Subscribed",
         "Unquench",
@@ -305,6 +305,75 @@ PUBLIC: dict[str, list[str]] = {
         "admits",
         "pattern_warnings",
         "scope_filter",
+    ],
+    "aa.router.patterns.index": [
+        "Bucket",
+        "Instance",
+        "Matcher",
+        "Member",
+        "PredicateIndex",
+        "add_bucket",
+        "add_member",
+        "copy_state",
+        "drop_bucket",
+        "drop_member",
+        "first",
+        "freeze",
+        "rekey_bucket",
+        "shared_strings",
+    ],
+    "aa.router.patterns.predicates": [
+        "Access",
+        "EQ",
+        "INTERVAL",
+        "MAX_INTERVAL_BOUND",
+        "META",
+        "PARAM",
+        "PREFIX",
+        "Plan",
+        "PredicateProgram",
+        "RANGE",
+        "SUFFIX",
+        "TYPE",
+        "VALUE",
+        "hashable",
+        "parse_conjunction",
+        "parse_predicate",
+        "plan_spaced",
+    ],
+    "aa.router.patterns.sandbox": [
+        "Delivery",
+        "ERRORS_CODE",
+        "ErrorNotice",
+        "ExprProgram",
+        "FORBIDDEN_NAMES",
+        "Guards",
+        "HostFacts",
+        "MAX_ERROR_TEXT",
+        "MAX_LINE_TEXT",
+        "MAX_STATE_DEPTH",
+        "MEMORY",
+        "NO_MATCH_IN_EXPRESSIONS",
+        "Sandbox",
+        "SandboxLimits",
+        "SandboxStop",
+        "ScriptProgram",
+        "TIMEOUT",
+        "XPathProgram",
+        "XmlCache",
+    ],
+    "aa.router.patterns.workers": [
+        "ISOLATIONS",
+        "MAX_STOP_MESSAGE",
+        "PRECHECK_MAX_SOURCE",
+        "RemoteMatcher",
+        "RemoteProgram",
+        "WorkerConfig",
+        "WorkerPool",
+        "WorkerTier",
+        "deliver_each",
+        "missed_each",
+        "prechecked",
     ],
     "aa.router.quench": [
         "Change",
@@ -473,6 +542,108 @@ def test_no_module_imports_another_packages_submodule():
     assert not offenders, "\n".join(offenders)
 
 
+#: The rooms of `aa.router.patterns`, bottom first. A room's modules import, when they run, only
+#: their own room and the rooms before it; the modules at the package's top (the engine, the
+#: pattern set, advice, scope) may import every room, and no room imports them.
+PATTERN_ROOMS = ["sandbox", "predicates", "index", "workers"]
+#: The imports up the list that are allowed, each with its reason. The worker process's main
+#: runs an engine of its own; the router's side of the worker tier never imports the engine.
+PATTERN_ROOMS_UPWARD = {("workers/child.py", "aa.router.patterns.engine")}
+
+
+def _imports(path: pathlib.Path, own: str, typing_too: bool) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, names) of each `from ... import` of *path* (a module of the
+    package *own*); those under `if TYPE_CHECKING:` only if *typing_too*."""
+    tree = ast.parse(path.read_text())
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            typing_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or (id(node) in typing_only and not typing_too):
+            continue
+        if node.level:
+            base = own.split(".")[: len(own.split(".")) - (node.level - 1)]
+            target = ".".join(base + (node.module.split(".") if node.module else []))
+        else:
+            target = node.module or ""
+        found.append((node.lineno, target, [a.name for a in node.names]))
+    return found
+
+
+def test_the_pattern_rooms_import_only_the_rooms_below_them():
+    """`aa.router.patterns` is split into rooms with one owner each (sandbox, predicates,
+    index, workers; the package docstring says what each holds), layered so that a room can
+    be read knowing only the rooms below it. Imports for type checking only may name a room
+    above (a kernel's `run` takes the index's `Bucket`, which holds the kernel's program)."""
+    folder = ROOT / "router" / "patterns"
+    rank = {f"aa.router.patterns.{room}": i for i, room in enumerate(PATTERN_ROOMS)}
+    offenders = []
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder)
+        if len(rel.parts) == 1:
+            continue  # the top may import every room
+        room = f"aa.router.patterns.{rel.parts[0]}"
+        assert room in rank, f"{rel.parts[0]}/ is a room missing from PATTERN_ROOMS"
+        own = ".".join(["aa.router.patterns", *rel.parent.parts])
+        for line, target, _ in _imports(path, own, typing_too=False):
+            if not target.startswith("aa.router.patterns.") or target.startswith(room):
+                continue
+            other = ".".join(target.split(".")[:4])
+            up = other not in rank or rank[other] > rank[room]
+            if up and (rel.as_posix(), target) not in PATTERN_ROOMS_UPWARD:
+                offenders.append(f"router/patterns/{rel}:{line} imports {target}")
+    assert not offenders, "\n".join(offenders)
+
+
+def _defined(path: pathlib.Path) -> set[str]:
+    """The names *path* defines at its top level (also under a top-level `if`/`try`)."""
+    names: set[str] = set()
+    body = list(ast.parse(path.read_text()).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                elts = t.elts if isinstance(t, ast.Tuple) else [t]
+                names.update(e.id for e in elts if isinstance(e, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try)):
+            body.extend(node.body + node.orelse)
+    return names
+
+
+#: The package folders whose modules take each name from where it is defined.
+DEFINED_WHERE_TAKEN = {"aa.router": "router", "aa.mesh": "mesh"}
+
+
+def test_names_are_imported_from_where_they_are_defined():
+    """In `aa.router` and `aa.mesh`, a name comes from the module that defines it (or from a
+    package's face), never through a module that merely imported it: `Bucket` from the
+    pattern index, not from the engine, which uses it."""
+    offenders = []
+    for top, folder in DEFINED_WHERE_TAKEN.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder)
+            own = ".".join([top, *rel.parent.parts])
+            for line, target, names in _imports(path, own, typing_too=True):
+                if not target.startswith(top + "."):
+                    continue
+                source = ROOT / folder / pathlib.Path(*target.split(".")[2:])
+                if source.is_dir() or not source.with_suffix(".py").is_file():
+                    continue  # a package's face re-exports on purpose; its __all__ is held above
+                defined = _defined(source.with_suffix(".py"))
+                for name in names:
+                    if name not in defined:
+                        offenders.append(f"{folder}/{rel}:{line} takes {name} from {target}")
+    assert not offenders, "\n".join(offenders)
+
+
 def test_core_public_api():
     import aa.client
     import aa.mesh
@@ -533,6 +704,7 @@ def test_every_subpackage_is_listed_for_non_editable_installs():
             / config["package-dir"][top]
             / pathlib.Path(*name[len(top) + 1 :].split(".") if name != top else ())
         )
-        assert (folder / "__init__.py").exists(), (
+        data_only = folder.is_dir() and not any(folder.glob("*.py"))  # e.g. http_api/static
+        assert (folder / "__init__.py").exists() or data_only, (
             f"{name} is listed but {folder} has no __init__.py"
         )

@@ -19,7 +19,7 @@ from aa.mesh import (
 from aa.mesh.interest import MAX_TYPES
 from aa.router import MeshConfig, Router, RouterConfig
 from aa.router.links import INTEREST_TOPIC, wants
-from aa.router.patterns import plans
+from aa.router.patterns.predicates import plans
 
 
 def test_the_plan_names_held_by_wants_are_the_pattern_rooms() -> None:

@@ -111,7 +111,7 @@ async def test_history_replay_matches_through_the_predicate_tier(tmp_path: Path)
                 for s in sources
             }
         got: dict[str, list[int]] = {s: [] for s in sources}
-        from aa.router.patterns.python_kernel import ExprProgram
+        from aa.router.patterns.sandbox.python_kernel import ExprProgram
 
         with mock.patch.object(ExprProgram, "run", side_effect=AssertionError("pattern code run")):
             for s in sources:

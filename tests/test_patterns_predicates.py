@@ -307,8 +307,8 @@ def fast_sources(draw: Any) -> str:
 @settings(max_examples=500, deadline=None)
 @given(fast_sources())
 def test_the_fast_path_reads_what_the_ast_path_reads(source: str) -> None:
-    from aa.router.patterns.fastpath import parse_conjunction
-    from aa.router.patterns.grammar import parse_predicate
+    from aa.router.patterns.predicates.fastpath import parse_conjunction
+    from aa.router.patterns.predicates.grammar import parse_predicate
 
     engine = PatternEngine(
         host=HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0),
@@ -428,9 +428,9 @@ def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: Patte
     import math
     import random
 
-    from aa.router.patterns import predicates as P
-    from aa.router.patterns.fastpath import parse_conjunction
-    from aa.router.patterns.flatplan import flat_plan
+    from aa.router.patterns.predicates import program as P
+    from aa.router.patterns.predicates.fastpath import parse_conjunction
+    from aa.router.patterns.predicates.flatplan import flat_plan
 
     rng = random.Random(1)
     for k in range(200):
@@ -501,7 +501,12 @@ def test_the_flat_planner_chooses_what_the_general_planner_chooses(engine: Patte
 def test_the_split_scan_reads_what_the_regular_expression_reads(
     tokens: list[str], sep: str
 ) -> None:
-    from aa.router.patterns.fastpath import _TOKEN, _UNUSUAL, _parse_spaced, _parse_tokens
+    from aa.router.patterns.predicates.fastpath import (
+        _TOKEN,
+        _UNUSUAL,
+        _parse_spaced,
+        _parse_tokens,
+    )
 
     source = sep.join(tokens)
     split = _parse_spaced(source)
@@ -529,8 +534,8 @@ def test_a_params_free_subscribe_read_and_planned_at_once_is_planned_as_in_two_s
     types all, on random sources of names (builtins, keywords too), operators, integers and
     a few oddities; and it is taken whenever the source is single-spaced names, operators
     and integers that `flat_plan` plans."""
-    from aa.router.patterns.fastpath import _UNUSUAL, _parse_spaced, parse_conjunction
-    from aa.router.patterns.flatplan import flat_plan, plan_spaced
+    from aa.router.patterns.predicates.fastpath import _UNUSUAL, _parse_spaced, parse_conjunction
+    from aa.router.patterns.predicates.flatplan import flat_plan, plan_spaced
 
     rng = random.Random(3)
     for k, source in enumerate(

@@ -89,7 +89,7 @@ def test_a_collection_during_an_evaluation_is_not_the_patterns_time() -> None:
     pattern was stopped for its 20 ms budget (found when an XPath test failed in one order
     of the suite: a 73 ms pass of the test process's heap). The budget subtracts the
     collector's time now; the same CPU spent by the pattern itself still stops it."""
-    from aa.router.patterns.budget import Budget
+    from aa.router.patterns.sandbox.budget import Budget
 
     budget = Budget(0.02, 10**6)
     heap = [[] for _ in range(1_500_000)]
@@ -101,7 +101,7 @@ def test_a_collection_during_an_evaluation_is_not_the_patterns_time() -> None:
     assert not budget.overran() and budget.violation is None
     # inside an XPath evaluation, whose profile hook checks the deadline in the collector's
     # own callbacks too
-    from aa.router.patterns.xpath_kernel import _timed
+    from aa.router.patterns.sandbox.xpath_kernel import _timed
 
     _timed(Harness().engine._sandbox, gc.collect)
     del heap

@@ -22,7 +22,7 @@ PERSIST = {"persist": True}
 def in_router(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every evaluation of pattern code in this (the router's) process, recorded: the
     worker processes are others, so this stays empty when nothing runs here."""
-    from aa.router.patterns import python_kernel, xpath_kernel
+    from aa.router.patterns.sandbox import python_kernel, xpath_kernel
 
     ran: list[str] = []
     for cls in (python_kernel.ScriptProgram, python_kernel.ExprProgram, xpath_kernel.XPathProgram):

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 from support import wait_for
 
-import aa.router.store.storewriter as writer_mod
+import aa.router.store.writer as writer_mod
 from aa.mesh import Event, InvalidPolicy, StoreFull, StoreUnavailable, UsageError
 from aa.router import ExpiryPolicy, StoreConfig
 from aa.router.store import EventStore
@@ -301,7 +301,7 @@ async def test_close_gives_up_loudly_when_the_database_stays_away(
 async def test_refused_rows_are_reported_and_the_rest_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import aa.router.store.storesql as sql
+    import aa.router.store.sql as sql
 
     real_pack = sql.pack
 

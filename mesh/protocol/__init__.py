@@ -3,7 +3,7 @@
 One frame is a 4-byte big-endian length and one msgpack map with a `kind` (`codec`);
 the kinds are frozen dataclasses registered by the modules here: client and router
 (`messages`), router to router (`peering`), the mesh summary (`meshinfo`), store and
-caches (`storage_messages`), quenching (`quench_messages`). Importing this package
+caches (`cache_messages`), quenching (`quench_messages`). Importing this package
 registers every kind, so a `Connection` decodes all of them.
 
 No sockets, no asyncio: bytes in, messages out.
@@ -11,6 +11,27 @@ No sockets, no asyncio: bytes in, messages out.
 
 from __future__ import annotations
 
+from .cache_messages import (
+    CACHE_ANSWERS,
+    CACHE_REQUESTS,
+    DEFAULT_CACHE_TIMEOUT,
+    MAX_ANSWER_EVENTS,
+    MAX_CACHE_TIMEOUT,
+    CacheAck,
+    CacheAnswer,
+    CacheClear,
+    Cached,
+    CacheDone,
+    CacheEvents,
+    CacheFetch,
+    CacheKeepalive,
+    CachePolicy,
+    CacheRegister,
+    CacheRemove,
+    CacheRequest,
+    GetCached,
+    GetCacheInfo,
+)
 from .codec import (
     IN_PROGRESS,
     MAX_FRAME_BYTES,
@@ -59,8 +80,6 @@ from .messages import (
     Update,
     Updated,
     Welcome,
-    event_from_wire,
-    event_to_wire,
     register,
 )
 from .peering import (
@@ -87,27 +106,7 @@ from .quench_messages import (
     declared_needs,
     with_needs,
 )
-from .storage_messages import (
-    DEFAULT_CACHE_TIMEOUT,
-    MAX_ANSWER_EVENTS,
-    MAX_CACHE_TIMEOUT,
-    STORAGE_ANSWERS,
-    STORAGE_REQUESTS,
-    CacheAck,
-    CacheClear,
-    Cached,
-    CacheDone,
-    CacheEvents,
-    CacheFetch,
-    CacheKeepalive,
-    CachePolicy,
-    CacheRegister,
-    CacheRemove,
-    GetCached,
-    GetCacheInfo,
-    StorageAnswer,
-    StorageRequest,
-)
+from .wire_events import event_from_wire, event_to_wire
 
 __all__ = [
     "Ack",
@@ -174,10 +173,10 @@ __all__ = [
     "QuenchNotice",
     "Quenched",
     "Routers",
-    "STORAGE_ANSWERS",
-    "STORAGE_REQUESTS",
-    "StorageAnswer",
-    "StorageRequest",
+    "CACHE_ANSWERS",
+    "CACHE_REQUESTS",
+    "CacheAnswer",
+    "CacheRequest",
     "Subscribe",
     "Subscribed",
     "Unquench",

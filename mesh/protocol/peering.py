@@ -69,7 +69,8 @@ from ..event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
 from ..flood import MAX_PATH_LENGTH, check_flood_meta
 from ..values import Values, check_values
 from .codec import pack, pack_events, unpack
-from .messages import Message, event_from_wire, register, unchecked
+from .messages import Message, register, unchecked
+from .wire_events import event_from_wire
 
 __all__ = [
     "KnownRouter",

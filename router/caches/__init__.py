@@ -2,9 +2,9 @@
 
 Owns: the mesh cache (`MeshCache`: the newest events this router dispatched, opt-out per
 event, asked for explicitly, never written to disk) and the client caches (`ClientCaches`,
-one router's copy, its shared logs in `cachelog`; `ClientCacheService`, kept in step across
+one router's copy, its shared logs in `grouplog`; `ClientCacheService`, kept in step across
 the mesh by flooded control messages with keep-alives, and repaired by anti-entropy with each
-peer, `CacheSync`; client requests in `cacherequests`), with their settings (`CacheConfig`)
+peer, `CacheSync`; client requests in `requests`), with their settings (`CacheConfig`)
 and the index of client cache patterns (`CacheIndex`).
 
 Does not own: persistence (`aa.router.store`, whose `ExpiryPolicy` the caches share), the
@@ -12,12 +12,9 @@ flood itself (`aa.router.links`), or how dispatched events are collected for the
 once per batch (`aa.router.sinks`).
 """
 
-from .cacheconfig import CACHE_SWEEP_INTERVAL, CACHE_SYNC_INTERVAL, CacheConfig
-from .cacheindex import CacheIndex, equality_of
-from .cacherequests import cache_key, owner_of
-from .cacheservice import CACHE_TOPIC, ClientCacheService
-from .cachesync import CACHE_SYNC_TOPIC, CacheSync
 from .clientcaches import MAX_CLIENT_CACHES, MAX_EVENTS_PER_CACHE, CacheInfo, ClientCaches, Fetched
+from .config import CACHE_SWEEP_INTERVAL, CACHE_SYNC_INTERVAL, CacheConfig
+from .index import CacheIndex, equality_of
 from .meshcache import (
     MESH_CACHE_MAX_BYTES,
     MESH_CACHE_MAX_EVENTS,
@@ -25,6 +22,9 @@ from .meshcache import (
     approx_size,
     encode_events,
 )
+from .requests import cache_key, owner_of
+from .service import CACHE_TOPIC, ClientCacheService
+from .sync import CACHE_SYNC_TOPIC, CacheSync
 
 __all__ = [
     "CACHE_SWEEP_INTERVAL",

@@ -25,7 +25,7 @@ longest age (members with no limit count as `max_events_per_cache`, and never mo
 that, so a peer cannot make a cache grow without end). Entries every member has
 acknowledged are dropped by `expire(now)`.
 
-Order (what lets replicas converge, `aa.router.caches.cachesync`). A log is kept in one
+Order (what lets replicas converge, `aa.router.caches.sync`). A log is kept in one
 order that every router computes alike: the event's time stamp (set by the router the event
 entered the mesh at; `now` for an event without one), then the id (shorter first, so the
 ``prefix-counter`` ids of one publisher's batch, which share a time stamp, keep their
@@ -66,7 +66,7 @@ from aa.mesh import (
 )
 
 from ..store import ExpiryPolicy
-from .cachelog import Group, Mark, Member, entry_mark, entry_seq, entry_time, mark_of, time_of
+from .grouplog import Group, Mark, Member, entry_mark, entry_seq, entry_time, mark_of, time_of
 
 __all__ = [
     "ClientCaches",

@@ -2,7 +2,7 @@
 as Hive-partitioned Parquet files that Spark (and pyarrow, pandas, DuckDB) read natively.
 
 Owns: the router's side (`EventLog`: rows collected per batch, handed to a writer process),
-the writer process (`logprocess`, `logwriter`: Parquet files, rotation, bounds), the row
+the writer process (`process`, `writer`: Parquet files, rotation, bounds), the row
 layout (`SCHEMA`, `build_table`) and the lossless text of values (`encode_value`,
 `decode_value`, `encode_json`, `decode_json`).
 
@@ -10,11 +10,11 @@ Does not own: the mining job that reads the log (`aa.tools.mining`), or when eve
 collected for it (`aa.router.sinks`, once per batch, sharing the mesh cache's encoding).
 """
 
-from .eventlog import EVENTLOG_DIR, EventLog, EventLogConfig, EventLogStats
-from .logcodec import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
-from .logprocess import RESTART_DELAY, STOP_TIMEOUT, WRITER_NICE, WriterProcess
-from .logtable import SCHEMA, build_table
-from .logwriter import Chunk, Writer, safe_name
+from .codec import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
+from .process import RESTART_DELAY, STOP_TIMEOUT, WRITER_NICE, WriterProcess
+from .recorder import EVENTLOG_DIR, EventLog, EventLogConfig, EventLogStats
+from .table import SCHEMA, build_table
+from .writer import Chunk, Writer, safe_name
 
 __all__ = [
     "Chunk",

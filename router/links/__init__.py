@@ -12,15 +12,15 @@ events a flood brings (`aa.router.dispatch`), when a publish is acknowledged
 (`aa.router.acks`).
 """
 
-from .dialer import MAX_CONCURRENT_DIALS, Dialer
-from .interests import INTEREST_TOPIC, InterestService
-from .linkconfig import (
+from .config import (
     MAX_PEER_BACKLOG,
     PEER_KEEPALIVE,
     ROUTER_INFO_INTERVAL,
     ROUTINGS,
     MeshConfig,
 )
+from .dialer import MAX_CONCURRENT_DIALS, Dialer
+from .interests import INTEREST_TOPIC, InterestService
 from .meshservice import MAX_ALTERNATIVES, MAX_PEER_LINKS, MeshService
 from .meshview import ROUTER_INFO_TOPIC, MeshView
 from .peerlink import LinkOwner, PeerLink

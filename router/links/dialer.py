@@ -39,7 +39,7 @@ from aa.mesh import (
 )
 from aa.mesh.protocol import MAX_KNOWN_ROUTERS, PROTOCOL_VERSION
 
-from .linkconfig import MeshConfig
+from .config import MeshConfig
 
 __all__ = ["Dialer", "MAX_CONCURRENT_DIALS", "SAVE_DELAY", "fill_host"]
 

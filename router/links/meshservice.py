@@ -47,9 +47,9 @@ from aa.mesh import (
 from aa.mesh.protocol import MESH_PROTOCOL_VERSION, FloodGroup, MeshInfo, Ping
 
 from ..seams import Dispatch, RouterFacts
+from .config import MeshConfig
 from .dialer import Dialer, fill_host
 from .interests import InterestService
-from .linkconfig import MeshConfig
 from .meshview import ROUTER_INFO_TOPIC, MeshView
 from .peerlink import PeerLink
 from .relay import ControlCallback, Relay

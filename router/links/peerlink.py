@@ -66,7 +66,7 @@ from aa.mesh.protocol import (
     Pong,
 )
 
-from .linkconfig import MeshConfig
+from .config import MeshConfig
 
 __all__ = ["PeerLink", "LinkOwner"]
 

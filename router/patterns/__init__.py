@@ -1,5 +1,6 @@
-"""aa.router.patterns — the pattern engine of a router (Å §4.3): kernels, the sandbox, and
-shared pattern instances.
+"""aa.router.patterns — the pattern engine of a router (Å §4.3): shared pattern instances
+and their three tiers (predicates the router evaluates itself, pattern code in worker
+processes, pattern code in the sandbox).
 
 >>> from datetime import datetime, timezone
 >>> from aa.mesh import Event, PatternSpec
@@ -10,17 +11,34 @@ shared pattern instances.
 >>> [key for key, ev in engine.match(Event(values={"Temperature": 101, "Sensor": "lab3"}))]
 ['alice']
 
-Two tiers
----------
-- **predicate**: a `python`/`expr` pattern inside the closed grammar of `grammar.py`
-  (comparisons of event values, `type`, `meta["k"]` and params with constants, chained;
-  `and`/`or`/`not`; `in` over constants; bounded arithmetic; `startswith`, `endswith`,
-  `lower`, `upper`, `len`; `"X" in event`) is compiled from the AST into closures the
-  router evaluates itself, with the kernel's semantics, and filed in the index of
-  `index.py` (access predicates, Fabret et al. 2001 / BE-Tree): an event costs the
+Three tiers
+-----------
+- **predicate** (`PREDICATE_TIER`): a `python`/`expr` pattern inside the closed grammar
+  (`predicates/`: comparisons of event values, `type`, `meta["k"]` and params with
+  constants, chained; `and`/`or`/`not`; `in` over constants; bounded arithmetic;
+  `startswith`, `endswith`, `lower`, `upper`, `len`; `"X" in event`) is compiled from the
+  AST into closures the router evaluates itself, with the kernel's semantics, and filed in
+  the index (`index/`: access predicates, Fabret et al. 2001 / BE-Tree): an event costs the
   candidates its fields select, not one evaluation per distinct pattern.
-- **sandbox**: scripts, XPath and expressions outside the grammar: pattern code, run in
-  the sandbox for every event. `PatternEngine.tier(spec)` tells which.
+- **worker** (`WORKER_TIER`): scripts, XPath and expressions outside the grammar, in a
+  router: pattern code, run for every event in sandbox worker processes (`workers/`).
+- **sandbox** (`SANDBOX_TIER`): the same pattern code run in the engine's own process, in
+  the sandbox (`sandbox/`), where no worker tier is used (`isolation="in-process"`, or an
+  engine used without a running event loop). `PatternEngine.tier(spec)` tells which.
+
+Rooms
+-----
+Each sub-package has one owner and imports only the rooms before it in this list (held by
+`tests/test_exports.py`):
+
+- `sandbox/`: pattern code in the router's process: the `python` and `xpath` kernels, the
+  budget, guards, compiler, module proxies and views that confine them, the engine's limits
+  and host facts, and run-time errors;
+- `predicates/`: the predicate tier: the grammar, the fast path, plans and the program;
+- `index/`: the engine's instances and buckets, and the predicate index over them;
+- `workers/`: the worker tier (its child process alone imports the engine it runs);
+- at the top, `engine.py` (`PatternEngine`), `patternset.py` (`PatternSet`), `advice.py`
+  and `scope.py`, which may use every room.
 
 `PatternSet` matches non-subscriber patterns (client caches, HTTP patterns) through the same
 index; `PatternEngine.keys_matching(prototype)` finds the subscribers a quench prototype
@@ -46,7 +64,7 @@ Kernels and formats
   values of the same name (read such a value as `event["state"]`). A run that raises
   forwards nothing.
 - `xpath`/`expr`: XPath 2.0 over the event as XML, params as `$variables`
-  (mapping in `xpath_kernel`).
+  (mapping in `sandbox/xpath_kernel.py`).
 
 Decisions
 ---------
@@ -66,7 +84,7 @@ Decisions
   `on_failure(keys, code, message)` is called after the event is matched, with code
   `pattern-timeout`, `pattern-memory` or `pattern-forbidden`. Refusals at subscribe time
   raise `PatternError` with code `pattern-compile` or `pattern-refused`.
-- **Run-time errors** (`runerrors.py`): an error in pattern code is no match, and is also
+- **Run-time errors** (`sandbox/runerrors.py`): an error in pattern code is no match, and is also
   told to the bucket's subscribers through `on_errors(keys, ErrorNotice)`, at most once a
   second, counting the rest; a missing value (a NameError of a name not called) is not an
   error; a bucket whose last 1,000 runs all raised is stopped with code `pattern-errors`.
@@ -78,8 +96,9 @@ Decisions
   match if they forward anything to anyone; `needs_names=True` also requires the pattern to
   mention one of the prototype's value names.
 
-The sandbox, and what it does not cover, is described in `budget.py` (time), `guards.py`
-(memory), `compiler.py` (compile-time rules), `calls.py` and `modules.py` (what is reachable).
+The sandbox, and what it does not cover, is described in `sandbox/budget.py` (time),
+`sandbox/guards.py` (memory), `sandbox/compiler.py` (compile-time rules), `sandbox/calls.py`
+and `sandbox/modules.py` (what is reachable).
 Known limits of the sandbox alone: a single C-level call on adversarial but size-capped
 data (sorting a million big equal strings, a catastrophic regular expression in `re` or
 XPath `matches()`, `str()` of a container reached through an alias such as `map(str, ...)`)
@@ -89,10 +108,10 @@ system bounds memory and the router kills a call that does not return.
 """
 
 from .advice import pattern_warnings
-from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
-from .limits import Delivery, HostFacts, SandboxLimits
+from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, PatternEngine
+from .index import Matcher
 from .patternset import PatternSet
-from .runerrors import ErrorNotice
+from .sandbox import Delivery, ErrorNotice, HostFacts, SandboxLimits
 from .scope import admits, scope_filter
 from .workers import WorkerConfig
 

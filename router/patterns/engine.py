@@ -9,7 +9,7 @@ Structure (see the package docstring for the decisions)::
                        └─ context: kernel-prepared globals/variables
 
 Each bucket is *placed* when created and unplaced when dropped: a predicate-tier bucket in
-the index (`index.py`, its plan from `predicates.py`), any other on the scan list. `match`
+the index (`index/`, its plan from `predicates/program.py`), any other on the scan list. `match`
 asks the index for the predicate buckets the event matches (each evaluated at most once per
 event: a stamp per match call), runs every scan-list bucket, and delivers to the members of
 the matching buckets sorted by subscription order. A parametric `update` unplaces and
@@ -17,7 +17,7 @@ re-places one bucket between two `match` calls. A `SandboxStop` from any bucket 
 whole instance: its subscribers are removed, their deliveries for this event dropped, and
 `on_failure` is called once per instance after the walk, so the callback may freely call
 back into the engine. Run-time errors of pattern code are counted per bucket by the kernels
-and told, rate-limited, through `on_errors` after the event (`runerrors.py`); a bucket that
+and told, rate-limited, through `on_errors` after the event (`sandbox/runerrors.py`); a bucket that
 only errs is stopped like any other, with code `pattern-errors`.
 """
 
@@ -32,11 +32,12 @@ from typing import Any
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
 from .advice import pattern_warnings
-from .buckets import (
+from .index import (
     Bucket,
     Instance,
     Matcher,
     Member,
+    PredicateIndex,
     add_bucket,
     add_member,
     copy_state,
@@ -47,16 +48,20 @@ from .buckets import (
     rekey_bucket,
     shared_strings,
 )
-from .budget import SandboxStop
-from .fastpath import parse_conjunction
-from .flatplan import plan_spaced
-from .grammar import parse_predicate
-from .index import PredicateIndex
-from .limits import Delivery, HostFacts, SandboxLimits
-from .predicates import Plan, PredicateProgram
-from .python_kernel import ExprProgram, ScriptProgram
-from .runerrors import ERRORS_CODE, ErrorNotice
-from .sandbox import Sandbox
+from .predicates import Plan, PredicateProgram, parse_conjunction, parse_predicate, plan_spaced
+from .sandbox import (
+    ERRORS_CODE,
+    Delivery,
+    ErrorNotice,
+    ExprProgram,
+    HostFacts,
+    Sandbox,
+    SandboxLimits,
+    SandboxStop,
+    ScriptProgram,
+    XmlCache,
+    XPathProgram,
+)
 from .scope import scope_filter
 from .workers import (
     MAX_STOP_MESSAGE,
@@ -67,9 +72,8 @@ from .workers import (
     deliver_each,
     prechecked,
 )
-from .xpath_kernel import XmlCache, XPathProgram
 
-__all__ = ["PatternEngine", "Bucket", "Matcher", "PREDICATE_TIER", "WORKER_TIER", "SANDBOX_TIER"]
+__all__ = ["PatternEngine", "PREDICATE_TIER", "WORKER_TIER", "SANDBOX_TIER"]
 
 Program = PredicateProgram | ExprProgram | ScriptProgram | XPathProgram | RemoteProgram
 
@@ -411,7 +415,7 @@ class PatternEngine:
         expressions the delivered event is *event* itself; for scripts, what they forwarded.
         Patterns the sandbox stops are removed and reported through `on_failure`.
 
-        Predicate-tier buckets come from the index (`index.py`): only the candidates the
+        Predicate-tier buckets come from the index (`index/`): only the candidates the
         event's fields select are evaluated. Every other bucket is run once per event."""
         self._stamp += 1
         pool = self._tier.pool
@@ -458,7 +462,8 @@ class PatternEngine:
 
     def tier(self, spec: PatternSpec) -> str:
         """The tier *spec* lands in: `PREDICATE_TIER` ("predicate": evaluated by the router
-        itself and indexed) or `SANDBOX_TIER` ("sandbox": pattern code). Does not subscribe;
+        itself and indexed), `WORKER_TIER` ("worker": pattern code in a worker process) or
+        `SANDBOX_TIER` ("sandbox": pattern code in this process). Does not subscribe;
         a pattern that does not compile is "sandbox" (subscribing it raises)."""
         instance = self._instances.get((spec.kernel, spec.format, spec.source))
         if instance is not None:

@@ -7,7 +7,7 @@ history queries), matched against an event all at once through the predicate ind
 
 Client caches use it (`aa.router.caches.CacheIndex`): every predicate-tier pattern is found
 through its access predicate (equality, `in`, ranges, intervals, prefixes, presence; see
-`index.py`), any other pattern is evaluated per event by its standalone matcher
+`index/predicate_index.py`), any other pattern is evaluated per event by its standalone matcher
 (`PatternEngine.matcher`). Same answers as calling each matcher. A pattern the sandbox stops
 answers no more and is listed in `stopped`.
 """
@@ -23,7 +23,8 @@ from .index import PredicateIndex
 from .predicates import PredicateProgram
 
 if TYPE_CHECKING:
-    from .engine import Bucket, Matcher, PatternEngine
+    from .engine import PatternEngine
+    from .index import Bucket, Matcher
 
 __all__ = ["PatternSet"]
 

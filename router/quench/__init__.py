@@ -10,8 +10,7 @@ Does not own: matching a prototype against a subscription (the pattern engine's
 (`aa.router.links`).
 """
 
-from .quenchconfig import MAX_QUENCH_TIMEOUT, MAX_QUENCHES_PER_CLIENT, QuenchConfig
-from .quenching import QUENCH_TOPIC, QuenchService
+from .config import MAX_QUENCH_TIMEOUT, MAX_QUENCHES_PER_CLIENT, QuenchConfig
 from .registrations import (
     MAX_REGISTRATIONS,
     Change,
@@ -20,6 +19,7 @@ from .registrations import (
     parse_registrations,
     parse_report,
 )
+from .service import QUENCH_TOPIC, QuenchService
 
 __all__ = [
     "Change",

@@ -24,7 +24,7 @@ from .antientropy import (
     parse_digest,
     parse_ids,
 )
-from .eventstore import MAX_STORED_TYPE_LENGTH, STORE_FILE, EventStore, StoreConfig, StoreStats
+from .eventstore import MAX_STORED_TYPE_LENGTH, STORE_FILE, EventStore, StoreConfig
 from .expiry import (
     META_MAX_AGE,
     META_MAX_COUNT,
@@ -37,8 +37,9 @@ from .expiry import (
     wants_mesh_cache,
 )
 from .history import MAX_HELD, HistoryReplay, Hold, check_history
-from .storeservice import StoreService, check_persistable
+from .service import StoreService, check_persistable
 from .sync import SYNC_TOPIC, StoreSync, digest_of
+from .writer import StoreStats
 
 __all__ = [
     "EXCHANGE_TIMEOUT",

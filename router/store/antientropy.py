@@ -1,5 +1,5 @@
 """Anti-entropy, sans I/O: the digests, comparisons and bounds that the store's sync
-(`aa.router.store.sync`) and the client caches' sync (`aa.router.caches.cachesync`) share. No
+(`aa.router.store.sync`) and the client caches' sync (`aa.router.caches.sync`) share. No
 socket, no asyncio, no clock: callers pass `now` in and send what these functions return.
 
 A *digest* maps a bucket key (a (type, hour) of the store, a client cache) to (number of

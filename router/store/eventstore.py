@@ -5,7 +5,7 @@ Every router stores every persisted event it dispatches (events flood, so each i
 replicated at every router); a second copy of an id is ignored. The store runs over
 SQLAlchemy 2.x: SQLite in the router's data folder by default, any SQLAlchemy URL
 (``postgresql+psycopg://…``) otherwise. The schema and the durability reasoning are in
-`aa.router.store.storesql`.
+`aa.router.store.sql`.
 
 The way an event goes::
 
@@ -30,7 +30,7 @@ filtered out of every query in between, so a query never returns an expired even
 merged in), so a subscriber that registers a moment after an event was dispatched finds
 it in the history rather than in neither the history nor the live stream.
 
-The writer thread and its rules are in `aa.router.store.storewriter`.
+The writer thread and its rules are in `aa.router.store.writer`.
 """
 
 from __future__ import annotations
@@ -48,11 +48,19 @@ from typing import Any, Final, Literal, TypeVar
 
 import sqlalchemy as sa
 
-from aa.mesh import MAX_ID_LENGTH, Event, InvalidPolicy, UsageError
+from aa.mesh import (
+    MAX_ID_LENGTH,
+    Event,
+    InvalidPolicy,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    UsageError,
+)
 
 from .expiry import ExpiryPolicy, event_time
-from .storesql import Row, delete_expired, make_engine, metadata, read_chunk
-from .storewriter import StoreError, StoreFull, StoreStats, StoreUnavailable, Writer, to_us
+from .sql import Row, delete_expired, make_engine, metadata, read_chunk
+from .writer import StoreStats, Writer, to_us
 
 __all__ = [
     "EventStore",
@@ -126,7 +134,7 @@ class StoreConfig:
     retry_min: float = DEFAULT_RETRY_MIN
     #: Longest wait between retries, in seconds.
     retry_max: float = DEFAULT_RETRY_MAX
-    #: SQLite only: FULL survives power loss, NORMAL only a crashed process (see storesql).
+    #: SQLite only: FULL survives power loss, NORMAL only a crashed process (see sql.py).
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
     #: Seconds between two anti-entropy exchanges with each peer router (also run when a
     #: link comes up; `aa.router.store.sync`); 0 for only when links come up.
@@ -279,7 +287,7 @@ class EventStore:
         """Queue *event* for writing under *policy*; returns its sequence number.
 
         *repaired*: the event came by anti-entropy and yields to a live copy of its id
-        (`aa.router.store.storesql`). The event's age counts from its ``time`` stamp, or from *now*
+        (`aa.router.store.sql`). The event's age counts from its ``time`` stamp, or from *now*
         (default: the clock) when it has none. Raises `StoreFull` when `max_pending` events already
         wait, `UsageError` for an event without id, an id or type the store cannot hold, a count
         limit on an untyped event (`InvalidPolicy`), or a store not started or closed.
@@ -462,7 +470,7 @@ class EventStore:
             after = rows[-1][0]
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """`fn(engine, *args, **kwargs)` on a worker thread (a statement of `storesql`).
+        """`fn(engine, *args, **kwargs)` on a worker thread (a statement of `sql.py`).
         Raises `StoreUnavailable` when it fails."""
         engine = self._need_engine()
         try:

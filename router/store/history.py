@@ -49,7 +49,7 @@ from ..seams import Dispatch, Subscriber
 from .answers import check_since
 
 if TYPE_CHECKING:
-    from .storeservice import StoreService
+    from .service import StoreService
 
 __all__ = ["HistoryReplay", "Hold", "check_history", "MAX_HELD", "REPLAY_CHUNK"]
 

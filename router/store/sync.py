@@ -27,7 +27,7 @@ that sent it), and its events pass the checks a flooded event passes (well forme
 a policy the store can keep). On an open mesh any peer may flood any event (docs/security.md),
 and sync grants nothing more: in particular a repaired copy never
 displaces a live event — it is stored *as repaired* and the live event of its id, when the
-flood brings it, replaces it (`aa.router.store.storesql`), so a copy sent ahead under an id
+flood brings it, replaces it (`aa.router.store.sql`), so a copy sent ahead under an id
 predicted from a publisher's last one cannot make that publisher's events vanish. The store ignores
 an id it has already, so a repair that races a late flood copy stores nothing twice. Expiry runs on
 each router's clock and count limits keep the newest of a type on each side: an event one side has
@@ -74,10 +74,10 @@ from .antientropy import (
     slices_for,
 )
 from .eventstore import EventStore
-from .storesql import read_by_ids, read_keys
+from .sql import read_by_ids, read_keys
 
 if TYPE_CHECKING:
-    from .storeservice import StoreService
+    from .service import StoreService
 
 __all__ = ["StoreSync", "SYNC_TOPIC", "digest_of", "MAX_SYNC_IDS", "SYNC_IDS_PART"]
 

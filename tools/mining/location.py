@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LocationConfig", "mine_location", "scans", "fixed_sum", "RADIOS_SCHEMA"]
 
-#: How the ``Radios`` list of a scan is read (typed JSON, see `aa.router.eventlog.logcodec`).
+#: How the ``Radios`` list of a scan is read (typed JSON, see `aa.router.eventlog.codec`).
 RADIOS_SCHEMA = "array<struct<Id:string,Name:string,Rssi:double>>"
 #: Units the sums of signals (dB) and positions (m) are taken in (see `fixed_sum`): far
 #: finer than a radio or a position is measured, coarse enough that a sum of a billion

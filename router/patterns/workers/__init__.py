@@ -11,7 +11,7 @@ stuck past it (`pool.py`).
 
 How the engine uses it::
 
-    PatternEngine.subscribe ─► tier? (outside the predicate grammar: `grammar.py`)
+    PatternEngine.subscribe ─► tier? (outside the predicate grammar: `predicates/grammar.py`)
         router:  compiled and matched in-process
         worker:  pre-compiled in the router if short Python (`prechecked`: an
                  immediate refusal), then
@@ -78,8 +78,8 @@ subscribers are told how many (`missed_each`: a client gets a `Missed(count)` fr
 slow reader does), never unbounded memory in the router.
 """
 
+from .config import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .hooks import RemoteMatcher, RemoteProgram, deliver_each, missed_each, prechecked
-from .limits import MAX_STOP_MESSAGE, PRECHECK_MAX_SOURCE, WorkerConfig
 from .pool import WorkerPool
 from .tier import ISOLATIONS, WorkerTier
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from aa.mesh.protocol import pack, unpack
 
-from ..limits import MAX_STATE_DEPTH
+from ..sandbox import MAX_STATE_DEPTH
 
 __all__ = ["MAX_CARRIED_NODES", "NotPortable", "dump_state", "load_state"]
 

@@ -33,12 +33,11 @@ from typing import Any
 from aa.mesh import Event, PatternError, PatternSpec, UsageError
 from aa.mesh.protocol import event_to_wire, pack, unpack
 
-from ..buckets import Member
-from ..budget import MEMORY, TIMEOUT, SandboxStop
-from ..engine import Matcher, PatternEngine
-from ..limits import HostFacts, SandboxLimits
+from ..engine import PatternEngine
+from ..index import Matcher, Member
+from ..sandbox import MEMORY, TIMEOUT, HostFacts, SandboxLimits, SandboxStop
 from .carry import NotPortable, dump_state, load_state
-from .limits import MAX_STOP_MESSAGE, lock_down
+from .config import MAX_STOP_MESSAGE, lock_down
 from .slots import MATCHER
 from .wire import SLOT, SLOT_BYTES, FrameReader, encode
 

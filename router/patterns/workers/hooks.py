@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from aa.mesh import Event, PatternSpec
 
-from ..buckets import Bucket, Matcher
-from .limits import PRECHECK_MAX_SOURCE
+from ..index import Bucket, Matcher
+from .config import PRECHECK_MAX_SOURCE
 from .slots import MATCHER
 
 if TYPE_CHECKING:

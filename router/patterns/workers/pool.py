@@ -21,11 +21,9 @@ from typing import Any
 from aa.mesh import Event, PatternSpec, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire, pack, unpack
 
-from ..buckets import freeze
-from ..limits import HostFacts, SandboxLimits
-from ..runerrors import MAX_ERROR_TEXT, MAX_LINE_TEXT, ErrorNotice
-from .hooks import missed_each
-from .limits import (
+from ..index import freeze
+from ..sandbox import MAX_ERROR_TEXT, MAX_LINE_TEXT, ErrorNotice, HostFacts, SandboxLimits
+from .config import (
     MAX_BACKLOG_EVENTS,
     MAX_BATCH_EVENTS,
     MAX_STOP_MESSAGE,
@@ -33,6 +31,7 @@ from .limits import (
     WATCH_INTERVAL,
     WorkerConfig,
 )
+from .hooks import missed_each
 from .probation import Probation, count
 from .process import ROUTER_DIR, ZYGOTE_BOOT, WorkerProcess
 from .slots import SUBSCRIBER, Inst, Probe, Slot, Sub, close_result, join_answers
@@ -55,7 +54,7 @@ MAX_NOTICES_PER_REPLY = 10_000
 class WorkerPool(Probation):
     """Worker-tier patterns of one router. `deliver(items)` gets each reply's deliveries,
     in order; `on_stop(keys, code, message)` gets the subscribers of a stopped pattern;
-    `on_errors(keys, notice)` gets the subscribers of a pattern that raised (`runerrors.py`:
+    `on_errors(keys, notice)` gets the subscribers of a pattern that raised (`sandbox/runerrors.py`:
     counted and rate-limited in the worker); `on_missed(keys, count)` gets the subscribers of
     a worker that dropped *count* events
     unmatched (its backlog was full, or it died twice on a batch): `hooks.missed_each` tells

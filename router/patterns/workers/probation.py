@@ -34,12 +34,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..buckets import freeze
+from ..index import freeze
 from .slots import SUBSCRIBER, Inst, Slot, Sub
 from .wire import encode
 
 if TYPE_CHECKING:
-    from .limits import WorkerConfig
+    from .config import WorkerConfig
 
 __all__ = ["Probation", "count"]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from aa.mesh import Event, PatternSpec, UsageError
 
-from ..buckets import Bucket, Instance, freeze
-from ..limits import HostFacts, SandboxLimits
+from ..index import Bucket, Instance, freeze
+from ..sandbox import HostFacts, SandboxLimits
+from .config import WorkerConfig
 from .hooks import RemoteMatcher, RemoteProgram
-from .limits import WorkerConfig
 from .pool import Deliveries, WorkerPool
 
 __all__ = ["WorkerTier", "ISOLATIONS"]

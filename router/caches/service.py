@@ -23,7 +23,7 @@ op              effect on every other router
 Every change carries the cache's *version* (``version``) and acks and clears its *floor*
 (``mark``: a place in the cache's order), so a flood that arrives late or twice changes
 nothing, and a router that missed floods catches up by anti-entropy
-(`aa.router.caches.cachesync`: on link-up and every `CacheConfig.sync_interval`). Times are
+(`aa.router.caches.sync`: on link-up and every `CacheConfig.sync_interval`). Times are
 wall-clock seconds: an event's age is its time stamp's.
 
 Expiry is never flooded: each router removes a cache whose keep-alive lapsed on its own
@@ -45,7 +45,7 @@ event. Fetching more than was acknowledged is always safe; the client de-duplica
 Matching: each distinct pattern is compiled once into a `PatternEngine.matcher` shared by
 every cache with that pattern, evaluated once per event for all of them; and patterns of the
 form ``Name == constant`` — most client caches: "my device's events" — are not evaluated at
-all but looked up (`aa.router.caches.cacheindex`), so 1,000 caches cost a dictionary lookup per
+all but looked up (`aa.router.caches.index`), so 1,000 caches cost a dictionary lookup per
 event plus one evaluation per distinct pattern of any other form. The caches' sink is
 attached to dispatch only while at least one cache exists.
 """
@@ -70,14 +70,17 @@ from aa.mesh import (
     UnknownCache,
     UsageError,
 )
-from aa.mesh.protocol import StorageRequest
+from aa.mesh.protocol import CacheRequest
 
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
-from .cacheconfig import CacheConfig
-from .cacheindex import CacheIndex
-from .cacherequests import MAX_ANSWER_BACKLOG, _policy_body, handle_request, marked  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)
-from .cachesync import (
+from .clientcaches import CacheInfo, ClientCaches, Fetched
+from .config import CacheConfig
+from .grouplog import Mark
+from .index import CacheIndex
+from .meshcache import MeshCache
+from .requests import MAX_ANSWER_BACKLOG, _policy_body, handle_request, marked  # noqa: F401 (MAX_ANSWER_BACKLOG: its old home)
+from .sync import (
     CACHE_SYNC_TOPIC,
     DIGEST_MIN_GAP,
     ZERO,
@@ -86,8 +89,6 @@ from .cachesync import (
     parse_version,
     wire_mark,
 )
-from .clientcaches import CacheInfo, ClientCaches, Fetched, Mark
-from .meshcache import MeshCache
 
 __all__ = ["ClientCacheService", "CACHE_TOPIC", "KEEPALIVE_FLOOD_FRACTION"]
 
@@ -555,7 +556,7 @@ class ClientCacheService:
         """Mesh-cached events *pattern* matches (time at or after *since*), oldest first, at
         most *limit*; marked historical. With *receives*, the pattern sees only the events
         of the types it admits (the asking user's): they are left out before it runs. For
-        pattern code, which runs only in a worker, an awaitable of them (`cacherequests`
+        pattern code, which runs only in a worker, an awaitable of them (`requests.py`
         answers it when the worker has). Raises `PatternError`, `UsageError`."""
         since = check_since(since)
         if self.mesh_cache is None:
@@ -589,12 +590,12 @@ class ClientCacheService:
     def handle_request(
         self,
         session: ClientPort,
-        msg: StorageRequest,
+        msg: CacheRequest,
         *,
         owner: str | None = None,
         receives: Callable[[str | None], bool] | None = None,
     ) -> None:
         """A storage request of *session*'s client: the mesh cache (`GetCached`), or its own
         client cache (*owner*'s for the session's client id); only what *receives* admits
-        is answered. See `aa.router.caches.cacherequests`."""
+        is answered. See `aa.router.caches.requests`."""
         handle_request(self, session, msg, owner=owner, receives=receives)

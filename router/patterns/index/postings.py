@@ -1,4 +1,4 @@
-"""The posting lists of the predicate index (`index.py`): which entries a key holds.
+"""The posting lists of the predicate index (`predicate_index.py`): which entries a key holds.
 
 An entry is one conjunction of one bucket; a posting is the entries filed under one key
 (an equality's constant, an interval's cell, a prefix): one entry alone, a list of a few, or
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import Bucket
-    from .plans import Access
+    from ..predicates import Access
+    from .buckets import Bucket
 
 __all__ = ["Entry", "Posting", "MAX_LIST_POSTING", "post", "unpost", "posting_size"]
 

@@ -1,4 +1,4 @@
-"""Client requests about caches (`aa.router.caches.cacheservice.ClientCacheService.handle_request`):
+"""Client requests about caches (`aa.router.caches.service.ClientCacheService.handle_request`):
 the mesh cache (`GetCached`) and the client's own cache, answered in pages, refused "busy"
 while the client has not read what was already sent."""
 
@@ -20,10 +20,10 @@ from aa.mesh.protocol import (
     CachePolicy,
     CacheRegister,
     CacheRemove,
+    CacheRequest,
     Error,
     GetCached,
     GetCacheInfo,
-    StorageRequest,
 )
 
 from ..seams import ClientPort
@@ -31,7 +31,7 @@ from ..store import ExpiryPolicy, mark_historical, send_paged
 from .clientcaches import Fetched
 
 if TYPE_CHECKING:
-    from .cacheservice import ClientCacheService
+    from .service import ClientCacheService
 
 __all__ = ["handle_request", "marked", "cache_key", "owner_of", "MAX_ANSWER_BACKLOG"]
 
@@ -103,7 +103,7 @@ def owner_of(key: str) -> str | None:
 def handle_request(
     self: ClientCacheService,
     session: ClientPort,
-    msg: StorageRequest,
+    msg: CacheRequest,
     *,
     owner: str | None = None,
     receives: Callable[[str | None], bool] | None = None,

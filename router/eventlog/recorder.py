@@ -20,9 +20,9 @@ Schema of each file (`SCHEMA`)::
     router        string (null)           router the publisher was connected to (meta)
     client        string (null)           publishing client's id (meta)
     logged_by     string                  the router that wrote this file
-    values        map<string, string>     each value as text (see `aa.router.eventlog.logcodec`)
+    values        map<string, string>     each value as text (see `aa.router.eventlog.codec`)
     values_types  map<string, string>     each value's type: int, float, str, bytes, ...
-    meta_json     string                  the meta map as typed JSON (logcodec), without
+    meta_json     string                  the meta map as typed JSON (`codec`), without
                                           ``time`` when that is the ``time`` column
 
 A Spark job reads, say, temperatures with
@@ -33,8 +33,8 @@ Writing: `extend` (the events of one dispatched batch) and `append` (one event) 
 rows encoded with msgpack (`aa.router.caches.meshcache.encode_events`: one C call per batch, and
 none at all when the router's storage hands over the mesh cache's encoding of the same
 batch) and buffer them on the event loop; every `row_group_rows` rows or `flush_interval`
-seconds the buffer goes to the log's writer *process* (`aa.router.eventlog.logprocess`), which
-turns it into one Parquet row group (`aa.router.eventlog.logtable`, `aa.router.eventlog.logwriter`).
+seconds the buffer goes to the log's writer *process* (`aa.router.eventlog.process`), which
+turns it into one Parquet row group (`aa.router.eventlog.table`, `aa.router.eventlog.writer`).
 A file is written under a hidden name (``.part-….inprogress``, which Spark and pyarrow skip)
 and renamed when closed, so readers never see a file without its footer. Files close when
 they reach `max_file_bytes`, when they are `max_file_age` old, at the hour's end, and on
@@ -53,7 +53,7 @@ call of the event loop) and hold the loop up at every row group; the process hol
 it. The router only encodes the rows, which its storage does once per dispatched batch for
 the mesh cache and the log alike; decoding them, the columns and Parquet run in the writer
 process, on another core when there is one, at a lower priority when there is none
-(`aa.router.eventlog.logprocess.WRITER_NICE`). msgpack rather than pickle: it costs the same
+(`aa.router.eventlog.process.WRITER_NICE`). msgpack rather than pickle: it costs the same
 per event whatever the batch (one client's events, one event, events relayed from peers),
 and the mesh cache has it already. Aware datetimes in values come back in UTC (the same
 instant), as they do everywhere in Aa. The costs: a second process (its memory, and a start
@@ -90,8 +90,9 @@ from aa.mesh import Event, UsageError
 from aa.mesh.protocol import pack
 
 from ..caches import encode_events
-from .logprocess import WriterProcess
-from .logwriter import SCHEMA, Chunk, safe_name
+from .process import WriterProcess
+from .table import SCHEMA
+from .writer import Chunk, safe_name
 
 __all__ = ["EventLog", "EventLogConfig", "EventLogStats", "SCHEMA", "EVENTLOG_DIR"]
 
@@ -128,7 +129,7 @@ class EventLogConfig:
     #: While rows keep coming, the writer process holds them (as the router encoded them)
     #: instead of writing them at once, up to this many bytes; it writes them once the
     #: router pauses (`defer_pause`), on `EventLog.flush`, and at stop. 64 MiB is about
-    #: 450,000 rows of five values. 0: write rows as they come. Why: `logprocess`.
+    #: 450,000 rows of five values. 0: write rows as they come. Why: `process.py`.
     defer_bytes: int = 64 * 1024 * 1024
     #: ... and at most this long, in seconds: under a load that never pauses, rows are
     #: written this long after they were logged (or sooner, at `defer_bytes`).

@@ -20,7 +20,7 @@ __all__ = ["CacheConfig", "CACHE_SWEEP_INTERVAL", "CACHE_SYNC_INTERVAL"]
 #: outlives its timeout by at most this; fetches filter by age themselves in between.
 CACHE_SWEEP_INTERVAL: Final = 5.0
 #: Seconds between two anti-entropy exchanges of the client caches with each peer router (also
-#: run when a link comes up; `aa.router.caches.cachesync`): the longest a router that missed
+#: run when a link comes up; `aa.router.caches.sync`): the longest a router that missed
 #: floods stays behind once linked, for what link-up did not already repair.
 CACHE_SYNC_INTERVAL: Final = 30.0
 

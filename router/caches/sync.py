@@ -3,7 +3,7 @@ that every router's copy of every client cache converges — same definition (pa
 policy, timeout), same floor (acknowledgements), same ids — after kills, restarts and
 partitions. `CacheSync.receive(peer, body, now)` takes a message and returns the messages to
 send back to that peer; `digest(now)` makes the opening one. The service
-(`aa.router.caches.cacheservice`) sends them as ttl-0 controls on the one link (topic
+(`aa.router.caches.service`) sends them as ttl-0 controls on the one link (topic
 ``client-cache-sync``), when a link comes up and every `CacheConfig.sync_interval`.
 
 Why: client caches replicate by flooding (registration, keep-alives, acks) and by each router
@@ -65,12 +65,13 @@ from aa.mesh import Event, PatternError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
 from ..store import Exchanges, chunks, ids_digest, parse_digest, parse_ids
-from .clientcaches import MAX_CLIENT_CACHES, Mark, mark_of
+from .clientcaches import MAX_CLIENT_CACHES
+from .grouplog import Mark, mark_of
 
 log = logging.getLogger("aa.router.caches")
 
 if TYPE_CHECKING:
-    from .cacheservice import ClientCacheService
+    from .service import ClientCacheService
 
 __all__ = [
     "CacheSync",

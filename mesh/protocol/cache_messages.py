@@ -46,11 +46,10 @@ from ..values import Values, check_values
 from .messages import (
     Message,
     PatternSpec,
-    event_from_wire,
-    event_to_wire,
     register,
     unchecked,
 )
+from .wire_events import event_from_wire, event_to_wire
 
 __all__ = [
     "GetCached",
@@ -65,10 +64,10 @@ __all__ = [
     "CacheRemove",
     "GetCacheInfo",
     "CacheDone",
-    "StorageRequest",
-    "StorageAnswer",
-    "STORAGE_REQUESTS",
-    "STORAGE_ANSWERS",
+    "CacheRequest",
+    "CacheAnswer",
+    "CACHE_REQUESTS",
+    "CACHE_ANSWERS",
     "DEFAULT_CACHE_TIMEOUT",
     "MAX_ANSWER_EVENTS",
     "MAX_CACHE_TIMEOUT",
@@ -368,7 +367,7 @@ class CacheDone(Message):
 
 
 #: A request a client sends to its router about storage (the router's session hands it on).
-StorageRequest: TypeAlias = (
+CacheRequest: TypeAlias = (
     GetCached
     | CacheRegister
     | CacheKeepalive
@@ -380,9 +379,9 @@ StorageRequest: TypeAlias = (
     | GetCacheInfo
 )
 #: An answer to one (besides `Error`).
-StorageAnswer: TypeAlias = Cached | CacheEvents | CacheDone
+CacheAnswer: TypeAlias = Cached | CacheEvents | CacheDone
 
-#: The kinds of `StorageRequest`.
-STORAGE_REQUESTS: Final = frozenset(get_args(StorageRequest))
-#: The kinds of `StorageAnswer`.
-STORAGE_ANSWERS: Final = frozenset(get_args(StorageAnswer))
+#: The kinds of `CacheRequest`.
+CACHE_REQUESTS: Final = frozenset(get_args(CacheRequest))
+#: The kinds of `CacheAnswer`.
+CACHE_ANSWERS: Final = frozenset(get_args(CacheAnswer))

@@ -1,5 +1,5 @@
-"""The event log's writer process: `aa.router.eventlog.logwriter` runs there, so that turning
-rows into Parquet takes none of the router's GIL (why: `aa.router.eventlog.eventlog`).
+"""The event log's writer process: `aa.router.eventlog.writer` runs there, so that turning
+rows into Parquet takes none of the router's GIL (why: `aa.router.eventlog.recorder`).
 
 `WriterProcess` is the router's handle on it, with the `Writer`'s methods (``scan``,
 ``write``, ``close``, ``maintain``) and counters; each call runs on the log's one
@@ -53,10 +53,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from .logwriter import Chunk, Writer
+from .writer import Chunk, Writer
 
 if TYPE_CHECKING:
-    from .eventlog import EventLogConfig
+    from .recorder import EventLogConfig
 
 __all__ = ["WriterProcess", "RESTART_DELAY", "STOP_TIMEOUT", "WRITER_NICE"]
 
@@ -94,7 +94,7 @@ def bare(name, folder):
     return package
 aa.router = bare("aa.router", sys.argv[2].rsplit("/", 1)[0])
 aa.router.eventlog = bare("aa.router.eventlog", sys.argv[2])
-from aa.router.eventlog.logprocess import child_main
+from aa.router.eventlog.process import child_main
 child_main(int(sys.argv[3]))
 """
 

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event
 
-from .budget import SandboxStop
+from ..sandbox import SandboxStop
 
 if TYPE_CHECKING:
-    from .engine import PatternEngine, Program
+    from ..engine import PatternEngine, Program
 
 __all__ = [
     "Member",

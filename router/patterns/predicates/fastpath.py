@@ -17,8 +17,9 @@ import keyword
 import re
 from typing import Final
 
-from .calls import FORBIDDEN_NAMES
-from .grammar import Atom, Grammar, Ref
+from ..sandbox import FORBIDDEN_NAMES
+from .grammar import Atom, Grammar
+from .shapes import Ref
 
 __all__ = ["parse_conjunction"]
 

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from aa.mesh import StoreError, StoreFull, StoreUnavailable  # the tree's; re-exported here
 
-from .storesql import Row, delete_expired, is_transient, write_batch, write_rows_one_by_one
+from .sql import Row, delete_expired, is_transient, write_batch, write_rows_one_by_one
 
 if TYPE_CHECKING:
     from .eventstore import StoreConfig

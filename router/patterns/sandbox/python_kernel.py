@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event, check_values
 
+from .assembly import Sandbox
 from .budget import MEMORY, SandboxStop
 from .compiler import Logic
 from .limits import (
@@ -31,11 +32,10 @@ from .limits import (
     MAX_FORWARDS,
 )
 from .runerrors import called_names
-from .sandbox import Sandbox
 from .views import EventView, SubscriberView, event_size, private_values
 
 if TYPE_CHECKING:
-    from .engine import Bucket
+    from ..index import Bucket
 
 __all__ = ["ExprProgram", "ScriptProgram", "Forwards"]
 

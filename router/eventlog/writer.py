@@ -1,10 +1,10 @@
 """The event log's writer: Parquet files, their rotation and the log's bounds. Everything
-here runs in the log's writer process, one command at a time (`aa.router.eventlog.logprocess`;
-see `aa.router.eventlog.eventlog` for the layout and the schema, which is `SCHEMA`).
+here runs in the log's writer process, one command at a time (`aa.router.eventlog.process`;
+see `aa.router.eventlog.recorder` for the layout and the schema, which is `SCHEMA`).
 
 Rows arrive as chunks: ``(logged, count, data)``, *data* the msgpack array of *count*
 rows ``[id, type, values, meta]`` (`aa.router.caches.meshcache.encode_events`), events the router
-logged at *logged* (wall time, seconds). `aa.router.eventlog.logtable` turns them into an Arrow
+logged at *logged* (wall time, seconds). `aa.router.eventlog.table` turns them into an Arrow
 table.
 
 Rotation and bounds, the part where data can be lost by mistake:
@@ -32,10 +32,10 @@ import pyarrow.parquet as pq
 
 from aa.mesh.protocol import unpack
 
-from .logtable import SCHEMA, build_table
+from .table import SCHEMA, build_table
 
 if TYPE_CHECKING:
-    from .eventlog import EventLogConfig
+    from .recorder import EventLogConfig
 
 __all__ = ["SCHEMA", "Writer", "safe_name", "Chunk"]
 

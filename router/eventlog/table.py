@@ -5,12 +5,12 @@ run in C: each column is built from whole lists with ``map``, ``chain`` and Arro
 converters, not by a Python loop over rows or values. A Python loop runs only for what
 the fast paths refuse — a value that is not a str, int or float, a non-finite float, a
 meta that plain JSON cannot hold, an event without an aware ``time`` — and then only over
-that batch, giving exactly the text `aa.router.eventlog.logcodec` gives. The values' text
+that batch, giving exactly the text `aa.router.eventlog.codec` gives. The values' text
 (``str`` of a float, mostly) and the meta's JSON (a column per key, `_meta_columns`) are
 most of a row's cost.
 
 The input is four parallel sequences (``zip(*rows)`` of the rows ``[id, type, values,
-meta]`` the writer process decodes, see `aa.router.eventlog.logwriter`); nothing in them is
+meta]`` the writer process decodes, see `aa.router.eventlog.writer`); nothing in them is
 changed.
 """
 
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from aa.mesh import META_CLIENT, META_ROUTER, META_TIME
 
-from .logcodec import encode_json, encode_value
+from .codec import encode_json, encode_value
 
 __all__ = ["SCHEMA", "build_table"]
 
@@ -64,7 +64,7 @@ def _refuse(value: object) -> NoReturn:
     raise TypeError(type(value).__name__)
 
 
-# The C encoder `logcodec`'s plain encoder (`json.JSONEncoder(ensure_ascii=False,
+# The C encoder `codec`'s plain encoder (`json.JSONEncoder(ensure_ascii=False,
 # separators=(",", ":"), allow_nan=False)`) builds per call, made once and called through
 # `map`: same text, without the Python frames `JSONEncoder.encode` adds per call. No
 # circular-reference markers: event values are trees (`aa.mesh.values`). Where the C
@@ -174,14 +174,14 @@ def _value_texts(values: Sequence[dict[str, Any]]) -> tuple[list[Any], list[Any]
             if k is not str:
                 texts[i], names[i] = encode_value(flat[i])
     elif float in present and ("nan" in texts or "inf" in texts or "-inf" in texts):
-        for i, k in enumerate(kinds):  # NaN, Infinity, -Infinity in logcodec's spelling
+        for i, k in enumerate(kinds):  # NaN, Infinity, -Infinity in codec's spelling
             if k is float:
                 texts[i] = encode_value(flat[i])[0]
     return texts, names
 
 
 def _meta_texts(metas: list[dict[str, Any]]) -> pa.Array | list[str]:
-    """Each meta as `logcodec` typed JSON."""
+    """Each meta as `codec` typed JSON."""
     if not _HAS_C_ENCODER:
         return list(map(encode_json, metas))
     shapes = set(map(tuple, metas))  # the keys, in order
@@ -213,7 +213,7 @@ def _meta_columns(metas: list[dict[str, Any]], keys: tuple[Any, ...]) -> pa.Arra
     None when a column needs more care than that (`_meta_texts` then encodes row by row)."""
     parts: list[Any] = []
     for i, key in enumerate(keys):
-        if type(key) is not str or key.startswith("$"):  # a "$" key is escaped (logcodec)
+        if type(key) is not str or key.startswith("$"):  # a "$" key is escaped (codec)
             return None
         texts = _json_column(list(map(dict.__getitem__, metas, repeat(key))))
         if texts is None:

@@ -62,7 +62,7 @@ from aa.mesh.protocol import (
 from ..links import ROUTER_INFO_TOPIC
 from ..patterns import PatternEngine
 from ..seams import Controls
-from .quenchconfig import MAX_QUENCH_TIMEOUT, QuenchConfig
+from .config import MAX_QUENCH_TIMEOUT, QuenchConfig
 from .registrations import Change, QuenchTable, Registration, parse_registrations, parse_report
 
 if TYPE_CHECKING:

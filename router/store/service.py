@@ -191,7 +191,7 @@ class StoreService:
         """Store *event* as its policy asks, without dispatching it (an event another
         router's store had and this one lacked): the checks a flooded event's store policy
         passes, and stored as *repaired*, so a live event of its id replaces it
-        (`aa.router.store.storesql`). False if it is not kept (no store, no policy, a bad
+        (`aa.router.store.sql`). False if it is not kept (no store, no policy, a bad
         policy or id, the store refused it)."""
         store = self.store
         if store is None:

@@ -7,7 +7,7 @@
 `plan(params)` resolves the pattern's atoms for one bucket: a bare name that is one of the
 bucket's params becomes a constant, `type`/`meta["k"]` become event fields, and each
 conjunction gets its *access*: the most selective indexable atom (equality, `in` over
-constants, prefix, range, presence; see `index.py`) plus the checks left to verify. A
+constants, prefix, range, presence; see `index/`) plus the checks left to verify. A
 comparison of two constants (a param against a literal) is decided right there: true drops
 the atom, false drops the conjunction.
 
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from aa.mesh import Event
 
-from .budget import SandboxStop
+from ..sandbox import SandboxStop
 from .fastpath import parse_conjunction
 from .flatplan import flat_plan
-from .grammar import OPS, Atom, Grammar, Ref, parse_predicate
+from .grammar import OPS, Atom, Grammar, parse_predicate
 from .plans import (
     CLOSURE,
     EQ,
@@ -55,10 +55,11 @@ from .plans import (
     hashable,
     intern_names,
 )
+from .shapes import Ref
 
 if TYPE_CHECKING:
-    from .engine import Bucket
-    from .sandbox import Sandbox
+    from ..index import Bucket
+    from ..sandbox import Sandbox
 
 __all__ = [
     "PredicateProgram",

@@ -47,12 +47,12 @@ from elementpath import ElementPathError, XPath2Parser, XPathContext
 
 from aa.mesh import Event, PatternError
 
+from .assembly import Sandbox
 from .budget import MEMORY, SandboxStop
 from .limits import COMPILE_TIME_FACTOR, MAX_XPATH_RANGE
-from .sandbox import Sandbox
 
 if TYPE_CHECKING:
-    from .engine import Bucket
+    from ..index import Bucket
 
 __all__ = ["XPathProgram", "XmlCache", "event_to_xml"]
 

@@ -1,7 +1,7 @@
 """The index over predicate-tier buckets: which of them an event can match, without
 evaluating each.
 
-Choice. Each bucket's pattern is a disjunction of conjunctions (`grammar.py`);
+Choice. Each bucket's pattern is a disjunction of conjunctions (`predicates/grammar.py`);
 each conjunction is filed under ONE *access predicate*, its most selective indexable atom,
 and verified on its other atoms when an event hits it. This is the clustering of Fabret et
 al. ("Filtering algorithms and implementation for very fast publish/subscribe systems",
@@ -45,8 +45,7 @@ from sortedcontainers import SortedList
 
 from aa.mesh import Event
 
-from .budget import SandboxStop
-from .plans import (
+from ..predicates import (
     EQ,
     INTERVAL,
     MAX_INTERVAL_BOUND,
@@ -60,12 +59,12 @@ from .plans import (
     Plan,
     hashable,
 )
+from ..sandbox import NO_MATCH_IN_EXPRESSIONS, SandboxStop
 from .postings import Entry, Posting, post, posting_size, unpost
-from .runerrors import NO_MATCH_IN_EXPRESSIONS
 
 if TYPE_CHECKING:
-    from .engine import Bucket
-    from .predicates import PredicateProgram
+    from ..predicates import PredicateProgram
+    from .buckets import Bucket
 
 __all__ = ["PredicateIndex"]
 
@@ -545,7 +544,7 @@ def _holds(
 
 
 class Raised(Exception):
-    """An exception a check raised that is worth telling (`runerrors.py`): no match, and
+    """An exception a check raised that is worth telling (`sandbox/runerrors.py`): no match, and
     counted for the bucket by `_verify`, which knows the bucket."""
 
     def __init__(self, exc: BaseException) -> None:

@@ -52,8 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .calls import FORBIDDEN_NAMES
-from .guards import Guards
+from ..sandbox import FORBIDDEN_NAMES, Guards
 from .shapes import (
     _CONTEXT,
     MAX_DNF_TERMS,
