@@ -89,7 +89,16 @@ system bounds memory and the router kills a call that does not return.
 """
 
 from .advice import pattern_warnings
-from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, Matcher, PatternEngine
+from .engine import (
+    CPU_SAMPLE_EVERY,
+    MAX_CPU_TOP,
+    PREDICATE_TIER,
+    SANDBOX_TIER,
+    WORKER_TIER,
+    Matcher,
+    PatternCost,
+    PatternEngine,
+)
 from .limits import Delivery, HostFacts, SandboxLimits
 from .patternset import PatternSet
 from .runerrors import ErrorNotice
@@ -97,10 +106,13 @@ from .scope import admits, scope_filter
 from .workers import WorkerConfig
 
 __all__ = [
+    "CPU_SAMPLE_EVERY",
     "Delivery",
     "ErrorNotice",
     "HostFacts",
+    "MAX_CPU_TOP",
     "Matcher",
+    "PatternCost",
     "PatternEngine",
     "PatternSet",
     "PREDICATE_TIER",
