@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Watch a router over its HTTP endpoint (aa router --http-port): events "
         "published, dispatched, delivered and dropped per second; its clients, the slowest "
         "subscribers first (bytes written to them they have not read, events dropped for "
-        "them), with their rates and subscriptions; its peer links with their traffic. "
+        "them), with their rates and subscriptions; the patterns that took the most CPU; its peer "
+        "links with their traffic. "
         "--mesh shows every router of the mesh instead. Ctrl-C leaves.",
         epilog="example: aa top http://127.0.0.1:7448/ --interval 2",
     )
@@ -457,7 +458,7 @@ def run(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty() and not args.once
     size = shutil.get_terminal_size((140, 40))
     console = Console(width=None if tty else max(size.columns, 140), highlight=False)
-    limit = args.limit if args.limit is not None else max(5, size.lines - 14)
+    limit = args.limit if args.limit is not None else max(5, size.lines - 16 - PATTERNS_SHOWN)
     if not 1 <= limit <= 1000:
         return fail("--limit must be between 1 and 1000", 2)
     timeout = min(REQUEST_TIMEOUT, max(args.interval, 1.0))
