@@ -97,6 +97,9 @@ PREDICATE_TIER, WORKER_TIER, SANDBOX_TIER = "predicate", "worker", "sandbox"
 CPU_SAMPLE_EVERY: Final = 16
 #: Most patterns `cpu_top` lists.
 MAX_CPU_TOP: Final = 100
+#: Instances charged since the last ranking that make `cpu_top` rank again, so that the
+#: set stays small whether or not anyone asks (a ranking costs a pass over them).
+_RANK_AFTER: Final = 4096
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +170,10 @@ class PatternEngine:
         self._instances: dict[tuple[Any, ...], Instance] = {}
         self._stamp = 0
         self._seq = itertools.count()
+        #: The dearest instances at the last ranking, and those charged since: an instance
+        #: in neither took no more CPU than the ranked ones, so `cpu_top` never walks them all.
+        self._dearest: list[Instance] = []
+        self._charged: dict[Instance, None] = {}
 
     # -- subscribers -----------------------------------------------------------------------
 
@@ -452,7 +459,7 @@ class PatternEngine:
             pool.dispatch(event)  # deliveries come back through on_deliveries
         timed = self._stamp % CPU_SAMPLE_EVERY == 0
         clock = time.thread_time_ns if timed else None
-        matched, stops = self._index.match(event, self._stamp, _charge if timed else None)
+        matched, stops = self._index.match(event, self._stamp, self._charge if timed else None)
         failures = list(stops)
         budget = self._sandbox.budget
         if failures:
@@ -473,7 +480,7 @@ class PatternEngine:
                 continue
             finally:
                 if clock is not None:
-                    _charge(bucket, clock() - start)
+                    self._charge(bucket, clock() - start)
             if result is True:
                 matched.append(bucket)
             elif result:
@@ -685,18 +692,43 @@ class PatternEngine:
         """The subscriber keys, in subscription order."""
         return list(self._subs)
 
+    def _charge(self, bucket: Bucket, ns: int) -> None:
+        instance = bucket.instance
+        instance.cpu_ns += ns * CPU_SAMPLE_EVERY
+        self._charged[instance] = None
+        if len(self._charged) > _RANK_AFTER:
+            self._rank()
+
+    def _rank(self) -> None:
+        live = self._instances
+        both = dict.fromkeys(self._dearest)
+        both.update(self._charged)
+        self._charged.clear()
+        alive = (i for i in both if live.get(i.spec_key) is i)
+        self._dearest = heapq.nlargest(MAX_CPU_TOP, alive, key=_cpu_ns)
+
     def cpu_top(self, n: int, keys: Iterable[Hashable] | None = None) -> list[PatternCost]:
         """The *n* (at most `MAX_CPU_TOP`) pattern instances whose evaluations took the most
         CPU, the dearest first; of the patterns of *keys* only, unless None. A pattern in
-        the worker tier is charged what the workers reported (`WorkerPool.cpu_ns`)."""
+        the worker tier is charged what the workers reported (`WorkerPool.cpu_ns`).
+
+        Costs the ranked and recently charged instances, the worker tier's and *keys*'s:
+        not a pass over every instance of a router with a million patterns."""
+        pool = self._tier.pool
+        instances: Iterable[Instance]
         if keys is None:
-            instances: Iterable[Instance] = self._instances.values()
+            self._rank()
+            remote = pool.spec_keys() if pool is not None else ()
+            live = self._instances
+            instances = [
+                *self._dearest,
+                *(i for k in remote if (i := live.get(k)) is not None and i.remote),
+            ]
         else:
             subs = self._subs
             instances = {
                 subs[k].bucket.instance: None for k in keys if k in subs
             }.keys()  # in order, once each
-        pool = self._tier.pool
 
         def cost(i: Instance) -> int:
             return pool.cpu_ns(i.spec_key) if i.remote and pool is not None else i.cpu_ns
@@ -713,8 +745,8 @@ class PatternEngine:
         ]
 
 
-def _charge(bucket: Bucket, ns: int) -> None:
-    bucket.instance.cpu_ns += ns * CPU_SAMPLE_EVERY
+def _cpu_ns(instance: Instance) -> int:
+    return instance.cpu_ns
 
 
 def _tier_of(instance: Instance) -> str:

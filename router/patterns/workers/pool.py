@@ -444,6 +444,11 @@ class WorkerPool(Probation):
             if inst is not None and type(ns) is int and 0 < ns < _MAX_BATCH_CPU_NS:
                 inst.cpu_ns += ns
 
+    def spec_keys(self) -> set[tuple[Any, ...]]:
+        """The patterns placed on the workers (their engine keys: kernel, format, source and
+        a scope where there is one)."""
+        return {inst.spec_key for inst in self._instances.values()}
+
     def cpu_ns(self, spec_key: tuple[Any, ...]) -> int:
         """CPU the workers reported for the pattern of *spec_key* (on probation and off), ns."""
         return sum(
