@@ -13,6 +13,9 @@ Rates are per client over the time since the previous look at it (at least `MIN_
 the average since it connected at the first look), kept in a weak map that holds only
 clients shown and forgets a client with its connection.
 
+``GET /patterns/live``: the patterns whose evaluations took the most CPU
+(`PatternEngine.cpu_top`), at most `MAX_CPU_TOP`, with their tier and subscribers.
+
 Who sees whom: the gate is asked as for ``/health`` (a caller the permissions file covers);
 a caller whose user may receive every event type (``subscribe = ["*"]``) sees every client,
 since the meta of every event already tells such a user its publisher's client, address and
@@ -28,9 +31,11 @@ from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter, Query, Request
 
+from aa.router.patterns import MAX_CPU_TOP
+
 from .callers import caller_of
 
-__all__ = ["api", "MAX_LIVE_PAGE", "MAX_LIVE_SUBSCRIPTIONS", "live_clients"]
+__all__ = ["api", "MAX_LIVE_PAGE", "MAX_LIVE_SUBSCRIPTIONS", "live_clients", "live_patterns"]
 
 #: Most clients one page lists: a few hundred bytes each, so a page stays under a megabyte.
 MAX_LIVE_PAGE: Final = 1000
@@ -62,6 +67,51 @@ async def clients_live(
     if rates is None:
         rates = state.live_rates = WeakKeyDictionary()
     return live_clients(router, limit=limit, offset=offset, user=own, rates=rates)
+
+
+@api.get("/patterns/live", summary="The patterns whose evaluation took the most CPU")
+async def patterns_live(
+    request: Request,
+    limit: int = Query(20, ge=1, le=MAX_CPU_TOP, description="patterns listed"),
+) -> dict[str, Any]:
+    """``{"router", "id", "items": [{"pattern", "kernel", "format", "tier", "subscribers",
+    "cpu"}...]}``, the dearest first; ``cpu`` in seconds since the pattern was created.
+    Who sees what as for ``/clients/live``: a caller without ``subscribe = ["*"]`` sees only
+    the patterns of its own user's clients."""
+    router = request.app.state.router
+    identity = caller_of(request).identity
+    rules = router.security.require_covered(identity)
+    own = None if rules.subscribe_any else identity.user
+    return live_patterns(router, limit=limit, user=own)
+
+
+def live_patterns(router: Any, *, limit: int, user: str | None = None) -> dict[str, Any]:
+    """The `limit` patterns of *router* (of *user*'s TCP clients only, unless None) whose
+    evaluations took the most CPU, as `patterns_live` answers."""
+    keys = None
+    if user is not None:
+        sessions = [s for s in list(router.sessions) if s.identity.user == user]
+        keys = [sub for s in sessions for sub in list(s.subscriptions.values())]
+    top = router.engine.cpu_top(limit, keys)
+    return {
+        "router": router.name,
+        "id": router.id,
+        "items": [
+            {
+                "pattern": _shown(c.spec.source),
+                "kernel": c.spec.kernel,
+                "format": c.spec.format,
+                "tier": c.tier,
+                "subscribers": c.subscribers,
+                "cpu": round(c.cpu, 6),
+            }
+            for c in top
+        ],
+    }
+
+
+def _shown(source: str) -> str:
+    return source if len(source) <= MAX_PATTERN_SHOWN else source[:MAX_PATTERN_SHOWN] + "…"
 
 
 def live_clients(
@@ -143,7 +193,7 @@ def _subscription(router: Any, sub: Any) -> dict[str, Any]:
     source = spec.source
     return {
         **out,
-        "pattern": source if len(source) <= MAX_PATTERN_SHOWN else source[:MAX_PATTERN_SHOWN] + "…",
+        "pattern": _shown(source),
         "kernel": spec.kernel,
         "format": spec.format,
         "tier": router.engine.tier(spec),

@@ -2,9 +2,10 @@
 of), refreshed every ``--interval`` seconds, over the router's HTTP endpoint.
 
 Each frame reads ``GET /health`` (the router's counters), ``GET /clients/live`` (its clients,
-the slowest first, with their rates) and ``GET /mesh`` (its peer links, and the summaries the
-other routers flood); rates of the router's counters and of its links are the differences
-between two frames. ``--once`` prints one frame (two reads ``--interval`` apart, for the
+the slowest first, with their rates), ``GET /patterns/live`` (the patterns whose evaluation
+took the most CPU) and ``GET /mesh`` (its peer links, and the summaries the other routers
+flood); rates of the router's counters, of its links and of the patterns' CPU are the
+differences between two frames. ``--once`` prints one frame (two reads ``--interval`` apart, for the
 rates) and exits, for scripts. Like nats-top: a header of totals and rates, then tables
 (clients slowest first, links, or routers), sized to the terminal; Ctrl-C leaves.
 """
@@ -28,6 +29,9 @@ __all__ = ["add_parser", "run", "Frame", "render"]
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_HTTP_PORT}/"
 #: Seconds one request may take before the frame says the router does not answer.
 REQUEST_TIMEOUT = 5.0
+#: Patterns the patterns pane lists, and characters of a pattern's text it shows.
+PATTERNS_SHOWN = 8
+PATTERN_WIDTH = 60
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Watch a router over its HTTP endpoint (aa router --http-port): events "
         "published, dispatched, delivered and dropped per second; its clients, the slowest "
         "subscribers first (bytes written to them they have not read, events dropped for "
-        "them), with their rates and subscriptions; its peer links with their traffic. "
+        "them), with their rates and subscriptions; the patterns that took the most CPU; its peer "
+        "links with their traffic. "
         "--mesh shows every router of the mesh instead. Ctrl-C leaves.",
         epilog="example: aa top http://127.0.0.1:7448/ --interval 2",
     )
@@ -103,6 +108,8 @@ class Frame:
     live: dict[str, Any]
     mesh: dict[str, Any]
     errors: list[str] = field(default_factory=list)
+    #: ``GET /patterns/live``'s answer; empty from a router without that route.
+    patterns: dict[str, Any] = field(default_factory=dict)
 
 
 def read_frame(http: Any, limit: int) -> Frame:
@@ -115,11 +122,15 @@ def read_frame(http: Any, limit: int) -> Frame:
         ("health", "/health", None),
         ("live", "/clients/live", {"limit": limit}),
         ("mesh", "/mesh", None),
+        ("patterns", "/patterns/live", {"limit": PATTERNS_SHOWN}),
     ):
         try:
             r = http.get(path, params=params)
         except httpx.HTTPError as exc:
             raise Unreachable(f"cannot reach {http.base_url}: {_why(exc)}") from None
+        if r.status_code == 404 and key == "patterns":  # an older router
+            out[key] = {}
+            continue
         if r.status_code == 401:
             raise Unreachable(
                 f"{http.base_url} asks for credentials: pass --token or set $AA_TOKEN "
@@ -133,7 +144,13 @@ def read_frame(http: Any, limit: int) -> Frame:
             out[key] = r.json()
         except ValueError:
             raise Unreachable(f"{http.base_url} is not an Aa router (no JSON at {path})") from None
-    return Frame(at=at, health=out["health"], live=out["live"], mesh=out["mesh"])
+    return Frame(
+        at=at,
+        health=out["health"],
+        live=out["live"],
+        mesh=out["mesh"],
+        patterns=out["patterns"],
+    )
 
 
 def _why(exc: Exception) -> str:
@@ -237,6 +254,8 @@ def render(prev: Frame | None, cur: Frame, *, url: str, mesh: bool = False) -> A
         parts.append(_routers_table(prev, cur, seconds))
     else:
         parts.append(_clients_table(prev, cur, seconds))
+        if cur.patterns.get("items"):
+            parts.append(_patterns_table(prev, cur, seconds))
         parts.append(_links_table(prev, peers, cur, seconds))
     parts.extend(Text(e, style="red") for e in cur.errors)
     return Group(*parts)
@@ -306,6 +325,45 @@ def _clients_table(prev: Frame | None, cur: Frame, seconds: float) -> Any:
             _num(x.get("dropped", 0)),
             subs,
             style="yellow" if slow else None,
+        )
+    return table
+
+
+def _patterns_table(prev: Frame | None, cur: Frame, seconds: float) -> Any:
+    """The patterns that took the most CPU, by their share of a core between the two frames
+    (those the first frame did not list have none yet, and come last)."""
+    from rich.table import Table
+
+    def key(x: dict[str, Any]) -> tuple[Any, ...]:
+        return x.get("kernel"), x.get("format"), x.get("pattern"), x.get("tier")
+
+    before = {key(x): x.get("cpu", 0.0) for x in (prev.patterns if prev else {}).get("items", [])}
+    rows = []
+    for x in cur.patterns.get("items", []):
+        was = before.get(key(x))
+        share = _rate(x.get("cpu"), was, seconds)
+        rows.append((share if share is not None else -1.0, x))
+    rows.sort(key=lambda row: -row[0])
+    table = Table(
+        title="patterns, the most CPU first",
+        title_justify="left",
+        expand=True,
+        box=None,
+        header_style="bold reverse",
+    )
+    for name in ("PATTERN", "KIND", "TIER", "SUBSCRIBERS", "CPU%", "CPU"):
+        table.add_column(name, justify="left" if name in ("PATTERN", "KIND", "TIER") else "right")
+    for share, x in rows:
+        text = " ".join(str(x.get("pattern", "")).split())  # a script on one line
+        if len(text) > PATTERN_WIDTH:
+            text = text[: PATTERN_WIDTH - 1] + "…"
+        table.add_row(
+            text,
+            f"{x.get('kernel')}/{x.get('format')}",
+            str(x.get("tier")),
+            str(x.get("subscribers", 0)),
+            "–" if share < 0 else f"{share * 100:.1f}",
+            f"{float(x.get('cpu', 0.0)):.3f}s",
         )
     return table
 
@@ -400,7 +458,7 @@ def run(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty() and not args.once
     size = shutil.get_terminal_size((140, 40))
     console = Console(width=None if tty else max(size.columns, 140), highlight=False)
-    limit = args.limit if args.limit is not None else max(5, size.lines - 14)
+    limit = args.limit if args.limit is not None else max(5, size.lines - 16 - PATTERNS_SHOWN)
     if not 1 <= limit <= 1000:
         return fail("--limit must be between 1 and 1000", 2)
     timeout = min(REQUEST_TIMEOUT, max(args.interval, 1.0))

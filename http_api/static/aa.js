@@ -137,6 +137,17 @@ export class AaClient {
     return this.request("GET", "/health");
   }
 
+  /** The router's counters, GET /metrics: Prometheus's text format, as a string. */
+  async metrics() {
+    const h = this.userToken ? { Authorization: `Bearer ${this.userToken}` } : {};
+    const res = await fetch(`${this.base}/metrics`, { headers: h, referrerPolicy: "no-referrer" });
+    if (!res.ok) {
+      const data = await res.json().catch(() => ({}));
+      throw new AaHttpError(res.status, data.error || "error", data.message || res.statusText);
+    }
+    return res.text();
+  }
+
   /** Publish; resolves to the event's id. */
   async publish(values, { type = null, meta = undefined, id = undefined } = {}) {
     const parts = [`"values":${toTypedJSON(values)}`];

@@ -1,13 +1,16 @@
-// The web monitor: the mesh drawn live from GET /mesh, events flowing past over
-// GET /stream, and forms to publish, subscribe and try an HTTP client's feed. Built on aa.js.
-// For tests and scripts, <body> carries data-routers, data-links and data-events counts,
-// and data-auth: "open" (no token needed), "asking" (the token form shows) or "token".
+// The web monitor: charts of this router's figures polled from GET /metrics (charts.js), the
+// mesh drawn live from GET /mesh, events flowing past over GET /stream, and forms to publish,
+// subscribe and try an HTTP client's feed. Built on aa.js.
+// For tests and scripts, <body> carries data-routers, data-links, data-events and data-polls
+// (answers of /metrics drawn) counts, and data-auth: "open" (no token needed), "asking" (the
+// token form shows) or "token".
 //
 // A router that refuses anonymous callers answers 401: the page then asks for a user token
 // (aa certs token), keeps it in sessionStorage (this origin's, this tab's, gone when the tab
 // closes) and sends it as Authorization: Bearer; its stream opens with one-use tickets.
 
 import { AaClient, AaHttpError } from "./aa.js";
+import { CHARTS, History, POLL_MS, WINDOW_S, draw, parseMetrics } from "./charts.js";
 
 const TOKEN_KEY = "aa.monitor.token";
 const aa = new AaClient("", { userToken: sessionStorage.getItem(TOKEN_KEY) });
@@ -115,6 +118,7 @@ async function pollMesh() {
     setStatus(`connected to ${selfId}`, true);
     if (document.body.dataset.auth !== "token") document.body.dataset.auth = aa.userToken ? "token" : "open";
     if (!subscription) subscribe($("pattern").value.trim() || "True"); // once the router lets us in
+    if (chartsTimer === null) pollCharts();
   } catch (err) {
     if (err instanceof AaHttpError && err.status === 401) {
       askForToken(aa.userToken ? `token refused: ${err.message}` : "");
@@ -125,9 +129,45 @@ async function pollMesh() {
   meshTimer = setTimeout(pollMesh, MESH_POLL_MS);
 }
 
+// -- the charts ---------------------------------------------------------------------------
+
+const history = new History();
+let chartsTimer = null;
+let polls = 0;
+
+async function pollCharts() {
+  clearTimeout(chartsTimer);
+  chartsTimer = setTimeout(pollCharts, POLL_MS);
+  try {
+    const text = await aa.metrics();
+    const now = performance.now() / 1000;
+    history.add(parseMetrics(text), now);
+    const figures = $("charts");
+    for (const chart of CHARTS) {
+      let figure = figures.querySelector(`figure[data-chart="${chart.id}"]`);
+      if (!figure) {
+        figure = document.createElement("figure");
+        figures.append(figure);
+      }
+      draw(figure, chart, history, now);
+    }
+    polls += 1;
+    document.body.dataset.polls = String(polls);
+  } catch (err) {
+    if (err instanceof AaHttpError && err.status === 401) {
+      askForToken(aa.userToken ? `token refused: ${err.message}` : "");
+      return;
+    }
+    history.add([], performance.now() / 1000); // a gap in every line
+    $("charts-summary").textContent = `figures unavailable: ${err.message}`;
+  }
+}
+
 // -- the token ----------------------------------------------------------------------------
 
 function askForToken(why) {
+  clearTimeout(chartsTimer);
+  chartsTimer = null;
   if (subscription) subscription.close();
   subscription = null;
   aa.userToken = null;

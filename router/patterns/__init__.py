@@ -108,7 +108,15 @@ system bounds memory and the router kills a call that does not return.
 """
 
 from .advice import pattern_warnings
-from .engine import PREDICATE_TIER, SANDBOX_TIER, WORKER_TIER, PatternEngine
+from .engine import (
+    CPU_SAMPLE_EVERY,
+    MAX_CPU_TOP,
+    PREDICATE_TIER,
+    SANDBOX_TIER,
+    WORKER_TIER,
+    PatternCost,
+    PatternEngine,
+)
 from .index import Matcher
 from .patternset import PatternSet
 from .sandbox import Delivery, ErrorNotice, HostFacts, SandboxLimits
@@ -116,10 +124,13 @@ from .scope import admits, scope_filter
 from .workers import WorkerConfig
 
 __all__ = [
+    "CPU_SAMPLE_EVERY",
     "Delivery",
     "ErrorNotice",
     "HostFacts",
+    "MAX_CPU_TOP",
     "Matcher",
+    "PatternCost",
     "PatternEngine",
     "PatternSet",
     "PREDICATE_TIER",

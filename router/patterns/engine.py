@@ -24,10 +24,12 @@ only errs is stopped like any other, with code `pattern-errors`.
 from __future__ import annotations
 
 import copy
+import heapq
 import itertools
 import time
-from collections.abc import Callable, Collection, Hashable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
 from aa.mesh import Event, PatternSpec, UsageError, check_values
 
@@ -73,7 +75,15 @@ from .workers import (
     prechecked,
 )
 
-__all__ = ["PatternEngine", "PREDICATE_TIER", "WORKER_TIER", "SANDBOX_TIER"]
+__all__ = [
+    "PatternEngine",
+    "PatternCost",
+    "PREDICATE_TIER",
+    "WORKER_TIER",
+    "SANDBOX_TIER",
+    "CPU_SAMPLE_EVERY",
+    "MAX_CPU_TOP",
+]
 
 Program = PredicateProgram | ExprProgram | ScriptProgram | XPathProgram | RemoteProgram
 
@@ -82,6 +92,30 @@ Program = PredicateProgram | ExprProgram | ScriptProgram | XPathProgram | Remote
 #: predicate grammar — run in a sandbox worker process, `workers`), or "sandbox" (pattern
 #: code run in the router's own sandbox: an engine without workers, outside an event loop).
 PREDICATE_TIER, WORKER_TIER, SANDBOX_TIER = "predicate", "worker", "sandbox"
+
+#: One event in this many has the router's evaluations of it timed on the thread's CPU
+#: clock, each charged this many times over to its pattern (`cpu_top`): the clock is a
+#: system call, dearer than most predicates, so timing every event would slow the path.
+CPU_SAMPLE_EVERY: Final = 16
+#: Most patterns `cpu_top` lists.
+MAX_CPU_TOP: Final = 100
+#: Instances charged since the last ranking that make `cpu_top` rank again, so that the
+#: set stays small whether or not anyone asks (a ranking costs a pass over them).
+_RANK_AFTER: Final = 4096
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatternCost:
+    """One pattern instance and the CPU its evaluations took (`PatternEngine.cpu_top`)."""
+
+    spec: PatternSpec
+    #: "predicate", "sandbox" or "worker" (`PatternEngine.tier`).
+    tier: str
+    #: Its subscribers on this router (standalone matchers included).
+    subscribers: int
+    #: Seconds of CPU since it was created: sampled in the router, counted per batch in the
+    #: workers (`workers.child`).
+    cpu: float
 
 
 class PatternEngine:
@@ -138,6 +172,10 @@ class PatternEngine:
         self._instances: dict[tuple[Any, ...], Instance] = {}
         self._stamp = 0
         self._seq = itertools.count()
+        #: The dearest instances at the last ranking, and those charged since: an instance
+        #: in neither took no more CPU than the ranked ones, so `cpu_top` never walks them all.
+        self._dearest: list[Instance] = []
+        self._charged: dict[Instance, None] = {}
 
     # -- subscribers -----------------------------------------------------------------------
 
@@ -421,7 +459,9 @@ class PatternEngine:
         pool = self._tier.pool
         if pool is not None and len(pool):
             pool.dispatch(event)  # deliveries come back through on_deliveries
-        matched, stops = self._index.match(event, self._stamp)
+        timed = self._stamp % CPU_SAMPLE_EVERY == 0
+        clock = time.thread_time_ns if timed else None
+        matched, stops = self._index.match(event, self._stamp, self._charge if timed else None)
         failures = list(stops)
         budget = self._sandbox.budget
         if failures:
@@ -432,12 +472,17 @@ class PatternEngine:
             receives = bucket.instance.receives
             if receives is not None and not receives(kind):
                 continue  # outside its owners' scope: the pattern never sees it
+            if clock is not None:
+                start = clock()
             try:
                 result = bucket.run(bucket, event)
             except SandboxStop as stop:
                 failures.append((bucket, stop))
                 budget.violation = None
                 continue
+            finally:
+                if clock is not None:
+                    self._charge(bucket, clock() - start)
             if result is True:
                 matched.append(bucket)
             elif result:
@@ -649,6 +694,62 @@ class PatternEngine:
     def keys(self) -> list[Hashable]:
         """The subscriber keys, in subscription order."""
         return list(self._subs)
+
+    def _charge(self, bucket: Bucket, ns: int) -> None:
+        instance = bucket.instance
+        instance.cpu_ns += ns * CPU_SAMPLE_EVERY
+        self._charged[instance] = None
+        if len(self._charged) > _RANK_AFTER:
+            self._rank()
+
+    def _rank(self) -> None:
+        live = self._instances
+        both = dict.fromkeys(self._dearest)
+        both.update(self._charged)
+        self._charged.clear()
+        alive = (i for i in both if live.get(i.spec_key) is i)
+        self._dearest = heapq.nlargest(MAX_CPU_TOP, alive, key=_cpu_ns)
+
+    def cpu_top(self, n: int, keys: Iterable[Hashable] | None = None) -> list[PatternCost]:
+        """The *n* (at most `MAX_CPU_TOP`) pattern instances whose evaluations took the most
+        CPU, the dearest first; of the patterns of *keys* only, unless None. A pattern in
+        the worker tier is charged what the workers reported (`WorkerPool.cpu_ns`).
+
+        Costs the ranked and recently charged instances, the worker tier's and *keys*'s:
+        not a pass over every instance of a router with a million patterns."""
+        pool = self._tier.pool
+        instances: Iterable[Instance]
+        if keys is None:
+            self._rank()
+            remote = pool.spec_keys() if pool is not None else ()
+            live = self._instances
+            instances = [
+                *self._dearest,
+                *(i for k in remote if (i := live.get(k)) is not None and i.remote),
+            ]
+        else:
+            subs = self._subs
+            instances = {
+                subs[k].bucket.instance: None for k in keys if k in subs
+            }.keys()  # in order, once each
+
+        def cost(i: Instance) -> int:
+            return pool.cpu_ns(i.spec_key) if i.remote and pool is not None else i.cpu_ns
+
+        top = heapq.nlargest(max(0, min(n, MAX_CPU_TOP)), instances, key=cost)
+        return [
+            PatternCost(
+                spec=PatternSpec(kernel=i.spec_key[0], format=i.spec_key[1], source=i.spec_key[2]),
+                tier=_tier_of(i),
+                subscribers=sum(len(b.members) for b in i.buckets.values()),
+                cpu=cost(i) / 1e9,
+            )
+            for i in top
+        ]
+
+
+def _cpu_ns(instance: Instance) -> int:
+    return instance.cpu_ns
 
 
 def _tier_of(instance: Instance) -> str:

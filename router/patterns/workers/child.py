@@ -136,6 +136,9 @@ class Worker:
         #: since when.
         self.idle = 0.0
         self.idle_from = _perf()
+        #: CPU each instance (by iid) took in the batch being run, in ns, sent with its
+        #: answer: the evaluation's wall time as charged to its client (`on_cpu`).
+        self.cpu: dict[int, int] = {}
 
     # -- messages --------------------------------------------------------------------------
 
@@ -266,6 +269,7 @@ class Worker:
         switch, rng = self.random, random.Random()
 
         worker, burst, matcher_wkeys, charged = self, self.burst, self.matcher_wkeys, self.charged
+        cpu = self.cpu
 
         program = getattr(run, "__self__", None)
         counter = [0]
@@ -315,6 +319,7 @@ class Worker:
                 budget.limit = time_budget
                 used = (_perf() - start) * worker.on_cpu
                 client.tokens = tokens - used
+                cpu[iid] = cpu.get(iid, 0) + int(used * 1e9)
             if client.tokens < -burst:
                 budget.violation = None
                 raise SandboxStop(TIMEOUT, _SHARE_MESSAGE)
@@ -429,7 +434,9 @@ class Worker:
         if self.errors:
             errors, self.errors = self.errors, []
             self.write(encode(["errors", errors]))
-        self.write(encode(["done", seq, deliveries, pack(derived), stops]))
+        spent = [n for pair in self.cpu.items() for n in pair]
+        self.cpu.clear()
+        self.write(encode(["done", seq, deliveries, pack(derived), stops, spent]))
         wall = _perf() - wall
         if wall > 0.001:  # long enough for the CPU clock to say something
             self.on_cpu = min(1.0, max(0.05, (time.thread_time() - cpu_start) / wall))

@@ -49,6 +49,9 @@ DELIVERY_CHUNK = 2000
 #: Error notices read from one worker reply: a worker sends at most one per bucket a
 #: second, so more in one reply is a broken worker, not news.
 MAX_NOTICES_PER_REPLY = 10_000
+#: Most CPU one reply may charge one pattern, in ns: a batch of a worker is killed long
+#: before a minute, so a larger figure is a broken worker's, and is not added.
+_MAX_BATCH_CPU_NS = 60 * 10**9
 
 
 class WorkerPool(Probation):
@@ -376,7 +379,7 @@ class WorkerPool(Probation):
     def _message(self, slot: Slot, proc: WorkerProcess, msg: list[Any]) -> None:
         op = msg[0]
         if op == "done":
-            _, seq, flat, derived_blob, stops = msg
+            _, seq, flat, derived_blob, stops, *cpu = msg
             flight, slot.in_flight = slot.in_flight, None
             slot.retried = False
             if flight is None or flight[0] != seq:
@@ -398,6 +401,8 @@ class WorkerPool(Probation):
                 if sub is not None and sub.inst.worker is slot:  # a worker speaks for its own only
                     ref = flat[i + 1]
                     out.append((sub.key, events[ref] if ref >= 0 else derived[-1 - ref]))
+            if cpu:
+                self._charge(slot, cpu[0])
             for wkeys, code, message in stops:
                 self._stop_wkeys(slot, wkeys, code, message)
             self._deliver_chunks(slot, out, 0)
@@ -426,6 +431,30 @@ class WorkerPool(Probation):
             self._errors(slot, msg[1])
         elif op == "exported":
             self._exported(slot, msg[1], msg[2])
+
+    def _charge(self, slot: Slot, flat: Any) -> None:
+        """Add a batch's CPU, ``[iid, ns, iid, ns, ...]``, to the instances of *slot* (a
+        worker speaks for its own only; anything else in the list is ignored)."""
+        if type(flat) is not list:
+            return
+        instances = slot.instances
+        for i in range(0, len(flat) - 1, 2):
+            inst, ns = instances.get(flat[i]), flat[i + 1]
+            if inst is not None and type(ns) is int and 0 < ns < _MAX_BATCH_CPU_NS:
+                inst.cpu_ns += ns
+
+    def spec_keys(self) -> set[tuple[Any, ...]]:
+        """The patterns placed on the workers (their engine keys: kernel, format, source and
+        a scope where there is one)."""
+        return {inst.spec_key for inst in self._instances.values()}
+
+    def cpu_ns(self, spec_key: tuple[Any, ...]) -> int:
+        """CPU the workers reported for the pattern of *spec_key* (on probation and off), ns."""
+        return sum(
+            inst.cpu_ns
+            for probation in (False, True)
+            if (inst := self._instances.get((spec_key, probation))) is not None
+        )
 
     def _deliver_chunks(self, slot: Slot, out: Deliveries, start: int) -> None:
         """Deliver *out* a chunk per turn of the loop (a script may forward thousands of

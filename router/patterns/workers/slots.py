@@ -66,6 +66,7 @@ class Inst:
         "trial",
         "next_try",
         "params",
+        "cpu_ns",
     )
 
     def __init__(
@@ -78,6 +79,8 @@ class Inst:
         self.next_try = 0  # events of trial before the next try to move it (its state would not go)
         #: Its subscribers' params (frozen: `buckets.freeze`) → how many have them.
         self.params: dict[Any, int] = {}
+        #: CPU its evaluations took in the worker, in ns, as the worker reports per batch.
+        self.cpu_ns = 0
 
 
 class Probe:

@@ -11,7 +11,8 @@ item names them::
     ["unsub", wkey]
     ["batch", seq, peer_count, events]       ["errors", [[[wkey...], error, count,
                                                           line, text], ...]]
-                                             ["done", seq, deliveries, derived, stops]
+                                             ["done", seq, deliveries, derived, stops,
+                                                     cpu]
     ["probe", seq, wkey, needs, events]      ["probed", seq, results, stops]
     ["export", seq, [wkey...]]               ["exported", seq, [[wkey, state], ...]]
     ["precompile", kernel, format, source]
@@ -22,7 +23,7 @@ item names them::
 [wkey, ref, wkey, ref, ...], in delivery order: ref >= 0 is the index of a batch event
 (delivered as the router's own object), ref < 0 is derived event -1 - ref. A `state` is a script's
 state carried off probation (`carry.py`), empty bytes for none, None in an answer where it cannot be
-carried.
+carried. `cpu` is flat too, [iid, ns, iid, ns, ...]: the CPU each instance took in the batch.
 
 The shared slot: the worker also writes, into a 24-byte shared page, which pattern it is
 running (the instance id while compiling; minus the wkey of a subscriber of the bucket it
