@@ -539,8 +539,8 @@ class ClientSession(asyncio.Protocol):
                 self.send(Pong(token=msg.token))
             case Bye():
                 self.close()
-            case Hello():
-                raise ProtocolError("a client may not send 'hello' twice")
+            case Hello():  # not the router's to answer again (`serve` welcomes)
+                raise ProtocolError(f"a client may not send {msg.kind!r}")
             case Quench():
                 if self._may("quench", "register quench prototypes", msg.reg):
                     self.router.serve(self, msg)
