@@ -118,7 +118,7 @@ CLOSE_GRACE = 30.0
 HIGH_WATER = 64 * 1024
 
 
-class Phase(enum.Enum):
+class Phase(enum.StrEnum):
     """Where one connection is in its life (see the module docstring)."""
 
     HELLO = "hello"
@@ -128,7 +128,7 @@ class Phase(enum.Enum):
     HANDED_OVER = "handed-over"
 
 
-class Reading(enum.Enum):
+class Reading(enum.StrEnum):
     """The read pump of one connection (see the module docstring)."""
 
     IDLE = "idle"
@@ -137,7 +137,7 @@ class Reading(enum.Enum):
     PAUSED = "paused"
 
 
-class Writing(enum.Enum):
+class Writing(enum.StrEnum):
     """The write side of one connection (see the module docstring)."""
 
     FLOWING = "flowing"
@@ -145,7 +145,8 @@ class Writing(enum.Enum):
     SHEDDING = "shedding"
 
 
-#: The moves each machine allows; any other is refused (`UsageError`).
+#: The moves each machine allows; any other is refused (`UsageError`). The states are string
+#: enums so that these look-ups hash in C: the read pump moves twice per read.
 PHASE_MOVES: Final[dict[Phase, frozenset[Phase]]] = {
     Phase.HELLO: frozenset({Phase.OPEN, Phase.CLOSING, Phase.CLOSED, Phase.HANDED_OVER}),
     Phase.OPEN: frozenset({Phase.CLOSING, Phase.CLOSED}),
@@ -166,12 +167,22 @@ WRITING_MOVES: Final[dict[Writing, frozenset[Writing]]] = {
     Writing.SHEDDING: frozenset({Writing.FLOWING}),
 }
 
-# The members the event path compares with, as module names (one lookup, not two).
-_HELLO, _OPEN = Phase.HELLO, Phase.OPEN
-_LIVE = (Phase.OPEN, Phase.HELLO)  # frames are taken and written
-_HANDLING = (Reading.HANDLING, Reading.YIELDING)  # inside `_process`: acks wait for its end
-_PAUSED_READING = Reading.PAUSED
-_FLOWING, _SHEDDING = Writing.FLOWING, Writing.SHEDDING
+# The members as module names: looked up on its class, a member costs a descriptor call,
+# several times a global's, and the read pump and the deliveries compare with them.
+_HELLO = Phase.HELLO
+_OPEN = Phase.OPEN
+_CLOSING = Phase.CLOSING
+_CLOSED = Phase.CLOSED
+_HANDED_OVER = Phase.HANDED_OVER
+_IDLE = Reading.IDLE
+_HANDLING = Reading.HANDLING
+_YIELDING = Reading.YIELDING
+_PAUSED = Reading.PAUSED
+_FLOWING = Writing.FLOWING
+_FULL = Writing.PAUSED
+_SHEDDING = Writing.SHEDDING
+_LIVE = (_OPEN, _HELLO)  # frames are taken and written
+_IN_PROCESS = (_HANDLING, _YIELDING)  # inside `_process`: acks wait for its end
 
 
 class SessionSubscriber:
@@ -321,9 +332,9 @@ class ClientSession(asyncio.Protocol):
         #: Who is calling: the user of a verified certificate, or anonymous (`aa.router.security`).
         self.identity = _ANONYMOUS
         self.subscriptions: dict[int, SessionSubscriber] = {}
-        self.phase = Phase.HELLO
-        self.reading = Reading.IDLE
-        self.writing = Writing.FLOWING
+        self.phase = _HELLO
+        self.reading = _IDLE
+        self.writing = _FLOWING
         #: Deliveries of this batch not yet written, [[sub_ids], event] each, and the ack to
         #: write after them (`ack`): the session is queued with the batch while there are any.
         self._pending: list[list[Any]] = []
@@ -399,12 +410,12 @@ class ClientSession(asyncio.Protocol):
         if self.phase not in _LIVE:
             return
         self.codec.receive_data(data)
-        if self.reading is not _PAUSED_READING:
+        if self.reading is not _PAUSED:
             self._process()
 
     def _process(self) -> None:
         """Handle the whole frames buffered; after a big publish or a long turn, the rest waits."""
-        self._read(Reading.HANDLING)
+        self._read(_HANDLING)
         start = time.perf_counter()
         try:
             while True:
@@ -437,7 +448,7 @@ class ClientSession(asyncio.Protocol):
             )
             self.fail(exc.code, str(exc))
         finally:
-            self._read(Reading.IDLE if self.reading is Reading.HANDLING else Reading.PAUSED)
+            self._read(_IDLE if self.reading is _HANDLING else _PAUSED)
             self._batch.flush()
         frames = self.router.partial_frames
         if self.phase in _LIVE and not frames.hold(self, self.codec.buffered):
@@ -456,7 +467,7 @@ class ClientSession(asyncio.Protocol):
 
     def _pause_reading(self) -> None:
         """Read no more until `_resume`: inside `_process`, YIELDING; after it, PAUSED."""
-        self._read(Reading.YIELDING if self.reading in _HANDLING else Reading.PAUSED)
+        self._read(_YIELDING if self.reading in _IN_PROCESS else _PAUSED)
         self.transport.pause_reading() if self.transport is not None else None
 
     def _next_turn(self) -> None:
@@ -465,7 +476,7 @@ class ClientSession(asyncio.Protocol):
         asyncio.get_running_loop().call_soon(self._resume)
 
     def _resume(self) -> None:
-        self._read(Reading.IDLE)
+        self._read(_IDLE)
         if self.phase not in _LIVE:
             return
         if self.transport is not None:
@@ -473,7 +484,7 @@ class ClientSession(asyncio.Protocol):
         self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._enter(Phase.CLOSED)
+        self._enter(_CLOSED)
         if self._cut is not None:
             self._cut.cancel()  # lets the transport go now, not after the grace
         heavy = self._writable is not None or self.dropped
@@ -487,12 +498,12 @@ class ClientSession(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self.writing is _FLOWING:
-            self._write(Writing.PAUSED)
+            self._write(_FULL)
             self._writable = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
         if self.writing is not _FLOWING:
-            self._write(Writing.FLOWING)
+            self._write(_FLOWING)
         fut, self._writable = self._writable, None
         if fut is not None and not fut.done():
             fut.set_result(None)
@@ -525,8 +536,9 @@ class ClientSession(asyncio.Protocol):
         # Class patterns are isinstance checks in order (no message kind has subclasses):
         # the event path's kind first.
         match msg:
-            case Publish():
-                self._publish(msg)
+            case Publish():  # `_publish`, inlined on the event path
+                self.events_in += len(msg.events)
+                self.router.accept_publish(self, msg.seq, self.permitted(msg.events))
             case Subscribe():
                 self._subscribe(msg)
             case Unsubscribe():
@@ -633,7 +645,7 @@ class ClientSession(asyncio.Protocol):
         # The client's own scope when it proves it holds the secret; a scope of this
         # connection alone otherwise (its retries are then recognised on this router only).
         self.id_scope = id_scope(msg.secret if msg.secret is not None else os.urandom(16).hex())
-        self._enter(Phase.OPEN)
+        self._enter(_OPEN)
         self.router.serve(self, msg)  # the welcome
 
     def _subscribe(self, msg: Subscribe) -> None:
@@ -761,8 +773,8 @@ class ClientSession(asyncio.Protocol):
         subscription. While its transport is paused, later deliveries are dropped as they
         come (`shedding`) until it drains; a transport that is not paused (a bound under its
         high-water mark) drains without telling, so its drops are told at the next flush."""
-        if self.writing is Writing.PAUSED:
-            self._write(Writing.SHEDDING)
+        if self.writing is _FULL:
+            self._write(_SHEDDING)
         self.dropped += len(pending)
         self.counters["dropped_slow"] += len(pending)
         subs = self.subscriptions
@@ -797,7 +809,7 @@ class ClientSession(asyncio.Protocol):
 
     def ack(self, seq: int) -> None:
         """Acknowledge frames up to *seq*; while frames are handled, once at the batch's end."""
-        if self.reading not in _HANDLING or self.phase not in _LIVE:
+        if self.reading not in _IN_PROCESS or self.phase not in _LIVE:
             self.send(Ack(seq=seq))
             return
         if not self._pending and self._ack is None:
@@ -830,7 +842,7 @@ class ClientSession(asyncio.Protocol):
             self.close()
             return
         self.flush()
-        self._enter(Phase.CLOSING)
+        self._enter(_CLOSING)
         self.codec = Connection(max_items=MAX_FRAME_ITEMS)  # what it held is let go at once
         self.router.partial_frames.hold(self, 0)
         transport.write_eof()
@@ -844,7 +856,7 @@ class ClientSession(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.phase is not _HELLO:
             raise UsageError("only a session not yet a client's can be detached")
-        self._enter(Phase.HANDED_OVER)
+        self._enter(_HANDED_OVER)
         self.transport = None
         self.router.session_closed(self)
         if not self.closed.done():
@@ -854,7 +866,7 @@ class ClientSession(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and self.phase in _LIVE:
             self.flush()
-            self._enter(Phase.CLOSING)
+            self._enter(_CLOSING)
             self.transport.close()
             self._cut_later(self.transport)
 
