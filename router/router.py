@@ -7,9 +7,10 @@ Embed it in any asyncio program::
         sub = router.subscribe("Temperature > 100", print)
         router.publish({"Temperature": 101})
 
-An event's way (docs/architecture.md draws it): a client's `Publish` reaches
-its `ClientSession`, which hands it here (`accept_publish`): the store screens its policies,
-the dispatcher stamps, matches and sinks it and the links flood it (`aa.router.dispatch`),
+An event's way (docs/architecture.md draws it): a client's `Publish` reaches its
+`ClientSession`, which keeps what its user may publish and hands that here (`accept_publish`,
+of the session's seam `aa.router.seams.SessionHost`): the store screens its policies, the
+dispatcher stamps, matches and sinks it and the links flood it (`aa.router.dispatch`),
 and the ack rule acknowledges it once durable and flooded (`aa.router.acks`). A peer's flood
 reaches the links room, which dispatches each event once through the same dispatcher.
 
@@ -38,7 +39,29 @@ from aa.mesh import (
     UsageError,
     check_values,
 )
-from aa.mesh.protocol import Bye, GetMesh, MeshInfo, Message, PeerHello, Publish
+from aa.mesh.protocol import (
+    Bye,
+    CacheAck,
+    CacheClear,
+    CacheFetch,
+    CacheKeepalive,
+    CachePolicy,
+    CacheRegister,
+    CacheRemove,
+    ForgetRouter,
+    GetCached,
+    GetCacheInfo,
+    GetMesh,
+    GetRouters,
+    Hello,
+    MeshInfo,
+    Message,
+    PeerHello,
+    Quench,
+    Routers,
+    Unquench,
+    Welcome,
+)
 
 from .acks import Acknowledgements
 from .caches import ClientCacheService, MeshCache
@@ -49,7 +72,7 @@ from .links import MeshService, Wants
 from .local import LocalSubscription
 from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits, scope_filter
 from .quench import QuenchService
-from .seams import Subscriber
+from .seams import DeliveryBatch, SessionLimits, Subscriber
 from .security import Gate, PartialFrames, router_id_for
 from .session import ClientSession
 from .sinks import LocalSinks
@@ -532,28 +555,42 @@ class Router:
 
     # -- what a client session asks (aa.router.session) -------------------------------------
 
+    @property
+    def limits(self) -> SessionLimits:
+        """The bounds each client connection is held to (from the config)."""
+        return self.config
+
+    @property
+    def deliveries(self) -> DeliveryBatch:
+        """The batch client deliveries wait in until it is handled (the dispatcher)."""
+        return self.dispatcher
+
+    def tier(self, spec: PatternSpec) -> str:
+        """The tier *spec* runs in (`PatternEngine.tier`)."""
+        return self.engine.tier(spec)
+
     def accept_publish(
         self,
         session: ClientSession,
-        msg: Publish,
+        seq: int,
+        events: Sequence[Event],
         *,
         until: float | None = None,
         done: Callable[[], None] | None = None,
     ) -> None:
-        """A client's publish frame: screen its store policies, dispatch and flood its
-        events, then acknowledge it when the rule allows (`aa.router.acks`). With *until*
-        (`time.perf_counter()`), what is left when it passes is dispatched on later turns
-        of the loop (`Dispatcher.accept_in_steps`); *done* is called after the last."""
+        """The *events* of a client's publish frame *seq* its user may publish: screen
+        their store policies, dispatch and flood them, then acknowledge the frame when the
+        rule allows (`aa.router.acks`). With *until* (`time.perf_counter()`), what is left
+        when it passes is dispatched on later turns of the loop
+        (`Dispatcher.accept_in_steps`); *done* is called after the last."""
         storage = self.storage
-        session.events_in += len(msg.events)
-        events = session.permitted(msg.events)  # what the user may not publish is refused
         events, persisted = storage.screen(session, events)  # bad store policies refused
         refused = storage.refused
         client_id, address, user = session.client_id or "?", session.address, session.identity.user
 
         def handled() -> None:
             self.acks.publish_handled(
-                session, msg.seq, persisted=persisted, refused=storage.refused - refused
+                session, seq, persisted=persisted, refused=storage.refused - refused
             )
             if done is not None:
                 done()
@@ -588,9 +625,17 @@ class Router:
         check_history(history)
         self.engine.subscribe(key, spec, params)
 
-    def subscription_added(self, key: Hashable, history: Mapping[str, Any] | None) -> None:
-        """*key* was registered and told so: replay its history, tell quenching."""
+    def subscription_added(
+        self,
+        key: Hashable,
+        history: Mapping[str, Any] | None,
+        away: tuple[float, Callable[[int, bool], None]] | None = None,
+    ) -> None:
+        """*key* was registered and told so: replay its history (or, back after *away*
+        seconds without a router, count the stored events it missed), tell quenching."""
         self.storage.on_subscribe(key, history)
+        if away is not None and history is None:
+            self.storage.count_away(key, *away)
         self.quench.subscribed(key)
 
     def subscription_notes(
@@ -631,6 +676,7 @@ class Router:
 
     def session_closed(self, session: ClientSession) -> None:
         self.sessions.discard(session)
+        self.partial_frames.hold(session, 0)
         self.acks.session_closed(session)
         self.dispatcher.forget(session)
         subscriptions = list(session.subscriptions.values())
@@ -639,13 +685,84 @@ class Router:
         self.quench.session_closed(session, subscriptions)  # its subscriptions and registrations
         session.subscriptions.clear()
 
-    def handoff(self, session: ClientSession, msg: Message) -> bool:
-        """A connection's first frame was not a client hello: a tool asking about the mesh
-        (answered), or a peer router calling (the links room takes the connection)."""
-        if type(msg) is GetMesh:
-            session.send(MeshInfo(info=self.mesh.info()))
-            return True
-        if type(msg) is not PeerHello or not self.mesh.takes_peer(msg):
+    def serve(self, session: ClientSession, msg: Message) -> bool:
+        """Answer a frame *session* does not handle itself: its accepted hello (the
+        welcome), questions about the mesh, quenching and cache requests (the session has
+        held them to its user's permissions); before a hello, a tool asking about the mesh
+        or a peer router calling (the links room takes the connection). False for a frame
+        a client may not send, or not yet."""
+        if session.client_id is None:
+            match msg:
+                case GetMesh():
+                    session.send(MeshInfo(info=self.mesh.info()))
+                    return True
+                case PeerHello():
+                    return self._handoff(session, msg)
+            return False
+        match msg:
+            case Hello():
+                session.send(
+                    Welcome(
+                        router_id=self.id,
+                        router_name=self.name,
+                        client_id=session.client_id,
+                        alternatives=self.alternatives(),
+                        id_scope=session.id_scope,
+                    )
+                )
+            case GetRouters():
+                session.send(Routers(addresses=self.alternatives()))
+            case GetMesh():
+                session.send(MeshInfo(info=self.mesh_info()))
+            case ForgetRouter():
+                self._forget(session, msg)
+            case Quench() | Unquench():
+                self.quench.handle_request(session, msg)
+            case (
+                GetCached()
+                | CacheRegister()
+                | CacheFetch()
+                | CacheAck()
+                | CacheKeepalive()
+                | CachePolicy()
+                | CacheClear()
+                | CacheRemove()
+                | GetCacheInfo()
+            ):
+                identity = session.identity
+                self.caches.handle_request(
+                    session,
+                    msg,
+                    owner=identity.user,
+                    receives=self.security.receive_filter(identity),
+                )
+            case _:
+                return False
+        return True
+
+    def _forget(self, session: ClientSession, msg: ForgetRouter) -> None:
+        """`aa mesh forget`: administrators only (`Permissions.admin_refusal`); the answer
+        is the mesh picture with a ``forget`` map, refused or done."""
+        gate = self.security
+        result: dict[str, Any]
+        user = session.identity.user
+        refusal = gate.permissions.admin_refusal(user, session.host)
+        if refusal is not None:
+            refusal = f"user {user!r} is {refusal}"
+            result = {"router": msg.router, "forgotten": [], "refused": refusal}
+            gate.refusals.note(  # once a minute per source at most: a refusal costs no log flood
+                session.host,
+                f"refusing to forget router {msg.router!r} for {session.address}: {refusal}",
+                time.monotonic(),
+                logging.INFO,
+            )
+        else:
+            result = self.mesh.forget(msg.router)
+        session.send(MeshInfo(info={**self.mesh_info(), "forget": result}))
+
+    def _handoff(self, session: ClientSession, msg: PeerHello) -> bool:
+        """A peer router calls: the links room takes the connection (refused: told why)."""
+        if not self.mesh.takes_peer(msg):
             return False
         refusal = self.security.admit_peer(session.identity, session.host, msg.router_id)
         if refusal is not None:  # mutual TLS, ids bound to certificates, --allow-peers

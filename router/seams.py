@@ -1,18 +1,23 @@
 """The small interfaces the router's rooms are given instead of the whole `Router`.
 
-A room (peer links, quenching, the store, the caches, the event log, the patterns) is
-handed only what it uses: something to dispatch events into, a way to reach one client,
-a clock. The `Router` composes the rooms and is the one object that implements these;
-tests can hand a room a small fake instead. Nothing here holds state.
+A room (peer links, quenching, the store, the caches, the event log, the patterns, a
+client's session) is handed only what it uses: something to dispatch events into, a way
+to reach one client, a clock. The `Router` composes the rooms and is the one object that
+implements these; tests can hand a room a small fake instead. Nothing here holds state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
-from typing import Any, Protocol
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from aa.mesh import Control, Event
+from aa.mesh import Control, Event, PatternSpec
 from aa.mesh.protocol import Message
+
+if TYPE_CHECKING:
+    from .security import Gate, PartialFrames
+    from .session import ClientSession
 
 __all__ = [
     "Clock",
@@ -23,6 +28,10 @@ __all__ = [
     "Subscriber",
     "SubscriptionHost",
     "RouterFacts",
+    "Flushable",
+    "DeliveryBatch",
+    "SessionLimits",
+    "SessionHost",
 ]
 
 #: Monotonic seconds (`time.monotonic`); every deadline of a room is measured with one.
@@ -108,7 +117,14 @@ class SubscriptionHost(Protocol):
         self, key: Hashable, spec: Any, params: Mapping[str, Any], history: Mapping[str, Any] | None
     ) -> None: ...
 
-    def subscription_added(self, key: Hashable, history: Mapping[str, Any] | None) -> None: ...
+    def subscription_added(
+        self,
+        key: Hashable,
+        history: Mapping[str, Any] | None,
+        away: tuple[float, Callable[[int, bool], None]] | None = None,
+    ) -> None:
+        """*key* was registered and told so: its history replayed; or, back after *away*
+        seconds without a router, ``tell(count, more)`` of the stored events it missed."""
 
     def remove_subscription(self, key: Hashable) -> None: ...
 
@@ -126,3 +142,90 @@ class RouterFacts(Protocol):
 
     def summary(self) -> dict[str, Any]:
         """Counters and sizes (clients, uptime, dispatched …) for the mesh picture."""
+
+
+class Flushable(Protocol):
+    """A client connection with deliveries queued during a batch (`ClientSession`)."""
+
+    def flush(self) -> None: ...
+
+
+class DeliveryBatch(Protocol):
+    """The batch a client's deliveries wait in: written to once at its end (the dispatcher)."""
+
+    def queued(self, client: Flushable) -> None:
+        """*client* has something to write: call its `flush` at the end of the batch."""
+
+    def flush(self) -> None:
+        """The batch is handled: write every client's queued deliveries now."""
+
+
+class SessionLimits(Protocol):
+    """The bounds one client connection is held to (`aa.router.RouterConfig`)."""
+
+    @property
+    def max_session_backlog(self) -> int:
+        """Bytes written to a client and not yet read, above which its deliveries drop."""
+
+    @property
+    def max_subscriptions_per_client(self) -> int: ...
+
+
+class SessionHost(SubscriptionHost, Protocol):
+    """What a client session (`aa.router.session.ClientSession`) asks of its router.
+
+    What it is held to: `security` (who is calling and what they may do), `limits`, the
+    shared `partial_frames` bound; what it counts in: `counters`; where its deliveries wait:
+    `deliveries`. Its life: `session_opened`, `session_closed`. Its frames: publishes go to
+    `accept_publish`, subscriptions to the `SubscriptionHost` calls (told `tier` and
+    `subscription_notes`), and every frame the session does not handle itself to `serve`
+    (the welcome, questions about the mesh, quenching, caches, a peer router calling).
+    """
+
+    @property
+    def security(self) -> Gate: ...
+
+    @property
+    def limits(self) -> SessionLimits: ...
+
+    @property
+    def counters(self) -> Counter[str]: ...
+
+    @property
+    def partial_frames(self) -> PartialFrames: ...
+
+    @property
+    def deliveries(self) -> DeliveryBatch: ...
+
+    def session_opened(self, session: ClientSession) -> None:
+        """A connection was made (the admission caps may refuse it at once)."""
+
+    def session_closed(self, session: ClientSession) -> None:
+        """Lost or handed over: its subscriptions, acks and partial frames let go."""
+
+    def serve(self, session: ClientSession, msg: Message) -> bool:
+        """Answer a frame the session does not handle itself; False: not one a client may
+        send (at this point of its connection)."""
+
+    def accept_publish(
+        self,
+        session: ClientSession,
+        seq: int,
+        events: Sequence[Event],
+        *,
+        until: float | None = None,
+        done: Callable[[], None] | None = None,
+    ) -> None:
+        """Dispatch the *events* of publish frame *seq* the client's user may publish, and
+        acknowledge the frame when the rule allows (`aa.router.acks`)."""
+
+    def tier(self, spec: PatternSpec) -> str:
+        """The tier *spec* runs in (`aa.router.patterns.PREDICATE_TIER` …)."""
+
+    def subscription_notes(
+        self,
+        spec: PatternSpec,
+        params: Mapping[str, Any],
+        history: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """What a subscriber is told of its pattern in `Subscribed` (tier, warnings)."""

@@ -6,16 +6,39 @@ Reading: every chunk is fed to the codec and the frames it completes are handled
 deliveries for this client are queued while the router dispatches a batch and written as
 one `Deliver` frame when the batch is done (`flush`), so N events cost one syscall, not N.
 A bad frame gets an error frame and closes this connection only.
+
+The session asks its router only what `aa.router.seams.SessionHost` lists, and keeps its
+own state in three small machines, each changed in one method that refuses a move its table
+does not allow (`UsageError`: a bug of ours, never the client's):
+
+- `Phase`, the connection's life: ``HELLO`` → ``OPEN`` (its hello accepted) → ``CLOSING`` (we
+  closed or refused it: what it sends is dropped, what is written drains) → ``CLOSED`` (lost);
+  from ``HELLO`` also ``HANDED_OVER`` (a peer router called: the links room has it). Frames are
+  taken and written in ``HELLO`` and ``OPEN`` only.
+- `Reading`, the read pump: ``IDLE`` → ``HANDLING`` (`_process` handles what is buffered; acks
+  wait for the end of its batch) → ``IDLE``; or, when the turn's budget is spent or a large
+  publish is dispatched across turns, → ``YIELDING`` (still handling, reading paused) →
+  ``PAUSED`` (the rest waits for `_resume` on a later turn) → ``IDLE``. Data that comes while
+  paused is only buffered.
+- `Writing`, the write side: ``FLOWING`` → ``PAUSED`` (over the transport's high-water mark:
+  bulk senders wait) → ``SHEDDING`` (and over the backlog bound: deliveries are dropped as they
+  come, counted per subscription) → ``FLOWING`` when it drains, which tells the client what
+  it missed (`Missed`).
+
+What waits to be written is data, not a flag: the deliveries and the ack of the batch (the
+session is queued with the batch exactly while there are any), and the count of drops not
+yet told (`untold`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from aa.mesh import (
     Connection,
@@ -37,15 +60,10 @@ from aa.mesh.protocol import (
     CachePolicy,
     CacheRegister,
     CacheRemove,
-    CacheRequest,
     Error,
-    ForgetRouter,
     GetCached,
     GetCacheInfo,
-    GetMesh,
-    GetRouters,
     Hello,
-    MeshInfo,
     Message,
     Missed,
     MissedAway,
@@ -55,14 +73,11 @@ from aa.mesh.protocol import (
     Pong,
     Publish,
     Quench,
-    Routers,
     Subscribe,
     Subscribed,
-    Unquench,
     Unsubscribe,
     Update,
     Updated,
-    Welcome,
 )
 
 from .dispatch import DISPATCH_STEP
@@ -71,12 +86,12 @@ from .patterns import PREDICATE_TIER
 from .security import Identity
 
 if TYPE_CHECKING:
-    from .router import Router
+    from .seams import SessionHost
 
 #: The identity of a connection without TLS or without a certificate.
 _ANONYMOUS = Identity()
 
-__all__ = ["ClientSession", "SessionSubscriber"]
+__all__ = ["ClientSession", "SessionSubscriber", "Phase", "Reading", "Writing"]
 
 log = logging.getLogger("aa.router.session")
 
@@ -104,6 +119,73 @@ CLOSE_GRACE = 30.0
 HIGH_WATER = 64 * 1024
 
 
+class Phase(enum.StrEnum):
+    """Where one connection is in its life (see the module docstring)."""
+
+    HELLO = "hello"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    HANDED_OVER = "handed-over"
+
+
+class Reading(enum.StrEnum):
+    """The read pump of one connection (see the module docstring)."""
+
+    IDLE = "idle"
+    HANDLING = "handling"
+    YIELDING = "yielding"
+    PAUSED = "paused"
+
+
+class Writing(enum.StrEnum):
+    """The write side of one connection (see the module docstring)."""
+
+    FLOWING = "flowing"
+    PAUSED = "paused"
+    SHEDDING = "shedding"
+
+
+#: The moves each machine allows; any other is refused (`UsageError`). The states are string
+#: enums so that these look-ups hash in C: the read pump moves twice per read.
+PHASE_MOVES: Final[dict[Phase, frozenset[Phase]]] = {
+    Phase.HELLO: frozenset({Phase.OPEN, Phase.CLOSING, Phase.CLOSED, Phase.HANDED_OVER}),
+    Phase.OPEN: frozenset({Phase.CLOSING, Phase.CLOSED}),
+    Phase.CLOSING: frozenset({Phase.CLOSED}),
+    Phase.HANDED_OVER: frozenset({Phase.CLOSED}),
+    Phase.CLOSED: frozenset(),
+}
+READING_MOVES: Final[dict[Reading, frozenset[Reading]]] = {
+    Reading.IDLE: frozenset({Reading.HANDLING}),
+    Reading.HANDLING: frozenset({Reading.IDLE, Reading.YIELDING}),
+    # a large publish done within its first turn asks for the next turn while still handling
+    Reading.YIELDING: frozenset({Reading.YIELDING, Reading.PAUSED}),
+    Reading.PAUSED: frozenset({Reading.PAUSED, Reading.IDLE}),
+}
+WRITING_MOVES: Final[dict[Writing, frozenset[Writing]]] = {
+    Writing.FLOWING: frozenset({Writing.PAUSED}),
+    Writing.PAUSED: frozenset({Writing.SHEDDING, Writing.FLOWING}),
+    Writing.SHEDDING: frozenset({Writing.FLOWING}),
+}
+
+# The members as module names: looked up on its class, a member costs a descriptor call,
+# several times a global's, and the read pump and the deliveries compare with them.
+_HELLO = Phase.HELLO
+_OPEN = Phase.OPEN
+_CLOSING = Phase.CLOSING
+_CLOSED = Phase.CLOSED
+_HANDED_OVER = Phase.HANDED_OVER
+_IDLE = Reading.IDLE
+_HANDLING = Reading.HANDLING
+_YIELDING = Reading.YIELDING
+_PAUSED = Reading.PAUSED
+_FLOWING = Writing.FLOWING
+_FULL = Writing.PAUSED
+_SHEDDING = Writing.SHEDDING
+_LIVE = (_OPEN, _HELLO)  # frames are taken and written
+_IN_PROCESS = (_HANDLING, _YIELDING)  # inside `_process`: acks wait for its end
+
+
 class SessionSubscriber:
     """The pattern engine's key for one subscription of one TCP client."""
 
@@ -115,6 +197,7 @@ class SessionSubscriber:
         "overflow",
         "missed",
         "scope",
+        "pattern",
         "__weakref__",
     )
 
@@ -124,9 +207,12 @@ class SessionSubscriber:
         sub_id: int,
         receives: Callable[[str | None], bool] | None = None,
         overflow: str = "notify",
+        pattern: PatternSpec | None = None,
     ) -> None:
         self.session = session
         self.sub_id = sub_id
+        #: The pattern it subscribed with (held to the rules again after a reload).
+        self.pattern = pattern
         #: What to do when the client does not keep up: "notify" or "disconnect".
         self.overflow = overflow
         #: Deliveries dropped since the client was last told (`Missed`).
@@ -147,14 +233,20 @@ class SessionSubscriber:
             self.held.append(event)
             return
         session = self.session
-        if session.shedding and self.overflow != "disconnect":
+        if session.writing is _SHEDDING and self.overflow != "disconnect":
             # Its connection is over its bound: count the drop, encode nothing, queue nothing.
             self.missed += 1
-            session._missed = True
+            session.untold += 1
             session.dropped += 1
-            session.router.counters["dropped_slow"] += 1
+            session.counters["dropped_slow"] += 1
             return
         session.queue_delivery(self.sub_id, event)
+
+    def missed_events(self, count: int) -> None:
+        """*count* events went unmatched for it (a pattern worker's backlog was full): the
+        client is told before its next delivery, as for a slow reader."""
+        self.missed += count
+        self.session.untold += count
 
     def deliver_now(self, event: Event) -> None:
         """Deliver past any hold (history replay)."""
@@ -231,8 +323,10 @@ class _ScopeCheck:
 class ClientSession(asyncio.Protocol):
     """Router side of one client connection."""
 
-    def __init__(self, router: Router) -> None:
-        self.router = router
+    def __init__(self, router: SessionHost) -> None:
+        self.router = router  # what it asks of its router, and only that
+        self.counters = router.counters
+        self._batch = router.deliveries
         self.codec = Connection(max_items=MAX_FRAME_ITEMS)
         self.transport: asyncio.Transport | None = None
         self.client_id: str | None = None
@@ -244,26 +338,47 @@ class ClientSession(asyncio.Protocol):
         #: Who is calling: the user of a verified certificate, or anonymous (`aa.router.security`).
         self.identity = _ANONYMOUS
         self.subscriptions: dict[int, SessionSubscriber] = {}
-        self._pending: list[list[Any]] = []  # [[sub_ids], event] awaiting flush
-        self._dirty = False
-        self._ack: int | None = None  # an ack to write with this batch's deliveries (`ack`)
-        self._processing = False  # inside `_process`: its end flushes this session
-        self._closing = False
-        self._slicing = False  # a big publish is being dispatched in slices
+        self.phase = _HELLO
+        self.reading = _IDLE
+        self.writing = _FLOWING
+        #: Deliveries of this batch not yet written, [[sub_ids], event] each, and the ack to
+        #: write after them (`ack`): the session is queued with the batch while there are any.
+        self._pending: list[list[Any]] = []
+        self._ack: int | None = None
+        #: Deliveries dropped for a subscription and not yet told (`Missed`, on the drain or
+        #: before the next delivery).
+        self.untold = 0
         self.closed = asyncio.get_running_loop().create_future()
         self.dropped = 0  # deliveries dropped because this client did not keep up
-        #: Monotonic time the connection was made; events it published (counted per frame
-        #: by the router) and deliveries written to it (per flush): for ``/clients/live``.
+        #: Monotonic time the connection was made; events it published (counted per frame)
+        #: and deliveries written to it (per flush): for ``/clients/live``.
         self.connected_at = time.monotonic()
         self.events_in = 0
         self.events_out = 0
-        self._missed = False  # some subscription has drops to tell
-        self._writable: asyncio.Future[None] | None = None  # set while the transport is paused
-        #: Over its bound while its transport is paused: its deliveries are dropped (and
-        #: counted) without being queued or encoded, until the transport drains
-        #: (`resume_writing`), which also tells the client what it missed.
-        self.shedding = False
+        #: Done when the transport drains while `writing` is not `FLOWING` (bulk senders wait).
+        self._writable: asyncio.Future[None] | None = None
         self._cut: asyncio.TimerHandle | None = None  # aborts a closed connection that never drains
+
+    # -- the state machines ----------------------------------------------------------------
+
+    def _enter(self, phase: Phase) -> None:
+        if phase not in PHASE_MOVES[self.phase]:
+            raise UsageError(f"a session cannot go from {self.phase.value} to {phase.value}")
+        self.phase = phase
+
+    def _read(self, reading: Reading) -> None:
+        if reading not in READING_MOVES[self.reading]:
+            raise UsageError(
+                f"a session's reading cannot go from {self.reading.value} to {reading.value}"
+            )
+        self.reading = reading
+
+    def _write(self, writing: Writing) -> None:
+        if writing not in WRITING_MOVES[self.writing]:
+            raise UsageError(
+                f"a session's writing cannot go from {self.writing.value} to {writing.value}"
+            )
+        self.writing = writing
 
     @property
     def backlog(self) -> int:
@@ -273,33 +388,40 @@ class ClientSession(asyncio.Protocol):
     @property
     def is_open(self) -> bool:
         """Whether the connection still takes frames (not closing, not handed over)."""
-        return not self._closing
+        return self.phase in _LIVE
+
+    @property
+    def shedding(self) -> bool:
+        """Over its bound while its transport is paused: its deliveries are dropped (and
+        counted) without being queued or encoded, until the transport drains."""
+        return self.writing is _SHEDDING
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream server's protocol is always given a stream transport
         self.transport = cast(asyncio.Transport, transport)
-        high = min(HIGH_WATER, self.router.config.max_session_backlog)
+        high = min(HIGH_WATER, self.router.limits.max_session_backlog)
         self.transport.set_write_buffer_limits(high=high, low=high // 4)
         peer = transport.get_extra_info("peername")
         if peer:
             self.address = f"{peer[0]}:{peer[1]}"
             self.host = peer[0]
-        if self.router.security.server_tls is not None:
-            self.identity = self.router.security.identity(transport)
+        gate = self.router.security
+        if gate.server_tls is not None:
+            self.identity = gate.identity(transport)
         self.router.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self.phase not in _LIVE:
             return
         self.codec.receive_data(data)
-        if not self._slicing:
+        if self.reading is not _PAUSED:
             self._process()
 
     def _process(self) -> None:
         """Handle the whole frames buffered; after a big publish or a long turn, the rest waits."""
-        self._processing = True
+        self._read(_HANDLING)
         start = time.perf_counter()
         try:
             while True:
@@ -311,21 +433,13 @@ class ClientSession(asyncio.Protocol):
                     continue
                 if not isinstance(msg, Message):
                     break
-                if (
-                    type(msg) is Publish
-                    and self.client_id is not None
-                    and len(msg.events) > DISPATCH_STEP
-                ):
-                    self._slicing = (
-                        True  # reading waits until it is dispatched, across turns if need be
-                    )
-                    self.transport.pause_reading() if self.transport is not None else None
-                    self.router.accept_publish(
-                        self, msg, until=start + TURN_BUDGET, done=self._next_turn
-                    )
+                if type(msg) is Publish and self.phase is _OPEN and len(msg.events) > DISPATCH_STEP:
+                    # reading waits until it is dispatched, across turns if need be
+                    self._pause_reading()
+                    self._publish(msg, until=start + TURN_BUDGET, done=self._next_turn)
                     return
                 self.handle(msg)
-                if self._closing:
+                if self.phase not in _LIVE:
                     break
                 if time.perf_counter() - start > TURN_BUDGET:  # the rest on the next turn
                     self._next_turn()
@@ -340,41 +454,46 @@ class ClientSession(asyncio.Protocol):
             )
             self.fail(exc.code, str(exc))
         finally:
-            self._processing = False
-            self.router.dispatcher.flush()
-        if not self._closing and not self.router.partial_frames.hold(self, self.codec.buffered):
+            self._read(_IDLE if self.reading is _HANDLING else _PAUSED)
+            self._batch.flush()
+        frames = self.router.partial_frames
+        if self.phase in _LIVE and not frames.hold(self, self.codec.buffered):
             log.warning(
                 "closing %s: %d bytes of an unfinished frame while the router holds %d for all",
                 self.client_id or self.address,
                 self.codec.buffered,
-                self.router.partial_frames.total,
+                frames.total,
                 extra=self.log_fields(),
             )
-            self.router.counters["busy_closed"] += 1
+            self.counters["busy_closed"] += 1
             self.fail(
                 "busy",
                 "the router holds too many partly received frames; send smaller frames or retry",
             )
 
-    def _next_turn(self) -> None:
-        self._slicing = True
+    def _pause_reading(self) -> None:
+        """Read no more until `_resume`: inside `_process`, YIELDING; after it, PAUSED."""
+        self._read(_YIELDING if self.reading in _IN_PROCESS else _PAUSED)
         self.transport.pause_reading() if self.transport is not None else None
-        asyncio.get_running_loop().call_soon(self._sliced_done)
 
-    def _sliced_done(self) -> None:
-        self._slicing = False
-        if self._closing:
+    def _next_turn(self) -> None:
+        """Pause reading; handle the rest on the next turn of the loop."""
+        self._pause_reading()
+        asyncio.get_running_loop().call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._read(_IDLE)
+        if self.phase not in _LIVE:
             return
         if self.transport is not None:
             self.transport.resume_reading()
         self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
+        self._enter(_CLOSED)
         if self._cut is not None:
             self._cut.cancel()  # lets the transport go now, not after the grace
         heavy = self._writable is not None or self.dropped
-        self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
@@ -384,15 +503,17 @@ class ClientSession(asyncio.Protocol):
             give_back()  # megabytes of buffers freed (`aa.router.memory`)
 
     def pause_writing(self) -> None:
-        if self._writable is None:
+        if self.writing is _FLOWING:
+            self._write(_FULL)
             self._writable = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
+        if self.writing is not _FLOWING:
+            self._write(_FLOWING)
         fut, self._writable = self._writable, None
         if fut is not None and not fut.done():
             fut.set_result(None)
-        self.shedding = False
-        if self._missed and not self._closing and self.transport is not None:
+        if self.untold and self.phase in _LIVE and self.transport is not None:
             # Told now, on the drain, not before a next delivery that may never come.
             self._tell_missed()
 
@@ -404,25 +525,26 @@ class ClientSession(asyncio.Protocol):
             self._writable is not None
             and transport is not None
             and transport.get_write_buffer_size()
-            > min(DRAIN_ABOVE, self.router.config.max_session_backlog // 2)
+            > min(DRAIN_ABOVE, self.router.limits.max_session_backlog // 2)
         ):
             await asyncio.shield(self._writable)
 
     # -- handling ---------------------------------------------------------------------------
 
     def handle(self, msg: Message) -> None:
-        if self.client_id is None:
+        if self.phase is _HELLO:
             if type(msg) is Hello:
                 self._hello(msg)
                 return
-            if self.router.handoff(self, msg):
+            if self.router.serve(self, msg):
                 return
             raise ProtocolError(f"expected 'hello' first, got {msg.kind!r}")
         # Class patterns are isinstance checks in order (no message kind has subclasses):
         # the event path's kind first.
         match msg:
-            case Publish():
-                self.router.accept_publish(self, msg)
+            case Publish():  # `_publish`, inlined on the event path
+                self.events_in += len(msg.events)
+                self.router.accept_publish(self, msg.seq, self.permitted(msg.events))
             case Subscribe():
                 self._subscribe(msg)
             case Unsubscribe():
@@ -433,22 +555,18 @@ class ClientSession(asyncio.Protocol):
                 self._update(msg)
             case Ping():
                 self.send(Pong(token=msg.token))
-            case GetRouters():
-                self.send(Routers(addresses=self.router.alternatives()))
-            case GetMesh():
-                self.send(MeshInfo(info=self.router.mesh_info()))
-            case ForgetRouter():
-                self._forget(msg)
-            case Quench():
-                if self._may("quench", "register quench prototypes", msg.reg):
-                    self.router.quench.handle_request(self, msg)
-            case Unquench():
-                self.router.quench.handle_request(self, msg)
             case Bye():
                 self.close()
+            case Hello():  # not the router's to answer again (`serve` welcomes)
+                raise ProtocolError(f"a client may not send {msg.kind!r}")
+            case Quench():
+                if self._may("quench", "register quench prototypes", msg.reg):
+                    self.router.serve(self, msg)
+            case GetCached():
+                if not self._pattern_refused(msg.pattern, msg.req):
+                    self.router.serve(self, msg)
             case (
-                GetCached()
-                | CacheRegister()
+                CacheRegister()
                 | CacheFetch()
                 | CacheAck()
                 | CacheKeepalive()
@@ -457,9 +575,21 @@ class ClientSession(asyncio.Protocol):
                 | CacheRemove()
                 | GetCacheInfo()
             ):
-                self._storage(msg)
-            case _:
-                raise ProtocolError(f"a client may not send {msg.kind!r}")
+                if self._may("client_caches", "own client caches", msg.req) and not (
+                    type(msg) is CacheRegister and self._pattern_refused(msg.pattern, msg.req)
+                ):
+                    self.router.serve(self, msg)
+            case _:  # questions about the mesh, an unquench: the router answers
+                if not self.router.serve(self, msg):
+                    raise ProtocolError(f"a client may not send {msg.kind!r}")
+
+    def _publish(
+        self, msg: Publish, *, until: float | None = None, done: Callable[[], None] | None = None
+    ) -> None:
+        """Hand the router the events of *msg* this client's user may publish."""
+        self.events_in += len(msg.events)
+        events = self.permitted(msg.events)  # what the user may not publish is refused
+        self.router.accept_publish(self, msg.seq, events, until=until, done=done)
 
     def _may(self, rule: str, what: str, ref: int) -> bool:
         """Whether this client's user may do *what* (permission *rule*); tells it why not."""
@@ -475,53 +605,11 @@ class ClientSession(asyncio.Protocol):
         )
         return False
 
-    def _forget(self, msg: ForgetRouter) -> None:
-        """`aa mesh forget`: administrators only (`Permissions.admin_refusal`); the answer
-        is the mesh picture with a ``forget`` map, refused or done."""
-        gate = self.router.security
-        result: dict[str, Any]
-        refusal = gate.permissions.admin_refusal(self.identity.user, self.host)
-        if refusal is not None:
-            refusal = f"user {self.identity.user!r} is {refusal}"
-            result = {"router": msg.router, "forgotten": [], "refused": refusal}
-            gate.refusals.note(  # once a minute per source at most: a refusal costs no log flood
-                self.host,
-                f"refusing to forget router {msg.router!r} for {self.address}: {refusal}",
-                time.monotonic(),
-                logging.INFO,
-            )
-        else:
-            result = self.router.mesh.forget(msg.router)
-        self.send(MeshInfo(info={**self.router.mesh_info(), "forget": result}))
-
-    def _storage(self, msg: CacheRequest) -> None:
-        """A cache request, asked of the rules in force now: the mesh cache answers only
-        what this user may receive, with a pattern this user may run; a client cache is
-        this user's own (keyed by user and client id) and needs `client_caches`."""
-        req = msg.req
-        gate = self.router.security
-        if type(msg) is GetCached:
-            if self._pattern_refused(msg.pattern, req):
-                return
-            self.router.caches.handle_request(
-                self, msg, owner=self.identity.user, receives=gate.receive_filter(self.identity)
-            )
-        elif self._may("client_caches", "own client caches", req) and not (
-            type(msg) is CacheRegister and self._pattern_refused(msg.pattern, req)
-        ):
-            self.router.caches.handle_request(
-                self, msg, owner=self.identity.user, receives=gate.receive_filter(self.identity)
-            )
-
     def _pattern_refused(self, spec: PatternSpec, ref: int) -> bool:
         """Whether this user may not run *spec* (told why, naming the rule)."""
         gate = self.router.security
         rules = gate.rules_for(self.identity)
-        refusal = (
-            rules.pattern_refusal(spec, self.router.engine.tier(spec))
-            if rules is not None
-            else None
-        )
+        refusal = rules.pattern_refusal(spec, self.router.tier(spec)) if rules is not None else None
         if rules is not None and refusal is None:
             return False
         message = gate.denial(self.identity, rules, refusal)
@@ -536,7 +624,7 @@ class ClientSession(asyncio.Protocol):
             return events
         allowed, reason = gate.screen(rules, events, "persist")
         if reason is not None:
-            self.router.counters["refused_permission"] += len(events) - len(allowed)
+            self.counters["refused_permission"] += len(events) - len(allowed)
             self.send(
                 Error(
                     code="permission-denied",
@@ -547,9 +635,10 @@ class ClientSession(asyncio.Protocol):
         return allowed
 
     def _hello(self, msg: Hello) -> None:
-        refusal = self.router.security.admit_client(self.identity, self.host)
+        gate = self.router.security
+        refusal = gate.admit_client(self.identity, self.host)
         if refusal is not None:
-            self.router.security.refusals.note(
+            gate.refusals.note(
                 self.host,
                 f"refusing client {msg.client_id} from {self.address}: {refusal}",
                 time.monotonic(),
@@ -562,15 +651,8 @@ class ClientSession(asyncio.Protocol):
         # The client's own scope when it proves it holds the secret; a scope of this
         # connection alone otherwise (its retries are then recognised on this router only).
         self.id_scope = id_scope(msg.secret if msg.secret is not None else os.urandom(16).hex())
-        self.send(
-            Welcome(
-                router_id=self.router.id,
-                router_name=self.router.name,
-                client_id=msg.client_id,
-                alternatives=self.router.alternatives(),
-                id_scope=self.id_scope,
-            )
-        )
+        self._enter(_OPEN)
+        self.router.serve(self, msg)  # the welcome
 
     def _subscribe(self, msg: Subscribe) -> None:
         if msg.sub_id in self.subscriptions:
@@ -578,7 +660,7 @@ class ClientSession(asyncio.Protocol):
                 Error(code="duplicate", message=f"sub_id {msg.sub_id} is in use", ref=msg.sub_id)
             )
             return
-        limit = self.router.config.max_subscriptions_per_client
+        limit = self.router.limits.max_subscriptions_per_client
         if len(self.subscriptions) >= limit:
             self.send(
                 Error(
@@ -593,11 +675,11 @@ class ClientSession(asyncio.Protocol):
         # The types its user may receive, by the rules in force at each event.
         gate = self.router.security
         receives = gate.receive_filter(self.identity)
-        sub = SessionSubscriber(self, msg.sub_id, receives, msg.overflow)
+        sub = SessionSubscriber(self, msg.sub_id, receives, msg.overflow, msg.pattern)
         rules = gate.rules_for(self.identity)
         if receives is not None and rules is not None and not rules.subscribe_any:
             sub.scope = rules.subscribe  # pattern code runs over these types only
-        if receives is not None and self.router.engine.tier(msg.pattern) != PREDICATE_TIER:
+        if receives is not None and self.router.tier(msg.pattern) != PREDICATE_TIER:
             # Pattern code saw events by the scope of its subscribe: when the rules change
             # it, the subscription ends at its next event (subscribing again takes the new).
             sub.receives = _ScopeCheck(self, sub, gate, receives)
@@ -614,9 +696,8 @@ class ClientSession(asyncio.Protocol):
                 **self.router.subscription_notes(msg.pattern, msg.params, msg.history),
             )
         )
-        self.router.subscription_added(sub, msg.history)
-        if msg.away is not None and msg.history is None:  # back after a lost router
-            self.router.storage.count_away(sub, msg.away, sub.missed_away)
+        away = None if msg.away is None else (msg.away, sub.missed_away)  # after a lost router
+        self.router.subscription_added(sub, msg.history, away)
 
     def _update(self, msg: Update) -> None:
         sub = self.subscriptions.get(msg.sub_id)
@@ -642,7 +723,7 @@ class ClientSession(asyncio.Protocol):
 
     def send(self, msg: Message) -> None:
         """Write one control frame now (after any queued deliveries, to keep order)."""
-        if self.transport is None or self._closing:
+        if self.transport is None or self.phase not in _LIVE:
             return
         if self._pending or self._ack is not None:
             self.flush()
@@ -650,38 +731,37 @@ class ClientSession(asyncio.Protocol):
 
     def queue_delivery(self, sub_id: int, event: Event) -> None:
         pending = self._pending
-        if pending and pending[-1][1] is event:  # same event, another of our subscriptions
-            pending[-1][0].append(sub_id)
-            return
+        if pending:
+            if pending[-1][1] is event:  # same event, another of our subscriptions
+                pending[-1][0].append(sub_id)
+                return
+        elif self._ack is None:  # the first thing this batch writes to us
+            self._batch.queued(self)
         pending.append([[sub_id], event])
-        if not self._dirty:
-            self._dirty = True
-            self.router.dispatcher.queued(self)
 
     def flush(self) -> None:
         """Write queued deliveries as one frame (or several, if one is too large), then the ack."""
-        self._dirty = False
         self._flush_deliveries()
         seq, self._ack = self._ack, None
-        if seq is not None and self.transport is not None and not self._closing:
+        if seq is not None and self.transport is not None and self.phase in _LIVE:
             self.transport.write(self.codec.send(Ack(seq=seq)))
 
     def _flush_deliveries(self) -> None:
         pending, self._pending = self._pending, []
-        if not pending or self.transport is None or self._closing:
+        if not pending or self.transport is None or self.phase not in _LIVE:
             return
         if (
-            self.shedding
-            or self.transport.get_write_buffer_size() > self.router.config.max_session_backlog
+            self.writing is _SHEDDING
+            or self.transport.get_write_buffer_size() > self.router.limits.max_session_backlog
         ):
             self._overflow(pending)
             return
-        if self._missed:
+        if self.untold:
             self._tell_missed()
         try:
             self.transport.write(self.codec.send_deliver(pending))  # each event packed once for all
             self.events_out += len(pending)
-            self.router.counters["delivered"] += len(pending)
+            self.counters["delivered"] += len(pending)
         except UsageError:  # over the frame cap: split and retry
             if len(pending) == 1:
                 log.warning(
@@ -700,9 +780,10 @@ class ClientSession(asyncio.Protocol):
         subscription. While its transport is paused, later deliveries are dropped as they
         come (`shedding`) until it drains; a transport that is not paused (a bound under its
         high-water mark) drains without telling, so its drops are told at the next flush."""
-        self.shedding = self._writable is not None
+        if self.writing is _FULL:
+            self._write(_SHEDDING)
         self.dropped += len(pending)
-        self.router.counters["dropped_slow"] += len(pending)
+        self.counters["dropped_slow"] += len(pending)
         subs = self.subscriptions
         for sub_ids, _event in pending:
             for sid in sub_ids:
@@ -722,10 +803,10 @@ class ClientSession(asyncio.Protocol):
                     )
                     return
                 sub.missed += 1
-                self._missed = True
+                self.untold += 1
 
     def _tell_missed(self) -> None:
-        self._missed = False
+        self.untold = 0
         transport = self.transport
         assert transport is not None  # only a flush with a transport tells
         for sub in self.subscriptions.values():
@@ -735,13 +816,12 @@ class ClientSession(asyncio.Protocol):
 
     def ack(self, seq: int) -> None:
         """Acknowledge frames up to *seq*; while frames are handled, once at the batch's end."""
-        if not self._processing or self._closing:
+        if self.reading not in _IN_PROCESS or self.phase not in _LIVE:
             self.send(Ack(seq=seq))
             return
+        if not self._pending and self._ack is None:
+            self._batch.queued(self)
         self._ack = seq  # cumulative: one ack (one wake-up of the client) per read, not per frame
-        if not self._dirty:
-            self._dirty = True
-            self.router.dispatcher.queued(self)
 
     def scope_changed(self, sub: SessionSubscriber) -> None:
         """The permissions changed what *sub*'s pattern code may see: end it, saying why."""
@@ -765,11 +845,11 @@ class ClientSession(asyncio.Protocol):
         with a reset that can destroy the error before the client reads it."""
         self.send(Error(code=code, message=message, fatal=True))
         transport = self.transport
-        if transport is None or self._closing or not transport.can_write_eof():
+        if transport is None or self.phase not in _LIVE or not transport.can_write_eof():
             self.close()
             return
         self.flush()
-        self._closing = True
+        self._enter(_CLOSING)
         self.codec = Connection(max_items=MAX_FRAME_ITEMS)  # what it held is let go at once
         self.router.partial_frames.hold(self, 0)
         transport.write_eof()
@@ -781,20 +861,19 @@ class ClientSession(asyncio.Protocol):
         """Give the connection up to another protocol (a peer called): stop handling frames,
         leave the router's sessions, return the transport and the codec (it may hold frames)."""
         transport = self.transport
-        if transport is None or self._closing:
-            raise UsageError("only an open session can be detached")
-        self._closing = True
+        if transport is None or self.phase is not _HELLO:
+            raise UsageError("only a session not yet a client's can be detached")
+        self._enter(_HANDED_OVER)
         self.transport = None
-        self.router.partial_frames.hold(self, 0)
         self.router.session_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
         return transport, self.codec
 
     def close(self) -> None:
-        if self.transport is not None and not self._closing:
+        if self.transport is not None and self.phase in _LIVE:
             self.flush()
-            self._closing = True
+            self._enter(_CLOSING)
             self.transport.close()
             self._cut_later(self.transport)
 
@@ -810,7 +889,7 @@ class ClientSession(asyncio.Protocol):
         why, its subscriptions stopped, and closed; a subscription whose pattern its user may
         no longer register is stopped with the rule's reason (`PatternFailed`, which ends
         ``aa subscribe`` with that line)."""
-        if self._closing:
+        if self.phase not in _LIVE:
             return
         gate = self.router.security
         user = self.identity.user
@@ -826,12 +905,11 @@ class ClientSession(asyncio.Protocol):
             return
         rules = gate.rules_for(self.identity)
         for sub_id, sub in list(self.subscriptions.items()):
-            try:
-                spec = self.router.engine.pattern_of(sub)
-            except UsageError:
-                continue  # stopped meanwhile
+            spec = sub.pattern
+            if spec is None:
+                continue
             why = (
-                rules.pattern_refusal(spec, self.router.engine.tier(spec))
+                rules.pattern_refusal(spec, self.router.tier(spec))
                 if rules is not None
                 else "not allowed to subscribe (no rule covers this user)"
             )
