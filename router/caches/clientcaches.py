@@ -293,7 +293,7 @@ class ClientCaches:
     def dropped(self, client_id: str, now: float) -> int:
         """Events *client_id*'s cache took and lost unacknowledged to its count or age limit
         since it was registered here: what its client missed while away although it had a
-        cache (`aa.router.caches.cachelog`). Raises `UnknownCache`."""
+        cache (`aa.router.caches.grouplog`). Raises `UnknownCache`."""
         return self._need(client_id).dropped(self.max_events, now)
 
     def _need(self, client_id: str) -> Member:

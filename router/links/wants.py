@@ -30,7 +30,7 @@ __all__ = ["pattern_filters", "Wants"]
 log = logging.getLogger("aa.router.links")
 
 _ANY = InterestFilter()
-#: How a plan's access names its field and kind (`aa.router.patterns.plans`: VALUE, TYPE,
+#: How a plan's access names its field and kind (`aa.router.patterns.predicates.plans`: VALUE, TYPE,
 #: EQ; not part of the patterns room's face, so held here, and checked against it by
 #: tests/test_mesh_interest_router.py).
 VALUE, TYPE, EQ = 0, 1, "eq"

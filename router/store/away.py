@@ -43,7 +43,7 @@ from aa.mesh import Event, StoreError, UsageError
 from .expiry import event_time
 
 if TYPE_CHECKING:
-    from .storeservice import StoreService
+    from .service import StoreService
 
 __all__ = ["AwayCounts", "MAX_SCANNED"]
 
