@@ -133,10 +133,10 @@ class _Field:
         elif kind == RANGE:
             paired = _pair_key(e)
             if paired is not None:
-                table = self.pairs.get(paired[0])
-                if table is None:
-                    table = self.pairs[paired[0]] = _Pairs()
-                table.add(e, paired[1])
+                pairs = self.pairs.get(paired[0])
+                if pairs is None:
+                    pairs = self.pairs[paired[0]] = _Pairs()
+                pairs.add(e, paired[1])
                 return
             sl = self.ranges.get(_side(e.keys))
             if sl is None:
@@ -169,9 +169,9 @@ class _Field:
         elif kind == RANGE:
             paired = _pair_key(e)
             if paired is not None:
-                table = self.pairs[paired[0]]
-                table.remove(e, paired[1])
-                if not table.count:
+                pairs = self.pairs[paired[0]]
+                pairs.remove(e, paired[1])
+                if not pairs.count:
                     del self.pairs[paired[0]]
                 return
             side = _side(e.keys)
