@@ -78,7 +78,9 @@ def pair_source(rnd: random.Random) -> str:
         op, c = rnd.choice(OPS), bound(rnd)
         parts.append(f"{f} {op} {c}" if rnd.random() < 0.8 else f"{c} {op} {f}")
     if rnd.random() < 0.2:
-        parts.append(rnd.choice(["z != 1", "x < lim", "z >= lim", "y == 'a'", "x > 0.5"]))
+        parts.append(
+            rnd.choice(["z != 1", "x < lim", "z >= lim", "y == lim", "y == 'a'", "x > 0.5"])
+        )
     return " and ".join(parts)
 
 
