@@ -427,14 +427,13 @@ class _Pairs:
             start = bisect_left(self.firsts, pv)
             whole = range(start, len(blocks))
             cut = start - 1
-        for k in whole:
+        for k in whole:  # the ends of `gs` tell whether any of its bounds hold
             gs = blocks[k][1]
-            n = bisect_left(gs, pw)
             if g_lo:
-                if n:
-                    out.extend([t[2] for t in gs[:n]])
-            elif n < len(gs):
-                out.extend([t[2] for t in gs[n:]])
+                if gs[0] < pw:
+                    out.extend([t[2] for t in gs[: bisect_left(gs, pw)]])
+            elif not gs[-1] < pw:
+                out.extend([t[2] for t in gs[bisect_left(gs, pw) :]])
         if 0 <= cut < len(blocks):
             fs = blocks[cut][0]
             n = bisect_left(fs, pv)
