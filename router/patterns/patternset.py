@@ -110,6 +110,12 @@ class PatternSet:
     def __len__(self) -> int:
         return len(self._matchers)
 
+    @property
+    def candidates(self) -> int:
+        """Indexed patterns offered for verification by `match` so far, in all: those the
+        index could not rule out from the event's fields alone."""
+        return self._index.candidates
+
     def __contains__(self, key: object) -> bool:
         return key in self._matchers
 

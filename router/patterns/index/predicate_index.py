@@ -22,6 +22,11 @@ Per event field (an event value, the event type, a meta field):
   and True agree as in Python; an unhashable event value equals no constant);
 - ranges `< <= > >=`: for numbers and for strings, two sorted lists of bounds (lower and
   upper); an event value takes the prefix (or suffix) of bounds it satisfies by bisection;
+- pairs of ranges on two fields (`X > a and Y < b`): a range access whose conjunction also
+  checks a second event value against a constant bound goes in a two-dimensional table
+  (`_Pairs`) instead, so that an event takes the conjunctions whose two bounds it satisfies,
+  not the half of them whose access bound it satisfies (each of which verification would
+  then reject);
 - intervals (a lower and an upper numeric bound on one field, `lo <= X < hi`): in classes
   of width (powers of two, as BE-Tree partitions its value space), each a grid of cells one
   class-width wide keyed by the cell of lo; an event value probes two cells per class, so
@@ -38,7 +43,9 @@ subscriptions.
 from __future__ import annotations
 
 import math
+import operator
 import time
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -79,6 +86,7 @@ class _Field:
     __slots__ = (
         "eq",
         "ranges",
+        "pairs",
         "intervals",
         "prefix",
         "prefix_lens",
@@ -92,6 +100,8 @@ class _Field:
         #: (family, side) → SortedList of (bound, flag, key, entry); family "n" or "s",
         #: side "lo" (X > b, X >= b) or "hi" (X < b, X <= b).
         self.ranges: dict[tuple[str, str], Any] = {}
+        #: `_pair_key` → the range entries that also check a second value's bound.
+        self.pairs: dict[tuple[Any, ...], _Pairs] = {}
         #: Width class e (width < 2**e) → (2.0**e, cell → posting), the cell of an interval
         #: being floor(lo / 2**e): v lies in an interval of the class only if its lo lies in
         #: (v - 2**e, v], that is in the cell of v or the one before (exact: powers of two
@@ -105,7 +115,13 @@ class _Field:
 
     def empty(self) -> bool:
         return not (
-            self.eq or self.ranges or self.intervals or self.prefix or self.suffix or self.present
+            self.eq
+            or self.ranges
+            or self.pairs
+            or self.intervals
+            or self.prefix
+            or self.suffix
+            or self.present
         )
 
     def add(self, e: Entry) -> None:
@@ -115,6 +131,13 @@ class _Field:
             for k in e.keys:
                 post(self.eq, k, e)
         elif kind == RANGE:
+            paired = _pair_key(e)
+            if paired is not None:
+                pairs = self.pairs.get(paired[0])
+                if pairs is None:
+                    pairs = self.pairs[paired[0]] = _Pairs()
+                pairs.add(e, paired[1])
+                return
             sl = self.ranges.get(_side(e.keys))
             if sl is None:
                 sl = self.ranges[_side(e.keys)] = SortedList()
@@ -144,6 +167,13 @@ class _Field:
             for k in e.keys:
                 unpost(self.eq, k, e)
         elif kind == RANGE:
+            paired = _pair_key(e)
+            if paired is not None:
+                pairs = self.pairs[paired[0]]
+                pairs.remove(e, paired[1])
+                if not pairs.count:
+                    del self.pairs[paired[0]]
+                return
             side = _side(e.keys)
             sl = self.ranges[side]
             sl.remove(_bound(e))
@@ -180,7 +210,10 @@ class _Field:
                 else sum(posting_size(self.eq.get(k)) for k in keys)
             )
         if kind == RANGE:
-            return len(self.ranges.get(_side(keys), ()))
+            side = _side(keys)
+            return len(self.ranges.get(side, ())) + sum(
+                t.count for k, t in self.pairs.items() if k[:2] == side
+            )
         if kind == INTERVAL:
             return sum(len(cells) for _, cells in self.intervals.values())
         if kind == PREFIX:
@@ -189,8 +222,9 @@ class _Field:
             return sum(posting_size(self.suffix.get(k)) for k in keys)
         return len(self.present)
 
-    def collect(self, v: Any, out: list[Entry]) -> None:
-        """Add the entries whose access the value *v* satisfies."""
+    def collect(self, v: Any, out: list[Entry], values: Any) -> None:
+        """Add the entries whose access the value *v* satisfies (for pairs: and whose second
+        bound the event's *values* satisfy)."""
         if self.eq:
             try:
                 p = self.eq.get(v)
@@ -217,14 +251,8 @@ class _Field:
                             v < hi or v == hi and hi_op == "<="
                         ):
                             out.append(e)
-        if self.ranges:
-            family = (
-                "s"
-                if isinstance(v, str)
-                else "n"
-                if isinstance(v, (int, float)) and v == v
-                else None
-            )
+        if self.ranges or self.pairs:
+            family = _family(v)
             if family is not None:
                 probe = (v, 1)
                 lo = self.ranges.get((family, "lo"))
@@ -233,6 +261,11 @@ class _Field:
                 hi = self.ranges.get((family, "hi"))
                 if hi is not None:
                     out.extend(b[2] for b in hi.islice(hi.bisect_left(probe)))
+                for (f_family, f_side, name, g_family, g_side), table in self.pairs.items():
+                    if f_family == family:
+                        w = values.get(name, _MISSING)
+                        if w is not _MISSING and _family(w) == g_family:
+                            table.collect(v, f_side == "lo", w, g_side == "lo", out)
         if (self.prefix_lens or self.suffix_lens) and isinstance(v, str):
             n = len(v)
             for length in self.prefix_lens:
@@ -247,6 +280,166 @@ class _Field:
                         out.append(p) if type(p) is Entry else out.extend(p)
         if self.present:
             out.extend(self.present)
+
+
+#: The comparison functions of flat checks (`grammar.OPS`) a pair's second bound can be.
+_RANGE_FNS: dict[Any, str] = {
+    operator.gt: ">",
+    operator.ge: ">=",
+    operator.lt: "<",
+    operator.le: "<=",
+}
+#: Entries per block of a pair table: a lookup bisects each block its access bound wholly
+#: satisfies and compares one by one in the block that bound cuts, so it costs about
+#: n / block bisections plus a block's comparisons (a block splits past twice this, and
+#: merges with a neighbour under a quarter).
+_PAIR_BLOCK = 64
+
+
+def _family(v: Any) -> str | None:
+    """The bounds an event value compares with: "s" strings, "n" numbers (not NaN, which
+    satisfies no bound), None neither (a comparison with either raises: no match)."""
+    if isinstance(v, str):
+        return "s"
+    if isinstance(v, (int, float)) and v == v:
+        return "n"
+    return None
+
+
+def _pair_key(e: Entry) -> tuple[Any, ...] | None:
+    """Where a range entry goes in `_Field.pairs`: (access family, access side, other name,
+    other family, other side), and the other bound's sort key, for the first check of its
+    rest that compares an event value with a constant string or number; None: no such check
+    (a param's bound is read when verifying, and may change without the index: never one)."""
+    rest = e.rest
+    if not rest:
+        return None
+    for i in range(0, len(rest) - 3, 4):
+        where, key, fn, c = rest[i : i + 4]
+        if where != VALUE or type(key) is not str:
+            continue
+        try:
+            op = _RANGE_FNS.get(fn)
+        except TypeError:  # an unhashable check function: no range
+            continue
+        if op is None:
+            continue
+        family = _family(c)
+        if family is None:
+            continue
+        side = _side(e.keys)
+        return (
+            side[0],
+            side[1],
+            key,
+            family,
+            "lo" if op[0] == ">" else "hi",
+        ), (c, 1 if op in (">", "<=") else 0)
+    return None
+
+
+class _Pairs:
+    """Range entries of one field that also check a second event value (the *other*)
+    against a constant bound, all of one (access family and side, other name, family and
+    side): a two-dimensional dominance table.
+
+    Blocks of entries in the order of their access bound, each kept twice: by access bound
+    (`fs`: (bound, flag, entry, other key)) and by the other bound (`gs`: (bound, flag,
+    entry)). The access bounds an event value satisfies are a prefix (lower bounds) or a
+    suffix (upper bounds) of that order, so every block but one is wholly in or wholly out;
+    in a block wholly in, the other bounds the event satisfies are again a prefix or suffix
+    of `gs`, found by bisection. Candidates are then the entries whose two bounds hold, at
+    the cost of a bisection a block, whatever the number that fail. Sort keys and flags are
+    `_bound`'s; an entry is found again on removal by its keys (its rest never changes).
+    """
+
+    __slots__ = ("blocks", "firsts", "lasts", "count")
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[list[Any], list[Any]]] = []
+        self.firsts: list[Any] = []
+        self.lasts: list[Any] = []
+        self.count = 0
+
+    def add(self, e: Entry, other: tuple[Any, int]) -> None:
+        f = _bound(e)
+        g = (other[0], other[1], e)
+        self.count += 1
+        blocks = self.blocks
+        if not blocks:
+            blocks.append(([(*f, other)], [g]))
+            self.firsts.append(f)
+            self.lasts.append(f)
+            return
+        i = max(bisect_right(self.firsts, f) - 1, 0)
+        fs, gs = blocks[i]
+        insort(fs, (*f, other))
+        insort(gs, g)
+        self.firsts[i] = fs[0][:3]
+        self.lasts[i] = fs[-1][:3]
+        if len(fs) > 2 * _PAIR_BLOCK:
+            half = len(fs) // 2
+            self._set(i, fs[:half], [fs[half:]])
+
+    def remove(self, e: Entry, other: tuple[Any, int]) -> None:
+        f = _bound(e)
+        i = bisect_left(self.lasts, f)
+        fs, gs = self.blocks[i]
+        del fs[bisect_left(fs, f)]
+        del gs[bisect_left(gs, (other[0], other[1], e))]
+        self.count -= 1
+        if not fs:
+            del self.blocks[i], self.firsts[i], self.lasts[i]
+            return
+        self.firsts[i] = fs[0][:3]
+        self.lasts[i] = fs[-1][:3]
+        if len(fs) < _PAIR_BLOCK // 4 and len(self.blocks) > 1:
+            j = i if i + 1 < len(self.blocks) else i - 1  # merge blocks j and j + 1
+            merged = self.blocks[j][0] + self.blocks[j + 1][0]
+            del self.blocks[j + 1], self.firsts[j + 1], self.lasts[j + 1]
+            if len(merged) > 2 * _PAIR_BLOCK:
+                half = len(merged) // 2
+                self._set(j, merged[:half], [merged[half:]])
+            else:
+                self._set(j, merged, [])
+
+    def _set(self, i: int, fs: list[Any], more: list[list[Any]]) -> None:
+        """Block *i* holds *fs* (sorted), and blocks *more* follow it."""
+        for k, part in enumerate((fs, *more)):
+            block = (part, sorted((t[3][0], t[3][1], t[2]) for t in part))
+            if k == 0:
+                self.blocks[i] = block
+                self.firsts[i], self.lasts[i] = part[0][:3], part[-1][:3]
+            else:
+                self.blocks.insert(i + k, block)
+                self.firsts.insert(i + k, part[0][:3])
+                self.lasts.insert(i + k, part[-1][:3])
+
+    def collect(self, v: Any, f_lo: bool, w: Any, g_lo: bool, out: list[Entry]) -> None:
+        """Add the entries whose access bound *v* satisfies and whose other bound *w* does
+        (each of the same family as the table's)."""
+        pv, pw = (v, 1), (w, 1)
+        blocks = self.blocks
+        if f_lo:  # bounds < (v, 1) hold: whole blocks before the one the probe cuts
+            cut = bisect_left(self.lasts, pv)
+            whole = range(cut)
+        else:  # bounds >= (v, 1) hold: whole blocks from the first that starts there
+            start = bisect_left(self.firsts, pv)
+            whole = range(start, len(blocks))
+            cut = start - 1
+        for k in whole:  # the ends of `gs` tell whether any of its bounds hold
+            gs = blocks[k][1]
+            if g_lo:
+                if gs[0] < pw:
+                    out.extend([t[2] for t in gs[: bisect_left(gs, pw)]])
+            elif not gs[-1] < pw:
+                out.extend([t[2] for t in gs[bisect_left(gs, pw) :]])
+        if 0 <= cut < len(blocks):
+            fs = blocks[cut][0]
+            n = bisect_left(fs, pv)
+            for t in fs[:n] if f_lo else fs[n:]:
+                if (t[3] < pw) is g_lo:
+                    out.append(t[2])
 
 
 def _side(keys: tuple[str, Any]) -> tuple[str, str]:
@@ -280,6 +473,9 @@ class PredicateIndex:
         self._shadow: dict[str, dict[Bucket, None]] = {}
         self._count = 0
         self._reset = verify_budget or (lambda: None)
+        #: Candidates offered for verification so far, in all: what the index failed to
+        #: rule out (a bucket may be offered by more than one access of an event).
+        self.candidates = 0
 
     def __len__(self) -> int:
         """Number of buckets placed."""
@@ -431,14 +627,14 @@ class PredicateIndex:
         for name, v in values.items():
             f = fields.get(name)
             if f is not None:
-                f.collect(v, cands)
+                f.collect(v, cands, values)
         if not self._type.empty():
-            self._type.collect(event.type, cands)
+            self._type.collect(event.type, cands, values)
         if self._meta:
             for name, v in event.meta.items():
                 f = self._meta.get(name)
                 if f is not None:
-                    f.collect(v, cands)
+                    f.collect(v, cands, values)
         if self._scan:
             cands.extend(self._scan)
         shadowed: list[Bucket] = []
@@ -447,6 +643,7 @@ class PredicateIndex:
                 s = self._shadow.get(name)
                 if s is not None:
                     shadowed.extend(s)
+        self.candidates += len(cands) + len(shadowed)
         if charge is not None:
             return self._verify_timed(event, stamp, cands, shadowed, charge)
         return self._verify(event, stamp, cands, shadowed)
