@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aa.router.patterns.engine as engine_module
-import aa.router.patterns.index as index_module
+import aa.router.patterns.index.predicate_index as index_module
 from aa.mesh import Event, PatternSpec
 from aa.router.patterns import HostFacts, PatternEngine, PatternSet
 
