@@ -6,6 +6,8 @@ values: JSON is parsed and checked in one piece on the router's loop, ~1 µs per
 megabyte of empty maps would hold every client of the router meanwhile. Cross-origin calls from
 the mesh's own hosts (the phone app roaming to this router) get their CORS headers here, for
 every answer including the feed's fast path; which origins, and why, is `cors`'s docstring.
+A caller refused (401, 403) again and again gets 429 here, after a pause, before its
+credentials are decoded (`refusals`).
 
 The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
 talk its way in with ``X-Forwarded-For``. Bodies: a ``Content-Length`` over the cap is
@@ -16,9 +18,12 @@ application as a GET (RFC 9110 §9.3.2): uvicorn, which knows it was HEAD, sends
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -26,6 +31,7 @@ from aa.mesh import UsageError
 
 from . import cors
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_BODY_VALUES
+from .refusals import MAX_PAUSE, REFUSED_STATUSES, RefusalBudget
 
 __all__ = ["Guard", "parse_ranges", "LOOPBACK_NAMES", "host_name"]
 
@@ -108,6 +114,30 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _hold_back(send: Send, retry: float) -> None:
+    """The 429 of a caller whose refusals are spent (`refusals`); the connection stays open,
+    so that the caller's next request waits its turn behind this one's pause."""
+    body = json.dumps(
+        {
+            "error": "too-many-refusals",
+            "message": "too many requests from this caller were refused (no, bad or forged "
+            "credentials, or no right): wait, then send a valid token",
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(max(1, math.ceil(retry))).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     """*send*, adding *extra* to the answer's head."""
 
@@ -136,6 +166,8 @@ class Guard:
         self.max_body = max_body
         self.names = _names(names)
         self._verdicts: dict[str, bool] = {}  # address → allowed; callers are few
+        #: Refusals per caller (`refusals`): a caller refused again and again gets 429.
+        self.refusals = RefusalBudget()
 
     def allowed(self, host: str | None) -> bool:
         if host is None:
@@ -186,6 +218,31 @@ class Guard:
         origin = origins[0].decode("latin-1")
         return origin if cors.allowed(origin, self.names, self._mesh_hosts) else None
 
+    def caller_key(self, headers: Iterable[tuple[bytes, bytes]], host: str) -> str:
+        """Whose refusal budget a request spends (`refusals`): the user of a bearer token
+        the router verified before, else the caller's address. Nothing is verified here."""
+        for k, v in headers:
+            if k == b"authorization":
+                scheme, _, token = v.decode("latin-1").strip().partition(" ")
+                if scheme.lower() == "bearer" and token.startswith("aa1."):
+                    router = getattr(getattr(self.app, "state", None), "router", None)
+                    tokens = getattr(getattr(router, "security", None), "tokens", None)
+                    claims = tokens.known(token.strip()) if tokens is not None else None
+                    if claims is not None:
+                        return f"user {claims.user}"
+                break
+        return f"address {host}"
+
+    def _counting(self, send: Send, caller: str) -> Send:
+        """*send*, spending one of *caller*'s refusals when the answer is one."""
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] in REFUSED_STATUSES:
+                self.refusals.refused(caller, time.monotonic())
+            await send(message)
+
+        return sending
+
     def _mesh_hosts(self) -> frozenset[str]:
         router = getattr(getattr(self.app, "state", None), "router", None)
         info = router.mesh_info() if router is not None else None
@@ -219,6 +276,14 @@ class Guard:
                 await send({"type": "http.response.body", "body": b""})
                 return
             send = _with_headers(send, cors.cors_headers(origin))
+        caller = self.caller_key(scope["headers"], client[0])
+        pause = self.refusals.wait(caller, time.monotonic())
+        if pause > 0:
+            self.refusals.held_back += 1
+            await asyncio.sleep(min(pause, MAX_PAUSE))
+            await _hold_back(send, pause)
+            return
+        send = self._counting(send, caller)
         length = None
         for name, value in scope["headers"]:
             if name == b"content-length":
