@@ -7,7 +7,7 @@ megabyte of empty maps would hold every client of the router meanwhile. Cross-or
 the mesh's own hosts (the phone app roaming to this router) get their CORS headers here, for
 every answer including the feed's fast path; which origins, and why, is `cors`'s docstring.
 A caller refused (401, 403) again and again gets 429 here, after a pause, before its
-credentials are decoded (`refusals`).
+credentials are decoded (`aa.router.security.refusals`).
 
 The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
 talk its way in with ``X-Forwarded-For``. Bodies: a ``Content-Length`` over the cap is
@@ -28,10 +28,10 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from aa.mesh import UsageError
+from aa.router.security import RefusalBudget
 
 from . import cors
 from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_BODY_VALUES
-from .refusals import MAX_PAUSE, REFUSED_STATUSES, RefusalBudget
 
 __all__ = ["Guard", "parse_ranges", "LOOPBACK_NAMES", "host_name"]
 
@@ -45,6 +45,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: The answers that spend one of the caller's refusals (`RefusalBudget`): no, a bad or a
+#: forged credential, and a user without the right.
+REFUSED_STATUSES = frozenset({401, 403})
 
 
 def parse_ranges(ranges: Iterable[str]) -> tuple[Network, ...]:
@@ -115,7 +119,7 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
 
 
 async def _hold_back(send: Send, retry: float) -> None:
-    """The 429 of a caller whose refusals are spent (`refusals`); the connection stays open,
+    """The 429 of a caller whose refusals are spent (`RefusalBudget`); the connection stays open,
     so that the caller's next request waits its turn behind this one's pause."""
     body = json.dumps(
         {
@@ -166,7 +170,7 @@ class Guard:
         self.max_body = max_body
         self.names = _names(names)
         self._verdicts: dict[str, bool] = {}  # address → allowed; callers are few
-        #: Refusals per caller (`refusals`): a caller refused again and again gets 429.
+        #: Refusals per caller (`RefusalBudget`): a caller refused again and again gets 429.
         self.refusals = RefusalBudget()
 
     def allowed(self, host: str | None) -> bool:
@@ -219,7 +223,7 @@ class Guard:
         return origin if cors.allowed(origin, self.names, self._mesh_hosts) else None
 
     def caller_key(self, headers: Iterable[tuple[bytes, bytes]], host: str) -> str:
-        """Whose refusal budget a request spends (`refusals`): the user of a bearer token
+        """Whose refusal budget a request spends (`RefusalBudget`): the user of a bearer token
         the router verified before, else the caller's address. Nothing is verified here."""
         for k, v in headers:
             if k == b"authorization":
@@ -254,7 +258,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
         client = scope.get("client")
-        if not self.allowed(client[0] if client else None):
+        address = client[0] if client else None
+        if address is None or not self.allowed(address):
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
                 return
@@ -276,11 +281,13 @@ class Guard:
                 await send({"type": "http.response.body", "body": b""})
                 return
             send = _with_headers(send, cors.cors_headers(origin))
-        caller = self.caller_key(scope["headers"], client[0])
-        pause = self.refusals.wait(caller, time.monotonic())
-        if pause > 0:
+        caller = self.caller_key(scope["headers"], address)
+        now = time.monotonic()
+        pause = self.refusals.wait(caller, now)
+        if pause > 0:  # a 429 is a refusal too: a caller must stop knocking to get back in
             self.refusals.held_back += 1
-            await asyncio.sleep(min(pause, MAX_PAUSE))
+            self.refusals.refused(caller, now)
+            await asyncio.sleep(min(pause, self.refusals.max_pause))
             await _hold_back(send, pause)
             return
         send = self._counting(send, caller)

@@ -408,6 +408,7 @@ PUBLIC: dict[str, list[str]] = {
         "PartialFrames",
         "Permissions",
         "ROUTER_UNIT",
+        "RefusalBudget",
         "RevocationList",
         "Rules",
         "SecurityConfig",

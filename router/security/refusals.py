@@ -1,19 +1,24 @@
-"""A budget of refusals per caller, so that a flood of bad credentials costs the router little
-(no I/O; `now` is passed in).
+"""A budget of refusals per caller, so that a flood of refused requests or connections costs
+the router little (no I/O; `now` is passed in).
 
-Every request the gate refuses (401: no, a bad or a forged token; 403: a user without the
-right) costs the router the whole way to the refusal: TLS, HTTP parsing, routing, and for a
-token an ECDSA verification. A caller that keeps being refused is no user who mistyped
-a token: once its budget is spent, `Guard` answers its requests 429 at the door, before
-anything is decoded or verified, and only after a pause (`MAX_PAUSE`), which holds a
-keep-alive connection's next request back too: a flooder's rate is bounded by its
-connections (capped per address) over the pause, whatever it sends.
+Every refusal costs the router the whole way to it: over HTTP(S) (401: no, a bad or a forged
+token; 403: a user without the right) TLS, HTTP parsing, routing and, for a token, an ECDSA
+verification; on the TCP port a TLS handshake (a key exchange and a signature) before the
+hello can be refused. A caller that keeps being refused is no user who mistyped a token:
+once its budget is spent it is held back at the door, before anything is decoded, verified
+or handshaken, until it has earned a refusal back (`REFUSAL_RATE`). Being held back is a
+refusal too, so a caller that keeps knocking stays out: it must stop for a while to get in.
 
-Who a caller is, here: a request carrying a user token the router verified before
-(`aa.router.security.TokenVerifier.known`) is that user, so a user refused for want of a
-right runs out of their own budget and not of their neighbours'; anything else (no token, a
-token never verified, a client's token) is its address. A known user's token therefore
-still gets in from an address whose strangers spent its budget.
+- The HTTP endpoint's guard (`aa.http_api`) answers it 429 after a pause (`MAX_PAUSE`),
+  which holds a keep-alive connection's next request back too: a flooder's rate is bounded
+  by its connections (capped per address) over the pause, whatever it sends. There a caller
+  is the user of a token the router verified before (`TokenVerifier.known`), so a user
+  refused for want of a right spends their own budget and not their neighbours', and a known
+  user's token still gets in from an address whose strangers spent its budget; anything
+  else (no token, a token never verified, a client's token) is its address.
+- The TCP port (`Listener`) closes a held-back address's new connections as it accepts
+  them; its refusals are failed or plaintext handshakes and refused hellos
+  (`Gate.admit_client`). Connections already open are not touched.
 """
 
 from __future__ import annotations
@@ -27,14 +32,16 @@ __all__ = [
     "REFUSAL_RATE",
     "MAX_PAUSE",
     "MAX_CALLERS",
-    "REFUSED_STATUSES",
 ]
 
 #: Refusals a caller may have in a row before it is held back: a script with an expired
-#: token, or a browser that asks a few pages before its user pastes a token, stays under it.
-REFUSAL_BURST: Final = 20
-#: Refusals per second a caller earns back: one a second is a person retrying by hand.
-REFUSAL_RATE: Final = 1.0
+#: token, a browser that polls the monitor for a while before its user pastes a token, a
+#: client retrying without its certificate, or a test walking every door, stays under it;
+#: a flood spends it within a fraction of a second (a refusal costs about a millisecond).
+REFUSAL_BURST: Final = 100
+#: Refusals per second a caller earns back: a page polling a few routes without a token
+#: keeps its budget, and a flooder held back costs the router a few milliseconds a second.
+REFUSAL_RATE: Final = 5.0
 #: Longest pause, seconds, before a held-back caller's 429: long enough to slow a flooder's
 #: keep-alive connection to a request a second, short enough that a person is not left
 #: waiting.
@@ -42,8 +49,6 @@ MAX_PAUSE: Final = 1.0
 #: Callers remembered (about 150 bytes each); the least recently refused goes when full
 #: (and gets its whole burst again): a flood from many addresses costs bounded memory.
 MAX_CALLERS: Final = 4096
-#: The answers that count as refusals.
-REFUSED_STATUSES: Final = frozenset({401, 403})
 
 
 class RefusalBudget:
@@ -57,8 +62,11 @@ class RefusalBudget:
         burst: int = REFUSAL_BURST,
         rate: float = REFUSAL_RATE,
         max_callers: int = MAX_CALLERS,
+        max_pause: float = MAX_PAUSE,
     ) -> None:
         self.burst = burst
+        #: Longest pause before a held-back caller's answer, seconds (`MAX_PAUSE`).
+        self.max_pause = max_pause
         self.rate = rate
         self.max_callers = max_callers
         self._left: OrderedDict[str, tuple[float, float]] = OrderedDict()  # caller → (left, at)
