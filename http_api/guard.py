@@ -6,7 +6,7 @@ values: JSON is parsed and checked in one piece on the router's loop, ~1 µs per
 megabyte of empty maps would hold every client of the router meanwhile. Cross-origin calls from
 the mesh's own hosts (the phone app roaming to this router) get their CORS headers here, for
 every answer including the feed's fast path; which origins, and why, is `cors`'s docstring.
-A caller refused (401, 403) again and again gets 429 here, after a pause, before its
+A caller refused (401, 403, 503) again and again gets 429 here, after a pause, before its
 credentials are decoded (`aa.router.security.refusals`).
 
 The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
@@ -47,8 +47,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 #: The answers that spend one of the caller's refusals (`RefusalBudget`): no, a bad or a
-#: forged credential, and a user without the right.
-REFUSED_STATUSES = frozenset({401, 403})
+#: forged credential (401), a user without the right (403), and a request past a cap that
+#: told its caller when to come back (503 with Retry-After: a user at their HTTP client cap
+#: asking again at once).
+REFUSED_STATUSES = frozenset({401, 403, 503})
 
 
 def parse_ranges(ranges: Iterable[str]) -> tuple[Network, ...]:

@@ -5,7 +5,8 @@ answered 429 at the door while other addresses and known users' tokens still get
 TCP port an address whose connections keep being refused (plaintext, no certificate, failed
 handshakes) is closed at accept while open connections and other addresses go on, and the
 refusals are logged once each with a count; the memory for all this is bounded, and a
-remembered token is still checked for expiry and revocation."""
+remembered token is still checked for expiry and revocation. A user asking past a cap again
+and again, told to come back later (503), is held back the same way."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from test_http_gate import RULES, security, token
 
 from aa.client import AsyncClient, ClientConfig
 from aa.http_api import HttpEndpoint
+from aa.http_api.limits import MAX_HTTP_CLIENTS_PER_ADDRESS
 from aa.mesh import Connection, NotAuthenticated
 from aa.mesh.protocol import Hello
 from aa.router import Router, RouterConfig
@@ -250,3 +252,25 @@ async def test_an_address_refused_again_and_again_is_held_back_at_the_tcp_port(
     assert sum("handshake from 127.0.0.1 failed" in m for m in lines) == 1, lines
     assert sum("holding back 127.0.0.1" in m for m in lines) == 1, lines
     assert sum("refuses anonymous" in m and "127.0.0.1" in m for m in lines) == 1, lines
+
+
+async def test_a_user_asking_past_their_cap_again_and_again_is_held_back(
+    pki: Path, tmp_path: Path
+) -> None:
+    perms = tmp_path / "perms.toml"
+    perms.write_text(RULES)  # bob and carol may keep client caches
+    endpoint = HttpEndpoint(host="127.0.0.1", port=0, cert=pki / "r1.pem", key=pki / "r1.key")
+    config = RouterConfig(port=0, name="r1", security=security(pki, perms))
+    now = time.time()
+    bob = {"Authorization": f"Bearer {token(pki, 'bob', now)}"}
+    carol = {"Authorization": f"Bearer {token(pki, 'carol', now)}"}
+    phone = {"name": "phone", "patterns": [{"source": "level > 1"}]}
+    async with Router(config, endpoints=[endpoint]), client(endpoint.url, pki) as http:
+        statuses: list[int] = []
+        while 429 not in statuses:
+            assert len(statuses) < MAX_HTTP_CLIENTS_PER_ADDRESS + 3 * REFUSAL_BURST
+            statuses.append((await http.post("/clients", json=phone, headers=bob)).status_code)
+        full = statuses.index(503)
+        assert set(statuses[:full]) == {201} and set(statuses[full:-1]) == {503}
+        assert len(statuses) - 1 - full >= REFUSAL_BURST  # told "full" that often first
+        assert (await http.get("/events", headers=carol)).status_code == 200

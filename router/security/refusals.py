@@ -2,11 +2,12 @@
 the router little (no I/O; `now` is passed in).
 
 Every refusal costs the router the whole way to it: over HTTP(S) (401: no, a bad or a forged
-token; 403: a user without the right) TLS, HTTP parsing, routing and, for a token, an ECDSA
-verification; on the TCP port a TLS handshake (a key exchange and a signature) before the
-hello can be refused. A caller that keeps being refused is no user who mistyped a token:
-once its budget is spent it is held back at the door, before anything is decoded, verified
-or handshaken, until it has earned a refusal back (`REFUSAL_RATE`). Being held back is a
+token; 403: a user without the right; 503: a cap reached, come back later) TLS, HTTP
+parsing, routing and, for a token, an ECDSA verification; on the TCP port a TLS handshake (a
+key exchange and a signature) before the hello can be refused. A caller that keeps being
+refused is no user who mistyped a token: once its budget is spent it is held back at the
+door, before anything is decoded, verified or handshaken, until it has earned a refusal back
+(`REFUSAL_RATE`). Being held back is a
 refusal too, so a caller that keeps knocking stays out: it must stop for a while to get in.
 
 - The HTTP endpoint's guard (`aa.http_api`) answers it 429 after a pause (`MAX_PAUSE`),

@@ -2,13 +2,15 @@
 
     python tests/bench/bench_flood.py                        # every case, 3 rounds, 10 s each
     python tests/bench/bench_flood.py --cases baseline,tokens --runs 1 --seconds 5
+    python tests/bench/bench_flood.py --cases baseline,tokens,tcp --sources 50   # from 50 addresses
 
 One `aa router` process runs with TLS, the mesh CA, `--no-anonymous`, a permissions file and
 its HTTPS endpoint. The victim is a legitimate pair of certificate users in one process of
 its own: `pub` publishes `--rate` events/s (type `reading`) over TLS TCP, `alice` subscribes
 to them; every event's publish-to-delivery latency is measured (p50, p99, max, and how many
 never arrived). While the victim runs, one attack runs in its own process (its CPU is not
-the victim's):
+the victim's), from an address of its own (127.0.0.2; the victim is on 127.0.0.1;
+`--sources N` spreads it over N addresses, as a botnet would):
 
 - `anonymous`: HTTPS requests without a token (GET /events, POST /events, POST /clients)
   over `--connections` keep-alive connections;
@@ -26,7 +28,9 @@ so that the victim with and without each attack is compared under the same machi
 (the load average is reported with every case). Reported per case: the victim's latency
 (median of the rounds' p50/p99 and the worst max), the router's resident memory before,
 at its peak during, and 3 s after the attack, and the attack's achieved rate (requests or
-connections per second) with its answers counted. Target (issue 27): victim p99 under
+connections per second) with its answers counted, and the router's CPU (share of one core)
+while the victim ran: on a small machine the attacker's own CPU slows the victim too, and
+this figure tells the router's cost apart from the machine's. Target (issue 27): victim p99 under
 10 ms, memory bounded.
 """
 
@@ -51,6 +55,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import AA, report
+
+
+#: Where the attacks come from: addresses of their own, as a flood from the Internet would
+#: (the victim is on 127.0.0.1; `--sources N` spreads each attack over N addresses).
+def sources(n: int) -> list[str]:
+    return [f"127.0.{2 + i // 250}.{2 + i % 250}" for i in range(n)]
+
 
 CASES = ("baseline", "anonymous", "tokens", "forbidden", "tcp", "caps")
 
@@ -77,6 +88,13 @@ def rss(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def cpu(pid: int) -> float:
+    """CPU seconds process *pid* has used (user and system)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load() -> float:
@@ -174,16 +192,23 @@ class Http:
     """One keep-alive HTTPS connection, raw: the attacker's CPU goes into requests, not into
     an HTTP library."""
 
-    def __init__(self, address: tuple[str, int], tls: ssl.SSLContext) -> None:
-        self.address, self.tls = address, tls
+    def __init__(self, address: tuple[str, int], tls: ssl.SSLContext, local: str) -> None:
+        self.address, self.tls, self.local = address, tls, local
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, headers: str = "", body: bytes = b"") -> int:
         if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(
-                *self.address, ssl=self.tls, server_hostname="localhost"
-            )
+            try:
+                self.reader, self.writer = await asyncio.open_connection(
+                    *self.address,
+                    ssl=self.tls,
+                    server_hostname="localhost",
+                    local_addr=(self.local, 0),
+                )
+            except (OSError, ssl.SSLError):
+                await asyncio.sleep(0.01)
+                return 0
         assert self.reader is not None
         head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\n{headers}"
         if body:
@@ -230,7 +255,12 @@ def _bad_tokens(n: int) -> list[str]:
 
 
 async def _http_flood(
-    address: tuple[str, int], d: Path, token_of: Any, connections: int, stop: Any
+    address: tuple[str, int],
+    d: Path,
+    token_of: Any,
+    connections: int,
+    local: list[str],
+    stop: Any,
 ) -> Counter[int]:
     tls = ssl.create_default_context(cafile=str(d / "ca.pem"))
     statuses: Counter[int] = Counter()
@@ -241,7 +271,7 @@ async def _http_flood(
     ]
 
     async def one(k: int) -> None:
-        conn = Http(address, tls)
+        conn = Http(address, tls, local[k % len(local)])
         i = k
         while not stop.is_set():
             method, path, body = routes[i % len(routes)]
@@ -255,7 +285,9 @@ async def _http_flood(
     return statuses
 
 
-async def _tcp_flood(endpoint: str, d: Path, connections: int, stop: Any) -> Counter[str]:
+async def _tcp_flood(
+    endpoint: str, d: Path, connections: int, local: list[str], stop: Any
+) -> Counter[str]:
     from aa.mesh import Connection
     from aa.mesh.protocol import Hello
 
@@ -263,10 +295,12 @@ async def _tcp_flood(endpoint: str, d: Path, connections: int, stop: Any) -> Cou
     tls = ssl.create_default_context(cafile=str(d / "ca.pem"))  # no client certificate
     counts: Counter[str] = Counter()
 
-    async def silent() -> None:  # opens, never starts TLS, waits to be closed
+    async def silent(k: int) -> None:  # opens, never starts TLS, waits to be closed
         while not stop.is_set():
             try:
-                r, w = await asyncio.open_connection(host, int(port))
+                r, w = await asyncio.open_connection(
+                    host, int(port), local_addr=(local[k % len(local)], 0)
+                )
                 counts["silent"] += 1
                 while not stop.is_set():
                     try:
@@ -280,7 +314,7 @@ async def _tcp_flood(endpoint: str, d: Path, connections: int, stop: Any) -> Cou
                 counts["error"] += 1
                 await asyncio.sleep(0.05)
 
-    async def hello(secure: bool) -> None:
+    async def hello(secure: bool, k: int) -> None:
         name = "tls-hello" if secure else "plain-hello"
         i = 0
         while not stop.is_set():
@@ -291,6 +325,7 @@ async def _tcp_flood(endpoint: str, d: Path, connections: int, stop: Any) -> Cou
                     int(port),
                     ssl=tls if secure else None,
                     server_hostname=host if secure else None,
+                    local_addr=(local[k % len(local)], 0),
                 )
                 w.write(Connection().send(Hello(client_id=f"x{os.getpid()}-{i}")))
                 async with asyncio.timeout(5):
@@ -301,15 +336,15 @@ async def _tcp_flood(endpoint: str, d: Path, connections: int, stop: Any) -> Cou
                 counts["error"] += 1
 
     await asyncio.gather(
-        *(silent() for _ in range(connections)),
-        *(hello(False) for _ in range(connections // 4)),
-        *(hello(True) for _ in range(connections // 4)),
+        *(silent(k) for k in range(connections)),
+        *(hello(False, k) for k in range(connections // 4)),
+        *(hello(True, k) for k in range(connections // 4)),
     )
     return counts
 
 
 async def _caps_flood(
-    endpoint: str, address: tuple[str, int], d: Path, token: str, stop: Any
+    endpoint: str, address: tuple[str, int], d: Path, token: str, local: list[str], stop: Any
 ) -> Counter[str]:
     from aa.client import AsyncClient
 
@@ -328,8 +363,8 @@ async def _caps_flood(
                     counts["refused"] += 1
                     await asyncio.sleep(0.01)
 
-    async def clients() -> None:
-        conn = Http(address, tls)
+    async def clients(k: int) -> None:
+        conn = Http(address, tls, local[k % len(local)])
         pats = ",".join(f'{{"source": "Seq > {j}"}}' for j in range(16))
         body = f'{{"name": "eve", "patterns": [{pats}]}}'.encode()
         while not stop.is_set():
@@ -339,7 +374,7 @@ async def _caps_flood(
             counts[f"http-{status}"] += 1
         conn.close()
 
-    await asyncio.gather(*(patterns(k) for k in range(4)), *(clients() for _ in range(4)))
+    await asyncio.gather(*(patterns(k) for k in range(4)), *(clients(k) for k in range(4)))
     return counts
 
 
@@ -350,6 +385,7 @@ def attacker(
     d: Path,
     tokens: dict[str, str],
     connections: int,
+    local: list[str],
     started: Any,
     stop: Any,
     out: Any,
@@ -357,15 +393,18 @@ def attacker(
     bad = _bad_tokens(20_000) if case == "tokens" else []
 
     async def main() -> Counter[Any]:
+        def http(token_of: Any) -> Any:
+            return _http_flood(address, d, token_of, connections, local, stop)
+
         if case == "anonymous":
-            return await _http_flood(address, d, lambda i: None, connections, stop)
+            return await http(lambda i: None)
         if case == "tokens":
-            return await _http_flood(address, d, lambda i: bad[i % len(bad)], connections, stop)
+            return await http(lambda i: bad[i % len(bad)])
         if case == "forbidden":
-            return await _http_flood(address, d, lambda i: tokens["mallory"], connections, stop)
+            return await http(lambda i: tokens["mallory"])
         if case == "tcp":
-            return await _tcp_flood(endpoint, d, connections, stop)
-        return await _caps_flood(endpoint, address, d, tokens["eve"], stop)
+            return await _tcp_flood(endpoint, d, connections, local, stop)
+        return await _caps_flood(endpoint, address, d, tokens["eve"], local, stop)
 
     started.set()
     t0 = time.perf_counter()
@@ -394,7 +433,18 @@ def run_case(
     if case != "baseline":
         attack = ctx.Process(
             target=attacker,
-            args=(case, endpoint, address, d, tokens, args.connections, started, stop, attack_out),
+            args=(
+                case,
+                endpoint,
+                address,
+                d,
+                tokens,
+                args.connections,
+                sources(args.sources),
+                started,
+                stop,
+                attack_out,
+            ),
         )
         attack.start()
         started.wait(60)
@@ -403,6 +453,7 @@ def run_case(
     vic = ctx.Process(target=victim, args=(endpoint, d, args.rate, args.seconds, ready, out))
     vic.start()
     peak = rss(router.pid)
+    cpu0, t0 = cpu(router.pid), time.monotonic()
     got = None
     while got is None:
         try:
@@ -412,6 +463,7 @@ def run_case(
             if not vic.is_alive() and out.empty():
                 stop.set()
                 raise RuntimeError(f"the victim failed ({case})") from None
+    router_cpu = (cpu(router.pid) - cpu0) / (time.monotonic() - t0)
     vic.join(30)
     attack_figures: dict[str, Any] = {}
     if attack is not None:
@@ -437,6 +489,7 @@ def run_case(
         "p99_ms": pct(0.99),
         "max_ms": round(ms[-1], 2) if ms else None,
         "lost": got["sent"] - len(lat),
+        "router_cpu": round(router_cpu, 2),
         "rss_before_mb": round(before / 2**20, 1),
         "rss_peak_mb": round(peak / 2**20, 1),
         "rss_after_mb": round(rss(router.pid) / 2**20, 1),
@@ -455,6 +508,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="the victim's time per case")
     ap.add_argument("--rate", type=float, default=200.0, help="the victim's events/s")
     ap.add_argument("--connections", type=int, default=64, help="the attacker's connections")
+    ap.add_argument(
+        "--sources", type=int, default=1, help="addresses the attack comes from (127.0.x.y)"
+    )
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
@@ -486,10 +542,13 @@ def main() -> None:
                 "p99_ms_each": [f["p99_ms"] for f in figs],
                 "max_ms": max(f["max_ms"] or 0 for f in figs),
                 "lost": sum(f["lost"] for f in figs),
+                "router_cpu": [f["router_cpu"] for f in figs],
                 "rss_mb_before_peak_after": [
                     [f["rss_before_mb"], f["rss_peak_mb"], f["rss_after_mb"]] for f in figs
                 ],
                 "attack_per_s": [f.get("attack_per_s") for f in figs],
+                "sources": args.sources,
+                "connections": args.connections,
                 "target_p99_ms": 10.0,
             },
         )
