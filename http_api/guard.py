@@ -144,6 +144,23 @@ async def _hold_back(send: Send, retry: float) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class _Counting:
+    """*send*, spending one of *caller*'s refusals (`RefusalBudget`) when the answer is one.
+    The server's own answer cycle stays reachable as ``__self__``, as on the server's bound
+    ``send``: the feed's fast path writes an answer in one piece through it (`fastfeed`)."""
+
+    __slots__ = ("_send", "_budget", "_caller", "__self__")
+
+    def __init__(self, send: Send, budget: RefusalBudget, caller: str) -> None:
+        self._send, self._budget, self._caller = send, budget, caller
+        self.__self__ = getattr(send, "__self__", None)
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] in REFUSED_STATUSES:
+            self._budget.refused(self._caller, time.monotonic())
+        await self._send(message)
+
+
 def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     """*send*, adding *extra* to the answer's head."""
 
@@ -239,16 +256,6 @@ class Guard:
                 break
         return f"address {host}"
 
-    def _counting(self, send: Send, caller: str) -> Send:
-        """*send*, spending one of *caller*'s refusals when the answer is one."""
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] in REFUSED_STATUSES:
-                self.refusals.refused(caller, time.monotonic())
-            await send(message)
-
-        return sending
-
     def _mesh_hosts(self) -> frozenset[str]:
         router = getattr(getattr(self.app, "state", None), "router", None)
         info = router.mesh_info() if router is not None else None
@@ -292,7 +299,7 @@ class Guard:
             await asyncio.sleep(min(pause, self.refusals.max_pause))
             await _hold_back(send, pause)
             return
-        send = self._counting(send, caller)
+        send = _Counting(send, self.refusals, caller)
         length = None
         for name, value in scope["headers"]:
             if name == b"content-length":
