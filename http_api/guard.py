@@ -31,7 +31,13 @@ from aa.mesh import UsageError
 from aa.router.security import RefusalBudget
 
 from . import cors
-from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_BODY_VALUES
+from .limits import (
+    DEFAULT_ALLOW,
+    MAX_BODY_BYTES,
+    MAX_BODY_VALUES,
+    STRANGER_REFUSAL_BURST,
+    STRANGER_REFUSAL_RATE,
+)
 
 __all__ = ["Guard", "parse_ranges", "LOOPBACK_NAMES", "host_name"]
 
@@ -145,19 +151,22 @@ async def _hold_back(send: Send, retry: float) -> None:
 
 
 class _Counting:
-    """*send*, spending one of *caller*'s refusals (`RefusalBudget`) when the answer is one.
-    The server's own answer cycle stays reachable as ``__self__``, as on the server's bound
-    ``send``: the feed's fast path writes an answer in one piece through it (`fastfeed`)."""
+    """*send*, spending a refusal in each of *budgets* (`RefusalBudget`, and the key there)
+    when the answer is one. The server's own answer cycle stays reachable as ``__self__``, as
+    on the server's bound ``send``: the feed's fast path writes an answer in one piece
+    through it (`fastfeed`)."""
 
-    __slots__ = ("_send", "_budget", "_caller", "__self__")
+    __slots__ = ("_send", "_budgets", "__self__")
 
-    def __init__(self, send: Send, budget: RefusalBudget, caller: str) -> None:
-        self._send, self._budget, self._caller = send, budget, caller
+    def __init__(self, send: Send, budgets: list[tuple[RefusalBudget, str]]) -> None:
+        self._send, self._budgets = send, budgets
         self.__self__ = getattr(send, "__self__", None)
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start" and message["status"] in REFUSED_STATUSES:
-            self._budget.refused(self._caller, time.monotonic())
+            now = time.monotonic()
+            for budget, key in self._budgets:
+                budget.refused(key, now)
         await self._send(message)
 
 
@@ -191,6 +200,10 @@ class Guard:
         self._verdicts: dict[str, bool] = {}  # address → allowed; callers are few
         #: Refusals per caller (`RefusalBudget`): a caller refused again and again gets 429.
         self.refusals = RefusalBudget()
+        #: Refusals of all strangers together (`STRANGER_REFUSAL_BURST`), one bucket.
+        self.strangers = RefusalBudget(
+            burst=STRANGER_REFUSAL_BURST, rate=STRANGER_REFUSAL_RATE, max_callers=1
+        )
 
     def allowed(self, host: str | None) -> bool:
         if host is None:
@@ -291,15 +304,16 @@ class Guard:
                 return
             send = _with_headers(send, cors.cors_headers(origin))
         caller = self.caller_key(scope["headers"], address)
+        budgets = [(self.refusals, caller)]
+        if not caller.startswith("user "):
+            budgets.append((self.strangers, "strangers"))
         now = time.monotonic()
-        pause = self.refusals.wait(caller, now)
-        if pause > 0:  # a 429 is a refusal too: a caller must stop knocking to get back in
-            self.refusals.held_back += 1
-            self.refusals.refused(caller, now)
-            await asyncio.sleep(min(pause, self.refusals.max_pause))
-            await _hold_back(send, pause)
+        pause = max(budget.wait(key, now) for budget, key in budgets)
+        if pause > 0:  # it earns nothing while it knocks: it must stop to get back in
+            await asyncio.sleep(self.refusals.hold(caller, now))  # the connection's next too
+            await _hold_back(send, self.refusals.wait(caller, now))
             return
-        send = _Counting(send, self.refusals, caller)
+        send = _Counting(send, budgets)
         length = None
         for name, value in scope["headers"]:
             if name == b"content-length":

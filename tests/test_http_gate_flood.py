@@ -6,7 +6,8 @@ TCP port an address whose connections keep being refused (plaintext, no certific
 handshakes) is closed at accept while open connections and other addresses go on, and the
 refusals are logged once each with a count; the memory for all this is bounded, and a
 remembered token is still checked for expiry and revocation. A user asking past a cap again
-and again, told to come back later (503), is held back the same way."""
+and again, told to come back later (503), is held back the same way, and strangers from many
+addresses, each within its own budget, are held back as a whole."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import logging
 import os
 import ssl
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import httpx
@@ -28,7 +30,7 @@ from test_http_gate import RULES, security, token
 
 from aa.client import AsyncClient, ClientConfig
 from aa.http_api import HttpEndpoint
-from aa.http_api.limits import MAX_HTTP_CLIENTS_PER_ADDRESS
+from aa.http_api.limits import MAX_HTTP_CLIENTS_PER_ADDRESS, STRANGER_REFUSAL_BURST
 from aa.mesh import Connection, NotAuthenticated
 from aa.mesh.protocol import Hello
 from aa.router import Router, RouterConfig
@@ -140,6 +142,10 @@ def test_a_refusal_budget_refills_and_forgets_the_oldest_callers() -> None:
     assert budget.wait("address 10.0.0.2", now=0.0) == 0.0  # another caller: its own budget
     assert budget.wait("address 10.0.0.1", now=0.5) == pytest.approx(0.5)
     assert budget.wait("address 10.0.0.1", now=1.0) == 0.0  # one refusal earned back
+    assert budget.hold("address 10.0.0.1", now=1.0) == budget.max_pause  # knocked: held back
+    assert budget.wait("address 10.0.0.1", now=1.0 + budget.max_pause) > 0  # earned nothing
+    assert budget.hold("address 10.0.0.1", now=1.5) == budget.max_pause  # knocked again
+    assert budget.wait("address 10.0.0.1", now=1.5 + budget.max_pause + 1.0) == 0.0  # waited
     for i in range(1000):  # a flood from many addresses: memory stays bounded
         budget.refused(f"address 10.1.{i // 256}.{i % 256}", now=2.0)
     assert len(budget) == 100
@@ -274,3 +280,32 @@ async def test_a_user_asking_past_their_cap_again_and_again_is_held_back(
         assert set(statuses[:full]) == {201} and set(statuses[full:-1]) == {503}
         assert len(statuses) - 1 - full >= REFUSAL_BURST  # told "full" that often first
         assert (await http.get("/events", headers=carol)).status_code == 200
+
+
+async def test_strangers_from_many_addresses_are_held_back_as_a_whole(
+    pki: Path, tmp_path: Path
+) -> None:
+    perms = tmp_path / "perms.toml"
+    perms.write_text(RULES)
+    endpoint = HttpEndpoint(host="127.0.0.1", port=0, cert=pki / "r1.pem", key=pki / "r1.key")
+    config = RouterConfig(port=0, name="r1", security=security(pki, perms))
+    bob = {"Authorization": f"Bearer {token(pki, 'bob', time.time())}"}
+    async with Router(config, endpoints=[endpoint]), AsyncExitStack() as stack:
+        http = await stack.enter_async_context(client(endpoint.url, pki))
+        assert (await http.get("/events", headers=bob)).status_code == 200  # bob is known
+        botnet = [
+            await stack.enter_async_context(client(endpoint.url, pki, f"127.0.1.{i}"))
+            for i in range(1, 21)
+        ]
+        refused = [0] * len(botnet)
+        for n in range(len(botnet) * (REFUSAL_BURST - 1)):  # each under its own budget
+            i = n % len(botnet)
+            r = await botnet[i].get("/events")
+            if r.status_code == 429:
+                break
+            assert r.status_code == 401
+            refused[i] += 1
+        else:
+            raise AssertionError("a flood from many addresses was never held back")
+        assert max(refused) < REFUSAL_BURST and sum(refused) >= STRANGER_REFUSAL_BURST
+        assert (await http.get("/events", headers=bob)).status_code == 200  # known: still in

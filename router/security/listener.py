@@ -116,7 +116,7 @@ class Listener:
             now = time.monotonic()
             if self.budget.wait(addr[0], now) > 0:  # held back: it must stop to get back in
                 self._count("held_back")
-                self.budget.refused(addr[0], now)
+                self.budget.hold(addr[0], now)
                 self._log(
                     addr[0],
                     "held back",

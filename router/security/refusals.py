@@ -7,8 +7,8 @@ parsing, routing and, for a token, an ECDSA verification; on the TCP port a TLS 
 key exchange and a signature) before the hello can be refused. A caller that keeps being
 refused is no user who mistyped a token: once its budget is spent it is held back at the
 door, before anything is decoded, verified or handshaken, until it has earned a refusal back
-(`REFUSAL_RATE`). Being held back is a
-refusal too, so a caller that keeps knocking stays out: it must stop for a while to get in.
+(`REFUSAL_RATE`). A caller earns nothing back while it is held back, so one that keeps
+knocking stays out: it must stop for a while to get in.
 
 - The HTTP endpoint's guard (`aa.http_api`) answers it 429 after a pause (`MAX_PAUSE`),
   which holds a keep-alive connection's next request back too: a flooder's rate is bounded
@@ -43,7 +43,7 @@ REFUSAL_BURST: Final = 100
 #: Refusals per second a caller earns back: a page polling a few routes without a token
 #: keeps its budget, and a flooder held back costs the router a few milliseconds a second.
 REFUSAL_RATE: Final = 5.0
-#: Longest pause, seconds, before a held-back caller's 429: long enough to slow a flooder's
+#: Pause, seconds, before a held-back caller's 429: long enough to slow a flooder's
 #: keep-alive connection to a request a second, short enough that a person is not left
 #: waiting.
 MAX_PAUSE: Final = 1.0
@@ -55,7 +55,7 @@ MAX_CALLERS: Final = 4096
 class RefusalBudget:
     """Per-caller token buckets of refusals. ``wait(caller, now)`` says how long the caller
     must wait before it may be refused again (0: let it in); ``refused(caller, now)``
-    spends one."""
+    spends one; ``hold(caller, now)`` holds back a caller that did not wait."""
 
     def __init__(
         self,
@@ -66,12 +66,12 @@ class RefusalBudget:
         max_pause: float = MAX_PAUSE,
     ) -> None:
         self.burst = burst
-        #: Longest pause before a held-back caller's answer, seconds (`MAX_PAUSE`).
+        #: Pause before a held-back caller's answer, seconds (`MAX_PAUSE`).
         self.max_pause = max_pause
         self.rate = rate
         self.max_callers = max_callers
         self._left: OrderedDict[str, tuple[float, float]] = OrderedDict()  # caller → (left, at)
-        #: Requests answered 429 at the door.
+        #: Callers held back (`hold`): requests answered 429, connections closed at accept.
         self.held_back = 0
 
     def __len__(self) -> int:
@@ -91,11 +91,21 @@ class RefusalBudget:
             return 0.0
         return (1.0 - left) / self.rate
 
+    def hold(self, caller: str, now: float) -> float:
+        """*caller*, out of refusals, is held back now: it earns nothing back during its
+        pause (`max_pause` seconds, returned), so a caller that keeps knocking stays out."""
+        self.held_back += 1
+        self._left.pop(caller, None)
+        self._left[caller] = (-self.max_pause * self.rate, now)
+        while len(self._left) > self.max_callers:
+            self._left.popitem(last=False)
+        return self.max_pause
+
     def refused(self, caller: str, now: float) -> None:
         """*caller* was refused: one refusal spent."""
         left = self._now_left(caller, now)
         left = float(self.burst) if left is None else left
         self._left.pop(caller, None)
-        self._left[caller] = (max(0.0, left - 1.0), now)
+        self._left[caller] = (max(0.0, left - 1.0) if left >= 0 else left, now)
         while len(self._left) > self.max_callers:
             self._left.popitem(last=False)
