@@ -6,6 +6,8 @@ values: JSON is parsed and checked in one piece on the router's loop, ~1 µs per
 megabyte of empty maps would hold every client of the router meanwhile. Cross-origin calls from
 the mesh's own hosts (the phone app roaming to this router) get their CORS headers here, for
 every answer including the feed's fast path; which origins, and why, is `cors`'s docstring.
+A caller refused (401, 403, 503) again and again gets 429 here, after a pause, before its
+credentials are decoded (`aa.router.security.refusals`).
 
 The peer address is the socket's (uvicorn runs with proxy headers off), so a caller cannot
 talk its way in with ``X-Forwarded-For``. Bodies: a ``Content-Length`` over the cap is
@@ -16,16 +18,26 @@ application as a GET (RFC 9110 §9.3.2): uvicorn, which knows it was HEAD, sends
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from aa.mesh import UsageError
+from aa.router.security import RefusalBudget
 
 from . import cors
-from .limits import DEFAULT_ALLOW, MAX_BODY_BYTES, MAX_BODY_VALUES
+from .limits import (
+    DEFAULT_ALLOW,
+    MAX_BODY_BYTES,
+    MAX_BODY_VALUES,
+    STRANGER_REFUSAL_BURST,
+    STRANGER_REFUSAL_RATE,
+)
 
 __all__ = ["Guard", "parse_ranges", "LOOPBACK_NAMES", "host_name"]
 
@@ -39,6 +51,12 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: The answers that spend one of the caller's refusals (`RefusalBudget`): no, a bad or a
+#: forged credential (401), a user without the right (403), and a request past a cap that
+#: told its caller when to come back (503 with Retry-After: a user at their HTTP client cap
+#: asking again at once).
+REFUSED_STATUSES = frozenset({401, 403, 503})
 
 
 def parse_ranges(ranges: Iterable[str]) -> tuple[Network, ...]:
@@ -108,6 +126,50 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _hold_back(send: Send, retry: float) -> None:
+    """The 429 of a caller whose refusals are spent (`RefusalBudget`); the connection stays open,
+    so that the caller's next request waits its turn behind this one's pause."""
+    body = json.dumps(
+        {
+            "error": "too-many-refusals",
+            "message": "too many requests from this caller were refused (no, bad or forged "
+            "credentials, or no right): wait, then send a valid token",
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(max(1, math.ceil(retry))).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Counting:
+    """*send*, spending a refusal in each of *budgets* (`RefusalBudget`, and the key there)
+    when the answer is one. The server's own answer cycle stays reachable as ``__self__``, as
+    on the server's bound ``send``: the feed's fast path writes an answer in one piece
+    through it (`fastfeed`)."""
+
+    __slots__ = ("_send", "_budgets", "__self__")
+
+    def __init__(self, send: Send, budgets: list[tuple[RefusalBudget, str]]) -> None:
+        self._send, self._budgets = send, budgets
+        self.__self__ = getattr(send, "__self__", None)
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] in REFUSED_STATUSES:
+            now = time.monotonic()
+            for budget, key in self._budgets:
+                budget.refused(key, now)
+        await self._send(message)
+
+
 def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     """*send*, adding *extra* to the answer's head."""
 
@@ -136,6 +198,12 @@ class Guard:
         self.max_body = max_body
         self.names = _names(names)
         self._verdicts: dict[str, bool] = {}  # address → allowed; callers are few
+        #: Refusals per caller (`RefusalBudget`): a caller refused again and again gets 429.
+        self.refusals = RefusalBudget()
+        #: Refusals of all strangers together (`STRANGER_REFUSAL_BURST`), one bucket.
+        self.strangers = RefusalBudget(
+            burst=STRANGER_REFUSAL_BURST, rate=STRANGER_REFUSAL_RATE, max_callers=1
+        )
 
     def allowed(self, host: str | None) -> bool:
         if host is None:
@@ -186,6 +254,21 @@ class Guard:
         origin = origins[0].decode("latin-1")
         return origin if cors.allowed(origin, self.names, self._mesh_hosts) else None
 
+    def caller_key(self, headers: Iterable[tuple[bytes, bytes]], host: str) -> str:
+        """Whose refusal budget a request spends (`RefusalBudget`): the user of a bearer token
+        the router verified before, else the caller's address. Nothing is verified here."""
+        for k, v in headers:
+            if k == b"authorization":
+                scheme, _, token = v.decode("latin-1").strip().partition(" ")
+                if scheme.lower() == "bearer" and token.startswith("aa1."):
+                    router = getattr(getattr(self.app, "state", None), "router", None)
+                    tokens = getattr(getattr(router, "security", None), "tokens", None)
+                    claims = tokens.known(token.strip()) if tokens is not None else None
+                    if claims is not None:
+                        return f"user {claims.user}"
+                break
+        return f"address {host}"
+
     def _mesh_hosts(self) -> frozenset[str]:
         router = getattr(getattr(self.app, "state", None), "router", None)
         info = router.mesh_info() if router is not None else None
@@ -197,7 +280,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
         client = scope.get("client")
-        if not self.allowed(client[0] if client else None):
+        address = client[0] if client else None
+        if address is None or not self.allowed(address):
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
                 return
@@ -219,6 +303,17 @@ class Guard:
                 await send({"type": "http.response.body", "body": b""})
                 return
             send = _with_headers(send, cors.cors_headers(origin))
+        caller = self.caller_key(scope["headers"], address)
+        budgets = [(self.refusals, caller)]
+        if not caller.startswith("user "):
+            budgets.append((self.strangers, "strangers"))
+        now = time.monotonic()
+        pause = max(budget.wait(key, now) for budget, key in budgets)
+        if pause > 0:  # it earns nothing while it knocks: it must stop to get back in
+            await asyncio.sleep(self.refusals.hold(caller, now))  # the connection's next too
+            await _hold_back(send, self.refusals.wait(caller, now))
+            return
+        send = _Counting(send, budgets)
         length = None
         for name, value in scope["headers"]:
             if name == b"content-length":

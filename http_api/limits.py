@@ -28,6 +28,8 @@ __all__ = [
     "MAX_STREAM_BACKLOG",
     "STREAM_HEARTBEAT",
     "MAX_CONDITIONAL_VARIANTS",
+    "STRANGER_REFUSAL_BURST",
+    "STRANGER_REFUSAL_RATE",
 ]
 
 #: TCP port of `aa router`'s HTTP endpoint unless told otherwise (the router's own is 7447).
@@ -115,3 +117,14 @@ MAX_CONDITIONAL_VARIANTS: Final = 4
 #: OpenAPI schema so that a request the schema calls valid is one the router accepts.
 MAX_POLICY_AGE_S: Final = 36_500 * 86_400.0
 MAX_POLICY_COUNT: Final = 1_000_000_000
+
+#: Refusals all strangers together may have in a row (callers without a token the router
+#: verified before: no token, a bad one, a client's; each also has its own budget, by
+#: address, `aa.router.security.RefusalBudget`): a flood from many addresses, each under its
+#: own budget, is held back as a whole. Known users' tokens still get in meanwhile; a
+#: newcomer's first request may get 429 until the flood stops.
+STRANGER_REFUSAL_BURST: Final = 500
+
+#: Refusals per second all strangers together earn back: at about a millisecond each, a
+#: twentieth of the router's core at most goes to refusing a flood from many addresses.
+STRANGER_REFUSAL_RATE: Final = 50.0

@@ -482,6 +482,7 @@ PUBLIC: dict[str, list[str]] = {
         "PartialFrames",
         "Permissions",
         "ROUTER_UNIT",
+        "RefusalBudget",
         "RevocationList",
         "Rules",
         "SecurityConfig",

@@ -19,6 +19,7 @@ from .gate import Gate, SecurityConfig
 from .guard import AllowList, HandshakeGuard
 from .listener import TLS_REQUIRED, Listener
 from .permissions import ALLOW_ALL, Permissions, Rules
+from .refusals import RefusalBudget
 from .tls import (
     ANONYMOUS,
     HANDSHAKE_TIMEOUT,
@@ -51,6 +52,7 @@ __all__ = [
     "PartialFrames",
     "Permissions",
     "ROUTER_UNIT",
+    "RefusalBudget",
     "RevocationList",
     "Rules",
     "SecurityConfig",

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import ssl
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from .crl import RevocationList, file_stamp
 from .guard import AllowList, HandshakeGuard
 from .listener import Listener
 from .permissions import Permissions, Rules
+from .refusals import RefusalBudget
 from .tls import (
     ANONYMOUS,
     NAME_RE,
@@ -174,6 +176,9 @@ class Gate:
         )
         #: One log line per refused source per interval (`RefusalLog`).
         self.refusals = RefusalLog()
+        #: Refused connections per address at the TCP port (`RefusalBudget`): an address
+        #: refused again and again has its new connections closed as they are accepted.
+        self.strangers = RefusalBudget()
         #: Called after every reload of the rules or the revocation list, once the router held
         #: its TCP sessions to them: other doors (the HTTP endpoint's streams) re-check theirs.
         self.reloaded: list[Callable[[], None]] = []
@@ -224,7 +229,15 @@ class Gate:
             if both
             else AllowList().allows
         )
-        listener = Listener(sock, factory, tls=self.server_tls, allow=allow, counters=counters)
+        listener = Listener(
+            sock,
+            factory,
+            tls=self.server_tls,
+            allow=allow,
+            counters=counters,
+            note=self.refusals.note,
+            budget=self.strangers,
+        )
         listener.start()
         return listener
 
@@ -253,8 +266,15 @@ class Gate:
         revoke``: a cut-off per user in the CRL, `aa.router.security.crl`)."""
         return self.crl.token_revoked(user, issued)
 
-    def admit_client(self, identity: Identity, host: str) -> str | None:
-        """Why a client hello is refused, or None."""
+    def admit_client(self, identity: Identity, host: str, now: float | None = None) -> str | None:
+        """Why a client hello is refused, or None. A refusal spends one of *host*'s
+        (`strangers`) at *now* (monotonic seconds; default: the clock's now)."""
+        refusal = self._client_refusal(identity, host)
+        if refusal is not None:
+            self.strangers.refused(host, time.monotonic() if now is None else now)
+        return refusal
+
+    def _client_refusal(self, identity: Identity, host: str) -> str | None:
         if not self.clients.allows(host):
             return f"clients from {host} are not allowed here (--allow-clients)"
         revoked = self.certificate_refusal(identity)

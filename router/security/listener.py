@@ -9,9 +9,12 @@ The address is checked against the allow-list before anything is read.
 What a stranger can cost (the port is open to strangers): a connection that sends nothing,
 or half a handshake, holds one socket for at most `HANDSHAKE_TIMEOUT`; at most
 `MAX_PENDING` connections may be unidentified at once, and past it the *oldest* is closed to
-make room (counted, `evicted_pending`). Real clients finish their handshake in milliseconds,
-so they are never the oldest: stalling them would take a stranger opening `MAX_PENDING`
-connections every few milliseconds, and garbage and stalled handshakes never hold the loop.
+make room (counted, `evicted_pending`). An address whose connections keep being refused
+(failed or plaintext handshakes, refused hellos) has its new ones closed as they are
+accepted until it has earned a refusal back (`RefusalBudget`; counted, `held_back`). Real
+clients finish their handshake in milliseconds, so they are never the oldest: stalling them
+would take a stranger opening `MAX_PENDING` connections every few milliseconds, and garbage
+and stalled handshakes never hold the loop.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import functools
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable
 
 from aa.mesh import Connection
 from aa.mesh.protocol import Error
 
 from .guard import AllowList
+from .refusals import RefusalBudget
 from .tls import HANDSHAKE_TIMEOUT
 
 __all__ = ["Listener", "MAX_PENDING", "TLS_REQUIRED"]
@@ -58,6 +63,8 @@ class Listener:
         counters: dict[str, int] | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         max_pending: int = MAX_PENDING,
+        note: Callable[[str, str, float, int], object] | None = None,
+        budget: RefusalBudget | None = None,
     ) -> None:
         self.sockets = [sock]
         self._sock = sock
@@ -66,6 +73,12 @@ class Listener:
         self._allow = allow
         self._timeout = handshake_timeout
         self._max_pending = max_pending
+        #: How a refusal is logged: ``note(source, message, now, level)``, once per source
+        #: per interval with a count (`aa.router.security.gate.RefusalLog`); None: every one.
+        self._note = note
+        #: Refusals per address (`RefusalBudget`): a spent address's connections are closed
+        #: as they are accepted, before a byte is read or a key exchanged.
+        self.budget = budget if budget is not None else RefusalBudget()
         self.counters: dict[str, int] = counters if counters is not None else {}
         self._pending: dict[asyncio.Task[None], None] = {}  # oldest first
         self._accepting: asyncio.Task[None] | None = None
@@ -95,7 +108,20 @@ class Listener:
                 continue
             if not self._allow(addr[0]):
                 self._count("refused_address")
-                log.info("refusing %s: not in the allowed address ranges", addr[0])
+                self._log(
+                    addr[0], "address", f"refusing {addr[0]}: not in the allowed address ranges"
+                )
+                conn.close()
+                continue
+            now = time.monotonic()
+            if self.budget.wait(addr[0], now) > 0:  # held back: it must stop to get back in
+                self._count("held_back")
+                self.budget.hold(addr[0], now)
+                self._log(
+                    addr[0],
+                    "held back",
+                    f"holding back {addr[0]}: too many of its connections refused",
+                )
                 conn.close()
                 continue
             if len(self._pending) >= self._max_pending:
@@ -103,11 +129,17 @@ class Listener:
                 oldest = next(iter(self._pending))
                 del self._pending[oldest]
                 oldest.cancel()  # its socket is closed when the cancellation lands
-            task = loop.create_task(self._admit(conn))
+            task = loop.create_task(self._admit(conn, addr[0]))
             self._pending[task] = None
             task.add_done_callback(functools.partial(self._done, conn))
 
-    async def _admit(self, conn: socket.socket) -> None:
+    def _log(self, host: str, kind: str, message: str) -> None:
+        if self._note is None:
+            log.info("%s", message)
+        else:
+            self._note(f"{host} ({kind})", message, time.monotonic(), logging.INFO)
+
+    async def _admit(self, conn: socket.socket, host: str) -> None:
         loop = asyncio.get_running_loop()
         conn.setblocking(False)
         try:
@@ -119,6 +151,7 @@ class Listener:
                         return
                     if first != _TLS_RECORD_HANDSHAKE:
                         self._count("refused_plaintext")
+                        self.budget.refused(host, time.monotonic())
                         await _refuse_plaintext(loop, conn)
                         return
                 await loop.connect_accepted_socket(
@@ -129,9 +162,13 @@ class Listener:
                 )
         except (TimeoutError, OSError, ssl.SSLError) as exc:
             # A stalled or failed handshake (a foreign or expired certificate, garbage): only
-            # this connection is affected. Logged at info: strangers must not flood the log.
+            # this connection is affected. Logged at info, once per address per interval with
+            # a count: strangers must not flood the log.
             self._count("refused_handshake")
-            log.info("handshake failed: %s", exc or type(exc).__name__)
+            self.budget.refused(host, time.monotonic())
+            self._log(
+                host, "handshake", f"handshake from {host} failed: {exc or type(exc).__name__}"
+            )
             conn.close()
             return
         except asyncio.CancelledError:

@@ -21,6 +21,7 @@ import binascii
 import json
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -34,7 +35,14 @@ from aa.mesh import NotAuthenticated, UsageError
 
 from .tls import NAME_RE
 
-__all__ = ["MAX_TOKEN_BYTES", "PREFIX", "TokenClaims", "TokenVerifier", "issue_token"]
+__all__ = [
+    "MAX_KNOWN_TOKENS",
+    "MAX_TOKEN_BYTES",
+    "PREFIX",
+    "TokenClaims",
+    "TokenVerifier",
+    "issue_token",
+]
 
 #: Every token begins with this (the format's version: a later format gets another).
 PREFIX: Final = "aa1"
@@ -44,6 +52,13 @@ MAX_TOKEN_BYTES: Final = 1024
 #: Longest validity `issue_token` grants, in days (ten years: tokens are meant to be revoked,
 #: not to expire by surprise, yet never to live for ever).
 MAX_TOKEN_DAYS: Final = 3650
+#: Tokens whose signature verified, remembered so that the next request with the same token
+#: skips the ECDSA check (a phone polling every second would otherwise cost the router one
+#: verification per poll), and so that the HTTP endpoint can tell a known user's token from
+#: a stranger's without verifying anything (`TokenVerifier.known`). Expiry and revocation
+#: are checked again on every use; the oldest goes when the table is full (it then costs
+#: one verification again). About 600 bytes each.
+MAX_KNOWN_TOKENS: Final = 4096
 _PART: Final = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -93,6 +108,13 @@ class TokenVerifier:
         if not isinstance(key, ec.EllipticCurvePublicKey):
             raise UsageError("the mesh CA's key is not the EC key 'aa certs init' makes")
         self._key = key
+        self._known: OrderedDict[str, TokenClaims] = OrderedDict()
+
+    def known(self, token: str) -> TokenClaims | None:
+        """The claims of *token* if its signature verified before (and it is still
+        remembered), else None; nothing is verified, and expiry and revocation are not
+        checked here: `verify` checks them."""
+        return self._known.get(token)
 
     def verify(
         self,
@@ -104,6 +126,9 @@ class TokenVerifier:
         """The claims of *token*; raises `NotAuthenticated` saying why it is refused
         (malformed, not signed by this mesh's CA, not yet valid, expired, revoked). The
         signature is checked before anything in the payload is believed."""
+        seen = self._known.get(token)
+        if seen is not None:
+            return _valid(seen, now, revoked)
         if len(token) > MAX_TOKEN_BYTES:
             raise NotAuthenticated(f"token longer than {MAX_TOKEN_BYTES} characters")
         parts = token.split(".")
@@ -133,10 +158,20 @@ class TokenVerifier:
             or type(jti) is not str
         ):
             raise NotAuthenticated("malformed token payload")
-        if now < issued - 300:  # five minutes of clock skew between routers
-            raise NotAuthenticated(f"token for {user!r} is not valid yet (clocks apart?)")
-        if now >= expires:
-            raise NotAuthenticated(f"token for {user!r} has expired")
-        if revoked(user, issued):
-            raise NotAuthenticated(f"token for {user!r} has been revoked")
-        return TokenClaims(user=user, issued=issued, expires=expires, id=jti)
+        claims = TokenClaims(user=user, issued=issued, expires=expires, id=jti)
+        self._known[token] = claims
+        while len(self._known) > MAX_KNOWN_TOKENS:
+            self._known.popitem(last=False)
+        return _valid(claims, now, revoked)
+
+
+def _valid(claims: TokenClaims, now: float, revoked: Callable[[str, int], bool]) -> TokenClaims:
+    """*claims* if they hold at *now*; raises `NotAuthenticated` saying why not."""
+    user = claims.user
+    if now < claims.issued - 300:  # five minutes of clock skew between routers
+        raise NotAuthenticated(f"token for {user!r} is not valid yet (clocks apart?)")
+    if now >= claims.expires:
+        raise NotAuthenticated(f"token for {user!r} has expired")
+    if revoked(user, claims.issued):
+        raise NotAuthenticated(f"token for {user!r} has been revoked")
+    return claims
