@@ -54,17 +54,6 @@ class _Deliverable(Protocol):
     def deliver(self, event: Event) -> None: ...
 
 
-class _Session(Protocol):
-    _missed: bool
-
-
-class _SlowReader(Protocol):
-    """A TCP client's subscription key (`aa.router.session.SessionSubscriber`)."""
-
-    missed: int
-    session: _Session
-
-
 def deliver_each(items: list[tuple[Hashable, Event]]) -> None:
     """Hand each (subscriber key, event) to `key.deliver`. A router passes its own
     `on_deliveries` to the engine, which also writes what that queued (`Router`)."""
@@ -80,15 +69,6 @@ def missed_each(keys: list[Hashable], count: int) -> None:
         missed = getattr(key, "missed_events", None)
         if missed is not None:
             missed(count)
-        elif type(getattr(key, "missed", None)) is int and hasattr(
-            getattr(key, "session", None), "_missed"
-        ):
-            # A TCP client's subscription (`aa.router.session.SessionSubscriber`): the count
-            # its session tells before its next delivery, as for a slow reader
-            # (`ClientSession._overflow`).
-            slow = cast(_SlowReader, key)
-            slow.missed += count
-            slow.session._missed = True
 
 
 class RemoteMatcher(Matcher):
