@@ -138,6 +138,23 @@ async def test_monitor_asks_for_a_token_and_streams_its_users_events(tmp_path: P
         shown = await tab.events()
         assert shown and all(line.startswith("alarm") for line in shown), shown
 
+        # Another pattern starts a new list: only its own events are shown and counted.
+        await tab.js(
+            "document.getElementById('pattern').value = 'n == 7';"
+            "document.getElementById('subscribe-btn').click()"
+        )
+        await tab.until("return !document.getElementById('events').children.length")
+        async with asyncio.timeout(30):
+            while not await tab.js("return document.body.dataset.events"):
+                await publish(7)
+                await tab.soon("return document.body.dataset.events")
+        counted = int(await tab.js("return document.body.dataset.events"))
+        await publish(8)
+        await publish(7)
+        await tab.until(f"return Number(document.body.dataset.events) > {counted}")
+        shown = await tab.events()
+        assert shown and all(line.startswith("alarm") and "n=7" in line for line in shown), shown
+
         # A reload keeps the token for this tab: no form, and the stream opens again.
         await asyncio.to_thread(tab.driver.refresh)
         await tab.until("return document.body.dataset.routers === '1'")

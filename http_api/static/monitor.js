@@ -237,6 +237,10 @@ function describe(values) {
 
 function subscribe(pattern) {
   if (subscription) subscription.close();
+  // A new pattern starts a new list: the events shown and counted are the pattern's own.
+  seen = 0;
+  delete document.body.dataset.events;
+  $("events").replaceChildren();
   subscription = aa.subscribe(pattern, (event) => {
     seen += 1;
     document.body.dataset.events = String(seen);
