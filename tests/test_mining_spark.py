@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from support import free_tcp_port
 
 from aa.addins.adapters import LocationAdapter, SchemaAdapter
 from aa.mesh import Event
@@ -23,8 +24,10 @@ from aa.tools.mining import (
     MineConfig,
     SimulateConfig,
     SparkConfig,
+    UnreadableInput,
     load_world,
     open_session,
+    read_events,
     run_mining,
     simulate,
 )
@@ -236,3 +239,24 @@ def test_cli_spark_that_cannot_start_is_one_line(office: Path, tmp_path: Path) -
         "aa mine: Spark could not start: "
     ), out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "ad").exists()
+
+
+@pytest.mark.parametrize(
+    ("uri", "reason"),
+    [
+        ("hdfs://127.0.0.1:{port}/aa/eventlog", "connection refused"),
+        ("nosuch://host/aa/eventlog", "no FileSystem for scheme nosuch: Spark reads file://"),
+        ("file:///{tmp}/gone/eventlog", "no such file or folder"),
+    ],
+    ids=["closed-port", "unknown-scheme", "missing-path"],
+)
+def test_a_uri_spark_cannot_read_is_one_line_naming_it(
+    spark: Any, tmp_path: Path, uri: str, reason: str
+) -> None:
+    """Spark's own exception (a Java stack trace, the input named its own way) becomes one
+    line: the URI as given and why."""
+    uri = uri.format(port=free_tcp_port(), tmp=str(tmp_path).lstrip("/"))
+    with pytest.raises(UnreadableInput) as caught:
+        read_events(spark, [str(tmp_path), uri])
+    assert str(caught.value).startswith(f"{uri}: {reason}"), caught.value
+    assert "\n" not in str(caught.value) and " at " not in str(caught.value)
