@@ -247,8 +247,13 @@ def test_cli_spark_that_cannot_start_is_one_line(office: Path, tmp_path: Path) -
         ("hdfs://127.0.0.1:{port}/aa/eventlog", "connection refused"),
         ("nosuch://host/aa/eventlog", "no FileSystem for scheme nosuch: Spark reads file://"),
         ("file:///{tmp}/gone/eventlog", "no such file or folder"),
+        (
+            "s3a://bucket/aa/eventlog",
+            "no FileSystem for scheme s3a (org.apache.hadoop.fs.s3a.S3AFileSystem not found): "
+            "add the hadoop-aws jars (see docs/mining.md)",
+        ),
     ],
-    ids=["closed-port", "unknown-scheme", "missing-path"],
+    ids=["closed-port", "unknown-scheme", "missing-path", "s3a-without-jars"],
 )
 def test_a_uri_spark_cannot_read_is_one_line_naming_it(
     spark: Any, tmp_path: Path, uri: str, reason: str

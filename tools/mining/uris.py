@@ -5,7 +5,8 @@ with a stack trace, and names the input its own way (``file:/x`` for ``file:///x
 ``localhost:9000`` for ``127.0.0.1:9000``). `unreadable_input` maps the common causes to
 one line that names the input as the user gave it, and the reason:
 
-- no Hadoop file system for the scheme (a connector's jars are missing);
+- no Hadoop file system for the scheme, or its class is not there (a connector's jars are
+  missing);
 - the host refuses the connection, or is not known;
 - the path does not exist, or may not be read.
 
@@ -73,6 +74,13 @@ def unreadable_input(exc: BaseException, inputs: Sequence[str]) -> str | None:
             scheme.lower(), "Spark reads file://, hdfs:// and the schemes of connectors it has"
         )
         return f"{uri}: no FileSystem for scheme {scheme}: {hint}"
+    if m := re.search(r"Class ([\w.$]+FileSystem) not found", text):
+        # A scheme Hadoop maps to a connector class (s3a) whose jars are not there.
+        cls = m[1]
+        uri = _named(inputs, lambda u: u.scheme.lower() in _CONNECTORS)
+        scheme = urlsplit(uri).scheme.lower()
+        hint = _CONNECTORS.get(scheme, "add the jars of the connector that has it")
+        return f"{uri}: no FileSystem for scheme {scheme} ({cls} not found): {hint}"
     if m := re.search(r"Path does not exist: (\S+?)\.?(?:\s|$)", text):
         path = urlsplit(m[1]).path.rstrip("/")
         uri = _named(inputs, lambda u: u.path.rstrip("/") == path)
