@@ -44,6 +44,7 @@ from .session import (
     stop_session,
 )
 from .simulate import WORLD_FILE, SimulateConfig, SimulateResult, load_world, simulate
+from .uris import UnreadableInput
 
 __all__ = [
     "SMALL_LOG_BYTES",
@@ -63,6 +64,7 @@ __all__ = [
     "SparkConfig",
     "SparkStartError",
     "TASKS",
+    "UnreadableInput",
     "WORLD_FILE",
     "accuracy_report",
     "check_java",

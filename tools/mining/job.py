@@ -36,6 +36,7 @@ from .presence import PresenceConfig, mine_presence
 from .progress import Progress
 from .schema import SchemaConfig, mine_schema
 from .session import SparkConfig, open_session
+from .uris import UnreadableInput, unreadable_input
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,6 +51,7 @@ __all__ = [
     "scan_inputs",
     "ScannedInputs",
     "read_events",
+    "UnreadableInput",
     "run_mining",
     "EVENT_COLUMNS",
 ]
@@ -210,12 +212,17 @@ def read_events(
             )
         inputs = listed
     schema = ", ".join(f"`{c}` {t}" for c, t in EVENT_COLUMNS)
-    df = (
-        spark.read.schema(schema)
-        .option("recursiveFileLookup", "true")
-        .option("pathGlobFilter", "*.parquet")
-        .parquet(*inputs)
-    )
+    try:  # lists the files: an input Spark cannot open fails here
+        df = (
+            spark.read.schema(schema)
+            .option("recursiveFileLookup", "true")
+            .option("pathGlobFilter", "*.parquet")
+            .parquet(*inputs)
+        )
+    except Exception as exc:
+        if (reason := unreadable_input(exc, inputs)) is not None:
+            raise UnreadableInput(reason) from exc
+        raise
     return df.select(
         "id", F.coalesce("type", F.lit("")).alias("type"), "time", "values", "values_types"
     )

@@ -10,6 +10,11 @@ common, which grows with the square of the nodes in a building), and only if the
 least `min_common` radios in common. Fingerprints are maps radio → dBm, compared with
 ``map_zip_with`` in Spark SQL (no Python UDF).
 
+Signals fall with distance, not at walls, so nearness alone cannot tell a desk-mate five
+metres away from a colleague in the meeting room through the wall. Each node has a home
+(the fingerprint of the place it is in most windows, see `_homes`), and in each window it is
+at home or away; two nodes count as together only if both are at home or both are away.
+
 The threshold below which two nodes count as together is learned from the data: distances
 of nodes in one room and in different rooms form two humps, and Otsu's method (the cut that
 best separates the histogram into two classes) finds the valley, kept within
@@ -73,6 +78,10 @@ class PresenceConfig:
     #: Bounds of the learned threshold, dB.
     min_threshold_db: float = 3.0
     max_threshold_db: float = 15.0
+    #: A node is at home in a window when its fingerprint is within this of its home
+    #: fingerprint (see `_homes`); two nodes count as together only if both are at home or
+    #: both away. 0 turns the rule off.
+    home_threshold_db: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.scan_types or min(self.window_seconds, self.min_common, self.block_radios) < 1:
@@ -83,6 +92,8 @@ class PresenceConfig:
             raise UsageError("PresenceConfig.max_episodes must be ≥ 0")
         if not 0 < self.min_threshold_db <= self.max_threshold_db:
             raise UsageError("PresenceConfig needs 0 < min_threshold_db ≤ max_threshold_db")
+        if not 0 <= self.home_threshold_db < float("inf"):
+            raise UsageError("PresenceConfig.home_threshold_db must be a finite number ≥ 0")
 
 
 def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
@@ -147,6 +158,14 @@ def _distances(
         )
         .cache()
     )
+    floor = F.lit(float(cfg.floor_dbm))
+    if cfg.home_threshold_db > 0:
+        at_home = F.coalesce(_rms("fp", "home_fp", floor) <= cfg.home_threshold_db, F.lit(False))
+        state = fp.join(_homes(fp), "node", "left").select(
+            "window", "node", "fp", at_home.alias("at_home")
+        )
+    else:
+        state = fp.select("window", "node", "fp", F.lit(False).alias("at_home"))
     # Blocking: only nodes that share one of their `block_radios` loudest radios are
     # compared. Comparing every pair that heard anything in common costs (nodes in a
     # building)² per window, and nearly all those pairs are floors apart; nodes in one room
@@ -167,27 +186,74 @@ def _distances(
         )
         .distinct()
     )
-    fa = fp.select("window", F.col("node").alias("a"), F.col("fp").alias("fa"))
-    fb = fp.select("window", F.col("node").alias("b"), F.col("fp").alias("fb"))
-    floor = F.lit(float(cfg.floor_dbm))
-    # Over the union of both maps' radios (map_zip_with gives null for a side's missing
-    # radio, which counts as the floor).
-    sq = F.map_zip_with(
-        "fa", "fb", lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2
+    fa = state.select(
+        "window", F.col("node").alias("a"), F.col("fp").alias("fa"), F.col("at_home").alias("ha")
     )
-    total = F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
+    fb = state.select(
+        "window", F.col("node").alias("b"), F.col("fp").alias("fb"), F.col("at_home").alias("hb")
+    )
     return (
         pairs.join(fa, ["window", "a"])
         .join(fb, ["window", "b"])
+        # One at their desk and the other away (a visitor in the next room, a meeting
+        # through the wall) are not together, however near: see `_homes`.
+        .where(F.col("ha") == F.col("hb"))
         .select(
             "window",
             "a",
             "b",
             F.size(F.array_intersect(F.map_keys("fa"), F.map_keys("fb"))).alias("common"),
-            F.sqrt(total / F.size(sq)).alias("distance"),
+            _rms("fa", "fb", floor).alias("distance"),
         )
         .where(F.col("common") >= cfg.min_common)
     ), fp
+
+
+def _rms(a: str, b: str, floor: Any) -> Any:
+    """The RMS difference in dB of two fingerprint maps over the union of their radios
+    (map_zip_with gives null for a side's missing radio, which counts as *floor*)."""
+    from pyspark.sql import functions as F
+
+    sq = F.map_zip_with(a, b, lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2)
+    total = F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
+    return F.sqrt(total / F.size(sq))
+
+
+def _homes(fp: DataFrame) -> DataFrame:
+    """(node, home_fp): each node's home fingerprint, where it spends most windows.
+
+    Radio signals fall with distance, not at walls, so a person at a desk and a visitor in
+    the meeting room next door can be nearer in signal than two people at the two ends of
+    one office. What tells them apart is where each usually is: a node's home is the set
+    of loudest radios (``top``) it has in most windows (ties: the first set in sort order),
+    and its home fingerprint the mean signal of each radio over those windows, of radios
+    heard in at least half of them."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    place = F.array_join(F.array_sort("top"), "\u0001")
+    counted = fp.groupBy("node", place.alias("place")).agg(F.count(F.lit(1)).alias("n"))
+    first = Window.partitionBy("node").orderBy(F.desc("n"), "place")
+    modes = (
+        counted.withColumn("rank", F.row_number().over(first))
+        .where(F.col("rank") == 1)
+        .select("node", "place", "n")
+    )
+    rssi = fixed_sum(F.col("rssi"), SIGNAL_UNIT) / F.count(F.lit(1)) * SIGNAL_UNIT
+    return (
+        fp.withColumn("place", place)
+        .join(modes, ["node", "place"])
+        .select("node", "n", F.explode("fp").alias("radio", "rssi"))
+        .groupBy("node", "radio")
+        .agg(F.max("n").alias("n"), F.count(F.lit(1)).alias("k"), rssi.alias("rssi"))
+        .where(2 * F.col("k") >= F.col("n"))
+        .groupBy("node")
+        .agg(
+            F.map_from_entries(F.array_sort(F.collect_list(F.struct("radio", "rssi")))).alias(
+                "home_fp"
+            )
+        )
+    )
 
 
 def mine_presence(
@@ -272,6 +338,7 @@ def mine_presence(
         "threshold_db": round(thr, 3),
         "floor_dbm": config.floor_dbm,
         "min_common": config.min_common,
+        "home_threshold_db": config.home_threshold_db,
         "scan_types": list(config.scan_types),
         "attributes": {"node": config.node, "radios": config.radios},
         "histogram": [[round(v, 3), n] for v, n in sorted(hist)],
