@@ -6,8 +6,9 @@ of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
 
 - **at once** when one of its links comes up or goes away: the safety argument of
   `aa.mesh.interest` needs the news to travel ahead of the events relayed after it;
-- soon (`SUMMARY_DEBOUNCE`) after its subscriptions change, so a burst of subscribes costs
-  one flood, and within `SUMMARY_REFRESH` of any other change (a client cache, the store);
+- soon (`SUMMARY_DEBOUNCE`) after its subscriptions or its client caches' patterns change,
+  so a burst of subscribes costs one flood, and within `SUMMARY_REFRESH` of any other change
+  (the store);
 - every `MeshConfig.info_interval` with the same version, so a router that joins learns it
   and a summary nobody repeats is forgotten three of its sender's intervals later.
 
@@ -84,6 +85,14 @@ class InterestService:
             except RuntimeError:
                 return
             self._timer = loop.call_later(SUMMARY_DEBOUNCE, self._debounced)
+
+    def caches_changed(self) -> None:
+        """A client cache's pattern came or went (here, or flooded from another router):
+        flood rather than route until the mesh has the new summaries, and make ours soon.
+        Every router holds every cache, so each hears of it in one flood and floods its
+        events meanwhile."""
+        self.table.unsettle(time.monotonic())
+        self.changed()
 
     def _debounced(self) -> None:
         self._timer = None
