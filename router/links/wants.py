@@ -114,9 +114,9 @@ class Wants:
             got = known.get(k)
             fresh[k] = got if got is not None else pattern_filters(bucket)
         for spec, matcher in router.caches.patterns():
-            k = ("cache", spec.kernel, spec.format, spec.source)
-            got = known.get(k)
-            fresh[k] = got if got is not None else cache_filters(spec, matcher)
+            ck = ("cache", spec.kernel, spec.format, spec.source)
+            got = known.get(ck)
+            fresh[ck] = got if got is not None else cache_filters(spec, matcher)
         self._filters = fresh
         for got in fresh.values():
             filters.extend(got)
