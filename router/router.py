@@ -210,6 +210,7 @@ class Router:
         # Interest routing: what this router wants, told again when subscriptions change.
         self.mesh.interests.collect = Wants(self)
         self.quench.on_change.append(self.mesh.interests.changed)
+        self.caches.on_change.append(self.mesh.interests.caches_changed)
 
     # -- life cycle -------------------------------------------------------------------------
 

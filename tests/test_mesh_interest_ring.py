@@ -10,9 +10,13 @@ import time
 from support import FAST, Collector, mesh, ring, wait_for
 
 from aa.mesh import STORE_INTEREST, Interest, InterestFilter
-from aa.router import Router, RouterConfig, StoreConfig
+from aa.router import ExpiryPolicy, Router, RouterConfig, StoreConfig
 
 INTEREST = dataclasses.replace(FAST, routing="interest")
+#: For the figures: summaries and keep-alives slow enough that a loaded machine, busy with a
+#: burst of publishes, neither forgets a router nor drops a link (either makes routers
+#: flood for a while, which is safe but is not the figure).
+STEADY = dataclasses.replace(INTEREST, info_interval=1.0, keepalive=1.0)
 HOT = Interest.of([InterestFilter(type="hot")])
 
 
@@ -32,7 +36,7 @@ def converged(routers: list[Router], want: dict[str, Interest]) -> bool:
 
 
 async def test_the_ring_carries_hot_events_to_their_subscriber_only() -> None:
-    async with mesh(6, ring(6), config=INTEREST) as routers:
+    async with mesh(6, ring(6), config=STEADY) as routers:
         r1, r2, r3, r4, r5, r6 = routers
         got = Collector()
         r3.subscribe('type == "hot"', got)
@@ -118,3 +122,26 @@ async def test_a_router_that_dies_loses_no_event_for_the_routers_behind_it() -> 
         await wait_for(lambda: len(got.ids) >= 600, 10)
         assert sorted(got.ids) == sorted(e.id for e in sent)  # type: ignore[union-attr]
         assert r5.mesh.counters["events_in"] >= 200  # the new way
+
+
+async def test_a_client_cache_is_an_interest_not_anything() -> None:
+    """A client cache's pattern is summarised like a subscription's: its events reach every
+    router (each holds the cache, for a client that roams), the others reach none."""
+    alarm = Interest.of([InterestFilter(type="alarm")])
+    async with mesh(5, ring(5), config=STEADY) as routers:
+        r1, r2, r3, r4, r5 = routers
+        r3.caches.register("phone-7", 'type == "alarm"', ExpiryPolicy(max_count=1000), 60)
+        await wait_for(lambda: all("phone-7" in r.caches for r in routers), 5)
+        await wait_for(lambda: converged(routers, {r.id: alarm for r in routers}), 10)
+        before = [r.mesh.counters["events_in"] for r in routers]
+        alarms = []
+        for i in range(200):
+            ev = r1.publish({"i": i}, type="alarm")
+            assert ev is not None
+            alarms.append(ev.id)
+            r1.publish({"i": i}, type="noise")
+        for r in routers:  # the client may come back through any router
+            await wait_for(lambda r=r: len(r.caches.fetch("phone-7").events) == 200, 10)
+            assert [e.id for e in r.caches.fetch("phone-7").events] == alarms
+        received = [r.mesh.counters["events_in"] - b for r, b in zip(routers, before)]
+        assert received[1:] == [200] * 4, received  # the alarms, once each, no noise

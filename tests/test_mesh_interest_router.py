@@ -79,7 +79,7 @@ async def test_stores_and_counted_mesh_caches_are_interests(tmp_path) -> None:  
 
 
 def test_routing_is_flood_or_interest() -> None:
-    assert MeshConfig().routing == "flood"
+    assert MeshConfig().routing == "interest"
     with pytest.raises(UsageError, match="routing"):
         MeshConfig(routing="gossip")
     with pytest.raises(UsageError, match="cache_interest"):
@@ -111,8 +111,8 @@ def test_aa_router_routing_flag(capsys: pytest.CaptureFixture[str]) -> None:
     def config(*argv: str) -> RouterConfig:
         return config_from_args(build_parser().parse_args(["router", *argv]), environ={})
 
-    assert config().mesh.routing == "flood"
-    assert config("--routing", "interest").mesh.routing == "interest"
+    assert config().mesh.routing == "interest"
+    assert config("--routing", "flood").mesh.routing == "flood"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["router", "--routing", "gossip"])
     err = capsys.readouterr().err

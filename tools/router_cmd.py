@@ -149,9 +149,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     mesh.add_argument(
         "--routing",
         choices=("flood", "interest"),
-        default="flood",
-        help="'interest': send each event only toward routers that may want it; 'flood' "
-        "(default): to every router",
+        default="interest",
+        help="'interest' (default): send each event only toward routers that may want it; "
+        "'flood': to every router",
     )
     timing = p.add_argument_group(
         "mesh timing", "Seconds; the defaults suit a LAN, tests shorten them."

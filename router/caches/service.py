@@ -172,6 +172,9 @@ class ClientCacheService:
         self.sync.check_remote = self._check_remote
         self._peers: Peers | None = None
         self._spreading: asyncio.TimerHandle | None = None
+        #: Called (no arguments) when a pattern comes or goes: the caches' patterns are part
+        #: of this router's interest summary (`aa.router.links.wants`).
+        self.on_change: list[Callable[[], None]] = []
         if isinstance(controls, Peers):  # the links themselves (the router passes its MeshService)
             self.attach(controls)
 
@@ -424,6 +427,7 @@ class ClientCacheService:
                     self._caches.offer(ev, self._clock(), keys=[key])
 
                 cast(_Standing, matcher).start(accepted, client_id)
+            self._changed()
         old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1
@@ -453,6 +457,17 @@ class ClientCacheService:
                 del self._matchers[key]
                 self._index.remove(key)
                 getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
+                self._changed()
+
+    def _changed(self) -> None:
+        for hook in self.on_change:
+            hook()
+
+    def patterns(self) -> list[tuple[PatternSpec, Any]]:
+        """Each distinct pattern of the caches with its matcher (a `PatternEngine.matcher`,
+        or a worker's `RemoteMatcher`): what the caches want from the mesh."""
+        specs = {(s.kernel, s.format, s.source): s for s in self._specs.values()}
+        return [(specs[k], m[0]) for k, m in self._matchers.items() if k in specs]
 
     def _registration(self, client_id: str, *, full: bool = False) -> dict[str, Any]:
         info = self._caches.info(client_id)

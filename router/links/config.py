@@ -78,7 +78,7 @@ class MeshConfig:
     max_backlog: int = MAX_PEER_BACKLOG
     #: "flood" or "interest" (`ROUTINGS`). Routers of both kinds mix in one mesh: a flooding
     #: router's copies arrive off the trees, and interest routers flood them on.
-    routing: str = "flood"
+    routing: str = "interest"
     #: Under interest routing, whether this router's mesh cache is an interest: True, it
     #: asks for every event not opted out of the mesh cache (so the mesh floods them while
     #: any router keeps a mesh cache); False, its mesh cache holds the events that reach it

@@ -6,8 +6,10 @@ of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
 
 - **at once** when one of its links comes up or goes away: the safety argument of
   `aa.mesh.interest` needs the news to travel ahead of the events relayed after it;
-- soon (`SUMMARY_DEBOUNCE`) after its subscriptions change, so a burst of subscribes costs
-  one flood, and within `SUMMARY_REFRESH` of any other change (a client cache, the store);
+- as soon as the loop is free after its subscriptions or its client caches' patterns change
+  (a new subscription's events start to come once the summary has crossed the mesh), then
+  at most once per `SUMMARY_DEBOUNCE`, so a burst of subscribes costs one or two floods;
+  within `SUMMARY_REFRESH` of any other change (the store);
 - every `MeshConfig.info_interval` with the same version, so a router that joins learns it
   and a summary nobody repeats is forgotten three of its sender's intervals later.
 
@@ -40,8 +42,9 @@ log = logging.getLogger("aa.router.links")
 
 #: Control topic of the interest summaries.
 INTEREST_TOPIC: Final = "interest"
-#: Seconds a change of subscriptions waits before the summary is made and flooded: a burst of
-#: subscribes is one flood. Interest changes need no settling (`aa.mesh.interest`).
+#: Least seconds between two summaries made for changes of subscriptions: the first change
+#: after a quiet spell is flooded at once, the rest of a burst waits and goes as one flood.
+#: Interest changes need no settling (`aa.mesh.interest`).
 SUMMARY_DEBOUNCE: Final = 0.02
 #: Seconds between two checks of the summary without a hook (client caches, the store).
 SUMMARY_REFRESH: Final = 1.0
@@ -64,6 +67,7 @@ class InterestService:
         self.counters = mesh.counters
         self._intervals: dict[str, float] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._made_at = -SUMMARY_DEBOUNCE  # loop time of the last summary made for a change
         self._next_refresh = 0.0
         self._next_send = 0.0
         self._last_warning = -_WARN_INTERVAL
@@ -77,16 +81,27 @@ class InterestService:
     # -- this router's summary --------------------------------------------------------------
 
     def changed(self) -> None:
-        """Subscriptions changed: make and flood the summary soon."""
+        """Subscriptions changed: make and flood the summary once the loop is free, or
+        `SUMMARY_DEBOUNCE` after the last one made so."""
         if self._timer is None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return
-            self._timer = loop.call_later(SUMMARY_DEBOUNCE, self._debounced)
+            wait = max(0.0, self._made_at + SUMMARY_DEBOUNCE - loop.time())
+            self._timer = loop.call_later(wait, self._debounced)
+
+    def caches_changed(self) -> None:
+        """A client cache's pattern came or went (here, or flooded from another router):
+        flood rather than route until the mesh has the new summaries, and make ours soon.
+        Every router holds every cache, so each hears of it in one flood and floods its
+        events meanwhile."""
+        self.table.unsettle(time.monotonic())
+        self.changed()
 
     def _debounced(self) -> None:
         self._timer = None
+        self._made_at = asyncio.get_running_loop().time()
         self.refresh(time.monotonic())
 
     def links_changed(self) -> None:

@@ -13,8 +13,9 @@ its store, its mesh cache, its client caches.
   declaration it wants anything. A declaration is a promise: a pattern that also matches
   events lacking a declared name misses those published on other routers.
 - A store wants every persisted event; a mesh cache, when `MeshConfig.cache_interest`, every
-  event not opted out of it; client caches (held by every router, for a client that roams)
-  want anything while there is one.
+  event not opted out of it; a client cache what its pattern wants, summarised like a
+  subscription's (every router holds every client cache, for a client that roams, so every
+  router wants what the caches want: a cache's events still reach every router).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from aa.mesh import CACHE_INTEREST, STORE_INTEREST, Interest, InterestFilter, PatternSpec
 from aa.mesh.protocol import declared_needs
 
-__all__ = ["pattern_filters", "Wants"]
+__all__ = ["cache_filters", "pattern_filters", "Wants"]
 
 log = logging.getLogger("aa.router.links")
 
@@ -74,6 +75,16 @@ def pattern_filters(bucket: Any) -> list[InterestFilter]:
     return [InterestFilter.make(has=needs)] if needs else [_ANY]
 
 
+def cache_filters(spec: PatternSpec, matcher: Any) -> list[InterestFilter]:
+    """The filters of a client cache's pattern: its matcher's own params bucket when it
+    runs here (`PatternEngine.matcher`), else (a worker's) its declared needs, else anything."""
+    bucket = getattr(matcher, "bucket", None)
+    if bucket is not None:
+        return pattern_filters(bucket)
+    needs = declared_needs(spec)
+    return [InterestFilter.make(has=needs)] if needs else [_ANY]
+
+
 class Wants:
     """Makes a router's interest, remembering each params bucket's filters (planning a
     pattern again for every summary would cost a parse per distinct pattern)."""
@@ -85,8 +96,6 @@ class Wants:
     def __call__(self) -> Interest:
         """The router's interest now."""
         router = self._router
-        if len(router.caches):
-            return Interest.ANYTHING
         filters: list[InterestFilter] = []
         if router.storage.store is not None:
             filters.append(STORE_INTEREST)
@@ -104,6 +113,10 @@ class Wants:
                 continue
             got = known.get(k)
             fresh[k] = got if got is not None else pattern_filters(bucket)
+        for spec, matcher in router.caches.patterns():
+            ck = ("cache", spec.kernel, spec.format, spec.source)
+            got = known.get(ck)
+            fresh[ck] = got if got is not None else cache_filters(spec, matcher)
         self._filters = fresh
         for got in fresh.values():
             filters.extend(got)
