@@ -14,12 +14,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import free_tcp_port, wait_for, wait_until
 
 from aa.client import AsyncClient, ClientConfig
+from aa.router import StoreConfig
 
 AA = str(Path(sys.executable).with_name("aa"))
 PERSIST = {"persist": True}
+#: Seconds between two routers' periodic comparisons of their stores (`aa router`'s).
+SYNC_INTERVAL = StoreConfig().sync_interval
 
 
 async def start(name: str, port: int, data: Path, *peers: int) -> asyncio.subprocess.Process:
@@ -70,6 +74,7 @@ async def publish(port: int, n: int, start_at: int) -> list[str]:
     return ids
 
 
+@pytest.mark.timeout(300)
 async def test_every_store_converges_after_a_kill_9_of_the_middle_router(tmp_path: Path) -> None:
     pa, pb, pc = free_tcp_port(), free_tcp_port(), free_tcp_port()
     a = await start("a", pa, tmp_path)
@@ -90,7 +95,10 @@ async def test_every_store_converges_after_a_kill_9_of_the_middle_router(tmp_pat
             stores = [stored_ids(tmp_path, n) for n in "abc"]
             return stores[0] == stores[1] == stores[2] and set(acked) <= set(stores[0])
 
-        await wait_until(converged, timeout=60, every=0.2)
+        # Links up, each pair compares stores at once; what must cross B (C's events to A, A's
+        # to C) may wait for the next periodic exchange (`StoreConfig.sync_interval`), and
+        # the routers' own start takes seconds on a busy machine: two intervals, then a margin.
+        await wait_until(converged, timeout=2 * SYNC_INTERVAL + 30, every=0.2)
         for name in "abc":
             ids = stored_ids(tmp_path, name)
             assert len(ids) == len(set(ids)) == 600
