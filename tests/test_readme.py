@@ -293,9 +293,16 @@ class Background:
         try:
             code = self.proc.wait(timeout=COMMAND_TIMEOUT)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-            pytest.fail(f"{self.argv} did not end on SIGINT")
+            # Where it hangs: SIGABRT makes faulthandler (PYTHONFAULTHANDLER, `world`) write
+            # every thread's stack on its stderr.
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.err._thread.join(5)
+            pytest.fail(f"{self.argv} did not end on SIGINT; its stderr:\n{self.err.text[-6000:]}")
         self.out._thread.join(5)
         self.err._thread.join(5)
         return code, self.err.text
@@ -313,6 +320,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "XDG_DATA_HOME": str(cwd / ".local"),
         "HOME": str(cwd),
         "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",  # a command that hangs shows where (`Background.stop`)
     }
     env.pop("VIRTUAL_ENV", None)
     w = World(cwd=cwd, ports=ports, env=env, router=env["AA_ROUTER"])
