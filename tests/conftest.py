@@ -45,6 +45,16 @@ GROUPS: dict[str, str] = {
 }
 
 
+#: Files whose tests bound the CPU time a piece of work takes in one thread: sent last, when
+#: the Spark group's JVMs (which want both cores) are done, since work on the other core slows
+#: this one's too (they share the caches and the memory bus).
+LAST: tuple[str, ...] = (
+    "tests/test_faults_big_frames.py",
+    "tests/test_patterns_hostile.py",
+    "tests/test_patterns_sandbox.py",
+)
+
+
 def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
@@ -66,9 +76,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker: the grouped files first, in `GROUPS`' order (the scheduler
-    hands out units in the order the workers collected them); and a test marked `spark` in a
-    file outside the Spark group is a mistake, said at once."""
+    """In a pytest-xdist worker: the grouped files first, in `GROUPS`' order, the files of
+    `LAST` last (the scheduler hands out units in the order the workers collected them); and
+    a test marked `spark` in a file outside the Spark group is a mistake, said at once."""
     if not hasattr(config, "workerinput"):
         return
     for item in items:
@@ -78,4 +88,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid} is marked spark: add its file to GROUPS in tests/conftest.py"
                 )
     rank = {path: n for n, path in enumerate(GROUPS)}
-    items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(rank)))
+    rank |= {path: len(GROUPS) + 1 + n for n, path in enumerate(LAST)}
+    items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(GROUPS)))
