@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,21 @@ AA = str(Path(sys.executable).with_name("aa"))
 PERSIST = {"persist": True}
 #: Seconds between two routers' periodic comparisons of their stores (`aa router`'s).
 SYNC_INTERVAL = StoreConfig().sync_interval
+#: Every router `start` started in the current test, killed at its end if still running.
+STARTED: list[asyncio.subprocess.Process] = []
+
+
+@pytest.fixture(autouse=True)
+async def no_router_left() -> AsyncIterator[None]:
+    """No router of a test outlives it: one whose start timed out, or one started before
+    another's start failed, is killed here (a test stops the routers it knows of itself)."""
+    yield
+    left, STARTED[:] = list(STARTED), []
+    for proc in left:
+        if proc.returncode is None:
+            proc.kill()
+            async with asyncio.timeout(20):
+                await proc.wait()
 
 
 async def start(name: str, port: int, data: Path, *peers: int) -> asyncio.subprocess.Process:
@@ -48,6 +64,7 @@ async def start(name: str, port: int, data: Path, *peers: int) -> asyncio.subpro
     proc = await asyncio.create_subprocess_exec(
         *args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
+    STARTED.append(proc)
     assert proc.stdout is not None
     async with asyncio.timeout(30):
         line = (await proc.stdout.readline()).decode()
