@@ -1,8 +1,10 @@
 """An event loop whose clock moves only when it has nothing to do: a test of timers runs on
 it in no real time and reads exact instants, whatever the machine's load.
 
-When every task waits on a timer, the loop jumps its clock to the next one instead of
-sleeping; waits on sockets and threads are real waits. ``virtual_time(main())`` runs a
+When no callback is ready, the loop jumps its clock to its next timer instead of sleeping.
+It is for code whose waits are timers and other tasks: a socket or a thread that has not
+answered yet does not hold the clock back, so a timer pending beside it (a timeout) fires at
+once. With no timer at all, the loop waits for I/O as usual. ``virtual_time(main())`` runs a
 coroutine on such a loop (as `asyncio.run` does) and returns its result."""
 
 from __future__ import annotations
