@@ -19,7 +19,7 @@ from .meshes import (
     ring,
     wait_shape,
 )
-from .ports import free_tcp_port, free_udp_port
+from .ports import free_port_block, free_tcp_port, free_udp_port
 from .virtualtime import VirtualTimeLoop, virtual_time
 from .waits import next_event, next_turn, paced, settle, wait_for, wait_until
 
@@ -28,6 +28,7 @@ __all__ = [
     "Collector",
     "cpu_seconds",
     "FAST",
+    "free_port_block",
     "free_tcp_port",
     "free_udp_port",
     "full",
