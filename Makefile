@@ -45,9 +45,13 @@ run: $(STAMP)
 PURE_PATH_TESTS := tests/test_mesh_codec.py tests/test_faults_wire_fuzz.py \
 	tests/test_session_bad_input.py tests/test_router.py tests/test_client_sync.py \
 	tests/test_compiled_golden.py
+# Two workers (pytest-xdist), one per core: a test file is one unit of work, the Spark tests
+# one group sent first (tests/conftest.py). `make test WORKERS=0` runs in one process.
+WORKERS ?= 2
+XDIST   := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(DEV) lint system-deps
-	$(PY) -m pytest
-	AA_PURE_PYTHON=1 $(PY) -m pytest $(PURE_PATH_TESTS)
+	$(PY) -m pytest $(XDIST)
+	AA_PURE_PYTHON=1 $(PY) -m pytest $(XDIST) $(PURE_PATH_TESTS)
 
 ## lint: ruff's formatter and linter over the whole tree (config: [tool.ruff] in pyproject.toml)
 lint: $(DEV)

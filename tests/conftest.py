@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # Before anything imports aa: discovery stays on loopback in every test (the issue's rule).
 os.environ["AA_DISCOVERY_INTERFACES"] = "lo"
 
@@ -15,8 +17,9 @@ from support import free_udp_port
 os.environ["AA_DISCOVERY_PORT"] = str(free_udp_port())
 
 
-# The shared fixtures (a router, clients, a PostgreSQL server): tests/support/.
-pytest_plugins = ["support.fixtures", "support.postgres"]
+# The shared fixtures (a router, clients, a PostgreSQL server, a cache for `aa mine`):
+# tests/support/.
+pytest_plugins = ["support.fixtures", "support.postgres", "support.spark"]
 
 # In CI the property tests explore the same examples on every run (a new failing example is
 # a finding for a developer's run, not a reason for a submission to flake).
@@ -25,3 +28,65 @@ if os.environ.get("CI"):
 
     settings.register_profile("ci", derandomize=True, database=None)
     settings.load_profile("ci")
+
+
+#: Files whose tests run one after another in one pytest-xdist worker, as one unit of work
+#: (`make test`; every other file is a unit of its own): the Spark tests (each JVM wants both
+#: cores and a gigabyte or more, and they share what one made: the class archive, the test
+#: process's JVM), and the tests whose routers announce themselves by zeroconf on loopback
+#: (every router announced there is found, another worker's too). The groups go first, in
+#: this order, the longest first.
+GROUPS: dict[str, str] = {
+    "tests/test_mining_cluster.py": "spark",
+    "tests/test_mining_spark.py": "spark",
+    "tests/test_eventlog_spark.py": "spark",
+    "tests/test_links_mesh.py": "zeroconf",
+    "tests/test_mesh_discovery_net.py": "zeroconf",
+}
+
+
+#: Files whose tests bound the CPU time a piece of work takes in one thread: sent last, when
+#: the Spark group's JVMs (which want both cores) are done, since work on the other core slows
+#: this one's too (they share the caches and the memory bus).
+LAST: tuple[str, ...] = (
+    "tests/test_faults_big_frames.py",
+    "tests/test_patterns_hostile.py",
+    "tests/test_patterns_sandbox.py",
+)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` by `GROUPS`: a file is one unit of work (its module fixtures are
+    made once, in one worker), and the files of a group are one unit together."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileAndGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = _file_of(nodeid)
+            return GROUPS.get(path, path)
+
+    return ByFileAndGroup(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker: the grouped files first, in `GROUPS`' order, the files of
+    `LAST` last (the scheduler hands out units in the order the workers collected them); and
+    a test marked `spark` in a file outside the Spark group is a mistake, said at once."""
+    if not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            if GROUPS.get(_file_of(item.nodeid)) != "spark":
+                raise pytest.UsageError(
+                    f"{item.nodeid} is marked spark: add its file to GROUPS in tests/conftest.py"
+                )
+    rank = {path: n for n, path in enumerate(GROUPS)}
+    rank |= {path: len(GROUPS) + 1 + n for n, path in enumerate(LAST)}
+    items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(GROUPS)))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import next_event, wait_for
+from support import next_event, virtual_time, wait_for
 
 import aa.addins.bundled
 from aa.addins import Backoff, Container, ContainerConfig
@@ -315,37 +315,50 @@ async def test_the_context_names_match_the_docs(router: Router, tmp_path: Path) 
     assert got.values == {"Names": ["client", "data_dir", "log", "logger", "settings"], "Dir": True}
 
 
-async def test_every_runs_work_at_once_then_on_its_period_never_overlapping(tmp_path: Path) -> None:
+def test_every_runs_work_at_once_then_on_its_period_never_overlapping(tmp_path: Path) -> None:
     """`ctx.every(seconds, work)`: the first run at once, then one per period; a run that
     overruns the period is followed at once, not run twice at the same time; a run that
-    raises is the add-in's failure (it is restarted)."""
+    raises is the add-in's failure (it is restarted). On a loop of virtual time: the instants
+    are exact, whatever the machine's load."""
     import asyncio
 
     from aa.addins import Context
 
+    period = 0.02
     failures: list[BaseException] = []
-    ctx = Context(name="t", client=None, settings={}, data_dir=tmp_path, on_failure=failures.append)  # type: ignore[arg-type]
-    loop = asyncio.get_running_loop()
     starts: list[float] = []
-    running = 0
-    slow = asyncio.Event()
 
-    async def work() -> None:
-        nonlocal running
-        running += 1
-        assert running == 1, "two runs at once"
-        starts.append(loop.time())
-        if len(starts) == 3:
-            await slow.wait()  # overruns: the next run must wait for it
-        if len(starts) == 5:
-            raise RuntimeError("boom")
-        running -= 1
+    async def scenario() -> None:
+        ctx = Context(
+            name="t", client=None, settings={}, data_dir=tmp_path, on_failure=failures.append
+        )  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        running = 0
+        slow = asyncio.Event()
+        fifth = asyncio.Event()
 
-    began = loop.time()
-    ctx.every(0.02, work)
-    await wait_for(lambda: len(starts) == 3)
-    assert starts[0] - began < 0.02 and all(b - a >= 0.019 for a, b in zip(starts, starts[1:]))
-    slow.set()
-    await wait_for(lambda: bool(failures))
-    assert str(failures[0]) == "boom" and len(starts) == 5 and starts[3] - starts[2] >= 0.019
-    await ctx.cancel_tasks()
+        async def work() -> None:
+            nonlocal running
+            running += 1
+            assert running == 1, "two runs at once"
+            starts.append(loop.time())
+            if len(starts) == 3:
+                await slow.wait()  # overruns: the next run must wait for it
+            if len(starts) == 5:
+                fifth.set()
+                raise RuntimeError("boom")
+            running -= 1
+
+        began = loop.time()
+        ctx.every(period, work)
+        await asyncio.sleep(2.5 * period)  # the third run starts and overruns its period
+        await asyncio.sleep(2.5 * period)
+        slow.set()  # at 5 periods: the third run ends here
+        await fifth.wait()
+        await asyncio.sleep(0)
+        await ctx.cancel_tasks()
+        starts[:] = [s - began for s in starts]
+
+    virtual_time(scenario())
+    assert starts == pytest.approx([0, period, 2 * period, 5 * period, 6 * period]), starts
+    assert [str(f) for f in failures] == ["boom"]

@@ -153,16 +153,18 @@ def test_quotes_and_tickers_correspond(day) -> None:
 
 
 def test_a_million_events_in_under_a_minute() -> None:
-    # Measured on a slice and scaled: 100,000 events must take under 6 s.
+    # Measured on a slice and scaled: 100,000 events must take under 6 s of this thread's CPU,
+    # the generator's own work (wall time would also count what other processes of a busy
+    # machine took meanwhile).
     world = OfficeWorld(seed=3)
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     n = 0
     for _ in world.events(MONDAY, MONDAY + timedelta(days=7)):
         n += 1
         if n == 100_000:
             break
     assert n == 100_000
-    assert time.perf_counter() - t0 < 6.0
+    assert time.thread_time() - t0 < 6.0
 
 
 def test_world_clock_and_office_origin() -> None:

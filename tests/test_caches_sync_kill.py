@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from support import free_tcp_port, wait_until
-from test_store_sync_kill import publish, start
+from test_store_sync_kill import no_router_left, publish, start  # noqa: F401 (a fixture)
 
 from aa.client import AsyncClient, ClientConfig
 

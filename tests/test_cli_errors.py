@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support import wait_for
+from support import free_port_block, wait_for
 
 from aa.client import AsyncClient
 from aa.mesh import StoreUnavailable
@@ -60,19 +60,7 @@ def listening() -> socket.socket:
 
 def free_port_pair() -> int:
     """A port P with P and P + 1 both free just now (for a router and its derived HTTP port)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            if port >= 65535:
-                continue
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return int(port)
-    raise RuntimeError("no two consecutive free ports")
+    return free_port_block(2)
 
 
 # -- start-up -----------------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 touch), against real routers with real uvicorn endpoints: installable, events once each
 across a cut network and a reload, an event published offline reaching a TCP subscriber
 once, and the app carrying on through another router of the mesh when its own stops.
-Screenshots land in docs/images/.
+Screenshots land in the test's temporary folder; with ``AA_SCREENSHOTS=docs`` in
+docs/images/, for the manual (the suite leaves the clone's files as they are).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +25,8 @@ from aa.client import AsyncClient
 from aa.http_api import HttpEndpoint
 from aa.router import MeshConfig, Router, RouterConfig
 
-IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+#: The manual's pictures, refreshed from these tests when AA_SCREENSHOTS=docs.
+DOCS_IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 PHONE = {"width": 412, "height": 915, "deviceScaleFactor": 2, "mobile": True}
 
 
@@ -31,8 +34,10 @@ class Phone:
     """A Chromium tab with a phone's screen, driven from the test's event loop (each call in
     a thread: selenium blocks, and the routers answer it on this loop)."""
 
-    def __init__(self, driver: Any) -> None:
+    def __init__(self, driver: Any, images: Path) -> None:
         self.driver = driver
+        #: Where `shot` saves its pictures.
+        self.images = images
 
     async def cdp(self, cmd: str, args: dict[str, Any] | None = None) -> Any:
         return await asyncio.to_thread(self.driver.execute_cdp_cmd, cmd, args or {})
@@ -54,8 +59,8 @@ class Phone:
         )
 
     async def shot(self, name: str) -> Path:
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        path = IMAGES / name
+        self.images.mkdir(parents=True, exist_ok=True)
+        path = self.images / name
         await asyncio.to_thread(self.driver.save_screenshot, str(path))
         return path
 
@@ -72,11 +77,13 @@ class Phone:
 
 
 @asynccontextmanager
-async def open_phone() -> AsyncIterator[Phone]:
+async def open_phone(tmp_path: Path) -> AsyncIterator[Phone]:
+    """A phone whose screenshots go to *tmp_path*, or to docs/images with AA_SCREENSHOTS=docs."""
+    images = DOCS_IMAGES if os.environ.get("AA_SCREENSHOTS") == "docs" else tmp_path
     manager = chromium(window="412,915")
     driver = await asyncio.to_thread(manager.__enter__)
     try:
-        phone = Phone(driver)
+        phone = Phone(driver, images)
         await phone.cdp("Emulation.setDeviceMetricsOverride", PHONE)
         await phone.cdp("Emulation.setTouchEmulationEnabled", {"enabled": True})
         await phone.cdp("Network.enable")
@@ -101,7 +108,7 @@ async def test_app_installs_keeps_events_offline_and_publishes_once(tmp_path: Pa
     async with (
         Router(RouterConfig(port=0, name="phone-home"), endpoints=[endpoint]) as router,
         AsyncClient(router.endpoint) as tcp,
-        open_phone() as phone,
+        open_phone(tmp_path) as phone,
     ):
         got: list[Any] = []
         await tcp.subscribe("m == 1", got.append)
@@ -207,7 +214,7 @@ async def test_app_installs_keeps_events_offline_and_publishes_once(tmp_path: Pa
         assert await phone.errors() == []
 
 
-async def test_app_roams_to_another_router_when_its_own_stops() -> None:
+async def test_app_roams_to_another_router_when_its_own_stops(tmp_path: Path) -> None:
     fast = MeshConfig(info_interval=0.2)
     home_http, other_http = _endpoint(), _endpoint()
     other = Router(RouterConfig(port=0, name="other", mesh=fast), endpoints=[other_http])
@@ -218,7 +225,7 @@ async def test_app_roams_to_another_router_when_its_own_stops() -> None:
     await home.start()
     try:
         await wait_for(lambda: home.peer_count() == 1 and other.peer_count() == 1, timeout=20)
-        async with open_phone() as phone:
+        async with open_phone(tmp_path) as phone:
             pattern = quote("kind == 'door'")
             await phone.get(f"{home_http.url}app/?pattern={pattern}&router={quote(other_http.url)}")
             await phone.until("return document.body.dataset.ready === 'true'")

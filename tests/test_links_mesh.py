@@ -208,12 +208,13 @@ async def test_routers_that_dial_each_other_keep_one_link() -> None:
     async with mesh(2) as (a, b):
         a.mesh.add_peer(b.endpoint)
         b.mesh.add_peer(a.endpoint)
-        await wait_for(  # the losing dial may be the one counted until its hello is answered
+        # Settled: one link each, known by the other's id (while the two dials cross, one may
+        # be counted before its handshake names the peer).
+        await wait_for(
             lambda: (
-                len(a.mesh._all_links) == 1
-                and len(b.mesh._all_links) == 1
-                and b.id in a.mesh.links
-                and a.id in b.mesh.links
+                len(a.mesh._all_links) == len(b.mesh._all_links) == 1
+                and set(a.mesh.links) == {b.id}
+                and set(b.mesh.links) == {a.id}
             )
         )
         la, lb = a.mesh.links[b.id], b.mesh.links[a.id]

@@ -42,7 +42,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -52,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -175,42 +175,9 @@ def test_the_pages_are_the_manuals():
 # -- ports and environment ----------------------------------------------------------------------
 
 
-def ephemeral_ports() -> tuple[int, int]:
-    """The range the kernel hands out for port 0 and outgoing connections."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port_block(span: int = README_PORT_SPAN) -> int:
-    """A base B such that B .. B+span-1 are all free TCP ports on loopback just now, below
-    the ephemeral range when there is room: a port free when chosen stays free until its
-    command binds it, not taken meanwhile by one of the many connections the blocks open."""
-    rng = __import__("random").Random()
-    low, high = ephemeral_ports()
-    lowest, highest = (10000, low - span) if low - span > 10000 else (20000, 60000 - span)
-    for _ in range(200):
-        base = rng.randrange(lowest, highest)
-        held = []
-        try:
-            for port in range(base, base + span):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError("no free block of ports")
-
-
 class Ports:
     def __init__(self) -> None:
-        self.base = free_port_block()
+        self.base = free_port_block(README_PORT_SPAN)
 
     def __call__(self, port: int) -> int:
         return self.base + port - README_PORT_BASE
@@ -293,9 +260,16 @@ class Background:
         try:
             code = self.proc.wait(timeout=COMMAND_TIMEOUT)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-            pytest.fail(f"{self.argv} did not end on SIGINT")
+            # Where it hangs: SIGABRT makes faulthandler (PYTHONFAULTHANDLER, `world`) write
+            # every thread's stack on its stderr.
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.err._thread.join(5)
+            pytest.fail(f"{self.argv} did not end on SIGINT; its stderr:\n{self.err.text[-6000:]}")
         self.out._thread.join(5)
         self.err._thread.join(5)
         return code, self.err.text
@@ -313,6 +287,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "XDG_DATA_HOME": str(cwd / ".local"),
         "HOME": str(cwd),
         "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",  # a command that hangs shows where (`Background.stop`)
     }
     env.pop("VIRTUAL_ENV", None)
     w = World(cwd=cwd, ports=ports, env=env, router=env["AA_ROUTER"])

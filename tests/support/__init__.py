@@ -1,6 +1,7 @@
 """What tests share, loaded as a pytest plugin (`pytest_plugins` in tests/conftest.py): the
 fixtures (`fixtures`, `postgres`), and the one way to build a mesh of routers (`meshes`),
-a clock tests move (`clock`), free loopback ports (`ports`), and waiting for a condition
+a clock tests move (`clock`), an event loop whose clock jumps to its next timer
+(`virtualtime`), free loopback ports (`ports`), and waiting for a condition
 with a timeout (`waits`), the CPU a guarded piece of work costs (`cost`). Test modules
 import the helpers from here: ``from support import mesh, wait_for``."""
 
@@ -18,7 +19,8 @@ from .meshes import (
     ring,
     wait_shape,
 )
-from .ports import free_tcp_port, free_udp_port
+from .ports import free_port_block, free_tcp_port, free_udp_port
+from .virtualtime import VirtualTimeLoop, virtual_time
 from .waits import next_event, next_turn, paced, settle, wait_for, wait_until
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "Collector",
     "cpu_seconds",
     "FAST",
+    "free_port_block",
     "free_tcp_port",
     "free_udp_port",
     "full",
@@ -38,6 +41,8 @@ __all__ = [
     "next_turn",
     "random_graph",
     "ring",
+    "VirtualTimeLoop",
+    "virtual_time",
     "wait_for",
     "wait_shape",
     "settle",

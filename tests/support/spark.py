@@ -19,7 +19,7 @@ import pytest
 from .ports import free_tcp_port
 from .waits import settle
 
-__all__ = ["need_spark", "artefact_texts", "StandaloneCluster"]
+__all__ = ["need_spark", "artefact_texts", "mining_cache", "StandaloneCluster"]
 
 TASKS = ("schema", "location", "presence")
 #: The only line of an artefact that differs between two runs of the same log.
@@ -31,6 +31,27 @@ def need_spark() -> None:
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'aa-mesh[mining]'")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java: apt-get install default-jre-headless")
+
+
+@pytest.fixture(scope="session")
+def mining_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ``XDG_CACHE_HOME`` for the `aa mine` runs of tests whose subject is not the class
+    archive: the install's archive (``aa mine prepare``, in ``~/.cache/aa``) linked in when
+    there is one, so each JVM maps Spark's classes and none writes an archive at its exit
+    (tens of seconds each on a busy machine); else the session's first run writes one here
+    and the next ones use it. Nothing is written to the user's own cache."""
+    need_spark()
+    from aa.tools.mining import SparkConfig
+    from aa.tools.mining.session import archive_dir, check_java, class_archive_file
+
+    cache = tmp_path_factory.mktemp("mining-cache")
+    folder = archive_dir(SparkConfig())
+    if folder is not None:
+        installed = class_archive_file(folder, check_java())
+        if installed.is_file():
+            (cache / "aa").mkdir()
+            (cache / "aa" / installed.name).symlink_to(installed)
+    return cache
 
 
 def artefact_texts(adapters: Path) -> dict[str, bytes]:

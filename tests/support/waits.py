@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
+#: Seconds `wait_for` and `next_event` wait when not told, on a machine with a core for each
+#: runnable process; a busier one gets more (`patience`). Such a deadline only bounds how long
+#: a failure takes to show: a test that claims a time passes its own timeout, left as it is.
+DEFAULT_TIMEOUT = 5.0
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+
+def patience(seconds: float = DEFAULT_TIMEOUT) -> float:
+    """*seconds* stretched by the machine's load: runnable processes per core over the last
+    minute, when above one (at most six times)."""
+    try:
+        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return seconds
+    return seconds * min(6.0, max(1.0, per_core))
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float | None = None) -> None:
     """Await a condition that has no event of its own (a counter in another component),
-    re-checking every few milliseconds and failing after *timeout* seconds. Tests that can
-    await a future or a queue do that instead."""
+    re-checking every few milliseconds and failing after *timeout* seconds (`patience()` when
+    not given). Tests that can await a future or a queue do that instead."""
     loop = asyncio.get_running_loop()
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(patience() if timeout is None else timeout):
         while not predicate():
             tick = loop.create_future()
             loop.call_later(0.005, tick.set_result, None)
@@ -28,9 +44,10 @@ def next_turn() -> Generator[None, None, None]:
     yield
 
 
-async def next_event(sub: Any, timeout: float = 5.0) -> Any:
-    """The next event of a subscription, or fail after *timeout* seconds."""
-    async with asyncio.timeout(timeout):
+async def next_event(sub: Any, timeout: float | None = None) -> Any:
+    """The next event of a subscription, or fail after *timeout* seconds (`patience()` when
+    not given)."""
+    async with asyncio.timeout(patience() if timeout is None else timeout):
         return await sub.get()
 
 
