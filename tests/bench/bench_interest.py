@@ -542,7 +542,8 @@ def subscribe_latency(kind: str, n: int, seed: int, samples: int = 20) -> dict[s
         at = sorted(arrivals(graph, delay, {r: SUMMARY_DEBOUNCE}).values())
         far.append(at[-1])
         median.append(at[len(at) // 2])
-        hops.append(max(len(_path(tree_parent(graph, r), w)) for w in graph) - 1)
+        parent = tree_parent(graph, r)
+        hops.append(max(len(_path(parent, w)) for w in graph) - 1)
     return {
         "routers": len(routers),
         "median": statistics.median(median),
