@@ -1,28 +1,31 @@
 """Interest routing on big meshes, simulated: the forwarding rule of `aa.mesh.interest` (the
-very code the routers run) over random geometric graphs, without sockets.
+very code the routers run) over random geometric and scale-free graphs, without sockets, on
+the simulation's own clock (a heap of timed copies; links FIFO, 0.5-1.5 ms each).
 
-    python tests/bench/bench_interest.py                   # 100 and 1,000 routers
-    python tests/bench/bench_interest.py --sizes 100 --events 100
+    python tests/bench/bench_interest.py                          # 100 and 1,000 routers
+    python tests/bench/bench_interest.py --sizes 100 1000 5000    # about 20 minutes
+    python tests/bench/bench_interest.py --sizes 100 --only steady changes
 
 Meshes: random geometric graphs in the unit square of mean degree about 4, their islands
-joined each by its shortest link. Subscribers on 1% and on 10% of the routers, each with one to
-three patterns drawn from a mix: a type (50 types, Zipf-popular), a type and a site
-(``type == "t7" and site == "s3"``, 20 sites), or a site alone. Events: a Zipf-drawn type
-and a uniform site, from a random router.
+joined each by its shortest link; scale-free graphs (Barabasi-Albert, two links per new
+router). Subscribers on 1% and on 10% of the routers, each with one to five overlapping
+patterns (`pattern`): a type (50 types, Zipf-popular), a type and a site, a site alone, a
+script with declared needs, all three, or "anything". Events: a Zipf-drawn type, a uniform
+site, sometimes a depth, from a random router.
 
-Steady state, per event: link messages under interest routing, under the shortest-path tree
-that reaches exactly the routers whose subscriptions match (the reference), and under
-flooding (every router sends to each neighbour not on the copy's path).
-
-A router's death: events are published every millisecond from 50 sources; each link has a
-fixed delay of 0.5-1.5 ms (links are FIFO, as TCP is). At 0.5 s the router carrying the most
-interest traffic dies: its neighbours see the links go at once (a crash resets its TCP
-connections) and flood their new summaries; each router floods while unsettled (from the
-first notice it gets to `SETTLE_TIME` after the last) and then routes on the new view.
-Copies in flight to the dead router are lost, as with flooding; what counts is whether a
-router that wanted an event missed it. "lost (through it)" are events that were inside the
-dead router or on their way to it when it died, for routers behind it: flooding would have
-had other copies; "lost (other)" must be zero.
+- steady: link messages per event under interest routing, under the shortest-path tree
+  that reaches exactly the routers whose subscriptions match (the reference), and under
+  flooding (every router sends to each neighbour not on the copy's path);
+- changes: how many subscription changes change a router's summary (and cost a flood);
+- death: the router carrying the most interest traffic dies while events flow; its
+  neighbours see the links go at once and flood their new summaries; each router floods
+  while unsettled (from the first notice it gets to `SETTLE_TIME` after the last) and then
+  routes on the new view. "lost (through it)" are events that were inside the dead router or
+  on their way to it, for routers behind it; "lost (other)" must be zero;
+- heal: a partition heals, long (each side forgot the other) or short (each side holds the
+  other's summaries from before the cut, one of them stale), with the other side's
+  summaries crossing at their periodic repeat (today) or on link up (a fix);
+- subscribe: how long a new interest takes to reach the routers of the mesh.
 """
 
 from __future__ import annotations
