@@ -1,40 +1,49 @@
 """Interest routing on big meshes, simulated: the forwarding rule of `aa.mesh.interest` (the
-very code the routers run) over random geometric graphs, without sockets.
+very code the routers run) over random geometric and scale-free graphs, without sockets, on
+the simulation's own clock (a heap of timed copies; links FIFO, 0.5-1.5 ms each).
 
-    python tests/bench/bench_interest.py                   # 100 and 1,000 routers
-    python tests/bench/bench_interest.py --sizes 100 --events 100
+    python tests/bench/bench_interest.py                          # 100 and 1,000 routers
+    python tests/bench/bench_interest.py --sizes 100 1000 5000    # about 20 minutes
+    python tests/bench/bench_interest.py --sizes 100 --only steady changes
 
 Meshes: random geometric graphs in the unit square of mean degree about 4, their islands
-joined each by its shortest link. Subscribers on 1% and on 10% of the routers, each with one to
-three patterns drawn from a mix: a type (50 types, Zipf-popular), a type and a site
-(``type == "t7" and site == "s3"``, 20 sites), or a site alone. Events: a Zipf-drawn type
-and a uniform site, from a random router.
+joined each by its shortest link; scale-free graphs (Barabasi-Albert, two links per new
+router). Subscribers on 1% and on 10% of the routers, each with one to five overlapping
+patterns (`pattern`): a type (50 types, Zipf-popular), a type and a site, a site alone, a
+script with declared needs, all three, or "anything". Events: a Zipf-drawn type, a uniform
+site, sometimes a depth, from a random router.
 
-Steady state, per event: link messages under interest routing, under the shortest-path tree
-that reaches exactly the routers whose subscriptions match (the reference), and under
-flooding (every router sends to each neighbour not on the copy's path).
-
-A router's death: events are published every millisecond from 50 sources; each link has a
-fixed delay of 0.5-1.5 ms (links are FIFO, as TCP is). At 0.5 s the router carrying the most
-interest traffic dies: its neighbours see the links go at once (a crash resets its TCP
-connections) and flood their new summaries; each router floods while unsettled (from the
-first notice it gets to `SETTLE_TIME` after the last) and then routes on the new view.
-Copies in flight to the dead router are lost, as with flooding; what counts is whether a
-router that wanted an event missed it. "lost (through it)" are events that were inside the
-dead router or on their way to it when it died, for routers behind it: flooding would have
-had other copies; "lost (other)" must be zero.
+- steady: link messages per event under interest routing, under the shortest-path tree
+  that reaches exactly the routers whose subscriptions match (the reference), and under
+  flooding (every router sends to each neighbour not on the copy's path);
+- changes: how many subscription changes change a router's summary (and cost a flood);
+- death: the router carrying the most interest traffic dies while events flow; its
+  neighbours see the links go at once and flood their new summaries; each router floods
+  while unsettled (from the first notice it gets to `SETTLE_TIME` after the last) and then
+  routes on the new view. "lost (through it)" are events that were inside the dead router or
+  on their way to it, for routers behind it; "lost (other)" must be zero;
+- heal: a partition heals, long (each side forgot the other) or short (each side holds the
+  other's summaries from before the cut, one of them stale), with the other side's
+  summaries crossing at their periodic repeat (today) or on link up (a fix);
+- subscribe: how long a new interest takes to reach the routers of the mesh.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import math
 import random
+import statistics
 from collections import deque
+from collections.abc import Callable
+
+import msgpack
 
 from aa.mesh import Event, Interest, InterestFilter, MeshInterests
 from aa.mesh.interest import SETTLE_TIME
+from aa.router.links.interests import SUMMARY_DEBOUNCE
 
 TYPES = 50
 SITES = 20
@@ -91,27 +100,62 @@ def _components(adj: dict[int, set[int]]) -> list[set[int]]:
     return out
 
 
+def scale_free(n: int, m: int, rng: random.Random) -> dict[str, list[str]]:
+    """Barabasi-Albert: each new router links to *m* routers picked in proportion to their
+    degree (mean degree about 2m), starting from a clique of m + 1."""
+    adj: dict[int, set[int]] = {i: {j for j in range(m + 1) if j != i} for i in range(m + 1)}
+    ends = [i for i in range(m + 1) for _ in range(m)]  # each router once per link end
+    for v in range(m + 1, n):
+        picked: set[int] = set()
+        while len(picked) < m:
+            picked.add(rng.choice(ends))
+        adj[v] = set()
+        for w in picked:
+            adj[v].add(w)
+            adj[w].add(v)
+            ends += (v, w)
+    return {f"r{i:05d}": sorted(f"r{j:05d}" for j in ws) for i, ws in adj.items()}
+
+
+GRAPHS = {
+    "geometric": lambda n, rng: geometric(n, 4.0, rng),
+    "scale-free": lambda n, rng: scale_free(n, 2, rng),
+}
+
+
 def zipf(rng: random.Random, k: int) -> int:
     weights = [1 / (i + 1) for i in range(k)]
     return rng.choices(range(k), weights)[0]
 
 
 def subscriptions(rng: random.Random) -> list[InterestFilter]:
-    out = []
-    for _ in range(rng.randint(1, 3)):
-        kind = rng.random()
-        t, s = f"t{zipf(rng, TYPES)}", f"s{rng.randrange(SITES)}"
-        if kind < 0.5:
-            out.append(InterestFilter(type=t))
-        elif kind < 0.85:
-            out.append(InterestFilter.make(type=t, eq=[("site", s)]))
-        else:
-            out.append(InterestFilter.make(eq=[("site", s)]))
-    return out
+    """One router's subscriptions: one to five patterns, overlapping and covering each other
+    (a type, and the same type at a site), with a share of "anything" (scripts without
+    declared needs)."""
+    return [pattern(rng) for _ in range(rng.randint(1, 5))]
+
+
+def pattern(rng: random.Random) -> InterestFilter:
+    kind = rng.random()
+    t, s = f"t{zipf(rng, TYPES)}", f"s{rng.randrange(SITES)}"
+    if kind < 0.40:
+        return InterestFilter(type=t)  # type == "t7"
+    if kind < 0.65:
+        return InterestFilter.make(type=t, eq=[("site", s)])  # ... and site == "s3"
+    if kind < 0.75:
+        return InterestFilter.make(eq=[("site", s)])  # site == "s3"
+    if kind < 0.85:
+        return InterestFilter.make(has=["depth"])  # a script with "# needs: depth"
+    if kind < 0.97:
+        return InterestFilter.make(type=t, eq=[("site", s)], has=["depth"])  # depth > 3 too
+    return InterestFilter()  # a script without needs: anything
 
 
 def event(rng: random.Random) -> Event:
-    return Event(values={"site": f"s{rng.randrange(SITES)}"}, type=f"t{zipf(rng, TYPES)}")
+    values: dict[str, object] = {"site": f"s{rng.randrange(SITES)}"}
+    if rng.random() < 0.2:
+        values["depth"] = rng.randrange(10)
+    return Event(values=values, type=f"t{zipf(rng, TYPES)}")
 
 
 def tree_parent(graph: dict[str, list[str]], source: str) -> dict[str, str | None]:
@@ -153,21 +197,60 @@ def walk(view: MeshInterests | None, graph: dict[str, list[str]], source: str, e
     return messages
 
 
-def steady(n: int, share: float, events: int, seed: int) -> dict[str, float]:
+def mesh_of(kind: str, n: int, share: float, seed: int):  # type: ignore[no-untyped-def]
     rng = random.Random(seed)
-    graph = geometric(n, 4.0, rng)
+    graph = GRAPHS[kind](n, rng)
     routers = sorted(graph)
     subs = {r: subscriptions(rng) for r in rng.sample(routers, max(1, round(share * len(routers))))}
-    view = MeshInterests(max_routers=len(routers))
-    for r in routers:
-        view.put(r, graph[r], Interest.of(subs.get(r, [])))
+    return rng, graph, routers, subs
+
+
+def view_of(graph: dict[str, list[str]], interests: dict[str, Interest]) -> MeshInterests:
+    view = MeshInterests(max_routers=len(graph))
+    for r, ps in graph.items():
+        view.put(r, ps, interests.get(r, Interest.NOTHING))
+    return view
+
+
+def link_delays(graph: dict[str, list[str]], rng: random.Random) -> dict[tuple[str, str], float]:
+    delay = {}
+    for a, ps in graph.items():
+        for b in ps:
+            if a < b:
+                delay[a, b] = delay[b, a] = rng.uniform(0.0005, 0.0015)
+    return delay
+
+
+def arrivals(
+    graph: dict[str, list[str]], delay: dict[tuple[str, str], float], starts: dict[str, float]
+) -> dict[str, float]:
+    """When a flood started at *starts* (router → time) first reaches each router."""
+    at = dict(starts)
+    heap = [(t, r) for r, t in starts.items()]
+    heapq.heapify(heap)
+    while heap:
+        t, v = heapq.heappop(heap)
+        if t > at.get(v, math.inf):
+            continue
+        for w in graph[v]:
+            tw = t + delay[v, w]
+            if tw < at.get(w, math.inf):
+                at[w] = tw
+                heapq.heappush(heap, (tw, w))
+    return at
+
+
+def steady(kind: str, n: int, share: float, events: int, seed: int) -> dict[str, float]:
+    rng, graph, routers, subs = mesh_of(kind, n, share, seed)
+    interests = {r: Interest.of(fs) for r, fs in subs.items()}
+    view = view_of(graph, interests)
     m_int = m_ref = m_flood = 0
-    for _ in range(events):
+    for i in range(events):
         source, ev = rng.choice(routers), event(rng)
         wanting = {r for r, fs in subs.items() if any(f.matches(ev) for f in fs)}
         m_int += walk(view, graph, source, ev)
         m_ref += reference(tree_parent(graph, source), wanting)
-        m_flood += walk(None, graph, source, ev) if _ < 20 else 0
+        m_flood += walk(None, graph, source, ev) if i < 20 else 0
     edges = sum(len(v) for v in graph.values()) // 2
     return {
         "routers": len(routers),
@@ -175,19 +258,128 @@ def steady(n: int, share: float, events: int, seed: int) -> dict[str, float]:
         "interest": m_int / events,
         "tree": m_ref / events,
         "flood": m_flood / min(events, 20),
-        "summary": 2 * edges - (len(routers) - 1),  # one control flood per change
     }
 
 
-def death(n: int, share: float, seed: int, duration: float = 2.5) -> dict[str, float]:
-    rng = random.Random(seed)
-    graph = geometric(n, 4.0, rng)
-    routers = sorted(graph)
-    subs = {r: subscriptions(rng) for r in rng.sample(routers, max(1, round(share * len(routers))))}
-    interests = {r: Interest.of(subs.get(r, [])) for r in routers}
-    old = MeshInterests(max_routers=len(routers))
-    for r in routers:
-        old.put(r, graph[r], interests[r])
+def changes(kind: str, n: int, share: float, seed: int, count: int = 2000) -> dict[str, float]:
+    """Subscription changes and the summary floods they cost. Each subscriber's router serves
+    a few applications: a pool of one to five patterns, and 1 to 50 clients subscribed to
+    patterns of the pool. A change is a client that goes, or one that comes with a pattern
+    of the pool (nine times in ten) or a new one. The router floods a new summary only when
+    the merged, covered summary changed (the last client of a pattern went, or a pattern
+    that no other covers came)."""
+    rng, graph, routers, subs = mesh_of(kind, n, share, seed)
+    edges = sum(len(v) for v in graph.values()) // 2
+    flood_cost = 2 * edges - (len(routers) - 1)  # one control flood crosses every link
+    pools = {r: list(fs) for r, fs in subs.items()}
+    clients = {
+        r: [rng.choice(pool) for _ in range(rng.randint(1, 50))] for r, pool in pools.items()
+    }
+    summary = {r: Interest.of(cs) for r, cs in clients.items()}
+    owners = sorted(clients)
+    changed = size = 0
+    for _ in range(count):
+        r = rng.choice(owners)
+        if clients[r] and rng.random() < 0.5:
+            clients[r].pop(rng.randrange(len(clients[r])))
+        elif rng.random() < 0.9:
+            clients[r].append(rng.choice(pools[r]))
+        else:
+            pools[r].append(pattern(rng))
+            clients[r].append(pools[r][-1])
+        now = Interest.of(clients[r])
+        if now != summary[r]:
+            summary[r] = now
+            changed += 1
+            size += len(msgpack.packb(now.to_wire()))
+    return {
+        "routers": len(routers),
+        "links": edges,
+        "changed": changed / count,
+        "messages": flood_cost * changed / count,
+        "flood": flood_cost,
+        "bytes": size / max(changed, 1),
+    }
+
+
+def run(
+    graph: dict[str, list[str]],
+    delay: dict[tuple[str, str], float],
+    links_at: Callable[[str, float], list[str]],
+    rule: Callable[[str, str, str | None, Event, float], list[str] | None],
+    published: list[tuple[float, str, Event]],
+    dead: str | None = None,
+    t0: float = math.inf,
+) -> tuple[dict[int, set[str]], int]:
+    """Every copy of every event, in order of the simulation's clock: which routers got
+    each event, and the link messages sent. *links_at* gives a router's links at a time;
+    *rule* its targets (None: flood)."""
+    heap: list[tuple[float, int, str, str | None, tuple[str, ...], int]] = []
+    for k, (t, source, _ev) in enumerate(published):
+        heap.append((t, k, source, None, (), k))
+    heapq.heapify(heap)
+    seq = len(heap)
+    got: dict[int, set[str]] = {}
+    messages = 0
+    while heap:
+        t, _, me, came, path, ek = heapq.heappop(heap)
+        if me == dead and t >= t0:
+            continue  # arrived at a dead router: lost
+        seen = got.setdefault(ek, set())
+        if me in seen:
+            continue
+        seen.add(me)
+        path = (*path, me)
+        ev = published[ek][2]
+        links = links_at(me, t)
+        targets = rule(me, path[0], came, ev, t)
+        if targets is None:
+            targets = [p for p in links if p not in path]
+        for w in targets:
+            if w not in links:
+                continue  # the link is gone (or not there yet)
+            messages += 1
+            heapq.heappush(heap, (t + delay[me, w], seq, w, me, path, ek))
+            seq += 1
+    return got, messages
+
+
+def switching_rule(
+    old: MeshInterests,
+    new: MeshInterests,
+    first: dict[str, float],
+    settled: dict[str, float],
+) -> Callable[[str, str, str | None, Event, float], list[str] | None]:
+    """Each router routes on the old view until it first hears of the change, floods until
+    it settles, then routes on the new view."""
+
+    def rule(me: str, source: str, came: str | None, ev: Event, t: float) -> list[str] | None:
+        if t < first.get(me, math.inf):
+            return old.forward(me, source, came, ev)
+        if t < settled.get(me, math.inf):
+            return None
+        return new.forward(me, source, came, ev)
+
+    return rule
+
+
+def stream(
+    rng: random.Random, sources: list[str], duration: float, every: float
+) -> list[tuple[float, str, Event]]:
+    out = []
+    t = 0.0
+    k = 0
+    while t < duration:
+        out.append((t, sources[k % len(sources)], event(rng)))
+        k += 1
+        t += every
+    return out
+
+
+def death(kind: str, n: int, share: float, seed: int, every: float) -> dict[str, float]:
+    rng, graph, routers, subs = mesh_of(kind, n, share, seed)
+    interests = {r: Interest.of(fs) for r, fs in subs.items()}
+    old = view_of(graph, interests)
     sources = rng.sample(routers, min(50, len(routers)))
     # The router on the most trees toward subscribers dies ...
     load: dict[str, int] = {}
@@ -205,130 +397,270 @@ def death(n: int, share: float, seed: int, duration: float = 2.5) -> dict[str, f
         adj = {index[r]: {index[p] for p in ps} for r, ps in new_graph.items()}
         if len(_components(adj)) == 1:
             break
-    new = MeshInterests(max_routers=len(routers))
-    for r in routers:
-        new.put(r, graph[r] if r == dead else new_graph[r], interests[r])
-    delay = {}
-    for a, ps in graph.items():
-        for b in ps:
-            if a < b:
-                delay[a, b] = delay[b, a] = rng.uniform(0.0005, 0.0015)
+    new = view_of({**new_graph, dead: graph[dead]}, interests)
+    delay = link_delays(graph, rng)
     t0 = 0.5
-    # When each router hears each of the dead router's neighbours tell (Dijkstra per teller).
+    # When each router hears each of the dead router's neighbours tell.
     first = dict.fromkeys(new_graph, math.inf)
     last = dict.fromkeys(new_graph, 0.0)
     for teller in graph[dead]:
-        at = {teller: t0}
-        heap = [(t0, teller)]
-        while heap:
-            t, v = heapq.heappop(heap)
-            if t > at.get(v, math.inf):
-                continue
-            for w in new_graph[v]:
-                tw = t + delay[v, w]
-                if tw < at.get(w, math.inf):
-                    at[w] = tw
-                    heapq.heappush(heap, (tw, w))
+        at = arrivals(new_graph, delay, {teller: t0})
         for r in new_graph:
-            first[r] = min(first[r], at.get(r, math.inf))
-            last[r] = max(last[r], at.get(r, math.inf))
+            first[r] = min(first[r], at[r])
+            last[r] = max(last[r], at[r])
     settled = {r: last[r] + SETTLE_TIME for r in new_graph}
+    published = stream(rng, sources, 2.5, every)
 
-    def rule(me: str, source: str, came: str | None, ev: Event, t: float) -> list[str] | None:
-        if t < first.get(me, math.inf):
-            return old.forward(me, source, came, ev)
-        if t < settled[me]:
-            return None
-        return new.forward(me, source, came, ev)
+    def links_at(me: str, t: float) -> list[str]:
+        return graph[me] if t < t0 else new_graph.get(me, [])
 
-    heap: list[tuple[float, int, str, str | None, tuple[str, ...], int]] = []
-    seq = 0
-    got: dict[int, set[str]] = {}
-    evs: dict[int, tuple[Event, float]] = {}
-    k = 0
-    t = 0.0
-    while t < duration:
-        source = sources[k % len(sources)]
-        ev = event(rng)
-        evs[k] = (ev, t)
-        heap.append((t, seq, source, None, (), k))
-        seq += 1
-        k += 1
-        t += 0.001
-    heapq.heapify(heap)
-    messages = 0
-    while heap:
-        t, _, me, came, path, ek = heapq.heappop(heap)
-        if me == dead and t >= t0:
-            continue  # arrived at a dead router: lost
-        seen = got.setdefault(ek, set())
-        if me in seen:
-            continue
-        seen.add(me)
-        path = (*path, me)
-        ev, _born = evs[ek]
-        targets = rule(me, path[0], came, ev, t)
-        if targets is None:
-            targets = [p for p in graph[me] if p not in path]
-        for w in targets:
-            if t >= t0 and (w == dead or me == dead):
-                continue  # the link is gone
-            messages += 1
-            heapq.heappush(heap, (t + delay[me, w], seq, w, me, path, ek))
-            seq += 1
+    got, messages = run(
+        graph, delay, links_at, switching_rule(old, new, first, settled), published, dead, t0
+    )
     through = other = 0
-    for ek, (ev, born) in evs.items():
+    for ek, (born, _source, ev) in enumerate(published):
         wanting = {r for r, fs in subs.items() if r != dead and any(f.matches(ev) for f in fs)}
-        missed = wanting - got.get(ek, set())
-        if missed:
+        if wanting - got.get(ek, set()):
             if born < t0:
                 through += 1
             else:
                 other += 1
     return {
         "routers": len(routers),
-        "events": len(evs),
+        "events": len(published),
         "lost_through": through,
         "lost_other": other,
         "converged": max(settled.values()) - t0,
-        "messages": messages / len(evs),
+        "messages": messages / len(published),
     }
+
+
+def heal(
+    kind: str,
+    n: int,
+    share: float,
+    seed: int,
+    every: float,
+    interval: float,
+    catch_up: bool,
+    short: bool,
+) -> dict[str, float]:
+    """A partition heals: the mesh was cut in two and the cut links come back at once. The
+    ends of each link flood their summaries at once; every other router's summary crosses
+    to the other side with its next periodic repeat (a phase drawn in *interval*), or, with
+    *catch_up*, each end hands the new peer every summary it holds and they cross at once.
+
+    Long partition: each side forgot the other, so its view is incomplete until every
+    summary of the other side came: it floods till then. *short*: each side still holds the
+    other's summaries from before the cut, and one router of the far side subscribed to a
+    new type during the cut; its view is complete at once, and stale until that router's
+    summary crosses. A tenth of the events are of that new type, from the near side."""
+    rng, graph, routers, subs = mesh_of(kind, n, share, seed)
+    interests = {r: Interest.of(fs) for r, fs in subs.items()}
+    # The cut: the routers first reached by a breadth-first walk from one router (half).
+    order = list(tree_parent(graph, routers[0]))
+    side = set(order[: len(order) // 2])
+    cut = {(a, b) for a in graph for b in graph[a] if (a in side) != (b in side)}
+    apart = {a: [b for b in ps if (a, b) not in cut] for a, ps in graph.items()}
+    delay = link_delays(graph, rng)
+    t0 = 0.5
+    ends = {a for a, _ in cut}
+    first = arrivals(graph, delay, dict.fromkeys(ends, t0))
+    # Every summary reaches every router within one flood (bounded by the diameter: twice
+    # any router's eccentricity) of leaving: at once with *catch_up*, else at its repeat.
+    diameter = 2 * max(arrivals(graph, delay, {routers[0]: 0.0}).values())
+    far_side = sorted(r for r in graph if r not in side)
+    newcomer = rng.choice(far_side)
+    stale = dict(interests)
+    subs.setdefault(newcomer, []).append(InterestFilter(type="fresh"))
+    interests[newcomer] = Interest.of(subs[newcomer])
+    old = view_of(apart, stale)
+    new = view_of(graph, interests)
+    if short:
+        mid = view_of(graph, stale)
+        last = dict.fromkeys(graph, t0 + diameter)  # the link ends' summaries
+        if catch_up:
+            fresh = dict.fromkeys(graph, 0.0)  # came with them
+        else:
+            fresh = arrivals(graph, delay, {newcomer: t0 + rng.uniform(0, interval)})
+    else:
+        phase = 0.0 if catch_up else max(rng.uniform(0, interval) for _ in graph)
+        last = dict.fromkeys(graph, t0 + phase + diameter)
+        fresh = dict.fromkeys(graph, 0.0)
+        mid = new
+    settled = {r: last[r] + SETTLE_TIME for r in graph}
+    sources = rng.sample(sorted(side), min(50, len(side)))
+    end_of_test = max(max(settled.values()), max(fresh.values()) + SETTLE_TIME) + 0.5
+    published = stream(rng, sources, end_of_test, every)
+    for k in range(0, len(published), 10):
+        t, source, ev = published[k]
+        published[k] = (t, source, Event(values=dict(ev.values), type="fresh"))
+    switching = switching_rule(old, new, first, settled)
+
+    def rule(me: str, source: str, came: str | None, ev: Event, t: float) -> list[str] | None:
+        if me not in side or t < settled[me] or t >= fresh[me] + SETTLE_TIME:
+            return switching(me, source, came, ev, t)
+        if t < fresh[me]:
+            return mid.forward(me, source, came, ev)  # complete, settled, and stale
+        return None  # the new summary came: unsettled again
+
+    def links_at(me: str, t: float) -> list[str]:
+        return graph[me] if t >= t0 else apart[me]
+
+    got, messages = run(graph, delay, links_at, rule, published)
+    part: dict[str, set[str]] = {}
+    for r in graph:
+        if r not in part:
+            whole = set(tree_parent(apart, r))
+            part.update(dict.fromkeys(whole, whole))
+    lost = 0
+    for ek, (born, source, ev) in enumerate(published):
+        # Before its router heard of the healed link, an event is one of the partition's.
+        reach = graph if born >= first[source] else part[source]
+        wanting = {r for r, fs in subs.items() if r in reach and any(f.matches(ev) for f in fs)}
+        if wanting - got.get(ek, set()):
+            lost += 1
+    return {
+        "routers": len(routers),
+        "cut": len(cut) // 2,
+        "events": len(published),
+        "lost": lost,
+        "converged": max(max(settled.values()), max(fresh.values()) + SETTLE_TIME) - t0,
+        "messages": messages / len(published),
+    }
+
+
+def subscribe_latency(kind: str, n: int, seed: int, samples: int = 20) -> dict[str, float]:
+    """From subscribe() returning on a router to its new summary reaching the publisher's
+    router: the debounce, then one flood. Events published on a router before then may
+    be lost for the new subscription (that router's view does not hold it yet)."""
+    rng = random.Random(seed)
+    graph = GRAPHS[kind](n, rng)
+    routers = sorted(graph)
+    delay = link_delays(graph, rng)
+    far: list[float] = []
+    median: list[float] = []
+    hops: list[int] = []
+    for r in rng.sample(routers, min(samples, len(routers))):
+        at = sorted(arrivals(graph, delay, {r: SUMMARY_DEBOUNCE}).values())
+        far.append(at[-1])
+        median.append(at[len(at) // 2])
+        parent = tree_parent(graph, r)
+        hops.append(max(len(_path(parent, w)) for w in graph) - 1)
+    return {
+        "routers": len(routers),
+        "median": statistics.median(median),
+        "far": max(far),
+        "hops": max(hops),
+    }
+
+
+def _path(parent: dict[str, str | None], r: str) -> list[str]:
+    out = [r]
+    while parent[out[-1]] is not None:
+        out.append(parent[out[-1]])  # type: ignore[arg-type]
+    return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
+    p.add_argument("--graphs", nargs="+", choices=sorted(GRAPHS), default=sorted(GRAPHS))
     p.add_argument("--events", type=int, default=300)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--only", choices=["steady", "changes", "death", "heal", "subscribe"], nargs="+")
+    p.add_argument(
+        "--interval", type=float, default=10.0, help="summary repeat interval (s), for heal"
+    )
     args = p.parse_args()
-    print(
-        "| routers | links | subscribers | msgs/event interest | tree | flood | "
-        "interest/tree | summary msgs/change |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for n in args.sizes:
-        for share in (0.01, 0.10):
-            r = steady(n, share, args.events, args.seed)
-            ratio = r["interest"] / max(r["tree"], 1e-9)
-            print(
-                f"| {r['routers']} | {r['links']} | {share:.0%} | {r['interest']:.1f} | "
-                f"{r['tree']:.1f} | {r['flood']:.0f} | {ratio:.2f} | {r['summary']} |",
-                flush=True,
-            )
-    print()
-    print(
-        "| routers | subscribers | events | lost (through it) | lost (other) | "
-        "converged after (s) | msgs/event |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for n in args.sizes:
-        for share in (0.01, 0.10):
-            d = death(n, share, args.seed)
-            print(
-                f"| {d['routers']} | {share:.0%} | {d['events']} | {d['lost_through']} | "
-                f"{d['lost_other']} | {d['converged']:.2f} | {d['messages']:.1f} |",
-                flush=True,
-            )
+    only = set(args.only or ["steady", "changes", "death", "heal", "subscribe"])
+    # Events every millisecond up to 1,000 routers; fewer beyond (each costs a flood while
+    # the mesh is unsettled).
+    every = {n: 0.001 * max(1, n // 1000) for n in args.sizes}
+    if "steady" in only:
+        print(
+            "| graph | routers | links | subscribers | msgs/event interest | tree | flood | "
+            "interest/tree |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for kind in args.graphs:
+            for n in args.sizes:
+                for share in (0.01, 0.10):
+                    r = steady(kind, n, share, args.events, args.seed)
+                    ratio = r["interest"] / max(r["tree"], 1e-9)
+                    print(
+                        f"| {kind} | {r['routers']} | {r['links']} | {share:.0%} | "
+                        f"{r['interest']:.1f} | {r['tree']:.1f} | {r['flood']:.0f} | "
+                        f"{ratio:.2f} |",
+                        flush=True,
+                    )
+        print()
+    if "changes" in only:
+        print(
+            "| graph | routers | subscribers | changes that change the summary | "
+            "control msgs per summary flood | per subscription change | summary bytes |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for kind in args.graphs:
+            for n in args.sizes:
+                for share in (0.01, 0.10):
+                    c = changes(kind, n, share, args.seed)
+                    print(
+                        f"| {kind} | {c['routers']} | {share:.0%} | {c['changed']:.0%} | "
+                        f"{c['flood']} | {c['messages']:.0f} | {c['bytes']:.0f} |",
+                        flush=True,
+                    )
+        print()
+    if "death" in only:
+        print(
+            "| graph | routers | subscribers | events | lost (through it) | lost (other) | "
+            "converged after (s) | msgs/event |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for kind in args.graphs:
+            for n in args.sizes:
+                for share in (0.01, 0.10):
+                    d = death(kind, n, share, args.seed, every[n])
+                    print(
+                        f"| {kind} | {d['routers']} | {share:.0%} | {d['events']} | "
+                        f"{d['lost_through']} | {d['lost_other']} | {d['converged']:.2f} | "
+                        f"{d['messages']:.1f} |",
+                        flush=True,
+                    )
+        print()
+    if "heal" in only:
+        print(
+            "| graph | routers | cut links | partition | summaries cross | events | lost | "
+            "converged after (s) | msgs/event |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for kind in args.graphs:
+            for n in args.sizes:
+                for short, catch_up in itertools.product((False, True), (False, True)):
+                    h = heal(kind, n, 0.10, args.seed, every[n] * 5, args.interval, catch_up, short)
+                    how = "on link up" if catch_up else f"repeat ({args.interval:g} s)"
+                    print(
+                        f"| {kind} | {h['routers']} | {h['cut']} | {'short' if short else 'long'} "
+                        f"| {how} | "
+                        f"{h['events']} | {h['lost']} | {h['converged']:.2f} | "
+                        f"{h['messages']:.1f} |",
+                        flush=True,
+                    )
+        print()
+    if "subscribe" in only:
+        print(
+            "| graph | routers | hops to the far side | new interest known, median router (ms) | "
+            "farthest router (ms) |"
+        )
+        print("|---|---|---|---|---|")
+        for kind in args.graphs:
+            for n in args.sizes:
+                s = subscribe_latency(kind, n, args.seed)
+                print(
+                    f"| {kind} | {s['routers']} | {s['hops']} | {1000 * s['median']:.1f} | "
+                    f"{1000 * s['far']:.1f} |",
+                    flush=True,
+                )
     return 0
 
 
