@@ -75,6 +75,7 @@ from aa.mesh.protocol import CacheRequest
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
 from .clientcaches import CacheInfo, ClientCaches, Fetched
+from .compact import shrunk
 from .config import CacheConfig
 from .grouplog import Mark
 from .index import CacheIndex
@@ -441,6 +442,7 @@ class ClientCacheService:
     def _forget(self, client_id: str) -> None:
         spec = self._specs.pop(client_id, None)
         self._flooded.pop(client_id, None)
+        self._specs, self._flooded = shrunk(self._specs), shrunk(self._flooded)
         self.sync.lapsed(client_id)
         if spec is not None:
             self._release((spec.kernel, spec.format, spec.source))
@@ -451,6 +453,7 @@ class ClientCacheService:
             entry[1] -= 1
             if entry[1] <= 0:
                 del self._matchers[key]
+                self._matchers = shrunk(self._matchers)
                 self._index.remove(key)
                 getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
 
