@@ -72,6 +72,7 @@ from aa.mesh import (
 )
 from aa.mesh.protocol import CacheRequest
 
+from ..memory import give_back
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
 from .clientcaches import CacheInfo, ClientCaches, Fetched
@@ -264,7 +265,8 @@ class ClientCacheService:
         next_sync = self._clock() + every
         while True:
             await asyncio.sleep(min(interval, every) if every > 0 else interval)
-            self.sweep()
+            if self.sweep():
+                give_back()  # their tables and logs were freed: the heap's pages go back
             now = self._clock()
             if every > 0 and now >= next_sync:
                 next_sync = now + every
