@@ -10,9 +10,10 @@ import tracemalloc
 
 from support.routerproc import RouterProcess
 
-from aa.mesh import Connection, PatternSpec
+from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import CacheDone, CacheRegister, Error, Hello
 from aa.router import ExpiryPolicy, Router
+from aa.router.caches import CacheIndex
 
 CACHES = 2_000
 MB = 2**20
@@ -101,3 +102,18 @@ def test_a_router_taking_and_losing_thousands_of_caches_does_not_grow() -> None:
     assert again < grown * 1.5, (
         f"{CACHES} caches cost {grown / MB:.1f} MB; three more rounds added {again / MB:.1f} MB"
     )
+
+
+async def test_the_index_rebuilt_smaller_still_finds_the_caches_left(router: Router) -> None:
+    index = CacheIndex()
+    for i in range(1_200):
+        spec = PatternSpec(source=f"x > {i} and y < {i + 1000}")
+        index.add(i, spec, router.engine.matcher(spec))
+    for i in range(1_200):
+        if i % 10:
+            index.remove(i)  # past seven in eight gone, the index is placed anew
+    assert len(index) == 120
+    assert index.match(Event(values={"x": 505, "y": 600})) == list(range(0, 505, 10))
+    for i in range(0, 1_200, 10):
+        index.remove(i)
+    assert len(index) == 0 and index.match(Event(values={"x": 505, "y": 600})) == []
