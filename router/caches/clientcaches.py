@@ -66,6 +66,7 @@ from aa.mesh import (
 )
 
 from ..store import ExpiryPolicy
+from .compact import shrunk
 from .grouplog import Group, Mark, Member, entry_mark, entry_seq, entry_time, mark_of, time_of
 
 __all__ = [
@@ -268,6 +269,7 @@ class ClientCaches:
         cache = self._caches.pop(client_id, None)
         if cache is None:
             return False
+        self._caches = shrunk(self._caches)
         self._leave(cache)
         return True
 
@@ -275,9 +277,11 @@ class ClientCaches:
         group = cache.group
         del group.members[cache.client_id]
         if group.members:
+            group.members = shrunk(group.members)
             group.retune(self.max_events)
         else:
             del self._groups[group.key]
+            self._groups = shrunk(self._groups)
 
     def info(self, client_id: str) -> CacheInfo:
         """What *client_id*'s cache is. Raises `UnknownCache`."""

@@ -30,14 +30,17 @@ from typing import Any, Final
 from aa.mesh import Event, PatternSpec
 
 from ..patterns import Matcher, PatternSet
+from .compact import shrunk
 
 __all__ = ["CacheIndex", "equality_of"]
 
 #: Names an expression pattern may resolve without the event: never indexed.
 _NOT_VALUES: Final = frozenset(dir(builtins)) | {"type", "meta", "event", "params"}
 _MISSING: Final = object()
-#: `_where` of a pattern in the `PatternSet`.
-_INDEXED: Final = ("", None)
+#: A `PatternSet` holding at least this many patterns at its most is rebuilt when it holds
+#: less than its most divided by `SET_REBUILD_FRACTION` (see `CacheIndex._set_shrunk`).
+SET_REBUILD_MIN: Final = 1024
+SET_REBUILD_FRACTION: Final = 8
 
 
 def equality_of(spec: PatternSpec) -> tuple[str, Hashable] | None:
@@ -73,14 +76,17 @@ def equality_of(spec: PatternSpec) -> tuple[str, Hashable] | None:
 class CacheIndex:
     """The distinct patterns of the client caches: equality ones in tables, the rest listed."""
 
-    __slots__ = ("_tables", "_general", "_where", "_set")
+    __slots__ = ("_tables", "_general", "_where", "_set", "_set_peak")
 
     def __init__(self) -> None:
         self._tables: dict[str, dict[Hashable, list[Hashable]]] = {}  # name → constant → keys
         self._general: dict[Hashable, Callable[[Event], bool]] = {}  # key → matcher
-        self._where: dict[Hashable, tuple[str, Hashable] | None] = {}
+        #: key → (name, constant) of an equality pattern, its `Matcher` when it is in the
+        #: `PatternSet`, None when it is evaluated.
+        self._where: dict[Hashable, tuple[str, Hashable] | Matcher | None] = {}
         #: The predicate-tier matchers, indexed (made with the first one: it needs their engine).
         self._set: PatternSet | None = None
+        self._set_peak = 0  # most patterns the set held since it was made
 
     def add(self, key: Hashable, spec: PatternSpec, matcher: Callable[[Event], bool]) -> None:
         """Index pattern *key* (once per key). *matcher* is placed in this index's own
@@ -92,7 +98,8 @@ class CacheIndex:
             if self._set is None:
                 self._set = PatternSet(matcher.engine)
             self._set.add_matcher(key, matcher)
-            self._where[key] = _INDEXED
+            self._set_peak = max(self._set_peak, len(self._set))
+            self._where[key] = matcher
             return
         eq = equality_of(spec)
         self._where[key] = eq
@@ -106,12 +113,15 @@ class CacheIndex:
         if key not in self._where:
             return
         eq = self._where.pop(key)
-        if eq is _INDEXED:
+        self._where = shrunk(self._where)
+        if isinstance(eq, Matcher):
             assert self._set is not None
             self._set.remove(key)
+            self._set_shrunk()
             return
         if eq is None:
             del self._general[key]
+            self._general = shrunk(self._general)
             return
         name, value = eq
         table = self._tables[name]
@@ -121,6 +131,29 @@ class CacheIndex:
             del table[value]
             if not table:
                 del self._tables[name]
+            else:
+                self._tables[name] = shrunk(table)
+
+    def _set_shrunk(self) -> None:
+        """Let the `PatternSet` go when it is empty, or place what it holds in a new one when
+        it kept a small part of what it held at most: its tables and the predicate index's
+        were sized for that most and never shrink."""
+        s = self._set
+        assert s is not None
+        if not s:
+            self._set, self._set_peak = None, 0
+            return
+        if s.stopped or self._set_peak < SET_REBUILD_MIN:
+            return
+        if len(s) * SET_REBUILD_FRACTION > self._set_peak:
+            return
+        fresh: PatternSet | None = None
+        for key, m in self._where.items():  # in the order they were added: `match`'s order
+            if isinstance(m, Matcher):
+                if fresh is None:
+                    fresh = PatternSet(m.engine)
+                fresh.add_matcher(key, m)
+        self._set, self._set_peak = fresh, 0 if fresh is None else len(fresh)
 
     def match(self, event: Event) -> list[Hashable]:
         """Keys of the patterns that accept *event*. A matcher that raises is "no"."""

@@ -72,9 +72,11 @@ from aa.mesh import (
 )
 from aa.mesh.protocol import CacheRequest
 
+from ..memory import give_back
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
 from .clientcaches import CacheInfo, ClientCaches, Fetched
+from .compact import shrunk
 from .config import CacheConfig
 from .grouplog import Mark
 from .index import CacheIndex
@@ -266,7 +268,8 @@ class ClientCacheService:
         next_sync = self._clock() + every
         while True:
             await asyncio.sleep(min(interval, every) if every > 0 else interval)
-            self.sweep()
+            if self.sweep():
+                give_back()  # their tables and logs were freed: the heap's pages go back
             now = self._clock()
             if every > 0 and now >= next_sync:
                 next_sync = now + every
@@ -445,6 +448,7 @@ class ClientCacheService:
     def _forget(self, client_id: str) -> None:
         spec = self._specs.pop(client_id, None)
         self._flooded.pop(client_id, None)
+        self._specs, self._flooded = shrunk(self._specs), shrunk(self._flooded)
         self.sync.lapsed(client_id)
         if spec is not None:
             self._release((spec.kernel, spec.format, spec.source))
@@ -455,6 +459,7 @@ class ClientCacheService:
             entry[1] -= 1
             if entry[1] <= 0:
                 del self._matchers[key]
+                self._matchers = shrunk(self._matchers)
                 self._index.remove(key)
                 getattr(entry[0], "close", lambda: None)()  # a worker's matcher leaves its worker
                 self._changed()

@@ -66,6 +66,7 @@ from aa.mesh.protocol import event_from_wire, event_to_wire
 
 from ..store import Exchanges, chunks, ids_digest, parse_digest, parse_ids
 from .clientcaches import MAX_CLIENT_CACHES
+from .compact import shrunk
 from .grouplog import Mark, mark_of
 
 log = logging.getLogger("aa.router.caches")
@@ -163,8 +164,9 @@ class CacheSync:
         self.tag = secrets.token_hex(4)
         #: Version of each cache this router holds.
         self.versions: dict[str, Version] = {}
-        #: Removed caches: client → (version of the removal, `now` after which it is forgotten).
-        self.gone: dict[str, tuple[Version, float]] = {}
+        #: Removed caches (tombstones): client → (the removal's version, its two parts in one
+        #: tuple, then `now` after which it is forgotten). Flat: one tuple a tombstone.
+        self.gone: dict[str, tuple[int, str, float]] = {}
         self._digests = Exchanges(timeout=DIGEST_MIN_GAP)  # used as a rate limit: never ended
         self._ids = Exchanges(timeout=DIGEST_MIN_GAP)
         self.counters: Counter[str] = Counter()
@@ -185,36 +187,49 @@ class CacheSync:
 
     def bump(self, client_id: str, now: float) -> Version:
         """A local change of *client_id*'s cache: its new version."""
-        old = max(self.versions.get(client_id, ZERO), self.gone.get(client_id, (ZERO, 0.0))[0])
+        old = max(self.versions.get(client_id, ZERO), self.tombstone(client_id) or ZERO)
         v = (max(int(now * 1e6), old[0] + 1), self.tag)
         self.versions[client_id] = v
-        self.gone.pop(client_id, None)
+        self._forget_tombstone(client_id)
         return v
+
+    def tombstone(self, client_id: str) -> Version | None:
+        """The version *client_id*'s cache was removed at, while its tombstone is kept."""
+        tomb = self.gone.get(client_id)
+        return None if tomb is None else (tomb[0], tomb[1])
+
+    def _forget_tombstone(self, client_id: str) -> None:
+        if self.gone.pop(client_id, None) is not None:
+            self.gone = shrunk(self.gone)
 
     def newer(self, client_id: str, version: Version) -> bool:
         """Whether *version* beats what this router knows of *client_id* (held or removed)."""
-        tomb = self.gone.get(client_id)
-        if tomb is not None and tomb[0] >= version:
+        tomb = self.tombstone(client_id)
+        if tomb is not None and tomb >= version:
             return False
         return client_id not in self._service or version > self.versions.get(client_id, ZERO)
 
     def adopt(self, client_id: str, version: Version) -> None:
         self.versions[client_id] = max(version, self.versions.get(client_id, ZERO))
-        self.gone.pop(client_id, None)
+        self._forget_tombstone(client_id)
 
     def removed(self, client_id: str, version: Version, until: float) -> None:
         """*client_id*'s cache was removed at *version*: remember it until *until*."""
-        self.versions.pop(client_id, None)
+        self.lapsed(client_id)
         if len(self.gone) >= MAX_TOMBSTONES and client_id not in self.gone:
-            del self.gone[min(self.gone, key=lambda c: self.gone[c][1])]
-        self.gone[client_id] = (version, until)
+            del self.gone[min(self.gone, key=lambda c: self.gone[c][2])]
+        self.gone[client_id] = (version[0], version[1], until)
 
     def lapsed(self, client_id: str) -> None:
-        self.versions.pop(client_id, None)
+        if self.versions.pop(client_id, None) is not None:
+            self.versions = shrunk(self.versions)
 
     def sweep(self, now: float) -> None:
-        for client_id in [c for c, (_, until) in self.gone.items() if until < now]:
+        expired = [c for c, tomb in self.gone.items() if tomb[2] < now]
+        for client_id in expired:
             del self.gone[client_id]
+        if expired:
+            self.gone = shrunk(self.gone)
         self._digests.prune(now)
         self._ids.prune(now)
 
@@ -241,7 +256,7 @@ class CacheSync:
                     f"{xor:016x}",
                 ]
             )
-        gone = [[c, list(v)] for c, (v, _) in self.gone.items()]
+        gone = [[c, [us, tag]] for c, (us, tag, _) in self.gone.items()]
         complete = len(rows) <= MAX_DIGEST_CACHES and len(gone) <= MAX_DIGEST_CACHES
         if len(rows) > MAX_DIGEST_CACHES:
             rows = random.sample(rows, MAX_DIGEST_CACHES)
@@ -302,10 +317,10 @@ class CacheSync:
         out: list[dict[str, Any]] = []
         for client_id, (count, xor) in theirs.items():
             version, floor, idle = extra[client_id]
-            tomb = self.gone.get(client_id)
+            tomb = self.tombstone(client_id)
             mine = self.versions.get(client_id) if client_id in caches else None
-            if tomb is not None and tomb[0] >= version:
-                gone.append([client_id, list(tomb[0])])
+            if tomb is not None and tomb >= version:
+                gone.append([client_id, list(tomb)])
             elif mine is None or mine < version:
                 want.append(client_id)
             elif mine > version:
@@ -390,8 +405,8 @@ class CacheSync:
     def _on_gone(self, client_id: str, version: Version, now: float) -> None:
         if client_id in self._service and self.versions.get(client_id, ZERO) > version:
             return
-        tomb = self.gone.get(client_id)
-        if tomb is not None and tomb[0] >= version:
+        tomb = self.tombstone(client_id)
+        if tomb is not None and tomb >= version:
             return
         timeout = (
             self._service._caches.info(client_id).timeout if client_id in self._service else 0.0

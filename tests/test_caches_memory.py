@@ -1,0 +1,119 @@
+"""Memory of client caches once they go: what the router keeps after thousands of caches were
+removed (tombstones past their time, tables sized for the most caches) is given back, and a
+router that takes and loses thousands of caches again and again does not grow."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import tracemalloc
+
+from support.routerproc import RouterProcess
+
+from aa.mesh import Connection, Event, PatternSpec
+from aa.mesh.protocol import CacheDone, CacheRegister, Error, Hello
+from aa.router import ExpiryPolicy, Router
+from aa.router.caches import CacheIndex
+
+CACHES = 2_000
+MB = 2**20
+
+
+def _pattern(i: int) -> str:
+    return f"x > {i} and y < {i}"
+
+
+async def _register(endpoint: str, client_id: str, pattern: str, timeout: float) -> None:
+    """One client: hello as *client_id*, register its cache, await the answer, close."""
+    host, _, port = endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    codec = Connection()
+    request = CacheRegister(req=1, pattern=PatternSpec(source=pattern), timeout=timeout)
+    try:
+        writer.write(codec.send(Hello(client_id=client_id)) + codec.send(request))
+        while True:
+            data = await reader.read(1 << 16)
+            assert data, f"{client_id}: the router closed the connection"
+            codec.receive_data(data)
+            for got in codec.next_messages():
+                assert not isinstance(got, Error), got
+                if isinstance(got, CacheDone):
+                    return
+    finally:
+        writer.close()
+
+
+async def test_removed_caches_and_their_tombstones_give_back_what_they_held(
+    router: Router,
+) -> None:
+    caches = router.caches
+    now = [1_000_000.0]
+    caches._clock = lambda: now[0]  # the router's clock, moved instead of waiting
+    policy = ExpiryPolicy(max_count=10)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(CACHES):
+            caches.register(f"phone-{i}", PatternSpec(source=_pattern(i)), policy, timeout=30.0)
+        held = tracemalloc.get_traced_memory()[0] - before
+        for i in range(CACHES):
+            assert caches.remove(f"phone-{i}")
+        assert len(caches) == 0 and len(caches.sync.gone) == CACHES  # tombstones kept, for now
+        now[0] += 3600.0  # past every tombstone's time
+        caches.sweep()
+        gc.collect()
+        left = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert not caches.sync.gone and caches.pattern_count == 0
+    # The caches held megabytes; what is left is a few tables' worth, however many there were
+    # (the flood's seen ids, which age on their own, are the rest).
+    assert held > 2 * MB
+    assert left < held * 0.1, f"{left / MB:.2f} MB of {held / MB:.2f} MB still held"
+
+
+def test_a_router_taking_and_losing_thousands_of_caches_does_not_grow() -> None:
+    async def round_of_caches(endpoint: str, n: int, tag: str) -> None:
+        todo = iter(range(n))
+
+        async def one_client_at_a_time() -> None:
+            for i in todo:
+                await _register(endpoint, f"{tag}-{i}", _pattern(i), timeout=2.0)
+
+        async with asyncio.timeout(300):
+            await asyncio.gather(*(one_client_at_a_time() for _ in range(16)))
+
+    with RouterProcess("--cache-sweep-interval", "0.2", name="caches-memory") as r:
+        asyncio.run(round_of_caches(r.endpoint, CACHES // 10, "warm-up"))  # code paths, buffers
+        start = r.rss()
+        asyncio.run(round_of_caches(r.endpoint, CACHES, "first"))
+        first = r.rss()
+        for n in range(3):  # the same load again: the freed memory is reused, not added to
+            asyncio.run(round_of_caches(r.endpoint, CACHES, f"again{n}"))
+        last = r.rss()
+        assert r.alive()
+    grown = first - start
+    again = last - first
+    # Each round's caches are gone before the next (they lapse): were their memory not reused,
+    # three rounds would cost three times the first. What stays per round is the flood's
+    # seen ids of the registrations (kept minutes, `aa.mesh.flood.SeenIds`) and the pages they
+    # keep from going back.
+    assert again < grown * 1.5, (
+        f"{CACHES} caches cost {grown / MB:.1f} MB; three more rounds added {again / MB:.1f} MB"
+    )
+
+
+async def test_the_index_rebuilt_smaller_still_finds_the_caches_left(router: Router) -> None:
+    index = CacheIndex()
+    for i in range(1_200):
+        spec = PatternSpec(source=f"x > {i} and y < {i + 1000}")
+        index.add(i, spec, router.engine.matcher(spec))
+    for i in range(1_200):
+        if i % 10:
+            index.remove(i)  # past seven in eight gone, the index is placed anew
+    assert len(index) == 120
+    assert index.match(Event(values={"x": 505, "y": 600})) == list(range(0, 505, 10))
+    for i in range(0, 1_200, 10):
+        index.remove(i)
+    assert len(index) == 0 and index.match(Event(values={"x": 505, "y": 600})) == []
