@@ -5,6 +5,8 @@ cap); and beacons."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from datetime import UTC
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from support import line, mesh, wait_for
+from support.meshes import FAST
 
 from aa.mesh import (
     META_PATH,
@@ -44,7 +47,7 @@ from aa.mesh.protocol import (
     pack,
     unpack,
 )
-from aa.router import Router
+from aa.router import Router, RouterConfig
 
 
 def round_trip(msg: object) -> object:
@@ -71,6 +74,35 @@ def test_peer_hello_round_trip() -> None:
         ),
     )
     assert round_trip(hello) == hello
+    assert round_trip(PeerHello(router_id="r1", keepalive=5)).keepalive == 5.0
+
+
+@pytest.mark.parametrize("keepalive", [0, -1, 3601, float("nan"), float("inf"), True, "5"])
+def test_a_peer_hello_with_a_bad_keepalive_is_refused(keepalive: Any) -> None:
+    with pytest.raises(InvalidValue, match="keepalive"):
+        PeerHello(router_id="r1", keepalive=keepalive)
+
+
+async def test_routers_with_different_keepalives_keep_their_link() -> None:
+    """A router that expects a keep-alive every 0.1 s does not cut the link to one that
+    sends one a second: its hello says so, and the link waits three of the longer. (The
+    quick router sends its summaries more often than its keep-alive, so it never pings and
+    hears only the slow router's own keep-alives.)"""
+    slow = dataclasses.replace(FAST, keepalive=1.0, info_interval=30.0)
+    quick = dataclasses.replace(FAST, keepalive=0.1, info_interval=0.05)
+    async with (
+        Router(RouterConfig(port=0, name="slow", mesh=slow)) as a,
+        Router(RouterConfig(port=0, name="quick", mesh=quick)) as b,
+    ):
+        b.mesh.add_peer(a.endpoint)
+        await wait_for(lambda: a.id in b.mesh.links and b.id in a.mesh.links)
+        link = b.mesh.links[a.id]
+        # Quiet for several of the quick router's link timeouts (0.3 s), the same link lives.
+        await wait_for(lambda: time.monotonic() - link.last_heard > 0.5, timeout=10)
+        await wait_for(
+            lambda: link.since is not None and time.monotonic() - link.since > 2.5, timeout=10
+        )
+        assert b.mesh.links.get(a.id) is link and link.state == "up"
 
 
 def test_peer_routers_round_trip_and_cap() -> None:

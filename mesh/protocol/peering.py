@@ -100,6 +100,8 @@ MAX_KNOWN_ROUTERS: Final = 256
 MAX_TOPIC_LENGTH: Final = 64
 #: Longest router name, in characters (names are for people: pictures, `aa mesh`).
 MAX_NAME_LENGTH: Final = 128
+#: Most seconds between keep-alives a peer may say it waits (an hour).
+_MAX_KEEPALIVE: Final = 3600.0
 #: Most events in one flood group, in events. Bounds the ids a receiver checks before it
 #: may drop a group, and the events one bad blob can hold up. A router's batches are a
 #: client frame's worth (a thousand or so at full speed); larger ones are cut into groups
@@ -176,10 +178,22 @@ class PeerHello(Message):
     protocol: int = MESH_PROTOCOL_VERSION
     #: Routers the sender knows (so a new router learns the mesh in one round).
     routers: tuple[KnownRouter, ...] = ()
+    #: Seconds between the sender's keep-alives on a quiet link (None: not said, from a
+    #: router before this field): the receiver waits three of them, or of its own if longer,
+    #: before it calls the link dead, so routers with different settings do not cut links
+    #: that are alive.
+    keepalive: float | None = None
 
     def __post_init__(self) -> None:
         _id(self.router_id, "router_id")
         _name(self.name, "name")
+        if self.keepalive is not None:
+            k = self.keepalive
+            if type(k) not in (int, float) or not 0 < k <= _MAX_KEEPALIVE:
+                raise InvalidValue(
+                    f"keepalive must be a number of seconds in (0, {_MAX_KEEPALIVE}]"
+                )
+            object.__setattr__(self, "keepalive", float(k))
         for key in ("peer", "client"):
             if getattr(self, key) is not None:
                 check_endpoint(getattr(self, key), key)
@@ -196,6 +210,7 @@ class PeerHello(Message):
             "client": self.client,
             "protocol": self.protocol,
             "routers": [r.to_wire() for r in self.routers],
+            **({} if self.keepalive is None else {"keepalive": self.keepalive}),
         }
 
 

@@ -445,7 +445,9 @@ class MeshService:
         cfg = self.config
         if existing.state != "up" or existing.since is None:
             return None
-        if now - existing.since < cfg.keepalive or now - existing.last_heard >= cfg.link_timeout:
+        if now - existing.since < cfg.keepalive or now - existing.last_heard >= self._timeout(
+            existing
+        ):
             return None
         return (
             f"refusing peer {rid} from {link.address or link.remote_host}: that router id has "
@@ -498,6 +500,7 @@ class MeshService:
             peer=self.advertised,
             client=self.advertised,
             routers=tuple(self.dialer.known_routers(self._link_list)),
+            keepalive=self.config.keepalive,
         )
 
     async def _connect(self, address: str) -> None:
@@ -590,10 +593,18 @@ class MeshService:
             except TimeoutError:
                 pass
 
+    def _timeout(self, link: PeerLink) -> float:
+        """Seconds of silence after which *link* is dead: three keep-alives, the peer's (its
+        hello says them) where they are longer than this router's."""
+        theirs = link.remote.keepalive if link.remote is not None else None
+        return (
+            self.config.link_timeout if theirs is None else 3 * max(self.config.keepalive, theirs)
+        )
+
     def _keepalive(self, now: float) -> None:
         cfg = self.config
         for link in list(self._all_links):
-            if now - link.last_heard >= cfg.link_timeout:
+            if now - link.last_heard >= self._timeout(link):
                 if link.state == "up":
                     log.info(
                         "peer %s silent for %.1f s: link broken",
