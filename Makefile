@@ -50,7 +50,8 @@ PURE_PATH_TESTS := tests/test_mesh_codec.py tests/test_faults_wire_fuzz.py \
 WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(DEV) lint system-deps
-	$(PY) -m pytest $(XDIST)
+	$(PY) -m pytest $(XDIST) -m "not alone"
+	$(PY) -m pytest -m alone
 	AA_PURE_PYTHON=1 $(PY) -m pytest $(XDIST) $(PURE_PATH_TESTS)
 
 ## lint: ruff's formatter and linter over the whole tree (config: [tool.ruff] in pyproject.toml)

@@ -75,10 +75,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return ByFileAndGroup(config, log)
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a pytest-xdist worker: the grouped files first, in `GROUPS`' order, the files of
     `LAST` last (the scheduler hands out units in the order the workers collected them); and
     a test marked `spark` in a file outside the Spark group is a mistake, said at once."""
+    for item in items:  # `make test` runs these after the parallel run, in one process
+        if _file_of(item.nodeid) in LAST:
+            item.add_marker(pytest.mark.alone)
     if not hasattr(config, "workerinput"):
         return
     for item in items:
