@@ -393,12 +393,15 @@ class AsyncClient(QuenchClient, CacheClient):
         fresh = self._delivered.check
         now = time.monotonic()
         for sub_ids, event in msg.items:
-            # A second copy of a live event (possible around a fail-over) is dropped;
-            # replayed history is the subscription's own business.
+            # A second copy of a live event for a subscription (possible around a fail-over)
+            # is dropped; the same event for another subscription is no copy (patterns on
+            # two pattern workers, or one in the router and one on a worker, deliver it in
+            # two frames). Replayed history is the subscription's own business.
             eid = event.id  # (a script's derived event may have none: never a copy)
-            if eid is not None and not fresh(eid, now) and not event.meta.get("historical"):
-                continue
+            check = eid is not None and not event.meta.get("historical")
             for sid in sub_ids:
+                if check and not fresh((sid, eid), now):
+                    continue
                 sub = subs.get(sid)
                 if sub is not None:
                     sub.deliver(event)

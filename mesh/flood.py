@@ -61,7 +61,7 @@ least n-1 (a spanning tree). Copies beyond n-1 are the duplicates that rule 1 dr
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Final, NamedTuple
 
 from .errors import MalformedFrame, UsageError
@@ -140,13 +140,13 @@ class SeenIds:
         self.max_age = float(max_age)
         self._half_ids = max_ids // 2
         self._half_age = self.max_age / 2
-        self._current: dict[str, None] = {}
-        self._previous: dict[str, None] = {}
+        self._current: dict[Hashable, None] = {}
+        self._previous: dict[Hashable, None] = {}
         self._started = -math.inf  # when `current` began (monotonic seconds)
         self._previous_started = -math.inf  # when `previous` began
         self._deadline = -math.inf  # the next time a generation must move: checked per call
 
-    def check(self, id: str, now: float) -> bool:
+    def check(self, id: Hashable, now: float) -> bool:
         """True if *id* is new (and remember it from now on); False if seen before.
 
         *now* is monotonic time in seconds.

@@ -363,3 +363,84 @@ async def test_an_update_behind_a_strike_does_not_pass_the_blame_to_the_new_para
     pub.publish_nowait({"i": 1})
     await wait_for(lambda: honest and honest[-1].values["i"] == 1, 10)
     assert [e.values["i"] for e in honest] == [0, -1, 1]
+
+
+COSTLY = "total = 0\nfor j in range(1000):\n    total += j * i\nif total >= 0:\n    forward()"
+CHEAP = "if i >= 0:\n    forward()"
+
+
+async def test_a_client_with_patterns_on_both_kinds_of_worker_gets_every_event_for_each(
+    router, make_client
+):
+    """A client whose proven pattern runs on a regular worker and whose new one runs on
+    probation is sent each event by two workers, in two frames: the client takes each
+    subscription's copy once, so neither pattern misses an event."""
+    watcher = await make_client(client_id="watcher")
+    proven: list[Event] = []
+    await watcher.subscribe(COSTLY, proven.append, format="script")
+    pool = pool_of(router)
+    pub = await make_client()
+    sent = 0
+    deadline = time.monotonic() + 20
+    while pool.counters["graduated"] == 0:
+        assert time.monotonic() < deadline, pool.counters
+        pub.publish_nowait({"i": sent})
+        sent += 1
+        await wait_for(lambda sent=sent: len(proven) == sent, 10)
+    new: list[Event] = []
+    await watcher.subscribe(CHEAP, new.append, format="script")
+    assert on_probation(pool, CHEAP) and not on_probation(pool, COSTLY)
+    joined = sent
+    for _ in range(30):
+        pub.publish_nowait({"i": sent})
+        sent += 1
+    await wait_for(lambda: len(proven) == sent and len(new) == sent - joined, 10)
+    assert [e.values["i"] for e in proven] == list(range(sent))
+    assert [e.values["i"] for e in new] == list(range(joined, sent))
+
+
+async def test_two_patterns_of_a_client_graduating_one_after_the_other_miss_no_event(
+    router, make_client
+):
+    """Two patterns of one client leave probation at their own moments: across each move,
+    each pattern gets every event once, in order (the client got some events from both
+    kinds of worker meanwhile)."""
+    watcher = await make_client(client_id="watcher")
+    got: dict[str, list[int]] = {COSTLY: [], CHEAP: []}
+    pub = await make_client()
+    sent = 0
+    joined: dict[str, int] = {}
+    deadline = time.monotonic() + 30
+    while sent < 40 or pool_of(router).counters["graduated"] < 2:
+        assert time.monotonic() < deadline, (pool_of(router).counters, sent, got)
+        if sent in (0, 4):  # the second one a few events later: it graduates later
+            source = COSTLY if sent == 0 else CHEAP
+            joined[source] = sent
+            await watcher.subscribe(
+                source, lambda e, s=source: got[s].append(e.values["i"]), format="script"
+            )
+        for _ in range(2):
+            pub.publish_nowait({"i": sent})
+            sent += 1
+        await wait_for(
+            lambda sent=sent: all(len(g) >= sent - joined.get(s, sent) for s, g in got.items()),
+            10,
+        )
+    assert got == {s: list(range(joined[s], sent)) for s in got}
+
+
+async def test_a_client_with_a_predicate_and_a_script_gets_every_event_for_each(
+    router, make_client
+):
+    """The router delivers a predicate's copy of an event at once and the script's when its
+    worker answers, in another frame: both reach their subscriptions."""
+    watcher = await make_client(client_id="watcher")
+    plain: list[Event] = []
+    scripted: list[Event] = []
+    await watcher.subscribe("i >= 0", plain.append)
+    await watcher.subscribe(CHEAP, scripted.append, format="script")
+    pub = await make_client()
+    for i in range(20):
+        pub.publish_nowait({"i": i})
+    await wait_for(lambda: len(plain) == 20 and len(scripted) == 20, 10)
+    assert [e.values["i"] for e in plain] == [e.values["i"] for e in scripted] == list(range(20))
