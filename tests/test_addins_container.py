@@ -329,13 +329,16 @@ def test_every_runs_work_at_once_then_on_its_period_never_overlapping(tmp_path: 
     starts: list[float] = []
 
     async def scenario() -> None:
-        ctx = Context(
-            name="t", client=None, settings={}, data_dir=tmp_path, on_failure=failures.append
-        )  # type: ignore[arg-type]
+        failed = asyncio.Event()
+
+        def on_failure(exc: BaseException) -> None:
+            failures.append(exc)
+            failed.set()
+
+        ctx = Context(name="t", client=None, settings={}, data_dir=tmp_path, on_failure=on_failure)  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
         running = 0
         slow = asyncio.Event()
-        fifth = asyncio.Event()
 
         async def work() -> None:
             nonlocal running
@@ -345,17 +348,14 @@ def test_every_runs_work_at_once_then_on_its_period_never_overlapping(tmp_path: 
             if len(starts) == 3:
                 await slow.wait()  # overruns: the next run must wait for it
             if len(starts) == 5:
-                fifth.set()
                 raise RuntimeError("boom")
             running -= 1
 
         began = loop.time()
         ctx.every(period, work)
-        await asyncio.sleep(2.5 * period)  # the third run starts and overruns its period
-        await asyncio.sleep(2.5 * period)
-        slow.set()  # at 5 periods: the third run ends here
-        await fifth.wait()
-        await asyncio.sleep(0)
+        # The third run starts at 2 periods and overruns its period: it ends at 5.
+        loop.call_at(began + 5 * period, slow.set)
+        await failed.wait()  # the fifth run raised, and the failure was told
         await ctx.cancel_tasks()
         starts[:] = [s - began for s in starts]
 

@@ -11,20 +11,18 @@ import math
 import random
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_patterns_index import make_engine, python_kernel_only
 
-import aa.router.patterns.engine as engine_module
 import aa.router.patterns.index.predicate_index as index_module
 from aa.mesh import Event, PatternSpec
-from aa.router.patterns import HostFacts, PatternEngine, PatternSet
+from aa.router.patterns import PatternEngine, PatternSet
 
-NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 OPS = ["<", "<=", ">", ">="]
 NUMBERS = [-2, -1, 0, 0.5, 1, 1.0, 2, 2.5, 3, math.inf, -math.inf]
 STRINGS = ["", "a", "ab", "b"]
@@ -39,22 +37,6 @@ EVENT_VALUES: list[Any] = [
     b"a",
     [1],
 ]
-
-
-def make_engine() -> PatternEngine:
-    host = HostFacts(router_id="r", router_name="r", clock=lambda: NOW, peer_count=lambda: 0)
-    return PatternEngine(host=host, on_failure=lambda keys, code, message: None)
-
-
-@contextmanager
-def python_kernel_only() -> Iterator[None]:
-    """Patterns compiled meanwhile all go to the python kernel: every one evaluated."""
-    with (
-        mock.patch.object(engine_module, "parse_predicate", return_value=None),
-        mock.patch.object(engine_module, "parse_conjunction", return_value=None),
-        mock.patch.object(engine_module, "plan_spaced", return_value=None),
-    ):
-        yield
 
 
 @contextmanager
