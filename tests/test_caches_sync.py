@@ -8,6 +8,7 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from support import FAST, wait_for
 
 from aa.mesh import Event, PatternSpec
@@ -300,3 +301,48 @@ def test_equal_copies_cost_one_digest_each_way() -> None:
     a._offer(Event(values={"i": 1}, id="e1", meta={"time": datetime.now(UTC)}))
     assert exchange(a, b, now + 2) > 2 and [e.id for e in b.fetch("c").events] == ["e1"]
     assert exchange(a, b, now + 4) == 2  # nothing differs: the two digests, nothing more
+
+
+def test_a_digest_hashes_each_shared_log_once_and_a_lone_router_hashes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many clients caching the same pattern share one log: the periodic digest must not
+    hash it once per client (a low-privilege user's hundreds of caches stalled the loop for
+    everyone), yet say for each cache exactly what a peer would compute from its events."""
+    from aa.router.caches import clientcaches
+
+    a = service()
+    now = time.time()
+    for k in range(200):
+        a.register(f"c{k}", PatternSpec(source="True"), ExpiryPolicy(), 600.0)
+    for i in range(300):
+        a._offer(Event(values={"i": i}, id=f"e{i}", meta={"time": datetime.now(UTC)}))
+    a.ack("c7", "e99")  # one cache acknowledged part of the shared log
+    hashed = 0
+    real = clientcaches.id_hash
+
+    def counting(eid: str) -> int:
+        nonlocal hashed
+        hashed += 1
+        return real(eid)
+
+    monkeypatch.setattr(clientcaches, "id_hash", counting)
+    rows = {r[0]: (r[4], int(r[5], 16)) for r in a.sync.digest(now)["caches"]}
+    assert hashed <= 300, hashed  # one pass over the shared log, not 200
+    for client in ("c0", "c7", "c199"):
+        events = a.fetch(client).events
+        xor = 0
+        for e in events:
+            xor ^= real(e.id or "")
+        assert rows[client] == (len(events), xor)
+    assert rows["c7"][0] == 200 and rows["c0"][0] == 300
+    # A router without peers has no one to tell: its sync round hashes nothing.
+    hashed = 0
+    a._peers = Peers()
+    a._spread()
+    assert hashed == 0
+
+
+class Peers:
+    def peer_ids(self) -> list[str]:
+        return []

@@ -65,7 +65,7 @@ from aa.mesh import (
     UsageError,
 )
 
-from ..store import ExpiryPolicy
+from ..store import ExpiryPolicy, id_hash
 from .compact import shrunk
 from .grouplog import Group, Mark, Member, entry_mark, entry_seq, entry_time, mark_of, time_of
 
@@ -395,6 +395,28 @@ class ClientCaches:
     def view(self, client_id: str, now: float) -> list[Event]:
         """Every event the cache holds at *now*, in its order (what a full `fetch` returns)."""
         return self.fetch(client_id, now=now).events
+
+    def id_digests(self, client_ids: Iterable[str], now: float) -> dict[str, tuple[int, int]]:
+        """Per cache of *client_ids* (unknown ones left out): the count and the XOR of the id
+        hashes of what `view` holds at *now*. A cache's events are a tail of its group's log,
+        so each log is hashed once, from its end, however many caches share it."""
+        tails: dict[int, list[int]] = {}
+        out: dict[str, tuple[int, int]] = {}
+        for client_id in client_ids:
+            cache = self._caches.get(client_id)
+            if cache is None:
+                continue
+            group, lo = cache.group, cache.first(self.max_events, now)
+            xors = tails.get(id(group))
+            if xors is None:
+                log, acc = group.log, 0
+                xors = [0] * (len(log) + 1)
+                for i in range(len(log) - 1, group.head - 1, -1):
+                    acc ^= id_hash(log[i][4].id or "")
+                    xors[i] = acc
+                tails[id(group)] = xors
+            out[client_id] = (len(group.log) - lo, xors[lo])
+        return out
 
     def fetch(
         self,

@@ -241,9 +241,10 @@ class ClientCacheService:
 
     def _spread(self) -> None:
         self._spreading = None
-        if self._peers is not None:
+        peer_ids = list(self._peers.peer_ids()) if self._peers is not None else []
+        if peer_ids:  # a lone router hashes nothing
             digest = self.sync.digest(self._clock())
-            for peer_id in self._peers.peer_ids():
+            for peer_id in peer_ids:
                 self._send_sync(peer_id, [digest])
 
     # -- life cycle -------------------------------------------------------------------------

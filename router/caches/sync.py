@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from aa.mesh import Event, PatternError, UsageError
 from aa.mesh.protocol import event_from_wire, event_to_wire
 
-from ..store import Exchanges, chunks, ids_digest, parse_digest, parse_ids
+from ..store import Exchanges, chunks, parse_digest, parse_ids
 from .clientcaches import MAX_CLIENT_CACHES
 from .compact import shrunk
 from .grouplog import Mark, mark_of
@@ -236,16 +236,21 @@ class CacheSync:
     # -- the exchange ---------------------------------------------------------------------------
 
     def digest(self, now: float) -> dict[str, Any]:
-        """The opening message: this router's digest."""
+        """The opening message: this router's digest (a sample past `MAX_DIGEST_CACHES`,
+        drawn before anything is hashed)."""
         caches = self._service._caches
+        held = [c for c in self.versions if c in caches]
+        gone = [[c, [us, tag]] for c, (us, tag, _) in self.gone.items()]
+        complete = len(held) <= MAX_DIGEST_CACHES and len(gone) <= MAX_DIGEST_CACHES
+        if len(held) > MAX_DIGEST_CACHES:
+            held = random.sample(held, MAX_DIGEST_CACHES)
+        if len(gone) > MAX_DIGEST_CACHES:
+            gone = random.sample(gone, MAX_DIGEST_CACHES)
+        sums = caches.id_digests(held, now)
         rows = []
-        for client_id in list(self.versions):
-            if client_id not in caches:
-                continue
+        for client_id in held:
             info = caches.info(client_id)
-            ((count, xor),) = ids_digest(
-                (0, e.id or "") for e in caches.view(client_id, now)
-            ).values() or [(0, 0)]
+            count, xor = sums[client_id]
             rows.append(
                 [
                     client_id,
@@ -256,12 +261,6 @@ class CacheSync:
                     f"{xor:016x}",
                 ]
             )
-        gone = [[c, [us, tag]] for c, (us, tag, _) in self.gone.items()]
-        complete = len(rows) <= MAX_DIGEST_CACHES and len(gone) <= MAX_DIGEST_CACHES
-        if len(rows) > MAX_DIGEST_CACHES:
-            rows = random.sample(rows, MAX_DIGEST_CACHES)
-        if len(gone) > MAX_DIGEST_CACHES:
-            gone = random.sample(gone, MAX_DIGEST_CACHES)
         return {"op": "digest", "caches": rows, "gone": gone, "complete": complete}
 
     def receive(self, peer: str, body: Mapping[str, Any], now: float) -> list[dict[str, Any]]:
@@ -315,7 +314,8 @@ class CacheSync:
         newer: list[str] = []
         gone: list[list[Any]] = []
         out: list[dict[str, Any]] = []
-        for client_id, (count, xor) in theirs.items():
+        same: list[str] = []  # versions and floors agree: compare what the copies hold
+        for client_id in theirs:
             version, floor, idle = extra[client_id]
             tomb = self.tombstone(client_id)
             mine = self.versions.get(client_id) if client_id in caches else None
@@ -329,10 +329,14 @@ class CacheSync:
                 caches.keepalive(client_id, now - idle)
                 if floor is not None:
                     caches.ack_mark(client_id, floor)
-                if floor != caches.floor(client_id) or (count, xor) != self._content(
-                    client_id, now
-                ):
+                if floor != caches.floor(client_id):
                     out += self._ids_for(client_id, now, reply=True)
+                else:
+                    same.append(client_id)
+        mine_sums = caches.id_digests(same, now)  # each shared log hashed once
+        for client_id in same:
+            if mine_sums.get(client_id, (0, 0)) != theirs[client_id]:
+                out += self._ids_for(client_id, now, reply=True)
         if body.get("complete") is True:  # caches the peer has never heard of: send them
             told = theirs.keys() | {c for c, _ in tombs}
             newer += [c for c in self.versions if c not in told and c in caches]
@@ -341,10 +345,6 @@ class CacheSync:
         if gone:
             out.append({"op": "gone", "caches": gone})
         return out + self._defs(newer, now)
-
-    def _content(self, client_id: str, now: float) -> tuple[int, int]:
-        d = ids_digest((0, e.id or "") for e in self._service._caches.view(client_id, now))
-        return d.get(0, (0, 0))
 
     def _defs(self, clients: list[str], now: float) -> list[dict[str, Any]]:
         service, caches = self._service, self._service._caches
