@@ -73,7 +73,7 @@ from .local import LocalSubscription
 from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits, scope_filter
 from .quench import QuenchService
 from .seams import DeliveryBatch, SessionLimits, Subscriber
-from .security import Gate, PartialFrames, router_id_for
+from .security import Gate, Identity, PartialFrames, router_id_for
 from .session import ClientSession
 from .sinks import LocalSinks
 from .store import StoreService, check_history, check_persistable
@@ -199,6 +199,8 @@ class Router:
             mesh_cache=self.mesh_cache,
             flush_cache=self._flush_sinks,
         )
+        if self.security.permissions.path is not None:  # caches see what their owner may
+            self.caches.scope_of = lambda owner: self.security.scope_of(Identity(user=owner))
         #: Quench registrations and notifications across the mesh (`aa.router.quench`).
         self.quench = QuenchService(
             self.id,

@@ -169,6 +169,36 @@ async def test_a_script_sees_only_events_its_owner_may_receive(
             await c.aclose()
 
 
+async def test_a_client_cache_script_sees_only_events_its_owner_may_receive(
+    routers: tuple[Router, Router], pki: Path
+) -> None:
+    """The same attack through a client cache: bob's caching script relabels what it sees as
+    his own type. Each router's copy of his cache runs it over alarms only, so alice's
+    readings never enter it, on the router he asked or on the other one."""
+    r1, r2 = routers
+    bob = await as_user(r1, pki, "bob", client_id="bob-phone")
+    alice, carol = await as_user(r1, pki, "alice"), await as_user(r2, pki, "carol")
+    try:
+        await bob.cache_register('forward(event.copy(type="alarm"))', format="script")
+        await wait_for(lambda: all(len(r.caches) == 1 for r in routers))
+        await alice.publish({"secret": 42}, type="reading")
+        await alice.flush()
+        await carol.publish({"n": 1}, type="alarm")
+        await carol.flush()
+        for router in routers:
+            await wait_for(lambda r=router: len(r.caches.fetch("bob/bob-phone").events) >= 1)
+        await carol.publish({"n": 2}, type="alarm")
+        await carol.flush()
+        for router in routers:  # what each copy holds, in order: nothing of alice's
+            await wait_for(lambda r=router: len(r.caches.fetch("bob/bob-phone").events) >= 2)
+            held = [e.values for e in router.caches.fetch("bob/bob-phone").events]
+            assert held == [{"n": 1}, {"n": 2}], (router.name, held)
+        assert [e.values for e in await bob.cache_fetch()] == [{"n": 1}, {"n": 2}]
+    finally:
+        for c in (bob, alice, carol):
+            await c.aclose()
+
+
 async def test_predicates_users_run_no_pattern_code(
     routers: tuple[Router, Router], pki: Path
 ) -> None:

@@ -73,6 +73,7 @@ from aa.mesh import (
 from aa.mesh.protocol import CacheRequest
 
 from ..memory import give_back
+from ..patterns import Matcher, admits
 from ..seams import ClientPort, Controls, Sink
 from ..store import ExpiryPolicy, as_spec, check_since, mark_historical
 from .clientcaches import CacheInfo, ClientCaches, Fetched
@@ -160,6 +161,11 @@ class ClientCacheService:
         )
         self.counters: Counter[str] = Counter()
         self._specs: dict[str, PatternSpec] = {}  # client id → its pattern
+        self._keys: dict[str, Hashable] = {}  # client id → the key of its pattern's group
+        #: The event types a cache's owner may receive (`Gate.scope_of`; None: any type),
+        #: set by the router when a permissions file is in force. A cache's pattern runs
+        #: only over those: caches of one pattern share a matcher only within one scope.
+        self.scope_of: Callable[[str], tuple[str, ...] | None] | None = None
         self._matchers: dict[Hashable, list[Any]] = {}  # spec key → [matcher, caches using it]
         self._index = CacheIndex()  # which of those patterns take an event
         self._flooded: dict[str, float] = {}  # client id → when its keep-alive last flooded
@@ -223,6 +229,10 @@ class ClientCacheService:
     def _check_remote(self, client_id: str, matcher: Any, events: list[Event]) -> None:
         """A peer's events for a cache whose pattern runs in a worker: checked there, then
         kept (a line A–B–C heals for such caches too, not only by the flood)."""
+
+        scope = getattr(matcher, "scope", None)
+        if scope is not None:  # what its owner may not receive, the pattern never sees
+            events = [e for e in events if admits(scope, e.type)]
 
         async def check() -> None:
             try:
@@ -409,10 +419,15 @@ class ClientCacheService:
         floor: Mark | None = None,
         now: float | None = None,
     ) -> None:
-        key = (spec.kernel, spec.format, spec.source)
+        owner, slash, _ = client_id.partition("/")  # `cache_key`: owner/client id
+        scope = self.scope_of(owner) if slash and self.scope_of is not None else None
+        if scope is not None and "*" in scope:
+            scope = None
+        base = (spec.kernel, spec.format, spec.source)
+        key: Hashable = base if scope is None else (*base, scope)
         entry = self._matchers.get(key)
-        matcher = entry[0] if entry is not None else self._matcher(spec)
-        old = self._specs.get(client_id)
+        matcher = entry[0] if entry is not None else self._scoped(self._matcher(spec), scope)
+        old_key = self._keys.get(client_id)
         self._caches.register(
             client_id,
             matcher,
@@ -432,13 +447,26 @@ class ClientCacheService:
 
                 cast(_Standing, matcher).start(accepted, client_id)
             self._changed()
-        old_key = None if old is None else (old.kernel, old.format, old.source)
         if old_key != key:
             entry[1] += 1
             if old_key is not None:
                 self._release(old_key)
         self._specs[client_id] = spec
+        self._keys[client_id] = key
         self._update_sink()
+
+    @staticmethod
+    def _scoped(matcher: Any, scope: tuple[str, ...] | None) -> Any:
+        """*matcher*, made to run only over the event types *scope* admits. A predicate-tier
+        matcher stays as it is (it keeps no state and its answers are filtered by scope in
+        `_offer`); a worker's gets the scope (its worker leaves other events out); pattern
+        code in the router is wrapped."""
+        if scope is None or (isinstance(matcher, Matcher) and matcher.indexable):
+            return matcher
+        if getattr(matcher, "remote", False):
+            matcher.scope = scope
+            return matcher
+        return ScopedMatcher(matcher, scope)
 
     def _remove(self, client_id: str) -> bool:
         removed = self._caches.remove(client_id)
@@ -447,12 +475,14 @@ class ClientCacheService:
         return removed
 
     def _forget(self, client_id: str) -> None:
-        spec = self._specs.pop(client_id, None)
+        self._specs.pop(client_id, None)
+        key = self._keys.pop(client_id, None)
         self._flooded.pop(client_id, None)
         self._specs, self._flooded = shrunk(self._specs), shrunk(self._flooded)
+        self._keys = shrunk(self._keys)
         self.sync.lapsed(client_id)
-        if spec is not None:
-            self._release((spec.kernel, spec.format, spec.source))
+        if key is not None:
+            self._release(key)
 
     def _release(self, key: Hashable) -> None:
         entry = self._matchers.get(key)
@@ -472,7 +502,7 @@ class ClientCacheService:
     def patterns(self) -> list[tuple[PatternSpec, Any]]:
         """Each distinct pattern of the caches with its matcher (a `PatternEngine.matcher`,
         or a worker's `RemoteMatcher`): what the caches want from the mesh."""
-        specs = {(s.kernel, s.format, s.source): s for s in self._specs.values()}
+        specs = {self._keys[c]: s for c, s in self._specs.items()}
         return [(specs[k], m[0]) for k, m in self._matchers.items() if k in specs]
 
     def _registration(self, client_id: str, *, full: bool = False) -> dict[str, Any]:
@@ -507,6 +537,8 @@ class ClientCacheService:
 
     def _offer(self, event: Event) -> None:
         keys = self._index.match(event)
+        if keys and self.scope_of is not None:  # a scoped key holds its scope last
+            keys = [k for k in keys if _admitted(k, event.type)]
         if keys:
             self._caches.offer(event, self._clock(), keys=keys)
 
@@ -620,3 +652,31 @@ class ClientCacheService:
         client cache (*owner*'s for the session's client id); only what *receives* admits
         is answered. See `aa.router.caches.requests`."""
         handle_request(self, session, msg, owner=owner, receives=receives)
+
+
+def _admitted(key: Hashable, type_: str | None) -> bool:
+    """Whether the caches of group *key* may take an event of *type_* (a scoped key holds
+    its owner's scope last: `ClientCacheService._register`)."""
+    parts = cast(tuple[Any, ...], key)
+    return len(parts) == 3 or admits(parts[3], type_)
+
+
+class ScopedMatcher:
+    """A client cache's pattern code in the router, run only over the event types its
+    owner may receive (`ClientCacheService._scoped`): a script never sees, counts or
+    relabels an event of another type."""
+
+    __slots__ = ("_inner", "_scope")
+
+    def __init__(self, inner: Callable[[Event], bool], scope: tuple[str, ...]) -> None:
+        self._inner, self._scope = inner, scope
+
+    def __call__(self, event: Event) -> bool:
+        return admits(self._scope, event.type) and self._inner(event)
+
+    @property
+    def stopped(self) -> Any:
+        return getattr(self._inner, "stopped", None)
+
+    def close(self) -> None:
+        getattr(self._inner, "close", lambda: None)()

@@ -84,7 +84,7 @@ class RemoteMatcher(Matcher):
     A pattern that breaks the sandbox is stopped (`stopped` says why) and accepts nothing
     more, as an in-process matcher."""
 
-    __slots__ = ("_tier", "_spec", "_params", "_on_accept", "placed")
+    __slots__ = ("_tier", "_spec", "_params", "_on_accept", "placed", "scope")
 
     def __init__(
         self, tier: WorkerTier, spec: PatternSpec, params: dict[str, Any], bucket: Bucket
@@ -94,6 +94,9 @@ class RemoteMatcher(Matcher):
         self._on_accept: Callable[[Event], None] | None = None
         #: Placed on a worker (standing or for a query).
         self.placed = False
+        #: The event types it may see (its owner's, `scope.py`; None: any type): its worker
+        #: runs it standing over those only; a caller of `select` gives it only those.
+        self.scope: tuple[str, ...] | None = None
 
     remote = True
 
@@ -106,7 +109,9 @@ class RemoteMatcher(Matcher):
         self._on_accept = on_accept
         if not self.placed and self.stopped is None:
             self.placed = True
-            self._tier.open().subscribe(self, self._spec, self._params, client, MATCHER)
+            self._tier.open().subscribe(
+                self, self._spec, self._params, client, MATCHER, scope=self.scope
+            )
 
     def close(self) -> None:
         """Remove it from its worker (no-op if not placed)."""
