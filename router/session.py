@@ -116,8 +116,8 @@ CLOSE_GRACE = 30.0
 #: Requests of one connection the router may refuse in a row (a subscription past its cap, a
 #: pattern or a type its user may not use) before it closes that connection: a program that
 #: reads its answers stays far under it, one that keeps trying costs an error frame each and
-#: is closed instead, its address spending one refusal of its budget at the port
-#: (`aa.router.security.RefusalBudget`).
+#: is closed instead, and its address held back at the port for a while
+#: (`aa.router.security.RefusalBudget.hold`).
 MAX_REFUSALS = 100
 #: Refusals a second a connection earns back: a client refused now and then is never closed.
 REFUSALS_EARNED = 5.0
@@ -614,7 +614,9 @@ class ClientSession(asyncio.Protocol):
             self.send(error)
             return
         self.counters["refused_too_often"] += 1
-        self.router.security.strangers.refused(self.host, now)
+        # Its address is held back at the port (`RefusalBudget.hold`): a client that
+        # reconnects at once would cost a handshake and its subscriptions again, each time.
+        self.router.security.strangers.hold(self.host, now)
         log.info(
             "closing %s: %d requests refused in a row, the last: %s",
             self.client_id or self.address,
