@@ -74,6 +74,8 @@ __all__ = [
     "check_flood_meta",
     "SEEN_IDS_MAX",
     "SEEN_IDS_MAX_AGE",
+    "CONTROL_IDS_MAX",
+    "CONTROL_IDS_MAX_AGE",
     "DEFAULT_TTL",
     "MAX_TTL",
     "MAX_PATH_LENGTH",
@@ -86,6 +88,17 @@ SEEN_IDS_MAX: Final = 1_000_000
 #: Longest time an id is remembered, in seconds. Covers a client that re-publishes (same id)
 #: on another router after a fail-over, which takes seconds to minutes.
 SEEN_IDS_MAX_AGE: Final = 300.0
+#: Most control-message ids a router remembers, in ids (about 10 MB), in a set of their own
+#: (`FloodRules.for_controls`): controls come from routers (cache registrations and their
+#: keep-alives, quench, interests, addresses), so a client that floods cache requests, or a
+#: peer that floods controls, fills this set and not the events' (whose ids it would push out
+#: early), and costs bounded memory on a lone router as on a mesh. A mesh sends a few controls
+#: a second per router; 100,000 is minutes of a flood of thousands a second.
+CONTROL_IDS_MAX: Final = 100_000
+#: Longest time a control id is remembered, in seconds. A control's id is made by its router
+#: and never re-sent after a fail-over (unlike an event's), so it only needs to outlast the
+#: copies racing round the mesh: seconds.
+CONTROL_IDS_MAX_AGE: Final = 60.0
 #: Hops an event may make from its origin, in hops. Reaching every router whatever the timing
 #: needs n-1 for n routers (see the module doc); Å meshes are dozens of routers. A large ttl
 #: costs no messages: only the path of a copy that really makes many hops grows.
@@ -237,6 +250,13 @@ class FloodRules:
         self.router_id = router_id
         self.seen = seen if seen is not None else SeenIds()
         self.initial_ttl = initial_ttl
+
+    def for_controls(self) -> FloodRules:
+        """The same rules for control messages, over a seen set of their own, smaller and
+        shorter-lived (`CONTROL_IDS_MAX`, `CONTROL_IDS_MAX_AGE`): a flood of controls can
+        neither grow past it nor push events' ids out."""
+        seen = SeenIds(max_ids=CONTROL_IDS_MAX, max_age=CONTROL_IDS_MAX_AGE)
+        return FloodRules(self.router_id, seen=seen, initial_ttl=self.initial_ttl)
 
     def originate(self, id: str, now: float) -> Hop | None:
         """A new thing from a local client (or this router): the ttl and path to stamp on it.

@@ -113,6 +113,14 @@ LINGER = 1.0
 #: why comes after up to the backlog bound of deliveries) before it is cut: one that never
 #: reads would otherwise keep its buffers, and the router's memory, for good.
 CLOSE_GRACE = 30.0
+#: Requests of one connection the router may refuse in a row (a subscription past its cap, a
+#: pattern or a type its user may not use) before it closes that connection: a program that
+#: reads its answers stays far under it, one that keeps trying costs an error frame each and
+#: is closed instead, and its address held back at the port for a while
+#: (`aa.router.security.RefusalBudget.hold`).
+MAX_REFUSALS = 100
+#: Refusals a second a connection earns back: a client refused now and then is never closed.
+REFUSALS_EARNED = 5.0
 #: Bytes in a client's transport above which it pauses us (`pause_writing`), unless the
 #: backlog bound is lower: the bound is only ever passed while paused, so the transport
 #: always says when it drains (`resume_writing`, which tells the client what it missed).
@@ -358,6 +366,9 @@ class ClientSession(asyncio.Protocol):
         #: Done when the transport drains while `writing` is not `FLOWING` (bulk senders wait).
         self._writable: asyncio.Future[None] | None = None
         self._cut: asyncio.TimerHandle | None = None  # aborts a closed connection that never drains
+        #: Refusals it may still have (`MAX_REFUSALS`) as of `_refused_at` (monotonic seconds).
+        self._refusals_left = float(MAX_REFUSALS)
+        self._refused_at = 0.0
 
     # -- the state machines ----------------------------------------------------------------
 
@@ -591,6 +602,34 @@ class ClientSession(asyncio.Protocol):
         events = self.permitted(msg.events)  # what the user may not publish is refused
         self.router.accept_publish(self, msg.seq, events, until=until, done=done)
 
+    def refuse(self, error: Error, now: float | None = None) -> None:
+        """Tell the client a request of its was refused (*error*); past `MAX_REFUSALS` in a
+        row (earning `REFUSALS_EARNED` a second back), close the connection saying why.
+        *now*: monotonic seconds (default: the clock's now)."""
+        now = time.monotonic() if now is None else now
+        left = self._refusals_left + (now - self._refused_at) * REFUSALS_EARNED
+        self._refusals_left = min(float(MAX_REFUSALS), left) - 1.0
+        self._refused_at = now
+        if self._refusals_left >= 0.0:
+            self.send(error)
+            return
+        self.counters["refused_too_often"] += 1
+        # Its address is held back at the port (`RefusalBudget.hold`): a client that
+        # reconnects at once would cost a handshake and its subscriptions again, each time.
+        self.router.security.strangers.hold(self.host, now)
+        log.info(
+            "closing %s: %d requests refused in a row, the last: %s",
+            self.client_id or self.address,
+            MAX_REFUSALS,
+            error.message,
+            extra=self.log_fields(),
+        )
+        self.fail(
+            "refused-too-often",
+            f"closing this connection: {MAX_REFUSALS} requests refused in a row "
+            f"(the last: {error.code}: {error.message})",
+        )
+
     def _may(self, rule: str, what: str, ref: int) -> bool:
         """Whether this client's user may do *what* (permission *rule*); tells it why not."""
         gate = self.router.security
@@ -598,7 +637,7 @@ class ClientSession(asyncio.Protocol):
         if rules is not None and getattr(rules, rule):
             return True
         reason = rules.refusal(rule, what) if rules is not None else None
-        self.send(
+        self.refuse(
             Error(
                 code="permission-denied", message=gate.denial(self.identity, rules, reason), ref=ref
             )
@@ -613,7 +652,7 @@ class ClientSession(asyncio.Protocol):
         if rules is not None and refusal is None:
             return False
         message = gate.denial(self.identity, rules, refusal)
-        self.send(Error(code="permission-denied", message=message, ref=ref))
+        self.refuse(Error(code="permission-denied", message=message, ref=ref))
         return True
 
     def permitted(self, events: Sequence[Event]) -> Sequence[Event]:
@@ -625,7 +664,7 @@ class ClientSession(asyncio.Protocol):
         allowed, reason = gate.screen(rules, events, "persist")
         if reason is not None:
             self.counters["refused_permission"] += len(events) - len(allowed)
-            self.send(
+            self.refuse(
                 Error(
                     code="permission-denied",
                     message=f"{len(events) - len(allowed)} event(s) refused: "
@@ -656,13 +695,13 @@ class ClientSession(asyncio.Protocol):
 
     def _subscribe(self, msg: Subscribe) -> None:
         if msg.sub_id in self.subscriptions:
-            self.send(
+            self.refuse(
                 Error(code="duplicate", message=f"sub_id {msg.sub_id} is in use", ref=msg.sub_id)
             )
             return
         limit = self.router.limits.max_subscriptions_per_client
         if len(self.subscriptions) >= limit:
-            self.send(
+            self.refuse(
                 Error(
                     code="limit",
                     message=f"at most {limit} subscriptions per client",
@@ -687,7 +726,7 @@ class ClientSession(asyncio.Protocol):
             self.router.add_subscription(sub, msg.pattern, msg.params, msg.history)
         except (PatternError, UsageError) as exc:
             code = getattr(exc, "code", "pattern-refused")
-            self.send(Error(code=code, message=str(exc), ref=msg.sub_id))
+            self.refuse(Error(code=code, message=str(exc), ref=msg.sub_id))
             return
         self.subscriptions[msg.sub_id] = sub
         self.send(

@@ -101,6 +101,11 @@ log = logging.getLogger("aa.router.caches")
 CACHE_TOPIC: Final = "client-cache"
 #: A cache's keep-alive is flooded at most once per this fraction of its timeout.
 KEEPALIVE_FLOOD_FRACTION: Final = 0.25
+#: Caches removed (by their client, a peer's flood or a lapse) after which the heap is asked
+#: to give its free pages back (`aa.router.memory.give_back`, itself at most once a second),
+#: and whenever the last cache goes: a cache holds kilobytes, so a few hundred gone free
+#: megabytes, while one at a time costs no heap walk.
+TRIM_AFTER_REMOVALS: Final = 256
 
 
 class _Standing(Protocol):
@@ -169,6 +174,7 @@ class ClientCacheService:
         self._matchers: dict[Hashable, list[Any]] = {}  # spec key → [matcher, caches using it]
         self._index = CacheIndex()  # which of those patterns take an event
         self._flooded: dict[str, float] = {}  # client id → when its keep-alive last flooded
+        self._gone_since_trim = 0  # caches removed since the heap was last asked to shrink
         self._sink_on = False
         self._task: asyncio.Task[None] | None = None
         self.queries: set[asyncio.Task[None]] = set()  # GetCached answers awaiting a worker
@@ -472,6 +478,11 @@ class ClientCacheService:
         removed = self._caches.remove(client_id)
         self._forget(client_id)
         self._update_sink()
+        if removed:
+            self._gone_since_trim += 1
+            if self._gone_since_trim >= TRIM_AFTER_REMOVALS or not self._caches:
+                self._gone_since_trim = 0
+                give_back()  # many caches' tables and logs were freed: the pages go back
         return removed
 
     def _forget(self, client_id: str) -> None:

@@ -46,6 +46,11 @@ INTEREST_TOPIC: Final = "interest"
 #: after a quiet spell is flooded at once, the rest of a burst waits and goes as one flood.
 #: Interest changes need no settling (`aa.mesh.interest`).
 SUMMARY_DEBOUNCE: Final = 0.02
+#: A summary made for changes waits at least this many times as long as the last one took to
+#: make, so summaries take at most about a fifth of the loop: one is made from every
+#: subscription and client cache, and thousands of caches registering one after another
+#: (each a change) would otherwise have the loop make little else.
+SUMMARY_COST_FACTOR: Final = 4.0
 #: Seconds between two checks of the summary without a hook (client caches, the store).
 SUMMARY_REFRESH: Final = 1.0
 #: Seconds between two warnings about refused summaries.
@@ -68,6 +73,7 @@ class InterestService:
         self._intervals: dict[str, float] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._made_at = -SUMMARY_DEBOUNCE  # loop time of the last summary made for a change
+        self._cost = 0.0  # seconds the last summary made for a change took to make
         self._next_refresh = 0.0
         self._next_send = 0.0
         self._last_warning = -_WARN_INTERVAL
@@ -88,7 +94,8 @@ class InterestService:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return
-            wait = max(0.0, self._made_at + SUMMARY_DEBOUNCE - loop.time())
+            gap = max(SUMMARY_DEBOUNCE, SUMMARY_COST_FACTOR * self._cost)
+            wait = max(0.0, self._made_at + gap - loop.time())
             self._timer = loop.call_later(wait, self._debounced)
 
     def caches_changed(self) -> None:
@@ -102,7 +109,9 @@ class InterestService:
     def _debounced(self) -> None:
         self._timer = None
         self._made_at = asyncio.get_running_loop().time()
-        self.refresh(time.monotonic())
+        start = time.monotonic()
+        self.refresh(start)
+        self._cost = time.monotonic() - start
 
     def links_changed(self) -> None:
         """A link came up or went: flood the summary now, ahead of any further event."""

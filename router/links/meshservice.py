@@ -572,6 +572,7 @@ class MeshService:
                 self._tell_routers()
                 self.view.expire(now)
                 self.rules.seen.expire(now)
+                self.relay.control_rules.seen.expire(now)
                 self._next_info = now + cfg.info_interval
             next_interest = self.interests.tick(now)
             save_at = dialer.save_at

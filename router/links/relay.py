@@ -42,7 +42,8 @@ Exactly-once dispatch rests on step 3 alone: an event is dispatched only by the
 `FloodRules.first` that records its id, so at most once per router, whatever groups, splits
 and routes its copies take. Queued groups are written as one `Flood` frame per link once
 the batch that produced them is handled, so a router relays thousands of events per system
-call. Control messages take the same rules one message at a time (`receive_control`).
+call. Control messages take the same rules one message at a time (`receive_control`), over
+a seen set of their own (`FloodRules.for_controls`), so a flood of them stays bounded apart.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class Relay:
         counters: Counter[str],
     ) -> None:
         self.rules = rules
+        #: The same rules over a seen set of control ids of its own, bounded apart.
+        self.control_rules = rules.for_controls()
         self._dispatch = dispatch
         self.new_id = new_id
         self._links = links  # the links in use, one per peer
@@ -121,7 +124,7 @@ class Relay:
         """Send a control message to every router of the mesh; returns its id. Raises
         `InvalidValue` for a bad topic or a body outside the value model."""
         cid = self.new_id()
-        hop = self.rules.originate(cid, time.monotonic())
+        hop = self.control_rules.originate(cid, time.monotonic())
         assert hop is not None  # a fresh id
         msg = Control(
             id=cid, ttl=hop.ttl, path=tuple(hop.path), topic=topic, body=dict(body or {}), to=to
@@ -140,7 +143,7 @@ class Relay:
         ):  # each hop appends itself: a forged origin
             self.counters["controls_refused"] += 1
             return
-        hop = self.rules.receive(msg.id, msg.ttl, msg.path, time.monotonic())
+        hop = self.control_rules.receive(msg.id, msg.ttl, msg.path, time.monotonic())
         if hop is None:
             self.counters["control_duplicates"] += 1
             return
@@ -150,7 +153,7 @@ class Relay:
             except Exception:
                 log.exception("control callback %r for %r failed", callback, msg.topic)
         by_id = {other.remote_id: other for other in self._links()}
-        targets = self.rules.forward_to(
+        targets = self.control_rules.forward_to(
             hop, [rid for rid in by_id if rid is not None], link.remote_id
         )
         if targets:

@@ -12,10 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 __all__ = ["admits", "scope_filter"]
 
 
+#: Answers of `admits` remembered, in (scope, type) pairs: it is asked per event and per
+#: subscription of a restricted user (a glob match each), and event types are few; bounded,
+#: since a publisher picks them.
+ADMITS_REMEMBERED = 4096
+
+
+@lru_cache(maxsize=ADMITS_REMEMBERED)
 def admits(scope: tuple[str, ...], type_: str | None) -> bool:
     """Whether *scope* admits events of *type_*: glob patterns; ``"*"`` is any type, untyped
     events included; ``""`` is the untyped events only."""

@@ -268,6 +268,12 @@ class Matcher:
             self.stopped = stop.message
             return False
 
+    def close(self) -> None:
+        """Let it go: its member refers back to it (scripts forward to members), a cycle
+        that only the collector would free, and a router's collector runs rarely; a closed
+        matcher accepts nothing from a script (expressions still answer)."""
+        self._bucket.members = {}
+
     def __repr__(self) -> str:
         return f"<Matcher {self.spec_key[0]}/{self.spec_key[1]} {self.spec_key[2][:40]!r}>"
 
