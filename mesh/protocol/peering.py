@@ -429,7 +429,7 @@ class FloodGroup:
             ttl, path, ids, blob, to = data
             if type(to) is not list or not to:
                 raise InvalidValue("a flood group's 'to' must be a non-empty list")
-            return cls(ttl=ttl, path=path, ids=ids, blob=blob, to=to)
+            return cls(ttl=ttl, path=path, ids=ids, blob=blob, to=tuple(to))
         ttl, path, ids, blob = data
         return cls(ttl=ttl, path=path, ids=ids, blob=blob)
 

@@ -320,7 +320,7 @@ class Relay:
         group: FloodGroup,
         hop: Any,
         came_from: str | None,
-        by_id: dict[str | None, PeerLink],
+        by_id: dict[str, PeerLink],
         peers: list[str],
         now: float,
     ) -> int:
