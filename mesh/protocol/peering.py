@@ -19,7 +19,10 @@ their group (below). Both follow `aa.mesh.flood.FloodRules`.
 
 How events are flooded: groups with an opaque blob
 ---------------------------------------------------
-A `Flood` frame is ``{"kind": "flood", "groups": [[ttl, path, ids, blob], ...]}``. A group
+A `Flood` frame is ``{"kind": "flood", "groups": [[ttl, path, ids, blob], ...]}``; a group
+that goes round a congested link has a fifth element, the routers it is for
+(`FloodGroup.to`, `aa.mesh.detour`), and is sent only to a peer whose hello has
+``"detours": true``. A group
 (`FloodGroup`) is events that share a ttl and a path: ``ids`` lists their event ids, in
 order, and ``blob`` is one msgpack ``bin`` holding the array of their wire arrays
 (``[id, type, values, meta]``, `aa.mesh.protocol.messages.event_to_wire`), packed once with the
