@@ -8,6 +8,7 @@ subpackage `aa.mesh.protocol`; the names most code needs are re-exported here.
 from ._speedups import event_path  # first: decides which event path the modules below load
 from .beacon import Beacon, RouterInfo
 from .datagram import DatagramNetwork, UdpNetwork
+from .detour import Detours, detour_targets
 from .discovery import (
     BROADCAST_INTERVAL,
     DISCOVERY_PORT,
@@ -130,6 +131,7 @@ __all__ = [
     "DEFAULT_TTL",
     "DISCOVERY_PORT",
     "DatagramNetwork",
+    "Detours",
     "Discovery",
     "DiscoveryConfig",
     "ENV_INTERFACES",
@@ -202,6 +204,7 @@ __all__ = [
     "check_endpoint",
     "check_value",
     "check_values",
+    "detour_targets",
     "event_from_json",
     "event_to_json",
     "event_path",

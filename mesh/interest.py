@@ -552,6 +552,11 @@ class MeshInterests:
             self._complete = complete
         return self._graph
 
+    def graph(self) -> Mapping[str, Sequence[str]]:
+        """Router → the routers it has links with (both ends claim them), in id order. The
+        same object until the view changes (read only)."""
+        return self._build()
+
     def tree(self, source: str) -> _Tree | None:
         """The tree of *source*, or None if *source* is unknown."""
         tree = self._trees.get(source)

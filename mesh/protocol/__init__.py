@@ -84,6 +84,7 @@ from .messages import (
 )
 from .peering import (
     MAX_GROUP_EVENTS,
+    MAX_GROUP_TO,
     MAX_KNOWN_ROUTERS,
     MAX_NAME_LENGTH,
     MAX_TOPIC_LENGTH,
@@ -142,6 +143,7 @@ __all__ = [
     "STEP_ABOVE",
     "IN_PROGRESS",
     "MAX_GROUP_EVENTS",
+    "MAX_GROUP_TO",
     "MAX_KNOWN_ROUTERS",
     "MAX_NAME_LENGTH",
     "MAX_NOTICE_CHANGES",

@@ -19,7 +19,10 @@ their group (below). Both follow `aa.mesh.flood.FloodRules`.
 
 How events are flooded: groups with an opaque blob
 ---------------------------------------------------
-A `Flood` frame is ``{"kind": "flood", "groups": [[ttl, path, ids, blob], ...]}``. A group
+A `Flood` frame is ``{"kind": "flood", "groups": [[ttl, path, ids, blob], ...]}``; a group
+that goes round a congested link has a fifth element, the routers it is for
+(`FloodGroup.to`, `aa.mesh.detour`), and is sent only to a peer whose hello has
+``"detours": true``. A group
 (`FloodGroup`) is events that share a ttl and a path: ``ids`` lists their event ids, in
 order, and ``blob`` is one msgpack ``bin`` holding the array of their wire arrays
 (``[id, type, values, meta]``, `aa.mesh.protocol.messages.event_to_wire`), packed once with the
@@ -83,6 +86,7 @@ __all__ = [
     "MAX_TOPIC_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_GROUP_EVENTS",
+    "MAX_GROUP_TO",
     "MESH_PROTOCOL_VERSION",
 ]
 
@@ -108,6 +112,9 @@ _MAX_KEEPALIVE: Final = 3600.0
 #: of this size when packed, and a group is never merged with another, so a router never
 #: has to re-encode a received group to obey the cap.
 MAX_GROUP_EVENTS: Final = 8192
+#: Most routers a directed group names (`FloodGroup.to`), in router ids. A detour is taken
+#: only toward a known, small set of routers; past it the router keeps the congested link.
+MAX_GROUP_TO: Final = 256
 
 
 def _id(value: Any, name: str, optional: bool = False) -> None:
@@ -183,9 +190,14 @@ class PeerHello(Message):
     #: before it calls the link dead, so routers with different settings do not cut links
     #: that are alive.
     keepalive: float | None = None
+    #: Whether the sender reads directed flood groups (`FloodGroup.to`): only such a peer is
+    #: sent one. An older router ignores the field, and is never sent one.
+    detours: bool = False
 
     def __post_init__(self) -> None:
         _id(self.router_id, "router_id")
+        if type(self.detours) is not bool:
+            raise InvalidValue("detours must be true or false")
         _name(self.name, "name")
         if self.keepalive is not None:
             k = self.keepalive
@@ -211,6 +223,7 @@ class PeerHello(Message):
             "protocol": self.protocol,
             "routers": [r.to_wire() for r in self.routers],
             **({} if self.keepalive is None else {"keepalive": self.keepalive}),
+            **({"detours": True} if self.detours else {}),
         }
 
 
@@ -226,6 +239,16 @@ class PeerRouters(Message):
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": self.kind, "routers": [r.to_wire() for r in self.routers]}
+
+
+def _group_to(to: Any) -> None:
+    if type(to) is not list and type(to) is not tuple:
+        raise InvalidValue("a flood group's 'to' must be a list")
+    if len(to) > MAX_GROUP_TO:
+        raise InvalidValue(f"a flood group's 'to' names at most {MAX_GROUP_TO} routers")
+    for r in to:
+        if type(r) is not str or not 0 < len(r) <= MAX_ID_LENGTH:
+            raise InvalidValue(f"router ids must be str of 1 to {MAX_ID_LENGTH} characters")
 
 
 def _group_ids(ids: Any) -> None:
@@ -261,6 +284,11 @@ class FloodGroup:
     ids: tuple[str, ...]
     #: msgpack array of the events' wire arrays, as `encode` packs it.
     blob: bytes
+    #: Routers this copy is for, when it goes round a congested link (a *directed* copy,
+    #: `aa.mesh.detour`); empty for the ordinary copy that the flood and interest rules
+    #: route. Sent as a fifth element only when set, and only to a peer whose hello said it
+    #: reads it (`PeerHello.detours`).
+    to: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -272,10 +300,18 @@ class FloodGroup:
             raise InvalidValue("a flood group's events must be bytes (a msgpack bin)")
         _set(self, "path", tuple(self.path))
         _set(self, "ids", tuple(self.ids))
+        if self.to:
+            _group_to(self.to)
+            _set(self, "to", tuple(self.to))
 
     @classmethod
     def trusted(
-        cls, ttl: int, path: Sequence[str], ids: tuple[str, ...], blob: bytes
+        cls,
+        ttl: int,
+        path: Sequence[str],
+        ids: tuple[str, ...],
+        blob: bytes,
+        to: tuple[str, ...] = (),
     ) -> FloodGroup:
         """A group built without checks, for parts already known good (a checked group's ids
         and blob under a hop from `FloodRules`): the relaying hot path."""
@@ -284,10 +320,18 @@ class FloodGroup:
         _set(group, "path", tuple(path))
         _set(group, "ids", ids)
         _set(group, "blob", blob)
+        _set(group, "to", to)
         return group
 
     @classmethod
-    def encode(cls, events: Sequence[Event], *, ttl: int, path: Sequence[str]) -> FloodGroup:
+    def encode(
+        cls,
+        events: Sequence[Event],
+        *,
+        ttl: int,
+        path: Sequence[str],
+        to: Sequence[str] = (),
+    ) -> FloodGroup:
         """Pack *events* (each with an id, each within the value model) into one group.
         Raises `UsageError` if one has no id or cannot be encoded, `InvalidValue` for a bad
         ttl or path or more than `MAX_GROUP_EVENTS` events."""
@@ -298,7 +342,7 @@ class FloodGroup:
             blob = pack_events(events)  # each event's own bytes, shared with its deliveries
         except UsageError as exc:
             raise UsageError(f"cannot encode flooded events: {exc}") from None
-        return cls(ttl=ttl, path=tuple(path), ids=tuple(ids), blob=blob)
+        return cls(ttl=ttl, path=tuple(path), ids=tuple(ids), blob=blob, to=tuple(to))
 
     def decode(self, *, ttl: int | None = None, path: list[str] | None = None) -> list[Event]:
         """The events, checked, each with ``meta`` ttl and path set to *ttl* and *path*
@@ -371,17 +415,24 @@ class FloodGroup:
             raise UsageError(f"cannot split a group whose events do not decode: {exc}") from None
         half = n // 2
         return (
-            FloodGroup.trusted(self.ttl, self.path, self.ids[:half], pack(items[:half])),
-            FloodGroup.trusted(self.ttl, self.path, self.ids[half:], pack(items[half:])),
+            FloodGroup.trusted(self.ttl, self.path, self.ids[:half], pack(items[:half]), self.to),
+            FloodGroup.trusted(self.ttl, self.path, self.ids[half:], pack(items[half:]), self.to),
         )
 
     def to_wire(self) -> list[Any]:
+        if self.to:
+            return [self.ttl, self.path, self.ids, self.blob, self.to]
         return [self.ttl, self.path, self.ids, self.blob]
 
     @classmethod
     def from_wire(cls, data: Any) -> FloodGroup:
-        if type(data) is not list or len(data) != 4:
-            raise InvalidValue("a flood group must be an array [ttl, path, ids, events]")
+        if type(data) is not list or not 4 <= len(data) <= 5:
+            raise InvalidValue("a flood group must be an array [ttl, path, ids, events(, to)]")
+        if len(data) == 5:
+            ttl, path, ids, blob, to = data
+            if type(to) is not list or not to:
+                raise InvalidValue("a flood group's 'to' must be a non-empty list")
+            return cls(ttl=ttl, path=path, ids=ids, blob=blob, to=tuple(to))
         ttl, path, ids, blob = data
         return cls(ttl=ttl, path=path, ids=ids, blob=blob)
 
@@ -431,7 +482,13 @@ class Flood(Message):
         return sum(len(g.ids) for g in self.groups)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "groups": [[g.ttl, g.path, g.ids, g.blob] for g in self.groups]}
+        return {
+            "kind": self.kind,
+            "groups": [
+                [g.ttl, g.path, g.ids, g.blob, g.to] if g.to else [g.ttl, g.path, g.ids, g.blob]
+                for g in self.groups
+            ],
+        }
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Flood:

@@ -32,6 +32,13 @@ __all__ = [
 #: than buffered: a stalled peer must not grow our memory without bound. Some 100,000
 #: typical events, seconds of full-speed traffic: a peer that is only slower catches up.
 MAX_PEER_BACKLOG: Final = 32 * 1024 * 1024
+#: Bytes in a link's send buffer above which it is congested: a few frames of a busy link
+#: (a flood frame is up to a batch of events), far below `MAX_PEER_BACKLOG`, so a router goes
+#: round a slow peer long before it would drop events for it.
+CONGESTED_ABOVE: Final = 256 * 1024
+#: Bytes below which a congested link is free again: a quarter of `CONGESTED_ABOVE` (the
+#: proportions of asyncio's own write-buffer marks).
+CONGESTED_BELOW: Final = 64 * 1024
 #: Seconds between pings on an idle peer link. A link that has carried nothing for three of
 #: these is taken as broken (a cable pulled does not close a TCP connection by itself).
 PEER_KEEPALIVE: Final = 5.0
@@ -84,6 +91,14 @@ class MeshConfig:
     #: any router keeps a mesh cache); False, its mesh cache holds the events that reach it
     #: anyway (its subscribers', its store's, the ones it relays).
     cache_interest: bool = False
+    #: Under interest routing, bytes waiting in a link's send buffer (the transport's, past
+    #: what the kernel took) above which the link counts as congested: new events for the
+    #: routers behind it go round it when another path reaches them (`aa.mesh.detour`).
+    #: 0: never go round.
+    congested_above: int = CONGESTED_ABOVE
+    #: Bytes below which a congested link counts as free again (the normal path is used
+    #: again). Below `congested_above`, so that a link near the bound does not flap.
+    congested_below: int = CONGESTED_BELOW
 
     def __post_init__(self) -> None:
         if type(self.ttl) is not int or not 1 <= self.ttl <= MAX_TTL:
@@ -110,6 +125,12 @@ class MeshConfig:
             raise UsageError("max_backlog must be a positive number of bytes")
         if self.routing not in ROUTINGS:
             raise UsageError(f"routing must be one of {', '.join(ROUTINGS)}")
+        for name in ("congested_above", "congested_below"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise UsageError(f"{name} must be a number of bytes, 0 or more")
+        if self.congested_above and not self.congested_below < self.congested_above:
+            raise UsageError("congested_below must be less than congested_above")
         if type(self.cache_interest) is not bool:
             raise UsageError("cache_interest must be True or False")
 

@@ -501,6 +501,7 @@ class MeshService:
             client=self.advertised,
             routers=tuple(self.dialer.known_routers(self._link_list)),
             keepalive=self.config.keepalive,
+            detours=True,
         )
 
     async def _connect(self, address: str) -> None:

@@ -167,6 +167,7 @@ class PeerLink(asyncio.Protocol):
         self._queue: list[FloodGroup] = []
         self._queued_events = 0
         self._dirty = False
+        self._congested = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -386,6 +387,27 @@ class PeerLink(asyncio.Protocol):
         transport.write(data)
         self.written += len(data)
         self.last_sent = time.monotonic()
+
+    @property
+    def congested(self) -> bool:
+        """Whether the send buffer is past `MeshConfig.congested_above` (and has not yet
+        drained below `congested_below`: hysteresis)."""
+        transport = self.transport
+        above = self.mesh.config.congested_above
+        if transport is None or not above:
+            return False
+        size = transport.get_write_buffer_size()
+        if self._congested:
+            if size <= self.mesh.config.congested_below:
+                self._congested = False
+        elif size > above:
+            self._congested = True
+        return self._congested
+
+    @property
+    def reads_detours(self) -> bool:
+        """Whether the peer said it reads directed flood groups (`FloodGroup.to`)."""
+        return self.remote is not None and self.remote.detours
 
     def unsent(self, target: int) -> bool:
         """Whether some of the first *target* bytes written are still in our buffer (not yet

@@ -55,7 +55,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from aa.mesh import Control, Event, FloodRules, UsageError
+from aa.mesh import Control, Detours, Event, FloodRules, UsageError, detour_targets
 from aa.mesh.protocol import MAX_GROUP_EVENTS, FloodGroup
 
 from ..seams import Dispatch
@@ -102,6 +102,15 @@ class Relay:
         self._last_drop_log = -DROP_LOG_INTERVAL
         #: Where events go under interest routing (None, or routing "flood": everywhere).
         self.interests: InterestService | None = None
+        self._detours: Detours | None = None
+
+    @property
+    def detours(self) -> Detours:
+        """The ways round congested links, over the interest view."""
+        assert self.interests is not None
+        if self._detours is None or self._detours.view is not self.interests.table.view:
+            self._detours = Detours(self.interests.table.view)
+        return self._detours
 
     # -- control messages -------------------------------------------------------------------
 
@@ -189,19 +198,24 @@ class Relay:
         if interests is not None and interests.routes:
             by_id = {link.remote_id: link for link in links if link.remote_id is not None}
             me = self.rules.router_id
-            for chosen, part in self._route(events, me, None, list(by_id), None, None):
-                self._queue(part, ttl, path, [by_id[rid] for rid in chosen])
+            for chosen, to, part in self._route(events, me, None, list(by_id), None, None):
+                self._queue(part, ttl, path, [by_id[rid] for rid in chosen], to)
             return
         self._queue(events, ttl, path, links)
 
     def _queue(
-        self, events: list[Event], ttl: int, path: tuple[str, ...], links: list[PeerLink]
+        self,
+        events: list[Event],
+        ttl: int,
+        path: tuple[str, ...],
+        links: list[PeerLink],
+        to: tuple[str, ...] = (),
     ) -> None:
         """Pack *events* once and queue the groups on every one of *links*."""
         for start in range(0, len(events), MAX_GROUP_EVENTS):
             chunk = events[start : start + MAX_GROUP_EVENTS]
             try:
-                group = FloodGroup.encode(chunk, ttl=ttl, path=path)
+                group = FloodGroup.encode(chunk, ttl=ttl, path=path, to=to)
             except UsageError as exc:  # never for events a router accepted and stamped
                 log.error("cannot flood %d events: %s", len(chunk), exc)
                 continue
@@ -216,30 +230,151 @@ class Relay:
         peers: list[str],
         hop: Any,
         flood_to: list[str] | None,
-    ) -> list[tuple[tuple[str, ...], list[Event]]]:
+    ) -> list[tuple[tuple[str, ...], tuple[str, ...], list[Event]]]:
         """*events* split by the peers each goes to under interest routing: the peers the
         rule names (among *peers*, never one on the path), or where a flood goes
-        (*flood_to*, or every one of *peers*) when the rule says flood."""
+        (*flood_to*, or every one of *peers*) when the rule says flood. Each part is
+        (peers, the routers a directed copy is for or (), events): an event for a congested
+        link goes round it when it can (`aa.mesh.detour`)."""
         assert self.interests is not None
         targets = self.interests.targets
         now = time.monotonic()
-        path = hop.path if hop is not None else ()
+        path = hop.path if hop is not None else (self.rules.router_id,)
         flooded = tuple(flood_to if flood_to is not None else peers)
-        parts: dict[tuple[str, ...], list[Event]] = {}
+        parts: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Event]] = {}
+        congested = self._congested(peers)
         n_flooded = 0
         for ev in events:
             chosen = targets(source, came_from, ev, now)
             if chosen is None:
-                key = flooded
+                if flooded:
+                    parts.setdefault((flooded, ()), []).append(ev)
                 n_flooded += 1
-            else:
-                key = tuple(p for p in chosen if p in peers and p not in path)
-            if key:
-                parts.setdefault(key, []).append(ev)
+                continue
+            chosen = [p for p in chosen if p in peers and p not in path]
+            if congested and not congested.isdisjoint(chosen):
+                for key in self._detour(source, path, chosen, congested, ev):
+                    parts.setdefault(key, []).append(ev)
+            elif chosen:
+                parts.setdefault((tuple(chosen), ()), []).append(ev)
         counters = self.counters
         counters["interest_flooded"] += n_flooded
         counters["interest_routed"] += len(events) - n_flooded
-        return list(parts.items())
+        return [(to_peers, to, part) for (to_peers, to), part in parts.items()]
+
+    # -- round congested links (`aa.mesh.detour`) --------------------------------------------
+
+    def _congested(self, peers: list[str]) -> set[str]:
+        """The *peers* whose links are congested now."""
+        if not self.interests or not self.interests.config.congested_above:
+            return set()
+        return {
+            link.remote_id
+            for link in self._links()
+            if link.remote_id in peers and link.congested and link.remote_id is not None
+        }
+
+    def _reads_detours(self, rid: str) -> bool:
+        return any(link.remote_id == rid and link.reads_detours for link in self._links())
+
+    def _detour(
+        self,
+        source: str,
+        path: tuple[str, ...],
+        chosen: list[str],
+        congested: set[str],
+        ev: Event,
+    ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Where *ev* goes when some of the *chosen* peers are congested: each congested one
+        is replaced by directed copies to the neighbours that reach the routers it was for
+        (rules 1-2), when all of them can be reached so and read directed copies; else it
+        keeps its link. A neighbour that also had the ordinary copy gets one directed copy."""
+        assert self.interests is not None
+        view = self.interests.table.view
+        me = self.rules.router_id
+        plain: list[str] = []
+        directed: dict[str, list[str]] = {}
+        for c in chosen:
+            if c not in congested:
+                plain.append(c)
+                continue
+            wanted = detour_targets(view, source, c, ev)
+            hops = (
+                self.detours.first_hops(me, wanted, blocked=path, avoid=congested)
+                if wanted
+                else None
+            )
+            if hops is None or not all(self._reads_detours(h) for h in hops):
+                plain.append(c)
+                continue
+            self.counters["detoured"] += 1
+            for h, ts in hops.items():
+                directed.setdefault(h, []).extend(ts)
+        keys: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        rest = tuple(p for p in plain if p not in directed)
+        if rest:
+            keys.append((rest, ()))
+        for h, ts in directed.items():
+            keys.append(((h,), tuple(sorted(set(ts)))))
+        return keys
+
+    def _receive_directed(
+        self,
+        group: FloodGroup,
+        hop: Any,
+        came_from: str | None,
+        by_id: dict[str, PeerLink],
+        peers: list[str],
+        now: float,
+    ) -> int:
+        """A directed copy (rules 3-5 of `aa.mesh.detour`): dispatch what is fresh here,
+        send the rest of its targets on their way even if seen, and do what the ordinary
+        copy would have; returns the duplicates. Unsure (view unsettled or incomplete), the
+        fresh events are flooded as an ordinary copy."""
+        rules = self.rules
+        me = rules.router_id
+        ids = group.ids
+        self.counters["directed_in"] += len(ids)
+        events = group.decode(ttl=hop.ttl, path=hop.path)  # checked before forwarded
+        fresh: list[Event] = []
+        dispatch = self._dispatch.dispatch
+        for eid, ev in zip(ids, events):
+            if rules.first(eid, now):
+                dispatch(ev)
+                fresh.append(ev)
+        allowed = rules.forward_to(hop, peers, came_from)
+        interests = self.interests
+        table = interests.table if interests is not None else None
+        rest = [t for t in group.to if t != me]
+        hops: dict[str, list[str]] | None = None
+        if table is not None and table.settled(now) and table.view.complete:
+            if not rest:
+                hops = {}
+            else:
+                congested = self._congested(peers)
+                hops = self.detours.first_hops(me, rest, blocked=hop.path, avoid=congested)
+                if hops is None and congested:
+                    hops = self.detours.first_hops(me, rest, blocked=hop.path, avoid=())
+        if hops is None or any(h not in allowed for h in hops):
+            if fresh and allowed:  # unsure: flood what is new here
+                out = FloodGroup.encode(fresh, ttl=hop.ttl, path=hop.path)
+                for rid in allowed:
+                    by_id[rid].queue_group(out)
+            return len(ids) - len(fresh)
+        for h, ts in hops.items():
+            link = by_id[h]
+            to = tuple(sorted(ts)) if link.reads_detours else ()
+            link.queue_group(FloodGroup.trusted(hop.ttl, hop.path, ids, group.blob, to))
+        assert table is not None
+        source = hop.path[0]
+        tree = table.view.tree(source)
+        if fresh and tree is not None and me in tree.parent and not _above(tree.parent, me, rest):
+            parent = tree.parent[me]
+            for chosen, to, part in self._route(fresh, source, parent, peers, hop, allowed):
+                out = FloodGroup.encode(part, ttl=hop.ttl, path=hop.path, to=to)
+                for rid in chosen:
+                    by_id[rid].queue_group(out)
+        return len(ids) - len(fresh)
 
     def link_dirty(self, link: PeerLink) -> None:
         """*link* queued groups: write them at the next `flush`."""
@@ -303,6 +438,9 @@ class Relay:
                 k = len(ids)
                 n += k
                 hop = hop_for(group.ttl, group.path)  # step 1 (rules 2 and 3)
+                if group.to and hop is not None:  # a directed copy: `aa.mesh.detour`
+                    dups += self._receive_directed(group, hop, came_from, by_id, peers, now)
+                    continue
                 if hop is None or all_seen(ids):  # step 2 (rule 1, recording nothing)
                     dups += k
                     continue
@@ -324,11 +462,11 @@ class Relay:
                     continue
                 if routes:
                     parts = self._route(fresh, new_path[0], came_from, peers, hop, targets)
-                    if len(parts) == 1 and len(parts[0][1]) == k:  # all of it, one way
-                        targets = list(parts[0][0])
+                    if len(parts) == 1 and len(parts[0][2]) == k and not parts[0][1]:
+                        targets = list(parts[0][0])  # all of it, one way, undirected
                     else:
-                        for chosen, part in parts:
-                            out_group = FloodGroup.encode(part, ttl=hop.ttl, path=new_path)
+                        for chosen, to, part in parts:
+                            out_group = FloodGroup.encode(part, ttl=hop.ttl, path=new_path, to=to)
                             for rid in chosen:
                                 by_id[rid].queue_group(out_group)
                         continue
@@ -345,3 +483,14 @@ class Relay:
             counters["frames_in"] += 1
             if dups:
                 counters["duplicates"] += dups
+
+
+def _above(parent: Mapping[str, str | None], me: str, targets: list[str]) -> bool:
+    """Whether *me* is above one of *targets* in the tree of *parent*."""
+    for t in targets:
+        v = parent.get(t)
+        while v is not None:
+            if v == me:
+                return True
+            v = parent.get(v)
+    return False
