@@ -33,7 +33,14 @@ owns the sockets and the control flood that carries the summaries (`aa.router.li
    - the view is *settled*: nothing changed for `SETTLE_TIME` (a link came or went here, a
      router's links or interest changed, a router appeared or was forgotten);
    - the copy came the tree's way: from this router's parent in the tree of its source (a
-     copy from anywhere else means a router upstream floods, or sees another view).
+     copy from anywhere else means a router upstream floods, or sees another view);
+   - the view is *confirmed*: every router it reaches has been heard from since it last came
+     back into reach. A router that went out of reach (a partition, a link down) may have
+     changed its summary meanwhile without our hearing; when the topology brings it back,
+     its old summary completes the view but may be stale (a subscription made during a
+     short partition). So until every router that came back into reach has told its summary
+     again (the link ends hand over every summary they hold: `aa.router.links.interests`),
+     or `CATCH_UP_TIME` has passed, the router floods.
 
    Otherwise it floods, as without interest routing. Why no event is lost to a change: a
    router that sees a change floods its new summary *at once* (before relaying any further
@@ -70,6 +77,7 @@ __all__ = [
     "PERSISTED",
     "CACHED",
     "SETTLE_TIME",
+    "CATCH_UP_TIME",
     "MAX_FILTERS",
     "MAX_TYPES",
     "MAX_CONSTRAINTS",
@@ -105,6 +113,10 @@ MAX_FOLDED_FILTERS: Final = 1024
 #: Seconds a router floods after any change of the view. Must exceed by far the time a
 #: summary takes to cross the mesh (milliseconds per hop): routers then settle on one view.
 SETTLE_TIME: Final = 1.0
+#: Most seconds a router floods after routers came back into its reach, waiting for their
+#: summaries (handed over by the link ends within a round trip and one flood): a summary that
+#: is lost or slower than this is waited for no longer, and the router routes on its view.
+CATCH_UP_TIME: Final = 2.0
 #: Trees kept per view (sources the router relays for), in trees: each holds a few entries
 #: per router of the mesh.
 MAX_TREES: Final = 256
@@ -557,6 +569,21 @@ class MeshInterests:
         same object until the view changes (read only)."""
         return self._build()
 
+    def reachable(self, me: str) -> set[str]:
+        """The routers joined to *me* by edges of the view (both ends claim them), *me* too
+        if it is in the view."""
+        graph = self._build()
+        if me not in graph:
+            return set()
+        seen = {me}
+        stack = [me]
+        while stack:
+            for w in graph[stack.pop()]:
+                if w not in seen:
+                    seen.add(w)
+                    stack.append(w)
+        return seen
+
     def tree(self, source: str) -> _Tree | None:
         """The tree of *source*, or None if *source* is unknown."""
         tree = self._trees.get(source)
@@ -603,19 +630,43 @@ class InterestTable:
     True
     >>> table.targets("a", None, Event(values={}, type="cold"), now=2.0)
     []
+
+    When "b" goes out of reach and comes back, its summary is stale until it is told again:
+
+    >>> _ = table.local([], Interest.NOTHING, now=3.0)
+    >>> _ = table.local(["b"], Interest.NOTHING, now=10.0)
+    >>> sorted(table.waiting), table.targets("a", None, Event(values={}), now=11.5) is None
+    (['b'], True)
+    >>> table.sync("b", 1, ["a"], Interest.of([InterestFilter(type="hot")]), now=11.5)
+    True
+    >>> table.waiting, table.targets("a", None, Event(values={}), now=11.5)
+    (set(), [])
     """
 
     def __init__(
-        self, router_id: str, *, settle: float = SETTLE_TIME, max_routers: int = 1024
+        self,
+        router_id: str,
+        *,
+        settle: float = SETTLE_TIME,
+        catch_up: float = CATCH_UP_TIME,
+        max_routers: int = 1024,
     ) -> None:
         if type(router_id) is not str or not 0 < len(router_id) <= MAX_ID_LENGTH:
             raise InvalidValue(f"router_id must be a str of 1 to {MAX_ID_LENGTH} characters")
         self.router_id = router_id
         self.settle = settle
+        self.catch_up = catch_up
         self.view = MeshInterests(max_routers=max_routers)
         #: router id → (version, monotonic time last heard) of each remote router.
         self.heard: dict[str, tuple[int, float]] = {}
+        #: Routers of the view not heard from since they last went out of reach.
+        self.unconfirmed: set[str] = set()
+        #: Those of them in reach now: the router floods while any is left (and the wait
+        #: has not run out).
+        self.waiting: set[str] = set()
+        self._reach: set[str] = set()
         self._settled_at = math.inf  # not before our own links are known
+        self._wait_until = -math.inf
 
     def unsettle(self, now: float) -> None:
         """Something changed: flood until `settle` seconds have passed quietly."""
@@ -624,12 +675,19 @@ class InterestTable:
     def settled(self, now: float) -> bool:
         return now >= self._settled_at
 
+    def caught_up(self, now: float) -> bool:
+        """No router that came back into reach is still awaited (or the wait ran out)."""
+        return not self.waiting or now >= self._wait_until
+
     def local(self, peers: Iterable[str], interest: Interest, now: float) -> bool:
         """This router's links and interest; True (and unsettled) if they changed."""
         if self._settled_at == math.inf:
             self._settled_at = now + self.settle
+        links = self.view.peers(self.router_id)
         if self.view.put(self.router_id, peers, interest):
             self.unsettle(now)
+            if self.view.peers(self.router_id) != links:
+                self._recheck(now)
             return True
         return False
 
@@ -639,26 +697,83 @@ class InterestTable:
         """A router's flooded summary. True if the view changed (then unsettled). An older
         version than the one held is stale and ignored; a router the view has no room for
         leaves it incomplete, so this router floods (`InterestTable.targets` then says so)."""
-        if origin == self.router_id:
+        return self._take(origin, version, peers, interest, now, now) is not None
+
+    def sync(
+        self,
+        origin: str,
+        version: int,
+        peers: Iterable[str],
+        interest: Interest,
+        now: float,
+        age: float = 0.0,
+    ) -> bool:
+        """A summary handed over by a peer (held by it, heard *age* seconds ago). True if it
+        is news here — it changed the view, is a newer version, or confirms a router that
+        came back into reach — and so worth handing on to the other peers; each summary is
+        so handed on at most once per router and change, and a stale one never."""
+        held = self.heard.get(origin)
+        at = now - max(age, 0.0)
+        if held is not None and version == held[0]:
+            at = max(at, held[1])
+        was = origin in self.unconfirmed
+        changed = self._take(origin, version, peers, interest, now, at)
+        if changed is None:
             return False
+        return changed or was or held is None or version > held[0]
+
+    def _take(
+        self,
+        origin: str,
+        version: int,
+        peers: Iterable[str],
+        interest: Interest,
+        now: float,
+        at: float,
+    ) -> bool | None:
+        """Record a summary of *origin* heard at *at*: None if it is ignored (ours, stale,
+        no room), else whether it changed the view."""
+        if origin == self.router_id:
+            return None
         held = self.heard.get(origin)
         if held is not None and version < held[0]:
-            return False
+            return None
+        links = self.view.peers(origin)
         try:
             changed = self.view.put(origin, peers, interest)
         except InvalidValue:
             self.unsettle(now)
-            return False
-        self.heard[origin] = (version, now)
+            return None
+        self.heard[origin] = (version, at)
+        self.unconfirmed.discard(origin)
+        self.waiting.discard(origin)
         if changed:
             self.unsettle(now)
+            if self.view.peers(origin) != links:
+                self._recheck(now)
         return changed
+
+    def _recheck(self, now: float) -> None:
+        """The graph changed: routers that left our reach are unconfirmed from now on;
+        unconfirmed ones back in reach are awaited, for at most `catch_up` seconds."""
+        reach = self.view.reachable(self.router_id)
+        left = self._reach - reach
+        left.discard(self.router_id)
+        self.unconfirmed |= left
+        back = (reach - self._reach) & self.unconfirmed
+        if back:
+            self._wait_until = now + self.catch_up
+        self.waiting = reach & self.unconfirmed
+        self._reach = reach
 
     def forget(self, origin: str, now: float) -> bool:
         """Drop *origin* from the view (True, unsettled, if it was there)."""
         self.heard.pop(origin, None)
+        self.unconfirmed.discard(origin)
+        self.waiting.discard(origin)
         if self.view.drop(origin):
             self.unsettle(now)
+            self._recheck(now)
             return True
         return False
 
@@ -674,5 +789,7 @@ class InterestTable:
     ) -> list[str] | None:
         """The peers to send *event* to, or None: flood (unsure). See `MeshInterests.forward`."""
         if now < self._settled_at:
+            return None
+        if self.waiting and now < self._wait_until:
             return None
         return self.view.forward(self.router_id, source, came_from, event)

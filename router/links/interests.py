@@ -13,6 +13,14 @@ of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
 - every `MeshConfig.info_interval` with the same version, so a router that joins learns it
   and a summary nobody repeats is forgotten three of its sender's intervals later.
 
+When a link comes up, each end also hands the other every summary it holds, its own and
+the others' (topic ``interest-sync``, for that peer only: ``{"s": [[origin, version, peers,
+interest, interval, age], ...]}``, in chunks of `SYNC_CHUNK`), and each router hands on to
+its other peers the summaries that are news to it (`InterestTable.sync`). So after a
+partition heals, each side learns the other's summaries in a round trip and one flood
+rather than at their periodic repeats, and a router whose old summaries of the far side may
+be stale floods until they are confirmed (`aa.mesh.interest`, "confirmed").
+
 Routers always share their summaries, whatever their own `MeshConfig.routing`: a flooding
 router still lets its interest-routing neighbours complete their view. The version orders
 one router's summaries (a stale one is ignored); a summary over the caps of
@@ -36,12 +44,25 @@ from aa.mesh import MAX_PEERS, Control, Event, Interest, InterestTable, InvalidV
 if TYPE_CHECKING:
     from .meshservice import MeshService
 
-__all__ = ["InterestService", "INTEREST_TOPIC", "SUMMARY_DEBOUNCE", "SUMMARY_REFRESH"]
+__all__ = [
+    "InterestService",
+    "INTEREST_TOPIC",
+    "SYNC_TOPIC",
+    "SYNC_CHUNK",
+    "SUMMARY_DEBOUNCE",
+    "SUMMARY_REFRESH",
+]
 
 log = logging.getLogger("aa.router.links")
 
 #: Control topic of the interest summaries.
 INTEREST_TOPIC: Final = "interest"
+#: Control topic of the summaries handed over to one peer (a link came up, or news).
+SYNC_TOPIC: Final = "interest-sync"
+#: Summaries in one hand-over message, in summaries: a summary is a few KB at most (the caps
+#: of `aa.mesh.interest`), so a message stays far below the frame cap; a view of `MAX_PEERS`
+#: routers takes 32 messages.
+SYNC_CHUNK: Final = 32
 #: Least seconds between two summaries made for changes of subscriptions: the first change
 #: after a quiet spell is flooded at once, the rest of a burst waits and goes as one flood.
 #: Interest changes need no settling (`aa.mesh.interest`).
@@ -78,6 +99,7 @@ class InterestService:
         self._next_send = 0.0
         self._last_warning = -_WARN_INTERVAL
         mesh.relay.on_control(INTEREST_TOPIC, self.on_summary)
+        mesh.relay.on_control(SYNC_TOPIC, self.on_sync)
 
     @property
     def routes(self) -> bool:
@@ -179,11 +201,106 @@ class InterestService:
             self.counters["interest_malformed"] += 1
             return
         now = time.monotonic()
+        interest = self._interest(origin, body.get("interest"), now)
+        self._intervals[origin] = _interval(body.get("interval"))
+        self.table.receive(origin, version, cast(list[str], peers), interest, now)  # checked
+
+    def hand_over(self, peer_id: str) -> None:
+        """A link with *peer_id* came up (after our new summary was flooded): send it every
+        summary we hold, so that its side of the mesh need not wait for their repeats."""
+        now = time.monotonic()
+        entries: list[list[Any]] = [
+            [
+                self.mesh.id,
+                self.version,
+                sorted(self.mesh.peer_ids()),
+                self.interest.to_wire(),
+                self.config.info_interval,
+                0.0,
+            ]
+        ]
+        for rid, (version, at) in self.table.heard.items():
+            entries.append(self._entry(rid, version, at, now))
+        self._send_sync(peer_id, entries)
+
+    def _entry(self, rid: str, version: int, at: float, now: float) -> list[Any]:
+        view = self.table.view
+        interest = view.interest(rid) or Interest.ANYTHING
+        return [
+            rid,
+            version,
+            list(view.peers(rid)),
+            interest.to_wire(),
+            self._intervals.get(rid, _DEFAULT_INTERVAL),
+            round(max(0.0, now - at), 3),
+        ]
+
+    def _send_sync(self, peer_id: str, entries: list[list[Any]]) -> None:
+        for start in range(0, len(entries), SYNC_CHUNK):
+            if not self.mesh.send_control(
+                peer_id, SYNC_TOPIC, {"s": entries[start : start + SYNC_CHUNK]}
+            ):
+                return
+            self.counters["interest_sync_sent"] += 1
+
+    def on_sync(self, control: Control) -> None:
+        """Summaries a peer handed over: take each (stale ones are ignored), and hand on
+        those that were news here to the other peers."""
+        if control.ttl != 0 or len(control.path) != 1 or control.to != self.mesh.id:
+            self.counters["interest_malformed"] += 1
+            return  # only from the router at the other end of a link, for us
+        sender = control.path[0]
+        entries = control.body.get("s")
+        if type(entries) is not list or len(entries) > SYNC_CHUNK:
+            self.counters["interest_malformed"] += 1
+            return
+        now = time.monotonic()
+        news: list[list[Any]] = []
+        for entry in entries:
+            taken = self._take_entry(entry, now)
+            if taken is not None:
+                news.append(taken)
+        if news:
+            for peer_id in self.mesh.peer_ids():
+                if peer_id != sender:
+                    self._send_sync(peer_id, news)
+
+    def _take_entry(self, entry: object, now: float) -> list[Any] | None:
+        """One handed-over summary: the entry to hand on if it was news, else None."""
+        if type(entry) is not list or len(entry) != 6:
+            self.counters["interest_malformed"] += 1
+            return None
+        origin, version, peers, wire, interval, age = entry
+        if (
+            type(origin) is not str
+            or type(version) is not int
+            or type(peers) is not list
+            or len(peers) > MAX_PEERS
+            or not all(type(p) is str for p in peers)
+            or isinstance(age, bool)
+            or not isinstance(age, (int, float))
+            or not age >= 0.0
+        ):
+            self.counters["interest_malformed"] += 1
+            return None
+        if origin == self.mesh.id:
+            return None
+        every = _interval(interval)
+        if age > 3 * every:
+            return None  # we would forget it at once
+        interest = self._interest(origin, wire, now)
+        if not self.table.sync(origin, version, cast(list[str], peers), interest, now, age):
+            return None
+        self._intervals[origin] = every
+        self.counters["interest_synced"] += 1
+        return [origin, version, peers, interest.to_wire(), every, age]
+
+    def _interest(self, origin: str, wire: object, now: float) -> Interest:
+        """A peer's wire interest, or "anything" (and a warning) past the caps."""
         try:
-            interest = Interest.from_wire(body.get("interest"))
+            return Interest.from_wire(wire)
         except InvalidValue as exc:
             self.counters["interest_refused"] += 1
-            interest = Interest.ANYTHING  # flood toward it: never too little
             if now - self._last_warning >= _WARN_INTERVAL:
                 self._last_warning = now
                 log.warning(
@@ -191,8 +308,7 @@ class InterestService:
                     origin,
                     exc,
                 )
-        self._intervals[origin] = _interval(body.get("interval"))
-        self.table.receive(origin, version, cast(list[str], peers), interest, now)  # checked
+            return Interest.ANYTHING  # flood toward it: never too little
 
     # -- the rule ---------------------------------------------------------------------------
 
@@ -210,6 +326,7 @@ class InterestService:
         return {
             "routing": self.config.routing,
             "settled": self.table.settled(now),
+            "awaited": len(self.table.waiting) if not self.table.caught_up(now) else 0,
             "complete": self.table.view.complete,
             "routers": len(self.table.view),
             "interest": self.interest.to_wire(),

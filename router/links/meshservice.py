@@ -417,6 +417,7 @@ class MeshService:
         self._link_list.append(link)
         link.settle(True)
         self.interests.links_changed()  # before any event is relayed on the new link
+        self.interests.hand_over(rid)  # the summaries we hold, so its side need not wait
         log.info(
             "peer %s up (%s %s)",
             link.label,
