@@ -18,7 +18,10 @@ Systems (--only):
   nats       nats-server (Debian) + nats-py, core NATS (at most once)
   mqtt       Mosquitto (Debian) + paho-mqtt, MQTT 3.1.1 at QoS 0
   mqtt-c     Mosquitto + its C clients mosquitto_pub -l / mosquitto_sub (no Python at all)
-  zenoh      zenoh-python peer to peer (Rust core), no broker, congestion control BLOCK
+  zenoh-router  a Zenoh router (`zenoh.open` with mode "router", its own process) +
+             zenoh-python in client mode at both ends, congestion control BLOCK
+  zenoh      zenoh-python peer to peer (Rust core), no broker: a reference row only, not a
+             target (it skips the hop every other system makes)
 Mosquitto and its clients get TCP_NODELAY, which the others have by default.
 
 Aa's clients publish values and subscribe with an `expr` pattern; the Python peers route on a
@@ -30,18 +33,19 @@ tests/bench/peers/.venv (peers/requirements.txt); peers/setup.sh does both and t
 runs it when something is missing (--no-setup: skip the missing systems instead).
 
 The network stays on this machine: every broker gets a config file that binds one free port
-of 127.0.0.1 only, Zenoh's multicast and gossip scouting are off and its peers listen and
-connect on tcp/127.0.0.1 only, Aa's router runs without discovery; and a guard
-(peers/loopback.py) lists the TCP/UDP sockets of every process the benchmark started once
-a second and stops it, exit status 2, at the first one off loopback. Every run is bounded in
-events and in time (a subscriber stops 10 s after its last event, 300 s at most) and stops
-its broker itself.
+of 127.0.0.1 only, Zenoh's multicast and gossip scouting are off and its sessions (router,
+clients, peers) listen and connect on tcp/127.0.0.1 only, Aa's router runs without
+discovery; and a guard (peers/loopback.py) lists the TCP/UDP sockets of every process the
+benchmark started once a second and stops it, exit status 2, at the first one off loopback.
+Every run is bounded in events and in time (a subscriber stops 10 s after its last event,
+300 s at most) and stops its broker itself.
 
 Output: JSON lines (tests/bench/common.py `report`): `peers-start` (machine, uptime and load,
 versions), one `peers-run` per system and run, one `peers` per system (median events/s of
 the runs with min–max, median p99, the broker's CPU µs per event, events lost), and
-`peers-summary`: the best peer and each Aa client's ratio to it (and to the best peer with
-Python clients, mqtt-c aside).
+`peers-summary`: the best brokered peer (one broker hop, as Aa: nats, mqtt, mqtt-c,
+zenoh-router) and each Aa client's ratio to it, to the best brokered peer with Python
+clients (mqtt-c aside), and, as a reference, to Zenoh peer to peer.
 """
 
 from __future__ import annotations
@@ -77,9 +81,12 @@ SYSTEMS: dict[str, tuple[str, str | None]] = {
     "nats": ("nats", "peers"),
     "mqtt": ("mqtt", "peers"),
     "mqtt-c": ("mqtt", None),
+    "zenoh-router": ("zenoh-router", "peers"),
     "zenoh": ("zenoh", "peers"),
 }
 AA_SYSTEMS = ("aa-client", "aa-async")
+#: Systems without a broker between publisher and subscriber: printed, never the target.
+REFERENCE_SYSTEMS = ("zenoh",)
 WARMUP = 2000  # events before each measured run: connections, caches and JITs settle
 RUN_S = DEADLINE_S + 30  # a run's hard bound: the subscriber's own deadline, and some
 READY_S = 30.0  # a subscriber that has not subscribed by then failed
@@ -338,6 +345,27 @@ def summarize(system: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def ratios(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The best brokered peer and each Aa client's ratio to it; the same against the best
+    brokered peer with Python clients, and against the reference systems (no broker)."""
+    out: dict[str, Any] = {}
+    rate = {s: v["events_per_s"] for s, v in summaries.items()}
+    brokered = [s for s in rate if s not in AA_SYSTEMS and s not in REFERENCE_SYSTEMS]
+    python = [s for s in brokered if SYSTEMS[s][1] is not None]
+    targets = [("best_peer", brokered), ("best_python_peer", python)]
+    targets += [(f"reference_{s}", [s]) for s in REFERENCE_SYSTEMS if s in rate]
+    for name, among in targets:
+        if not among:
+            continue
+        best = max(among, key=lambda s: rate[s])
+        out[name] = best
+        out[f"{name}_events_per_s"] = rate[best]
+        for a in AA_SYSTEMS:
+            if a in rate and rate[best]:
+                out[f"{a}_ratio_to_{name}"] = round(rate[a] / rate[best], 2)
+    return out
+
+
 def uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
@@ -438,31 +466,8 @@ def main() -> int:
     summaries = {s: summarize(s, rs) for s, rs in results.items() if rs}
     for s in summaries.values():
         report("peers", s)
-    peers = {s: v for s, v in summaries.items() if s not in AA_SYSTEMS}
     summary: dict[str, Any] = {"uptime_start": start_uptime, "uptime_end": uptime()}
-    if peers:
-        best = max(peers, key=lambda s: peers[s]["events_per_s"])
-        python_peers = {s: v for s, v in peers.items() if SYSTEMS[s][1] is not None}
-        best_py = (
-            max(python_peers, key=lambda s: python_peers[s]["events_per_s"])
-            if python_peers
-            else None
-        )
-        summary.update(best_peer=best, best_peer_events_per_s=peers[best]["events_per_s"])
-        if best_py:
-            summary.update(
-                best_python_peer=best_py,
-                best_python_peer_events_per_s=peers[best_py]["events_per_s"],
-            )
-        for a in AA_SYSTEMS:
-            if a in summaries and peers[best]["events_per_s"]:
-                summary[f"{a}_ratio_to_best"] = round(
-                    summaries[a]["events_per_s"] / peers[best]["events_per_s"], 2
-                )
-                if best_py and python_peers[best_py]["events_per_s"]:
-                    summary[f"{a}_ratio_to_best_python"] = round(
-                        summaries[a]["events_per_s"] / python_peers[best_py]["events_per_s"], 2
-                    )
+    summary.update(ratios(summaries))
     report("peers-summary", summary)
     return 1 if failures or skipped else 0
 

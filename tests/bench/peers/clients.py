@@ -10,6 +10,8 @@ SYSTEM is one of
   aa-async   Aa, `aa.client.AsyncClient` (as tests/bench/bench_router.py drives it)
   nats       nats-py against nats-server (core NATS, at most once)
   mqtt       paho-mqtt against Mosquitto (MQTT 3.1.1, QoS 0, TCP_NODELAY)
+  zenoh-router  zenoh-python in client mode at both ends, through a Zenoh router
+             (servers.py) listening on ADDRESS
   zenoh      zenoh-python, peer to peer: the subscriber listens on ADDRESS, the publisher
              connects to it; no scouting (multicast and gossip off), loopback only
 
@@ -40,7 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-SYSTEMS = ("aa-client", "aa-async", "nats", "mqtt", "zenoh")
+SYSTEMS = ("aa-client", "aa-async", "nats", "mqtt", "zenoh-router", "zenoh")
 PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'  # Aa: as bench_router.py
 SUBJECT = "lab.readings"  # NATS
 TOPIC = "lab/readings"  # MQTT; also the Zenoh key expression
@@ -298,32 +300,22 @@ def mqtt_pub(address: str, n: int, rate: float | None) -> None:
 # -- Zenoh ----------------------------------------------------------------------------------
 
 
-def zenoh_session(address: str, role: str) -> Any:
-    """A peer-mode session confined to loopback: no multicast scouting (it would join
-    224.0.0.224 on the machine's interfaces), no gossip, one TCP endpoint on 127.0.0.1."""
+def zenoh_session(address: str, role: str, mode: str = "peer") -> Any:
+    """A session confined to loopback (servers.zenoh_config). Peer to peer, the subscriber
+    listens on *address* and the publisher connects to it; in client mode both connect to
+    the router listening there."""
     import zenoh
+    from servers import zenoh_config
 
-    host, _ = address.rsplit(":", 1)
-    if host != "127.0.0.1":
-        raise SystemExit(f"zenoh: refusing a non-loopback address {address}")
-    endpoint = [f"tcp/{address}"]
-    conf = {
-        "mode": "peer",
-        "listen": {"endpoints": endpoint if role == "sub" else []},
-        "connect": {"endpoints": endpoint if role == "pub" else []},
-        "scouting": {
-            "multicast": {"enabled": False, "listen": False},
-            "gossip": {"enabled": False},
-        },
-    }
+    listen = mode == "peer" and role == "sub"
     zenoh.init_log_from_env_or("error")
-    return zenoh.open(zenoh.Config.from_json5(json.dumps(conf)))
+    return zenoh.open(zenoh.Config.from_json5(zenoh_config(mode, address, listen=listen)))
 
 
-def zenoh_sub(address: str, rec: Recorder) -> None:
+def zenoh_sub(address: str, rec: Recorder, mode: str = "peer") -> None:
     import msgpack
 
-    with zenoh_session(address, "sub") as s:
+    with zenoh_session(address, "sub", mode) as s:
         s.declare_subscriber(
             TOPIC, lambda sample: rec.on(msgpack.unpackb(sample.payload.to_bytes())["Sent"])
         )
@@ -331,11 +323,11 @@ def zenoh_sub(address: str, rec: Recorder) -> None:
         rec.wait()
 
 
-def zenoh_pub(address: str, n: int, rate: float | None) -> None:
+def zenoh_pub(address: str, n: int, rate: float | None, mode: str = "peer") -> None:
     import msgpack
     import zenoh
 
-    with zenoh_session(address, "pub") as s:
+    with zenoh_session(address, "pub", mode) as s:
         # BLOCK, not the default DROP: a full queue waits instead of losing events.
         pub = s.declare_publisher(TOPIC, congestion_control=zenoh.CongestionControl.BLOCK)
         deadline = time.monotonic() + 10
@@ -360,6 +352,7 @@ SUBSCRIBERS: dict[str, Callable[[str, Recorder], None]] = {
     "nats": nats_sub,
     "mqtt": mqtt_sub,
     "zenoh": zenoh_sub,
+    "zenoh-router": lambda address, rec: zenoh_sub(address, rec, "client"),
 }
 PUBLISHERS: dict[str, Callable[[str, int, float | None], None]] = {
     "aa-client": aa_client_pub,
@@ -367,6 +360,7 @@ PUBLISHERS: dict[str, Callable[[str, int, float | None], None]] = {
     "nats": nats_pub,
     "mqtt": mqtt_pub,
     "zenoh": zenoh_pub,
+    "zenoh-router": lambda address, n, rate: zenoh_pub(address, n, rate, "client"),
 }
 
 
@@ -376,7 +370,10 @@ def main() -> None:
     )
     ap.add_argument("system", choices=SYSTEMS)
     ap.add_argument("role", choices=("pub", "sub"))
-    ap.add_argument("address", help="HOST:PORT of the broker (zenoh: of the subscriber's listener)")
+    ap.add_argument(
+        "address",
+        help="HOST:PORT of the broker (zenoh: of the subscriber's listener)",
+    )
     ap.add_argument("--events", type=int, required=True)
     ap.add_argument(
         "--rate", type=float, default=None, help="events/s (publisher; default: as fast as it can)"
