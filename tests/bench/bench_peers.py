@@ -42,7 +42,9 @@ Every run is bounded in events and in time (a subscriber stops 10 s after its la
 
 Output: JSON lines (tests/bench/common.py `report`): `peers-start` (machine, uptime and load,
 versions), one `peers-run` per system and run, one `peers` per system (median events/s of
-the runs with min–max, median p99, the broker's CPU µs per event, events lost), and
+the runs with min–max, median p99, the CPU µs per event of the broker, of the publisher
+while it sends and of the subscriber from its subscription to its last event, events lost),
+and
 `peers-summary`: the best brokered peer (one broker hop, as Aa: nats, mqtt, mqtt-c,
 zenoh-router) and each Aa client's ratio to it, to the best brokered peer with Python
 clients (mqtt-c aside), and, as a reference, to Zenoh peer to peer.
@@ -172,6 +174,7 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
         pub = subprocess.Popen(
             [*base, "pub", address, "--events", str(n), *extra],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             text=True,
             env=env,
         )
@@ -183,7 +186,7 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
         while True:
             result = next_line(lines, 0.5)
             if result is not None:
-                return dict(json.loads(result))
+                return {**json.loads(result), "pub_cpu_s": publisher_cpu(pub)}
             if pub.poll() is not None:
                 if pub.returncode != 0:
                     raise RunFailed(f"{system} publisher failed (exit status {pub.returncode})")
@@ -195,12 +198,26 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
     finally:
         if pub is not None:
             assert pub.stdin is not None
-            pub.stdin.close()  # the zenoh publisher lingers until then
+            if not pub.stdin.closed:
+                pub.stdin.close()  # the zenoh publisher lingers until then
             try:
                 pub.wait(servers.STOP_S)
             except subprocess.TimeoutExpired:
                 servers.stop(pub)
         servers.stop(sub)
+
+
+def publisher_cpu(pub: subprocess.Popen[str]) -> float | None:
+    """The CPU seconds the publisher says it spent sending (clients.py `sent()`), once it
+    has ended (stdin closed: the zenoh publisher lingers until then)."""
+    try:
+        out = pub.communicate(timeout=servers.STOP_S)[0]  # closes its stdin
+    except subprocess.TimeoutExpired:
+        return None
+    for line in out.splitlines():
+        if line.startswith("{"):
+            return float(json.loads(line)["cpu_s"])
+    return None
 
 
 def mqtt_c_run(
@@ -293,6 +310,10 @@ def mqtt_c_run(
     return result
 
 
+def per_event(seconds: float | None, n: int) -> float | None:
+    return round(seconds / n * 1e6, 2) if seconds is not None and n else None
+
+
 def measure(system: str, args: argparse.Namespace, tmp: Path, run: int) -> dict[str, Any]:
     """One run of *system*: a fresh broker, a warm-up, throughput, then latency."""
     with servers.start(SYSTEMS[system][0], tmp) as broker:
@@ -317,6 +338,8 @@ def measure(system: str, args: argparse.Namespace, tmp: Path, run: int) -> dict[
         "broker_cpu_us_per_event": round(cpu / t["got"] * 1e6, 2)
         if cpu is not None and t["got"]
         else None,
+        "pub_cpu_us_per_event": per_event(t.get("pub_cpu_s"), args.events),
+        "sub_cpu_us_per_event": per_event(t.get("cpu_s"), t["got"]),
         "rate": args.rate,
         "latency_events": lat["got"],
         "latency_lost": args.latency_events - lat["got"],
@@ -329,7 +352,11 @@ def measure(system: str, args: argparse.Namespace, tmp: Path, run: int) -> dict[
 def summarize(system: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [r["events_per_s"] for r in runs]
     p99 = [r["p99_ms"] for r in runs]
-    cpu = [r["broker_cpu_us_per_event"] for r in runs if r["broker_cpu_us_per_event"] is not None]
+
+    def median(key: str) -> float | None:
+        got = [r[key] for r in runs if r.get(key) is not None]
+        return round(statistics.median(got), 2) if got else None
+
     return {
         "system": system,
         "runs": len(runs),
@@ -340,7 +367,9 @@ def summarize(system: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "p99_ms_min": min(p99),
         "p99_ms_max": max(p99),
         "p50_ms": round(statistics.median(r["p50_ms"] for r in runs), 3),
-        "broker_cpu_us_per_event": round(statistics.median(cpu), 2) if cpu else None,
+        "broker_cpu_us_per_event": median("broker_cpu_us_per_event"),
+        "pub_cpu_us_per_event": median("pub_cpu_us_per_event"),
+        "sub_cpu_us_per_event": median("sub_cpu_us_per_event"),
         "lost": sum(r["lost"] + r["latency_lost"] for r in runs),
     }
 

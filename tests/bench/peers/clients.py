@@ -65,6 +65,7 @@ class Recorder:
         self.first = self.last = 0.0
         self.lat: list[float] = []
         self.done = threading.Event()
+        self.cpu_s = 0.0  # CPU seconds from `ready()` to the end of `wait()`
 
     def on(self, sent: float) -> None:
         now = time.time()
@@ -85,14 +86,21 @@ class Recorder:
         started = time.monotonic()
         while not self.finished(started):
             self.done.wait(POLL_S)
+        self.cpu_s = time.process_time() - _cpu_start[0]
 
     async def await_done(self) -> None:
         started = time.monotonic()
         while not self.finished(started):  # noqa: ASYNC110 (done, or idle/deadline: time-based)
             await asyncio.sleep(POLL_S)
+        self.cpu_s = time.process_time() - _cpu_start[0]
 
     def result(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"got": self.got, "first": self.first, "last": self.last}
+        out: dict[str, Any] = {
+            "got": self.got,
+            "first": self.first,
+            "last": self.last,
+            "cpu_s": self.cpu_s,
+        }
         if len(self.lat) >= 2:
             lat = sorted(self.lat)
             q = statistics.quantiles(lat, n=100)
@@ -100,8 +108,25 @@ class Recorder:
         return out
 
 
+_cpu_start = [0.0]
+
+
 def ready() -> None:
+    """A subscriber's subscription is in place: its CPU time is counted from here."""
+    _cpu_start[0] = time.process_time()
     print("ready", flush=True)
+
+
+def sending() -> None:
+    """A publisher starts sending: its CPU time is counted from here (connecting and
+    importing its client left out)."""
+    _cpu_start[0] = time.process_time()
+
+
+def sent() -> None:
+    """A publisher has sent all (its client has written them out): one JSON line with the
+    CPU seconds (all its threads) since `sending()`."""
+    print(json.dumps({"cpu_s": time.process_time() - _cpu_start[0]}), flush=True)
 
 
 def paced(n: int, rate: float, send: Callable[[int], object]) -> None:
@@ -150,12 +175,14 @@ def aa_client_pub(address: str, n: int, rate: float | None) -> None:
     from aa.client import Client
 
     with Client(address) as c:
+        sending()
         if rate is None:
             for i in range(n):
                 c.publish(values(i, time.time()))
         else:
             paced(n, rate, lambda i: c.publish(values(i, time.time())))
         c.flush(timeout=DEADLINE_S)
+        sent()
 
 
 def aa_async_sub(address: str, rec: Recorder) -> None:
@@ -175,6 +202,7 @@ def aa_async_pub(address: str, n: int, rate: float | None) -> None:
 
     async def main() -> None:
         async with AsyncClient(address) as c:
+            sending()
             if rate is None:
                 for i in range(n):
                     if c.pending >= OUTBOX_HIGH:
@@ -186,6 +214,7 @@ def aa_async_pub(address: str, n: int, rate: float | None) -> None:
             else:
                 await apaced(n, rate, lambda i: c.publish_nowait(values(i, time.time())))
             await c.flush(timeout=DEADLINE_S)
+            sent()
 
     asyncio.run(main())
 
@@ -223,12 +252,14 @@ def nats_pub(address: str, n: int, rate: float | None) -> None:
     async def main() -> None:
         nc = await nats.connect(nats_url(address), allow_reconnect=False, connect_timeout=10)
         pack = msgpack.packb
+        sending()
         if rate is None:
             for i in range(n):
                 await nc.publish(SUBJECT, pack(values(i, time.time())))
         else:
             await apaced(n, rate, lambda i: nc.publish(SUBJECT, pack(values(i, time.time()))))
         await nc.flush(timeout=DEADLINE_S)
+        sent()
         await nc.close()
 
     asyncio.run(main())
@@ -286,6 +317,7 @@ def mqtt_pub(address: str, n: int, rate: float | None) -> None:
     def send(i: int) -> None:
         last[0] = c.publish(TOPIC, pack(values(i, time.time())), qos=0)
 
+    sending()
     if rate is None:
         for i in range(n):
             send(i)
@@ -293,6 +325,7 @@ def mqtt_pub(address: str, n: int, rate: float | None) -> None:
         paced(n, rate, send)
     if last[0] is not None:
         last[0].wait_for_publish(DEADLINE_S)  # QoS 0: written to the socket
+    sent()
     c.disconnect()
     c.loop_stop()
 
@@ -336,11 +369,13 @@ def zenoh_pub(address: str, n: int, rate: float | None, mode: str = "peer") -> N
                 raise SystemExit("zenoh: the subscriber never matched")
             time.sleep(0.01)
         pack = msgpack.packb
+        sending()
         if rate is None:
             for i in range(n):
                 pub.put(pack(values(i, time.time())))
         else:
             paced(n, rate, lambda i: pub.put(pack(values(i, time.time()))))
+        sent()  # its background threads may still be writing: a lower bound
         # Zenoh has no flush: stay connected until bench_peers.py closes our stdin, which it
         # does once the subscriber has reported, so closing cannot cut the last batches.
         sys.stdin.read()
