@@ -133,6 +133,12 @@ def _bad_frames() -> list[bytes]:
         _frame({**publish, "events": [ev] * 400 + [bad_events[9]]}),  # stepped, bad at the end
         _frame({**publish, "events": [["a-1", None, {"x": "y" * 9000}, {}]]}),  # stepped, good
         _frame({"kind": "deliver", "items": [[[1], e] for e in bad_events[:5]]}),
+        _frame({"kind": "deliver", "items": [[[1], ev]] * 300 + [[[2], bad_events[3]]]}),
+        _frame({"kind": "deliver", "items": [[[1], ev], "not an item"]}),
+        _frame({"kind": "deliver", "items": [[[1], ev], [[1], ev, 3]]}),
+        _frame({"kind": "deliver", "items": [[[1], ev], [1, ev]]}),
+        _frame({"kind": "deliver", "items": {"1": ev}}),
+        _frame({"kind": "deliver", "items": [[[1, 2], ["a-2", None, {"x": 1}, None]]]}),
         _frame({"kind": "nope"}),
         _frame([1, 2]),
         (20 * 1024 * 1024).to_bytes(4, "big"),

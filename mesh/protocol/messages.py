@@ -34,7 +34,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 from ..errors import InvalidValue, MalformedFrame, UsageError
 from ..event import MAX_ID_LENGTH, Event
 from ..values import Values, check_values
-from .wire_events import _event, event_from_wire, event_to_wire, events_from_wire_steps
+from .wire_events import (
+    deliver_items,
+    event_from_wire,
+    event_to_wire,
+    events_from_wire_steps,
+)
 
 __all__ = [
     "Message",
@@ -431,21 +436,7 @@ class Deliver(Message):
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Deliver:
-        items = data.get("items")
-        if type(items) is not list:
-            raise MalformedFrame("bad 'deliver' message: items must be a list")
-        out = []
-        for item in items:
-            if type(item) is not list or len(item) != 2 or type(item[0]) is not list:
-                raise MalformedFrame("bad 'deliver' message: each item is [sub_ids, event]")
-            ev = item[1]
-            out.append(
-                (
-                    tuple(item[0]),
-                    _event(ev) if type(ev) is list and len(ev) == 4 else event_from_wire(ev),
-                )
-            )
-        return cls(items=tuple(out))
+        return cls(items=deliver_items(data.get("items")))
 
 
 @register("pattern-failed")

@@ -18,7 +18,10 @@ Systems (--only):
   nats       nats-server (Debian) + nats-py, core NATS (at most once)
   mqtt       Mosquitto (Debian) + paho-mqtt, MQTT 3.1.1 at QoS 0
   mqtt-c     Mosquitto + its C clients mosquitto_pub -l / mosquitto_sub (no Python at all)
-  zenoh      zenoh-python peer to peer (Rust core), no broker, congestion control BLOCK
+  zenoh-router  a Zenoh router (`zenoh.open` with mode "router", its own process) +
+             zenoh-python in client mode at both ends, congestion control BLOCK
+  zenoh      zenoh-python peer to peer (Rust core), no broker: a reference row only, not a
+             target (it skips the hop every other system makes)
 Mosquitto and its clients get TCP_NODELAY, which the others have by default.
 
 Aa's clients publish values and subscribe with an `expr` pattern; the Python peers route on a
@@ -30,18 +33,21 @@ tests/bench/peers/.venv (peers/requirements.txt); peers/setup.sh does both and t
 runs it when something is missing (--no-setup: skip the missing systems instead).
 
 The network stays on this machine: every broker gets a config file that binds one free port
-of 127.0.0.1 only, Zenoh's multicast and gossip scouting are off and its peers listen and
-connect on tcp/127.0.0.1 only, Aa's router runs without discovery; and a guard
-(peers/loopback.py) lists the TCP/UDP sockets of every process the benchmark started once
-a second and stops it, exit status 2, at the first one off loopback. Every run is bounded in
-events and in time (a subscriber stops 10 s after its last event, 300 s at most) and stops
-its broker itself.
+of 127.0.0.1 only, Zenoh's multicast and gossip scouting are off and its sessions (router,
+clients, peers) listen and connect on tcp/127.0.0.1 only, Aa's router runs without
+discovery; and a guard (peers/loopback.py) lists the TCP/UDP sockets of every process the
+benchmark started once a second and stops it, exit status 2, at the first one off loopback.
+Every run is bounded in events and in time (a subscriber stops 10 s after its last event,
+300 s at most) and stops its broker itself.
 
 Output: JSON lines (tests/bench/common.py `report`): `peers-start` (machine, uptime and load,
 versions), one `peers-run` per system and run, one `peers` per system (median events/s of
-the runs with min–max, median p99, the broker's CPU µs per event, events lost), and
-`peers-summary`: the best peer and each Aa client's ratio to it (and to the best peer with
-Python clients, mqtt-c aside).
+the runs with min–max, median p99, the CPU µs per event of the broker, of the publisher
+while it sends and of the subscriber from its subscription to its last event, events lost),
+and
+`peers-summary`: the best brokered peer (one broker hop, as Aa: nats, mqtt, mqtt-c,
+zenoh-router) and each Aa client's ratio to it, to the best brokered peer with Python
+clients (mqtt-c aside), and, as a reference, to Zenoh peer to peer.
 """
 
 from __future__ import annotations
@@ -77,9 +83,12 @@ SYSTEMS: dict[str, tuple[str, str | None]] = {
     "nats": ("nats", "peers"),
     "mqtt": ("mqtt", "peers"),
     "mqtt-c": ("mqtt", None),
+    "zenoh-router": ("zenoh-router", "peers"),
     "zenoh": ("zenoh", "peers"),
 }
 AA_SYSTEMS = ("aa-client", "aa-async")
+#: Systems without a broker between publisher and subscriber: printed, never the target.
+REFERENCE_SYSTEMS = ("zenoh",)
 WARMUP = 2000  # events before each measured run: connections, caches and JITs settle
 RUN_S = DEADLINE_S + 30  # a run's hard bound: the subscriber's own deadline, and some
 READY_S = 30.0  # a subscriber that has not subscribed by then failed
@@ -165,6 +174,7 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
         pub = subprocess.Popen(
             [*base, "pub", address, "--events", str(n), *extra],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             text=True,
             env=env,
         )
@@ -176,7 +186,7 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
         while True:
             result = next_line(lines, 0.5)
             if result is not None:
-                return dict(json.loads(result))
+                return {**json.loads(result), "pub_cpu_s": publisher_cpu(pub)}
             if pub.poll() is not None:
                 if pub.returncode != 0:
                     raise RunFailed(f"{system} publisher failed (exit status {pub.returncode})")
@@ -188,12 +198,26 @@ def python_run(system: str, address: str, n: int, rate: float | None) -> dict[st
     finally:
         if pub is not None:
             assert pub.stdin is not None
-            pub.stdin.close()  # the zenoh publisher lingers until then
+            if not pub.stdin.closed:
+                pub.stdin.close()  # the zenoh publisher lingers until then
             try:
                 pub.wait(servers.STOP_S)
             except subprocess.TimeoutExpired:
                 servers.stop(pub)
         servers.stop(sub)
+
+
+def publisher_cpu(pub: subprocess.Popen[str]) -> float | None:
+    """The CPU seconds the publisher says it spent sending (clients.py `sent()`), once it
+    has ended (stdin closed: the zenoh publisher lingers until then)."""
+    try:
+        out = pub.communicate(timeout=servers.STOP_S)[0]  # closes its stdin
+    except subprocess.TimeoutExpired:
+        return None
+    for line in out.splitlines():
+        if line.startswith("{"):
+            return float(json.loads(line)["cpu_s"])
+    return None
 
 
 def mqtt_c_run(
@@ -286,6 +310,10 @@ def mqtt_c_run(
     return result
 
 
+def per_event(seconds: float | None, n: int) -> float | None:
+    return round(seconds / n * 1e6, 2) if seconds is not None and n else None
+
+
 def measure(system: str, args: argparse.Namespace, tmp: Path, run: int) -> dict[str, Any]:
     """One run of *system*: a fresh broker, a warm-up, throughput, then latency."""
     with servers.start(SYSTEMS[system][0], tmp) as broker:
@@ -310,6 +338,8 @@ def measure(system: str, args: argparse.Namespace, tmp: Path, run: int) -> dict[
         "broker_cpu_us_per_event": round(cpu / t["got"] * 1e6, 2)
         if cpu is not None and t["got"]
         else None,
+        "pub_cpu_us_per_event": per_event(t.get("pub_cpu_s"), args.events),
+        "sub_cpu_us_per_event": per_event(t.get("cpu_s"), t["got"]),
         "rate": args.rate,
         "latency_events": lat["got"],
         "latency_lost": args.latency_events - lat["got"],
@@ -322,7 +352,11 @@ def measure(system: str, args: argparse.Namespace, tmp: Path, run: int) -> dict[
 def summarize(system: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [r["events_per_s"] for r in runs]
     p99 = [r["p99_ms"] for r in runs]
-    cpu = [r["broker_cpu_us_per_event"] for r in runs if r["broker_cpu_us_per_event"] is not None]
+
+    def median(key: str) -> float | None:
+        got = [r[key] for r in runs if r.get(key) is not None]
+        return round(statistics.median(got), 2) if got else None
+
     return {
         "system": system,
         "runs": len(runs),
@@ -333,9 +367,32 @@ def summarize(system: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "p99_ms_min": min(p99),
         "p99_ms_max": max(p99),
         "p50_ms": round(statistics.median(r["p50_ms"] for r in runs), 3),
-        "broker_cpu_us_per_event": round(statistics.median(cpu), 2) if cpu else None,
+        "broker_cpu_us_per_event": median("broker_cpu_us_per_event"),
+        "pub_cpu_us_per_event": median("pub_cpu_us_per_event"),
+        "sub_cpu_us_per_event": median("sub_cpu_us_per_event"),
         "lost": sum(r["lost"] + r["latency_lost"] for r in runs),
     }
+
+
+def ratios(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The best brokered peer and each Aa client's ratio to it; the same against the best
+    brokered peer with Python clients, and against the reference systems (no broker)."""
+    out: dict[str, Any] = {}
+    rate = {s: v["events_per_s"] for s, v in summaries.items()}
+    brokered = [s for s in rate if s not in AA_SYSTEMS and s not in REFERENCE_SYSTEMS]
+    python = [s for s in brokered if SYSTEMS[s][1] is not None]
+    targets = [("best_peer", brokered), ("best_python_peer", python)]
+    targets += [(f"reference_{s}", [s]) for s in REFERENCE_SYSTEMS if s in rate]
+    for name, among in targets:
+        if not among:
+            continue
+        best = max(among, key=lambda s: rate[s])
+        out[name] = best
+        out[f"{name}_events_per_s"] = rate[best]
+        for a in AA_SYSTEMS:
+            if a in rate and rate[best]:
+                out[f"{a}_ratio_to_{name}"] = round(rate[a] / rate[best], 2)
+    return out
 
 
 def uptime() -> str:
@@ -438,31 +495,8 @@ def main() -> int:
     summaries = {s: summarize(s, rs) for s, rs in results.items() if rs}
     for s in summaries.values():
         report("peers", s)
-    peers = {s: v for s, v in summaries.items() if s not in AA_SYSTEMS}
     summary: dict[str, Any] = {"uptime_start": start_uptime, "uptime_end": uptime()}
-    if peers:
-        best = max(peers, key=lambda s: peers[s]["events_per_s"])
-        python_peers = {s: v for s, v in peers.items() if SYSTEMS[s][1] is not None}
-        best_py = (
-            max(python_peers, key=lambda s: python_peers[s]["events_per_s"])
-            if python_peers
-            else None
-        )
-        summary.update(best_peer=best, best_peer_events_per_s=peers[best]["events_per_s"])
-        if best_py:
-            summary.update(
-                best_python_peer=best_py,
-                best_python_peer_events_per_s=peers[best_py]["events_per_s"],
-            )
-        for a in AA_SYSTEMS:
-            if a in summaries and peers[best]["events_per_s"]:
-                summary[f"{a}_ratio_to_best"] = round(
-                    summaries[a]["events_per_s"] / peers[best]["events_per_s"], 2
-                )
-                if best_py and python_peers[best_py]["events_per_s"]:
-                    summary[f"{a}_ratio_to_best_python"] = round(
-                        summaries[a]["events_per_s"] / python_peers[best_py]["events_per_s"], 2
-                    )
+    summary.update(ratios(summaries))
     report("peers-summary", summary)
     return 1 if failures or skipped else 0
 

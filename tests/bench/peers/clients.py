@@ -10,6 +10,8 @@ SYSTEM is one of
   aa-async   Aa, `aa.client.AsyncClient` (as tests/bench/bench_router.py drives it)
   nats       nats-py against nats-server (core NATS, at most once)
   mqtt       paho-mqtt against Mosquitto (MQTT 3.1.1, QoS 0, TCP_NODELAY)
+  zenoh-router  zenoh-python in client mode at both ends, through a Zenoh router
+             (servers.py) listening on ADDRESS
   zenoh      zenoh-python, peer to peer: the subscriber listens on ADDRESS, the publisher
              connects to it; no scouting (multicast and gossip off), loopback only
 
@@ -40,7 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-SYSTEMS = ("aa-client", "aa-async", "nats", "mqtt", "zenoh")
+SYSTEMS = ("aa-client", "aa-async", "nats", "mqtt", "zenoh-router", "zenoh")
 PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'  # Aa: as bench_router.py
 SUBJECT = "lab.readings"  # NATS
 TOPIC = "lab/readings"  # MQTT; also the Zenoh key expression
@@ -63,6 +65,7 @@ class Recorder:
         self.first = self.last = 0.0
         self.lat: list[float] = []
         self.done = threading.Event()
+        self.cpu_s = 0.0  # CPU seconds from `ready()` to the end of `wait()`
 
     def on(self, sent: float) -> None:
         now = time.time()
@@ -83,14 +86,21 @@ class Recorder:
         started = time.monotonic()
         while not self.finished(started):
             self.done.wait(POLL_S)
+        self.cpu_s = time.process_time() - _cpu_start[0]
 
     async def await_done(self) -> None:
         started = time.monotonic()
         while not self.finished(started):  # noqa: ASYNC110 (done, or idle/deadline: time-based)
             await asyncio.sleep(POLL_S)
+        self.cpu_s = time.process_time() - _cpu_start[0]
 
     def result(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"got": self.got, "first": self.first, "last": self.last}
+        out: dict[str, Any] = {
+            "got": self.got,
+            "first": self.first,
+            "last": self.last,
+            "cpu_s": self.cpu_s,
+        }
         if len(self.lat) >= 2:
             lat = sorted(self.lat)
             q = statistics.quantiles(lat, n=100)
@@ -98,8 +108,25 @@ class Recorder:
         return out
 
 
+_cpu_start = [0.0]
+
+
 def ready() -> None:
+    """A subscriber's subscription is in place: its CPU time is counted from here."""
+    _cpu_start[0] = time.process_time()
     print("ready", flush=True)
+
+
+def sending() -> None:
+    """A publisher starts sending: its CPU time is counted from here (connecting and
+    importing its client left out)."""
+    _cpu_start[0] = time.process_time()
+
+
+def sent() -> None:
+    """A publisher has sent all (its client has written them out): one JSON line with the
+    CPU seconds (all its threads) since `sending()`."""
+    print(json.dumps({"cpu_s": time.process_time() - _cpu_start[0]}), flush=True)
 
 
 def paced(n: int, rate: float, send: Callable[[int], object]) -> None:
@@ -148,12 +175,14 @@ def aa_client_pub(address: str, n: int, rate: float | None) -> None:
     from aa.client import Client
 
     with Client(address) as c:
+        sending()
         if rate is None:
             for i in range(n):
                 c.publish(values(i, time.time()))
         else:
             paced(n, rate, lambda i: c.publish(values(i, time.time())))
         c.flush(timeout=DEADLINE_S)
+        sent()
 
 
 def aa_async_sub(address: str, rec: Recorder) -> None:
@@ -173,6 +202,7 @@ def aa_async_pub(address: str, n: int, rate: float | None) -> None:
 
     async def main() -> None:
         async with AsyncClient(address) as c:
+            sending()
             if rate is None:
                 for i in range(n):
                     if c.pending >= OUTBOX_HIGH:
@@ -184,6 +214,7 @@ def aa_async_pub(address: str, n: int, rate: float | None) -> None:
             else:
                 await apaced(n, rate, lambda i: c.publish_nowait(values(i, time.time())))
             await c.flush(timeout=DEADLINE_S)
+            sent()
 
     asyncio.run(main())
 
@@ -221,12 +252,14 @@ def nats_pub(address: str, n: int, rate: float | None) -> None:
     async def main() -> None:
         nc = await nats.connect(nats_url(address), allow_reconnect=False, connect_timeout=10)
         pack = msgpack.packb
+        sending()
         if rate is None:
             for i in range(n):
                 await nc.publish(SUBJECT, pack(values(i, time.time())))
         else:
             await apaced(n, rate, lambda i: nc.publish(SUBJECT, pack(values(i, time.time()))))
         await nc.flush(timeout=DEADLINE_S)
+        sent()
         await nc.close()
 
     asyncio.run(main())
@@ -284,6 +317,7 @@ def mqtt_pub(address: str, n: int, rate: float | None) -> None:
     def send(i: int) -> None:
         last[0] = c.publish(TOPIC, pack(values(i, time.time())), qos=0)
 
+    sending()
     if rate is None:
         for i in range(n):
             send(i)
@@ -291,6 +325,7 @@ def mqtt_pub(address: str, n: int, rate: float | None) -> None:
         paced(n, rate, send)
     if last[0] is not None:
         last[0].wait_for_publish(DEADLINE_S)  # QoS 0: written to the socket
+    sent()
     c.disconnect()
     c.loop_stop()
 
@@ -298,32 +333,22 @@ def mqtt_pub(address: str, n: int, rate: float | None) -> None:
 # -- Zenoh ----------------------------------------------------------------------------------
 
 
-def zenoh_session(address: str, role: str) -> Any:
-    """A peer-mode session confined to loopback: no multicast scouting (it would join
-    224.0.0.224 on the machine's interfaces), no gossip, one TCP endpoint on 127.0.0.1."""
+def zenoh_session(address: str, role: str, mode: str = "peer") -> Any:
+    """A session confined to loopback (servers.zenoh_config). Peer to peer, the subscriber
+    listens on *address* and the publisher connects to it; in client mode both connect to
+    the router listening there."""
     import zenoh
+    from servers import zenoh_config
 
-    host, _ = address.rsplit(":", 1)
-    if host != "127.0.0.1":
-        raise SystemExit(f"zenoh: refusing a non-loopback address {address}")
-    endpoint = [f"tcp/{address}"]
-    conf = {
-        "mode": "peer",
-        "listen": {"endpoints": endpoint if role == "sub" else []},
-        "connect": {"endpoints": endpoint if role == "pub" else []},
-        "scouting": {
-            "multicast": {"enabled": False, "listen": False},
-            "gossip": {"enabled": False},
-        },
-    }
+    listen = mode == "peer" and role == "sub"
     zenoh.init_log_from_env_or("error")
-    return zenoh.open(zenoh.Config.from_json5(json.dumps(conf)))
+    return zenoh.open(zenoh.Config.from_json5(zenoh_config(mode, address, listen=listen)))
 
 
-def zenoh_sub(address: str, rec: Recorder) -> None:
+def zenoh_sub(address: str, rec: Recorder, mode: str = "peer") -> None:
     import msgpack
 
-    with zenoh_session(address, "sub") as s:
+    with zenoh_session(address, "sub", mode) as s:
         s.declare_subscriber(
             TOPIC, lambda sample: rec.on(msgpack.unpackb(sample.payload.to_bytes())["Sent"])
         )
@@ -331,11 +356,11 @@ def zenoh_sub(address: str, rec: Recorder) -> None:
         rec.wait()
 
 
-def zenoh_pub(address: str, n: int, rate: float | None) -> None:
+def zenoh_pub(address: str, n: int, rate: float | None, mode: str = "peer") -> None:
     import msgpack
     import zenoh
 
-    with zenoh_session(address, "pub") as s:
+    with zenoh_session(address, "pub", mode) as s:
         # BLOCK, not the default DROP: a full queue waits instead of losing events.
         pub = s.declare_publisher(TOPIC, congestion_control=zenoh.CongestionControl.BLOCK)
         deadline = time.monotonic() + 10
@@ -344,11 +369,13 @@ def zenoh_pub(address: str, n: int, rate: float | None) -> None:
                 raise SystemExit("zenoh: the subscriber never matched")
             time.sleep(0.01)
         pack = msgpack.packb
+        sending()
         if rate is None:
             for i in range(n):
                 pub.put(pack(values(i, time.time())))
         else:
             paced(n, rate, lambda i: pub.put(pack(values(i, time.time()))))
+        sent()  # its background threads may still be writing: a lower bound
         # Zenoh has no flush: stay connected until bench_peers.py closes our stdin, which it
         # does once the subscriber has reported, so closing cannot cut the last batches.
         sys.stdin.read()
@@ -360,6 +387,7 @@ SUBSCRIBERS: dict[str, Callable[[str, Recorder], None]] = {
     "nats": nats_sub,
     "mqtt": mqtt_sub,
     "zenoh": zenoh_sub,
+    "zenoh-router": lambda address, rec: zenoh_sub(address, rec, "client"),
 }
 PUBLISHERS: dict[str, Callable[[str, int, float | None], None]] = {
     "aa-client": aa_client_pub,
@@ -367,6 +395,7 @@ PUBLISHERS: dict[str, Callable[[str, int, float | None], None]] = {
     "nats": nats_pub,
     "mqtt": mqtt_pub,
     "zenoh": zenoh_pub,
+    "zenoh-router": lambda address, n, rate: zenoh_pub(address, n, rate, "client"),
 }
 
 
@@ -376,7 +405,10 @@ def main() -> None:
     )
     ap.add_argument("system", choices=SYSTEMS)
     ap.add_argument("role", choices=("pub", "sub"))
-    ap.add_argument("address", help="HOST:PORT of the broker (zenoh: of the subscriber's listener)")
+    ap.add_argument(
+        "address",
+        help="HOST:PORT of the broker (zenoh: of the subscriber's listener)",
+    )
     ap.add_argument("--events", type=int, required=True)
     ap.add_argument(
         "--rate", type=float, default=None, help="events/s (publisher; default: as fast as it can)"

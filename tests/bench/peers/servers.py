@@ -5,12 +5,18 @@ a config file written for it that binds loopback only, and stopped by the same r
         ...
 
 "aa" is an `aa router --no-discovery --no-http` (tests/bench/common.py); "nats" is
-nats-server; "mqtt" is Mosquitto. Zenoh runs peer to peer and has no broker: its "broker"
-is only a free loopback port for the subscriber to listen on.
+nats-server; "mqtt" is Mosquitto; "zenoh-router" is a zenoh-python session in router mode
+(`zenoh.open` with `mode: "router"`), run by this file in the peers' environment:
+
+    tests/bench/peers/.venv/bin/python servers.py zenoh-router 127.0.0.1:PORT
+
+"zenoh" runs peer to peer and has no broker: its "broker" is only a free loopback port for
+the subscriber to listen on.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import shutil
 import socket
@@ -27,6 +33,8 @@ from typing import IO
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import start_router
 
+HERE = Path(__file__).resolve().parent
+PEERS_PYTHON = HERE / ".venv" / "bin" / "python"
 LOOPBACK = "127.0.0.1"
 START_S = 15.0  # a broker that has not said it is ready by then failed to start
 STOP_S = 10.0  # SIGTERM, then SIGKILL after this long
@@ -153,6 +161,52 @@ def _mosquitto(tmp: Path) -> tuple[subprocess.Popen[str], str, queue.Queue[str |
     return proc, f"{LOOPBACK}:{port}", lines
 
 
+def zenoh_config(mode: str, address: str, *, listen: bool) -> str:
+    """A Zenoh session's config (JSON5) confined to loopback: one TCP endpoint on
+    127.0.0.1, to listen on or to connect to; no multicast scouting (it would join
+    224.0.0.224 on the machine's interfaces) and no gossip."""
+    host, _ = address.rsplit(":", 1)
+    if host != LOOPBACK:
+        raise SystemExit(f"zenoh: refusing a non-loopback address {address}")
+    endpoint = [f"tcp/{address}"]
+    conf = {
+        "mode": mode,
+        "listen": {"endpoints": endpoint if listen else []},
+        "connect": {"endpoints": [] if listen else endpoint},
+        "scouting": {
+            "multicast": {"enabled": False, "listen": False},
+            "gossip": {"enabled": False},
+        },
+    }
+    return json.dumps(conf)
+
+
+def _zenoh_router(tmp: Path) -> tuple[subprocess.Popen[str], str, queue.Queue[str | None]]:
+    address = f"{LOOPBACK}:{free_port()}"
+    proc = subprocess.Popen(
+        [str(PEERS_PYTHON), __file__, "zenoh-router", address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines = line_queue(proc.stdout)
+    _await_line(proc, lines, "ready", "zenoh router")
+    _await_port(proc, int(address.rsplit(":", 1)[1]), "zenoh router")
+    return proc, address, lines
+
+
+def serve_zenoh_router(address: str) -> None:
+    """A Zenoh router on *address* until stdin closes or SIGTERM (run in the peers' venv)."""
+    import zenoh
+
+    zenoh.init_log_from_env_or("error")
+    conf = zenoh.Config.from_json5(zenoh_config("router", address, listen=True))
+    with zenoh.open(conf):
+        print("ready", flush=True)
+        sys.stdin.read()
+
+
 @dataclass
 class Running:
     broker: Broker
@@ -173,7 +227,8 @@ class Running:
 
 @contextmanager
 def start(system: str, tmp: Path) -> Iterator[Running]:
-    """The broker for *system* ("aa", "nats", "mqtt", "zenoh"), stopped on leaving."""
+    """The broker for *system* ("aa", "nats", "mqtt", "zenoh-router", "zenoh"), stopped on
+    leaving."""
     proc: subprocess.Popen[str] | None = None
     log = None
     if system == "aa":
@@ -186,6 +241,8 @@ def start(system: str, tmp: Path) -> Iterator[Running]:
         proc, address, log = _nats(tmp)
     elif system == "mqtt":
         proc, address, log = _mosquitto(tmp)
+    elif system == "zenoh-router":
+        proc, address, log = _zenoh_router(tmp)
     elif system == "zenoh":
         address = f"{LOOPBACK}:{free_port()}"
     else:
@@ -201,4 +258,12 @@ def installed(system: str) -> str | None:
     binary = {"nats": "nats-server", "mqtt": "mosquitto"}.get(system)
     if binary and shutil.which(binary) is None:
         return f"{binary} is not installed (tests/bench/peers/setup.sh installs it)"
+    if system == "zenoh-router" and not PEERS_PYTHON.exists():
+        return "no tests/bench/peers/.venv (tests/bench/peers/setup.sh makes it)"
     return None
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["zenoh-router"] or len(sys.argv) != 3:
+        raise SystemExit("usage: servers.py zenoh-router 127.0.0.1:PORT")
+    serve_zenoh_router(sys.argv[2])
