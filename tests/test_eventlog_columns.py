@@ -5,6 +5,9 @@ row it does not write exactly, or cannot read, to that path."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -228,3 +231,12 @@ def test_compiled_reader_is_the_reference_or_refuses(
     table = fastpath.table_from_chunks(chunks, "me")
     if table is not None:
         assert table.equals(reference(chunks))
+
+
+def test_the_pure_switch_takes_the_reference_path() -> None:
+    show = "from aa.router.eventlog import fastpath; print(fastpath.COMPILED)"
+    env = {**os.environ, "AA_PURE_PYTHON": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.split() == ["False"], out.stderr

@@ -21,13 +21,14 @@ from typing import Final
 
 import pyarrow as pa
 
-from aa.mesh._speedups import PURE_ENV
-
 from .table import SCHEMA
 
 __all__ = ["COMPILED", "table_from_chunks"]
 
 _HERE = Path(__file__).resolve().parent
+
+#: The environment variable that selects the pure-Python path (the event path's switch).
+PURE_ENV: Final = "AA_PURE_PYTHON"
 
 
 def _fresh() -> bool:
