@@ -27,6 +27,10 @@ COMPILED_MODULES = (
     "protocol/wire_events",
 )
 
+#: Modules written for Cython (`.pyx`, no Python twin: each is a fast path beside Python code
+#: that does the same, chosen by its caller), as (module, source).
+PYX_MODULES = (("aa.router.eventlog._columns", "router/eventlog/_columns.pyx"),)
+
 #: Cython's directives for all of them. Type annotations are not read as C types: they are
 #: for mypy, and read by Cython they would change what a function accepts (a `str`
 #: parameter would refuse a str subclass with a TypeError). C types go in `.pxd` files.
@@ -59,6 +63,7 @@ def _extensions() -> list[Extension]:
         )
         for m in COMPILED_MODULES
     ]
+    modules += [Extension(name, [source], optional=True) for name, source in PYX_MODULES]
     try:
         return cythonize(
             modules,
@@ -109,7 +114,11 @@ class OptionalBuildExt(build_ext):
 
 
 def _source(ext: Extension) -> Path:
-    """The `.py` file extension *ext* (``aa.mesh.x.y``) is compiled from: ``mesh/x/y.py``."""
+    """The file extension *ext* is compiled from: ``mesh/x/y.py`` for ``aa.mesh.x.y``, or
+    its `.pyx` (`PYX_MODULES`)."""
+    pyx = dict(PYX_MODULES).get(ext.name)
+    if pyx is not None:
+        return Path(pyx)
     return Path("mesh", *ext.name.split(".")[2:]).with_suffix(".py")
 
 

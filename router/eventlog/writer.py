@@ -4,8 +4,9 @@ see `aa.router.eventlog.recorder` for the layout and the schema, which is `SCHEM
 
 Rows arrive as chunks: ``(logged, count, data)``, *data* the msgpack array of *count*
 rows ``[id, type, values, meta]`` (`aa.router.caches.meshcache.encode_events`), events the router
-logged at *logged* (wall time, seconds). `aa.router.eventlog.table` turns them into an Arrow
-table.
+logged at *logged* (wall time, seconds). The compiled reader (`aa.router.eventlog.fastpath`)
+turns them into an Arrow table straight from the bytes; where it is missing or refuses some
+rows, they are decoded and `aa.router.eventlog.table` builds the same table.
 
 Rotation and bounds, the part where data can be lost by mistake:
 
@@ -28,10 +29,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aa.mesh.protocol import unpack
 
+from .fastpath import table_from_chunks
 from .table import SCHEMA, build_table
 
 if TYPE_CHECKING:
@@ -78,13 +81,34 @@ class Writer:
                 path.unlink(missing_ok=True)
 
     def write(self, chunks: list[Chunk]) -> None:
-        """Decode *chunks* and write their rows, one row group per hour partition."""
-        part: list[Sequence[Any]] = []
-        logged: list[float] = []
+        """Write the rows of *chunks*, one row group per hour partition."""
+        group: list[Chunk] = []
         hour = -1
-        for when, count, data in chunks:  # split at hour boundaries: one file per partition
+        for chunk in chunks:  # split at hour boundaries: one file per partition
+            h = int(chunk[0] // _HOUR)
+            if group and h != hour:
+                self._write_group(group, hour)
+                group = []
+            hour = h
+            group.append(chunk)
+        if group:
+            self._write_group(group, hour)
+
+    def _write_group(self, chunks: list[Chunk], hour: int) -> None:
+        rows = sum(c[1] for c in chunks)
+        try:
+            table = table_from_chunks(chunks, self.router)
+        except Exception:  # never expected (out of memory): counted as the reference would
+            self._failed(rows)
+            return
+        if table is not None:
+            self._write_table(table, hour)
+            return
+        part: list[Sequence[Any]] = []  # the reference path: decode, then build
+        logged: list[float] = []
+        for when, count, data in chunks:
             try:
-                rows = unpack(data)
+                decoded = unpack(data)
             except Exception:  # never for what the router packed; counted, not fatal
                 self.errors += 1
                 self.dropped += count
@@ -92,39 +116,40 @@ class Writer:
                     "event log: %d rows cannot be decoded; they are dropped", count, exc_info=True
                 )
                 continue
-            h = int(when // _HOUR)
-            if part and h != hour:
-                self._write_part(part, logged, hour)
-                part, logged = [], []
-            hour = h
-            part.extend(rows)
-            logged.extend([when] * len(rows))
-        if part:
-            self._write_part(part, logged, hour)
-
-    def _write_part(self, rows: list[Sequence[Any]], logged: list[float], hour: int) -> None:
+            part.extend(decoded)
+            logged.extend([when] * len(decoded))
+        if not part:
+            return
         try:
-            ids, types, values, metas = zip(*rows)
+            ids, types, values, metas = zip(*part)
             table = build_table(ids, types, values, metas, logged, self.router)
+        except Exception:
+            self._failed(len(part))
+            return
+        self._write_table(table, hour)
+
+    def _write_table(self, table: pa.Table, hour: int) -> None:
+        try:
             if self.writer is not None and self.hour != hour:
                 self.close()
             if self.writer is None:
                 self._open(hour)
             assert self.writer is not None and self.tmp is not None
-            self.writer.write_table(table, row_group_size=len(rows))
-            self.rows += len(rows)
+            self.writer.write_table(table, row_group_size=table.num_rows)
+            self.rows += table.num_rows
             if (
                 self.tmp.stat().st_size >= self.config.max_file_bytes
                 or self.clock() - self.opened >= self.config.max_file_age
             ):
                 self.close()
         except Exception:
-            self.errors += 1
-            self.dropped += len(rows)
-            log.error(
-                "event log: writing %d rows failed; they are dropped", len(rows), exc_info=True
-            )
+            self._failed(table.num_rows)
             self._discard()
+
+    def _failed(self, rows: int) -> None:
+        self.errors += 1
+        self.dropped += rows
+        log.error("event log: writing %d rows failed; they are dropped", rows, exc_info=True)
 
     def _open(self, hour: int) -> None:
         start = datetime.fromtimestamp(hour * _HOUR, UTC)

@@ -1,0 +1,628 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The event log's Arrow table straight from the router's msgpack (compiled; no I/O).
+
+`build_table` of the same rows, for the rows the router logs almost always, built without a
+Python object per row or per value: the msgpack of each chunk (``[[id, type, values,
+meta], ...]``, `aa.router.caches.meshcache.encode_events`) is read byte by byte and each
+column written into Arrow's buffers as it goes — the values' text, their type names, the
+meta's JSON. `table_from_chunks` returns None for anything it does not write exactly as
+`aa.router.eventlog.table.build_table` would (a bytes value, a datetime among the values, a
+non-finite float in JSON, a key that starts with ``$``, a ``time`` that is no msgpack
+Timestamp, a non-str key, invalid UTF-8, bytes that are not one whole array of rows): the
+writer then takes the reference path, `unpack` and `build_table`, for those rows, with
+its errors as they were. `tests/test_eventlog_columns.py` holds the two tables equal.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.math cimport isinf, isnan
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+import pyarrow as pa
+
+cdef extern from "Python.h":
+    char* PyOS_double_to_string(
+        double val, char format_code, int precision, int flags, int* ptype
+    ) except NULL
+    int Py_DTSF_ADD_DOT_0
+
+__all__ = ["table_from_chunks"]
+
+#: Deepest list or map in a value or the meta the fast path writes; deeper ones go the
+#: reference way.
+DEF MAX_DEPTH = 32
+#: Bytes a string column may hold (Arrow's string offsets are int32).
+DEF MAX_COLUMN_BYTES = 2147483647
+
+# The range of datetime (years 1 to 9999) in seconds since the epoch: a Timestamp outside it
+# is refused by the reference decoder.
+DEF MIN_SECONDS = -62135596800
+DEF MAX_SECONDS = 253402300799
+
+cdef enum Kind:
+    K_NIL
+    K_FALSE
+    K_TRUE
+    K_UINT
+    K_INT
+    K_FLOAT
+    K_STR
+    K_BIN
+    K_ARRAY
+    K_MAP
+    K_EXT
+
+
+cdef struct Item:
+    int kind
+    uint64_t u  # an unsigned int; a str's, bin's or ext's length; an array's or map's count
+    int64_t i  # a negative int
+    double f
+    const char* s  # a str's, bin's or ext's bytes
+    int ext  # an ext's type
+
+
+class _Refused(Exception):
+    """Rows the fast path does not write: the reference path does."""
+
+
+cdef class _Buf:
+    """A growing byte buffer."""
+
+    cdef char* p
+    cdef Py_ssize_t n, cap
+
+    def __cinit__(self):
+        self.cap = 4096
+        self.n = 0
+        self.p = <char*>PyMem_Malloc(self.cap)
+        if self.p == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.p)
+
+    cdef int reserve(self, Py_ssize_t more) except -1:
+        cdef Py_ssize_t cap = self.cap
+        cdef char* p
+        if self.n + more <= cap:
+            return 0
+        while cap < self.n + more:
+            cap *= 2
+        p = <char*>PyMem_Realloc(self.p, cap)
+        if p == NULL:
+            raise MemoryError()
+        self.p, self.cap = p, cap
+        return 0
+
+    cdef inline int put(self, const char* s, Py_ssize_t k) except -1:
+        if self.n + k > self.cap:
+            self.reserve(k)
+        memcpy(self.p + self.n, s, k)
+        self.n += k
+        return 0
+
+    cdef inline int byte(self, char c) except -1:
+        if self.n + 1 > self.cap:
+            self.reserve(1)
+        self.p[self.n] = c
+        self.n += 1
+        return 0
+
+    cdef object buffer(self):
+        return pa.py_buffer(PyBytes_FromStringAndSize(self.p, self.n))
+
+
+cdef class _Col:
+    """A string column being written: its bytes, int32 offsets and validity bits."""
+
+    cdef _Buf data, offsets, bits
+    cdef Py_ssize_t length, nulls
+
+    def __cinit__(self):
+        cdef int32_t zero = 0
+        self.data = _Buf()
+        self.offsets = _Buf()
+        self.bits = _Buf()
+        self.length = self.nulls = 0
+        self.offsets.put(<char*>&zero, 4)
+
+    cdef int end(self, bint valid) except -1:
+        """Close the value written into `data` since the last `end`."""
+        cdef int32_t off
+        if self.data.n > MAX_COLUMN_BYTES:
+            raise _Refused()
+        off = <int32_t>self.data.n
+        self.offsets.put(<char*>&off, 4)
+        if self.length % 8 == 0:
+            self.bits.byte(0)
+        if valid:
+            self.bits.p[self.length // 8] |= <char>(1 << (self.length % 8))
+        else:
+            self.nulls += 1
+        self.length += 1
+        return 0
+
+    cdef inline int add(self, const char* s, Py_ssize_t k) except -1:
+        self.data.put(s, k)
+        return self.end(True)
+
+    cdef inline int add_null(self) except -1:
+        return self.end(False)
+
+    cdef object array(self):
+        validity = self.bits.buffer() if self.nulls else None
+        return pa.Array.from_buffers(
+            pa.string(),
+            self.length,
+            [validity, self.offsets.buffer(), self.data.buffer()],
+            null_count=self.nulls,
+        )
+
+
+cdef class _Reader:
+    """msgpack items from one chunk's bytes, bounds checked."""
+
+    cdef const unsigned char* p
+    cdef Py_ssize_t pos, end
+
+    cdef inline const unsigned char* take(self, Py_ssize_t k) except NULL:
+        cdef const unsigned char* at
+        if k < 0 or self.end - self.pos < k:
+            raise _Refused()
+        at = self.p + self.pos
+        self.pos += k
+        return at
+
+    cdef int next(self, Item* it) except -1:
+        cdef const unsigned char* q = self.take(1)
+        cdef unsigned char c = q[0]
+        cdef uint64_t k
+        if c <= 0x7F:
+            it.kind, it.u = K_UINT, c
+        elif c >= 0xE0:
+            it.kind, it.i = K_INT, <int8_t>c
+        elif c <= 0x8F:
+            it.kind, it.u = K_MAP, c & 0x0F
+        elif c <= 0x9F:
+            it.kind, it.u = K_ARRAY, c & 0x0F
+        elif c <= 0xBF:
+            it.kind, it.u = K_STR, c & 0x1F
+            it.s = <const char*>self.take(it.u)
+        elif c == 0xC0:
+            it.kind = K_NIL
+        elif c == 0xC2:
+            it.kind = K_FALSE
+        elif c == 0xC3:
+            it.kind = K_TRUE
+        elif c == 0xCA:
+            it.kind, it.f = K_FLOAT, <double>_f32(self.take(4))
+        elif c == 0xCB:
+            it.kind, it.f = K_FLOAT, _f64(self.take(8))
+        elif c == 0xCC:
+            it.kind, it.u = K_UINT, self.take(1)[0]
+        elif c == 0xCD:
+            it.kind, it.u = K_UINT, _u16(self.take(2))
+        elif c == 0xCE:
+            it.kind, it.u = K_UINT, _u32(self.take(4))
+        elif c == 0xCF:
+            it.kind, it.u = K_UINT, _u64(self.take(8))
+        elif c == 0xD0:
+            it.kind, it.i = K_INT, <int8_t>self.take(1)[0]
+        elif c == 0xD1:
+            it.kind, it.i = K_INT, <int16_t>_u16(self.take(2))
+        elif c == 0xD2:
+            it.kind, it.i = K_INT, <int32_t>_u32(self.take(4))
+        elif c == 0xD3:
+            it.kind, it.i = K_INT, <int64_t>_u64(self.take(8))
+        elif c == 0xD9 or c == 0xDA or c == 0xDB or c == 0xC4 or c == 0xC5 or c == 0xC6:
+            if c == 0xD9 or c == 0xC4:
+                k = self.take(1)[0]
+            elif c == 0xDA or c == 0xC5:
+                k = _u16(self.take(2))
+            else:
+                k = _u32(self.take(4))
+            it.kind, it.u = (K_STR if c >= 0xD9 else K_BIN), k
+            it.s = <const char*>self.take(k)
+        elif c == 0xDC:
+            it.kind, it.u = K_ARRAY, _u16(self.take(2))
+        elif c == 0xDD:
+            it.kind, it.u = K_ARRAY, _u32(self.take(4))
+        elif c == 0xDE:
+            it.kind, it.u = K_MAP, _u16(self.take(2))
+        elif c == 0xDF:
+            it.kind, it.u = K_MAP, _u32(self.take(4))
+        elif 0xD4 <= c <= 0xD8:
+            it.kind, it.u = K_EXT, 1 << (c - 0xD4)
+            it.ext = <int8_t>self.take(1)[0]
+            it.s = <const char*>self.take(it.u)
+        elif 0xC7 <= c <= 0xC9:
+            if c == 0xC7:
+                k = self.take(1)[0]
+            elif c == 0xC8:
+                k = _u16(self.take(2))
+            else:
+                k = _u32(self.take(4))
+            it.kind, it.u = K_EXT, k
+            it.ext = <int8_t>self.take(1)[0]
+            it.s = <const char*>self.take(k)
+        else:  # 0xC1, never used
+            raise _Refused()
+        return 0
+
+    cdef int skip(self, Item* it) except -1:
+        """Skip the contents of the array or map *it* opened (nothing for other items)."""
+        cdef Item sub
+        cdef uint64_t k, count
+        if it.kind == K_ARRAY or it.kind == K_MAP:
+            count = it.u * (2 if it.kind == K_MAP else 1)
+            for k in range(count):
+                self.next(&sub)
+                self.skip(&sub)
+        return 0
+
+
+cdef inline uint16_t _u16(const unsigned char* q) noexcept:
+    return (<uint16_t>q[0] << 8) | q[1]
+
+
+cdef inline uint32_t _u32(const unsigned char* q) noexcept:
+    return (<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3]
+
+
+cdef inline uint64_t _u64(const unsigned char* q) noexcept:
+    return (<uint64_t>_u32(q) << 32) | _u32(q + 4)
+
+
+cdef inline float _f32(const unsigned char* q) noexcept:
+    cdef uint32_t bits = _u32(q)
+    cdef float f
+    memcpy(&f, &bits, 4)
+    return f
+
+
+cdef inline double _f64(const unsigned char* q) noexcept:
+    cdef uint64_t bits = _u64(q)
+    cdef double f
+    memcpy(&f, &bits, 8)
+    return f
+
+
+cdef int _decimal(_Buf out, Item* it) except -1:
+    """An int's decimal digits, as ``str(int)`` writes them."""
+    cdef char tmp[24]
+    cdef int k = 24
+    cdef uint64_t v
+    cdef bint negative = it.kind == K_INT and it.i < 0
+    if negative:
+        v = <uint64_t>(-(it.i + 1)) + 1  # no overflow at INT64_MIN
+    elif it.kind == K_INT:
+        v = <uint64_t>it.i
+    else:
+        v = it.u
+    while True:
+        k -= 1
+        tmp[k] = <char>(48 + v % 10)
+        v //= 10
+        if v == 0:
+            break
+    if negative:
+        k -= 1
+        tmp[k] = b'-'
+    return out.put(&tmp[k], 24 - k)
+
+
+cdef int _float(_Buf out, double f) except -1:
+    """A finite float as ``repr(float)`` writes it (shortest round-trip text)."""
+    cdef char* text = PyOS_double_to_string(f, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
+    cdef Py_ssize_t k = 0
+    while text[k] != 0:
+        k += 1
+    try:
+        out.put(text, k)
+    finally:
+        PyMem_Free(text)
+    return 0
+
+
+cdef const char* _HEX = b"0123456789abcdef"
+
+
+cdef int _json_str(_Buf out, const char* s, Py_ssize_t k) except -1:
+    """A string as the C JSON encoder writes it with ``ensure_ascii=False``."""
+    cdef Py_ssize_t i, start = 0
+    cdef unsigned char c
+    out.byte(b'"')
+    for i in range(k):
+        c = <unsigned char>s[i]
+        if c >= 0x20 and c != 0x22 and c != 0x5C:
+            continue
+        out.put(s + start, i - start)
+        start = i + 1
+        out.byte(b'\\')
+        if c == 0x22:
+            out.byte(b'"')
+        elif c == 0x5C:
+            out.byte(b'\\')
+        elif c == 0x0A:
+            out.byte(b'n')
+        elif c == 0x0D:
+            out.byte(b'r')
+        elif c == 0x09:
+            out.byte(b't')
+        elif c == 0x08:
+            out.byte(b'b')
+        elif c == 0x0C:
+            out.byte(b'f')
+        else:
+            out.put(b"u00", 3)
+            out.byte(_HEX[c >> 4])
+            out.byte(_HEX[c & 0x0F])
+    out.put(s + start, k - start)
+    out.byte(b'"')
+    return 0
+
+
+cdef int _json_key(_Buf out, Item* key) except -1:
+    """A map key: a str not starting with ``$`` (which typed JSON escapes)."""
+    if key.kind != K_STR or (key.u > 0 and key.s[0] == b'$'):
+        raise _Refused()
+    _json_str(out, key.s, key.u)
+    return out.byte(b':')
+
+
+cdef int _json(_Reader r, _Buf out, Item* it, int depth) except -1:
+    """The JSON text of the item *it* (and its contents), as `codec.encode_json` writes it
+    when nothing needs a tag."""
+    cdef Item sub
+    cdef uint64_t k
+    if it.kind == K_STR:
+        return _json_str(out, it.s, it.u)
+    if it.kind == K_UINT or it.kind == K_INT:
+        return _decimal(out, it)
+    if it.kind == K_FLOAT:
+        if isnan(it.f) or isinf(it.f):
+            raise _Refused()
+        return _float(out, it.f)
+    if it.kind == K_NIL:
+        return out.put(b"null", 4)
+    if it.kind == K_TRUE:
+        return out.put(b"true", 4)
+    if it.kind == K_FALSE:
+        return out.put(b"false", 5)
+    if depth >= MAX_DEPTH:
+        raise _Refused()
+    if it.kind == K_ARRAY:
+        out.byte(b'[')
+        for k in range(it.u):
+            if k:
+                out.byte(b',')
+            r.next(&sub)
+            _json(r, out, &sub, depth + 1)
+        return out.byte(b']')
+    if it.kind == K_MAP:
+        out.byte(b'{')
+        for k in range(it.u):
+            if k:
+                out.byte(b',')
+            r.next(&sub)
+            _json_key(out, &sub)
+            r.next(&sub)
+            _json(r, out, &sub, depth + 1)
+        return out.byte(b'}')
+    raise _Refused()  # bytes, an extension (a datetime): tagged in typed JSON
+
+
+cdef class _Table:
+    """The columns of one table being written."""
+
+    cdef _Col ids, types, routers, clients, logged_by, keys, texts, names, metas
+    cdef _Buf times, map_offsets
+    cdef int64_t pairs
+    cdef bytes by
+
+    def __cinit__(self, bytes by):
+        cdef int32_t zero = 0
+        self.ids, self.types, self.routers, self.clients = _Col(), _Col(), _Col(), _Col()
+        self.logged_by, self.keys, self.texts, self.names = _Col(), _Col(), _Col(), _Col()
+        self.metas = _Col()
+        self.times, self.map_offsets = _Buf(), _Buf()
+        self.pairs = 0
+        self.by = by
+        self.map_offsets.put(<char*>&zero, 4)
+
+    cdef int row(self, _Reader r, double logged) except -1:
+        cdef Item it
+        r.next(&it)
+        if it.kind != K_ARRAY or it.u != 4:
+            raise _Refused()
+        r.next(&it)  # id: an absent one is written empty
+        if it.kind == K_STR:
+            self.ids.add(it.s, it.u)
+        elif it.kind == K_NIL:
+            self.ids.add(b"", 0)
+        else:
+            raise _Refused()
+        r.next(&it)  # type
+        if it.kind == K_STR:
+            self.types.add(it.s, it.u)
+        elif it.kind == K_NIL:
+            self.types.add_null()
+        else:
+            raise _Refused()
+        self.values(r)
+        self.meta(r, logged)
+        self.logged_by.add(PyBytes_AS_STRING(self.by), PyBytes_GET_SIZE(self.by))
+        return 0
+
+    cdef int values(self, _Reader r) except -1:
+        cdef Item it
+        cdef uint64_t k
+        cdef int32_t end
+        r.next(&it)
+        if it.kind != K_MAP:
+            raise _Refused()
+        for k in range(it.u):
+            r.next(&it)
+            if it.kind != K_STR:
+                raise _Refused()
+            self.keys.add(it.s, it.u)
+            r.next(&it)
+            if it.kind == K_STR:
+                self.texts.add(it.s, it.u)
+                self.names.add(b"str", 3)
+            elif it.kind == K_UINT or it.kind == K_INT:
+                _decimal(self.texts.data, &it)
+                self.texts.end(True)
+                self.names.add(b"int", 3)
+            elif it.kind == K_FLOAT:
+                if isnan(it.f):
+                    self.texts.add(b"NaN", 3)
+                elif isinf(it.f):
+                    if it.f > 0:
+                        self.texts.add(b"Infinity", 8)
+                    else:
+                        self.texts.add(b"-Infinity", 9)
+                else:
+                    _float(self.texts.data, it.f)
+                    self.texts.end(True)
+                self.names.add(b"float", 5)
+            elif it.kind == K_NIL:
+                self.texts.add_null()
+                self.names.add(b"null", 4)
+            elif it.kind == K_TRUE:
+                self.texts.add(b"true", 4)
+                self.names.add(b"bool", 4)
+            elif it.kind == K_FALSE:
+                self.texts.add(b"false", 5)
+                self.names.add(b"bool", 4)
+            elif it.kind == K_ARRAY:
+                _json(r, self.texts.data, &it, 1)
+                self.texts.end(True)
+                self.names.add(b"list", 4)
+            elif it.kind == K_MAP:
+                _json(r, self.texts.data, &it, 1)
+                self.texts.end(True)
+                self.names.add(b"map", 3)
+            else:
+                raise _Refused()
+            self.pairs += 1
+        if self.pairs > 2147483647:
+            raise _Refused()
+        end = <int32_t>self.pairs
+        self.map_offsets.put(<char*>&end, 4)
+        return 0
+
+    cdef int meta(self, _Reader r, double logged) except -1:
+        cdef Item it, key
+        cdef uint64_t k
+        cdef bint first = True, timed = False, routed = False, clienty = False
+        cdef int64_t micros = 0, seconds
+        cdef uint64_t word
+        cdef uint32_t nanos
+        cdef _Buf out = self.metas.data
+        r.next(&it)
+        if it.kind != K_MAP:
+            raise _Refused()
+        out.byte(b'{')
+        for k in range(it.u):
+            r.next(&key)
+            if key.kind != K_STR:
+                raise _Refused()
+            if key.u == 4 and memcmp(key.s, b"time", 4) == 0:  # its own column, not in the JSON
+                r.next(&it)
+                if it.kind != K_EXT or it.ext != -1 or timed:
+                    raise _Refused()
+                if it.u == 4:
+                    seconds, nanos = _u32(<const unsigned char*>it.s), 0
+                elif it.u == 8:
+                    word = _u64(<const unsigned char*>it.s)
+                    seconds, nanos = <int64_t>(word & 0x3FFFFFFFF), <uint32_t>(word >> 34)
+                elif it.u == 12:
+                    nanos = _u32(<const unsigned char*>it.s)
+                    seconds = <int64_t>_u64(<const unsigned char*>it.s + 4)
+                else:
+                    raise _Refused()
+                if nanos >= 1000000000 or not MIN_SECONDS <= seconds <= MAX_SECONDS:
+                    raise _Refused()
+                micros = seconds * 1000000 + nanos // 1000
+                timed = True
+                continue
+            if not first:
+                out.byte(b',')
+            first = False
+            _json_key(out, &key)
+            r.next(&it)
+            if key.u == 6 and it.kind == K_STR and memcmp(key.s, b"router", 6) == 0:
+                if routed:
+                    raise _Refused()
+                self.routers.add(it.s, it.u)
+                routed = True
+            elif key.u == 6 and it.kind == K_STR and memcmp(key.s, b"client", 6) == 0:
+                if clienty:
+                    raise _Refused()
+                self.clients.add(it.s, it.u)
+                clienty = True
+            _json(r, out, &it, 1)
+        out.byte(b'}')
+        self.metas.end(True)
+        if not routed:
+            self.routers.add_null()
+        if not clienty:
+            self.clients.add_null()
+        if not timed:
+            micros = <int64_t>(logged * 1000000.0)  # as int() truncates it
+        self.times.put(<char*>&micros, 8)
+        return 0
+
+    cdef object table(self, object schema):
+        n = self.ids.length
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, self.map_offsets.buffer()])
+        keys = self.keys.array()
+        map_type = schema.field("values").type
+        table = pa.Table.from_arrays(
+            [
+                self.ids.array(),
+                self.types.array(),
+                pa.Array.from_buffers(schema.field("time").type, n, [None, self.times.buffer()]),
+                self.routers.array(),
+                self.clients.array(),
+                self.logged_by.array(),
+                pa.MapArray.from_arrays(offsets, keys, self.texts.array(), type=map_type),
+                pa.MapArray.from_arrays(offsets, keys, self.names.array(), type=map_type),
+                self.metas.array(),
+            ],
+            schema=schema,
+        )
+        table.validate(full=True)  # valid UTF-8 in every string, as the reference checks
+        return table
+
+
+def table_from_chunks(chunks, str logged_by, schema):
+    """The *schema* table (`aa.router.eventlog.table.SCHEMA`) of the rows of *chunks*
+    (``(logged, count, msgpack)``, `aa.router.eventlog.writer.Chunk`), exactly as
+    `build_table` makes it of the same rows decoded; None when some row needs the
+    reference path."""
+    cdef _Table t = _Table(logged_by.encode())
+    cdef _Reader r
+    cdef Item top
+    cdef uint64_t k
+    cdef bytes data
+    cdef double logged
+    try:
+        for chunk in chunks:
+            logged, data = chunk[0], chunk[2]
+            r = _Reader()
+            r.p = <const unsigned char*>PyBytes_AS_STRING(data)
+            r.pos, r.end = 0, PyBytes_GET_SIZE(data)
+            r.next(&top)
+            if top.kind != K_ARRAY:
+                raise _Refused()
+            for k in range(top.u):
+                t.row(r, logged)
+            if r.pos != r.end:
+                raise _Refused()
+        return t.table(schema)
+    except (_Refused, pa.ArrowInvalid):
+        return None

@@ -1,0 +1,78 @@
+"""Which way the event log's writer turns rows into a table: the compiled reader of the
+router's msgpack (`_columns.pyx`), or the reference, `unpack` then `build_table`.
+
+The compiled one is used when `setup.py` built it (with Cython and a C compiler), from the
+`.pyx` as it is now (the hash in the `.src-sha256` beside the extension), and
+``AA_PURE_PYTHON`` is not set — the same switch as the event path's (`aa.mesh._speedups`).
+It writes the same table of the same rows; for the rows it does not write exactly
+(`_columns` says which), it returns None and the writer takes the reference path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.machinery
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+import pyarrow as pa
+
+from .table import SCHEMA
+
+__all__ = ["COMPILED", "table_from_chunks"]
+
+_HERE = Path(__file__).resolve().parent
+
+#: The environment variable that selects the pure-Python path (the event path's switch).
+PURE_ENV: Final = "AA_PURE_PYTHON"
+
+
+def _fresh() -> bool:
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return False
+    try:
+        source = (_HERE / "_columns.pyx").read_bytes()
+    except OSError:  # an install without the source: whatever was built with it
+        source = None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        ext = _HERE / f"_columns{suffix}"
+        if ext.is_file():
+            if source is None:
+                return True
+            try:
+                built_from = Path(f"{ext}.src-sha256").read_text().strip()
+            except OSError:
+                return False
+            return built_from == hashlib.sha256(source).hexdigest()
+    return False
+
+
+def _load() -> ModuleType | None:
+    if not _fresh():
+        return None
+    try:
+        return importlib.import_module(f"{__package__}._columns")
+    except ImportError:
+        return None
+
+
+_COLUMNS: Final = _load()
+
+#: Whether the compiled reader is in use.
+COMPILED: Final = _COLUMNS is not None
+
+
+def table_from_chunks(
+    chunks: Sequence[tuple[float, int, bytes]], logged_by: str
+) -> pa.Table | None:
+    """The `SCHEMA` table of the rows of *chunks* (`aa.router.eventlog.writer.Chunk`), as
+    `build_table` makes it of them decoded; None without the compiled reader, or when a
+    row needs the reference path."""
+    if _COLUMNS is None:
+        return None
+    table: pa.Table | None = _COLUMNS.table_from_chunks(chunks, logged_by, SCHEMA)
+    return table

@@ -1,0 +1,242 @@
+"""The event log's compiled reader (`aa.router.eventlog._columns`) writes exactly the table
+the reference path (`unpack`, then `build_table`) writes of the same rows, and hands every
+row it does not write exactly, or cannot read, to that path."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aa.mesh import Event
+from aa.mesh.protocol import unpack
+from aa.router import EventLogConfig
+from aa.router.caches import encode_events
+from aa.router.eventlog import Writer, build_table, fastpath
+
+pytestmark = pytest.mark.skipif(
+    not fastpath.COMPILED,
+    reason="this install has no compiled event log reader (no Cython or C compiler)",
+)
+
+T0 = datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
+LOGGED = T0.timestamp() + 0.5
+
+
+def chunk(events: list[Event], logged: float = LOGGED) -> tuple[float, int, bytes]:
+    data = encode_events(events)
+    assert data is not None
+    return logged, len(events), data
+
+
+def reference(chunks: list[tuple[float, int, bytes]]) -> pa.Table:
+    rows: list[Any] = []
+    logged: list[float] = []
+    for when, _, data in chunks:
+        decoded = unpack(data)
+        rows += decoded
+        logged += [when] * len(decoded)
+    ids, types, values, metas = zip(*rows)
+    return build_table(ids, types, values, metas, logged, "me")
+
+
+def meta(i: int, **more: object) -> dict[str, Any]:
+    return {
+        "time": T0 + timedelta(microseconds=7 * i),
+        "client": "c-5f3a",
+        "address": "127.0.0.1:54321",
+        "router": "r-0123",
+        "ttl": 8,
+        "path": ["r-0123"],
+        **more,
+    }
+
+
+#: Rows the compiled reader writes itself.
+FAST = [
+    [  # the router's usual event
+        Event.trusted(
+            {"Temperature": 20 + i, "Sensor": "lab-1", "Humidity": 0.5, "Seq": i, "Sent": i / 7},
+            "reading",
+            meta(i),
+            f"r-0123-{i:x}",
+        )
+        for i in range(300)
+    ],
+    [
+        Event.trusted(
+            {
+                "big": 2**64 - 1,
+                "small": -(2**63),
+                "neg": -5,
+                "f": -0.0,
+                "tiny": 1e-300,
+                "huge": 1.5e300,
+                "nan": math.nan,
+                "inf": math.inf,
+                "minf": -math.inf,
+                "none": None,
+                "yes": True,
+                "no": False,
+                "text": 'snø "quoted" \\ \n\t\x01\x1f\u2028 ✓',
+                "$key": "$value",
+                "list": [1, 2.5, "x", None, True, [[]], {}],
+                "map": {"a": {"b": [1, "\x00"]}, "": -1},
+            },
+            None,
+            meta(1, on=True, w=0.25, s='\x7f"\\', nested={"k": [1, None, False]}, empty={}),
+            None,
+        )
+    ],
+    [Event.trusted({}, None, {}, None)],  # no id, no type, no values, no meta
+    [  # no time: the logged time, and meta_json as it is
+        Event.trusted({"v": 1}, "t", {"client": "c", "router": "r"}, "a"),
+        Event.trusted({"v": 2}, "t", {"router": 7, "client": ["c"], "x": 1}, "b"),
+        Event.trusted({"v": 3}, "t", {"time": T0, "router": "r"}, "c"),
+    ],
+    [  # a stamp per event, at the ends of what a datetime holds
+        Event.trusted({"v": i}, "t", {"time": t}, f"t{i}")
+        for i, t in enumerate(
+            [
+                datetime(1, 1, 1, tzinfo=UTC),
+                datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+                datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+                datetime(2030, 1, 1, 12, tzinfo=timezone(timedelta(hours=2))),
+                datetime(2106, 2, 7, 6, 28, 16, tzinfo=UTC),  # past 32 bits of seconds
+            ]
+        )
+    ],
+]
+
+#: Rows it hands to the reference path: what typed JSON tags, or what is no plain value.
+REFUSED = [
+    [Event.trusted({"b": b"\x00"}, "t", meta(0), "a")],
+    [Event.trusted({"d": T0}, "t", meta(0), "a")],
+    [Event.trusted({"d": datetime(2030, 1, 1)}, "t", meta(0), "a")],
+    [Event.trusted({"l": [b"x"]}, "t", meta(0), "a")],
+    [Event.trusted({"l": [math.nan]}, "t", meta(0), "a")],
+    [Event.trusted({"m": {"$x": 1}}, "t", meta(0), "a")],
+    [Event.trusted({"v": 1}, "t", meta(0, **{"$k": 1}), "a")],
+    [Event.trusted({"v": 1}, "t", meta(0, f=math.inf), "a")],
+    [Event.trusted({"v": 1}, "t", {"time": "noon"}, "a")],
+    [Event.trusted({"v": 1}, "t", {"time": datetime(2030, 1, 1)}, "a")],
+    [Event.trusted({"v": 1}, "t", {"time": None}, "a")],
+]
+
+
+@pytest.mark.parametrize("events", FAST, ids=range(len(FAST)))
+def test_compiled_reader_writes_the_reference_table(events: list[Event]) -> None:
+    chunks = [chunk(events[i : i + 100]) for i in range(0, len(events), 100)]
+    table = fastpath.table_from_chunks(chunks, "me")
+    assert table is not None
+    expected = reference(chunks)
+    assert table.equals(expected), (table.to_pylist()[:2], expected.to_pylist()[:2])
+
+
+@pytest.mark.parametrize("events", REFUSED, ids=range(len(REFUSED)))
+def test_compiled_reader_refuses_what_it_would_not_write_exactly(events: list[Event]) -> None:
+    good = chunk(FAST[0][:10])
+    assert fastpath.table_from_chunks([good, chunk(events)], "me") is None
+
+
+def packb(rows: object, *, use_bin_type: bool = True) -> bytes:
+    data = msgpack.packb(rows, datetime=True, use_bin_type=use_bin_type)
+    assert isinstance(data, bytes)
+    return data
+
+
+def test_compiled_reader_refuses_bytes_it_cannot_read() -> None:
+    data = chunk(FAST[0][:3])[2]
+    row = unpack(data)[0]
+
+    def timed(extension: bytes) -> bytes:  # the row, its meta's time stamp as given
+        return packb([[*row[:3], {"time": 0}]])[:-1] + extension
+
+    deep: list[Any] = [1]
+    for _ in range(40):
+        deep = [deep]
+    bad = [
+        b"",
+        b"\xc1",
+        data[:-1],  # cut short
+        data + b"\x00",  # something after the rows
+        data[:1] + b"\xdd\xff\xff\xff\xff",  # an array claiming 4 G items
+        packb([[*row[:3]]]),  # a row of three
+        packb([[1, *row[1:]]]),  # an int for an id
+        packb([[row[0], 5, *row[2:]]]),  # an int for a type
+        packb([[*row[:2], {1: 2}, row[3]]]),  # a non-str key
+        packb([[*row[:2], [], row[3]]]),  # values that are no map
+        packb([[*row[:3], []]]),  # a meta that is no map
+        packb([[row[0].encode() + b"\xff", *row[1:]]], use_bin_type=False),  # not UTF-8
+        timed(b"\xc7\x05\xff" + b"\x00" * 5),  # no Timestamp is 5 bytes
+        timed(b"\xc7\x0c\xff" + b"\xff" * 4 + b"\x00" * 8),  # 4 G nanoseconds
+        timed(b"\xd6\x05\x00\x00\x00\x00"),  # an extension of another type
+        packb([[*row[:3], {"time": msgpack.Timestamp(2**40, 0)}]]),  # past year 9999
+        packb([[*row[:2], {"deep": deep}, row[3]]]),  # lists in lists, too deep
+    ]
+    for data in bad:
+        assert fastpath.table_from_chunks([(LOGGED, 1, data)], "me") is None, data
+
+
+def test_writer_writes_refused_rows_the_reference_way(tmp_path: Path) -> None:
+    writer = Writer(tmp_path, "me", EventLogConfig(), lambda: LOGGED)
+    events = FAST[0][:5] + REFUSED[0] + FAST[0][5:10]
+    writer.write([chunk(events[:5]), chunk(events[5:6]), chunk(events[6:])])
+    writer.write([(LOGGED, 2, b"\xc1 not msgpack"), chunk(FAST[0][10:12])])
+    writer.close()
+    assert (writer.rows, writer.dropped, writer.errors, writer.files) == (13, 2, 1, 1)
+    table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    assert table.column("id").to_pylist() == [e.id for e in events + FAST[0][10:12]]
+    assert table.column("values_types").to_pylist()[5] == [("b", "bytes")]
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),
+)
+plain = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.dictionaries(st.text(), plain, max_size=6), min_size=1, max_size=5),
+    extra=st.dictionaries(st.text(), plain, max_size=3),
+)
+def test_compiled_reader_is_the_reference_or_refuses(
+    values: list[dict[str, Any]], extra: dict[str, Any]
+) -> None:
+    events = [
+        Event.trusted(v, "t", meta(i, **extra) if i % 2 else {**extra}, f"e{i}")
+        for i, v in enumerate(values)
+    ]
+    chunks = [chunk(events)]
+    table = fastpath.table_from_chunks(chunks, "me")
+    if table is not None:
+        assert table.equals(reference(chunks))
+
+
+def test_the_pure_switch_takes_the_reference_path() -> None:
+    show = "from aa.router.eventlog import fastpath; print(fastpath.COMPILED)"
+    env = {**os.environ, "AA_PURE_PYTHON": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.split() == ["False"], out.stderr
