@@ -58,8 +58,13 @@ def _start() -> None:
 
 
 def give_back() -> None:
-    """Return the heap's free pages to the system soon (call from the event loop)."""
+    """Return the heap's free pages to the system soon (from the event loop; elsewhere, as
+    in a sans-I/O caller's test, it does nothing)."""
     global _libc, _due
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
     now = time.monotonic()
     if _due and now - _due < _LOST_AFTER or _libc is False:
         return
@@ -75,4 +80,4 @@ def give_back() -> None:
     _due = now
     # Not at once: a closed transport's buffers are freed by callbacks the loop has yet to
     # run (uvloop's close), and a trim that ran first found nothing to give back.
-    asyncio.get_running_loop().call_later(max(_last + MIN_INTERVAL - now, AFTER_CLOSE), _start)
+    loop.call_later(max(_last + MIN_INTERVAL - now, AFTER_CLOSE), _start)
