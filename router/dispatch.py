@@ -168,8 +168,12 @@ class Dispatcher:
         self.counters = counters
         #: Called with each event dispatched here (store, caches, event log attach here).
         self.sinks: list[Sink] = []
-        #: Called with each event this router accepted from a client: its floods (links room).
-        self.forwarders: list[Sink] = []
+        #: Called with the events dispatched here, a batch at a time, in order (the router's
+        #: own sinks: store, mesh cache, event log; `aa.router.sinks`).
+        self.batch_sinks: list[Callable[[Sequence[Event]], None]] = []
+        #: Called with the events this router accepted from a client, a batch at a time: their
+        #: floods (links room).
+        self.forwarders: list[Callable[[Sequence[Event]], None]] = []
         self._dirty: list[Writable] = []
         #: Called after each slice of a stepped publish: the sinks' own flush (mesh cache,
         #: event log), so their encoding counts in the step's budget (it doubled the step).
@@ -269,8 +273,7 @@ class Dispatcher:
         if out:
             self._dispatch_batch(out)
             for forward in self.forwarders:
-                for stamped in out:
-                    forward(stamped)
+                forward(out)
         counters = self.counters
         counters["published"] += len(out)
         counters["dispatched"] += len(out)
@@ -342,6 +345,11 @@ class Dispatcher:
                 sink(event)
             except Exception:
                 log.exception("event sink %r failed", sink)
+        for many in self.batch_sinks:
+            try:
+                many((event,))
+            except Exception:
+                log.exception("event sink %r failed", many)
 
     def _dispatch_batch(self, events: list[Event]) -> None:
         """`_dispatch` of each of *events*: all their deliveries, then the sinks, each sink
@@ -362,6 +370,11 @@ class Dispatcher:
                     sink(event)
                 except Exception:
                     log.exception("event sink %r failed", sink)
+        for many in self.batch_sinks:
+            try:
+                many(events)
+            except Exception:
+                log.exception("event sink %r failed", many)
 
     def queued(self, client: Writable) -> None:
         """*client* queued deliveries during this batch: write to it at `flush`."""

@@ -526,11 +526,17 @@ class Connection:
         Raises `UsageError` if it would exceed the cap."""
         packer = self._packer
         parts = [_DELIVER_HEAD, packer.pack_array_header(len(items))]
+        append = parts.append
+        last: Any = None  # the sub_ids packed last: consecutive items mostly share them
+        head = b""
         try:
             for sub_ids, event in items:
-                parts.append(b"\x92")  # a 2-element array: [sub_ids, event]
-                parts.append(packer.pack(sub_ids))
-                parts.append(packed_event(event))
+                if sub_ids != last:
+                    head = b"\x92" + packer.pack(sub_ids)  # a 2-element array: [sub_ids, event]
+                    last = sub_ids
+                append(head)
+                data = event.packed
+                append(packed_event(event) if data is None else data)
         except (TypeError, ValueError, OverflowError) as exc:
             self._packer = _packer()
             raise UsageError(f"cannot encode 'deliver' message: {exc}") from None
