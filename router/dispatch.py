@@ -166,7 +166,7 @@ class Dispatcher:
         #: `engine.match`: a router's subscriber keys are `Subscriber`s.
         self._match = cast(Callable[[Event], list[tuple[Subscriber, Event]]], engine.match)
         self.counters = counters
-        #: Called with each event dispatched here (store, caches, event log attach here).
+        #: Called with each event dispatched here (the client caches attach here).
         self.sinks: list[Sink] = []
         #: Called with the events dispatched here, a batch at a time, in order (the router's
         #: own sinks: store, mesh cache, event log; `aa.router.sinks`).

@@ -1,5 +1,6 @@
 """Where a dispatched event goes besides its subscribers: the store, the mesh cache, the
-event log — as one sink on dispatch, specialised on which of them this router keeps.
+event log — as one sink on dispatch, given each batch of events in order, specialised on
+which of them this router keeps.
 
 It runs for every event a router dispatches — a local client's and a peer's alike, once per
 router — so every router keeps its own copy of every persisted event (replication is the
