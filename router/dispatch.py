@@ -49,6 +49,7 @@ from aa.mesh import (
     FloodRules,
     IdGenerator,
 )
+from aa.mesh.protocol import pack, pack_with_meta
 
 from .patterns import PatternEngine
 from .seams import Sink, Subscriber
@@ -165,10 +166,14 @@ class Dispatcher:
         #: `engine.match`: a router's subscriber keys are `Subscriber`s.
         self._match = cast(Callable[[Event], list[tuple[Subscriber, Event]]], engine.match)
         self.counters = counters
-        #: Called with each event dispatched here (store, caches, event log attach here).
+        #: Called with each event dispatched here (the client caches attach here).
         self.sinks: list[Sink] = []
-        #: Called with each event this router accepted from a client: its floods (links room).
-        self.forwarders: list[Sink] = []
+        #: Called with the events dispatched here, a batch at a time, in order (the router's
+        #: own sinks: store, mesh cache, event log; `aa.router.sinks`).
+        self.batch_sinks: list[Callable[[Sequence[Event]], None]] = []
+        #: Called with the events this router accepted from a client, a batch at a time: their
+        #: floods (links room).
+        self.forwarders: list[Callable[[Sequence[Event]], None]] = []
         self._dirty: list[Writable] = []
         #: Called after each slice of a stepped publish: the sinks' own flush (mesh cache,
         #: event log), so their encoding counts in the step's budget (it doubled the step).
@@ -210,13 +215,25 @@ class Dispatcher:
         now = time.monotonic()
         stamp_time = datetime.now(UTC)  # one clock read per batch, not per event
         originate = self.rules.originate
-        router_id = self.rules.router_id
-        forwarders = self.forwarders
-        dispatch = self._dispatch  # counted once per batch below, not per event
         trusted = Event.trusted
         new_id = self.ids
+        # The stamp every event of the batch shares, in the order the keys go on the wire;
+        # each event's copy gets its own ttl and path from `originate`.
+        shared: dict[str, Any] = {
+            META_TIME: stamp_time,
+            META_CLIENT: client_id,
+            META_ADDRESS: address,
+            META_ROUTER: self.rules.router_id,
+            META_TTL: None,
+            META_PATH: None,
+        }
+        if user is not None:
+            shared[META_USER] = user
         out: list[Event] = []
         append = out.append
+        # The stamped events whose meta is the batch's stamp alone, with the same hop.
+        alike: list[Event] = []
+        first_hop = None
         own = None if scope is None else scope + "-"
         for ev in events:
             eid = ev.id
@@ -231,32 +248,32 @@ class Dispatcher:
             meta: dict[str, Any] = ev.meta
             if meta:
                 meta = {k: v for k, v in meta.items() if k not in ROUTER_META_KEYS}
-                meta.update(
-                    {
-                        META_TIME: stamp_time,
-                        META_CLIENT: client_id,
-                        META_ADDRESS: address,
-                        META_ROUTER: router_id,
-                        META_TTL: hop[0],
-                        META_PATH: hop[1],
-                    }
-                )
-            else:
-                meta = {
-                    META_TIME: stamp_time,
-                    META_CLIENT: client_id,
-                    META_ADDRESS: address,
-                    META_ROUTER: router_id,
-                    META_TTL: hop[0],
-                    META_PATH: hop[1],
-                }
-            if user is not None:
-                meta[META_USER] = user  # a publisher's own "user" was dropped with ROUTER_META_KEYS
+                meta.update(shared)  # a publisher's own "user" was dropped with ROUTER_META_KEYS
+                meta[META_TTL] = hop[0]
+                meta[META_PATH] = hop[1]
+                append(trusted(ev.values, ev.type, meta, eid))
+                continue
+            meta = shared.copy()
+            meta[META_TTL] = hop[0]
+            meta[META_PATH] = hop[1]
             stamped = trusted(ev.values, ev.type, meta, eid)
-            dispatch(stamped)
-            for forward in forwarders:
-                forward(stamped)
             append(stamped)
+            if not alike:
+                first_hop = hop
+                alike.append(stamped)
+            elif hop == first_hop:
+                alike.append(stamped)
+        if alike:  # the same meta on each: packed once for all of them
+            try:
+                pack_with_meta(alike, pack(alike[0].meta))
+            except (TypeError, ValueError, OverflowError):
+                pass  # never for a stamp; each event is packed on its own when asked
+        # The batch is stamped (its duplicates dropped) before any of it is dispatched: each
+        # event still reaches the subscribers, then the sinks, then the forwarders in order.
+        if out:
+            self._dispatch_batch(out)
+            for forward in self.forwarders:
+                forward(out)
         counters = self.counters
         counters["published"] += len(out)
         counters["dispatched"] += len(out)
@@ -328,6 +345,36 @@ class Dispatcher:
                 sink(event)
             except Exception:
                 log.exception("event sink %r failed", sink)
+        for many in self.batch_sinks:
+            try:
+                many((event,))
+            except Exception:
+                log.exception("event sink %r failed", many)
+
+    def _dispatch_batch(self, events: list[Event]) -> None:
+        """`_dispatch` of each of *events*: all their deliveries, then the sinks, each sink
+        given the events in order."""
+        names = self.names_seen
+        if len(names) < MAX_NAMES_SEEN:
+            for event in events:
+                names.update(event.values)
+                if len(names) >= MAX_NAMES_SEEN:
+                    break
+        match = self._match
+        for event in events:
+            for key, ev in match(event):
+                key.deliver(ev)
+        for sink in self.sinks:
+            for event in events:
+                try:
+                    sink(event)
+                except Exception:
+                    log.exception("event sink %r failed", sink)
+        for many in self.batch_sinks:
+            try:
+                many(events)
+            except Exception:
+                log.exception("event sink %r failed", many)
 
     def queued(self, client: Writable) -> None:
         """*client* queued deliveries during this batch: write to it at `flush`."""

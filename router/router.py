@@ -300,7 +300,7 @@ class Router:
         self.acks.use_store(self.storage if store is not None else None)
         sink = self._sinks.sink()
         if sink is not None:
-            self.dispatcher.sinks.append(sink)
+            self.dispatcher.batch_sinks.append(sink)
 
     async def _close_storage(self) -> None:
         """Write what is queued (acks waiting for the store go out first), close the store

@@ -1,5 +1,6 @@
 """Where a dispatched event goes besides its subscribers: the store, the mesh cache, the
-event log — as one sink on dispatch, specialised on which of them this router keeps.
+event log — as one sink on dispatch, given each batch of events in order, specialised on
+which of them this router keeps.
 
 It runs for every event a router dispatches — a local client's and a peer's alike, once per
 router — so every router keeps its own copy of every persisted event (replication is the
@@ -23,7 +24,8 @@ are in the manual (Performance).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aa.mesh import Event
@@ -31,6 +33,8 @@ from aa.mesh import Event
 from .caches import MeshCache, encode_events
 from .eventlog import EventLog
 from .store import META_MESH_CACHE, META_PERSIST
+
+log = logging.getLogger("aa.router")
 
 __all__ = ["LocalSinks"]
 
@@ -75,8 +79,9 @@ class LocalSinks:
         if elog is not None:
             await elog.aclose()
 
-    def sink(self) -> Callable[[Event], None] | None:
-        """One function for the three, specialised on which of them exist (None: none)."""
+    def sink(self) -> Callable[[Sequence[Event]], None] | None:
+        """One function for the three, given the events of a batch in order, specialised on
+        which of them exist (None: none)."""
         persist = self._persist
         log_on = self.event_log is not None
         cache_on = self.mesh_cache is not None
@@ -87,17 +92,21 @@ class LocalSinks:
         call_soon = asyncio.get_running_loop().call_soon
         flush = self.flush
 
-        def sink(event: Event) -> None:
-            meta = event.meta
-            if persist is not None and META_PERSIST in meta:
-                persist(event)
-            cached = cache_on and meta.get(META_MESH_CACHE) is not False
-            if not pending and not log_pending and (cached or log_on):
-                call_soon(flush)
-            if cached:
-                pending.append(event)
-            if log_on:
-                log_pending.append(event)
+        def sink(events: Sequence[Event]) -> None:
+            for event in events:
+                meta = event.meta
+                if persist is not None and META_PERSIST in meta:
+                    try:
+                        persist(event)
+                    except Exception:  # the event's other sinks and the batch's rest go on
+                        log.exception("the store's sink failed for event %s", event.id)
+                cached = cache_on and meta.get(META_MESH_CACHE) is not False
+                if not pending and not log_pending and (cached or log_on):
+                    call_soon(flush)
+                if cached:
+                    pending.append(event)
+                if log_on:
+                    log_pending.append(event)
 
         return sink
 

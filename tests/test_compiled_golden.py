@@ -203,8 +203,15 @@ def _seen_ids() -> list[bool]:
 
 def golden() -> dict[str, Any]:
     """Everything the two paths must agree on, as JSON-able data."""
-    from aa.mesh import event_path
-    from aa.mesh.protocol import Connection, pack_events, packed_event, unpacked_event
+    from aa.mesh import Event, event_path
+    from aa.mesh.protocol import (
+        Connection,
+        pack,
+        pack_events,
+        pack_with_meta,
+        packed_event,
+        unpacked_event,
+    )
 
     events = _events()
     conn = Connection()
@@ -213,11 +220,15 @@ def golden() -> dict[str, Any]:
     frames.append(conn.send_publish(5, [packed_event(e) for e in events]))
     decoded = [_outcome(f, None) for f in frames]
     bad = _bad_frames()
+    stamp = {"time": datetime(2026, 11, 27, 17, 0, tzinfo=UTC), "ttl": 8, "path": ["r1"]}
+    stamped = [Event.trusted(e.values, e.type, stamp, e.id or "x-1") for e in events]
+    pack_with_meta(stamped, pack(stamp))
     return {
         "path": event_path(),
         "frames": [f.hex() for f in frames],
         "events": [packed_event(e).hex() for e in events],
         "pack_events": pack_events(events).hex(),
+        "pack_with_meta": [packed_event(e).hex() for e in stamped],
         "round_trip": [repr(unpacked_event(packed_event(e))) for e in events],
         "decoded": decoded,
         "bad_frames": [_outcome(f) for f in bad],
@@ -259,7 +270,16 @@ def test_the_two_runs_are_the_two_paths(both):
 
 @pytest.mark.parametrize(
     "part",
-    ["frames", "events", "pack_events", "round_trip", "decoded", "values", "seen_ids"],
+    [
+        "frames",
+        "events",
+        "pack_events",
+        "pack_with_meta",
+        "round_trip",
+        "decoded",
+        "values",
+        "seen_ids",
+    ],
 )
 def test_same_bytes_and_answers(both, part):
     compiled, pure = both

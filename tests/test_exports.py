@@ -197,6 +197,7 @@ PUBLIC: dict[str, list[str]] = {
         "event_to_wire",
         "pack",
         "pack_events",
+        "pack_with_meta",
         "packed_event",
         "register",
         "unpack",

@@ -264,9 +264,9 @@ class MeshService:
         self.counters["controls_out"] += 1
         return True
 
-    def originated(self, event: Event) -> None:
-        """A client's event stamped here: flood it (a forwarder of dispatch)."""
-        self.relay.originated(event)
+    def originated(self, events: Sequence[Event]) -> None:
+        """A client's events stamped here: flood them (a forwarder of dispatch)."""
+        self.relay.originated(events)
 
     def flush(self) -> None:
         """Write every link's queued floods now."""

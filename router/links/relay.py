@@ -173,12 +173,12 @@ class Relay:
 
     # -- outgoing events --------------------------------------------------------------------
 
-    def originated(self, event: Event) -> None:
-        """A client's event, stamped here (a forwarder of dispatch): its path holds only
-        this router, so every peer gets it. Queued once for the mesh and packed at the
-        flush, into one blob every link shares."""
+    def originated(self, events: Sequence[Event]) -> None:
+        """A client's events, stamped here (a forwarder of dispatch, given a batch): their
+        path holds only this router, so every peer gets them. Queued once for the mesh and
+        packed at the flush, into one blob every link shares."""
         if self._links():
-            self._originated.append(event)
+            self._originated.extend(events)
             if not self._flush_scheduled:
                 self._schedule_flush()
 

@@ -1,0 +1,120 @@
+"""The router's CPU per event by stage, in one process: no sockets, no clients, so its figures
+move far less with the machine's load than bench_router.py's.
+
+    python tests/bench/bench_router_stages.py                  # 60 frames of 1,000 events
+    python tests/bench/bench_router_stages.py --frames 200
+
+A `Router` is started (port 0, discovery off) with one subscriber of bench_router.py's pattern,
+a fake key that keeps its deliveries as the session would queue them. Each publish frame of
+bench_router.py's events is decoded in steps as a session decodes it, accepted
+`DISPATCH_STEP` events at a time (stamping, seen ids, matching, deliveries), the sinks
+flushed (the mesh cache's block, which packs each event), and one delivery frame built of
+what the subscriber got. CPU time per event of each stage (`time.process_time_ns`), with the
+collector tuned as `aa router` tunes it. Run it once per path (``AA_PURE_PYTHON=1``), or with
+another tree on ``PYTHONPATH`` to compare two versions of the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from common import report
+
+PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'
+GC_THRESHOLD = (50_000, 20, 100)  # what `aa router` sets (aa.tools.router_cmd)
+
+
+class Key:
+    """A subscriber key queueing its deliveries as a client session does."""
+
+    scope = None
+
+    def __init__(self) -> None:
+        self.pending: list[list[Any]] = []
+
+    def deliver(self, event: Any) -> None:
+        self.pending.append([[1], event])
+
+
+async def run(frames: int, per_frame: int) -> dict[str, float]:
+    from aa.mesh import Event
+    from aa.mesh.protocol import Connection, PatternSpec, Publish
+    from aa.router import Router, RouterConfig
+    from aa.router.dispatch import DISPATCH_STEP
+
+    router = Router(RouterConfig(port=0))
+    await router.start()
+    try:
+        key = Key()
+        router.engine.subscribe(key, PatternSpec(source=PATTERN))
+        wire = []
+        for f in range(frames):
+            events = tuple(
+                Event(
+                    values={
+                        "Temperature": 20 + i % 80,
+                        "Sensor": "lab-1",
+                        "Humidity": 0.5,
+                        "Seq": i,
+                        "Sent": 1.7e9 + i,
+                    },
+                    id=f"bench-{f}-{i:x}",
+                )
+                for i in range(per_frame)
+            )
+            wire.append(Connection().send(Publish(seq=f + 1, events=events)))
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLD)
+        dispatcher, out = router.dispatcher, Connection()
+        clock = time.process_time_ns
+        spent = dict.fromkeys(("decode", "accept", "sinks", "deliver"), 0)
+        for frame in wire:
+            t0 = clock()
+            conn = Connection(max_items=10 * per_frame)
+            conn.receive_data(frame)
+            msg = conn.next_message(stepwise=True)
+            while not isinstance(msg, Publish):
+                msg = conn.next_message(stepwise=True)
+            t1 = clock()
+            events = msg.events
+            for start in range(0, len(events), DISPATCH_STEP):
+                chunk = events[start : start + DISPATCH_STEP]
+                dispatcher.accept(chunk, "bench", "127.0.0.1:1", "anonymous", "bench")
+            t2 = clock()
+            router._flush_sinks()
+            t3 = clock()
+            pending, key.pending = key.pending, []
+            out.send_deliver(pending)
+            t4 = clock()
+            for stage, ns in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                spent[stage] += ns
+    finally:
+        await router.aclose()
+    n = frames * per_frame
+    figures = {f"{stage}_us_per_event": round(ns / n / 1000, 3) for stage, ns in spent.items()}
+    figures["total_us_per_event"] = round(sum(spent.values()) / n / 1000, 3)
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--frames", type=int, default=60, help="publish frames (default: 60)")
+    ap.add_argument("--events", type=int, default=1000, help="events per frame (default: 1000)")
+    args = ap.parse_args()
+    from aa.mesh import event_path
+
+    figures = asyncio.run(run(args.frames, args.events))
+    report("router-stages", {"path": event_path(), "events": args.frames * args.events, **figures})
+
+
+if __name__ == "__main__":
+    main()
