@@ -484,6 +484,7 @@ class Router:
             if revoked is not None:
                 log.warning("cutting peer %s: %s", link.label, revoked, extra={"peer": link.label})
                 link.fail("revoked", revoked)
+        self.caches.rescope()
         for hook in gate.reloaded:
             hook()
 

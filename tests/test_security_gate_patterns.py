@@ -199,6 +199,37 @@ async def test_a_client_cache_script_sees_only_events_its_owner_may_receive(
             await c.aclose()
 
 
+async def test_a_reload_that_narrows_an_owner_s_scope_restarts_her_caching_script(
+    routers: tuple[Router, Router], pki: Path
+) -> None:
+    """Carol may receive every type, so her caching script sees readings; the operator then
+    narrows her to alarms. Her script restarts under the new scope on each router (its state
+    was built from readings), so a reading published after the reload cannot come back to her
+    relabelled as an alarm."""
+    r1, r2 = routers
+    carol = await as_user(r1, pki, "carol", client_id="carol-tablet")
+    alice = await as_user(r1, pki, "alice")
+    try:
+        await carol.cache_register('forward(event.copy(type="alarm"))', format="script")
+        await wait_for(lambda: all(len(r.caches) == 1 for r in routers))
+        path = r1.config.security.permissions
+        assert path is not None
+        path.write_text(RULES.replace('subscribe = ["*"]', 'subscribe = ["alarm"]'))
+        for router in routers:
+            assert any("reloaded" in line for line in router.reload_security())
+        await alice.publish({"secret": 42}, type="reading")
+        await alice.flush()
+        await carol.publish({"n": 1}, type="alarm")
+        await carol.flush()
+        for router in routers:
+            await wait_for(lambda r=router: len(r.caches.fetch("carol/carol-tablet").events) >= 1)
+            held = [e.values for e in router.caches.fetch("carol/carol-tablet").events]
+            assert held == [{"n": 1}], (router.name, held)
+    finally:
+        for c in (carol, alice):
+            await c.aclose()
+
+
 async def test_predicates_users_run_no_pattern_code(
     routers: tuple[Router, Router], pki: Path
 ) -> None:

@@ -425,12 +425,7 @@ class ClientCacheService:
         floor: Mark | None = None,
         now: float | None = None,
     ) -> None:
-        owner, slash, _ = client_id.partition("/")  # `cache_key`: owner/client id
-        scope = self.scope_of(owner) if slash and self.scope_of is not None else None
-        if scope is not None and "*" in scope:
-            scope = None
-        base = (spec.kernel, spec.format, spec.source)
-        key: Hashable = base if scope is None else (*base, scope)
+        key, scope = self._key(client_id, spec)
         entry = self._matchers.get(key)
         matcher = entry[0] if entry is not None else self._scoped(self._matcher(spec), scope)
         old_key = self._keys.get(client_id)
@@ -460,6 +455,39 @@ class ClientCacheService:
         self._specs[client_id] = spec
         self._keys[client_id] = key
         self._update_sink()
+
+    def _key(self, client_id: str, spec: PatternSpec) -> tuple[Hashable, tuple[str, ...] | None]:
+        """The key of the group *client_id*'s cache of *spec* belongs to, and its owner's
+        scope by the rules in force (None: any type)."""
+        owner, slash, _ = client_id.partition("/")  # `cache_key`: owner/client id
+        scope = self.scope_of(owner) if slash and self.scope_of is not None else None
+        if scope is not None and "*" in scope:
+            scope = None
+        base = (spec.kernel, spec.format, spec.source)
+        return (base if scope is None else (*base, scope)), scope
+
+    def rescope(self) -> list[str]:
+        """Hold the caches' pattern code to their owners' scopes in force now (after a
+        permissions reload); the caches that start afresh. A cache whose pattern is code and
+        whose owner's scope changed starts again, empty, under the new scope: its code's
+        state was built from what the old scope let it see. A predicate's cache keeps its
+        events and its old scope (a predicate keeps no state: an old, wider scope shows its
+        owner nothing, since fetches filter by the rules in force; a narrower one takes
+        less until the client registers again)."""
+        restarted = []
+        for client_id, key in list(self._keys.items()):
+            spec = self._specs[client_id]
+            new, _ = self._key(client_id, spec)
+            matcher = self._matchers[key][0]
+            if new == key or (isinstance(matcher, Matcher) and matcher.indexable):
+                continue
+            info = self._caches.info(client_id)
+            self._register(client_id, spec, info.policy, info.timeout, now=info.last_seen)
+            log.warning(
+                "client cache %r starts afresh: its owner's subscribe rules changed", client_id
+            )
+            restarted.append(client_id)
+        return restarted
 
     @staticmethod
     def _scoped(matcher: Any, scope: tuple[str, ...] | None) -> Any:
