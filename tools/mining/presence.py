@@ -14,6 +14,10 @@ Signals fall with distance, not at walls, so nearness alone cannot tell a desk-m
 metres away from a colleague in the meeting room through the wall. Each node has a home
 (the fingerprint of the place it is in most windows, see `_homes`), and in each window it is
 at home or away; two nodes count as together only if both are at home or both are away.
+Two nodes both at home are together when their desks are in one room: desks are the nodes'
+mean positions at home (from position events), grouped per building and floor by complete
+linkage into rooms no wider than `room_span_m` (`group_rooms`, on the driver); nodes
+without positions are decided by distance.
 
 The threshold below which two nodes count as together is learned from the data: distances
 of nodes in one room and in different rooms form two humps, and Otsu's method (the cut that
@@ -26,13 +30,15 @@ islands: window number minus its rank is constant along a run).
 ``data`` of the artefact::
 
     {"window_seconds": 300, "threshold_db": 7.5, "floor_dbm": -95.0, "min_common": 2,
+     "home_threshold_db": 5.0, "room_span_m": 15.0,
+     "homes": {node: {radio: dBm}}, "rooms": {node: "B1/2/0"},
      "scan_types": [...], "attributes": {...},
      "pairs": [{"a": node, "b": node, "together": windows, "both_seen": windows, "share": s}],
      "episodes": [[node_a, node_b, start iso, end iso], ...],   # the first max_episodes
      "episodes_total": n}
 
 Episodes are the mined history (who was together when), kept for reports; the adapter needs
-only the window and threshold. They grow with the log (a 10-million-event log of a
+the window, threshold, homes and rooms. They grow with the log (a 10-million-event log of a
 100-person office has ~700,000), so the artefact keeps the first `max_episodes` in time.
 """
 
