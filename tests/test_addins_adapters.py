@@ -168,6 +168,42 @@ def test_presence_adapter_publishes_company_changes(tmp_path: Path) -> None:
     }
 
 
+def test_presence_adapter_uses_the_mined_homes_and_rooms(tmp_path: Path) -> None:
+    """The live rule is the mining's: both at their desks, together when the mining put the
+    desks in one room, whatever the radios say; one at home and one away never together."""
+    desk_a = {"ap-1": -45, "ap-2": -70, "ap-3": -80}
+    desk_b = {"ap-1": -70, "ap-2": -50, "ap-3": -75}  # 18.7 dB from a: far by radio
+    desk_c = {"ap-1": -48, "ap-2": -72, "ap-3": -84}  # 3.1 dB from a: near by radio
+    put(
+        tmp_path,
+        "presence",
+        {
+            **PRESENCE,
+            "home_threshold_db": 5.0,
+            "homes": {"a": desk_a, "b": desk_b, "c": desk_c},
+            "rooms": {"a": "B1/0/0", "b": "B1/0/0", "c": "B1/0/1"},
+        },
+    )
+    adapter = PresenceAdapter(tmp_path)
+    adapter.reload()
+    assert adapter.handle(scan("a", *desk_a.items()))[0][1]["With"] == []
+    # Desk-mates, though their radios differ more than the threshold.
+    assert adapter.handle(scan("b", *desk_b.items()))[0][1]["With"] == ["a"]
+    # The neighbour through the wall, at their own desk: near, but another room.
+    assert adapter.handle(scan("c", *desk_c.items()))[0][1]["With"] == []
+    # Nodes the mining did not know are away: a visitor standing at a's desk is not with a,
+    # and two visitors are together by distance.
+    assert adapter.handle(scan("d", *desk_a.items()))[0][1]["With"] == []
+    assert adapter.handle(scan("e", ("ap-1", -46), ("ap-2", -71), ("ap-3", -79)))[0][1]["With"] == [
+        "d"
+    ]
+    # c away from home (in a's meeting room, say) and near a visitor: together.
+    away = (("ap-1", -60), ("ap-2", -60), ("ap-3", -60))
+    later = T0 + timedelta(minutes=1)
+    adapter.handle(scan("d", *away, at=later))
+    assert adapter.handle(scan("c", *away, at=later))[0][1]["With"] == ["d"]
+
+
 async def test_runner_republishes_on_a_router_and_reloads(
     tmp_path: Path, client, make_client
 ) -> None:  # type: ignore[no-untyped-def]

@@ -37,7 +37,7 @@ from aa.tools.mining import (
 )
 from aa.tools.mining.accuracy import format_report, score_location, score_presence, score_schema
 from aa.tools.mining.artefacts import KEEP_VERSIONS
-from aa.tools.mining.presence import otsu_threshold
+from aa.tools.mining.presence import group_rooms, otsu_threshold
 from aa.tools.mining.schema import type_mappings
 
 MONDAY = datetime(2030, 1, 7, tzinfo=UTC)
@@ -330,6 +330,30 @@ def test_otsu_finds_the_valley() -> None:
     cut = otsu_threshold(hist)
     assert cut is not None and 5 < cut < 14
     assert otsu_threshold([(1.0, 3)]) is None
+
+
+def test_desks_are_grouped_into_rooms_no_wider_than_the_span() -> None:
+    # One floor as the simulated office has it: desks at x 5.5 and 14.5 in one office,
+    # 25.5 and 34.5 in the next (the wall at 20 m), a third desk squeezed in at 16. The
+    # nearest pair across the wall (16 and 25.5, 9.5 m) is nearer than desk-mates (9 m
+    # and 10.5 m): the grouping goes by the widest spread of a room, not the nearest pair.
+    desks = {
+        "a": ("B1", 0, 5.5, 5.0),
+        "b": ("B1", 0, 14.5, 4.0),
+        "c": ("B1", 0, 16.0, 6.0),
+        "d": ("B1", 0, 25.5, 5.0),
+        "e": ("B1", 0, 34.5, 6.0),
+        "f": ("B1", 1, 5.5, 5.0),  # another floor, right above a
+        "g": ("B2", 0, 5.6, 5.0),  # another building
+    }
+    rooms = group_rooms(desks, 15.0)
+    assert rooms["a"] == rooms["b"] == rooms["c"] and rooms["d"] == rooms["e"]
+    assert len({rooms["a"], rooms["d"], rooms["f"], rooms["g"]}) == 4
+    # The same answer whatever order the desks come in, and numbered by name.
+    assert group_rooms(dict(reversed(list(desks.items()))), 15.0) == rooms
+    assert rooms["a"] == "B1/0/0" and rooms["d"] == "B1/0/1"
+    # A span under the nearest two desks leaves each desk in a room of its own.
+    assert len(set(group_rooms(desks, 1.0).values())) == 7
 
 
 def _prof(freq: float = 1.0) -> dict[str, object]:

@@ -1,11 +1,17 @@
 """The presence adapter: publishes which nodes are together, from their radio scans, with
-the window and distance threshold mined from the logs (`aa.tools.mining.presence`).
+the window, distance threshold, homes and rooms mined from the logs
+(`aa.tools.mining.presence`), by the rule the mining used.
 
 Per node, the scan fingerprint of the current window (mean dBm per radio); on each scan, the
 node's fingerprint is compared with the other nodes' of the same window (RMS difference in
 dB over the union of radios, an unheard radio counting as the floor; at least `min_common`
-radios in common); those within the threshold are the node's company. A presence event is
-published when a node's company changes (not on every scan)::
+radios in common). Each node is at home (its fingerprint within ``home_threshold_db`` of
+the home the mining learned for it) or away, and two nodes are together only if both are
+at home or both away: both at home, when the mining put their desks in one room (or, if it
+placed either desk in none, when their distance is within the threshold); both away, when
+their distance is within the threshold. A node the mining did not know is always away; an
+artefact without homes (``home_threshold_db`` 0 or absent) decides by distance alone. A
+presence event is published when a node's company changes (not on every scan)::
 
     presence {"Node": str, "With": [node, ...], "Window": datetime (the window's start)}
 
@@ -62,6 +68,9 @@ class PresenceAdapter(Adapter):
         self.floor_dbm = -95.0
         self.min_common = 2
         self.scan_types: set[str] = set()
+        self.home_threshold_db = 0.0
+        self.homes: dict[str, dict[str, float]] = {}
+        self.rooms: dict[str, str] = {}
         self.node_attr = "Node"
         self.radios_attr = "Radios"
         self._fp: dict[
@@ -79,6 +88,18 @@ class PresenceAdapter(Adapter):
         self.floor_dbm = float(d["floor_dbm"])
         self.min_common = int(d["min_common"])
         self.scan_types = set(d.get("scan_types", ()))
+        self.home_threshold_db = float(d.get("home_threshold_db") or 0.0)
+        homes, rooms = d.get("homes") or {}, d.get("rooms") or {}
+        self.homes = {
+            node: {r: float(v) for r, v in fp.items() if type(v) in (int, float)}
+            for node, fp in (homes.items() if isinstance(homes, dict) else ())
+            if isinstance(fp, dict)
+        }
+        self.rooms = {
+            node: room
+            for node, room in (rooms.items() if isinstance(rooms, dict) else ())
+            if type(room) is str
+        }
         attrs = d.get("attributes", {})
         self.node_attr = attrs.get("node", "Node")
         self.radios_attr = attrs.get("radios", "Radios")
@@ -114,12 +135,23 @@ class PresenceAdapter(Adapter):
                 acc[0] += rssi
                 acc[1] += 1
         mine = self._fingerprint(node)
+        home = self._at_home(node, mine)
+        room = self.rooms.get(node) if home else None
         near = []
         for other, (ow, _) in self._fp.items():
             if other == node or ow != w:
                 continue
-            d, common = fingerprint_distance(mine, self._fingerprint(other), self.floor_dbm)
-            if common >= self.min_common and d <= self.threshold_db:
+            theirs = self._fingerprint(other)
+            if self._at_home(other, theirs) != home:
+                continue  # one at their desk, the other away: not together, however near
+            d, common = fingerprint_distance(mine, theirs, self.floor_dbm)
+            if common < self.min_common:
+                continue
+            other_room = self.rooms.get(other) if home else None
+            if room is not None and other_room is not None:
+                if room == other_room:
+                    near.append(other)
+            elif d <= self.threshold_db:
                 near.append(other)
         company = tuple(sorted(near))
         if self._company.get(node) == company:
@@ -127,6 +159,12 @@ class PresenceAdapter(Adapter):
         self._company[node] = company
         start = datetime.fromtimestamp(w * self.window_seconds, UTC)
         return [(PRESENCE_TYPE, {"Node": node, "With": list(company), "Window": start})]
+
+    def _at_home(self, node: str, fp: dict[str, float]) -> bool:
+        home = self.homes.get(node)
+        if home is None or self.home_threshold_db <= 0:
+            return False
+        return fingerprint_distance(fp, home, self.floor_dbm)[0] <= self.home_threshold_db
 
     def _forget(self, window: int) -> None:
         for node in [n for n, (w, _) in self._fp.items() if w < window - 1]:

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 #: Seeds the presence defaults were tuned on.
-TUNE_SEEDS = (101, 102, 103, 104, 105, 106)
+TUNE_SEEDS = (101, 102, 103, 104, 105, 106, 110, 111, 112)
 #: Seeds never looked at while tuning.
-HELD_OUT_SEEDS = (201, 202, 203, 204, 205, 206, 207, 208)
+HELD_OUT_SEEDS = (201, 202, 203, 204, 205, 206, 207, 208, 501, 502, 503, 504, 505, 506)
 #: A Monday, office hours: people arrive from 07:30, leave by 17:30.
 START = datetime(2030, 1, 7, 7, 0, tzinfo=UTC)
 

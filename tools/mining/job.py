@@ -292,7 +292,7 @@ def _dedup(raw: DataFrame) -> DataFrame:
 
 
 #: Spark actions per step (for progress).
-_PARTS: Final = {"read": 1, "schema": 4, "location": 2, "presence": 3}
+_PARTS: Final = {"read": 1, "schema": 4, "location": 2, "presence": 5}
 
 
 def run_mining(

@@ -14,6 +14,10 @@ Signals fall with distance, not at walls, so nearness alone cannot tell a desk-m
 metres away from a colleague in the meeting room through the wall. Each node has a home
 (the fingerprint of the place it is in most windows, see `_homes`), and in each window it is
 at home or away; two nodes count as together only if both are at home or both are away.
+Two nodes both at home are together when their desks are in one room: desks are the nodes'
+mean positions at home (from position events), grouped per building and floor by complete
+linkage into rooms no wider than `room_span_m` (`group_rooms`, on the driver); nodes
+without positions are decided by distance.
 
 The threshold below which two nodes count as together is learned from the data: distances
 of nodes in one room and in different rooms form two humps, and Otsu's method (the cut that
@@ -26,34 +30,48 @@ islands: window number minus its rank is constant along a run).
 ``data`` of the artefact::
 
     {"window_seconds": 300, "threshold_db": 7.5, "floor_dbm": -95.0, "min_common": 2,
+     "home_threshold_db": 5.0, "room_span_m": 15.0,
+     "homes": {node: {radio: dBm}}, "rooms": {node: "B1/2/0"},
      "scan_types": [...], "attributes": {...},
      "pairs": [{"a": node, "b": node, "together": windows, "both_seen": windows, "share": s}],
      "episodes": [[node_a, node_b, start iso, end iso], ...],   # the first max_episodes
      "episodes_total": n}
 
 Episodes are the mined history (who was together when), kept for reports; the adapter needs
-only the window and threshold. They grow with the log (a 10-million-event log of a
+the window, threshold, homes and rooms. They grow with the log (a 10-million-event log of a
 100-person office has ~700,000), so the artefact keeps the first `max_episodes` in time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aa.mesh import UsageError
 
-from .location import SIGNAL_UNIT, fixed_sum, scans
+from .location import POSITION_UNIT, SIGNAL_UNIT, fixed_sum, scans
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["PresenceConfig", "mine_presence", "otsu_threshold", "HIST_BIN_DB"]
+__all__ = [
+    "PresenceConfig",
+    "mine_presence",
+    "otsu_threshold",
+    "group_rooms",
+    "HIST_BIN_DB",
+    "MAX_DESKS_PER_FLOOR",
+]
 
 #: Width of a histogram bin of distances, dB.
 HIST_BIN_DB = 0.5
+#: Desks of one building and floor grouped into rooms at most (the grouping costs the cube
+#: of their number, on the driver); the nodes of a more crowded floor are decided by radio.
+MAX_DESKS_PER_FLOOR = 300
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +100,19 @@ class PresenceConfig:
     #: fingerprint (see `_homes`); two nodes count as together only if both are at home or
     #: both away. 0 turns the rule off.
     home_threshold_db: float = 5.0
+    #: Position events (``{Node, Building, Floor, X, Y}``, as location mining reads them):
+    #: each node's desk is the mean position of its windows at home, and desks are grouped
+    #: into rooms (see `group_rooms`); two nodes both at home are together when their desks
+    #: are in one room. Nodes without positions are decided by radio alone.
+    position_types: tuple[str, ...] = ("position",)
+    building: str = "Building"
+    floor: str = "Floor"
+    x: str = "X"
+    y: str = "Y"
+    #: The widest a room is taken to be, metres: desks of one building and floor are
+    #: grouped so that no two desks of a group are further apart (complete linkage).
+    #: 0 turns the grouping off (desks then by radio distance, like any other pair).
+    room_span_m: float = 15.0
 
     def __post_init__(self) -> None:
         if not self.scan_types or min(self.window_seconds, self.min_common, self.block_radios) < 1:
@@ -94,6 +125,8 @@ class PresenceConfig:
             raise UsageError("PresenceConfig needs 0 < min_threshold_db ≤ max_threshold_db")
         if not 0 <= self.home_threshold_db < float("inf"):
             raise UsageError("PresenceConfig.home_threshold_db must be a finite number ≥ 0")
+        if not 0 <= self.room_span_m < float("inf"):
+            raise UsageError("PresenceConfig.room_span_m must be a finite number ≥ 0")
 
 
 def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
@@ -122,9 +155,10 @@ def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
 
 def _distances(
     events: DataFrame, cfg: PresenceConfig, parsed: DataFrame | None
-) -> tuple[DataFrame, DataFrame]:
-    """(window, a, b, distance, common) for candidate node pairs a < b; and the cached
-    fingerprints it is built on (to unpersist when done)."""
+) -> tuple[DataFrame, DataFrame, DataFrame | None, list[DataFrame]]:
+    """(window, a, b, common, distance, home: both at home) for candidate node pairs a < b;
+    each node's state per window (window, node, fp, at_home); the homes (node, home_fp; None
+    without the home rule); and the frames cached on the way (to unpersist when done)."""
     from pyspark.sql import functions as F
 
     fp = (
@@ -159,9 +193,14 @@ def _distances(
         .cache()
     )
     floor = F.lit(float(cfg.floor_dbm))
+    cached = [fp]
+    homes = None
     if cfg.home_threshold_db > 0:
+        # Cached: the artefact keeps them too (one row per node).
+        homes = _homes(fp).cache()
+        cached.append(homes)
         at_home = F.coalesce(_rms("fp", "home_fp", floor) <= cfg.home_threshold_db, F.lit(False))
-        state = fp.join(_homes(fp), "node", "left").select(
+        state = fp.join(homes, "node", "left").select(
             "window", "node", "fp", at_home.alias("at_home")
         )
     else:
@@ -192,7 +231,7 @@ def _distances(
     fb = state.select(
         "window", F.col("node").alias("b"), F.col("fp").alias("fb"), F.col("at_home").alias("hb")
     )
-    return (
+    dist = (
         pairs.join(fa, ["window", "a"])
         .join(fb, ["window", "b"])
         # One at their desk and the other away (a visitor in the next room, a meeting
@@ -204,9 +243,11 @@ def _distances(
             "b",
             F.size(F.array_intersect(F.map_keys("fa"), F.map_keys("fb"))).alias("common"),
             _rms("fa", "fb", floor).alias("distance"),
+            F.col("ha").alias("home"),
         )
         .where(F.col("common") >= cfg.min_common)
-    ), fp
+    )
+    return dist, state, homes, cached
 
 
 def _rms(a: str, b: str, floor: Any) -> Any:
@@ -256,6 +297,98 @@ def _homes(fp: DataFrame) -> DataFrame:
     )
 
 
+def _desks(
+    events: DataFrame, cfg: PresenceConfig, state: DataFrame
+) -> dict[str, tuple[str, int, float, float]]:
+    """node → (building, floor, x, y) of its desk: the floor it reports most positions on
+    in windows it is at home (ties: the first in order), and the mean position there. Only
+    nodes that publish positions (phones) have one; none without the home rule."""
+    from pyspark.sql import functions as F
+
+    if cfg.home_threshold_db <= 0 or cfg.room_span_m <= 0:
+        return {}
+    v = F.col("values")
+    pos = (
+        events.where(F.col("type").isin(*cfg.position_types))
+        .select(
+            v[cfg.node].alias("node"),
+            F.floor(F.unix_seconds("time") / cfg.window_seconds).alias("window"),
+            v[cfg.building].alias("building"),
+            v[cfg.floor].cast("long").alias("floor"),
+            v[cfg.x].cast("double").alias("x"),
+            v[cfg.y].cast("double").alias("y"),
+        )
+        # between() is false for NaN, infinities and nulls: a bad position is left out.
+        .where(
+            F.col("node").isNotNull()
+            & F.col("building").isNotNull()
+            & F.col("floor").isNotNull()
+            & F.col("x").between(-1e9, 1e9)
+            & F.col("y").between(-1e9, 1e9)
+        )
+    )
+    home = state.where(F.col("at_home")).select("window", "node")
+    rows = (
+        pos.join(home, ["window", "node"])
+        .groupBy("node", "building", "floor")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            fixed_sum(F.col("x"), POSITION_UNIT).alias("sx"),
+            fixed_sum(F.col("y"), POSITION_UNIT).alias("sy"),
+        )
+        .collect()
+    )
+    best: dict[str, tuple[int, str, int, int, int]] = {}
+    for r in sorted(rows, key=lambda r: (r["node"], -r["n"], r["building"], r["floor"])):
+        best.setdefault(r["node"], (r["n"], r["building"], r["floor"], r["sx"], r["sy"]))
+    return {
+        node: (b, f, sx / n * POSITION_UNIT, sy / n * POSITION_UNIT)
+        for node, (n, b, f, sx, sy) in best.items()
+    }
+
+
+def group_rooms(
+    desks: Mapping[str, tuple[str, int, float, float]], span_m: float
+) -> dict[str, str]:
+    """node → room ("<building>/<floor>/<n>"): the desks of each building and floor grouped
+    by complete linkage (the two nearest groups merged first, the distance of two groups
+    that of their furthest desks) as long as no group is wider than *span_m* metres.
+
+    Deterministic: desks in name order, ties to the first pair. Rooms are numbered per
+    floor in the order of their first desk's name. A floor of more than
+    `MAX_DESKS_PER_FLOOR` desks is not grouped (its nodes get no room)."""
+    floors: dict[tuple[str, int], list[tuple[str, float, float]]] = {}
+    for node in sorted(desks):
+        b, f, x, y = desks[node]
+        floors.setdefault((b, f), []).append((node, x, y))
+    rooms: dict[str, str] = {}
+    for (b, f), members in sorted(floors.items()):
+        if len(members) > MAX_DESKS_PER_FLOOR:
+            continue
+        groups = [[m[0]] for m in members]
+        d = {
+            (i, j): math.hypot(members[i][1] - members[j][1], members[i][2] - members[j][2])
+            for i in range(len(members))
+            for j in range(i + 1, len(members))
+        }
+        while d:
+            (i, j), nearest = min(d.items(), key=lambda kv: (kv[1], kv[0]))
+            if nearest > span_m:
+                break
+            groups[i] += groups[j]
+            groups[j] = []
+            for k in range(len(members)):
+                if k in (i, j) or not groups[k]:
+                    continue
+                ik, jk = (min(i, k), max(i, k)), (min(j, k), max(j, k))
+                d[ik] = max(d[ik], d.pop(jk))
+            d.pop((i, j))
+        for n, group in enumerate(sorted(sorted(g) for g in groups if g)):
+            for node in group:
+                rooms[node] = f"{b}/{f}/{n}"
+    return rooms
+
+
 def mine_presence(
     events: DataFrame,
     config: PresenceConfig,
@@ -269,9 +402,16 @@ def mine_presence(
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    dist, fp = _distances(events, config, parsed)
+    dist, state, home_fps, cached = _distances(events, config, parsed)
     dist = dist.cache()
     try:
+        homes = {
+            r["node"]: {k: round(v, 2) for k, v in sorted(r["home_fp"].items())}
+            for r in (home_fps.collect() if home_fps is not None else ())
+        }
+        tick()
+        rooms = group_rooms(_desks(events, config, state), config.room_span_m)
+        tick()
         hist = [
             (r["bin"] * HIST_BIN_DB + HIST_BIN_DB / 2, r["count"])
             for r in dist.groupBy(F.floor(F.col("distance") / HIST_BIN_DB).alias("bin"))
@@ -284,7 +424,13 @@ def mine_presence(
             config.max_threshold_db,
             max(config.min_threshold_db, cut if cut is not None else config.max_threshold_db),
         )
-        together = F.col("distance") <= thr
+        # Both at their desks: together when the desks are in one room (a decision per
+        # pair, not per window); otherwise, or without desks, when the radios are near.
+        room = F.from_json(F.lit(json.dumps(rooms, sort_keys=True)), "map<string,string>")
+        ra, rb = F.element_at(room, F.col("a")), F.element_at(room, F.col("b"))
+        together = F.when(F.col("home") & ra.isNotNull() & rb.isNotNull(), ra == rb).otherwise(
+            F.col("distance") <= thr
+        )
         run = F.col("window") - F.row_number().over(Window.partitionBy("a", "b").orderBy("window"))
         runs = (
             dist.where(together)
@@ -332,13 +478,17 @@ def mine_presence(
         runs.unpersist()
     finally:
         dist.unpersist()
-        fp.unpersist()
+        for frame in cached:
+            frame.unpersist()
     return {
         "window_seconds": config.window_seconds,
         "threshold_db": round(thr, 3),
         "floor_dbm": config.floor_dbm,
         "min_common": config.min_common,
         "home_threshold_db": config.home_threshold_db,
+        "room_span_m": config.room_span_m,
+        "homes": homes,
+        "rooms": rooms,
         "scan_types": list(config.scan_types),
         "attributes": {"node": config.node, "radios": config.radios},
         "histogram": [[round(v, 3), n] for v, n in sorted(hist)],
