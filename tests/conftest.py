@@ -48,7 +48,7 @@ GROUPS: dict[str, str] = {
 #: The files that take longest (after the groups), longest first: sent right after the groups,
 #: so that the run ends on short files. The scheduler hands a worker its next file when the
 #: one it runs has two tests left, so a long file sent last is its whole length added to the
-#: run while the other core idles. Measured with `--durations` (docs/contributing.md); a file
+#: run while the other core idles. Ranked by the per-file totals of a `--junitxml` run; a file
 #: not listed goes after these, in name order.
 LONGEST: tuple[str, ...] = (
     "tests/test_cli_errors.py",
