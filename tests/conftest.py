@@ -45,6 +45,35 @@ GROUPS: dict[str, str] = {
 }
 
 
+#: The files that take longest (after the groups), longest first: sent right after the groups,
+#: so that the run ends on short files. The scheduler hands a worker its next file when the
+#: one it runs has two tests left, so a long file sent last is its whole length added to the
+#: run while the other core idles. Ranked by the per-file totals of a `--junitxml` run; a file
+#: not listed goes after these, in name order.
+LONGEST: tuple[str, ...] = (
+    "tests/test_cli_errors.py",
+    "tests/test_cli_storage.py",
+    "tests/test_http_schemathesis.py",
+    "tests/test_cli.py",
+    "tests/test_caches_memory.py",
+    "tests/test_faults_memory.py",
+    "tests/test_faults_partition.py",
+    "tests/test_caches_sync_kill.py",
+    "tests/test_store_sync_kill.py",
+    "tests/test_typing.py",
+    "tests/test_patterns_index.py",
+    "tests/test_client_failover.py",
+    "tests/test_cli_config.py",
+    "tests/test_faults_wire_fuzz.py",
+    "tests/test_readme.py",
+    "tests/test_links_netns.py",
+    "tests/test_faults_sync_big.py",
+    "tests/test_http_gate_flood.py",
+    "tests/test_eventlog.py",
+    "tests/test_docs_site.py",
+)
+
+
 #: Files whose tests bound the CPU time a piece of work takes in one thread: sent last, when
 #: the Spark group's JVMs (which want both cores) are done, since work on the other core slows
 #: this one's too (they share the caches and the memory bus).
@@ -62,9 +91,12 @@ def _file_of(nodeid: str) -> str:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadfile`` by `GROUPS`: a file is one unit of work (its module fixtures are
-    made once, in one worker), and the files of a group are one unit together."""
+    made once, in one worker), and the files of a group are one unit together, handed out in
+    the order the workers collected them (below), with or without ``--no-loadscope-reorder``:
+    xdist's own order (most tests first) would send the long files last."""
     if config.getoption("dist") != "loadfile":
         return None
+    config.option.loadscopereorder = False
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFileAndGroup(LoadScopeScheduling):  # type: ignore[misc]
@@ -77,20 +109,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker: the grouped files first, in `GROUPS`' order, the files of
-    `LAST` last (the scheduler hands out units in the order the workers collected them); and
-    a test marked `spark` in a file outside the Spark group is a mistake, said at once."""
+    """In a pytest-xdist worker: the grouped files first, in `GROUPS`' order, then the files
+    of `LONGEST`, the files of `LAST` last (the scheduler hands out units in the order the
+    workers collected them); and a test marked `spark` in a file outside the Spark group is a
+    mistake, said at once."""
     for item in items:  # `make test` runs these after the parallel run, in one process
         if _file_of(item.nodeid) in LAST:
             item.add_marker(pytest.mark.alone)
     if not hasattr(config, "workerinput"):
         return
+    for path in (*GROUPS, *LONGEST, *LAST):  # a renamed file would lose its place silently
+        if not (config.rootpath / path).is_file():
+            raise pytest.UsageError(f"tests/conftest.py names {path}, which is not there")
     for item in items:
         if item.get_closest_marker("spark") is not None:
             if GROUPS.get(_file_of(item.nodeid)) != "spark":
                 raise pytest.UsageError(
                     f"{item.nodeid} is marked spark: add its file to GROUPS in tests/conftest.py"
                 )
-    rank = {path: n for n, path in enumerate(GROUPS)}
-    rank |= {path: len(GROUPS) + 1 + n for n, path in enumerate(LAST)}
-    items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(GROUPS)))
+    first = [*GROUPS, *LONGEST]
+    rank = {path: n for n, path in enumerate(first)}
+    rank |= {path: len(first) + 1 + n for n, path in enumerate(LAST)}
+    items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(first)))

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["mesh", "router", "client", "http_api", "addins", "tools"]
 #: Most `type: ignore` comments the packages may hold: the code is typed so that mypy
@@ -25,14 +27,24 @@ _IGNORE = re.compile(r"#\s*type:\s*ignore")
 _EXPLAINED = re.compile(r"#\s*type:\s*ignore\[[a-z-]+(,\s*[a-z-]+)*\]\s*#\s*\S")
 
 
-def mypy(tmp_path: Path, *args: str) -> tuple[int, str]:
-    """Run mypy on *args* with `aa.<package>` importable; its exit code and its report."""
-    tree = tmp_path / "src"
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the tree of links and mypy's cache, shared by this file's runs: the
+    packages are checked from scratch once, and the probe below reuses what that run learnt
+    of them (mypy's cache is keyed by each module's source, so an edit is checked again)."""
+    folder = tmp_path_factory.mktemp("mypy")
+    tree = folder / "src"
     (tree / "aa").mkdir(parents=True)
     for package in PACKAGES:
         (tree / "aa" / package).symlink_to(ROOT / package, target_is_directory=True)
+    return folder
+
+
+def mypy(folder: Path, *args: str) -> tuple[int, str]:
+    """Run mypy on *args* with `aa.<package>` importable; its exit code and its report."""
+    tree = folder / "src"
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), *args],
+        [sys.executable, "-m", "mypy", "--cache-dir", str(folder / "cache"), *args],
         cwd=ROOT,
         env={**os.environ, "MYPYPATH": str(tree)},
         capture_output=True,
@@ -42,16 +54,20 @@ def mypy(tmp_path: Path, *args: str) -> tuple[int, str]:
     return result.returncode, (result.stdout + result.stderr).replace(f"{tree}/aa/", "")
 
 
-def test_packages_are_mypy_clean(tmp_path: Path) -> None:
-    code, report = mypy(tmp_path, *(arg for p in PACKAGES for arg in ("-p", f"aa.{p}")))
+@pytest.mark.timeout(600)  # a strict check from scratch: minutes on a busy machine
+def test_packages_are_mypy_clean(checked: Path) -> None:
+    code, report = mypy(checked, *(arg for p in PACKAGES for arg in ("-p", f"aa.{p}")))
     assert code == 0, report
 
 
-def test_the_check_sees_the_packages_under_their_installed_names(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)  # from scratch when run alone
+def test_the_check_sees_the_packages_under_their_installed_names(
+    checked: Path, tmp_path: Path
+) -> None:
     """A type error across packages is found: `aa.mesh` is no missing (`Any`) module."""
     probe = tmp_path / "probe.py"
     probe.write_text("from aa.mesh import Event\n\nx: int = Event\n")
-    code, report = mypy(tmp_path, str(probe))
+    code, report = mypy(checked, str(probe))
     assert code == 1, report
     assert "probe.py:3: error: Incompatible types in assignment" in report, report
 
