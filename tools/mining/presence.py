@@ -155,10 +155,10 @@ def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
 
 def _distances(
     events: DataFrame, cfg: PresenceConfig, parsed: DataFrame | None
-) -> tuple[DataFrame, DataFrame, DataFrame | None, list[DataFrame]]:
+) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(window, a, b, common, distance, home: both at home) for candidate node pairs a < b;
-    each node's state per window (window, node, fp, at_home); the homes (node, home_fp; None
-    without the home rule); and the frames cached on the way (to unpersist when done)."""
+    the cached fingerprints it is built on (to unpersist when done); and each node's state
+    per window (window, node, fp, at_home)."""
     from pyspark.sql import functions as F
 
     fp = (
@@ -193,14 +193,9 @@ def _distances(
         .cache()
     )
     floor = F.lit(float(cfg.floor_dbm))
-    cached = [fp]
-    homes = None
     if cfg.home_threshold_db > 0:
-        # Cached: the artefact keeps them too (one row per node).
-        homes = _homes(fp).cache()
-        cached.append(homes)
         at_home = F.coalesce(_rms("fp", "home_fp", floor) <= cfg.home_threshold_db, F.lit(False))
-        state = fp.join(homes, "node", "left").select(
+        state = fp.join(_homes(fp), "node", "left").select(
             "window", "node", "fp", at_home.alias("at_home")
         )
     else:
@@ -247,7 +242,7 @@ def _distances(
         )
         .where(F.col("common") >= cfg.min_common)
     )
-    return dist, state, homes, cached
+    return dist, fp, state
 
 
 def _rms(a: str, b: str, floor: Any) -> Any:
@@ -402,12 +397,12 @@ def mine_presence(
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    dist, state, home_fps, cached = _distances(events, config, parsed)
+    dist, fp, state = _distances(events, config, parsed)
     dist = dist.cache()
     try:
         homes = {
             r["node"]: {k: round(v, 2) for k, v in sorted(r["home_fp"].items())}
-            for r in (home_fps.collect() if home_fps is not None else ())
+            for r in _homes(fp).collect()
         }
         tick()
         rooms = group_rooms(_desks(events, config, state), config.room_span_m)
@@ -478,8 +473,7 @@ def mine_presence(
         runs.unpersist()
     finally:
         dist.unpersist()
-        for frame in cached:
-            frame.unpersist()
+        fp.unpersist()
     return {
         "window_seconds": config.window_seconds,
         "threshold_db": round(thr, 3),
