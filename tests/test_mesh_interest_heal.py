@@ -21,7 +21,7 @@ import dataclasses
 import time
 
 import pytest
-from support import FAST, Collector, line, mesh, next_turn, wait_for
+from support import FAST, Collector, line, mesh, next_turn, routing_by_interest, wait_for
 
 from aa.mesh import Interest, InterestFilter
 from aa.router import Router
@@ -35,18 +35,6 @@ HOT = Interest.of([InterestFilter(type="hot")])
 BOTH = Interest.of([InterestFilter(type="hot"), InterestFilter(type="fresh")])
 
 
-def routing(routers: list[Router]) -> bool:
-    """Every router routes by the tree: settled, caught up, on a complete view of all."""
-    now = time.monotonic()
-    for r in routers:
-        table = r.mesh.interests.table
-        if not (table.settled(now) and table.caught_up(now) and table.view.complete):
-            return False
-        if len(table.view) != len(routers):
-            return False
-    return True
-
-
 def linked_in_view(router: Router, a: Router, b: Router) -> bool:
     view = router.mesh.interests.table.view
     return b.id in view.peers(a.id) and a.id in view.peers(b.id)
@@ -57,7 +45,7 @@ async def partition_heals(config: object, *, long: bool) -> None:
         r0, r1, r2, r3 = routers
         got = Collector()
         r3.subscribe('type == "hot"', got)
-        await wait_for(lambda: routing(routers), 10)
+        await wait_for(lambda: routing_by_interest(routers), 10)
         # The cut: r1 dialled r2 (line: each dials the next); it stops, and resets the link.
         assert r1.mesh.dialer.forget(r2.endpoint)
         r1.mesh.links[r2.id].abort()
@@ -80,7 +68,7 @@ async def partition_heals(config: object, *, long: bool) -> None:
             assert now - healed < 20, "the mesh never routed by the tree again"
             if known_at is None and linked_in_view(r0, r1, r2):
                 known_at = now
-            if known_at is not None and routing_at is None and routing(routers):
+            if known_at is not None and routing_at is None and routing_by_interest(routers):
                 routing_at = now
             kind = "fresh" if (len(before) + len(after)) % 2 else "hot"
             ev = r0.publish({"n": len(before) + len(after)}, type=kind)

@@ -6,29 +6,15 @@ that of a router alone; under flooding every router receives every event."""
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
-from support import FAST, Collector, line, mesh, wait_for
-
-from aa.router import Router
+from support import FAST, Collector, line, mesh, routing_by_interest, wait_for
 
 #: Summaries and keep-alives slow enough that a loaded machine, busy with a burst of
 #: publishes, neither forgets a router nor drops a link (either makes routers flood for a
 #: while, which is safe but is not what is counted here).
 STEADY = dataclasses.replace(FAST, info_interval=1.0, keepalive=1.0)
 EACH = 500
-
-
-def routing(routers: list[Router]) -> bool:
-    now = time.monotonic()
-    for r in routers:
-        table = r.mesh.interests.table
-        if not (table.settled(now) and table.caught_up(now) and table.view.complete):
-            return False
-        if len(table.view) != len(routers):
-            return False
-    return True
 
 
 @pytest.mark.parametrize("mode", ["interest", "flood"])
@@ -40,7 +26,7 @@ async def test_local_events_stay_on_their_router(mode: str) -> None:
             got = Collector()
             r.subscribe(f'type == "line-{i}"', got)
             subs.append(got)
-        await wait_for(lambda: routing(routers), 10)
+        await wait_for(lambda: routing_by_interest(routers), 10)
         before = [r.mesh.counters["events_in"] for r in routers]
         published: list[list[str]] = [[] for _ in routers]
         for k in range(EACH):

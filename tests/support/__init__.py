@@ -17,6 +17,7 @@ from .meshes import (
     neighbours,
     random_graph,
     ring,
+    routing_by_interest,
     wait_shape,
 )
 from .ports import free_port_block, free_tcp_port, free_udp_port
@@ -41,6 +42,7 @@ __all__ = [
     "next_turn",
     "random_graph",
     "ring",
+    "routing_by_interest",
     "VirtualTimeLoop",
     "virtual_time",
     "wait_for",

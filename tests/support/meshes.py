@@ -4,6 +4,7 @@ protocol intervals (`FAST`), discovery kept on a port of the test's own (`lo_dis
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -65,6 +66,18 @@ def neighbours(n: int, edges: Iterable[tuple[int, int]]) -> list[set[int]]:
         out[a].add(b)
         out[b].add(a)
     return out
+
+
+def routing_by_interest(routers: Sequence[Router]) -> bool:
+    """Every router routes by its trees: settled, caught up, on a complete view of them all."""
+    now = time.monotonic()
+    for r in routers:
+        table = r.mesh.interests.table
+        if not (table.settled(now) and table.caught_up(now) and table.view.complete):
+            return False
+        if len(table.view) != len(routers):
+            return False
+    return True
 
 
 async def wait_shape(
