@@ -253,7 +253,7 @@ class Cut:
 
 def service() -> ClientCacheService:
     return ClientCacheService(
-        CacheConfig(), controls=Cut(), matcher=lambda spec: lambda e: True, sinks=[]
+        CacheConfig(), controls=Cut(), matcher=lambda spec, scope=None: lambda e: True, sinks=[]
     )
 
 

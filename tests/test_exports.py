@@ -556,12 +556,7 @@ def test_no_module_imports_another_packages_submodule():
 PATTERN_ROOMS = ["sandbox", "predicates", "index", "workers"]
 #: The imports up the list that are allowed, each with its reason. The worker process's main
 #: runs an engine of its own; the router's side of the worker tier never imports the engine.
-PATTERN_ROOMS_UPWARD = {
-    ("workers/child.py", "aa.router.patterns.engine"),
-    # A worker runs a client cache's pattern over its owner's types only, as the engine runs
-    # a subscriber's: the same leaf module (it imports no room) decides what a scope admits.
-    ("workers/child.py", "aa.router.patterns.scope"),
-}
+PATTERN_ROOMS_UPWARD = {("workers/child.py", "aa.router.patterns.engine")}
 
 
 def _imports(path: pathlib.Path, own: str, typing_too: bool) -> list[tuple[int, str, list[str]]]:

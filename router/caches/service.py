@@ -108,6 +108,16 @@ KEEPALIVE_FLOOD_FRACTION: Final = 0.25
 TRIM_AFTER_REMOVALS: Final = 256
 
 
+class MatcherFactory(Protocol):
+    """What makes a cache's matcher (`PatternEngine.matcher`): pattern code runs only over
+    the event types *scope* admits; a predicate answers for any type (`_offer` keeps what
+    the scope admits)."""
+
+    def __call__(
+        self, spec: PatternSpec, *, scope: tuple[str, ...] | None = None
+    ) -> Callable[[Event], bool]: ...
+
+
 class _Standing(Protocol):
     """A matcher of pattern code (``remote``: it runs in a worker), placed once for good."""
 
@@ -149,7 +159,7 @@ class ClientCacheService:
         cfg: CacheConfig,
         *,
         controls: Controls,
-        matcher: Callable[[PatternSpec], Callable[[Event], bool]],
+        matcher: MatcherFactory,
         sinks: list[Sink],
         mesh_cache: MeshCache | None = None,
         flush_cache: Callable[[], None] = lambda: None,
@@ -235,10 +245,6 @@ class ClientCacheService:
     def _check_remote(self, client_id: str, matcher: Any, events: list[Event]) -> None:
         """A peer's events for a cache whose pattern runs in a worker: checked there, then
         kept (a line A–B–C heals for such caches too, not only by the flood)."""
-
-        scope = getattr(matcher, "scope", None)
-        if scope is not None:  # what its owner may not receive, the pattern never sees
-            events = [e for e in events if admits(scope, e.type)]
 
         async def check() -> None:
             try:
@@ -427,7 +433,7 @@ class ClientCacheService:
     ) -> None:
         key, scope = self._key(client_id, spec)
         entry = self._matchers.get(key)
-        matcher = entry[0] if entry is not None else self._scoped(self._matcher(spec), scope)
+        matcher = entry[0] if entry is not None else self._matcher(spec, scope=scope)
         old_key = self._keys.get(client_id)
         self._caches.register(
             client_id,
@@ -488,19 +494,6 @@ class ClientCacheService:
             )
             restarted.append(client_id)
         return restarted
-
-    @staticmethod
-    def _scoped(matcher: Any, scope: tuple[str, ...] | None) -> Any:
-        """*matcher*, made to run only over the event types *scope* admits. A predicate-tier
-        matcher stays as it is (it keeps no state and its answers are filtered by scope in
-        `_offer`); a worker's gets the scope (its worker leaves other events out); pattern
-        code in the router is wrapped."""
-        if scope is None or (isinstance(matcher, Matcher) and matcher.indexable):
-            return matcher
-        if getattr(matcher, "remote", False):
-            matcher.scope = scope
-            return matcher
-        return ScopedMatcher(matcher, scope)
 
     def _remove(self, client_id: str) -> bool:
         removed = self._caches.remove(client_id)
@@ -698,24 +691,3 @@ def _admitted(key: Hashable, type_: str | None) -> bool:
     its owner's scope last: `ClientCacheService._register`)."""
     parts = cast(tuple[Any, ...], key)
     return len(parts) == 3 or admits(parts[3], type_)
-
-
-class ScopedMatcher:
-    """A client cache's pattern code in the router, run only over the event types its
-    owner may receive (`ClientCacheService._scoped`): a script never sees, counts or
-    relabels an event of another type."""
-
-    __slots__ = ("_inner", "_scope")
-
-    def __init__(self, inner: Callable[[Event], bool], scope: tuple[str, ...]) -> None:
-        self._inner, self._scope = inner, scope
-
-    def __call__(self, event: Event) -> bool:
-        return admits(self._scope, event.type) and self._inner(event)
-
-    @property
-    def stopped(self) -> Any:
-        return getattr(self._inner, "stopped", None)
-
-    def close(self) -> None:
-        getattr(self._inner, "close", lambda: None)()

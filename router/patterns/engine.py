@@ -642,7 +642,13 @@ class PatternEngine:
         kernel, format, source = sub.bucket.instance.spec_key
         return PatternSpec(kernel=kernel, format=format, source=source)
 
-    def matcher(self, spec: PatternSpec, params: Mapping[str, Any] | None = None) -> Matcher:
+    def matcher(
+        self,
+        spec: PatternSpec,
+        params: Mapping[str, Any] | None = None,
+        *,
+        scope: tuple[str, ...] | None = None,
+    ) -> Matcher:
         """A predicate for *spec* that is not a subscriber: `match` never evaluates it, so it
         costs nothing until called (`hot = engine.matcher(spec); hot(event) -> bool`).
         Client caches and history queries use it.
@@ -653,19 +659,29 @@ class PatternEngine:
         `stopped` says why. Raises `PatternError` (`pattern-compile`, `pattern-refused`) and
         `InvalidValue` like `subscribe`. Pattern code bound for the workers gets a
         `workers.RemoteMatcher` instead: it runs only in a worker (`start`, `select`).
+
+        *scope*, as for `subscribe`: pattern code runs only over the event types it admits
+        (an instance shared only within that scope); a predicate answers for any type, and
+        its caller keeps what the scope admits.
         """
         own = dict(params or {})
         check_values(own, "params")
+        if scope is not None and "*" in scope:
+            scope = None
         spec_key = (spec.kernel, spec.format, spec.source)
         existing = self._instances.get(spec_key)
         program = existing.program if existing is not None else self._predicate(spec)
+        receives = scope_filter(scope)
         if existing.remote if existing is not None else program is None and self._tier.wants(spec):
             if existing is None and prechecked(spec):
                 self._compile(spec)  # refused now if it breaks a rule; it runs only in a worker
-            return self._tier.matcher(spec, own)  # `workers.RemoteMatcher`
-        instance = (
-            existing if existing is not None else Instance(spec_key, program or self._compile(spec))
-        )
+            return self._tier.matcher(spec, own, scope, receives)  # `workers.RemoteMatcher`
+        program = program or self._compile(spec)
+        if scope is not None and not isinstance(program, PredicateProgram):
+            scoped = (*spec_key, scope)
+            instance = self._instances.get(scoped) or Instance(scoped, program, False, receives)
+        else:
+            instance = existing if existing is not None else Instance(spec_key, program)
         bucket = Bucket(instance, own, freeze(own))  # detached: not in instance.buckets
         m = Matcher(self, bucket)
         # A member to forward to, so scripts (`forward()` reaches members) can accept.

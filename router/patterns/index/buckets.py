@@ -261,6 +261,9 @@ class Matcher:
         if self.stopped is not None:
             return False
         bucket = self._bucket
+        receives = bucket.instance.receives
+        if receives is not None and not receives(event.type):
+            return False  # outside its owner's scope: the pattern never sees it
         try:
             return bool(bucket.run(bucket, event))
         except SandboxStop as stop:

@@ -36,7 +36,6 @@ from aa.mesh.protocol import event_to_wire, pack, unpack
 from ..engine import PatternEngine
 from ..index import Matcher, Member
 from ..sandbox import MEMORY, TIMEOUT, HostFacts, SandboxLimits, SandboxStop
-from ..scope import scope_filter
 from .carry import NotPortable, dump_state, load_state
 from .config import MAX_STOP_MESSAGE, lock_down
 from .slots import MATCHER
@@ -121,8 +120,6 @@ class Worker:
         self.client_of: dict[int, str] = {}  # wkey → client
         #: Standalone matchers (client caches'), by wkey: each has its own bucket and state.
         self.matchers: dict[int, Matcher] = {}
-        #: A standalone matcher's owner's scope (`scope.py`): the event types it may see.
-        self.matcher_scopes: dict[int, Callable[[str | None], bool]] = {}
         self.matcher_wkeys: dict[int, int] = {}  # id(matcher) → its wkey
         self.charged: dict[int, _Client] = {}  # wkey → the client its evaluations are charged to
         self._placing: tuple[int, str] = (0, "")  # (iid, client) of the sub being compiled
@@ -168,7 +165,6 @@ class Worker:
             self.engine.unsubscribe(msg[1])
             m = self.matchers.pop(msg[1], None)
             self.matcher_wkeys.pop(id(m), None)
-            self.matcher_scopes.pop(msg[1], None)
             self.charged.pop(msg[1], None)
             self.client_of.pop(msg[1], None)
 
@@ -194,11 +190,9 @@ class Worker:
         try:
             spec = PatternSpec(kernel=kernel, format=fmt, source=source)
             if kind == MATCHER:
-                m = self.matchers[wkey] = self.engine.matcher(spec, params)
+                m = self.engine.matcher(spec, params, scope=None if scope is None else tuple(scope))
+                self.matchers[wkey] = m
                 self.matcher_wkeys[id(m)] = wkey
-                admits = scope_filter(None if scope is None else tuple(scope))
-                if admits is not None:
-                    self.matcher_scopes[wkey] = admits
             else:
                 self.engine.subscribe(
                     wkey, spec, params, scope=None if scope is None else tuple(scope)
@@ -349,17 +343,16 @@ class Worker:
         return [wkey for wkey, m in list(self.matchers.items()) if self.accepts(wkey, m, event)]
 
     def accepts(self, wkey: int, m: Matcher, event: Event) -> bool:
-        admits = self.matcher_scopes.get(wkey)
-        if admits is not None and not admits(event.type):
-            return False  # its owner may not receive this type: it never sees it
         bucket = m.bucket
+        receives = bucket.instance.receives
+        if receives is not None and not receives(event.type):
+            return False  # its owner may not receive this type: it never sees it
         try:
             return bool(bucket.run(bucket, event))
         except SandboxStop as stop:
             self.budget.violation = None
             del self.matchers[wkey]
             self.matcher_wkeys.pop(id(m), None)
-            self.matcher_scopes.pop(wkey, None)
             self._failed([wkey], stop.code, stop.message)
             return False
 

@@ -87,7 +87,12 @@ class RemoteMatcher(Matcher):
     __slots__ = ("_tier", "_spec", "_params", "_on_accept", "placed", "scope")
 
     def __init__(
-        self, tier: WorkerTier, spec: PatternSpec, params: dict[str, Any], bucket: Bucket
+        self,
+        tier: WorkerTier,
+        spec: PatternSpec,
+        params: dict[str, Any],
+        bucket: Bucket,
+        scope: tuple[str, ...] | None = None,
     ) -> None:
         super().__init__(None, bucket)  # type: ignore[arg-type]  # never reaches the engine
         self._tier, self._spec, self._params = tier, spec, params
@@ -95,8 +100,9 @@ class RemoteMatcher(Matcher):
         #: Placed on a worker (standing or for a query).
         self.placed = False
         #: The event types it may see (its owner's, `scope.py`; None: any type): its worker
-        #: runs it standing over those only; a caller of `select` gives it only those.
-        self.scope: tuple[str, ...] | None = None
+        #: runs it over those only, and `select` leaves the others out (its instance's
+        #: `receives` checks them).
+        self.scope = scope
 
     remote = True
 
@@ -123,12 +129,17 @@ class RemoteMatcher(Matcher):
     async def select(self, events: list[Event], client: str = "query") -> list[Event]:
         """The *events* it accepts, evaluated in a worker (awaited; the router's loop goes
         on). Placed for the query only if not standing already."""
+        receives = self.bucket.instance.receives
+        if receives is not None:
+            events = [e for e in events if receives(e.type)]
         if self.stopped is not None or not events:
             return []
         standing = self.placed
         if not standing:
             self.placed = True
-            self._tier.open().subscribe(self, self._spec, self._params, client, MATCHER)
+            self._tier.open().subscribe(
+                self, self._spec, self._params, client, MATCHER, scope=self.scope
+            )
         try:
             pool = self._tier.pool
             if pool is None or self not in pool:  # refused by its worker, or stopped

@@ -78,13 +78,19 @@ class WorkerTier:
         client = getattr(key, "client_id", None) or key  # the placement unit (`pool.py`)
         self.open().subscribe(key, spec, params, str(client), scope=scope)
 
-    def matcher(self, spec: PatternSpec, params: dict[str, Any]) -> RemoteMatcher:
-        """A standalone matcher for *spec* that runs only in a worker (`RemoteMatcher`)."""
+    def matcher(
+        self,
+        spec: PatternSpec,
+        params: dict[str, Any],
+        scope: tuple[str, ...] | None = None,
+        receives: Callable[[str | None], bool] | None = None,
+    ) -> RemoteMatcher:
+        """A standalone matcher for *spec* that runs only in a worker (`RemoteMatcher`), over
+        the event types *scope* admits (*receives*: the check of it)."""
         spec_key = (spec.kernel, spec.format, spec.source)
-        bucket = Bucket(
-            Instance(spec_key, RemoteProgram(spec), remote=True), params, freeze(params)
-        )
-        return RemoteMatcher(self, spec, params, bucket)
+        instance = Instance(spec_key, RemoteProgram(spec), remote=True, receives=receives)
+        bucket = Bucket(instance, params, freeze(params))
+        return RemoteMatcher(self, spec, params, bucket, scope)
 
     async def select(self, key: Hashable, events: list[Event]) -> list[Event]:
         """The *events* subscriber *key*'s pattern lets through, dry-run in its worker.
