@@ -460,22 +460,18 @@ class PatternEngine:
         if pool is not None and len(pool):
             pool.dispatch(event)  # deliveries come back through on_deliveries
         timed = self._stamp % CPU_SAMPLE_EVERY == 0
-        if not (timed or self._scan):
-            # The usual event: predicates only, none stopped or raised. What the general
-            # path below makes of it, without its lists for scripts and failures.
-            matched, stops = self._index.match(event, self._stamp)
-            if not (stops or self._sandbox.errors.tallies):
-                if not matched:
-                    return []
-                if len(matched) == 1:
-                    return [(sub.key, event) for sub in matched[0].members.values()]
-                hits = [(sub.seq, sub.key, event) for b in matched for sub in b.members.values()]
-                hits.sort(key=first)
-                return [(key, ev) for _, key, ev in hits]
-            return self._matched(event, matched, stops, None)
-        clock = time.thread_time_ns if timed else None
         matched, stops = self._index.match(event, self._stamp, self._charge if timed else None)
-        return self._matched(event, matched, stops, clock)
+        if not (stops or self._scan or self._sandbox.errors.tallies):
+            # The usual event: predicates only, none stopped or raised. What `_matched`
+            # makes of it, without its lists for scripts and failures.
+            if not matched:
+                return []
+            if len(matched) == 1:
+                return [(sub.key, event) for sub in matched[0].members.values()]
+            hits = [(sub.seq, sub.key, event) for b in matched for sub in b.members.values()]
+            hits.sort(key=first)
+            return [(key, ev) for _, key, ev in hits]
+        return self._matched(event, matched, stops, time.thread_time_ns if timed else None)
 
     def _matched(
         self,
