@@ -283,14 +283,26 @@ class Interest:
 
     @classmethod
     def _widened(cls, types: set[str], filters: Iterable[InterestFilter]) -> Interest:
+        """Too many filters: a typed filter widens to its type, a filter of any type keeps
+        only the names it needs and its flags (``x == 1`` and ``x == 2`` both become "has
+        ``x``"); "anything" only when even those are too many."""
         types = set(types)
+        loose: set[InterestFilter] = set()
         for f in filters:
-            if f.type is None:
+            if f.type is not None:
+                types.add(f.type)
+                continue
+            names = sorted({*f.has, *(name for name, _ in f.eq)})[:MAX_CONSTRAINTS]
+            wide = InterestFilter(None, (), tuple(names), f.flags)
+            if wide.universal:
                 return cls.ANYTHING
-            types.add(f.type)
-        if len(types) > MAX_TYPES:
+            loose.add(wide)
+        if len(types) > MAX_TYPES or len(loose) > 2 * MAX_FILTERS:  # covering is quadratic
             return cls.ANYTHING
-        return cls(False, frozenset(types), frozenset())
+        kept = _uncovered(loose)
+        if len(kept) > MAX_FILTERS:
+            return cls.ANYTHING
+        return cls(False, frozenset(types), frozenset(kept))
 
     @classmethod
     def union(cls, interests: Iterable[Interest]) -> Interest:

@@ -47,7 +47,14 @@ def test_past_the_caps_a_summary_widens_and_never_grows():
     typed = [InterestFilter.make(type=f"t{i % 3}", eq=[("x", i)]) for i in range(MAX_FILTERS + 1)]
     assert Interest.of(typed) == Interest.of([InterestFilter(type=f"t{i}") for i in range(3)])
     untyped = [InterestFilter.make(eq=[("x", i)]) for i in range(MAX_FILTERS + 1)]
-    assert Interest.of(untyped) is Interest.ANYTHING
+    widened = Interest.of(untyped)  # each needs a value "x": so does the widened summary
+    assert widened.filters == {InterestFilter(has=("x",))} and not widened.anything
+    assert widened.may_match(Event(values={"x": 9999}, type="any"))
+    assert not widened.may_match(Event(values={"y": 1}, type="any"))
+    cached = [InterestFilter.make(eq=[("x", i)], flags=CACHED) for i in range(MAX_FILTERS + 1)]
+    assert Interest.of(cached).filters == {InterestFilter(has=("x",), flags=CACHED)}
+    names = [InterestFilter.make(eq=[(f"n{i}", 1)]) for i in range(2 * MAX_FILTERS + 2)]
+    assert Interest.of(names) is Interest.ANYTHING  # too many names even once widened
     many_types = [InterestFilter(type=f"t{i}") for i in range(MAX_TYPES + 1)]
     assert Interest.of(many_types) is Interest.ANYTHING
     long = InterestFilter.make(type="t", eq=[(f"n{i}", i) for i in range(10)])
