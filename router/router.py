@@ -698,7 +698,13 @@ class Router:
         if session.client_id is None:
             match msg:
                 case GetMesh():
-                    session.send(MeshInfo(info=self.mesh.info()))
+                    # Asked before any hello: the gate answers as it would the hello, so a
+                    # caller this router would not admit learns nothing of the mesh.
+                    refusal = self.security.admit_client(session.identity, session.host)
+                    if refusal is not None:
+                        session.fail("forbidden", refusal)
+                    else:
+                        session.send(MeshInfo(info=self.mesh.info()))
                     return True
                 case PeerHello():
                     return self._handoff(session, msg)

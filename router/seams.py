@@ -16,7 +16,7 @@ from aa.mesh import Control, Event, PatternSpec
 from aa.mesh.protocol import Message
 
 if TYPE_CHECKING:
-    from .security import Gate, PartialFrames
+    from .security import Gate, Identity, PartialFrames
     from .session import ClientSession
 
 __all__ = [
@@ -69,6 +69,8 @@ class ClientPort(Protocol):
 
     client_id: str | None
     address: str
+    #: Who the client proved to be (its certificate's user, or anonymous).
+    identity: Identity
 
     def send(self, msg: Message) -> None:
         """Write one frame to the client (after its queued deliveries)."""

@@ -153,13 +153,13 @@ class QuenchService:
         if type(msg) is Quench:
             self._register(session, msg)
         elif type(msg) is Unquench:
-            reg_id = f"{session.client_id}/{msg.reg}"
+            reg_id = _reg_id(session, msg.reg)
             if self._sessions.get(reg_id) is session:
                 self._drop_owned([reg_id])
 
     def _register(self, session: ClientSession, msg: Quench) -> None:
         client = session.client_id or "?"
-        reg_id = f"{client}/{msg.reg}"
+        reg_id = _reg_id(session, msg.reg)
         held = sum(1 for s in self._sessions.values() if s is session)
         if reg_id not in self._sessions and held >= self.config.max_per_client:
             session.send(
@@ -485,3 +485,11 @@ class QuenchService:
     def interest(self, reg_id: str) -> Mapping[str, frozenset[str]]:
         """For a registration owned here: router id → its matching subscription ids."""
         return {rid: subs for rid, (subs, _) in self.table.interest.get(reg_id, {}).items()}
+
+
+def _reg_id(session: ClientSession, number: int) -> str:
+    """The mesh-wide id of *session*'s registration *number*: its authenticated user, its
+    client id and the number. The client id is a name the client picks, so without the user
+    another user's client that claims it would replace the registration (here, or from
+    another router as a fail-over) and hear what was meant for its publisher."""
+    return f"{session.identity.user}/{session.client_id or '?'}/{number}"

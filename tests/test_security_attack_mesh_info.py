@@ -1,0 +1,83 @@
+"""The mesh's picture over the TCP port is asked of the gate like any other door: under
+`--no-anonymous`, a TLS caller without a certificate that asks before its hello learns nothing
+of the mesh (real TLS, a real router), while a user with a certificate still gets it."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from support.waits import patience
+
+from aa.client import AsyncClient, ClientConfig
+from aa.mesh import Connection
+from aa.mesh.protocol import Error, GetMesh, Message
+from aa.router import Router, RouterConfig
+from aa.router.security import SecurityConfig
+from aa.tools.certs_cmd import init_ca, issue
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    mesh = tmp_path_factory.mktemp("mesh")
+    init_ca(mesh)
+    issue(mesh, "r1", "router", days=30)
+    issue(mesh, "carol", "client", days=30)
+    return mesh
+
+
+@pytest.fixture
+async def router(pki: Path, tmp_path: Path) -> AsyncIterator[Router]:
+    perms = tmp_path / "perms.toml"
+    perms.write_text('[users.carol]\nsubscribe = ["*"]\n')
+    security = SecurityConfig(
+        cert=pki / "r1.pem",
+        key=pki / "r1.key",
+        ca=pki / "ca.pem",
+        permissions=perms,
+        anonymous=False,
+    )
+    async with Router(RouterConfig(port=0, name="r1", security=security)) as r:
+        yield r
+
+
+async def ask_before_hello(router: Router, pki: Path) -> list[Message]:
+    """What the router answers a certificate-less TLS caller that asks for the mesh first."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(pki / "ca.pem")
+    host, port = router.address
+    reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+    codec, got = Connection(), []
+    try:
+        writer.write(codec.send(GetMesh()))
+        async with asyncio.timeout(patience()):
+            while not got:
+                data = await reader.read(1 << 16)
+                if not data:
+                    break
+                codec.receive_data(data)
+                got += codec.next_messages()
+    finally:
+        writer.close()
+    return got
+
+
+async def test_anonymous_caller_gets_no_mesh_picture_before_its_hello(
+    router: Router, pki: Path
+) -> None:
+    got = await ask_before_hello(router, pki)
+    assert [type(m) for m in got] == [Error], got
+    assert isinstance(got[0], Error) and "refuses anonymous clients" in got[0].message
+    config = ClientConfig(
+        routers=(router.endpoint,),
+        ca=pki / "ca.pem",
+        cert=pki / "carol.pem",
+        key=pki / "carol.key",
+    )
+    async with AsyncClient(config=config) as carol:
+        info = await carol.mesh_info()
+    assert info["routers"][0]["name"] == "r1"
