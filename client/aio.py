@@ -31,6 +31,7 @@ from aa.mesh import (
     PatternError,
     PatternSpec,
     PeerTable,
+    PermissionDenied,
     RemoteError,
     RouterInfo,
     SeenIds,
@@ -595,8 +596,13 @@ class AsyncClient(QuenchClient, CacheClient):
 
     async def mesh_info(self, timeout: float | None = None) -> dict[str, Any]:
         """The mesh as the connected router knows it: every router, its peers, poison list
-        and counters (layout: `aa.mesh.MeshInfo`). Raises `AaTimeout`, `ConnectionLost`."""
-        return await self._ask_mesh(GetMesh(), timeout)
+        and counters (layout: `aa.mesh.MeshInfo`). Raises `PermissionDenied` when the
+        router's permissions do not cover this client's user; `AaTimeout`, `ConnectionLost`."""
+        info = await self._ask_mesh(GetMesh(), timeout)
+        refused = info.get("refused")
+        if refused and "routers" not in info:
+            raise PermissionDenied(str(refused))
+        return info
 
     async def forget_router(self, router: str, timeout: float | None = None) -> dict[str, Any]:
         """Make the connected router forget *router* (an id, a name or a "host:port"): drop

@@ -35,6 +35,7 @@ from aa.mesh import (
     FloodRules,
     IdGenerator,
     PatternSpec,
+    PermissionDenied,
     StoreError,
     UsageError,
     check_values,
@@ -701,6 +702,8 @@ class Router:
                     # Asked before any hello: the gate answers as it would the hello, so a
                     # caller this router would not admit learns nothing of the mesh.
                     refusal = self.security.admit_client(session.identity, session.host)
+                    if refusal is None:
+                        refusal = self._mesh_refusal(session)
                     if refusal is not None:
                         session.fail("forbidden", refusal)
                     else:
@@ -723,7 +726,11 @@ class Router:
             case GetRouters():
                 session.send(Routers(addresses=self.alternatives()))
             case GetMesh():
-                session.send(MeshInfo(info=self.mesh_info()))
+                refusal = self._mesh_refusal(session)
+                if refusal is not None:  # as GET /mesh: for users the permissions know
+                    session.send(MeshInfo(info={"refused": refusal}))
+                else:
+                    session.send(MeshInfo(info=self.mesh_info()))
             case ForgetRouter():
                 self._forget(session, msg)
             case Quench() | Unquench():
@@ -749,6 +756,15 @@ class Router:
             case _:
                 return False
         return True
+
+    def _mesh_refusal(self, session: ClientSession) -> str | None:
+        """Why *session* may not see the mesh's picture (`Gate.require_covered`, as ``GET
+        /mesh`` asks), or None."""
+        try:
+            self.security.require_covered(session.identity)
+        except PermissionDenied as exc:
+            return str(exc)
+        return None
 
     def _forget(self, session: ClientSession, msg: ForgetRouter) -> None:
         """`aa mesh forget`: administrators only (`Permissions.admin_refusal`); the answer

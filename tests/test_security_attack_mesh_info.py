@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 from support.waits import patience
 
 from aa.client import AsyncClient, ClientConfig
-from aa.mesh import Connection
+from aa.mesh import Connection, PermissionDenied
 from aa.mesh.protocol import Error, GetMesh, Message
 from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
@@ -26,6 +28,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     init_ca(mesh)
     issue(mesh, "r1", "router", days=30)
     issue(mesh, "carol", "client", days=30)
+    issue(mesh, "dave", "client", days=30)
     return mesh
 
 
@@ -81,3 +84,40 @@ async def test_anonymous_caller_gets_no_mesh_picture_before_its_hello(
     async with AsyncClient(config=config) as carol:
         info = await carol.mesh_info()
     assert info["routers"][0]["name"] == "r1"
+
+
+def client_of(router: Router, pki: Path, user: str) -> ClientConfig:
+    return ClientConfig(
+        routers=(router.endpoint,),
+        ca=pki / "ca.pem",
+        cert=pki / f"{user}.pem",
+        key=pki / f"{user}.key",
+    )
+
+
+async def test_a_user_no_section_covers_is_refused_the_picture_as_over_http(
+    router: Router, pki: Path
+) -> None:
+    """``GET /mesh`` answers 403 to dave (a certificate, no section): so does the TCP port,
+    after his hello; his client is told why, and the connection goes on."""
+    async with AsyncClient(config=client_of(router, pki, "dave")) as dave:
+        for _ in range(2):  # the second answer: a refusal is not a disconnection
+            with pytest.raises(PermissionDenied, match="user 'dave'"):
+                await dave.mesh_info()
+    aa = str(Path(sys.executable).with_name("aa"))
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [aa, "mesh", "--router", router.endpoint, "--timeout", "10"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "AA_CA": str(pki / "ca.pem"),
+            "AA_CERT": str(pki / "dave.pem"),
+            "AA_KEY": str(pki / "dave.key"),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    assert done.returncode == 1, done
+    assert done.stderr.count("\n") == 1 and "dave" in done.stderr, done.stderr
+    assert not done.stdout

@@ -51,9 +51,11 @@ def test_the_digest_is_of_the_rules_not_the_file(tmp_path: Path) -> None:
 
 async def test_aa_mesh_names_routers_whose_permissions_differ(tmp_path: Path) -> None:
     routers = []
+    # The operator runs `aa mesh` without a certificate: anonymous callers need a section
+    # (an empty one: no rights, but known), as for `GET /mesh`.
     for name, text in (("r1", RULES), ("r2", SAME_RULES), ("r3", OTHER_RULES)):
         path = tmp_path / f"{name}.toml"
-        path.write_text(text)
+        path.write_text(text + "\n[anonymous]\n")
         security = SecurityConfig(permissions=path)
         routers.append(Router(RouterConfig(port=0, name=name, mesh=FAST, security=security)))
     plain = Router(RouterConfig(port=0, name="r4", mesh=FAST))
@@ -100,7 +102,7 @@ async def test_aa_mesh_names_routers_whose_permissions_differ(tmp_path: Path) ->
         )
 
         # Same rules everywhere: nothing to say.
-        await asyncio.to_thread((tmp_path / "r3.toml").write_text, SAME_RULES)
+        await asyncio.to_thread((tmp_path / "r3.toml").write_text, SAME_RULES + "\n[anonymous]\n")
         assert "reloaded" in r3.security.reload()
         await wait_for(
             lambda: len({r["permissions"] for r in r1.mesh_info()["routers"]}) == 2, timeout=20
