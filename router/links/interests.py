@@ -2,7 +2,10 @@
 `InterestService` per router (`router.mesh.interests`); the rules are `aa.mesh.interest`.
 
 Every router floods a control of topic ``interest``: ``{"v": version, "peers": [router ids
-of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
+of its links], "interest": Interest.to_wire(), "interval": seconds}``, plus ``"listen"``: what
+its subscriptions alone want (with the names their patterns declare they need), when that
+differs from the interest (a store or caches) — quenching answers from it
+(`aa.router.quench.summaries`), so that a publisher learns of a subscriber with its summary —
 
 - **at once** when one of its links comes up or goes away: the safety argument of
   `aa.mesh.interest` needs the news to travel ahead of the events relayed after it;
@@ -15,7 +18,7 @@ of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
 
 When a link comes up, each end also hands the other every summary it holds, its own and
 the others' (topic ``interest-sync``, for that peer only: ``{"s": [[origin, version, peers,
-interest, interval, age], ...]}``, in chunks of `SYNC_CHUNK`), and each router hands on to
+interest, interval, age, listen], ...]}``, in chunks of `SYNC_CHUNK`), and each router hands on to
 its other peers the summaries that are news to it (`InterestTable.sync`). So after a
 partition heals, each side learns the other's summaries in a round trip and one flood
 rather than at their periodic repeats, and a router whose old summaries of the far side may

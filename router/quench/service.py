@@ -1,12 +1,19 @@
 """Quenching across the mesh (Å §4.4): `router.quench`, one `QuenchService` per router.
 
 A publisher registers an event *prototype* (`aa.mesh.protocol.quench_messages.Quench`); the router
-holding its session — the registration's *owner* — floods it, and every router checks its
-subscriptions against it and reports which match. The publisher is told of each subscription
-that starts or stops matching, wherever in the mesh it is.
+holding its session — the registration's *owner* — checks its own subscriptions against it
+and tells the publisher of each that starts or stops matching, by id. Other routers answer
+one of two ways:
 
-What floods (control topic ``quench``, body ``{"op", ...}``)
--------------------------------------------------------------
+- **Under interest routing** (`use_summaries`, the default): from the interest summaries the
+  owner already holds (`aa.router.quench.summaries`). Nothing of quenching floods; a router
+  whose subscriptions may want the prototype is one line, subscription id ``*``, told when
+  its summary arrives and gone when a summary says otherwise or the router is forgotten.
+- **Under flood routing** (Å's way, below): the owner floods the registration, every router
+  checks its subscriptions against it and reports which match, by id.
+
+What floods under flood routing (control topic ``quench``, body ``{"op", ...}``)
+---------------------------------------------------------------------------------
 ==============  =========================================================================
 op              meaning
 ==============  =========================================================================
