@@ -134,11 +134,17 @@ def test_summary_answers_err_toward_someone_listening() -> None:
     by_type = Interest.of([InterestFilter(type="snow")])
     named = Interest.of([InterestFilter.make(has=["SnowDepth"])])
     other_site = Interest.of([InterestFilter.make(eq=[("Site", "b")], has=["Site"])])
-    assert summary_answers(by_type, snow, False) and summary_answers(named, snow, False)
-    assert not summary_answers(other_site, snow, False)
-    assert not summary_answers(Interest.NOTHING, snow, False)
-    assert not summary_answers(None, snow, False)  # a router we know nothing of
-    # mentioned_only: a type alone names none of the values; a summary of anything may hide
-    # a pattern that does, so it counts.
-    assert not summary_answers(by_type, snow, True) and summary_answers(named, snow, True)
-    assert summary_answers(Interest.ANYTHING, snow, True)
+    assert summary_answers(by_type, snow) and summary_answers(named, snow)
+    assert summary_answers(Interest.ANYTHING, snow)  # widened past its caps, or a catch-all
+    assert not summary_answers(other_site, snow)
+    assert not summary_answers(Interest.NOTHING, snow)
+    assert not summary_answers(None, snow)  # a router we know nothing of
+
+
+async def test_mentioned_only_narrows_local_answers_only() -> None:
+    async with mesh(2, line(2)) as (r1, r2), AsyncClient(r1.endpoint) as pub:
+        strict = await pub.quench({"Symbol": "ABB"}, mentioned_only=True)
+        r1.subscribe("True")  # a catch-all here: exactly known not to name Symbol
+        r2.subscribe('type == "quote" or True')  # there: its summary says "anything"
+        await strict.wait_interested(timeout=patience())
+        assert strict.interest == {(r2.id, SUMMARY_SUB)}

@@ -144,7 +144,7 @@ class QuenchService:
     def _answer_remote(self, reg: Registration, router_id: str, now: float) -> None:
         assert self._summaries is not None
         listening = self._summaries.listening_of(router_id)
-        wants = summary_answers(listening, reg.prototype, reg.mentioned_only)
+        wants = summary_answers(listening, reg.prototype)
         subs = frozenset((SUMMARY_SUB,)) if wants else frozenset()
         self._notify(reg.reg, self.table.report(reg.reg, router_id, subs, now))
 

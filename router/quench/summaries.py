@@ -9,18 +9,20 @@ keep-alive crosses the mesh.
 
 A summary says which events a router *may* want, never which subscription wants them, so a
 remote answer is one line per router, with the subscription id `SUMMARY_SUB`, and it errs
-toward "someone listens": a summary widened past its caps is "anything" and counts, even
-for a ``mentioned_only`` registration (it may hide a pattern that names the prototype's
-values). Its filters are read as the pattern index reads them: an event type, equalities
-of values with constants, names that must be present — the prototype is one event.
+toward "someone listens": its filters are necessary conditions of the patterns (an event
+type, equalities of values with constants, names that must be present), so a prototype that
+a pattern there lets through passes its router's summary, and a summary widened past its caps
+is "anything". A ``mentioned_only`` registration is not narrowed here: a filter keeps one
+condition of a pattern (its type, say) and cannot tell whether the pattern names the
+prototype's values, so only local answers drop catch-all patterns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Final, Protocol
 
-from aa.mesh import Event, Interest, InterestFilter
+from aa.mesh import Event, Interest
 
 __all__ = ["SUMMARY_SUB", "Listening", "summary_answers"]
 
@@ -38,33 +40,17 @@ class Listening(Protocol):
         """What *router_id*'s subscriptions may want; None when it is not in the view."""
 
 
-def summary_answers(interest: Interest | None, prototype: Event, mentioned_only: bool) -> bool:
+def summary_answers(interest: Interest | None, prototype: Event) -> bool:
     """Whether a router whose subscriptions want *interest* (None: a router we do not know)
     may want events like *prototype*.
 
-    >>> hot = Interest.of([InterestFilter(type="snow", has=("SnowDepth",))])
-    >>> summary_answers(hot, Event(values={"SnowDepth": 50}, type="snow"), False)
+    >>> from aa.mesh import InterestFilter
+    >>> snow = Interest.of([InterestFilter(type="snow", has=("SnowDepth",))])
+    >>> summary_answers(snow, Event(values={"SnowDepth": 50}, type="snow"))
     True
-    >>> summary_answers(hot, Event(values={"Temperature": 3}, type="snow"), False)
-    False
-    >>> summary_answers(Interest.of([InterestFilter(type="snow")]),
-    ...                 Event(values={"SnowDepth": 50}, type="snow"), True)
+    >>> summary_answers(snow, Event(values={"Temperature": 3}, type="snow"))
     False
     """
-    if interest is None or interest.empty:
+    if interest is None:
         return False
-    if interest.anything:
-        return True
-    if not mentioned_only and prototype.type in interest.types:
-        return True
-    names = prototype.values.keys()
-    for f in interest.filters:
-        if mentioned_only and not _mentions(f, names):
-            continue
-        if f.matches(prototype):
-            return True
-    return False
-
-
-def _mentions(f: InterestFilter, names: Collection[str]) -> bool:
-    return any(n in names for n in f.has) or any(n in names for n, _ in f.eq)
+    return interest.may_match(prototype)
