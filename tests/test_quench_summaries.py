@@ -148,3 +148,26 @@ async def test_mentioned_only_narrows_local_answers_only() -> None:
         r2.subscribe('type == "quote" or True')  # there: its summary says "anything"
         await strict.wait_interested(timeout=patience())
         assert strict.interest == {(r2.id, SUMMARY_SUB)}
+
+
+async def test_publisher_fail_over_keeps_remote_interest_without_flapping() -> None:
+    async with mesh(3, [(0, 2), (1, 2)]) as (r0, r1, r2):
+        r2.subscribe("SnowDepth > 1")
+        pub = AsyncClient([r0.endpoint, r1.endpoint])
+        pub.quench_stale_grace = 0.5
+        await pub.connect()
+        try:
+            changes = Changes()
+            q = await pub.quench(SNOW, changes)
+            await q.wait_interested(timeout=patience())
+            await r0.aclose()  # the publisher's router goes: it fails over to r1
+            await wait_for(
+                lambda: pub.connected and pub.router is not None and pub.router[0] == r1.id
+            )
+            await wait_for(lambda: any(reg["owned"] for reg in r1.quench.registrations()))
+            r1.subscribe("SnowDepthSensor")
+            await wait_for(lambda: len(q.interest) == 2)
+            assert changes.seen[0] == (SUMMARY_SUB, r2.id, True)
+            assert [c for c in changes.seen if not c[2]] == []  # r2's was confirmed by r1
+        finally:
+            await pub.aclose()
