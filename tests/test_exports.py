@@ -51,6 +51,7 @@ PUBLIC: dict[str, list[str]] = {
         "MAX_FRAME_BYTES",
         "MAX_ID_LENGTH",
         "MAX_PEERS",
+        "MAX_ROUTERS",
         "MAX_TTL",
         "META_ADDRESS",
         "META_CLIENT",

@@ -63,7 +63,7 @@ INTEREST_TOPIC: Final = "interest"
 #: Control topic of the summaries handed over to one peer (a link came up, or news).
 SYNC_TOPIC: Final = "interest-sync"
 #: Summaries in one hand-over message, in summaries: a summary is a few KB at most (the caps
-#: of `aa.mesh.interest`), so a message stays far below the frame cap; a view of `MAX_PEERS`
+#: of `aa.mesh.interest`), so a message stays far below the frame cap; a view of 1,024
 #: routers takes 32 messages.
 SYNC_CHUNK: Final = 32
 #: Least seconds between two summaries made for changes of subscriptions: the first change
@@ -88,7 +88,7 @@ class InterestService:
     def __init__(self, mesh: MeshService) -> None:
         self.mesh = mesh
         self.config = mesh.config
-        self.table = InterestTable(mesh.id, max_routers=MAX_PEERS)
+        self.table = InterestTable(mesh.id, max_routers=self.config.max_routers)
         #: Makes this router's interest (set by the router; `aa.router.links.wants`).
         self.collect: Callable[[], Interest] = lambda: Interest.ANYTHING
         #: Makes what this router's subscriptions alone may want (quenching answers from it;
