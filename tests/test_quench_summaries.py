@@ -19,8 +19,7 @@ from support.waits import patience
 from aa.client import AsyncClient
 from aa.mesh import Control, Event, Interest, InterestFilter
 from aa.router import Router
-from aa.router.quench import QUENCH_TOPIC
-from aa.router.quench.summaries import SUMMARY_SUB, summary_answers
+from aa.router.quench import QUENCH_TOPIC, SUMMARY_SUB, summary_answers
 
 SNOW = {"SnowDepthSensor": True, "SnowDepth": 50}
 
