@@ -9,6 +9,9 @@
 `on_change(sub_id, router_id, interested)` is called once per subscription that starts
 (True) or stops (False) matching the prototype, anywhere in the mesh; `sub_id` is opaque and
 unique within its router. A coroutine function works too (called one change at a time).
+Under interest routing (the mesh's default) a subscription on the publisher's own router is
+told by id; another router is told as one line with `sub_id` ``"*"`` while its interest
+summary says its subscriptions may want such events (it errs toward "someone listens").
 `q.interested` is True while any subscription matches; `q.interest` holds them all as
 (router id, subscription id).
 

@@ -68,6 +68,7 @@ from .eventqueue import EventQueue
 from .flood import DEFAULT_TTL, MAX_TTL, FloodRules, Hop, SeenIds
 from .interest import (
     CACHE_INTEREST,
+    MAX_ROUTERS,
     STORE_INTEREST,
     Interest,
     InterestFilter,
@@ -157,6 +158,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_ID_LENGTH",
     "MAX_PEERS",
+    "MAX_ROUTERS",
     "MAX_TTL",
     "META_ADDRESS",
     "META_CLIENT",

@@ -78,6 +78,7 @@ __all__ = [
     "CACHED",
     "SETTLE_TIME",
     "CATCH_UP_TIME",
+    "MAX_ROUTERS",
     "MAX_FILTERS",
     "MAX_TYPES",
     "MAX_CONSTRAINTS",
@@ -120,6 +121,15 @@ CATCH_UP_TIME: Final = 2.0
 #: Trees kept per view (sources the router relays for), in trees: each holds a few entries
 #: per router of the mesh.
 MAX_TREES: Final = 256
+#: Routers a view holds unless told otherwise (`MeshConfig.max_routers`), in routers; past
+#: it the router floods. Each costs its summary (at most a few KB under the caps above,
+#: about a hundred bytes for a typical one) and its entries in the trees kept.
+MAX_ROUTERS: Final = 10_000
+#: Trees kept times routers in the view, in tree entries: bounds the trees' memory (each
+#: entry three dict slots, some 300 bytes with its share of the folded interests) whatever
+#: the mesh's size. Below `MAX_TREES` trees a big mesh recomputes trees more often (one
+#: breadth-first walk each), never holds more.
+MAX_TREE_ENTRIES: Final = 500_000
 
 _MISSING: Final = object()
 _CONSTANT_TYPES: Final = (str, int, float, bool)
@@ -502,7 +512,7 @@ class MeshInterests:
     []
     """
 
-    def __init__(self, *, max_routers: int = 1024) -> None:
+    def __init__(self, *, max_routers: int = MAX_ROUTERS) -> None:
         self.max_routers = max_routers
         self._peers: dict[str, tuple[str, ...]] = {}
         self._interests: dict[str, Interest] = {}
@@ -606,9 +616,15 @@ class MeshInterests:
         if source not in graph:
             return None
         tree = self._trees[source] = _Tree(source, graph, self._interests)
-        if len(self._trees) > MAX_TREES:
+        room = max(1, min(MAX_TREES, MAX_TREE_ENTRIES // max(1, len(graph))))
+        while len(self._trees) > room:
             self._trees.popitem(last=False)
         return tree
+
+    @property
+    def trees(self) -> int:
+        """Trees kept now (bounded by `MAX_TREES` and `MAX_TREE_ENTRIES`)."""
+        return len(self._trees)
 
     def forward(
         self, me: str, source: str, came_from: str | None, event: Event
@@ -661,7 +677,7 @@ class InterestTable:
         *,
         settle: float = SETTLE_TIME,
         catch_up: float = CATCH_UP_TIME,
-        max_routers: int = 1024,
+        max_routers: int = MAX_ROUTERS,
     ) -> None:
         if type(router_id) is not str or not 0 < len(router_id) <= MAX_ID_LENGTH:
             raise InvalidValue(f"router_id must be a str of 1 to {MAX_ID_LENGTH} characters")

@@ -211,8 +211,12 @@ class Router:
             info_interval=config.mesh.info_interval,
         )
         # Interest routing: what this router wants, told again when subscriptions change.
-        self.mesh.interests.collect = Wants(self)
+        wants = Wants(self)
+        self.mesh.interests.collect = wants
+        self.mesh.interests.collect_listening = wants.listening
         self.quench.on_change.append(self.mesh.interests.changed)
+        if config.mesh.routing == "interest":  # one mechanism: quench answers from summaries
+            self.quench.use_summaries(self.mesh.interests)
         self.caches.on_change.append(self.mesh.interests.caches_changed)
 
     # -- life cycle -------------------------------------------------------------------------

@@ -571,7 +571,9 @@ class ClientSession(asyncio.Protocol):
             case Hello():  # not the router's to answer again (`serve` welcomes)
                 raise ProtocolError(f"a client may not send {msg.kind!r}")
             case Quench():
-                if self._may("quench", "register quench prototypes", msg.reg):
+                if self._may("quench", "register quench prototypes", msg.reg) and (
+                    self._may_quench_type(msg)
+                ):
                     self.router.serve(self, msg)
             case GetCached():
                 if not self._pattern_refused(msg.pattern, msg.req):
@@ -642,6 +644,22 @@ class ClientSession(asyncio.Protocol):
                 code="permission-denied", message=gate.denial(self.identity, rules, reason), ref=ref
             )
         )
+        return False
+
+    def _may_quench_type(self, msg: Quench) -> bool:
+        """Whether this user may publish the prototype's type: a publisher hears only about
+        events it may send (the answer tells where subscribers of that type are)."""
+        gate = self.router.security
+        rules = gate.rules_for(self.identity)
+        if rules is not None and rules.may_publish(msg.type):
+            return True
+        reason = (
+            rules.refusal("publish", f"quench events of type {msg.type!r}")
+            if rules is not None
+            else None
+        )
+        message = gate.denial(self.identity, rules, reason)
+        self.refuse(Error(code="permission-denied", message=message, ref=msg.reg))
         return False
 
     def _pattern_refused(self, spec: PatternSpec, ref: int) -> bool:

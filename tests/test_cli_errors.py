@@ -108,7 +108,14 @@ def test_the_defaults_help_shows_are_the_librarys():
 
     from aa.addins import ContainerConfig
     from aa.http_api import DEFAULT_HTTP_PORT
-    from aa.mesh import ENV_INTERFACES, FORGET_AFTER, RETRY_BASE, RETRY_MAX, DiscoveryConfig
+    from aa.mesh import (
+        ENV_INTERFACES,
+        FORGET_AFTER,
+        MAX_ROUTERS,
+        RETRY_BASE,
+        RETRY_MAX,
+        DiscoveryConfig,
+    )
     from aa.router import DEFAULT_PORT, CacheConfig, MeshConfig
     from aa.tools import defaults
 
@@ -127,6 +134,7 @@ def test_the_defaults_help_shows_are_the_librarys():
     assert defaults.FORGET_AFTER == FORGET_AFTER == default(MeshConfig, "forget_after")
     assert default(MeshConfig, "keepalive") == defaults.PEER_KEEPALIVE
     assert default(MeshConfig, "info_interval") == defaults.ROUTER_INFO_INTERVAL
+    assert default(MeshConfig, "max_routers") == defaults.MAX_ROUTERS == MAX_ROUTERS
     assert default(CacheConfig, "mesh_cache_events") == defaults.MESH_CACHE_MAX_EVENTS
     assert default(CacheConfig, "sweep_interval") == defaults.CACHE_SWEEP_INTERVAL
     assert default(ContainerConfig, "poll_interval") == defaults.DEFAULT_POLL_INTERVAL

@@ -51,6 +51,7 @@ PUBLIC: dict[str, list[str]] = {
         "MAX_FRAME_BYTES",
         "MAX_ID_LENGTH",
         "MAX_PEERS",
+        "MAX_ROUTERS",
         "MAX_TTL",
         "META_ADDRESS",
         "META_CLIENT",
@@ -384,6 +385,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "aa.router.quench": [
         "Change",
+        "Listening",
         "MAX_QUENCHES_PER_CLIENT",
         "MAX_QUENCH_TIMEOUT",
         "MAX_REGISTRATIONS",
@@ -392,8 +394,10 @@ PUBLIC: dict[str, list[str]] = {
         "QuenchService",
         "QuenchTable",
         "Registration",
+        "SUMMARY_SUB",
         "parse_registrations",
         "parse_report",
+        "summary_answers",
     ],
     "aa.router.store": [
         "EXCHANGE_TIMEOUT",

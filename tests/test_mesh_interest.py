@@ -195,6 +195,38 @@ def test_a_full_view_leaves_it_incomplete_so_the_router_floods():
     assert table.targets("a", None, ev("hot"), now=1.0) is None
 
 
+def test_a_view_holds_more_than_1024_routers_and_bounds_its_trees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import aa.mesh.interest as interest
+
+    n = 3000  # past the old cap of 1,024 (a router's view then flooded)
+    chain = {f"r{i:04d}": [f"r{j:04d}" for j in (i - 1, i + 1) if 0 <= j < n] for i in range(n)}
+    view = MeshInterests()
+    for rid, peers in chain.items():
+        view.put(rid, peers, Interest.of([HOT]) if rid == "r2999" else Interest.NOTHING)
+    assert view.complete and len(view) == n
+    assert view.forward("r0001", "r0000", "r0000", ev("hot")) == ["r0002"]
+    assert view.forward("r0001", "r0000", "r0000", ev("cold")) == []
+    # The trees kept are bounded by their entries, whatever the mesh's size.
+    monkeypatch.setattr(interest, "MAX_TREE_ENTRIES", 2 * n)
+    for source in list(chain)[:10]:
+        assert view.tree(source) is not None
+    assert view.trees == 2
+
+
+def test_max_routers_is_a_checked_mesh_setting() -> None:
+    from aa.mesh import MAX_ROUTERS, UsageError
+    from aa.router import MeshConfig, Router, RouterConfig
+
+    assert MeshConfig().max_routers == MAX_ROUTERS == 10_000
+    for bad in (1, 10**7, "many", True):
+        with pytest.raises(UsageError, match="max_routers must be an int"):
+            MeshConfig(max_routers=bad)  # type: ignore[arg-type]
+    router = Router(RouterConfig(port=0, mesh=MeshConfig(max_routers=50_000)))
+    assert router.mesh.interests.table.view.max_routers == 50_000
+
+
 def test_a_dead_routers_stale_summary_does_not_hold_the_mesh_in_flood():
     graph = ring(6)
     view = MeshInterests()

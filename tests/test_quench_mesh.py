@@ -1,11 +1,14 @@
-"""Quenching (Å §4.4) across a mesh of routers in one process: notifications when matching
-subscriptions come and go (subscribe, unsubscribe, session end, pattern stopped, params
-updated, their router gone), routers that join later, declared needs, fail-over, and the
-pure tables. Intervals are shortened; nothing sleeps."""
+"""Quenching (Å §4.4) across a mesh of routers in one process, under ``--routing flood``
+(registrations, reports and keep-alives flooded, each subscription reported by id):
+notifications when matching subscriptions come and go (subscribe, unsubscribe, session end,
+pattern stopped, params updated, their router gone), routers that join later, declared
+needs, fail-over, and the pure tables. Intervals are shortened; nothing sleeps. Under
+interest routing remote answers come from the summaries: tests/test_quench_summaries.py."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from contextlib import AbstractAsyncContextManager
 
 import pytest
@@ -17,6 +20,8 @@ from aa.mesh.protocol import Quench, QuenchNotice, declared_needs, with_needs
 from aa.router import QuenchConfig, Router, RouterConfig
 from aa.router.quench import QuenchTable, Registration
 
+#: The mesh of these tests: Å's flooded quenching.
+FLOOD = dataclasses.replace(FAST, routing="flood")
 #: Keep-alives every 0.2 s, lapse after 0.7 s: a router's disappearance shows within a second.
 QUICK = QuenchConfig(keepalive=0.2, timeout=0.7)
 #: Keep-alives too slow to matter in a test: only the join snapshot can inform a new router.
@@ -26,7 +31,7 @@ SLOW = QuenchConfig(keepalive=60.0, timeout=300.0)
 def routers(
     n: int, edges: list[tuple[int, int]], quench: QuenchConfig = QUICK
 ) -> AbstractAsyncContextManager[list[Router]]:
-    return mesh(n, edges, quench=quench)
+    return mesh(n, edges, config=FLOOD, quench=quench)
 
 
 class Changes:
@@ -151,7 +156,7 @@ async def test_a_router_that_joins_later_learns_registrations_at_once() -> None:
         changes = Changes()
         q = await pub.quench(SNOW, changes)
         await wait_for(lambda: len(r1.quench.table) == 1)
-        late = Router(RouterConfig(port=0, name="late", mesh=FAST, quench=SLOW))
+        late = Router(RouterConfig(port=0, name="late", mesh=FLOOD, quench=SLOW))
         async with late:
             late.subscribe("SnowDepth >= 0")  # there before it joins
             late.mesh.add_peer(r1.endpoint)
@@ -164,7 +169,7 @@ async def test_interest_of_a_router_that_vanishes_lapses() -> None:
     async with routers(2, line(2)) as (r0, r1), AsyncClient(r0.endpoint) as pub:
         changes = Changes()
         q = await pub.quench(SNOW, changes)
-        gone = Router(RouterConfig(port=0, name="gone", mesh=FAST, quench=QUICK))
+        gone = Router(RouterConfig(port=0, name="gone", mesh=FLOOD, quench=QUICK))
         await gone.start()
         try:
             gone.mesh.add_peer(r1.endpoint)

@@ -24,6 +24,11 @@ publish = ["reading"]
 subscribe = ["reading"]
 patterns = "predicates"
 
+[users.carol]
+publish = ["reading"]
+subscribe = ["*"]
+quench = true
+
 [users.bob]
 publish = ["*"]
 subscribe = ["*"]
@@ -39,7 +44,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mesh = tmp_path_factory.mktemp("mesh")
     init_ca(mesh)
     issue(mesh, "r1", "router", days=30)
-    for name in ("alice", "bob"):
+    for name in ("alice", "bob", "carol"):
         issue(mesh, name, "client", days=30)
     return mesh
 
@@ -94,6 +99,19 @@ async def test_denied_publish_names_the_rule_and_affects_nothing_else(
         assert alice.connected and bob.connected
     finally:
         await alice.aclose()
+        await bob.aclose()
+
+
+async def test_a_publisher_quenches_only_types_it_may_publish(router: Router, pki: Path) -> None:
+    carol, bob = await as_user(router, pki, "carol"), await as_user(router, pki, "bob")
+    try:
+        await bob.subscribe('type == "alarm"')
+        with pytest.raises(RemoteError, match=r"quench events of type 'alarm' .rule publish = "):
+            await carol.quench({"n": 1}, type="alarm")  # would tell carol who listens to alarms
+        q = await carol.quench({"n": 1}, type="reading")
+        assert not q.interested and carol.connected
+    finally:
+        await carol.aclose()
         await bob.aclose()
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "MAX_SUBSCRIPTIONS_PER_CLIENT",
     "MAX_SESSION_BACKLOG",
+    "MAX_ROUTERS",
 ]
 
 DEFAULT_PORT: Final = 7447  # aa.router.DEFAULT_PORT
@@ -39,3 +40,4 @@ CACHE_SWEEP_INTERVAL: Final = 5.0  # aa.router's CacheConfig.sweep_interval defa
 DEFAULT_POLL_INTERVAL: Final = 2.0  # aa.addins.ContainerConfig.poll_interval default
 MAX_SUBSCRIPTIONS_PER_CLIENT: Final = 100  # aa.router.MAX_SUBSCRIPTIONS_PER_CLIENT
 MAX_SESSION_BACKLOG: Final = 4 * 1024 * 1024  # aa.router.MAX_SESSION_BACKLOG
+MAX_ROUTERS: Final = 10_000  # aa.mesh.MAX_ROUTERS, MeshConfig.max_routers default

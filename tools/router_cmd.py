@@ -25,6 +25,7 @@ from .defaults import (
     DISCOVERY_PORT,
     ENV_INTERFACES,
     FORGET_AFTER,
+    MAX_ROUTERS,
     MAX_SESSION_BACKLOG,
     MAX_SUBSCRIPTIONS_PER_CLIENT,
     PEER_KEEPALIVE,
@@ -152,6 +153,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="interest",
         help="'interest' (default): send each event only toward routers that may want it; "
         "'flood': to every router",
+    )
+    mesh.add_argument(
+        "--max-routers",
+        type=int,
+        default=MAX_ROUTERS,
+        metavar="N",
+        help=f"routers the interest view holds at most; past it this router floods "
+        f"(default {MAX_ROUTERS:,}; memory grows with it)",
     )
     timing = p.add_argument_group(
         "mesh timing", "Seconds; the defaults suit a LAN, tests shorten them."
@@ -329,6 +338,7 @@ def config_from_args(
         keepalive=args.keepalive,
         info_interval=args.info_interval,
         routing=args.routing,
+        max_routers=args.max_routers,
     )
     if not 1 <= args.pattern_workers <= 64:
         raise UsageError(f"--pattern-workers must be 1..64, not {args.pattern_workers}")

@@ -12,6 +12,7 @@ from typing import Final
 from aa.mesh import (
     DEFAULT_TTL,
     FORGET_AFTER,
+    MAX_ROUTERS,
     MAX_TTL,
     RETRY_BASE,
     RETRY_JITTER,
@@ -48,6 +49,9 @@ ROUTER_INFO_INTERVAL: Final = 10.0
 #: How events cross the mesh: "flood" (every router gets every event) or "interest" (only
 #: routers that may want an event get it: `aa.mesh.interest`).
 ROUTINGS: Final = ("flood", "interest")
+#: Most routers `MeshConfig.max_routers` may name: a million summaries of a hundred bytes are
+#: a tenth of a GB, far past any site; a larger figure is more likely a typo.
+MAX_VIEW_ROUTERS: Final = 1_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +103,11 @@ class MeshConfig:
     #: Bytes below which a congested link counts as free again (the normal path is used
     #: again). Below `congested_above`, so that a link near the bound does not flap.
     congested_below: int = CONGESTED_BELOW
+    #: Routers this router's interest view holds at most (their summaries and links); past
+    #: it the router floods, as when unsure. Memory grows with it: a typical summary is about
+    #: a hundred bytes (a few KB at its caps), and the trees kept are bounded apart from it
+    #: (`aa.mesh.interest`). Raise it for a mesh of more routers, lower it on a small device.
+    max_routers: int = MAX_ROUTERS
 
     def __post_init__(self) -> None:
         if type(self.ttl) is not int or not 1 <= self.ttl <= MAX_TTL:
@@ -131,6 +140,8 @@ class MeshConfig:
                 raise UsageError(f"{name} must be a number of bytes, 0 or more")
         if self.congested_above and not self.congested_below < self.congested_above:
             raise UsageError("congested_below must be less than congested_above")
+        if type(self.max_routers) is not int or not 2 <= self.max_routers <= MAX_VIEW_ROUTERS:
+            raise UsageError(f"max_routers must be an int from 2 to {MAX_VIEW_ROUTERS:,}")
         if type(self.cache_interest) is not bool:
             raise UsageError("cache_interest must be True or False")
 

@@ -2,7 +2,10 @@
 `InterestService` per router (`router.mesh.interests`); the rules are `aa.mesh.interest`.
 
 Every router floods a control of topic ``interest``: ``{"v": version, "peers": [router ids
-of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
+of its links], "interest": Interest.to_wire(), "interval": seconds}``, plus ``"listen"``: what
+its subscriptions alone want (with the names their patterns declare they need), when that
+differs from the interest (a store or caches) — quenching answers from it
+(`aa.router.quench.summaries`), so that a publisher learns of a subscriber with its summary —
 
 - **at once** when one of its links comes up or goes away: the safety argument of
   `aa.mesh.interest` needs the news to travel ahead of the events relayed after it;
@@ -15,7 +18,7 @@ of its links], "interest": Interest.to_wire(), "interval": seconds}`` —
 
 When a link comes up, each end also hands the other every summary it holds, its own and
 the others' (topic ``interest-sync``, for that peer only: ``{"s": [[origin, version, peers,
-interest, interval, age], ...]}``, in chunks of `SYNC_CHUNK`), and each router hands on to
+interest, interval, age, listen], ...]}``, in chunks of `SYNC_CHUNK`), and each router hands on to
 its other peers the summaries that are news to it (`InterestTable.sync`). So after a
 partition heals, each side learns the other's summaries in a round trip and one flood
 rather than at their periodic repeats, and a router whose old summaries of the far side may
@@ -36,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from aa.mesh import MAX_PEERS, Control, Event, Interest, InterestTable, InvalidValue
@@ -60,7 +63,7 @@ INTEREST_TOPIC: Final = "interest"
 #: Control topic of the summaries handed over to one peer (a link came up, or news).
 SYNC_TOPIC: Final = "interest-sync"
 #: Summaries in one hand-over message, in summaries: a summary is a few KB at most (the caps
-#: of `aa.mesh.interest`), so a message stays far below the frame cap; a view of `MAX_PEERS`
+#: of `aa.mesh.interest`), so a message stays far below the frame cap; a view of 1,024
 #: routers takes 32 messages.
 SYNC_CHUNK: Final = 32
 #: Least seconds between two summaries made for changes of subscriptions: the first change
@@ -85,10 +88,19 @@ class InterestService:
     def __init__(self, mesh: MeshService) -> None:
         self.mesh = mesh
         self.config = mesh.config
-        self.table = InterestTable(mesh.id, max_routers=MAX_PEERS)
+        self.table = InterestTable(mesh.id, max_routers=self.config.max_routers)
         #: Makes this router's interest (set by the router; `aa.router.links.wants`).
         self.collect: Callable[[], Interest] = lambda: Interest.ANYTHING
+        #: Makes what this router's subscriptions alone may want (quenching answers from it;
+        #: `Wants.listening`), read right after `collect`; None: the same as the interest.
+        self.collect_listening: Callable[[], Interest] | None = None
         self.interest = Interest.ANYTHING
+        self.listening = Interest.ANYTHING
+        #: Each other router's subscriptions' interest, for the routers of the view.
+        self.listeners: dict[str, Interest] = {}
+        #: Called with a router's id when what its subscriptions want may have changed: a
+        #: summary of it was taken, or it was forgotten (`listening_of` is then None).
+        self.on_listening: list[Callable[[str], None]] = []
         self.version = 0
         self.counters = mesh.counters
         self._intervals: dict[str, float] = {}
@@ -148,7 +160,16 @@ class InterestService:
             log.exception("making this router's interest failed")
             interest = Interest.ANYTHING
         self.interest = interest
-        if self.table.local(self.mesh.peer_ids(), interest, now):
+        listening = interest
+        if self.collect_listening is not None:
+            try:
+                listening = self.collect_listening()
+            except Exception:  # as above: want anything rather than fall silent
+                log.exception("making this router's subscriptions' interest failed")
+                listening = Interest.ANYTHING
+        listened = listening != self.listening
+        self.listening = listening
+        if self.table.local(self.mesh.peer_ids(), interest, now) or listened:
             self.version += 1
             self.send(now)
 
@@ -162,9 +183,16 @@ class InterestService:
                     "peers": sorted(self.mesh.peer_ids()),
                     "interest": self.interest.to_wire(),
                     "interval": self.config.info_interval,
+                    **self._listening_wire(),
                 },
             )
             self.counters["interest_sent"] += 1
+
+    def _listening_wire(self) -> dict[str, Any]:
+        """The ``listen`` key of our summary: only when it differs from the interest."""
+        if self.listening == self.interest:
+            return {}
+        return {"listen": self.listening.to_wire()}
 
     def tick(self, now: float) -> float:
         """Housekeeping (the mesh's loop calls it): refresh, repeat, forget the silent.
@@ -177,6 +205,7 @@ class InterestService:
             if now - at > 3 * self._intervals.get(rid, _DEFAULT_INTERVAL):
                 self.table.forget(rid, now)
                 self._intervals.pop(rid, None)
+                self._listened(rid, None)
         return min(self._next_refresh, self._next_send)
 
     def close(self) -> None:
@@ -203,7 +232,37 @@ class InterestService:
         now = time.monotonic()
         interest = self._interest(origin, body.get("interest"), now)
         self._intervals[origin] = _interval(body.get("interval"))
-        self.table.receive(origin, version, cast(list[str], peers), interest, now)  # checked
+        if self.table.receive(origin, version, cast(list[str], peers), interest, now):  # checked
+            self._listened(origin, self._listening(origin, body, interest, now))
+
+    def _listening(
+        self, origin: str, body: Mapping[str, Any], interest: Interest, now: float
+    ) -> Interest:
+        """What *origin*'s subscriptions want, by its summary *body*: its ``listen`` key, else
+        its whole interest (a router that sends none says its interest is its listening)."""
+        wire = body.get("listen")
+        return interest if wire is None else self._interest(origin, wire, now)
+
+    def listening_of(self, router_id: str) -> Interest | None:
+        """What *router_id*'s subscriptions may want, by its last summary; None when it is
+        not in the view (unknown, forgotten, or no room for it)."""
+        if router_id not in self.table.view:
+            return None
+        return self.listeners.get(router_id)
+
+    def _listened(self, origin: str, listening: Interest | None) -> None:
+        if listening is None or origin not in self.table.view:
+            if self.listeners.pop(origin, None) is None:
+                return
+        elif self.listeners.get(origin) == listening:
+            return
+        else:
+            self.listeners[origin] = listening
+        for hook in self.on_listening:
+            try:
+                hook(origin)
+            except Exception:  # a listener's bug must not stop the summaries
+                log.exception("a listener of %s's interest failed", origin)
 
     def hand_over(self, peer_id: str) -> None:
         """A link with *peer_id* came up (after our new summary was flooded): send it every
@@ -217,6 +276,7 @@ class InterestService:
                 self.interest.to_wire(),
                 self.config.info_interval,
                 0.0,
+                self.listening.to_wire(),
             ]
         ]
         for rid, (version, at) in self.table.heard.items():
@@ -233,6 +293,7 @@ class InterestService:
             interest.to_wire(),
             self._intervals.get(rid, _DEFAULT_INTERVAL),
             round(max(0.0, now - at), 3),
+            (self.listeners.get(rid) or interest).to_wire(),
         ]
 
     def _send_sync(self, peer_id: str, entries: list[list[Any]]) -> None:
@@ -267,10 +328,11 @@ class InterestService:
 
     def _take_entry(self, entry: object, now: float) -> list[Any] | None:
         """One handed-over summary: the entry to hand on if it was news, else None."""
-        if type(entry) is not list or len(entry) != 6:
+        if type(entry) is not list or len(entry) not in (6, 7):
             self.counters["interest_malformed"] += 1
             return None
-        origin, version, peers, wire, interval, age = entry
+        origin, version, peers, wire, interval, age = entry[:6]
+        listen = entry[6] if len(entry) == 7 else None
         if (
             type(origin) is not str
             or type(version) is not int
@@ -293,7 +355,9 @@ class InterestService:
             return None
         self._intervals[origin] = every
         self.counters["interest_synced"] += 1
-        return [origin, version, peers, interest.to_wire(), every, age]
+        listening = self._listening(origin, {"listen": listen}, interest, now)
+        self._listened(origin, listening)
+        return [origin, version, peers, interest.to_wire(), every, age, listening.to_wire()]
 
     def _interest(self, origin: str, wire: object, now: float) -> Interest:
         """A peer's wire interest, or "anything" (and a warning) past the caps."""

@@ -26,7 +26,7 @@ from typing import Any
 from aa.mesh import CACHE_INTEREST, STORE_INTEREST, Interest, InterestFilter, PatternSpec
 from aa.mesh.protocol import declared_needs
 
-__all__ = ["cache_filters", "pattern_filters", "Wants"]
+__all__ = ["cache_filters", "listening_filters", "pattern_filters", "Wants"]
 
 log = logging.getLogger("aa.router.links")
 
@@ -85,13 +85,26 @@ def cache_filters(spec: PatternSpec, matcher: Any) -> list[InterestFilter]:
     return [InterestFilter.make(has=needs)] if needs else [_ANY]
 
 
+def listening_filters(bucket: Any, filters: list[InterestFilter]) -> list[InterestFilter]:
+    """What one params bucket's subscribers count for in quenching: its routing *filters*,
+    plus the names its pattern declares it needs (`declared_needs`), since a prototype that
+    carries them matches the pattern in quenching (`aa.router.quench`) whatever their values."""
+    kernel, format, source = bucket.instance.spec_key[:3]
+    needs = declared_needs(PatternSpec(kernel=kernel, format=format, source=source))
+    return [*filters, InterestFilter.make(has=needs)] if needs else filters
+
+
 class Wants:
     """Makes a router's interest, remembering each params bucket's filters (planning a
-    pattern again for every summary would cost a parse per distinct pattern)."""
+    pattern again for every summary would cost a parse per distinct pattern). Also makes
+    what its subscriptions alone want (`listening`), which quenching answers from: no store,
+    mesh cache or client cache there, since those are nobody listening."""
 
     def __init__(self, router: Any) -> None:
         self._router = router
         self._filters: dict[Any, list[InterestFilter]] = {}
+        self._listening: dict[Any, list[InterestFilter]] = {}
+        self._listened: list[InterestFilter] = []
 
     def __call__(self) -> Interest:
         """The router's interest now."""
@@ -104,6 +117,8 @@ class Wants:
         engine = router.engine
         known = self._filters
         fresh: dict[Any, list[InterestFilter]] = {}
+        heard = self._listening
+        listening: dict[Any, list[InterestFilter]] = {}
         for key in engine.keys():  # noqa: SIM118 (a PatternEngine, not a mapping)
             bucket = engine.bucket_of(key)
             if bucket is None:
@@ -113,6 +128,10 @@ class Wants:
                 continue
             got = known.get(k)
             fresh[k] = got if got is not None else pattern_filters(bucket)
+            got = heard.get(k)
+            listening[k] = got if got is not None else listening_filters(bucket, fresh[k])
+        self._listening = listening
+        self._listened = [f for got in listening.values() for f in got]
         for spec, matcher in router.caches.patterns():
             ck = ("cache", spec.kernel, spec.format, spec.source)
             got = known.get(ck)
@@ -121,3 +140,7 @@ class Wants:
         for got in fresh.values():
             filters.extend(got)
         return Interest.of(filters)
+
+    def listening(self) -> Interest:
+        """What the router's subscriptions want, as of the last call of this object."""
+        return Interest.of(self._listened)

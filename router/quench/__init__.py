@@ -2,8 +2,10 @@
 interested in what they would publish.
 
 Owns: the registrations a router knows and the interest its own publishers hear of
-(`QuenchTable`, pure), the service that floods registrations, reports and keep-alives and
-notifies publishers (`QuenchService`), and its timings (`QuenchConfig`).
+(`QuenchTable`, pure), answers for other routers from their interest summaries under
+interest routing (`summary_answers`, pure), the service that notifies publishers and, under
+flood routing, floods registrations, reports and keep-alives (`QuenchService`), and its
+timings (`QuenchConfig`).
 
 Does not own: matching a prototype against a subscription (the pattern engine's
 `matches_prototype`, `aa.router.patterns`), the flood of control messages
@@ -20,9 +22,11 @@ from .registrations import (
     parse_report,
 )
 from .service import QUENCH_TOPIC, QuenchService
+from .summaries import SUMMARY_SUB, Listening, summary_answers
 
 __all__ = [
     "Change",
+    "Listening",
     "MAX_QUENCHES_PER_CLIENT",
     "MAX_QUENCH_TIMEOUT",
     "MAX_REGISTRATIONS",
@@ -31,6 +35,8 @@ __all__ = [
     "QuenchService",
     "QuenchTable",
     "Registration",
+    "SUMMARY_SUB",
     "parse_registrations",
     "parse_report",
+    "summary_answers",
 ]

@@ -1,12 +1,19 @@
 """Quenching across the mesh (Å §4.4): `router.quench`, one `QuenchService` per router.
 
 A publisher registers an event *prototype* (`aa.mesh.protocol.quench_messages.Quench`); the router
-holding its session — the registration's *owner* — floods it, and every router checks its
-subscriptions against it and reports which match. The publisher is told of each subscription
-that starts or stops matching, wherever in the mesh it is.
+holding its session — the registration's *owner* — checks its own subscriptions against it
+and tells the publisher of each that starts or stops matching, by id. Other routers answer
+one of two ways:
 
-What floods (control topic ``quench``, body ``{"op", ...}``)
--------------------------------------------------------------
+- **Under interest routing** (`use_summaries`, the default): from the interest summaries the
+  owner already holds (`aa.router.quench.summaries`). Nothing of quenching floods; a router
+  whose subscriptions may want the prototype is one line, subscription id ``*``, told when
+  its summary arrives and gone when a summary says otherwise or the router is forgotten.
+- **Under flood routing** (Å's way, below): the owner floods the registration, every router
+  checks its subscriptions against it and reports which match, by id.
+
+What floods under flood routing (control topic ``quench``, body ``{"op", ...}``)
+---------------------------------------------------------------------------------
 ==============  =========================================================================
 op              meaning
 ==============  =========================================================================
@@ -64,6 +71,7 @@ from ..patterns import PatternEngine
 from ..seams import Controls
 from .config import MAX_QUENCH_TIMEOUT, QuenchConfig
 from .registrations import Change, QuenchTable, Registration, parse_registrations, parse_report
+from .summaries import SUMMARY_SUB, Listening, summary_answers
 
 if TYPE_CHECKING:
     from ..seams import ClientPort as ClientSession
@@ -109,11 +117,36 @@ class QuenchService:
         self._scheduled = False
         self._reflood = False
         self._task: asyncio.Task[None] | None = None
+        #: Under interest routing, the other routers' summaries: remote answers come from
+        #: them and nothing of quenching floods (`use_summaries`); None: flood as in Å.
+        self._summaries: Listening | None = None
         #: Called (no arguments) whenever a subscription comes, changes or goes: the one
         #: place the router's subscriptions are watched, for quenching and interest routing.
         self.on_change: list[Callable[[], None]] = []
         controls.on_control(QUENCH_TOPIC, self._on_control)
         controls.on_control(ROUTER_INFO_TOPIC, self._on_router_info)
+
+    def use_summaries(self, summaries: Listening) -> None:
+        """Answer for other routers from their interest summaries (`aa.router.quench.summaries`)
+        instead of flooding registrations: a publisher hears of a router's subscriptions
+        when that router's summary arrives, and of their going when the next one does, or
+        when the router is forgotten. Call before any registration is made."""
+        self._summaries = summaries
+        summaries.on_listening.append(self._listening_changed)
+
+    def _listening_changed(self, router_id: str) -> None:
+        if router_id == self.router_id:
+            return
+        now = time.monotonic()
+        for reg in self.table.owned():
+            self._answer_remote(reg, router_id, now)
+
+    def _answer_remote(self, reg: Registration, router_id: str, now: float) -> None:
+        assert self._summaries is not None
+        listening = self._summaries.listening_of(router_id)
+        wants = summary_answers(listening, reg.prototype)
+        subs = frozenset((SUMMARY_SUB,)) if wants else frozenset()
+        self._notify(reg.reg, self.table.report(reg.reg, router_id, subs, now))
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -137,11 +170,14 @@ class QuenchService:
                 log.exception("quench housekeeping failed")
 
     def tick(self, now: float) -> None:
-        """Keep-alive floods of owned registrations; sweep lapsed registrations and interest."""
-        self._flood_owned()
+        """Keep-alive floods of owned registrations; sweep lapsed registrations and interest.
+        With summaries nothing floods, and a router's answer lasts as long as its summary."""
+        if self._summaries is None:
+            self._flood_owned()
         self.table.expire(now)
-        for reg_id, changes in self.table.expire_interest(now, self.config.timeout).items():
-            self._notify(reg_id, changes)
+        if self._summaries is None:
+            for reg_id, changes in self.table.expire_interest(now, self.config.timeout).items():
+                self._notify(reg_id, changes)
         forget = now - 3 * self._info_interval
         for rid, heard in list(self._routers_seen.items()):
             if heard < forget:
@@ -194,7 +230,13 @@ class QuenchService:
         reg.matches = self._scan(reg)
         self._dirty[reg_id] = reg
         self._schedule()
-        self._flood_registrations([reg])
+        if self._summaries is None:
+            self._flood_registrations([reg])
+            return
+        now = time.monotonic()
+        for router_id in list(self._summaries.listeners):
+            if router_id != self.router_id:
+                self._answer_remote(reg, router_id, now)
 
     def session_closed(
         self, session: ClientSession, subscriptions: Iterable[Hashable] = ()
@@ -213,6 +255,8 @@ class QuenchService:
                 self.table.remove(reg_id)
                 self._dirty.pop(reg_id, None)
                 gone.append(reg_id)
+        if self._summaries is not None:
+            return  # never flooded
         for i in range(0, len(gone), REGS_PER_FLOOD):
             self._controls.flood_control(
                 QUENCH_TOPIC, {"op": "remove", "regs": gone[i : i + REGS_PER_FLOOD]}
@@ -461,7 +505,7 @@ class QuenchService:
                 len(self._routers_seen) >= MAX_PEERS
             ):  # bounded like the mesh view: forget the oldest
                 del self._routers_seen[min(self._routers_seen, key=self._routers_seen.__getitem__)]
-            if self.table.owned():
+            if self._summaries is None and self.table.owned():
                 self._reflood = True  # a router we had not heard of: tell it our registrations
                 self._schedule()
         self._routers_seen[origin] = time.monotonic()

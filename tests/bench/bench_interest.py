@@ -5,6 +5,7 @@ the simulation's own clock (a heap of timed copies; links FIFO, 0.5-1.5 ms each)
     python tests/bench/bench_interest.py                          # 100 and 1,000 routers
     python tests/bench/bench_interest.py --sizes 100 1000 5000    # about 20 minutes
     python tests/bench/bench_interest.py --sizes 100 --only steady changes
+    python tests/bench/bench_interest.py --sizes 2000 5000 --only cap    # the view's room
 
 Meshes: random geometric graphs in the unit square of mean degree about 4, their islands
 joined each by its shortest link; scale-free graphs (Barabasi-Albert, two links per new
@@ -29,7 +30,10 @@ site, sometimes a depth, from a random router.
 - congestion: one busy link of the trees carries half of what it is asked to (each message
   takes a while to send, so its queue grows); with detours (`aa.mesh.detour`), its router
   sends new events round it while its queue is past a bound and back once it drained:
-  delivery delay, link messages per event, events lost and extra copies, with and without.
+  delivery delay, link messages per event, events lost and extra copies, with and without;
+- cap: a router's view with room for `--caps` routers (`MeshConfig.max_routers`; 1,024 was
+  the fixed cap): past it the view is incomplete and the router floods; within it, the CPU
+  the forwarding costs, with the trees kept bounded by `MAX_TREE_ENTRIES`.
 """
 
 from __future__ import annotations
@@ -40,12 +44,22 @@ import itertools
 import math
 import random
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable
 
 import msgpack
 
-from aa.mesh import Detours, Event, Interest, InterestFilter, MeshInterests, detour_targets
+from aa.mesh import (
+    MAX_ROUTERS,
+    Detours,
+    Event,
+    Interest,
+    InterestFilter,
+    InvalidValue,
+    MeshInterests,
+    detour_targets,
+)
 from aa.mesh.interest import SETTLE_TIME
 from aa.router.links.interests import SUMMARY_DEBOUNCE
 
@@ -262,6 +276,34 @@ def steady(kind: str, n: int, share: float, events: int, seed: int) -> dict[str,
         "interest": m_int / events,
         "tree": m_ref / events,
         "flood": m_flood / min(events, 20),
+    }
+
+
+def capped(kind: str, n: int, share: float, events: int, seed: int, cap: int) -> dict[str, float]:
+    """The view held by one router with room for *cap* routers (`MeshConfig.max_routers`):
+    past it some routers are unknown, the view is incomplete and the router floods. Link
+    messages per event, CPU microseconds per event of the forwarding (trees built and asked,
+    on one view for every router, so the trees kept are shared and bounded by
+    `MAX_TREE_ENTRIES`), and the trees kept at the end."""
+    rng, graph, routers, subs = mesh_of(kind, n, share, seed)
+    interests = {r: Interest.of(fs) for r, fs in subs.items()}
+    view = MeshInterests(max_routers=cap)
+    for r, ps in graph.items():
+        try:
+            view.put(r, ps, interests.get(r, Interest.NOTHING))
+        except InvalidValue:
+            pass  # no room: this router stays unknown to the view
+    messages = 0
+    start = time.process_time()
+    for _ in range(events):
+        messages += walk(view, graph, rng.choice(routers), event(rng))
+    cpu = time.process_time() - start
+    return {
+        "routers": len(routers),
+        "held": len(view),
+        "messages": messages / events,
+        "us": 1e6 * cpu / events,
+        "trees": view.trees,
     }
 
 
@@ -705,14 +747,23 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--only",
-        choices=["steady", "changes", "death", "heal", "subscribe", "congestion"],
+        choices=["steady", "changes", "death", "heal", "subscribe", "congestion", "cap"],
         nargs="+",
+    )
+    p.add_argument(
+        "--caps",
+        type=int,
+        nargs="+",
+        default=[1024, MAX_ROUTERS],
+        help="view sizes (MeshConfig.max_routers) for the cap table",
     )
     p.add_argument(
         "--interval", type=float, default=10.0, help="summary repeat interval (s), for heal"
     )
     args = p.parse_args()
-    only = set(args.only or ["steady", "changes", "death", "heal", "subscribe", "congestion"])
+    only = set(
+        args.only or ["steady", "changes", "death", "heal", "subscribe", "congestion", "cap"]
+    )
     # Events every millisecond up to 1,000 routers; fewer beyond (each costs a flood while
     # the mesh is unsettled).
     every = {n: 0.001 * max(1, n // 1000) for n in args.sizes}
@@ -820,6 +871,22 @@ def main() -> int:
                             f"{c['extra']} |",
                             flush=True,
                         )
+        print()
+    if "cap" in only:
+        print(
+            "| graph | routers | subscribers | view room | routers held | msgs/event | "
+            "forwarding CPU (us/event) | trees kept |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for kind in args.graphs:
+            for n in args.sizes:
+                for cap in args.caps:
+                    c = capped(kind, n, 0.01, args.events, args.seed, cap)
+                    print(
+                        f"| {kind} | {c['routers']} | 1% | {cap} | {c['held']} | "
+                        f"{c['messages']:.1f} | {c['us']:.0f} | {c['trees']} |",
+                        flush=True,
+                    )
     return 0
 
 
