@@ -4,6 +4,7 @@ and caches; the routing switch; a peer's summary over the caps."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 from support import FAST, mesh, wait_for
@@ -19,6 +20,7 @@ from aa.mesh import (
 from aa.mesh.interest import MAX_TYPES
 from aa.router import MeshConfig, Router, RouterConfig
 from aa.router.links import INTEREST_TOPIC, wants
+from aa.router.links.config import REPEAT_ROUTERS
 from aa.router.patterns.predicates import plans
 
 
@@ -102,6 +104,28 @@ async def test_a_summary_over_the_caps_gets_its_router_everything() -> None:
         )
         assert a.mesh.counters["interest_refused"] == 1
         assert table.view.interest(b.id) is Interest.ANYTHING
+
+
+async def test_a_big_mesh_stretches_the_repeats_of_unchanged_summaries() -> None:
+    """Each summary crosses every link: in a mesh of more than `REPEAT_ROUTERS` a router
+    repeats its own less often, and says so in it, so that receivers wait as long before
+    they forget it."""
+    config = dataclasses.replace(FAST, routing="interest")
+    async with mesh(2, [(0, 1)], config=config) as (a, b):
+        every = config.info_interval
+        assert a.mesh.interests.repeat_interval() == every
+        await wait_for(lambda: b.mesh.view.summary_of(a.id).get("interval") == every, 5)
+        far = 2 * REPEAT_ROUTERS  # routers a has heard of, not linked to it
+        now = time.monotonic()
+        for i in range(far):
+            a.mesh.interests.table.receive(f"far-{i}", 1, [], Interest.NOTHING, now)
+        stretched = every * (far + 2) / REPEAT_ROUTERS  # and b, and a itself
+        assert a.mesh.interests.repeat_interval() == pytest.approx(stretched)
+        a.mesh.interests.send(now)  # as a repeat would
+        await wait_for(
+            lambda: b.mesh.view.summary_of(a.id).get("interval") == pytest.approx(stretched), 10
+        )
+        await wait_for(lambda: b.mesh.interests._intervals.get(a.id) == pytest.approx(stretched), 5)
 
 
 def test_aa_router_routing_flag(capsys: pytest.CaptureFixture[str]) -> None:

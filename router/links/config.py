@@ -46,6 +46,10 @@ PEER_KEEPALIVE: Final = 5.0
 #: Seconds between two router-info summaries a router floods (what `aa mesh` shows of the
 #: routers it is not connected to). Tens of bytes per router per interval.
 ROUTER_INFO_INTERVAL: Final = 10.0
+#: Routers in a mesh up to which each repeats its unchanged summaries every `info_interval`;
+#: in a bigger mesh each stretches its repeats in proportion, so that a router receives
+#: about as many repeats a second in a mesh of any size (each summary crosses every link).
+REPEAT_ROUTERS: Final = 256
 #: How events cross the mesh: "flood" (every router gets every event) or "interest" (only
 #: routers that may want an event get it: `aa.mesh.interest`).
 ROUTINGS: Final = ("flood", "interest")
@@ -108,6 +112,16 @@ class MeshConfig:
     #: a hundred bytes (a few KB at its caps), and the trees kept are bounded apart from it
     #: (`aa.mesh.interest`). Raise it for a mesh of more routers, lower it on a small device.
     max_routers: int = MAX_ROUTERS
+
+    def repeat_interval(self, routers: int) -> float:
+        """Seconds between the repeats of an unchanged summary in a mesh of *routers*:
+        `info_interval`, stretched past `REPEAT_ROUTERS`. Summaries carry it, and a
+        receiver forgets one after a few of its sender's intervals, so it stretches alike.
+
+        >>> MeshConfig().repeat_interval(10), MeshConfig().repeat_interval(2560)
+        (10.0, 100.0)
+        """
+        return self.info_interval * max(1.0, routers / REPEAT_ROUTERS)
 
     def __post_init__(self) -> None:
         if type(self.ttl) is not int or not 1 <= self.ttl <= MAX_TTL:

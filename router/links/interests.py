@@ -13,8 +13,9 @@ differs from the interest (a store or caches) — quenching answers from it
   (a new subscription's events start to come once the summary has crossed the mesh), then
   at most once per `SUMMARY_DEBOUNCE`, so a burst of subscribes costs one or two floods;
   within `SUMMARY_REFRESH` of any other change (the store);
-- every `MeshConfig.info_interval` with the same version, so a router that joins learns it
-  and a summary nobody repeats is forgotten three of its sender's intervals later.
+- every `MeshConfig.info_interval` with the same version (stretched in a mesh of more than
+  `REPEAT_ROUTERS`: `MeshConfig.repeat_interval`), so a router that joins learns it and a
+  summary nobody repeats is forgotten three of its sender's intervals later.
 
 When a link comes up, each end also hands the other every summary it holds, its own and
 the others' (topic ``interest-sync``, for that peer only: ``{"s": [[origin, version, peers,
@@ -173,8 +174,14 @@ class InterestService:
             self.version += 1
             self.send(now)
 
+    def repeat_interval(self) -> float:
+        """Seconds between repeats of our unchanged summary (`MeshConfig.repeat_interval`
+        over the routers we hold summaries of, and us)."""
+        return self.config.repeat_interval(len(self.table.heard) + 1)
+
     def send(self, now: float) -> None:
-        self._next_send = now + self.config.info_interval
+        every = self.repeat_interval()
+        self._next_send = now + every
         if self.mesh.links:
             self.mesh.flood_control(
                 INTEREST_TOPIC,
@@ -182,7 +189,7 @@ class InterestService:
                     "v": self.version,
                     "peers": sorted(self.mesh.peer_ids()),
                     "interest": self.interest.to_wire(),
-                    "interval": self.config.info_interval,
+                    "interval": every,
                     **self._listening_wire(),
                 },
             )
@@ -274,7 +281,7 @@ class InterestService:
                 self.version,
                 sorted(self.mesh.peer_ids()),
                 self.interest.to_wire(),
-                self.config.info_interval,
+                self.repeat_interval(),
                 0.0,
                 self.listening.to_wire(),
             ]

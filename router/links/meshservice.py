@@ -562,6 +562,7 @@ class MeshService:
         now = time.monotonic()
         next_keepalive = now + keepalive_every
         self._next_info = now + cfg.info_interval
+        next_expire = self._next_info
         next_save = now + cfg.save_interval
         while True:
             now = time.monotonic()
@@ -569,13 +570,15 @@ class MeshService:
             if now >= next_keepalive:
                 self._keepalive(now)
                 next_keepalive = now + keepalive_every
-            if now >= self._next_info:
+            if now >= self._next_info:  # a flood over every link: stretched in a big mesh
                 self._send_info(now)
+                self._next_info = now + self.interests.repeat_interval()
+            if now >= next_expire:
                 self._tell_routers()
                 self.view.expire(now)
                 self.rules.seen.expire(now)
                 self.relay.control_rules.seen.expire(now)
-                self._next_info = now + cfg.info_interval
+                next_expire = now + cfg.info_interval
             next_interest = self.interests.tick(now)
             save_at = dialer.save_at
             if dialer.keeps_topology and (
@@ -583,7 +586,7 @@ class MeshService:
             ):
                 dialer.spawn_save()
                 next_save = now + cfg.save_interval
-            wake = min(next_keepalive, self._next_info, next_interest)
+            wake = min(next_keepalive, self._next_info, next_expire, next_interest)
             if dialer.keeps_topology:
                 wake = min(wake, next_save, dialer.save_at if dialer.save_at is not None else wake)
             dial_at = dialer.next_dial(now)

@@ -154,7 +154,7 @@ class MeshView:
             "peer": mesh.advertised,
             "client": mesh.advertised,
             "uptime": round(facts["uptime"], 3),
-            "interval": mesh.config.info_interval,
+            "interval": mesh.interests.repeat_interval(),
             "clients": facts["clients"],
             # Listening off loopback without TLS: `aa mesh` says "open".
             "open": bool(facts.get("open", False)),
