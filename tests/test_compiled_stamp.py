@@ -143,26 +143,26 @@ def test_the_router_uses_the_compiled_loop_when_built() -> None:
     router = Router(RouterConfig(port=0))
     out = router.dispatcher.accept([Event(values={"x": 1}, id="p-1")], "c", "a", None, "p")
     assert [list(e.meta) for e in out] == [["time", "client", "address", "router", "ttl", "path"]]
-    assert (compiled is None) == (dispatch._compiled.load("_stamp") is None)
+    assert (compiled is None) == (dispatch._compiled("_stamp") is None)
 
 
 @needs_compiled
 def test_an_extension_older_than_its_pyx_is_not_used(tmp_path, monkeypatch) -> None:
     """The router runs its Python loop when the extension was built from another `.pyx`,
     is missing, or `AA_PURE_PYTHON` is set."""
-    here = dispatch._compiled._HERE
+    here = dispatch._HERE
     for path in here.glob("_stamp*"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    monkeypatch.setattr(dispatch._compiled, "_HERE", tmp_path)
+    monkeypatch.setattr(dispatch, "_HERE", tmp_path)
     monkeypatch.delenv("AA_PURE_PYTHON", raising=False)
-    assert dispatch._compiled._fresh("_stamp")
+    assert dispatch._fresh("_stamp")
     monkeypatch.setenv("AA_PURE_PYTHON", "1")
-    assert not dispatch._compiled._fresh("_stamp")
+    assert not dispatch._fresh("_stamp")
     monkeypatch.delenv("AA_PURE_PYTHON")
     with (tmp_path / "_stamp.pyx").open("a") as f:
         f.write("\n# edited\n")
-    assert not dispatch._compiled._fresh("_stamp")
+    assert not dispatch._fresh("_stamp")
     for path in tmp_path.glob("_stamp.*.so*"):
         path.unlink()
     (tmp_path / "_stamp.pyx").write_bytes((here / "_stamp.pyx").read_bytes())
-    assert not dispatch._compiled._fresh("_stamp")
+    assert not dispatch._fresh("_stamp")
