@@ -14,17 +14,17 @@ __all__ = ["stamp"]
 def stamp(
     events,
     dict shared,
-    str own,
+    own,
     new_id,
     scoped_id,
     seen_check,
     double now,
     ttl,
-    str router_id,
+    router_id,
     trusted,
     router_meta_keys,
-    str ttl_key,
-    str path_key,
+    ttl_key,
+    path_key,
 ):
     """(stamped, alike, duplicates) for *events*: the stamped events in order (the retried
     ones left out), those of them whose meta is the stamp *shared* alone, and how many were
