@@ -29,7 +29,10 @@ COMPILED_MODULES = (
 
 #: Modules written for Cython (`.pyx`, no Python twin: each is a fast path beside Python code
 #: that does the same, chosen by its caller), as (module, source).
-PYX_MODULES = (("aa.router.eventlog._columns", "router/eventlog/_columns.pyx"),)
+PYX_MODULES = (
+    ("aa.router.eventlog._columns", "router/eventlog/_columns.pyx"),
+    ("aa.router._stamp", "router/_stamp.pyx"),
+)
 
 #: Cython's directives for all of them. Type annotations are not read as C types: they are
 #: for mypy, and read by Cython they would change what a function accepts (a `str`

@@ -27,12 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
+import importlib.machinery
 import logging
+import os
 import time
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Final, Protocol, cast
 
 from aa.mesh import (
@@ -72,6 +77,49 @@ DISPATCH_STEP = 64
 DISPATCH_BUDGET = 0.004
 
 log = logging.getLogger("aa.router")
+
+#: The environment variable that selects the pure-Python path (the event path's switch).
+PURE_ENV: Final = "AA_PURE_PYTHON"
+_HERE = Path(__file__).resolve().parent
+
+
+def _fresh(stem: str) -> bool:
+    """Whether the compiled module *stem* beside this file is to be used: built (by setup.py,
+    with Cython and a C compiler) from its `.pyx` as it is now (the hash in the
+    `.src-sha256` beside it), and ``AA_PURE_PYTHON`` not set (`aa.mesh._speedups`)."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return False
+    try:
+        source: bytes | None = (_HERE / f"{stem}.pyx").read_bytes()
+    except OSError:  # an install without the source: whatever was built with it
+        source = None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        ext = _HERE / f"{stem}{suffix}"
+        if ext.is_file():
+            if source is None:
+                return True
+            try:
+                built_from = Path(f"{ext}.src-sha256").read_text().strip()
+            except OSError:
+                return False
+            return built_from == hashlib.sha256(source).hexdigest()
+    return False
+
+
+def _compiled(stem: str) -> ModuleType | None:
+    """The compiled module *stem* of `aa.router`, or None: its Python twin runs instead."""
+    if not _fresh(stem):
+        return None
+    try:
+        return importlib.import_module(f"{__package__}.{stem}")
+    except ImportError:
+        return None
+
+
+#: The compiled stamping loop (`_stamp.pyx`), or None: `Dispatcher._stamp` runs instead.
+_compiled_stamp: Callable[..., tuple[list[Event], list[Event], int]] | None = getattr(
+    _compiled("_stamp"), "stamp", None
+)
 
 # -- how long the router holds an event ------------------------------------------------------
 #
@@ -214,9 +262,6 @@ class Dispatcher:
                 self._sampled = time.perf_counter()
         now = time.monotonic()
         stamp_time = datetime.now(UTC)  # one clock read per batch, not per event
-        originate = self.rules.originate
-        trusted = Event.trusted
-        new_id = self.ids
         # The stamp every event of the batch shares, in the order the keys go on the wire;
         # each event's copy gets its own ttl and path from `originate`.
         shared: dict[str, Any] = {
@@ -229,12 +274,58 @@ class Dispatcher:
         }
         if user is not None:
             shared[META_USER] = user
+        own = None if scope is None else scope + "-"
+        rules = self.rules
+        if _compiled_stamp is not None and type(rules).originate is FloodRules.originate:
+            out, alike, duplicates = _compiled_stamp(
+                events,
+                shared,
+                own,
+                self.ids,
+                scoped_id,
+                rules.seen.check,
+                now,
+                rules.initial_ttl,
+                rules.router_id,
+                Event.trusted,
+                ROUTER_META_KEYS,
+                META_TTL,
+                META_PATH,
+            )
+        else:
+            out, alike, duplicates = self._stamp(events, shared, own, now)
+        if duplicates:
+            self.counters["duplicates"] += duplicates  # retried publishes: already in the mesh
+        if alike:  # the same meta on each: packed once for all of them
+            try:
+                pack_with_meta(alike, pack(alike[0].meta))
+            except (TypeError, ValueError, OverflowError):
+                pass  # never for a stamp; each event is packed on its own when asked
+        # The batch is stamped (its duplicates dropped) before any of it is dispatched: each
+        # event still reaches the subscribers, then the sinks, then the forwarders in order.
+        if out:
+            self._dispatch_batch(out)
+            for forward in self.forwarders:
+                forward(out)
+        counters = self.counters
+        counters["published"] += len(out)
+        counters["dispatched"] += len(out)
+        return out
+
+    def _stamp(
+        self, events: Sequence[Event], shared: dict[str, Any], own: str | None, now: float
+    ) -> tuple[list[Event], list[Event], int]:
+        """The stamped *events* in order (retried ones left out), those of them whose meta is
+        the stamp *shared* alone with the same hop, and the number of retries: the reference
+        of the compiled `_stamp.stamp`, which does the same for the usual flood rules."""
+        originate = self.rules.originate
+        trusted = Event.trusted
+        new_id = self.ids
         out: list[Event] = []
         append = out.append
-        # The stamped events whose meta is the batch's stamp alone, with the same hop.
         alike: list[Event] = []
         first_hop = None
-        own = None if scope is None else scope + "-"
+        duplicates = 0
         for ev in events:
             eid = ev.id
             if eid is None:
@@ -243,7 +334,7 @@ class Dispatcher:
                 eid = scoped_id(own, eid)
             hop = originate(eid, now)
             if hop is None:
-                self.counters["duplicates"] += 1  # a retried publish: already in the mesh
+                duplicates += 1
                 continue
             meta: dict[str, Any] = ev.meta
             if meta:
@@ -263,21 +354,7 @@ class Dispatcher:
                 alike.append(stamped)
             elif hop == first_hop:
                 alike.append(stamped)
-        if alike:  # the same meta on each: packed once for all of them
-            try:
-                pack_with_meta(alike, pack(alike[0].meta))
-            except (TypeError, ValueError, OverflowError):
-                pass  # never for a stamp; each event is packed on its own when asked
-        # The batch is stamped (its duplicates dropped) before any of it is dispatched: each
-        # event still reaches the subscribers, then the sinks, then the forwarders in order.
-        if out:
-            self._dispatch_batch(out)
-            for forward in self.forwarders:
-                forward(out)
-        counters = self.counters
-        counters["published"] += len(out)
-        counters["dispatched"] += len(out)
-        return out
+        return out, alike, duplicates
 
     def accept_in_steps(
         self,

@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -201,6 +202,28 @@ def _seen_ids() -> list[bool]:
     return [seen.check(i, now=n * 0.4) for n, i in enumerate(ids)]
 
 
+def _stamped() -> list[Any]:
+    """A publish stamped by a router's dispatcher (the compiled loop or the reference)."""
+    from aa.mesh import Event, FloodRules, IdGenerator, SeenIds
+    from aa.router.dispatch import Dispatcher
+
+    rules = FloodRules("r1", seen=SeenIds(max_ids=100, max_age=60.0), initial_ttl=7)
+    counters: Any = Counter()
+    engine: Any = type("Engine", (), {"match": staticmethod(lambda event: [])})()
+    dispatcher = Dispatcher(ids=IdGenerator("feed"), rules=rules, engine=engine, counters=counters)
+    events = [
+        *_events(),
+        Event(values={"x": 1}, id="a-1"),
+        Event(values={"x": 2}, meta={"user": "eve", "ttl": 1, "k": 2}),
+        Event(values={"x": 1}, id="a-1"),
+    ]
+    out = dispatcher.accept(events, "c1", "127.0.0.1:9", "ann", "a")
+    return [
+        [e.id, e.type, repr(e.values), repr([(k, v) for k, v in e.meta.items() if k != "time"])]
+        for e in out
+    ] + [counters["duplicates"]]
+
+
 def golden() -> dict[str, Any]:
     """Everything the two paths must agree on, as JSON-able data."""
     from aa.mesh import Event, event_path
@@ -235,6 +258,7 @@ def golden() -> dict[str, Any]:
         "mutations": _mutations(frames[:6] + bad[:4]),
         "values": _values_errors(),
         "seen_ids": _seen_ids(),
+        "stamped": _stamped(),
     }
 
 
@@ -279,6 +303,7 @@ def test_the_two_runs_are_the_two_paths(both):
         "decoded",
         "values",
         "seen_ids",
+        "stamped",
     ],
 )
 def test_same_bytes_and_answers(both, part):

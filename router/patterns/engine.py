@@ -467,7 +467,10 @@ class PatternEngine:
             if not matched:
                 return []
             if len(matched) == 1:
-                return [(sub.key, event) for sub in matched[0].members.values()]
+                members = matched[0].members
+                if type(members) is Member:  # one subscriber: no walk over a one-item view
+                    return [(members.key, event)]
+                return [(sub.key, event) for sub in members.values()]
             hits = [(sub.seq, sub.key, event) for b in matched for sub in b.members.values()]
             hits.sort(key=first)
             return [(key, ev) for _, key, ev in hits]

@@ -3,6 +3,7 @@ move far less with the machine's load than bench_router.py's.
 
     python tests/bench/bench_router_stages.py                  # 60 frames of 1,000 events
     python tests/bench/bench_router_stages.py --frames 200
+    python tests/bench/bench_router_stages.py --python-stamp   # the stamping loop not compiled
 
 A `Router` is started (port 0, discovery off) with one subscriber of bench_router.py's pattern,
 a fake key that keeps its deliveries as the session would queue them. Each publish frame of
@@ -109,7 +110,16 @@ def main() -> None:
     )
     ap.add_argument("--frames", type=int, default=60, help="publish frames (default: 60)")
     ap.add_argument("--events", type=int, default=1000, help="events per frame (default: 1000)")
+    ap.add_argument(
+        "--python-stamp",
+        action="store_true",
+        help="stamp with the Python loop even where the compiled one is built",
+    )
     args = ap.parse_args()
+    if args.python_stamp:
+        from aa.router import dispatch
+
+        dispatch._compiled_stamp = None
     from aa.mesh import event_path
 
     figures = asyncio.run(run(args.frames, args.events))
