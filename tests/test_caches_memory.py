@@ -14,6 +14,7 @@ from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import CacheDone, CacheRegister, Error, Hello
 from aa.router import ExpiryPolicy, Router
 from aa.router.caches import CacheIndex
+from aa.router.caches.tombstones import Tombstones
 
 CACHES = 2_000
 MB = 2**20
@@ -117,3 +118,24 @@ async def test_the_index_rebuilt_smaller_still_finds_the_caches_left(router: Rou
     for i in range(0, 1_200, 10):
         index.remove(i)
     assert len(index) == 0 and index.match(Event(values={"x": 505, "y": 600})) == []
+
+
+def test_tombstones_hold_no_object_per_removed_cache() -> None:
+    # A removed cache's tombstone is kept for its timeout; were it objects of its own, each
+    # would pin a page of the freed caches around it and their memory would stay resident.
+    tombs = Tombstones()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for i in range(10_000):
+            tombs.put(f"alice/phone-{i}", 1_000_000 + i, "r1a2b3c4", until=3600.0 + i)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    blocks = sum(s.count_diff for s in after.compare_to(before, "filename"))
+    assert blocks < 100, f"{blocks} allocations held for 10,000 tombstones"
+    assert tombs.get("alice/phone-42") == (1_000_042, "r1a2b3c4") and len(tombs) == 10_000
+    assert tombs.oldest() == "alice/phone-0"
+    assert tombs.expire(now=3600.0 + 5_000.5) == 5_001 and "alice/phone-5000" not in tombs
+    assert dict(tombs.items())["alice/phone-9999"] == (1_009_999, "r1a2b3c4")
