@@ -8,12 +8,15 @@ import asyncio
 import gc
 import tracemalloc
 
+import pytest
 from support.routerproc import RouterProcess
+from support.waits import wait_for
 
 from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import CacheDone, CacheRegister, Error, Hello
-from aa.router import ExpiryPolicy, Router
-from aa.router.caches import CacheIndex
+from aa.router import ExpiryPolicy, Router, RouterConfig
+from aa.router.caches import CacheConfig, CacheIndex, service
+from aa.router.caches.service import TRIM_AFTER_REMOVALS, TRIM_AGAIN_AFTER
 from aa.router.caches.tombstones import Tombstones
 
 CACHES = 2_000
@@ -139,3 +142,42 @@ def test_tombstones_hold_no_object_per_removed_cache() -> None:
     assert tombs.oldest() == "alice/phone-0"
     assert tombs.expire(now=3600.0 + 5_000.5) == 5_001 and "alice/phone-5000" not in tombs
     assert dict(tombs.items())["alice/phone-9999"] == (1_009_999, "r1a2b3c4")
+
+
+async def test_the_heap_is_asked_again_once_the_removals_flood_ids_are_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The removals' flood ids outlive the caches by a minute or more, a page of the freed
+    # caches pinned by each: a trim at the removal alone leaves those pages resident.
+    trims: list[float] = []
+    async with Router(RouterConfig(port=0, caches=CacheConfig(sweep_interval=0.02))) as router:
+        caches = router.caches
+        now = [1_000_000.0]
+        caches._clock = lambda: now[0]  # the router's clock, moved instead of waiting
+        monkeypatch.setattr(service, "give_back", lambda: trims.append(now[0]))
+        sweeps = [0]
+        sweep = caches.sweep
+
+        def counted_sweep(now: float | None = None) -> list[str]:
+            sweeps[0] += 1
+            return sweep(now)
+
+        async def a_few_sweeps() -> None:
+            target = sweeps[0] + 3
+            await wait_for(lambda: sweeps[0] >= target)
+
+        monkeypatch.setattr(caches, "sweep", counted_sweep)
+        policy = ExpiryPolicy(max_count=10)
+        for i in range(TRIM_AFTER_REMOVALS):
+            caches.register(f"phone-{i}", PatternSpec(source=_pattern(i)), policy, timeout=30.0)
+        for i in range(TRIM_AFTER_REMOVALS):
+            caches.remove(f"phone-{i}")
+        assert trims == [now[0]]  # at the removal
+        now[0] += TRIM_AGAIN_AFTER - 1.0
+        await a_few_sweeps()  # none is due yet
+        assert len(trims) == 1
+        now[0] += 1.0
+        await wait_for(lambda: len(trims) == 2)
+        now[0] += TRIM_AGAIN_AFTER * 2
+        await a_few_sweeps()
+        assert len(trims) == 2  # once: a quiet router walks its heap no more
