@@ -8,12 +8,16 @@ import asyncio
 import gc
 import tracemalloc
 
+import pytest
 from support.routerproc import RouterProcess
+from support.waits import wait_for
 
 from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import CacheDone, CacheRegister, Error, Hello
-from aa.router import ExpiryPolicy, Router
-from aa.router.caches import CacheIndex
+from aa.router import ExpiryPolicy, Router, RouterConfig
+from aa.router.caches import CacheConfig, CacheIndex, service
+from aa.router.caches.service import TRIM_AFTER_REMOVALS, TRIM_AGAIN_AFTER
+from aa.router.caches.tombstones import Tombstones
 
 CACHES = 2_000
 MB = 2**20
@@ -117,3 +121,63 @@ async def test_the_index_rebuilt_smaller_still_finds_the_caches_left(router: Rou
     for i in range(0, 1_200, 10):
         index.remove(i)
     assert len(index) == 0 and index.match(Event(values={"x": 505, "y": 600})) == []
+
+
+def test_tombstones_hold_no_object_per_removed_cache() -> None:
+    # A removed cache's tombstone is kept for its timeout; were it objects of its own, each
+    # would pin a page of the freed caches around it and their memory would stay resident.
+    tombs = Tombstones()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for i in range(10_000):
+            tombs.put(f"alice/phone-{i}", 1_000_000 + i, "r1a2b3c4", until=3600.0 + i)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    blocks = sum(s.count_diff for s in after.compare_to(before, "filename"))
+    assert blocks < 100, f"{blocks} allocations held for 10,000 tombstones"
+    assert tombs.get("alice/phone-42") == (1_000_042, "r1a2b3c4") and len(tombs) == 10_000
+    assert tombs.oldest() == "alice/phone-0"
+    assert tombs.expire(now=3600.0 + 5_000.5) == 5_001 and "alice/phone-5000" not in tombs
+    assert dict(tombs.items())["alice/phone-9999"] == (1_009_999, "r1a2b3c4")
+
+
+async def test_the_heap_is_asked_again_once_the_removals_flood_ids_are_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The removals' flood ids outlive the caches by a minute or more, a page of the freed
+    # caches pinned by each: a trim at the removal alone leaves those pages resident.
+    trims: list[float] = []
+    async with Router(RouterConfig(port=0, caches=CacheConfig(sweep_interval=0.02))) as router:
+        caches = router.caches
+        now = [1_000_000.0]
+        caches._clock = lambda: now[0]  # the router's clock, moved instead of waiting
+        monkeypatch.setattr(service, "give_back", lambda: trims.append(now[0]))
+        sweeps = [0]
+        sweep = caches.sweep
+
+        def counted_sweep(now: float | None = None) -> list[str]:
+            sweeps[0] += 1
+            return sweep(now)
+
+        async def a_few_sweeps() -> None:
+            target = sweeps[0] + 3
+            await wait_for(lambda: sweeps[0] >= target)
+
+        monkeypatch.setattr(caches, "sweep", counted_sweep)
+        policy = ExpiryPolicy(max_count=10)
+        for i in range(TRIM_AFTER_REMOVALS):
+            caches.register(f"phone-{i}", PatternSpec(source=_pattern(i)), policy, timeout=30.0)
+        for i in range(TRIM_AFTER_REMOVALS):
+            caches.remove(f"phone-{i}")
+        assert trims == [now[0]]  # at the removal
+        now[0] += TRIM_AGAIN_AFTER - 1.0
+        await a_few_sweeps()  # none is due yet
+        assert len(trims) == 1
+        now[0] += 1.0
+        await wait_for(lambda: len(trims) == 2)
+        now[0] += TRIM_AGAIN_AFTER * 2
+        await a_few_sweeps()
+        assert len(trims) == 2  # once: a quiet router walks its heap no more

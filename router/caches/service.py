@@ -106,6 +106,10 @@ KEEPALIVE_FLOOD_FRACTION: Final = 0.25
 #: and whenever the last cache goes: a cache holds kilobytes, so a few hundred gone free
 #: megabytes, while one at a time costs no heap walk.
 TRIM_AFTER_REMOVALS: Final = 256
+#: Seconds after such a trim when the heap is asked once more: the removals' own flood ids
+#: (held by the control flood's de-duplication for one to one and a half minutes) pin a
+#: page each among the freed caches until they are forgotten.
+TRIM_AGAIN_AFTER: Final = 120.0
 
 
 class MatcherFactory(Protocol):
@@ -185,6 +189,7 @@ class ClientCacheService:
         self._index = CacheIndex()  # which of those patterns take an event
         self._flooded: dict[str, float] = {}  # client id → when its keep-alive last flooded
         self._gone_since_trim = 0  # caches removed since the heap was last asked to shrink
+        self._trim_again_at: float | None = None  # this clock's `now` of the second trim
         self._sink_on = False
         self._task: asyncio.Task[None] | None = None
         self.queries: set[asyncio.Task[None]] = set()  # GetCached answers awaiting a worker
@@ -294,6 +299,9 @@ class ClientCacheService:
             if self.sweep():
                 give_back()  # their tables and logs were freed: the heap's pages go back
             now = self._clock()
+            if self._trim_again_at is not None and now >= self._trim_again_at:
+                self._trim_again_at = None
+                give_back()  # the removals' flood ids are forgotten: their pages go back too
             if every > 0 and now >= next_sync:
                 next_sync = now + every
                 self._spread()
@@ -504,6 +512,7 @@ class ClientCacheService:
             if self._gone_since_trim >= TRIM_AFTER_REMOVALS or not self._caches:
                 self._gone_since_trim = 0
                 give_back()  # many caches' tables and logs were freed: the pages go back
+                self._trim_again_at = self._clock() + TRIM_AGAIN_AFTER
         return removed
 
     def _forget(self, client_id: str) -> None:

@@ -68,6 +68,7 @@ from ..store import Exchanges, chunks, parse_digest, parse_ids
 from .clientcaches import MAX_CLIENT_CACHES
 from .compact import shrunk
 from .grouplog import Mark, mark_of
+from .tombstones import Tombstones
 
 log = logging.getLogger("aa.router.caches")
 
@@ -164,9 +165,9 @@ class CacheSync:
         self.tag = secrets.token_hex(4)
         #: Version of each cache this router holds.
         self.versions: dict[str, Version] = {}
-        #: Removed caches (tombstones): client → (the removal's version, its two parts in one
-        #: tuple, then `now` after which it is forgotten). Flat: one tuple a tombstone.
-        self.gone: dict[str, tuple[int, str, float]] = {}
+        #: Removed caches (tombstones): client → the removal's version, until `now` passes the
+        #: time it is forgotten at; kept apart, with no object per tombstone.
+        self.gone = Tombstones()
         self._digests = Exchanges(timeout=DIGEST_MIN_GAP)  # used as a rate limit: never ended
         self._ids = Exchanges(timeout=DIGEST_MIN_GAP)
         self.counters: Counter[str] = Counter()
@@ -195,12 +196,10 @@ class CacheSync:
 
     def tombstone(self, client_id: str) -> Version | None:
         """The version *client_id*'s cache was removed at, while its tombstone is kept."""
-        tomb = self.gone.get(client_id)
-        return None if tomb is None else (tomb[0], tomb[1])
+        return self.gone.get(client_id)
 
     def _forget_tombstone(self, client_id: str) -> None:
-        if self.gone.pop(client_id, None) is not None:
-            self.gone = shrunk(self.gone)
+        self.gone.pop(client_id)
 
     def newer(self, client_id: str, version: Version) -> bool:
         """Whether *version* beats what this router knows of *client_id* (held or removed)."""
@@ -217,19 +216,17 @@ class CacheSync:
         """*client_id*'s cache was removed at *version*: remember it until *until*."""
         self.lapsed(client_id)
         if len(self.gone) >= MAX_TOMBSTONES and client_id not in self.gone:
-            del self.gone[min(self.gone, key=lambda c: self.gone[c][2])]
-        self.gone[client_id] = (version[0], version[1], until)
+            oldest = self.gone.oldest()
+            if oldest is not None:
+                self.gone.pop(oldest)
+        self.gone.put(client_id, version[0], version[1], until=until)
 
     def lapsed(self, client_id: str) -> None:
         if self.versions.pop(client_id, None) is not None:
             self.versions = shrunk(self.versions)
 
     def sweep(self, now: float) -> None:
-        expired = [c for c, tomb in self.gone.items() if tomb[2] < now]
-        for client_id in expired:
-            del self.gone[client_id]
-        if expired:
-            self.gone = shrunk(self.gone)
+        self.gone.expire(now)
         self._digests.prune(now)
         self._ids.prune(now)
 
@@ -240,7 +237,7 @@ class CacheSync:
         drawn before anything is hashed)."""
         caches = self._service._caches
         held = [c for c in self.versions if c in caches]
-        gone = [[c, [us, tag]] for c, (us, tag, _) in self.gone.items()]
+        gone = [[c, [us, tag]] for c, (us, tag) in self.gone.items()]
         complete = len(held) <= MAX_DIGEST_CACHES and len(gone) <= MAX_DIGEST_CACHES
         if len(held) > MAX_DIGEST_CACHES:
             held = random.sample(held, MAX_DIGEST_CACHES)
