@@ -155,10 +155,14 @@ def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
 
 def _distances(
     events: DataFrame, cfg: PresenceConfig, parsed: DataFrame | None
-) -> tuple[DataFrame, DataFrame, DataFrame]:
+) -> tuple[DataFrame, DataFrame, DataFrame, list[DataFrame]]:
     """(window, a, b, common, distance, home: both at home) for candidate node pairs a < b;
-    the cached fingerprints it is built on (to unpersist when done); and each node's state
-    per window (window, node, fp, at_home)."""
+    each node's home (node, home_fp, see `_homes`); each node's state per window (window,
+    node, fp, at_home); and the cached frames they are built on, to unpersist when done.
+
+    The homes and the states are cached: the homes are collected, and joined into the
+    states, which both sides of the pairs and the desks read; uncached, each of those
+    reads would compute the homes again (five shuffles over the fingerprints)."""
     from pyspark.sql import functions as F
 
     fp = (
@@ -193,10 +197,13 @@ def _distances(
         .cache()
     )
     floor = F.lit(float(cfg.floor_dbm))
+    homes = _homes(fp).cache()
     if cfg.home_threshold_db > 0:
         at_home = F.coalesce(_rms("fp", "home_fp", floor) <= cfg.home_threshold_db, F.lit(False))
-        state = fp.join(_homes(fp), "node", "left").select(
-            "window", "node", "fp", at_home.alias("at_home")
+        state = (
+            fp.join(homes, "node", "left")
+            .select("window", "node", "fp", at_home.alias("at_home"))
+            .cache()
         )
     else:
         state = fp.select("window", "node", "fp", F.lit(False).alias("at_home"))
@@ -242,7 +249,7 @@ def _distances(
         )
         .where(F.col("common") >= cfg.min_common)
     )
-    return dist, fp, state
+    return dist, homes, state, [state, homes, fp]
 
 
 def _rms(a: str, b: str, floor: Any) -> Any:
@@ -397,12 +404,12 @@ def mine_presence(
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    dist, fp, state = _distances(events, config, parsed)
+    dist, home_fps, state, cached = _distances(events, config, parsed)
     dist = dist.cache()
     try:
         homes = {
             r["node"]: {k: round(v, 2) for k, v in sorted(r["home_fp"].items())}
-            for r in _homes(fp).collect()
+            for r in home_fps.collect()
         }
         tick()
         rooms = group_rooms(_desks(events, config, state), config.room_span_m)
@@ -473,7 +480,8 @@ def mine_presence(
         runs.unpersist()
     finally:
         dist.unpersist()
-        fp.unpersist()
+        for frame in cached:
+            frame.unpersist()
     return {
         "window_seconds": config.window_seconds,
         "threshold_db": round(thr, 3),
