@@ -409,7 +409,7 @@ def mine_presence(
     try:
         homes = {
             r["node"]: {k: round(v, 2) for k, v in sorted(r["home_fp"].items())}
-            for r in home_fps.collect()
+            for r in sorted(home_fps.collect(), key=lambda r: str(r["node"]))
         }
         tick()
         rooms = group_rooms(_desks(events, config, state), config.room_span_m)
