@@ -202,50 +202,38 @@ def _distances(
         at_home = F.coalesce(_rms("fp", "home_fp", floor) <= cfg.home_threshold_db, F.lit(False))
         state = (
             fp.join(homes, "node", "left")
-            .select("window", "node", "fp", at_home.alias("at_home"))
+            .select("window", "node", "fp", "top", at_home.alias("at_home"))
             .cache()
         )
     else:
-        state = fp.select("window", "node", "fp", F.lit(False).alias("at_home"))
+        state = fp.select("window", "node", "fp", "top", F.lit(False).alias("at_home"))
     # Blocking: only nodes that share one of their `block_radios` loudest radios are
     # compared. Comparing every pair that heard anything in common costs (nodes in a
     # building)² per window, and nearly all those pairs are floors apart; nodes in one room
     # hear the same radios loudest.
-    keys = fp.select("window", "node", F.explode("top").alias("radio"))
+    # The pair's states travel with it through the one join: a pair sharing several of
+    # their loudest radios meets once per shared radio, and is kept at the first of them
+    # (no distinct, and no joins of the pairs with the states after).
+    keys = state.select("window", "node", "fp", "top", "at_home", F.explode("top").alias("radio"))
     a, b = keys.alias("a"), keys.alias("b")
-    pairs = (
+    dist = (
         a.join(
             b,
             (F.col("a.window") == F.col("b.window"))
             & (F.col("a.radio") == F.col("b.radio"))
             & (F.col("a.node") < F.col("b.node")),
         )
+        .where(F.col("a.radio") == F.array_min(F.array_intersect("a.top", "b.top")))
+        # One at their desk and the other away (a visitor in the next room, a meeting
+        # through the wall) are not together, however near: see `_homes`.
+        .where(F.col("a.at_home") == F.col("b.at_home"))
         .select(
             F.col("a.window").alias("window"),
             F.col("a.node").alias("a"),
             F.col("b.node").alias("b"),
-        )
-        .distinct()
-    )
-    fa = state.select(
-        "window", F.col("node").alias("a"), F.col("fp").alias("fa"), F.col("at_home").alias("ha")
-    )
-    fb = state.select(
-        "window", F.col("node").alias("b"), F.col("fp").alias("fb"), F.col("at_home").alias("hb")
-    )
-    dist = (
-        pairs.join(fa, ["window", "a"])
-        .join(fb, ["window", "b"])
-        # One at their desk and the other away (a visitor in the next room, a meeting
-        # through the wall) are not together, however near: see `_homes`.
-        .where(F.col("ha") == F.col("hb"))
-        .select(
-            "window",
-            "a",
-            "b",
-            F.size(F.array_intersect(F.map_keys("fa"), F.map_keys("fb"))).alias("common"),
-            _rms("fa", "fb", floor).alias("distance"),
-            F.col("ha").alias("home"),
+            F.size(F.array_intersect(F.map_keys("a.fp"), F.map_keys("b.fp"))).alias("common"),
+            _rms("a.fp", "b.fp", floor).alias("distance"),
+            F.col("a.at_home").alias("home"),
         )
         .where(F.col("common") >= cfg.min_common)
     )
