@@ -168,7 +168,10 @@ def _observations(
         sc.join(pos, ["node", "bucket"])
         .withColumn("dt", F.abs(F.col("ts") - F.col("tp")))
         .where(F.col("dt") <= gap * 1_000_000)
-        .groupBy("id")
+        # Grouped by the scan's id, and by its node and bucket, which the id determines: the
+        # groups are the same, and the rows are already partitioned by (node, bucket) after
+        # the join, so they (each with its scan's radios) are not shuffled again by id.
+        .groupBy("node", "bucket", "id")
         .agg(
             F.first("type").alias("kind"),
             F.first("radios").alias("radios"),

@@ -155,10 +155,14 @@ def otsu_threshold(hist: Sequence[tuple[float, int]]) -> float | None:
 
 def _distances(
     events: DataFrame, cfg: PresenceConfig, parsed: DataFrame | None
-) -> tuple[DataFrame, DataFrame, DataFrame]:
+) -> tuple[DataFrame, DataFrame, DataFrame, list[DataFrame]]:
     """(window, a, b, common, distance, home: both at home) for candidate node pairs a < b;
-    the cached fingerprints it is built on (to unpersist when done); and each node's state
-    per window (window, node, fp, at_home)."""
+    each node's home (node, home_fp, see `_homes`); each node's state per window (window,
+    node, fp, at_home); and the cached frames they are built on, to unpersist when done.
+
+    The homes and the states are cached: the homes are collected, and joined into the
+    states, which both sides of the pairs and the desks read; uncached, each of those
+    reads would compute the homes again (five shuffles over the fingerprints)."""
     from pyspark.sql import functions as F
 
     fp = (
@@ -193,56 +197,47 @@ def _distances(
         .cache()
     )
     floor = F.lit(float(cfg.floor_dbm))
+    homes = _homes(fp).cache()
     if cfg.home_threshold_db > 0:
         at_home = F.coalesce(_rms("fp", "home_fp", floor) <= cfg.home_threshold_db, F.lit(False))
-        state = fp.join(_homes(fp), "node", "left").select(
-            "window", "node", "fp", at_home.alias("at_home")
+        state = (
+            fp.join(homes, "node", "left")
+            .select("window", "node", "fp", "top", at_home.alias("at_home"))
+            .cache()
         )
     else:
-        state = fp.select("window", "node", "fp", F.lit(False).alias("at_home"))
+        state = fp.select("window", "node", "fp", "top", F.lit(False).alias("at_home"))
     # Blocking: only nodes that share one of their `block_radios` loudest radios are
     # compared. Comparing every pair that heard anything in common costs (nodes in a
     # building)² per window, and nearly all those pairs are floors apart; nodes in one room
     # hear the same radios loudest.
-    keys = fp.select("window", "node", F.explode("top").alias("radio"))
+    # The pair's states travel with it through the one join: a pair sharing several of
+    # their loudest radios meets once per shared radio, and is kept at the first of them
+    # (no distinct, and no joins of the pairs with the states after).
+    keys = state.select("window", "node", "fp", "top", "at_home", F.explode("top").alias("radio"))
     a, b = keys.alias("a"), keys.alias("b")
-    pairs = (
+    dist = (
         a.join(
             b,
             (F.col("a.window") == F.col("b.window"))
             & (F.col("a.radio") == F.col("b.radio"))
             & (F.col("a.node") < F.col("b.node")),
         )
+        .where(F.col("a.radio") == F.array_min(F.array_intersect("a.top", "b.top")))
+        # One at their desk and the other away (a visitor in the next room, a meeting
+        # through the wall) are not together, however near: see `_homes`.
+        .where(F.col("a.at_home") == F.col("b.at_home"))
         .select(
             F.col("a.window").alias("window"),
             F.col("a.node").alias("a"),
             F.col("b.node").alias("b"),
-        )
-        .distinct()
-    )
-    fa = state.select(
-        "window", F.col("node").alias("a"), F.col("fp").alias("fa"), F.col("at_home").alias("ha")
-    )
-    fb = state.select(
-        "window", F.col("node").alias("b"), F.col("fp").alias("fb"), F.col("at_home").alias("hb")
-    )
-    dist = (
-        pairs.join(fa, ["window", "a"])
-        .join(fb, ["window", "b"])
-        # One at their desk and the other away (a visitor in the next room, a meeting
-        # through the wall) are not together, however near: see `_homes`.
-        .where(F.col("ha") == F.col("hb"))
-        .select(
-            "window",
-            "a",
-            "b",
-            F.size(F.array_intersect(F.map_keys("fa"), F.map_keys("fb"))).alias("common"),
-            _rms("fa", "fb", floor).alias("distance"),
-            F.col("ha").alias("home"),
+            F.size(F.array_intersect(F.map_keys("a.fp"), F.map_keys("b.fp"))).alias("common"),
+            _rms("a.fp", "b.fp", floor).alias("distance"),
+            F.col("a.at_home").alias("home"),
         )
         .where(F.col("common") >= cfg.min_common)
     )
-    return dist, fp, state
+    return dist, homes, state, [state, homes, fp]
 
 
 def _rms(a: str, b: str, floor: Any) -> Any:
@@ -397,12 +392,12 @@ def mine_presence(
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    dist, fp, state = _distances(events, config, parsed)
+    dist, home_fps, state, cached = _distances(events, config, parsed)
     dist = dist.cache()
     try:
         homes = {
             r["node"]: {k: round(v, 2) for k, v in sorted(r["home_fp"].items())}
-            for r in _homes(fp).collect()
+            for r in sorted(home_fps.collect(), key=lambda r: str(r["node"]))
         }
         tick()
         rooms = group_rooms(_desks(events, config, state), config.room_span_m)
@@ -473,7 +468,8 @@ def mine_presence(
         runs.unpersist()
     finally:
         dist.unpersist()
-        fp.unpersist()
+        for frame in cached:
+            frame.unpersist()
     return {
         "window_seconds": config.window_seconds,
         "threshold_db": round(thr, 3),
