@@ -1,7 +1,7 @@
 """The same answers everywhere: the mining job's artefacts do not depend on how Spark
 partitions the work (one core and one shuffle partition, or two cores and the most partitions
 `aa mine` gives two cores) nor on where it runs (a real standalone cluster, a Master and a
-Worker on loopback)."""
+Worker on loopback), and files it cannot read are named and left out."""
 
 from __future__ import annotations
 
@@ -22,7 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support import settle
-from support.spark import StandaloneCluster, artefact_texts, first_difference, need_spark
+from support.spark import (
+    TASKS,
+    StandaloneCluster,
+    artefact_texts,
+    first_difference,
+    need_spark,
+)
 
 from aa.tools.mining import MineConfig, SimulateConfig, SparkConfig, open_session, run_mining
 from aa.tools.mining import simulate as simulate_office
@@ -100,13 +106,30 @@ def _aa(*args: str, cache: Path, timeout: float = 600) -> subprocess.CompletedPr
     )
 
 
-def test_a_real_cluster_runs_the_job_with_the_same_artefacts(
+@pytest.fixture(scope="module")
+def logs(office: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The office's logs with a half-written Parquet file and one of another schema beside
+    them (``part-half.parquet``, ``part-other.parquet``)."""
+    logs = tmp_path_factory.mktemp("logs") / "logs"
+    shutil.copytree(office, logs)
+    first = sorted((logs / "r1").rglob("*.parquet"))[0]
+    half, other = first.with_name("part-half.parquet"), first.with_name("part-other.parquet")
+    half.write_bytes(first.read_bytes()[: first.stat().st_size // 2])
+    pq.write_table(pa.table({"id": [1]}), other)
+    return logs
+
+
+@pytest.fixture(scope="module")
+def cluster_run(
     cluster: StandaloneCluster,
-    office: Path,
-    one_core: dict[str, bytes],
-    tmp_path: Path,
+    logs: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     mining_cache: Path,
-) -> None:
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One `aa mine` on the real cluster over `logs`, bad files and all, and its adapters
+    folder: the two tests below check what it did, each its own claim (one JVM start and one
+    job fewer than a run each)."""
+    adapters = tmp_path_factory.mktemp("cluster-run") / "ad"
     out = _aa(
         "-q",
         "--master",
@@ -120,10 +143,28 @@ def test_a_real_cluster_runs_the_job_with_the_same_artefacts(
         "--total-cores",
         "1",
         "--adapters",
-        str(tmp_path / "ad"),
-        str(office),
+        str(adapters),
+        str(logs),
         cache=mining_cache,
     )
+    return out, adapters
+
+
+def _content(text: bytes) -> dict[str, object]:
+    """An artefact's document less ``inputs`` (the folders it was mined from)."""
+    doc = json.loads(text)
+    doc.pop("inputs")
+    return doc  # type: ignore[no-any-return]
+
+
+def test_a_real_cluster_runs_the_job_with_the_same_artefacts(
+    cluster: StandaloneCluster,
+    cluster_run: tuple[subprocess.CompletedProcess[str], Path],
+    one_core: dict[str, bytes],
+) -> None:
+    """The artefacts of the cluster's run are the one-core run's, apart from the folders
+    named as inputs (the run reads a copy of the logs, with two bad files beside them)."""
+    out, adapters = cluster_run
     assert out.returncode == 0, out.stderr
     state = cluster.wait(
         lambda s: any(a["name"] == "aa-mine" for a in s.get("completedapps", [])),
@@ -132,7 +173,10 @@ def test_a_real_cluster_runs_the_job_with_the_same_artefacts(
     )
     (app,) = [a for a in state["completedapps"] if a["name"] == "aa-mine"]
     assert app["state"] == "FINISHED", app
-    _same(one_core, artefact_texts(tmp_path / "ad"))
+    mined = artefact_texts(adapters)
+    assert mined.keys() == one_core.keys() == {"schema", "location", "presence"}
+    for task in mined:
+        assert _content(mined[task]) == _content(one_core[task]), task
 
 
 def test_a_cluster_without_room_stops_with_sparks_reason(
@@ -241,43 +285,21 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_bad_files_are_named_and_the_rest_mined_to_the_same_artefacts(
-    office: Path, one_core: dict[str, bytes], tmp_path: Path, mining_cache: Path
+def test_bad_files_are_named_and_the_rest_mined(
+    logs: Path, cluster_run: tuple[subprocess.CompletedProcess[str], Path]
 ) -> None:
-    """The office's logs with a half-written Parquet file and one of another schema beside
-    them: a line for each, and the artefacts of the sound files (those of the clean run)."""
-    logs = tmp_path / "logs"
-    shutil.copytree(office, logs)
-    first = sorted((logs / "r1").rglob("*.parquet"))[0]
-    half, other = first.with_name("part-half.parquet"), first.with_name("part-other.parquet")
-    half.write_bytes(first.read_bytes()[: first.stat().st_size // 2])
-    pq.write_table(pa.table({"id": [1]}), other)
-    out = _aa(
-        "-q",
-        "--master",
-        "local[2]",
-        "--driver-memory",
-        "1g",
-        "--adapters",
-        str(tmp_path / "ad"),
-        str(logs),
-        cache=mining_cache,
-    )
+    """The cluster's run over the logs with a half-written Parquet file and one of another
+    schema beside them: a line for each, and nothing else said (its artefacts, those of the
+    sound files, are the clean run's: the test above)."""
+    out, adapters = cluster_run
     assert out.returncode == 0, out.stderr
+    (half,), (other,) = logs.rglob("part-half.parquet"), logs.rglob("part-other.parquet")
     assert sorted(_said(out.stderr)) == [
         f"aa mine: skipping {half}: it is not a readable Parquet file ({_footer_error(half)})",
         f"aa mine: skipping {other}: it is not an event log: no column type, time, values, "
         "values_types",
     ]
-
-    def content(text: bytes) -> dict[str, object]:
-        doc = json.loads(text)
-        doc.pop("inputs")  # the copy's folders
-        return doc  # type: ignore[no-any-return]
-
-    mined = artefact_texts(tmp_path / "ad")
-    assert mined.keys() == one_core.keys()
-    assert all(content(mined[t]) == content(one_core[t]) for t in mined)
+    assert all((adapters / task / "current").is_file() for task in TASKS)
 
 
 def _footer_error(path: Path) -> str:
@@ -289,6 +311,6 @@ def _footer_error(path: Path) -> str:
 
 
 def _said(stderr: str) -> list[str]:
-    """What `aa mine` said, less its one-time notice that it writes Spark's class archive
-    (each test here has a cache of its own, so each run is a first run)."""
+    """What `aa mine` said, less a notice that it writes Spark's class archive (none when
+    `mining_cache` holds the session's archive, as it should)."""
     return [line for line in stderr.splitlines() if "first run with this Spark here" not in line]

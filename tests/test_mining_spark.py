@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 from support import free_tcp_port
+from support.spark import Prepared
 
 from aa.addins.adapters import LocationAdapter, SchemaAdapter
 from aa.mesh import Event
@@ -161,26 +162,22 @@ def _aa() -> str:
 SMALL_LOG_SECONDS = 30.0
 
 
-def test_cli_mines_with_one_progress_line_and_spark_quiet(office: Path, tmp_path: Path) -> None:
-    """The command as a user runs it after `aa mine prepare`, not a terminal here: plain
+def test_cli_mines_with_one_progress_line_and_spark_quiet(
+    office: Path, tmp_path: Path, prepared_cache: Prepared
+) -> None:
+    """The command as a user runs it after `aa mine prepare` (the session's one, whose
+    archive the other `aa mine` runs of the session map too), not a terminal here: plain
     progress lines."""
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java")
-    env = {
-        **os.environ,
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-    }  # the JVM's class archive goes there
-    prep = subprocess.run(
-        [_aa(), "mine", "prepare"], capture_output=True, text=True, timeout=600, env=env
-    )
+    prep = prepared_cache.run
     assert prep.returncode == 0 and "class archive written" in prep.stdout, (
         prep.stdout,
         prep.stderr,
     )
+    env = {**os.environ, "XDG_CACHE_HOME": str(prepared_cache.cache)}
     pyspark = pytest.importorskip("pyspark")
     # One folder per PySpark version: the archive in place, nothing half written, beside the
     # shared Spark it was written from.
-    kept = tmp_path / "cache" / "aa" / pyspark.__version__
+    kept = prepared_cache.cache / "aa" / pyspark.__version__
     assert sorted(p.suffix or p.name for p in kept.iterdir()) == [".jsa", "spark"]
     load = os.getloadavg()[0]
     t = time.perf_counter()

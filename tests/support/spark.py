@@ -10,7 +10,9 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,16 @@ import pytest
 from .ports import free_tcp_port
 from .waits import settle
 
-__all__ = ["need_spark", "artefact_texts", "mining_cache", "StandaloneCluster"]
+__all__ = [
+    "TASKS",
+    "need_spark",
+    "aa_command",
+    "artefact_texts",
+    "mining_cache",
+    "prepared_cache",
+    "Prepared",
+    "StandaloneCluster",
+]
 
 TASKS = ("schema", "location", "presence")
 #: The only line of an artefact that differs between two runs of the same log.
@@ -33,25 +44,44 @@ def need_spark() -> None:
         pytest.skip("Spark needs Java: apt-get install default-jre-headless")
 
 
-@pytest.fixture(scope="session")
-def mining_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An ``XDG_CACHE_HOME`` for the `aa mine` runs of tests whose subject is not the class
-    archive: the install's archive (``aa mine prepare``, in ``~/.cache/aa``) linked in when
-    there is one, so each JVM maps Spark's classes and none writes an archive at its exit
-    (tens of seconds each on a busy machine); else the session's first run writes one here
-    and the next ones use it. Nothing is written to the user's own cache."""
-    need_spark()
-    from aa.tools.mining import SparkConfig
-    from aa.tools.mining.session import archive_dir, check_java, class_archive_file
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An ``XDG_CACHE_HOME`` in which ``aa mine prepare`` ran, and what it said."""
 
+    cache: Path
+    run: subprocess.CompletedProcess[str]
+
+
+def aa_command() -> str:
+    """The `aa` of the environment running the tests."""
+    return str(Path(sys.executable).with_name("aa"))
+
+
+@pytest.fixture(scope="session")
+def prepared_cache(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
+    """A cache of the session's own, filled by one ``aa mine prepare``: the session's one
+    class archive (written as the JVM ends, a long wait), which every later `aa mine` of the
+    session maps. Its output is checked by the test of ``aa mine prepare``."""
+    need_spark()
     cache = tmp_path_factory.mktemp("mining-cache")
-    folder = archive_dir(SparkConfig())
-    if folder is not None:
-        installed = class_archive_file(folder, check_java())
-        if installed.is_file():
-            (cache / "aa").mkdir()
-            (cache / "aa" / installed.name).symlink_to(installed)
-    return cache
+    run = subprocess.run(
+        [aa_command(), "mine", "prepare"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )
+    return Prepared(cache, run)
+
+
+@pytest.fixture(scope="session")
+def mining_cache(prepared_cache: Prepared) -> Path:
+    """An ``XDG_CACHE_HOME`` for the `aa mine` runs of tests whose subject is not the class
+    archive: `prepared_cache`'s, so each JVM maps Spark's classes and none writes an archive
+    at its exit. Nothing is written to the user's own cache."""
+    run = prepared_cache.run
+    assert run.returncode == 0, f"aa mine prepare failed: {run.stdout}{run.stderr}"
+    return prepared_cache.cache
 
 
 def artefact_texts(adapters: Path) -> dict[str, bytes]:
