@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from support import free_port_block, wait_for
+from support.waits import patience
 
 from aa.client import AsyncClient
 from aa.mesh import StoreUnavailable
@@ -472,7 +473,14 @@ async def test_send_persist_reports_an_event_the_router_did_not_keep(tmp_path):
             assert store is not None
             await wait_for(lambda: store.stats().pending >= 1)
             code, out, err = await run_aa(
-                "send", "--router", router.endpoint, "--persist", "--type", "t", "A=1", timeout=8
+                "send",
+                "--router",
+                router.endpoint,
+                "--persist",
+                "--type",
+                "t",
+                "A=1",
+                timeout=patience(8),  # a stuck acknowledgement would hold it far longer
             )
         finally:
             await first.aclose(timeout=0)
