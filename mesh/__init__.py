@@ -5,7 +5,10 @@ mesh the way routers do). The wire protocol — the codec and every message kind
 subpackage `aa.mesh.protocol`; the names most code needs are re-exported here.
 """
 
-from ._speedups import event_path  # first: decides which event path the modules below load
+from ._speedups import (  # first: decides which event path the modules below load
+    event_path,
+    load_pyx,
+)
 from .beacon import Beacon, RouterInfo
 from .datagram import DatagramNetwork, UdpNetwork
 from .detour import Detours, detour_targets
@@ -210,6 +213,7 @@ __all__ = [
     "event_from_json",
     "event_to_json",
     "event_path",
+    "load_pyx",
     "format_endpoint",
     "from_json",
     "is_unspecified",

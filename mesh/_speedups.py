@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-__all__ = ["COMPILED", "COMPILED_MODULES", "PURE_ENV", "event_path"]
+__all__ = ["COMPILED", "COMPILED_MODULES", "PURE_ENV", "event_path", "load_pyx", "pyx_fresh"]
 
 #: The environment variable that selects the pure-Python path at run time.
 PURE_ENV: Final = "AA_PURE_PYTHON"
@@ -87,6 +87,41 @@ def _decide() -> tuple[bool, str]:
 
 
 COMPILED, _WHY = _decide()
+
+
+def pyx_fresh(folder: Path, stem: str) -> bool:
+    """Whether the extension *stem* in *folder* (a `.pyx` fast path with no Python twin,
+    beside its Python reference) is to be used: ``AA_PURE_PYTHON`` not set, and built (by
+    setup.py, with Cython and a C compiler) from the `.pyx` as it is now (the hash in the
+    `.src-sha256` beside it); an install without the `.pyx` uses what was built with it."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return False
+    try:
+        source: bytes | None = (folder / f"{stem}.pyx").read_bytes()
+    except OSError:
+        source = None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        ext = folder / f"{stem}{suffix}"
+        if ext.is_file():
+            if source is None:
+                return True
+            try:
+                built_from = Path(f"{ext}.src-sha256").read_text().strip()
+            except OSError:
+                return False
+            return built_from == hashlib.sha256(source).hexdigest()
+    return False
+
+
+def load_pyx(package: str, folder: Path, stem: str) -> ModuleType | None:
+    """The compiled module *stem* of *package* (in *folder*) when `pyx_fresh`, else None:
+    the Python reference runs instead."""
+    if not pyx_fresh(folder, stem):
+        return None
+    try:
+        return importlib.import_module(f"{package}.{stem}")
+    except ImportError:
+        return None
 
 
 def event_path(why: bool = False) -> str:

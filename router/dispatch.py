@@ -27,17 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
-import importlib.machinery
 import logging
-import os
 import time
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Final, Protocol, cast
 
 from aa.mesh import (
@@ -53,6 +49,7 @@ from aa.mesh import (
     Event,
     FloodRules,
     IdGenerator,
+    load_pyx,
 )
 from aa.mesh.protocol import pack, pack_with_meta
 
@@ -78,47 +75,12 @@ DISPATCH_BUDGET = 0.004
 
 log = logging.getLogger("aa.router")
 
-#: The environment variable that selects the pure-Python path (the event path's switch).
-PURE_ENV: Final = "AA_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent
-
-
-def _fresh(stem: str) -> bool:
-    """Whether the compiled module *stem* beside this file is to be used: built (by setup.py,
-    with Cython and a C compiler) from its `.pyx` as it is now (the hash in the
-    `.src-sha256` beside it), and ``AA_PURE_PYTHON`` not set (`aa.mesh._speedups`)."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return False
-    try:
-        source: bytes | None = (_HERE / f"{stem}.pyx").read_bytes()
-    except OSError:  # an install without the source: whatever was built with it
-        source = None
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        ext = _HERE / f"{stem}{suffix}"
-        if ext.is_file():
-            if source is None:
-                return True
-            try:
-                built_from = Path(f"{ext}.src-sha256").read_text().strip()
-            except OSError:
-                return False
-            return built_from == hashlib.sha256(source).hexdigest()
-    return False
-
-
-def _compiled(stem: str) -> ModuleType | None:
-    """The compiled module *stem* of `aa.router`, or None: its Python twin runs instead."""
-    if not _fresh(stem):
-        return None
-    try:
-        return importlib.import_module(f"{__package__}.{stem}")
-    except ImportError:
-        return None
 
 
 #: The compiled stamping loop (`_stamp.pyx`), or None: `Dispatcher._stamp` runs instead.
 _compiled_stamp: Callable[..., tuple[list[Event], list[Event], int]] | None = getattr(
-    _compiled("_stamp"), "stamp", None
+    load_pyx(__package__ or "aa.router", _HERE, "_stamp"), "stamp", None
 )
 
 # -- how long the router holds an event ------------------------------------------------------

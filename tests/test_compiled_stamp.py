@@ -22,6 +22,7 @@ from aa.mesh import (
     IdGenerator,
     SeenIds,
 )
+from aa.mesh._speedups import pyx_fresh
 from aa.router import Router, RouterConfig, dispatch
 from aa.router.dispatch import Dispatcher, scoped_id
 
@@ -143,7 +144,7 @@ def test_the_router_uses_the_compiled_loop_when_built() -> None:
     router = Router(RouterConfig(port=0))
     out = router.dispatcher.accept([Event(values={"x": 1}, id="p-1")], "c", "a", None, "p")
     assert [list(e.meta) for e in out] == [["time", "client", "address", "router", "ttl", "path"]]
-    assert (compiled is None) == (dispatch._compiled("_stamp") is None)
+    assert (compiled is None) == (not pyx_fresh(dispatch._HERE, "_stamp"))
 
 
 @needs_compiled
@@ -153,16 +154,15 @@ def test_an_extension_older_than_its_pyx_is_not_used(tmp_path, monkeypatch) -> N
     here = dispatch._HERE
     for path in here.glob("_stamp*"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    monkeypatch.setattr(dispatch, "_HERE", tmp_path)
     monkeypatch.delenv("AA_PURE_PYTHON", raising=False)
-    assert dispatch._fresh("_stamp")
+    assert pyx_fresh(tmp_path, "_stamp")
     monkeypatch.setenv("AA_PURE_PYTHON", "1")
-    assert not dispatch._fresh("_stamp")
+    assert not pyx_fresh(tmp_path, "_stamp")
     monkeypatch.delenv("AA_PURE_PYTHON")
     with (tmp_path / "_stamp.pyx").open("a") as f:
         f.write("\n# edited\n")
-    assert not dispatch._fresh("_stamp")
+    assert not pyx_fresh(tmp_path, "_stamp")
     for path in tmp_path.glob("_stamp.*.so*"):
         path.unlink()
     (tmp_path / "_stamp.pyx").write_bytes((here / "_stamp.pyx").read_bytes())
-    assert not dispatch._fresh("_stamp")
+    assert not pyx_fresh(tmp_path, "_stamp")

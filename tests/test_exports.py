@@ -108,6 +108,7 @@ PUBLIC: dict[str, list[str]] = {
         "from_json",
         "id_scope",
         "is_unspecified",
+        "load_pyx",
         "load_topology",
         "parse_endpoint",
         "save_topology",

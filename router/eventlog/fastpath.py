@@ -10,16 +10,13 @@ It writes the same table of the same rows; for the rows it does not write exactl
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.machinery
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Final
 
 import pyarrow as pa
+
+from aa.mesh import load_pyx
 
 from .table import SCHEMA
 
@@ -27,40 +24,7 @@ __all__ = ["COMPILED", "table_from_chunks"]
 
 _HERE = Path(__file__).resolve().parent
 
-#: The environment variable that selects the pure-Python path (the event path's switch).
-PURE_ENV: Final = "AA_PURE_PYTHON"
-
-
-def _fresh() -> bool:
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return False
-    try:
-        source = (_HERE / "_columns.pyx").read_bytes()
-    except OSError:  # an install without the source: whatever was built with it
-        source = None
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        ext = _HERE / f"_columns{suffix}"
-        if ext.is_file():
-            if source is None:
-                return True
-            try:
-                built_from = Path(f"{ext}.src-sha256").read_text().strip()
-            except OSError:
-                return False
-            return built_from == hashlib.sha256(source).hexdigest()
-    return False
-
-
-def _load() -> ModuleType | None:
-    if not _fresh():
-        return None
-    try:
-        return importlib.import_module(f"{__package__}._columns")
-    except ImportError:
-        return None
-
-
-_COLUMNS: Final = _load()
+_COLUMNS: Final = load_pyx(__package__ or "aa.router.eventlog", _HERE, "_columns")
 
 #: Whether the compiled reader is in use.
 COMPILED: Final = _COLUMNS is not None
