@@ -91,6 +91,23 @@ async def test_aa_mesh_names_routers_whose_permissions_differ(tmp_path: Path) ->
         assert done.returncode == 0, done.stderr
         assert "permissions differ: r1, r2 vs r3" in done.stdout, done.stdout
 
+        # Without an [anonymous] section the operator's `aa mesh` is refused in one line
+        # that says what to do.
+        (tmp_path / "r1.toml").write_text(RULES)
+        assert "reloaded" in r1.security.reload()
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [AA, "mesh", "--router", r1.endpoint, "--timeout", "10"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1 and not done.stdout, done
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "may do nothing" in done.stderr and "[anonymous] section" in done.stderr
+        (tmp_path / "r1.toml").write_text(RULES + "\n[anonymous]\n")
+        assert "reloaded" in r1.security.reload()
+
         # A router with no permissions file joins: it is a side of its own, and says why.
         await plain.start()
         plain.mesh.add_peer(r1.endpoint)
