@@ -83,7 +83,7 @@ from aa.mesh.protocol import (
 from .dispatch import DISPATCH_STEP
 from .memory import give_back
 from .patterns import PREDICATE_TIER
-from .security import Identity
+from .security import Identity, Rules
 
 if TYPE_CHECKING:
     from .seams import SessionHost
@@ -571,8 +571,13 @@ class ClientSession(asyncio.Protocol):
             case Hello():  # not the router's to answer again (`serve` welcomes)
                 raise ProtocolError(f"a client may not send {msg.kind!r}")
             case Quench():
-                if self._may("quench", "register quench prototypes", msg.reg) and (
-                    self._may_quench_type(msg)
+                # The answer tells where subscribers of the type are: only for types the
+                # user may send.
+                if self._may("quench", "register quench prototypes", msg.reg) and self._may(
+                    "publish",
+                    f"quench events of type {msg.type!r}",
+                    msg.reg,
+                    lambda rules: rules.may_publish(msg.type),
                 ):
                     self.router.serve(self, msg)
             case GetCached():
@@ -632,11 +637,14 @@ class ClientSession(asyncio.Protocol):
             f"(the last: {error.code}: {error.message})",
         )
 
-    def _may(self, rule: str, what: str, ref: int) -> bool:
-        """Whether this client's user may do *what* (permission *rule*); tells it why not."""
+    def _may(
+        self, rule: str, what: str, ref: int, allows: Callable[[Rules], bool] | None = None
+    ) -> bool:
+        """Whether this client's user may do *what* (permission *rule*, or *allows* of the
+        user's rules where the rule is a list); tells it why not."""
         gate = self.router.security
         rules = gate.rules_for(self.identity)
-        if rules is not None and getattr(rules, rule):
+        if rules is not None and (getattr(rules, rule) if allows is None else allows(rules)):
             return True
         reason = rules.refusal(rule, what) if rules is not None else None
         self.refuse(
@@ -644,22 +652,6 @@ class ClientSession(asyncio.Protocol):
                 code="permission-denied", message=gate.denial(self.identity, rules, reason), ref=ref
             )
         )
-        return False
-
-    def _may_quench_type(self, msg: Quench) -> bool:
-        """Whether this user may publish the prototype's type: a publisher hears only about
-        events it may send (the answer tells where subscribers of that type are)."""
-        gate = self.router.security
-        rules = gate.rules_for(self.identity)
-        if rules is not None and rules.may_publish(msg.type):
-            return True
-        reason = (
-            rules.refusal("publish", f"quench events of type {msg.type!r}")
-            if rules is not None
-            else None
-        )
-        message = gate.denial(self.identity, rules, reason)
-        self.refuse(Error(code="permission-denied", message=message, ref=msg.reg))
         return False
 
     def _pattern_refused(self, spec: PatternSpec, ref: int) -> bool:
