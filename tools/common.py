@@ -225,11 +225,6 @@ def explain(exc: BaseException) -> str:
     from aa.client import NOTHING_LISTENS
 
     text = str(exc)
-    if text.startswith("user 'anonymous' may do nothing"):
-        text += (
-            " (callers without a certificate: give them an [anonymous] section, an empty one "
-            "to let them look, or use a certificate: $AA_CA, $AA_CERT, $AA_KEY)"
-        )
     if text.startswith("no router answered") or text.endswith(NOTHING_LISTENS):
         text += (
             "; is a router running there? ('aa router' starts one; --router H:P or $AA_ROUTER "

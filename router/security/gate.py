@@ -59,6 +59,12 @@ _Path = str | os.PathLike[str] | None
 
 #: Why a user that no section of the permissions file covers is refused (after its name).
 NO_RULE = "may do nothing: no rule in the permissions file covers this user"
+#: What an operator who meets `NO_RULE` as anonymous does about it (`aa mesh` on their own
+#: router, say).
+_ANONYMOUS_HINT: Final = (
+    " (callers without a certificate or token: give them an [anonymous] section, an empty "
+    "one to let them look, or connect with a certificate or token)"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -403,6 +409,8 @@ class Gate:
         persist events (rule persist = false in [users.bob] in perms.toml)``, or, when no
         section covers the user (*rules* None), that it may do nothing."""
         if rules is None:
+            if identity.user == ANONYMOUS:
+                return f"user {identity.user!r} {NO_RULE}{_ANONYMOUS_HINT}"
             return f"user {identity.user!r} {NO_RULE}"
         return f"user {identity.user!r} is {reason}"
 
