@@ -208,7 +208,6 @@ class Router:
             config.quench,
             engine=self.engine,
             controls=self.mesh,
-            info_interval=config.mesh.info_interval,
         )
         # Interest routing: what this router wants, told again when subscriptions change.
         wants = Wants(self)

@@ -295,6 +295,7 @@ PUBLIC: dict[str, list[str]] = {
         "ROUTINGS",
         "Relay",
         "Wants",
+        "summary_interval",
     ],
     "aa.router.patterns": [
         "CPU_SAMPLE_EVERY",

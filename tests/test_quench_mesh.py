@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from contextlib import AbstractAsyncContextManager
 
 import pytest
 from support import FAST, line, mesh, wait_for
 
 from aa.client import AsyncClient, Client
-from aa.mesh import Connection, Event, PatternSpec, RemoteError
+from aa.mesh import Connection, Control, Event, PatternSpec, RemoteError
 from aa.mesh.protocol import Quench, QuenchNotice, declared_needs, with_needs
 from aa.router import QuenchConfig, Router, RouterConfig
+from aa.router.links import ROUTER_INFO_TOPIC
 from aa.router.quench import QuenchTable, Registration
 
 #: The mesh of these tests: Å's flooded quenching.
@@ -352,3 +354,25 @@ def _copy(reg: Registration) -> Registration:
         timeout=reg.timeout,
         expires=None,
     )
+
+
+async def test_a_router_is_remembered_as_long_as_its_stated_repeat_interval_says() -> None:
+    """In a big mesh routers repeat their summaries less often (`MeshConfig.repeat_interval`)
+    and say so: quenching keeps a router it heard of for three of *its* intervals, so a router
+    repeating every 100 s is not taken for a newcomer (and sent every registration again)
+    each time it is heard."""
+    router = Router(RouterConfig(port=0, mesh=FLOOD))
+    quench = router.quench
+
+    def hear(interval: float, seq: int) -> None:
+        body = {"id": "far", "interval": interval}
+        quench._on_router_info(
+            Control(id=f"info-{seq}", ttl=1, path=("far",), topic=ROUTER_INFO_TOPIC, body=body)
+        )
+
+    now = time.monotonic()
+    hear(100.0, 1)
+    quench.tick(now + 3 * FLOOD.info_interval + 1)  # past three of this router's intervals
+    assert "far" in quench._routers_seen
+    quench.tick(now + 301)  # past three of its own
+    assert "far" not in quench._routers_seen

@@ -18,6 +18,7 @@ from .config import (
     ROUTER_INFO_INTERVAL,
     ROUTINGS,
     MeshConfig,
+    summary_interval,
 )
 from .dialer import MAX_CONCURRENT_DIALS, Dialer
 from .interests import INTEREST_TOPIC, InterestService
@@ -47,4 +48,5 @@ __all__ = [
     "ROUTINGS",
     "Relay",
     "Wants",
+    "summary_interval",
 ]

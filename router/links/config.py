@@ -27,6 +27,7 @@ __all__ = [
     "PEER_KEEPALIVE",
     "ROUTER_INFO_INTERVAL",
     "ROUTINGS",
+    "summary_interval",
 ]
 
 #: Bytes queued for one peer router before events for it are dropped (and counted) rather
@@ -50,6 +51,11 @@ ROUTER_INFO_INTERVAL: Final = 10.0
 #: in a bigger mesh each stretches its repeats in proportion, so that a router receives
 #: about as many repeats a second in a mesh of any size (each summary crosses every link).
 REPEAT_ROUTERS: Final = 256
+#: Longest repeat interval a summary may state, in seconds: a receiver reads a longer one as
+#: this (`summary_interval`), so a router never stretches its repeats past it.
+MAX_REPEAT_INTERVAL: Final = 3600.0
+#: Shortest one, in seconds (a shorter stated interval would make receivers forget at once).
+_MIN_REPEAT_INTERVAL: Final = 0.01
 #: How events cross the mesh: "flood" (every router gets every event) or "interest" (only
 #: routers that may want an event get it: `aa.mesh.interest`).
 ROUTINGS: Final = ("flood", "interest")
@@ -121,7 +127,7 @@ class MeshConfig:
         >>> MeshConfig().repeat_interval(10), MeshConfig().repeat_interval(2560)
         (10.0, 100.0)
         """
-        return self.info_interval * max(1.0, routers / REPEAT_ROUTERS)
+        return min(MAX_REPEAT_INTERVAL, self.info_interval * max(1.0, routers / REPEAT_ROUTERS))
 
     def __post_init__(self) -> None:
         if type(self.ttl) is not int or not 1 <= self.ttl <= MAX_TTL:
@@ -163,3 +169,16 @@ class MeshConfig:
     def link_timeout(self) -> float:
         """Seconds without a frame after which a link is taken as broken."""
         return 3 * self.keepalive
+
+
+def summary_interval(value: object) -> float:
+    """The repeat interval a peer's summary states (its ``interval``), as receivers read it:
+    a number of seconds within [0.01, `MAX_REPEAT_INTERVAL`]; `ROUTER_INFO_INTERVAL` when it
+    states none (or no number). A summary is forgotten a few of these after it was heard.
+
+    >>> summary_interval(30), summary_interval(1e9), summary_interval(True)
+    (30.0, 3600.0, 10.0)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ROUTER_INFO_INTERVAL
+    return min(max(float(value), _MIN_REPEAT_INTERVAL), MAX_REPEAT_INTERVAL)

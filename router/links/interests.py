@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from aa.mesh import MAX_PEERS, Control, Event, Interest, InterestTable, InvalidValue
 
+from .config import ROUTER_INFO_INTERVAL, summary_interval
+
 if TYPE_CHECKING:
     from .meshservice import MeshService
 
@@ -80,7 +82,6 @@ SUMMARY_COST_FACTOR: Final = 4.0
 SUMMARY_REFRESH: Final = 1.0
 #: Seconds between two warnings about refused summaries.
 _WARN_INTERVAL: Final = 60.0
-_DEFAULT_INTERVAL: Final = 10.0
 
 
 class InterestService:
@@ -209,7 +210,7 @@ class InterestService:
         if now >= self._next_send:
             self.send(now)
         for rid, (_, at) in list(self.table.heard.items()):
-            if now - at > 3 * self._intervals.get(rid, _DEFAULT_INTERVAL):
+            if now - at > 3 * self._intervals.get(rid, ROUTER_INFO_INTERVAL):
                 self.table.forget(rid, now)
                 self._intervals.pop(rid, None)
                 self._listened(rid, None)
@@ -238,7 +239,7 @@ class InterestService:
             return
         now = time.monotonic()
         interest = self._interest(origin, body.get("interest"), now)
-        self._intervals[origin] = _interval(body.get("interval"))
+        self._intervals[origin] = summary_interval(body.get("interval"))
         if self.table.receive(origin, version, cast(list[str], peers), interest, now):  # checked
             self._listened(origin, self._listening(origin, body, interest, now))
 
@@ -298,7 +299,7 @@ class InterestService:
             version,
             list(view.peers(rid)),
             interest.to_wire(),
-            self._intervals.get(rid, _DEFAULT_INTERVAL),
+            self._intervals.get(rid, ROUTER_INFO_INTERVAL),
             round(max(0.0, now - at), 3),
             (self.listeners.get(rid) or interest).to_wire(),
         ]
@@ -354,7 +355,7 @@ class InterestService:
             return None
         if origin == self.mesh.id:
             return None
-        every = _interval(interval)
+        every = summary_interval(interval)
         if age > 3 * every:
             return None  # we would forget it at once
         interest = self._interest(origin, wire, now)
@@ -402,9 +403,3 @@ class InterestService:
             "routers": len(self.table.view),
             "interest": self.interest.to_wire(),
         }
-
-
-def _interval(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return _DEFAULT_INTERVAL
-    return min(max(float(value), 0.01), 3600.0)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Final
 from aa.mesh import MAX_PEERS, Control, PeerState, is_unspecified, parse_endpoint
 from aa.mesh.protocol import MESH_INFO_FORMAT
 
+from .config import summary_interval
+
 if TYPE_CHECKING:
     from .meshservice import MeshService
 
@@ -36,9 +38,6 @@ GONE_AFTER: Final = 2.5
 FORGET_AFTER_INTERVALS: Final = 6.0
 #: Interval assumed when a summary does not say its own, and the bounds put on one that does
 #: (seconds): a peer must not make us keep its summary for ever.
-_DEFAULT_INTERVAL: Final = 10.0
-_MIN_INTERVAL: Final = 0.01
-_MAX_INTERVAL: Final = 3600.0
 
 
 class MeshView:
@@ -63,7 +62,7 @@ class MeshView:
 
     def expire(self, now: float) -> None:
         for rid, (body, at) in list(self._remote.items()):
-            if now - at > FORGET_AFTER_INTERVALS * _interval(body):
+            if now - at > FORGET_AFTER_INTERVALS * summary_interval(body.get("interval")):
                 del self._remote[rid]
 
     def summary_of(self, router_id: str) -> dict[str, Any]:
@@ -177,7 +176,7 @@ class MeshView:
         for body, at in self._remote.values():
             entry = dict(body)
             entry["age"] = round(now - at, 3)
-            entry["gone"] = now - at > GONE_AFTER * _interval(body)
+            entry["gone"] = now - at > GONE_AFTER * summary_interval(body.get("interval"))
             routers.append(entry)
         return {
             "format": MESH_INFO_FORMAT,
@@ -185,10 +184,3 @@ class MeshView:
             "at": datetime.now(UTC),
             "routers": routers,
         }
-
-
-def _interval(body: dict[str, Any]) -> float:
-    value = body.get("interval")
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return _DEFAULT_INTERVAL
-    return min(max(float(value), _MIN_INTERVAL), _MAX_INTERVAL)

@@ -66,7 +66,7 @@ from aa.mesh.protocol import (
     declared_needs,
 )
 
-from ..links import ROUTER_INFO_TOPIC
+from ..links import ROUTER_INFO_TOPIC, summary_interval
 from ..patterns import PatternEngine
 from ..seams import Controls
 from .config import MAX_QUENCH_TIMEOUT, QuenchConfig
@@ -96,14 +96,12 @@ class QuenchService:
         *,
         engine: PatternEngine,
         controls: Controls,
-        info_interval: float,
     ) -> None:
         self.router_id = router_id
         #: Read when used: a test may replace it before `start()`.
         self.config: QuenchConfig = config
         self._engine = engine
         self._controls = controls
-        self._info_interval = info_interval
         self.table = QuenchTable(router_id)
         self.counters: Counter[str] = Counter()
         self._sessions: dict[str, ClientSession] = {}  # owned reg id → publisher's session
@@ -111,7 +109,7 @@ class QuenchService:
         self._sid_taken: set[str] = set()
         self._sid_seq = itertools.count(1)
         self._needs: dict[tuple[str, str, str], frozenset[str]] = {}
-        self._routers_seen: dict[str, float] = {}
+        self._routers_seen: dict[str, float] = {}  # router id → monotonic time to forget it
         self._dirty: dict[str, Registration] = {}  # registrations whose match set changed
         self._outbox: dict[str, list[list[Any]]] = {}  # client id → report items to flood
         self._scheduled = False
@@ -178,9 +176,8 @@ class QuenchService:
         if self._summaries is None:
             for reg_id, changes in self.table.expire_interest(now, self.config.timeout).items():
                 self._notify(reg_id, changes)
-        forget = now - 3 * self._info_interval
-        for rid, heard in list(self._routers_seen.items()):
-            if heard < forget:
+        for rid, until in list(self._routers_seen.items()):
+            if until < now:
                 del self._routers_seen[rid]
 
     # -- publishers (requests from sessions) ------------------------------------------------
@@ -508,7 +505,9 @@ class QuenchService:
             if self._summaries is None and self.table.owned():
                 self._reflood = True  # a router we had not heard of: tell it our registrations
                 self._schedule()
-        self._routers_seen[origin] = time.monotonic()
+        # Kept three of the intervals it repeats its summary at (stretched in a big mesh).
+        every = summary_interval(control.body.get("interval"))
+        self._routers_seen[origin] = time.monotonic() + 3 * every
 
     # -- introspection ----------------------------------------------------------------------
 
