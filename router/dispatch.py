@@ -237,23 +237,8 @@ class Dispatcher:
         if user is not None:
             shared[META_USER] = user
         own = None if scope is None else scope + "-"
-        rules = self.rules
-        if _compiled_stamp is not None and type(rules).originate is FloodRules.originate:
-            out, alike, duplicates = _compiled_stamp(
-                events,
-                shared,
-                own,
-                self.ids,
-                scoped_id,
-                rules.seen.check,
-                now,
-                rules.initial_ttl,
-                rules.router_id,
-                Event.trusted,
-                ROUTER_META_KEYS,
-                META_TTL,
-                META_PATH,
-            )
+        if _compiled_stamp is not None and type(self.rules).originate is FloodRules.originate:
+            out, alike, duplicates = self._stamp_compiled(events, shared, own, now)
         else:
             out, alike, duplicates = self._stamp(events, shared, own, now)
         if duplicates:
@@ -273,6 +258,29 @@ class Dispatcher:
         counters["published"] += len(out)
         counters["dispatched"] += len(out)
         return out
+
+    def _stamp_compiled(
+        self, events: Sequence[Event], shared: dict[str, Any], own: str | None, now: float
+    ) -> tuple[list[Event], list[Event], int]:
+        """`_stamp`, by the compiled loop (`_stamp.pyx`), which does `FloodRules.originate`'s
+        work itself: for the usual flood rules only."""
+        assert _compiled_stamp is not None
+        rules = self.rules
+        return _compiled_stamp(
+            events,
+            shared,
+            own,
+            self.ids,
+            scoped_id,
+            rules.seen.check,
+            now,
+            rules.initial_ttl,
+            rules.router_id,
+            Event.trusted,
+            ROUTER_META_KEYS,
+            META_TTL,
+            META_PATH,
+        )
 
     def _stamp(
         self, events: Sequence[Event], shared: dict[str, Any], own: str | None, now: float

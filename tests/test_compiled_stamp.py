@@ -14,9 +14,6 @@ from hypothesis import strategies as st
 
 from aa.mesh import (
     MAX_ID_LENGTH,
-    META_PATH,
-    META_TTL,
-    ROUTER_META_KEYS,
     Event,
     FloodRules,
     IdGenerator,
@@ -24,7 +21,7 @@ from aa.mesh import (
 )
 from aa.mesh._speedups import pyx_fresh
 from aa.router import Router, RouterConfig, dispatch
-from aa.router.dispatch import Dispatcher, scoped_id
+from aa.router.dispatch import Dispatcher
 
 compiled = dispatch._compiled_stamp
 needs_compiled = pytest.mark.skipif(compiled is None, reason="the stamping loop is not compiled")
@@ -67,26 +64,9 @@ def _shape(result: tuple[list[Event], list[Event], int]) -> Any:
 
 def _both(events: list[Event], own: str | None, now: float = 1.0) -> tuple[Any, Any]:
     reference, fast = _dispatcher(), _dispatcher()
-    rules = fast.rules
     assert compiled is not None
     want = _shape(reference._stamp(events, dict(SHARED), own, now))
-    got = _shape(
-        compiled(
-            events,
-            dict(SHARED),
-            own,
-            fast.ids,
-            scoped_id,
-            rules.seen.check,
-            now,
-            rules.initial_ttl,
-            rules.router_id,
-            Event.trusted,
-            ROUTER_META_KEYS,
-            META_TTL,
-            META_PATH,
-        )
-    )
+    got = _shape(fast._stamp_compiled(events, dict(SHARED), own, now))
     assert len(reference.rules.seen) == len(fast.rules.seen)
     return want, got
 
