@@ -18,6 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from http_helpers import bearer, open_api
 from support import Clock, wait_for
+from support.pki import make_pki
 
 from aa.client import AsyncClient, ClientConfig
 from aa.http_api.callers import MAX_AUTHORIZATION, OPEN_PATHS
@@ -36,7 +37,7 @@ from aa.http_api.tickets import (
 from aa.router import Router
 from aa.router.security import SecurityConfig
 from aa.router.security.tokens import issue_token
-from aa.tools.certs_cmd import init_ca, issue
+from aa.tools.certs_cmd import init_ca
 
 RULES = """\
 [users.alice]                   # known, with no rights at all
@@ -60,12 +61,7 @@ quench = true
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    mesh = tmp_path_factory.mktemp("mesh")
-    init_ca(mesh)
-    issue(mesh, "r1", "router", days=30)
-    for name in ("bob", "carol"):
-        issue(mesh, name, "client", days=30)
-    return mesh
+    return make_pki(tmp_path_factory.mktemp("mesh"), ("r1",), ("bob", "carol"))
 
 
 def token(pki: Path, user: str, now: float) -> str:

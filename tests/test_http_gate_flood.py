@@ -26,6 +26,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from support import next_event
+from support.pki import make_pki
 from test_http_gate import RULES, security, token
 
 from aa.client import AsyncClient, ClientConfig
@@ -37,16 +38,11 @@ from aa.router import Router, RouterConfig
 from aa.router.security import RefusalBudget, TokenVerifier
 from aa.router.security.refusals import REFUSAL_BURST
 from aa.router.security.tokens import MAX_KNOWN_TOKENS
-from aa.tools.certs_cmd import init_ca, issue
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    mesh = tmp_path_factory.mktemp("mesh")
-    init_ca(mesh)
-    issue(mesh, "r1", "router", days=30)
-    issue(mesh, "carol", "client", days=30)
-    return mesh
+    return make_pki(tmp_path_factory.mktemp("mesh"), ("r1",), ("carol",))
 
 
 def _b64(data: bytes) -> str:

@@ -12,22 +12,18 @@ from pathlib import Path
 import httpx
 import pytest
 from support import next_event, wait_for
+from support.pki import make_pki
 from test_http_gate import RULES, security, token
 
 from aa.client import AsyncClient, ClientConfig
 from aa.http_api import HttpConfig, HttpEndpoint
 from aa.mesh import UsageError
 from aa.router import Router, RouterConfig
-from aa.tools.certs_cmd import init_ca, issue
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    mesh = tmp_path_factory.mktemp("mesh")
-    init_ca(mesh)
-    issue(mesh, "r1", "router", days=30)
-    issue(mesh, "carol", "client", days=30)
-    return mesh
+    return make_pki(tmp_path_factory.mktemp("mesh"), ("r1",), ("carol",))
 
 
 def trust(pki: Path) -> ssl.SSLContext:

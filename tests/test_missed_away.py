@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from support import free_tcp_port, wait_for
+from support.pki import make_pki
 from support.routerproc import RouterProcess
 from support.wire import Wire
 
@@ -25,7 +26,6 @@ from aa.mesh.protocol import MAX_AWAY, Hello, MissedAway, PatternSpec, Subscribe
 from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
 from aa.router.store import away as away_module
-from aa.tools.certs_cmd import init_ca, issue
 
 AA = str(Path(sys.executable).with_name("aa"))
 
@@ -115,12 +115,7 @@ persist = true
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("pki")
-    init_ca(folder)
-    issue(folder, "r1", "router", days=30)
-    for name in ("alice", "carol"):
-        issue(folder, name, "client", days=30)
-    return folder
+    return make_pki(tmp_path_factory.mktemp("pki"), ("r1",), ("alice", "carol"))
 
 
 async def test_a_user_is_told_only_of_events_it_may_receive(tmp_path: Path, pki: Path):

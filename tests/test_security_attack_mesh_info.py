@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from support.pki import make_pki
 from support.waits import patience
 
 from aa.client import AsyncClient, ClientConfig
@@ -19,17 +20,11 @@ from aa.mesh import Connection, PermissionDenied
 from aa.mesh.protocol import Error, GetMesh, Message
 from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
-from aa.tools.certs_cmd import init_ca, issue
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    mesh = tmp_path_factory.mktemp("mesh")
-    init_ca(mesh)
-    issue(mesh, "r1", "router", days=30)
-    issue(mesh, "carol", "client", days=30)
-    issue(mesh, "dave", "client", days=30)
-    return mesh
+    return make_pki(tmp_path_factory.mktemp("mesh"), ("r1",), ("carol", "dave"))
 
 
 @pytest.fixture

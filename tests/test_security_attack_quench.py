@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from support import wait_for
+from support.pki import make_pki
 from support.waits import patience
 
 from aa.client import AsyncClient, ClientConfig
 from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
-from aa.tools.certs_cmd import init_ca, issue
 
 RULES = """\
 [users.bob]
@@ -34,13 +34,7 @@ quench = true
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    mesh = tmp_path_factory.mktemp("mesh")
-    init_ca(mesh)
-    for name in ("r1", "r2"):
-        issue(mesh, name, "router", days=30)
-    for name in ("bob", "carol"):
-        issue(mesh, name, "client", days=30)
-    return mesh
+    return make_pki(tmp_path_factory.mktemp("mesh"), ("r1", "r2"), ("bob", "carol"))
 
 
 def secured(pki: Path, tmp_path: Path, name: str) -> RouterConfig:

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from support import next_event, wait_for
+from support.pki import make_pki
 
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import Event, PatternError, RemoteError
 from aa.router import MeshConfig, Router, RouterConfig
 from aa.router.security import SecurityConfig
-from aa.tools.certs_cmd import init_ca, issue
 
 RULES = """\
 [users.alice]
@@ -47,13 +47,7 @@ FAST = MeshConfig(
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("mesh")
-    init_ca(folder)
-    for name in ("r1", "r2"):
-        issue(folder, name, "router", days=30)
-    for name in ("alice", "bob", "carol"):
-        issue(folder, name, "client", days=30)
-    return folder
+    return make_pki(tmp_path_factory.mktemp("mesh"), ("r1", "r2"), ("alice", "bob", "carol"))
 
 
 def _security(pki: Path, name: str, perms: Path) -> SecurityConfig:

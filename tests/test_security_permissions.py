@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from support import next_event, wait_for
+from support.pki import make_pki
 
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import PatternError, RemoteError
 from aa.router import Router, RouterConfig
 from aa.router.security import SecurityConfig
-from aa.tools.certs_cmd import init_ca, issue
 
 RULES = """\
 [users.alice]
@@ -41,12 +41,7 @@ quench = true
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    mesh = tmp_path_factory.mktemp("mesh")
-    init_ca(mesh)
-    issue(mesh, "r1", "router", days=30)
-    for name in ("alice", "bob", "carol"):
-        issue(mesh, name, "client", days=30)
-    return mesh
+    return make_pki(tmp_path_factory.mktemp("mesh"), ("r1",), ("alice", "bob", "carol"))
 
 
 @pytest.fixture

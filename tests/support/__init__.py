@@ -2,7 +2,8 @@
 fixtures (`fixtures`, `postgres`), and the one way to build a mesh of routers (`meshes`),
 a clock tests move (`clock`), an event loop whose clock jumps to its next timer
 (`virtualtime`), free loopback ports (`ports`), and waiting for a condition
-with a timeout (`waits`), the CPU a guarded piece of work costs (`cost`). Test modules
+with a timeout (`waits`), the CPU a guarded piece of work costs (`cost`), a mesh CA with
+its certificates (`pki`). Test modules
 import the helpers from here: ``from support import mesh, wait_for``."""
 
 from .clock import Clock
