@@ -128,6 +128,26 @@ async def test_files_read_back_with_hive_partitions_and_schema(
     assert dict(rows[5]["values_types"]) == {"i": "int", "t": "float"}
 
 
+async def test_time_and_type_keep_statistics_for_readers_ids_and_value_texts_none(
+    tmp_path: Path, elog: EventLog
+) -> None:
+    # Readers skip row groups by time and type; ids and the values' text are mostly unique,
+    # so a dictionary or min/max for them would cost the writer per row and help nobody.
+    for i in range(1000):
+        elog.append(ev(i, t=20.5 + i, room=f"room {i % 3}"))
+    await elog.flush()
+    (path,) = files(tmp_path)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    chunks = {group.column(c).path_in_schema: group.column(c) for c in range(group.num_columns)}
+    for column in ("time", "type", "values.key_value.key"):
+        assert chunks[column].is_stats_set, column
+        assert "RLE_DICTIONARY" in chunks[column].encodings, column
+    for column in ("id", "values.key_value.value"):
+        assert not chunks[column].is_stats_set, column
+        assert "RLE_DICTIONARY" not in chunks[column].encodings, column
+    assert read(tmp_path).count_rows() == 1000
+
+
 async def test_hidden_until_closed_and_flush_makes_visible(
     tmp_path: Path, elog: EventLog, clock: Clock
 ) -> None:

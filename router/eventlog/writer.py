@@ -50,6 +50,23 @@ Chunk = tuple[float, int, bytes]
 _PART = re.compile(r"^\.?part-(?P<router>.+)-(?P<seq>\d+)\.parquet(?P<tmp>\.inprogress)?$")
 _HOUR = 3600
 
+#: The columns written with a dictionary and min/max statistics: all but the event ids and
+#: the values' text, which are mostly unique, so that a dictionary only grows until Parquet
+#: gives up on it and their min and max span every row group; both cost the writer CPU per
+#: row for nothing, and the files come out no larger (docs/performance.md, "The event log's
+#: writer"). Leaves of the map columns are named by their path.
+_UNIQUE = {"id", "values.key_value.value"}
+_DICTIONARY_AND_STATISTICS = [
+    path
+    for field in SCHEMA
+    for path in (
+        [f"{field.name}.key_value.key", f"{field.name}.key_value.value"]
+        if pa.types.is_map(field.type)
+        else [field.name]
+    )
+    if path not in _UNIQUE
+]
+
 
 def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "router"
@@ -160,7 +177,11 @@ class Writer:
         self.final, self.tmp = folder / name, folder / f".{name}.inprogress"
         codec = self.config.compression
         self.writer = pq.ParquetWriter(
-            self.tmp, SCHEMA, compression=None if codec == "none" else codec
+            self.tmp,
+            SCHEMA,
+            compression=None if codec == "none" else codec,
+            use_dictionary=_DICTIONARY_AND_STATISTICS,
+            write_statistics=_DICTIONARY_AND_STATISTICS,
         )
         self.hour, self.opened = hour, self.clock()
 
