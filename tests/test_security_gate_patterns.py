@@ -13,6 +13,7 @@ import pytest
 from support import next_event, wait_for
 from support.pki import make_pki
 
+import aa.router.patterns.engine as engine_module
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import Event, PatternError, RemoteError
 from aa.router import MeshConfig, Router, RouterConfig
@@ -255,6 +256,32 @@ async def test_predicates_users_run_no_pattern_code(
         ok = await alice.subscribe('n > 1 and type == "reading"')
         await alice.publish({"n": 2}, type="reading")
         assert (await next_event(ok)).values == {"n": 2}
+    finally:
+        await alice.aclose()
+
+
+async def test_a_predicates_user_subscribing_in_a_loop_costs_no_syntax_tree_walk(
+    routers: tuple[Router, Router], pki: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tier the rule checks is read as subscribing reads the pattern: the common
+    # conjunction without `ast`, once per subscribe, not again for the rule and the scope.
+    walks = [0]
+    parse = engine_module.parse_predicate
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        walks[0] += 1
+        return parse(*args, **kw)
+
+    monkeypatch.setattr(engine_module, "parse_predicate", counted)
+    r1, _ = routers
+    alice = await as_user(r1, pki, "alice")
+    try:
+        subs = [await alice.subscribe(f"Seq > {i} and n < {i + 5}") for i in range(50)]
+        assert walks[0] == 0
+        await alice.publish({"Seq": 10, "n": 12}, type="reading")
+        assert (await next_event(subs[9])).values == {"Seq": 10, "n": 12}
+        with pytest.raises(RemoteError, match='rule patterns = "predicates"'):
+            await alice.subscribe("(lambda: True)()")
     finally:
         await alice.aclose()
 
