@@ -654,11 +654,14 @@ class ClientSession(asyncio.Protocol):
         )
         return False
 
-    def _pattern_refused(self, spec: PatternSpec, ref: int) -> bool:
-        """Whether this user may not run *spec* (told why, naming the rule)."""
+    def _pattern_refused(self, spec: PatternSpec, ref: int, tier: str | None = None) -> bool:
+        """Whether this user may not run *spec* (told why, naming the rule); *tier* is
+        *spec*'s tier when the caller has it already."""
         gate = self.router.security
         rules = gate.rules_for(self.identity)
-        refusal = rules.pattern_refusal(spec, self.router.tier(spec)) if rules is not None else None
+        refusal = None
+        if rules is not None:
+            refusal = rules.pattern_refusal(spec, tier or self.router.tier(spec))
         if rules is not None and refusal is None:
             return False
         message = gate.denial(self.identity, rules, refusal)
@@ -719,7 +722,10 @@ class ClientSession(asyncio.Protocol):
                 )
             )
             return
-        if self._pattern_refused(msg.pattern, msg.sub_id):
+        # Worked out once: refused users (no rules) do not pay for it.
+        allowed = self.router.security.rules_for(self.identity) is not None
+        tier = self.router.tier(msg.pattern) if allowed else None
+        if self._pattern_refused(msg.pattern, msg.sub_id, tier):
             return
         # The types its user may receive, by the rules in force at each event.
         gate = self.router.security
@@ -728,7 +734,7 @@ class ClientSession(asyncio.Protocol):
         rules = gate.rules_for(self.identity)
         if receives is not None and rules is not None and not rules.subscribe_any:
             sub.scope = rules.subscribe  # pattern code runs over these types only
-        if receives is not None and self.router.tier(msg.pattern) != PREDICATE_TIER:
+        if receives is not None and tier != PREDICATE_TIER:
             # Pattern code saw events by the scope of its subscribe: when the rules change
             # it, the subscription ends at its next event (subscribing again takes the new).
             sub.receives = _ScopeCheck(self, sub, gate, receives)

@@ -6,6 +6,7 @@ routers over loopback sockets; nothing sleeps. (Å's flooded quenching, kept und
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections import Counter
@@ -17,9 +18,11 @@ from support import FAST, line, mesh, routing_by_interest, wait_for
 from support.waits import patience
 
 from aa.client import AsyncClient
-from aa.mesh import Control, Event, Interest, InterestFilter
+from aa.mesh import Connection, Control, Event, Interest, InterestFilter
+from aa.mesh.protocol import Error, Hello, Message, Quench, Quenched, QuenchNotice, Unquench
 from aa.router import Router
 from aa.router.quench import QUENCH_TOPIC, SUMMARY_SUB, summary_answers
+from aa.router.quench import service as quench_service
 
 SNOW = {"SnowDepthSensor": True, "SnowDepth": 50}
 
@@ -170,3 +173,87 @@ async def test_publisher_fail_over_keeps_remote_interest_without_flapping() -> N
             assert [c for c in changes.seen if not c[2]] == []  # r2's was confirmed by r1
         finally:
             await pub.aclose()
+
+
+class _QuenchWire:
+    """A publisher's raw connection: quench and unquench as fast as it likes."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.codec = Connection()
+        self.got: list[Message] = []
+
+    @classmethod
+    async def open(cls, endpoint: str, client_id: str) -> _QuenchWire:
+        host, _, port = endpoint.rpartition(":")
+        wire = cls(*await asyncio.open_connection(host, int(port)))
+        wire.writer.write(wire.codec.send(Hello(client_id=client_id)))
+        return wire
+
+    async def send(self, *messages: Message) -> None:
+        self.writer.write(b"".join(self.codec.send(m) for m in messages))
+        await self.writer.drain()
+
+    async def until(self, done: Any) -> None:
+        async with asyncio.timeout(patience(10.0)):
+            while not done(self.got):
+                data = await self.reader.read(1 << 16)
+                assert data, "the router closed the connection"
+                self.codec.receive_data(data)
+                self.got += self.codec.next_messages()
+
+    def quenched(self) -> int:
+        return sum(type(m) is Quenched for m in self.got)
+
+    def interest(self) -> set[tuple[str, str]]:
+        held: set[tuple[str, str]] = set()
+        for m in self.got:
+            if type(m) is QuenchNotice:
+                for rid, sub, on in m.changes:
+                    (held.add if on else held.discard)((rid, sub))
+            elif type(m) is Quenched:
+                held.clear()  # a registration anew: what holds is told again
+        return held
+
+
+async def test_a_publisher_registering_again_and_again_costs_no_summary_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checks = [0]
+
+    def counted(interest: Interest | None, prototype: Event) -> bool:
+        checks[0] += 1
+        return summary_answers(interest, prototype)
+
+    monkeypatch.setattr(quench_service, "summary_answers", counted)
+    async with mesh(3, line(3)) as (r1, r2, r3):
+        await wait_for(lambda: routing_by_interest([r1, r2, r3]))
+        wire = await _QuenchWire.open(r1.endpoint, "looping-publisher")
+        try:
+            register = Quench(reg=1, values=SNOW, type="snow")
+            await wire.send(register)
+            await wire.until(lambda got: wire.quenched() == 1)
+            assert checks[0] == 2  # one per other router: r2's summary and r3's
+            for _ in range(50):  # the same registration again, in a loop
+                await wire.send(register)
+            await wire.until(lambda got: wire.quenched() == 51)
+            for _ in range(50):  # and again after unquenching it each time
+                await wire.send(Unquench(reg=1), register)
+            await wire.until(lambda got: wire.quenched() == 101)
+            assert checks[0] == 2  # answered from the last answer: no summary changed
+            assert r1.quench.counters["registered_again"] == 50
+            assert not any(type(m) is Error for m in wire.got)
+
+            # A summary that changes is checked again, and the answers still follow it.
+            r3.subscribe("SnowDepth > 1")
+            await wire.until(lambda got: wire.interest() == {(r3.id, SUMMARY_SUB)})
+            before = checks[0]
+            await wire.send(Unquench(reg=1), register)
+            await wire.until(lambda got: wire.quenched() == 102)
+            await wire.until(lambda got: wire.interest() == {(r3.id, SUMMARY_SUB)})
+            await wire.send(register)
+            await wire.until(lambda got: wire.quenched() == 103)
+            await wire.until(lambda got: wire.interest() == {(r3.id, SUMMARY_SUB)})
+            assert checks[0] - before <= 2  # at most one more round, while nothing changes
+        finally:
+            wire.writer.close()

@@ -4,6 +4,7 @@ bob (``alarm``, scripts), carol (everything). Each test is an attack that used t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 from support import next_event, wait_for
 from support.pki import make_pki
 
+import aa.router.patterns.advice as advice_module
+import aa.router.patterns.engine as engine_module
 from aa.client import AsyncClient, ClientConfig
 from aa.mesh import Event, PatternError, RemoteError
 from aa.router import MeshConfig, Router, RouterConfig
@@ -255,6 +258,44 @@ async def test_predicates_users_run_no_pattern_code(
         ok = await alice.subscribe('n > 1 and type == "reading"')
         await alice.publish({"n": 2}, type="reading")
         assert (await next_event(ok)).values == {"n": 2}
+    finally:
+        await alice.aclose()
+
+
+async def test_a_predicates_user_subscribing_in_a_loop_costs_no_syntax_tree_walk(
+    routers: tuple[Router, Router], pki: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tier the rule checks is read as subscribing reads the pattern: the common
+    # conjunction without `ast`, once per subscribe, not again for the rule and the scope;
+    # and the advice on a conjunction of names events have had needs no tree either.
+    walks: Counter[str] = Counter()
+
+    def counted(module: Any, name: str) -> None:
+        inner = getattr(module, name)
+
+        def counting(*args: Any, **kw: Any) -> Any:
+            walks[name] += 1
+            return inner(*args, **kw)
+
+        monkeypatch.setattr(module, name, counting)
+
+    counted(engine_module, "parse_predicate")
+    counted(advice_module, "_bound_names")  # the advice's walk of a parsed pattern
+    r1, _ = routers
+    alice = await as_user(r1, pki, "alice")
+    try:
+        first = await alice.subscribe("Seq > 0")
+        await alice.publish({"Seq": 10, "n": 12}, type="reading")
+        await next_event(first)  # Seq and n are names events have had now
+        walks.clear()
+        subs = [await alice.subscribe(f"Seq > {i} and n < {i + 5}") for i in range(50)]
+        assert walks == {}
+        await alice.publish({"Seq": 10, "n": 12}, type="reading")
+        assert (await next_event(subs[9])).values == {"Seq": 10, "n": 12}
+        await alice.subscribe("Temperature > 3")  # a name no event had: advised as before
+        assert walks["_bound_names"] == 1
+        with pytest.raises(RemoteError, match='rule patterns = "predicates"'):
+            await alice.subscribe("(lambda: True)()")
     finally:
         await alice.aclose()
 

@@ -27,6 +27,8 @@ from typing import Any
 
 from aa.mesh import PatternSpec
 
+from .predicates import parse_conjunction
+
 __all__ = [
     "pattern_warnings",
     "typo_distance",
@@ -74,11 +76,17 @@ def pattern_warnings(
     does not parse gets no warnings (subscribing reports its error)."""
     if spec.kernel != "python" or len(spec.source) > MAX_ADVICE_SOURCE:
         return []
+    params = params or {}
+    if spec.format == "expr":
+        # The common conjunction of names and literals, every name seen or a param, has
+        # nothing to warn of: told without `ast`, as subscribing reads it.
+        light = parse_conjunction(spec.source)
+        if light is not None and all(n in seen or n in params for n in light.names):
+            return []
     try:
         tree = ast.parse(spec.source, "<pattern>", "eval" if spec.format == "expr" else "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    params = params or {}
     local = _bound_names(tree)
     unknown = {
         n.id

@@ -539,7 +539,9 @@ class PatternEngine:
                 return PREDICATE_TIER
             return WORKER_TIER if instance.remote else SANDBOX_TIER
         if spec.kernel == "python" and spec.format == "expr":
-            if (
+            # As `_predicate` decides at subscribe: the common conjunction is read without
+            # `ast`, which a client subscribing distinct patterns in a loop would make it pay.
+            if parse_conjunction(spec.source) is not None or (
                 parse_predicate(
                     spec.source, self._sandbox.expr_builtins, self._sandbox.guards, closures=False
                 )

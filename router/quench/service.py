@@ -118,6 +118,14 @@ class QuenchService:
         #: Under interest routing, the other routers' summaries: remote answers come from
         #: them and nothing of quenching floods (`use_summaries`); None: flood as in Å.
         self._summaries: Listening | None = None
+        #: Bumped whenever another router's summary says something new (`_listening_changed`):
+        #: an answer made at the same version still holds.
+        self._listening_version = 0
+        #: Owned registration id → (listening version, prototype, the routers whose summaries
+        #: wanted it) of its last answer from the summaries: a publisher that registers the same
+        #: prototype again, in a loop or after an unquench, is answered from it without a
+        #: summary check per router. At most `QuenchTable.max_registrations` entries.
+        self._answers: dict[str, tuple[int, Event, frozenset[str]]] = {}
         #: Called (no arguments) whenever a subscription comes, changes or goes: the one
         #: place the router's subscriptions are watched, for quenching and interest routing.
         self.on_change: list[Callable[[], None]] = []
@@ -135,6 +143,7 @@ class QuenchService:
     def _listening_changed(self, router_id: str) -> None:
         if router_id == self.router_id:
             return
+        self._listening_version += 1
         now = time.monotonic()
         for reg in self.table.owned():
             self._answer_remote(reg, router_id, now)
@@ -203,12 +212,32 @@ class QuenchService:
                 )
             )
             return
+        old = self.table.registrations.get(reg_id)
+        prototype = Event(values=dict(msg.values), type=msg.type)
+        # The same registration again (a publisher re-sending it): its answers are kept
+        # current as subscriptions and summaries change, so they are not worked out anew.
+        again = (
+            self._sessions.get(reg_id) is not None
+            and old is not None
+            and old.expires is None
+            and old.prototype == prototype
+            and old.mentioned_only == msg.mentioned_only
+            and self._summaries is not None
+        )
+        if again:
+            self._sessions[reg_id] = session
+            self.counters["registered_again"] += 1
+            session.send(Quenched(reg=msg.reg))
+            known = self.table.interested(reg_id)
+            if known:
+                self._send_notice(session, msg.reg, known)
+            return
         reg = Registration(
             reg=reg_id,
             client=client,
             number=msg.reg,
             owner=self.router_id,
-            prototype=Event(values=dict(msg.values), type=msg.type),
+            prototype=prototype,
             mentioned_only=msg.mentioned_only,
             timeout=self.config.timeout,
             expires=None,
@@ -230,10 +259,32 @@ class QuenchService:
         if self._summaries is None:
             self._flood_registrations([reg])
             return
+        self._answer_all_remote(reg)
+
+    def _answer_all_remote(self, reg: Registration) -> None:
+        """Answer *reg* for every other router from its summary, or from the last answer for
+        the same prototype while no summary has changed since."""
+        assert self._summaries is not None
         now = time.monotonic()
+        version = self._listening_version
+        last = self._answers.get(reg.reg)
+        if last is not None and last[0] == version and last[1] == reg.prototype:
+            for router_id in last[2]:
+                self._notify(
+                    reg.reg, self.table.report(reg.reg, router_id, frozenset((SUMMARY_SUB,)), now)
+                )
+            return
         for router_id in list(self._summaries.listeners):
             if router_id != self.router_id:
                 self._answer_remote(reg, router_id, now)
+        if len(self._answers) >= self.table.max_registrations:
+            self._answers.clear()
+        wanting = self.table.interest.get(reg.reg, {})
+        self._answers[reg.reg] = (
+            version,
+            reg.prototype,
+            frozenset(r for r in wanting if r != self.router_id),
+        )
 
     def session_closed(
         self, session: ClientSession, subscriptions: Iterable[Hashable] = ()
@@ -241,7 +292,10 @@ class QuenchService:
         """A client's connection closed: its *subscriptions* and its registrations go."""
         for sub in list(subscriptions):
             self.unsubscribed(sub)
-        self._drop_owned([r for r, s in self._sessions.items() if s is session])
+        owned = [r for r, s in self._sessions.items() if s is session]
+        for reg_id in owned:
+            self._answers.pop(reg_id, None)
+        self._drop_owned(owned)
 
     def _drop_owned(self, reg_ids: list[str]) -> None:
         gone = []
