@@ -27,6 +27,7 @@ from support.spark import (
     StandaloneCluster,
     artefact_texts,
     first_difference,
+    log_bytes,
     need_spark,
 )
 
@@ -51,11 +52,16 @@ def office(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _mine_locally(office: Path, adapters: Path, master: str, partitions: int) -> dict[str, bytes]:
+def _mine_locally(
+    office: Path, adapters: Path, master: str, partitions: int, input_bytes: int | None
+) -> dict[str, bytes]:
+    """The artefacts of *office* mined in this process; *input_bytes* as `open_session`
+    takes it (None: unknown, so the settings of a big log)."""
     spark = open_session(
         SparkConfig(
             master=master, shuffle_partitions=partitions, driver_memory="1g", class_archive_dir=""
-        )
+        ),
+        input_bytes=input_bytes,
     )
     try:
         run_mining(spark, MineConfig(inputs=(str(office),), adapters=str(adapters)))
@@ -66,8 +72,10 @@ def _mine_locally(office: Path, adapters: Path, master: str, partitions: int) ->
 
 @pytest.fixture(scope="module")
 def one_core(office: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """As `aa mine` runs on this small log (the first session of the process: the JVM keeps
+    its options)."""
     need_spark()
-    return _mine_locally(office, tmp_path_factory.mktemp("one"), "local[1]", 1)
+    return _mine_locally(office, tmp_path_factory.mktemp("one"), "local[1]", 1, log_bytes(office))
 
 
 def _same(a: dict[str, bytes], b: dict[str, bytes]) -> None:
@@ -82,9 +90,11 @@ def test_partitioning_does_not_change_the_artefacts_one_core_one_partition_vs_tw
     """Two cores and 64 shuffle partitions (`MAX_PARTITIONS_PER_CORE` each, the most `aa mine`
     sizes a two-core session to), their tasks finishing in any order. Not Spark's default of
     200: each partition is a task in every stage of every query, so the count sets the run's
-    time, while the artefacts' independence of it shows from two partitions on."""
+    time, while the artefacts' independence of it shows from two partitions on. This run
+    plans as for a big log (whole-stage code generation), the one-core run as for a small
+    one: the artefacts do not depend on that either."""
     partitions = 2 * MAX_PARTITIONS_PER_CORE
-    _same(one_core, _mine_locally(office, tmp_path, "local[2]", partitions))
+    _same(one_core, _mine_locally(office, tmp_path, "local[2]", partitions, None))
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +193,8 @@ def test_a_cluster_without_room_stops_with_sparks_reason(
     cluster: StandaloneCluster, office: Path, tmp_path: Path, mining_cache: Path
 ) -> None:
     """The worker has 1g: an executor of 4g never starts, and the job says so in one line
-    instead of waiting for ever."""
+    instead of waiting for ever (after a wait of a second: no wait makes the master give such
+    an executor, so a longer one would only idle)."""
     out = _aa(
         "-q",
         "--master",
@@ -195,7 +206,7 @@ def test_a_cluster_without_room_stops_with_sparks_reason(
         "--executor-memory",
         "4g",
         "--executor-wait",
-        "5",
+        "1",
         "--adapters",
         str(tmp_path / "ad"),
         str(office),
@@ -204,7 +215,7 @@ def test_a_cluster_without_room_stops_with_sparks_reason(
     said = _said(out.stderr)
     assert out.returncode == 1 and len(said) == 1, out.stderr
     assert "Initial job has not accepted any resources" in out.stderr, out.stderr
-    assert "no executor in 5 s" in out.stderr and not (tmp_path / "ad").exists()
+    assert "no executor in 1 s" in out.stderr and not (tmp_path / "ad").exists()
 
 
 def test_the_web_ui_port_is_not_a_master(

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 from support import free_tcp_port
-from support.spark import Prepared
+from support.spark import Prepared, log_bytes
 
 from aa.addins.adapters import LocationAdapter, SchemaAdapter
 from aa.mesh import Event
@@ -43,7 +43,9 @@ START = datetime(2030, 1, 7, 7, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(office: Path) -> Iterator[Any]:
+    """A session as `aa mine` opens one for the office's log (the held-out offices below are
+    as small)."""
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'aa-mesh[mining]'")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java: apt-get install default-jre-headless")
@@ -51,7 +53,8 @@ def spark() -> Iterator[Any]:
     session = open_session(
         SparkConfig(
             master="local[2]", shuffle_partitions=2, driver_memory="1g", class_archive_dir=""
-        )
+        ),
+        input_bytes=log_bytes(office),
     )
     yield session
     session.stop()

@@ -12,14 +12,13 @@ import httpx
 import pytest
 from http_helpers import open_server
 from support import wait_for
+from support.worker_bench import CHEAP, COSTLY, batch, charged, in_process_worker, subscribe
 from test_cli_top import aa_top
 
 from aa.client import AsyncClient
 from aa.mesh import Event, PatternSpec
 from aa.router.patterns import CPU_SAMPLE_EVERY, MAX_CPU_TOP, HostFacts, PatternEngine
-
-COSTLY = "total = 0\nfor i in range(1000):\n    total += i * n\nif total >= 0:\n    forward()"
-CHEAP = "if n >= 0:\n    forward()"
+from aa.router.patterns.workers import child
 
 
 def in_process() -> PatternEngine:
@@ -64,12 +63,6 @@ def test_the_costly_script_ranks_first_in_process() -> None:
     assert [c.spec.source for c in engine.cpu_top(1)] == [COSTLY]
 
 
-#: A worker process charges an evaluation its wall time scaled by the thread's share of the
-#: CPU in its last batch: beside a JVM on the other core, that charge grows for every
-#: evaluation alike and swamps the costly script's work (the cheap script was charged as much
-#: as the costly one). So this test runs alone, after the parallel run, as the tests that
-#: bound one thread's CPU time do; the ranking it checks is unchanged.
-@pytest.mark.alone
 async def test_worker_scripts_report_their_cpu_and_aa_top_ranks_them() -> None:
     async with (
         open_server() as (router, endpoint),
@@ -124,3 +117,27 @@ async def test_worker_scripts_report_their_cpu_and_aa_top_ranks_them() -> None:
     assert first.startswith("total = 0 for i in range(1000):") and "worker" in first, out
     assert second.startswith("if n >= 0: forward()"), out
     assert float(first.split()[-2]) > float(second.split()[-2]), out
+
+
+def test_a_worker_charges_each_script_its_cpu_not_the_wall_time_others_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The machine gives the worker's core to another process in the middle of every
+    evaluation (its wall clock jumps a millisecond between any two readings): the cheap
+    script is still charged its own CPU, a small fraction of the costly one's."""
+    wall = [0.0]
+
+    def busy_machine() -> float:
+        wall[0] += 0.001
+        return wall[0]
+
+    monkeypatch.setattr(child, "_perf", busy_machine)
+    with in_process_worker() as (worker, replies):
+        subscribe(worker, 1, COSTLY, "a")
+        subscribe(worker, 2, CHEAP, "a")
+        for seq in range(5):
+            batch(worker, seq, 40)
+    assert [r[0] for r in replies] == ["done"] * 5, replies
+    assert sum(len(r[2]) for r in replies) == 2 * 2 * 5 * 40  # every event to both
+    spent = charged(replies)
+    assert spent[1] > 3 * spent[2] > 0, spent

@@ -26,6 +26,7 @@ __all__ = [
     "need_spark",
     "aa_command",
     "artefact_texts",
+    "log_bytes",
     "mining_cache",
     "prepared_cache",
     "Prepared",
@@ -82,6 +83,15 @@ def mining_cache(prepared_cache: Prepared) -> Path:
     run = prepared_cache.run
     assert run.returncode == 0, f"aa mine prepare failed: {run.stdout}{run.stderr}"
     return prepared_cache.cache
+
+
+def log_bytes(*folders: Path) -> int:
+    """The bytes of event log `aa mine` finds in *folders*: what it sizes its session by (a
+    small log's driver compiles less and plans without whole-stage code generation), so an
+    in-process session given it runs as `aa mine` would on that log."""
+    from aa.tools.mining import resolve_inputs, scan_inputs
+
+    return scan_inputs(resolve_inputs(tuple(str(f) for f in folders))).bytes
 
 
 def artefact_texts(adapters: Path) -> dict[str, bytes]:

@@ -36,19 +36,19 @@ other client a kill and re-creation; with affinity it reaches one worker, and fa
 worker bounds even that.
 
 Fairness inside a worker: each client has a CPU allowance (a token bucket of
-`WorkerConfig.client_burst` seconds, 30 ms by default), and every evaluation is charged to
-the client of the bucket it runs (its first subscriber's: a shared pattern's subscribers
-with other params pay for their own, not the client that placed the pattern) (timed with the wall
-clock, scaled by the share of the last batch the worker was on a CPU, so a machine busy with other
-processes charges nobody). While the worker works, each client is credited an equal share of the
-time passing among the clients that needed the worker in the last batch; time the worker waits for
-the router is credited to everybody whole. A client's evaluations get a tick budget of no more than
-its allowance left (a loop stops as soon as its client's share is spent), and a pattern
-whose client runs a debt of one more burst is stopped ("its client's patterns together
-used more than their share of the worker's CPU"). So a client's patterns together use at
-most their share of a busy worker, whatever their number, and one client's hostile pattern
-delays the other clients on its worker by the burst and the debt plus one evaluation
-(30 + 30 + 20 ms of CPU), or by one kill deadline and a re-creation if it is stuck in C.
+`WorkerConfig.client_burst` seconds, 30 ms by default), and every evaluation is charged to the
+client of the bucket it runs (its first subscriber's: a shared pattern's subscribers with other
+params pay for their own, not the client that placed the pattern) (timed with the thread's CPU
+clock, so a machine busy with other processes charges nobody). While the worker works, each
+client is credited an equal share of the time passing among the clients that needed the worker
+in the last batch; time the worker waits for the router is credited to everybody whole. A
+client's evaluations get a tick budget of no more than its allowance left (a loop stops as soon
+as its client's share is spent), and a pattern whose client runs a debt of one more burst is
+stopped ("its client's patterns together used more than their share of the worker's CPU"). So a
+client's patterns together use at most their share of a busy worker, whatever their number, and
+one client's hostile pattern delays the other clients on its worker by the burst and the debt
+plus one evaluation (30 + 30 + 20 ms of CPU), or by one kill deadline and a re-creation if it is
+stuck in C.
 
 A killed or crashed worker: the subscribers of the bucket it was evaluating (named in the
 shared slot: the pattern and params it was running) are stopped with the reason, and no

@@ -71,6 +71,7 @@ _SHARE_WINDOW = 1.0
 _SHARE_EVERY = 0.01
 _perf = time.perf_counter
 _mono_ns = time.monotonic_ns
+_thread_ns = time.thread_time_ns
 _pack_slot = SLOT.pack_into
 
 
@@ -128,16 +129,17 @@ class Worker:
         self.errors: list[list[Any]] = []
         self.share = 1.0
         self.next_share = 0.0
-        #: Share of wall time the worker was on a CPU in its last batch: evaluations are
-        #: timed with the cheap wall clock and charged this fraction of it, so time the
-        #: machine gave to other processes is not charged to a client.
+        #: Share of wall time the worker was on a CPU in its last batch: a client's
+        #: allowance grows by the wall time since its last evaluation times this fraction, so
+        #: time the machine gave to other processes is not credited as CPU.
         self.on_cpu = 1.0
         #: Seconds the worker just waited for the router (0 while it is kept busy), and
         #: since when.
         self.idle = 0.0
         self.idle_from = _perf()
         #: CPU each instance (by iid) took in the batch being run, in ns, sent with its
-        #: answer: the evaluation's wall time as charged to its client (`on_cpu`).
+        #: answer: the thread's CPU clock around each evaluation, as charged to its client
+        #: (wall time would charge a cheap script for the core another process took).
         self.cpu: dict[int, int] = {}
 
     # -- messages --------------------------------------------------------------------------
@@ -309,6 +311,7 @@ class Worker:
             switch.current = rng
             bucket.state_countdown = 1  # `state` measured after every run
             _pack_slot(slot, 0, -first_key if first_key else iid, _mono_ns(), kill_ns)
+            cpu_from = _thread_ns()
             try:
                 result = run(bucket, event, *rest)
             except SandboxStop as stop:
@@ -318,9 +321,9 @@ class Worker:
             finally:
                 _pack_slot(slot, 0, 0, 0, 0)
                 budget.limit = time_budget
-                used = (_perf() - start) * worker.on_cpu
-                client.tokens = tokens - used
-                cpu[iid] = cpu.get(iid, 0) + int(used * 1e9)
+                used = _thread_ns() - cpu_from
+                client.tokens = tokens - used * 1e-9
+                cpu[iid] = cpu.get(iid, 0) + used
             if client.tokens < -burst:
                 budget.violation = None
                 raise SandboxStop(TIMEOUT, _SHARE_MESSAGE)
