@@ -455,6 +455,8 @@ class PatternEngine:
 
         Predicate-tier buckets come from the index (`index/`): only the candidates the
         event's fields select are evaluated. Every other bucket is run once per event."""
+        if not self._subs:  # a router that only relays: nothing here can match
+            return []
         self._stamp += 1
         pool = self._tier.pool
         if pool is not None and len(pool):
