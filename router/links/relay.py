@@ -424,7 +424,7 @@ class Relay:
         all_seen = rules.all_seen
         first = rules.first
         forward_to = rules.forward_to
-        dispatch = self._dispatch.dispatch
+        dispatch_many = self._dispatch.dispatch_many
         came_from = link.remote_id
         by_id = {
             out.remote_id: out
@@ -451,11 +451,8 @@ class Relay:
                 # Step 3: check the events (MalformedFrame closes the link; nothing was
                 # recorded), then record and dispatch the fresh ones.
                 events = group.decode(ttl=hop.ttl, path=new_path)
-                fresh: list[Event] = []
-                for eid, ev in zip(ids, events):  # decode checked: the ids are ev.id
-                    if first(eid, now):
-                        dispatch(ev)
-                        fresh.append(ev)
+                fresh = [ev for eid, ev in zip(ids, events) if first(eid, now)]
+                dispatch_many(fresh)  # decode checked: the ids are ev.id
                 if len(fresh) != k:
                     dups += k - len(fresh)
                 if not fresh:
