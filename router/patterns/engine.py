@@ -455,12 +455,12 @@ class PatternEngine:
 
         Predicate-tier buckets come from the index (`index/`): only the candidates the
         event's fields select are evaluated. Every other bucket is run once per event."""
-        if not self._subs:  # a router that only relays: nothing here can match
-            return []
         self._stamp += 1
         pool = self._tier.pool
         if pool is not None and len(pool):
             pool.dispatch(event)  # deliveries come back through on_deliveries
+        if not (self._index or self._scan or self._sandbox.errors.tallies):
+            return []  # no pattern in this process (a router that only relays)
         timed = self._stamp % CPU_SAMPLE_EVERY == 0
         matched, stops = self._index.match(event, self._stamp, self._charge if timed else None)
         if not (stops or self._scan or self._sandbox.errors.tallies):
