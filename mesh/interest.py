@@ -645,6 +645,31 @@ class MeshInterests:
         folded = tree.folded
         return [c for c in kids if folded[c].may_match(event)]
 
+    def forward_many(
+        self, me: str, source: str, came_from: str | None, events: Sequence[Event]
+    ) -> list[tuple[str, ...]] | None:
+        """`forward` for each of *events*, which share *source* and *came_from* (a relayed
+        group): the tree is looked up once, and events with the same neighbours share one
+        tuple, so a caller can work per distinct answer. None means "flood" for all."""
+        self._build()
+        if not self._complete:
+            return None
+        tree = self.tree(source)
+        if tree is None or me not in tree.parent or tree.parent[me] != came_from:
+            return None
+        kids = tree.children.get(me)
+        if not kids:
+            return [()] * len(events)
+        wants = [(c, tree.folded[c]) for c in kids]
+        if all(w.anything for _, w in wants):
+            return [tuple(kids)] * len(events)
+        shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+        out: list[tuple[str, ...]] = []
+        for event in events:
+            chosen = tuple([c for c, w in wants if w.may_match(event)])
+            out.append(shared.setdefault(chosen, chosen))
+        return out
+
 
 class InterestTable:
     """One router's view with the safety rules of the module docstring: time passed in.
@@ -821,3 +846,14 @@ class InterestTable:
         if self.waiting and now < self._wait_until:
             return None
         return self.view.forward(self.router_id, source, came_from, event)
+
+    def targets_many(
+        self, source: str, came_from: str | None, events: Sequence[Event], now: float
+    ) -> list[tuple[str, ...]] | None:
+        """`targets` for each of *events* of one group, or None: flood them all (unsure).
+        See `MeshInterests.forward_many`."""
+        if now < self._settled_at:
+            return None
+        if self.waiting and now < self._wait_until:
+            return None
+        return self.view.forward_many(self.router_id, source, came_from, events)

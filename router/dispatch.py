@@ -381,6 +381,19 @@ class Dispatcher:
         self._dispatch(event)
         self.counters["dispatched"] += 1
 
+    def dispatch_many(self, events: list[Event]) -> None:
+        """`dispatch` each of *events* (fresh here, from a peer), in order: all their
+        deliveries, then the sinks, given them at once."""
+        if not events:
+            return
+        self._sample_in -= 1
+        if not self._sample_in:
+            self._sample_in = SAMPLE_EVERY
+            if self._sampled is None:
+                self._sampled = time.perf_counter()
+        self._dispatch_batch(events)
+        self.counters["dispatched"] += len(events)
+
     def _dispatch(self, event: Event) -> None:
         names = self.names_seen
         if len(names) < MAX_NAMES_SEEN:

@@ -47,6 +47,9 @@ class Dispatch(Protocol):
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks: once per router per event."""
 
+    def dispatch_many(self, events: list[Event]) -> None:
+        """`dispatch` each of *events*, in order (a peer's group: the sinks get them at once)."""
+
     def flush(self) -> None:
         """The batch is handled: write every client's queued deliveries now."""
 

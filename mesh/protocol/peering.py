@@ -63,17 +63,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final
 
 from ..endpoints import check_endpoint
 from ..errors import InvalidValue, MalformedFrame, UsageError
-from ..event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
+from ..event import MAX_ID_LENGTH, Event
 from ..flood import MAX_PATH_LENGTH, check_flood_meta
 from ..values import Values, check_values
 from .codec import pack, pack_events, unpack
 from .messages import Message, register, unchecked
-from .wire_events import event_from_wire
+from .wire_events import flood_events
 
 __all__ = [
     "KnownRouter",
@@ -366,42 +365,7 @@ class FloodGroup:
         if ttl is None:
             ttl = self.ttl
         hop_path: Any = list(self.path) if path is None else path  # a list of str: a Value
-        out: list[Event] = []
-        append = out.append
-        trusted = Event.trusted
-        keys_ok, flat_ok = _STR.issuperset, _FLAT_TYPES.issuperset
-        for item, id_ in zip(items, ids):
-            # The fast check (see `_FLAT_TYPES`): a flat event straight from msgpack. The ttl
-            # and path are overwritten first, since the blob's are not authoritative: what
-            # they held is never read, so it need not be checked either.
-            if type(item) is list and len(item) == 4:
-                eid, etype, values, meta = item
-                if type(meta) is dict:
-                    meta[META_TTL] = ttl
-                    meta[META_PATH] = None  # flat for the check; the real path just below
-                    if (
-                        type(values) is dict
-                        and eid == id_
-                        and (etype is None or type(etype) is str)
-                        and keys_ok(map(type, values))
-                        and flat_ok(map(type, values.values()))
-                        and keys_ok(map(type, meta))
-                        and flat_ok(map(type, meta.values()))
-                    ):
-                        meta[META_PATH] = hop_path
-                        append(trusted(values, etype, meta, eid))
-                        continue
-            # Anything else (nested values, a nil meta, or something wrong): the full check.
-            ev = event_from_wire(item)
-            if ev.id != id_:
-                raise MalformedFrame("bad 'flood' message: a group's events do not match its ids")
-            # The meta map was just unpacked (or made) for this event alone: set the hop's
-            # ttl and path in place rather than copy it.
-            meta = ev.meta
-            meta[META_TTL] = ttl
-            meta[META_PATH] = hop_path
-            append(ev)
-        return out
+        return flood_events(items, ids, ttl, hop_path)
 
     def split(self) -> tuple[FloodGroup, FloodGroup]:
         """Two groups holding the first and second half of the events (for a frame that
@@ -438,17 +402,6 @@ class FloodGroup:
 
 
 _set = object.__setattr__
-
-# What `FloodGroup.decode` may accept without the full check of `event_from_wire`: maps whose
-# keys are all str and whose values are all of these exact types. This is sound only for data
-# fresh from `aa.mesh.protocol.codec.unpack`, which decode always has: msgpack yields no int outside
-# the value model's 64-bit range (its format has none), no tuple, no subclass, and the codec turns
-# every extension into a datetime or refuses it. So the only things the full check could still
-# find wrong are keys that are not str and nesting (depth, lists, maps), and the fast check
-# defers every list and map value to it. Typical events are flat: this halves their checking.
-# `tests/test_mesh_peering.py` holds the fast check to the full one on generated input.
-_STR: Final = frozenset({str})
-_FLAT_TYPES: Final = frozenset({str, int, float, bool, type(None), bytes, datetime})
 
 
 @register("flood")

@@ -3,19 +3,27 @@
 A router reads every event of every publish through here, so the usual event is checked in
 one function call (`_event`); a frame decoded in steps has its events checked in steps too
 (`events_from_wire_steps`), nested values included: one event may hold ~128,000 of them. A
-client reads a delivery frame's events in one call (`deliver_items`).
+client reads a delivery frame's events in one call (`deliver_items`), and a relaying router
+a flood group's events in one (`flood_events`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
+from datetime import datetime
 from typing import Any, Final, NoReturn
 
 from ..errors import InvalidValue, MalformedFrame
-from ..event import MAX_ID_LENGTH, Event
+from ..event import MAX_ID_LENGTH, META_PATH, META_TTL, Event
 from ..values import _check_steps, _valid_map, check_values
 
-__all__ = ["deliver_items", "event_to_wire", "event_from_wire", "events_from_wire_steps"]
+__all__ = [
+    "deliver_items",
+    "event_to_wire",
+    "event_from_wire",
+    "events_from_wire_steps",
+    "flood_events",
+]
 
 
 def event_to_wire(ev: Event) -> list[Any]:
@@ -82,6 +90,65 @@ def deliver_items(items: Any) -> tuple[tuple[tuple[int, ...], Event], ...]:
             )
         )
     return tuple(out)
+
+
+# What `flood_events` may accept without the full check of `event_from_wire`: maps whose keys
+# are all str and whose values are all of these exact types. This is sound only for data fresh
+# from `aa.mesh.protocol.codec.unpack`, which a flood group's blob always is: msgpack yields no
+# int outside the value model's 64-bit range (its format has none), no tuple, no subclass, and
+# the codec turns every extension into a datetime or refuses it. So the only things the full
+# check could still find wrong are keys that are not str and nesting (depth, lists, maps), and
+# the fast check defers every list and map value to it. Typical events are flat: this halves
+# their checking. `tests/test_links_peering.py` holds the fast check to the full one.
+_FLAT_TYPES: Final = frozenset({str, int, float, bool, type(None), bytes, datetime})
+
+
+def _flat_map(m: dict[Any, Any]) -> bool:
+    """Whether every key of *m* is a str and every value of a type in `_FLAT_TYPES`: a plain
+    loop, which compiled is a few C calls per item (a generator, for `all`, is not)."""
+    flat = _FLAT_TYPES
+    for k, v in m.items():
+        if type(k) is not str or type(v) not in flat:
+            break
+    else:
+        return True
+    return False
+
+
+def flood_events(items: list[Any], ids: tuple[str, ...], ttl: int, path: Any) -> list[Event]:
+    """The events of a flood group's unpacked blob *items* (as many as *ids*), checked, each
+    with ``meta`` ttl and path set to *ttl* and *path* (the hop's: the blob's are stale and
+    never read, so they need no check). `MalformedFrame` unless each item is a well-formed
+    event array whose id is the one of *ids* at its place."""
+    out: list[Event] = []
+    for item, id_ in zip(items, ids):
+        # The fast check (see `_FLAT_TYPES`): a flat event straight from msgpack.
+        if type(item) is list and len(item) == 4:
+            eid, etype, values, meta = item
+            if type(meta) is dict:
+                meta[META_TTL] = ttl
+                meta[META_PATH] = None  # flat for the check; the real path just below
+                if (
+                    type(values) is dict
+                    and eid == id_
+                    and (etype is None or type(etype) is str)
+                    and _flat_map(values)
+                    and _flat_map(meta)
+                ):
+                    meta[META_PATH] = path
+                    out.append(_trusted(values, etype, meta, eid))
+                    continue
+        # Anything else (nested values, a nil meta, or something wrong): the full check.
+        ev = event_from_wire(item)
+        if ev.id != id_:
+            raise MalformedFrame("bad 'flood' message: a group's events do not match its ids")
+        # The meta map was just unpacked (or made) for this event alone: set the hop's ttl
+        # and path in place rather than copy it.
+        meta = ev.meta
+        meta[META_TTL] = ttl
+        meta[META_PATH] = path
+        out.append(ev)
+    return out
 
 
 #: Nested values checked per step of a publish decoded in steps (~2 ms of the densest).

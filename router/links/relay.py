@@ -237,29 +237,32 @@ class Relay:
         (peers, the routers a directed copy is for or (), events): an event for a congested
         link goes round it when it can (`aa.mesh.detour`)."""
         assert self.interests is not None
-        targets = self.interests.targets
         now = time.monotonic()
+        counters = self.counters
+        per_event = self.interests.targets_many(source, came_from, events, now)
+        if per_event is None:  # unsure: flood them all
+            counters["interest_flooded"] += len(events)
+            flooded = tuple(flood_to if flood_to is not None else peers)
+            return [(flooded, (), events)] if flooded else []
+        counters["interest_routed"] += len(events)
         path = hop.path if hop is not None else (self.rules.router_id,)
-        flooded = tuple(flood_to if flood_to is not None else peers)
         parts: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Event]] = {}
         congested = self._congested(peers)
-        n_flooded = 0
-        for ev in events:
-            chosen = targets(source, came_from, ev, now)
+        # Events of a group mostly go the same way: the rule's answers are shared tuples,
+        # each filtered (and its part found) once, not once per event.
+        usable: dict[tuple[str, ...], tuple[str, ...]] = {}
+        for ev, wanted in zip(events, per_event):
+            chosen = usable.get(wanted)
             if chosen is None:
-                if flooded:
-                    parts.setdefault((flooded, ()), []).append(ev)
-                n_flooded += 1
-                continue
-            chosen = [p for p in chosen if p in peers and p not in path]
+                chosen = usable[wanted] = tuple([p for p in wanted if p in peers and p not in path])
             if congested and not congested.isdisjoint(chosen):
-                for key in self._detour(source, path, chosen, congested, ev):
+                for key in self._detour(source, path, list(chosen), congested, ev):
                     parts.setdefault(key, []).append(ev)
             elif chosen:
-                parts.setdefault((tuple(chosen), ()), []).append(ev)
-        counters = self.counters
-        counters["interest_flooded"] += n_flooded
-        counters["interest_routed"] += len(events) - n_flooded
+                part = parts.get((chosen, ()))
+                if part is None:
+                    part = parts[(chosen, ())] = []
+                part.append(ev)
         return [(to_peers, to, part) for (to_peers, to), part in parts.items()]
 
     # -- round congested links (`aa.mesh.detour`) --------------------------------------------
@@ -421,7 +424,7 @@ class Relay:
         all_seen = rules.all_seen
         first = rules.first
         forward_to = rules.forward_to
-        dispatch = self._dispatch.dispatch
+        dispatch_many = self._dispatch.dispatch_many
         came_from = link.remote_id
         by_id = {
             out.remote_id: out
@@ -448,11 +451,8 @@ class Relay:
                 # Step 3: check the events (MalformedFrame closes the link; nothing was
                 # recorded), then record and dispatch the fresh ones.
                 events = group.decode(ttl=hop.ttl, path=new_path)
-                fresh: list[Event] = []
-                for eid, ev in zip(ids, events):  # decode checked: the ids are ev.id
-                    if first(eid, now):
-                        dispatch(ev)
-                        fresh.append(ev)
+                fresh = [ev for eid, ev in zip(ids, events) if first(eid, now)]
+                dispatch_many(fresh)  # decode checked: the ids are ev.id
                 if len(fresh) != k:
                     dups += k - len(fresh)
                 if not fresh:

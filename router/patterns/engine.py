@@ -459,6 +459,8 @@ class PatternEngine:
         pool = self._tier.pool
         if pool is not None and len(pool):
             pool.dispatch(event)  # deliveries come back through on_deliveries
+        if not (self._index or self._scan or self._sandbox.errors.tallies):
+            return []  # no pattern in this process (a router that only relays)
         timed = self._stamp % CPU_SAMPLE_EVERY == 0
         matched, stops = self._index.match(event, self._stamp, self._charge if timed else None)
         if not (stops or self._scan or self._sandbox.errors.tallies):
