@@ -247,7 +247,10 @@ def _rms(a: str, b: str, floor: Any) -> Any:
 
     sq = F.map_zip_with(a, b, lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2)
     total = F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
-    return F.sqrt(total / F.size(sq))
+    # The union's size from the keys, not size(sq): each use of a lambda is a new
+    # expression to Spark, so size(sq) would zip the maps (interpreted, per pair) again.
+    union = F.size(a) + F.size(b) - F.size(F.array_intersect(F.map_keys(a), F.map_keys(b)))
+    return F.sqrt(total / union)
 
 
 def _homes(fp: DataFrame) -> DataFrame:
