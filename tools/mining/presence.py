@@ -217,10 +217,10 @@ def _distances(
     keys = state.select("window", "node", "fp", "top", "at_home", F.explode("top").alias("radio"))
     a, b = keys.alias("a"), keys.alias("b")
     common = F.size(F.array_intersect(F.map_keys("a.fp"), F.map_keys("b.fp")))
-    # Spark tests a join's condition left to right, and puts a filter it pushes into the
-    # join before the tests already there: written last, the cheapest test (a < b, which
-    # half the matched rows fail) runs first, and the shared radios of the fingerprints are
-    # counted only for the rows that pass it and the first-shared-radio test.
+    # Spark tests a join's condition left to right, and puts the filters it pushes into the
+    # join before the tests already there: the first-shared-radio test and a < b (which
+    # half the matched rows fail) run first, and the shared radios of the fingerprints are
+    # counted only for the rows that pass both.
     dist = (
         a.join(
             b,
