@@ -222,6 +222,27 @@ def _heuristic(cells: list[Any]) -> tuple[int, float, float, float]:
     )
 
 
+def _merge_cells(rows: list[Any]) -> list[dict[str, Any]]:
+    """One row per (radio, building, floor, cx, cy) of rows also split by kind and name:
+    n and the sums added (a sum of nulls is null, as in Spark), kind and name the least
+    that is not null (Spark's min)."""
+    cells: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["radio"], r["building"], r["floor"], r["cx"], r["cy"])
+        cell = cells.get(key)
+        if cell is None:
+            cells[key] = r.asDict()
+            continue
+        cell["n"] += r["n"]
+        for col in ("rssi", "x", "y"):
+            if r[col] is not None:
+                cell[col] = r[col] if cell[col] is None else cell[col] + r[col]
+        for col in ("kind", "name"):
+            if r[col] is not None and (cell[col] is None or r[col] < cell[col]):
+                cell[col] = r[col]
+    return list(cells.values())
+
+
 def mine_location(
     events: DataFrame,
     config: LocationConfig,
@@ -236,21 +257,25 @@ def mine_location(
 
     obs = _observations(events, config, parsed)
     cm = config.cell_m
-    collected = (
+    # Grouped by kind and name too, not aggregated with min: a min of strings has no
+    # fixed-width buffer, so Spark would sort every observation instead of hashing it. The
+    # groups of a cell (nearly always one) are merged here: counts and sums of whole units
+    # add exactly, and the least kind and name are what min gives.
+    collected = _merge_cells(
         obs.groupBy(
             "radio",
             "building",
             "floor",
             F.floor(F.col("x") / cm).alias("cx"),
             F.floor(F.col("y") / cm).alias("cy"),
+            "kind",
+            "name",
         )
         .agg(
             F.count(F.lit(1)).alias("n"),
             fixed_sum(F.col("rssi"), SIGNAL_UNIT).alias("rssi"),
             fixed_sum(F.col("x"), POSITION_UNIT).alias("x"),
             fixed_sum(F.col("y"), POSITION_UNIT).alias("y"),
-            F.min("kind").alias("kind"),
-            F.min("name").alias("name"),
         )
         .collect()
     )

@@ -216,26 +216,31 @@ def _distances(
     # (no distinct, and no joins of the pairs with the states after).
     keys = state.select("window", "node", "fp", "top", "at_home", F.explode("top").alias("radio"))
     a, b = keys.alias("a"), keys.alias("b")
+    common = F.size(F.array_intersect(F.map_keys("a.fp"), F.map_keys("b.fp")))
+    # Spark tests a join's condition left to right, and puts the filters it pushes into the
+    # join before the tests already there: the first-shared-radio test and a < b (which
+    # half the matched rows fail) run first, and the shared radios of the fingerprints are
+    # counted only for the rows that pass both.
     dist = (
         a.join(
             b,
             (F.col("a.window") == F.col("b.window"))
             & (F.col("a.radio") == F.col("b.radio"))
-            & (F.col("a.node") < F.col("b.node")),
+            # One at their desk and the other away (a visitor in the next room, a meeting
+            # through the wall) are not together, however near: see `_homes`.
+            & (F.col("a.at_home") == F.col("b.at_home"))
+            & (common >= cfg.min_common),
         )
         .where(F.col("a.radio") == F.array_min(F.array_intersect("a.top", "b.top")))
-        # One at their desk and the other away (a visitor in the next room, a meeting
-        # through the wall) are not together, however near: see `_homes`.
-        .where(F.col("a.at_home") == F.col("b.at_home"))
+        .where(F.col("a.node") < F.col("b.node"))
         .select(
             F.col("a.window").alias("window"),
             F.col("a.node").alias("a"),
             F.col("b.node").alias("b"),
-            F.size(F.array_intersect(F.map_keys("a.fp"), F.map_keys("b.fp"))).alias("common"),
+            common.alias("common"),
             _rms("a.fp", "b.fp", floor).alias("distance"),
             F.col("a.at_home").alias("home"),
         )
-        .where(F.col("common") >= cfg.min_common)
     )
     return dist, homes, state, [state, homes, fp]
 
@@ -247,7 +252,10 @@ def _rms(a: str, b: str, floor: Any) -> Any:
 
     sq = F.map_zip_with(a, b, lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2)
     total = F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
-    return F.sqrt(total / F.size(sq))
+    # The union's size from the keys, not size(sq): each use of a lambda is a new
+    # expression to Spark, so size(sq) would zip the maps (interpreted, per pair) again.
+    union = F.size(a) + F.size(b) - F.size(F.array_intersect(F.map_keys(a), F.map_keys(b)))
+    return F.sqrt(total / union)
 
 
 def _homes(fp: DataFrame) -> DataFrame:
