@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from aa.mesh import MAX_PEERS, Control, Event, Interest, InterestTable, InvalidValue
@@ -391,6 +391,14 @@ class InterestService:
         if self.config.routing != "interest":
             return None
         return self.table.targets(source, came_from, event, now)
+
+    def targets_many(
+        self, source: str, came_from: str | None, events: Sequence[Event], now: float
+    ) -> list[list[str] | None]:
+        """`targets` for each of *events*, all from *source* and received from *came_from*."""
+        if self.config.routing != "interest":
+            return [None] * len(events)
+        return self.table.targets_many(source, came_from, events, now)
 
     def info(self) -> dict[str, Any]:
         """What `aa mesh` may show of interest routing here."""

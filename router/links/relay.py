@@ -237,20 +237,20 @@ class Relay:
         (peers, the routers a directed copy is for or (), events): an event for a congested
         link goes round it when it can (`aa.mesh.detour`)."""
         assert self.interests is not None
-        targets = self.interests.targets
-        now = time.monotonic()
+        answers = self.interests.targets_many(source, came_from, events, time.monotonic())
         path = hop.path if hop is not None else (self.rules.router_id,)
         flooded = tuple(flood_to if flood_to is not None else peers)
         parts: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Event]] = {}
         congested = self._congested(peers)
         n_flooded = 0
-        for ev in events:
-            chosen = targets(source, came_from, ev, now)
+        for ev, chosen in zip(events, answers):
             if chosen is None:
                 if flooded:
                     parts.setdefault((flooded, ()), []).append(ev)
                 n_flooded += 1
                 continue
+            if not chosen:
+                continue  # no link wants it: the common case of local interest
             chosen = [p for p in chosen if p in peers and p not in path]
             if congested and not congested.isdisjoint(chosen):
                 for key in self._detour(source, path, chosen, congested, ev):
