@@ -118,6 +118,9 @@ SETTLE_TIME: Final = 1.0
 #: summaries (handed over by the link ends within a round trip and one flood): a summary that
 #: is lost or slower than this is waited for no longer, and the router routes on its view.
 CATCH_UP_TIME: Final = 2.0
+#: Event types whose answer a tree remembers per router (`MeshInterests.forward_many`), in
+#: types: sites have tens; past it the answers are forgotten and worked out again.
+MAX_TYPE_ANSWERS: Final = 1024
 #: Trees kept per view (sources the router relays for), in trees: each holds a few entries
 #: per router of the mesh.
 MAX_TREES: Final = 256
@@ -466,7 +469,7 @@ class _Tree:
     """The shortest-path tree of one source over one view: each router's parent, and the
     folded interest of each router's subtree (its own and all its descendants')."""
 
-    __slots__ = ("parent", "children", "folded")
+    __slots__ = ("parent", "children", "folded", "plans")
 
     def __init__(
         self,
@@ -497,6 +500,11 @@ class _Tree:
         self.parent = parent
         self.children = children
         self.folded = folded
+        #: Router → its children with their folded interests, and (when those hold only
+        #: types) the children each event type goes to, filled as types come
+        #: (`MeshInterests.forward_many`).
+        self.plans: dict[str, tuple[list[tuple[str, Interest]], dict[str | None, list[str]] | None]]
+        self.plans = {}
 
 
 class MeshInterests:
@@ -650,24 +658,30 @@ class MeshInterests:
     ) -> list[list[str] | None]:
         """`forward` for each of *events* (all from *source*, received from *came_from*),
         the same answers: the tree is looked up once, and while no child's subtree holds a
-        filter beyond types, the answer depends only on the event type and is worked out
-        once per type. A router relays its events in batches of a few to hundreds, so what
-        `forward` does per call would otherwise be paid per event."""
+        filter beyond types, the answer depends only on the event type: it is worked out
+        once per type and kept with the tree (until the view changes). A router relays its
+        events in batches of a few to hundreds, so what `forward` does per call would
+        otherwise be paid per event."""
         self._build()
         tree = self.tree(source) if self._complete else None
         if tree is None or me not in tree.parent or tree.parent[me] != came_from:
             return [None] * len(events)
-        kids = tree.children.get(me)
-        if not kids:
+        plan = tree.plans.get(me)
+        if plan is None:
+            folded = [(c, tree.folded[c]) for c in tree.children.get(me, ())]
+            type_only = not any(f.filters for _, f in folded)
+            plan = tree.plans[me] = (folded, {} if type_only else None)
+        folded, by_type = plan
+        if not folded:
             return [[] for _ in events]
-        folded = [(c, tree.folded[c]) for c in kids]
-        if any(f.filters for _, f in folded):
+        if by_type is None:
             return [[c for c, f in folded if f.may_match(ev)] for ev in events]
-        by_type: dict[str | None, list[str]] = {}
         out: list[list[str] | None] = []
         for ev in events:
             chosen = by_type.get(ev.type)
             if chosen is None:
+                if len(by_type) >= MAX_TYPE_ANSWERS:
+                    by_type.clear()  # a publisher of ever new types costs time, not memory
                 chosen = by_type[ev.type] = [c for c, f in folded if f.may_match(ev)]
             out.append(list(chosen) if chosen else [])
         return out

@@ -7,7 +7,14 @@ import random
 import pytest
 
 from aa.mesh import Event, Interest, InterestFilter, InterestTable, InvalidValue, MeshInterests
-from aa.mesh.interest import CACHED, MAX_CONSTRAINTS, MAX_FILTERS, MAX_TYPES, PERSISTED
+from aa.mesh.interest import (
+    CACHED,
+    MAX_CONSTRAINTS,
+    MAX_FILTERS,
+    MAX_TYPE_ANSWERS,
+    MAX_TYPES,
+    PERSISTED,
+)
 
 HOT = InterestFilter(type="hot")
 
@@ -190,6 +197,13 @@ def test_a_batch_gets_the_answers_each_of_its_events_would(seed):
                 for came_from in {came, rng.choice(graph[me])}:
                     one_by_one = [view.forward(me, source, came_from, e) for e in batch]
                     assert view.forward_many(me, source, came_from, batch) == one_by_one
+    # A publisher of ever new types: the answers kept per type stay bounded, and right.
+    view = MeshInterests()
+    for rid, peers in {"a": ["b"], "b": ["a"]}.items():
+        view.put(rid, peers, Interest.of([HOT]) if rid == "b" else Interest.NOTHING)
+    batch = [ev(f"t{i}") for i in range(MAX_TYPE_ANSWERS + 10)] + [ev("hot")]
+    assert view.forward_many("a", "a", None, batch) == [[]] * (len(batch) - 1) + [["b"]]
+    assert len(view.tree("a").plans["a"][1]) <= MAX_TYPE_ANSWERS
     table = InterestTable("a", settle=1.0)
     table.local(["b"], Interest.NOTHING, now=0.0)
     table.receive("b", 1, ["a"], Interest.of([HOT]), now=0.0)

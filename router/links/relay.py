@@ -241,7 +241,7 @@ class Relay:
         path = hop.path if hop is not None else (self.rules.router_id,)
         flooded = tuple(flood_to if flood_to is not None else peers)
         parts: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Event]] = {}
-        congested = self._congested(peers)
+        congested: set[str] | None = None  # asked once some event goes somewhere
         n_flooded = 0
         for ev, chosen in zip(events, answers):
             if chosen is None:
@@ -252,6 +252,8 @@ class Relay:
             if not chosen:
                 continue  # no link wants it: the common case of local interest
             chosen = [p for p in chosen if p in peers and p not in path]
+            if congested is None:
+                congested = self._congested(peers)
             if congested and not congested.isdisjoint(chosen):
                 for key in self._detour(source, path, chosen, congested, ev):
                     parts.setdefault(key, []).append(ev)
