@@ -7,6 +7,7 @@ partition leaves routers routing on a stale view once the catch-up wait runs out
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
 import bench_interest
 
 from aa.mesh.interest import CATCH_UP_TIME, SETTLE_TIME
+from aa.router.links import interests as interests_module
 from aa.router.links.interests import InterestService
 
 
@@ -26,6 +28,7 @@ def test_after_a_heal_nothing_is_lost_and_routers_route_again_within_the_settle_
     assert h["lost"] == 0
     assert h["waited_out"] == 0  # every summary came back: none waited out the catch-up
     assert SETTLE_TIME <= h["converged"] < SETTLE_TIME + 0.2
+    assert interests_module.time is time  # the simulation's clock is gone again
 
 
 def test_without_the_hand_over_a_short_partition_loses_events(monkeypatch):

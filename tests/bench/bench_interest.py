@@ -518,39 +518,39 @@ def _heal(
     # Version 1 is each router's summary before the cut; the cut's ends and the newcomer
     # made new ones since (what their own side holds).
     version = {r: 1 + (r in ends) + (r == newcomer) for r in graph}
-    sim = HandoverSim(delay, routers)
-    for r in graph:
-        sim.content[r, 1] = (tuple(sorted(graph[r])), stale.get(r, Interest.NOTHING))
-        sim.content[r, version[r]] = (tuple(sorted(apart[r])), interests[r])
-    t_init, t0 = 0.0, 2.0
-    for r in routers:
-        svc, mine = sim.svc[r], r in side
-        sim.wants[r] = svc.interest = svc.listening = interests[r]
-        svc.version = version[r]
-        sim.mesh[r].links = set(apart[r])
-        held = [(o, version[o]) for o in graph if o != r and (o in side) == mine]
-        others = [o for o in graph if (o in side) != mine]
-        if short:
-            held += [(o, 1) for o in others]
-        table = svc.table
-        for o, v in held:
-            table.view.put(o, *sim.content[o, v])  # held since long ago: one graph build
-        table.local(apart[r], interests[r], now=t_init)
-        for o, v in held:
-            table.receive(o, v, *sim.content[o, v], now=t_init)
-        if short:
-            table.unconfirmed |= set(others)  # out of reach since the cut
-    sources = rng.sample(sorted(side), min(50, len(side)))
-    published = [(t0 - 0.5 + t, r, ev) for t, r, ev in stream(rng, sources, 4.0, every)]
-    for k in range(0, len(published), 10):
-        t, source, ev = published[k]
-        published[k] = (t, source, Event(values=dict(ev.values), type="fresh"))
-    sim.clock.now = sim.watch_from = t0
-    controls = sim.controls
-    for a, b in sorted(cut):
-        if a < b:
-            sim.link_up(a, b)
-    got, messages = sim.run(published, math.inf)
+    with HandoverSim(delay, routers) as sim:
+        for r in graph:
+            sim.content[r, 1] = (tuple(sorted(graph[r])), stale.get(r, Interest.NOTHING))
+            sim.content[r, version[r]] = (tuple(sorted(apart[r])), interests[r])
+        t_init, t0 = 0.0, 2.0
+        for r in routers:
+            svc, mine = sim.svc[r], r in side
+            sim.wants[r] = svc.interest = svc.listening = interests[r]
+            svc.version = version[r]
+            sim.mesh[r].links = set(apart[r])
+            held = [(o, version[o]) for o in graph if o != r and (o in side) == mine]
+            others = [o for o in graph if (o in side) != mine]
+            if short:
+                held += [(o, 1) for o in others]
+            table = svc.table
+            for o, v in held:
+                table.view.put(o, *sim.content[o, v])  # held since long ago: one graph build
+            table.local(apart[r], interests[r], now=t_init)
+            for o, v in held:
+                table.receive(o, v, *sim.content[o, v], now=t_init)
+            if short:
+                table.unconfirmed |= set(others)  # out of reach since the cut
+        sources = rng.sample(sorted(side), min(50, len(side)))
+        published = [(t0 - 0.5 + t, r, ev) for t, r, ev in stream(rng, sources, 4.0, every)]
+        for k in range(0, len(published), 10):
+            t, source, ev = published[k]
+            published[k] = (t, source, Event(values=dict(ev.values), type="fresh"))
+        sim.clock.now = sim.watch_from = t0
+        controls = sim.controls
+        for a, b in sorted(cut):
+            if a < b:
+                sim.link_up(a, b)
+        got, messages = sim.run(published, math.inf)
     part: dict[str, set[str]] = {}
     for r in graph:
         if r not in part:

@@ -82,6 +82,7 @@ class HandoverSim:
 
     def __init__(self, delay: Mapping[tuple[str, str], float], routers: list[str]) -> None:
         self.clock = SimClock()
+        self._time = interests_module.time
         interests_module.time = self.clock  # type: ignore[assignment]
         self.delay = delay
         self.ids = itertools.count()
@@ -101,6 +102,16 @@ class HandoverSim:
         self._shared: dict[frozenset[tuple[str, int]], MeshInterests] = {}
         self._key: dict[str, frozenset[tuple[str, int]] | None] = dict.fromkeys(routers)
         self._checked: set[tuple[str, frozenset[tuple[str, int]]]] = set()
+
+    def close(self) -> None:
+        """Give `aa.router.links.interests` its real clock back."""
+        interests_module.time = self._time
+
+    def __enter__(self) -> HandoverSim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- the fake mesh's wires --------------------------------------------------------------
 
