@@ -857,17 +857,19 @@ class InterestTable:
         self, source: str, came_from: str | None, event: Event, now: float
     ) -> list[str] | None:
         """The peers to send *event* to, or None: flood (unsure). See `MeshInterests.forward`."""
-        if now < self._settled_at:
-            return None
-        if self.waiting and now < self._wait_until:
+        if not self._sure(now):
             return None
         return self.view.forward(self.router_id, source, came_from, event)
+
+    def _sure(self, now: float) -> bool:
+        """Settled, and no router that came back into reach is still awaited."""
+        return now >= self._settled_at and (not self.waiting or now >= self._wait_until)
 
     def targets_many(
         self, source: str, came_from: str | None, events: Sequence[Event], now: float
     ) -> list[list[str] | None]:
         """`targets` for each of *events*, all from *source* and received from *came_from*
         (`MeshInterests.forward_many`)."""
-        if now < self._settled_at or (self.waiting and now < self._wait_until):
+        if not self._sure(now):
             return [None] * len(events)
         return self.view.forward_many(self.router_id, source, came_from, events)
