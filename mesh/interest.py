@@ -118,9 +118,16 @@ SETTLE_TIME: Final = 1.0
 #: summaries (handed over by the link ends within a round trip and one flood): a summary that
 #: is lost or slower than this is waited for no longer, and the router routes on its view.
 CATCH_UP_TIME: Final = 2.0
+#: Event types whose answer a tree remembers per router (`MeshInterests.forward_many`), in
+#: types: sites have tens; past it the answers are forgotten and worked out again.
+MAX_TYPE_ANSWERS: Final = 1024
 #: Trees kept per view (sources the router relays for), in trees: each holds a few entries
 #: per router of the mesh.
 MAX_TREES: Final = 256
+
+#: The neighbours an event goes to, as `MeshInterests.forward_many` answers: a batch's events
+#: that go the same way share one tuple.
+Peers = tuple[str, ...]
 #: Routers a view holds unless told otherwise (`MeshConfig.max_routers`), in routers; past
 #: it the router floods. Each costs its summary (at most a few KB under the caps above,
 #: about a hundred bytes for a typical one) and its entries in the trees kept.
@@ -466,7 +473,7 @@ class _Tree:
     """The shortest-path tree of one source over one view: each router's parent, and the
     folded interest of each router's subtree (its own and all its descendants')."""
 
-    __slots__ = ("parent", "children", "folded")
+    __slots__ = ("parent", "children", "folded", "plans")
 
     def __init__(
         self,
@@ -497,6 +504,11 @@ class _Tree:
         self.parent = parent
         self.children = children
         self.folded = folded
+        #: Router → its children with their folded interests, and (when those hold only
+        #: types) the children each event type goes to, filled as types come
+        #: (`MeshInterests.forward_many`).
+        self.plans: dict[str, tuple[list[tuple[str, Interest]], dict[str | None, Peers] | None]]
+        self.plans = {}
 
 
 class MeshInterests:
@@ -647,27 +659,40 @@ class MeshInterests:
 
     def forward_many(
         self, me: str, source: str, came_from: str | None, events: Sequence[Event]
-    ) -> list[tuple[str, ...]] | None:
-        """`forward` for each of *events*, which share *source* and *came_from* (a relayed
-        group): the tree is looked up once, and events with the same neighbours share one
-        tuple, so a caller can work per distinct answer. None means "flood" for all."""
+    ) -> list[Peers] | None:
+        """`forward` for each of *events*, all from *source* and received from *came_from* (a
+        relayed group), or None: flood them all. The tree is looked up once, and while no
+        child's subtree holds a filter beyond types, the answer depends only on the event
+        type: it is worked out once per type and kept with the tree (until the view
+        changes). Events that go the same way share one tuple, so a caller works once per
+        distinct answer. A router relays its events in batches of a few to hundreds, so what
+        `forward` does per call would otherwise be paid per event."""
         self._build()
-        if not self._complete:
-            return None
-        tree = self.tree(source)
+        tree = self.tree(source) if self._complete else None
         if tree is None or me not in tree.parent or tree.parent[me] != came_from:
             return None
-        kids = tree.children.get(me)
-        if not kids:
+        plan = tree.plans.get(me)
+        if plan is None:
+            folded = [(c, tree.folded[c]) for c in tree.children.get(me, ())]
+            type_only = not any(f.filters for _, f in folded)
+            plan = tree.plans[me] = (folded, {} if type_only else None)
+        folded, by_type = plan
+        if not folded:
             return [()] * len(events)
-        wants = [(c, tree.folded[c]) for c in kids]
-        if all(w.anything for _, w in wants):
-            return [tuple(kids)] * len(events)
-        shared: dict[tuple[str, ...], tuple[str, ...]] = {}
-        out: list[tuple[str, ...]] = []
-        for event in events:
-            chosen = tuple([c for c, w in wants if w.may_match(event)])
-            out.append(shared.setdefault(chosen, chosen))
+        out: list[Peers] = []
+        if by_type is None:
+            shared: dict[Peers, Peers] = {}
+            for ev in events:
+                chosen = tuple([c for c, f in folded if f.may_match(ev)])
+                out.append(shared.setdefault(chosen, chosen))
+            return out
+        for ev in events:
+            answer = by_type.get(ev.type)
+            if answer is None:
+                if len(by_type) >= MAX_TYPE_ANSWERS:
+                    by_type.clear()  # a publisher of ever new types costs time, not memory
+                answer = by_type[ev.type] = tuple([c for c, f in folded if f.may_match(ev)])
+            out.append(answer)
         return out
 
 
@@ -841,19 +866,19 @@ class InterestTable:
         self, source: str, came_from: str | None, event: Event, now: float
     ) -> list[str] | None:
         """The peers to send *event* to, or None: flood (unsure). See `MeshInterests.forward`."""
-        if now < self._settled_at:
-            return None
-        if self.waiting and now < self._wait_until:
+        if not self._sure(now):
             return None
         return self.view.forward(self.router_id, source, came_from, event)
 
+    def _sure(self, now: float) -> bool:
+        """Settled, and no router that came back into reach is still awaited."""
+        return now >= self._settled_at and (not self.waiting or now >= self._wait_until)
+
     def targets_many(
         self, source: str, came_from: str | None, events: Sequence[Event], now: float
-    ) -> list[tuple[str, ...]] | None:
-        """`targets` for each of *events* of one group, or None: flood them all (unsure).
-        See `MeshInterests.forward_many`."""
-        if now < self._settled_at:
-            return None
-        if self.waiting and now < self._wait_until:
+    ) -> list[Peers] | None:
+        """`targets` for each of *events*, all from *source* and received from *came_from*,
+        or None: flood them all, unsure (`MeshInterests.forward_many`)."""
+        if not self._sure(now):
             return None
         return self.view.forward_many(self.router_id, source, came_from, events)

@@ -7,7 +7,14 @@ import random
 import pytest
 
 from aa.mesh import Event, Interest, InterestFilter, InterestTable, InvalidValue, MeshInterests
-from aa.mesh.interest import CACHED, MAX_CONSTRAINTS, MAX_FILTERS, MAX_TYPES, PERSISTED
+from aa.mesh.interest import (
+    CACHED,
+    MAX_CONSTRAINTS,
+    MAX_FILTERS,
+    MAX_TYPE_ANSWERS,
+    MAX_TYPES,
+    PERSISTED,
+)
 
 HOT = InterestFilter(type="hot")
 
@@ -168,6 +175,45 @@ def test_every_interested_router_is_reached_on_random_graphs(seed):
         assert wanting <= reached
         assert messages == len(reached) - 1 < edges  # a tree: one message per router reached
         assert walk(view, graph, source, ev("cold")) == ({source}, 0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batch_gets_the_answers_each_of_its_events_would(seed):
+    """A router asks for a whole batch at once: the same peers, event by event, as one
+    event at a time, with type-only summaries (answered per type) and with filters."""
+    rng = random.Random(seed)
+    graph = random_geometric(40, 4, rng)
+    pool = [HOT, InterestFilter(type="cold"), InterestFilter.make(type="hot", eq=[("site", "a")])]
+    pool.append(InterestFilter.make(eq=[("site", "b")]))
+    for kinds in (pool[:2], pool):
+        view = MeshInterests()
+        for rid, peers in graph.items():
+            view.put(rid, peers, Interest.of(rng.sample(kinds, rng.randint(0, 2))))
+        batch = [ev(rng.choice(["hot", "cold", "warm", None]), site=rng.choice("ab"))]
+        batch += [ev(rng.choice(["hot", "cold", "warm"]), site="b") for _ in range(30)]
+        for source in rng.sample(sorted(graph), 5):
+            for me in sorted(graph):
+                came = view.tree(source).parent.get(me)  # the tree's way, and off it
+                for came_from in {came, rng.choice(graph[me])}:
+                    one_by_one = [view.forward(me, source, came_from, e) for e in batch]
+                    many = view.forward_many(me, source, came_from, batch)
+                    if None in one_by_one:  # off the tree: flood, for the whole batch
+                        assert many is None and set(one_by_one) == {None}
+                    else:
+                        assert many == [tuple(peers or ()) for peers in one_by_one]
+    # A publisher of ever new types: the answers kept per type stay bounded, and right.
+    view = MeshInterests()
+    for rid, peers in {"a": ["b"], "b": ["a"]}.items():
+        view.put(rid, peers, Interest.of([HOT]) if rid == "b" else Interest.NOTHING)
+    batch = [ev(f"t{i}") for i in range(MAX_TYPE_ANSWERS + 10)] + [ev("hot")]
+    assert view.forward_many("a", "a", None, batch) == [()] * (len(batch) - 1) + [("b",)]
+    assert len(view.tree("a").plans["a"][1]) <= MAX_TYPE_ANSWERS
+    table = InterestTable("a", settle=1.0)
+    table.local(["b"], Interest.NOTHING, now=0.0)
+    table.receive("b", 1, ["a"], Interest.of([HOT]), now=0.0)
+    batch = [ev("hot"), ev("cold"), ev("hot")]
+    assert table.targets_many("a", None, batch, now=0.5) is None  # settling: flood them all
+    assert table.targets_many("a", None, batch, now=1.0) == [("b",), (), ("b",)]
 
 
 def test_the_table_floods_while_settling_and_for_stale_or_unknown_senders():

@@ -395,8 +395,8 @@ class InterestService:
     def targets_many(
         self, source: str, came_from: str | None, events: Sequence[Event], now: float
     ) -> list[tuple[str, ...]] | None:
-        """`targets` for each of *events* of one group (events with the same peers share one
-        tuple), or None: flood them all."""
+        """`targets` for each of *events*, all from *source* and received from *came_from*
+        (events that go the same way share one tuple), or None: flood them all."""
         if self.config.routing != "interest":
             return None
         return self.table.targets_many(source, came_from, events, now)

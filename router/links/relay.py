@@ -247,14 +247,18 @@ class Relay:
         counters["interest_routed"] += len(events)
         path = hop.path if hop is not None else (self.rules.router_id,)
         parts: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Event]] = {}
-        congested = self._congested(peers)
         # Events of a group mostly go the same way: the rule's answers are shared tuples,
         # each filtered (and its part found) once, not once per event.
         usable: dict[tuple[str, ...], tuple[str, ...]] = {}
+        congested: set[str] | None = None  # asked once some event goes somewhere
         for ev, wanted in zip(events, per_event):
+            if not wanted:
+                continue  # no link wants it: the common case of local interest
             chosen = usable.get(wanted)
             if chosen is None:
                 chosen = usable[wanted] = tuple([p for p in wanted if p in peers and p not in path])
+            if congested is None:
+                congested = self._congested(peers)
             if congested and not congested.isdisjoint(chosen):
                 for key in self._detour(source, path, list(chosen), congested, ev):
                     parts.setdefault(key, []).append(ev)

@@ -39,8 +39,8 @@ site, sometimes a depth, from a random router.
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
-import itertools
 import math
 import random
 import statistics
@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Callable
 
 import msgpack
+from sim_handover import HandoverSim
 
 from aa.mesh import (
     MAX_ROUTERS,
@@ -481,79 +482,75 @@ def death(kind: str, n: int, share: float, seed: int, every: float) -> dict[str,
     }
 
 
-def heal(
-    kind: str,
-    n: int,
-    share: float,
-    seed: int,
-    every: float,
-    interval: float,
-    catch_up: bool,
-    short: bool,
-) -> dict[str, float]:
-    """A partition heals: the mesh was cut in two and the cut links come back at once. The
-    ends of each link flood their summaries at once; every other router's summary crosses
-    to the other side with its next periodic repeat (a phase drawn in *interval*), or, with
-    *catch_up*, each end hands the new peer every summary it holds and they cross at once.
+def heal(kind: str, n: int, share: float, seed: int, every: float, short: bool) -> dict[str, float]:
+    """A partition heals, with the routers' own interest code (`sim_handover`): the mesh
+    was cut in two (the first half of a breadth-first walk, and the rest) and at *t0* every
+    cut link comes back at once; each end floods its new summary and hands the new peer
+    every summary it holds, news is handed on, and every router floods while its view is
+    unsettled or routers back in its reach are unconfirmed (`CATCH_UP_TIME`).
 
-    Long partition: each side forgot the other, so its view is incomplete until every
-    summary of the other side came: it floods till then. *short*: each side still holds the
-    other's summaries from before the cut, and one router of the far side subscribed to a
-    new type during the cut; its view is complete at once, and stale until that router's
-    summary crosses. A tenth of the events are of that new type, from the near side."""
+    Long partition: each side forgot the other (its view is incomplete until every summary
+    of the other side came). *short*: each side still holds the other's summaries from
+    before the cut, unconfirmed since the cut took them out of reach, and one router of the
+    far side subscribed to a new type during the cut. A tenth of the events are of that
+    type, from the near side."""
+    gc.disable()  # a million summaries' objects, none in a cycle: collections only cost
+    try:
+        return _heal(kind, n, share, seed, every, short)
+    finally:
+        gc.enable()
+
+
+def _heal(
+    kind: str, n: int, share: float, seed: int, every: float, short: bool
+) -> dict[str, float]:
     rng, graph, routers, subs = mesh_of(kind, n, share, seed)
-    interests = {r: Interest.of(fs) for r, fs in subs.items()}
-    # The cut: the routers first reached by a breadth-first walk from one router (half).
+    stale = {r: Interest.of(fs) for r, fs in subs.items()}
     order = list(tree_parent(graph, routers[0]))
     side = set(order[: len(order) // 2])
     cut = {(a, b) for a in graph for b in graph[a] if (a in side) != (b in side)}
     apart = {a: [b for b in ps if (a, b) not in cut] for a, ps in graph.items()}
     delay = link_delays(graph, rng)
-    t0 = 0.5
-    ends = {a for a, _ in cut}
-    first = arrivals(graph, delay, dict.fromkeys(ends, t0))
-    # Every summary reaches every router within one flood (bounded by the diameter: twice
-    # any router's eccentricity) of leaving: at once with *catch_up*, else at its repeat.
-    diameter = 2 * max(arrivals(graph, delay, {routers[0]: 0.0}).values())
-    far_side = sorted(r for r in graph if r not in side)
-    newcomer = rng.choice(far_side)
-    stale = dict(interests)
+    newcomer = rng.choice(sorted(r for r in graph if r not in side))
     subs.setdefault(newcomer, []).append(InterestFilter(type="fresh"))
-    interests[newcomer] = Interest.of(subs[newcomer])
-    old = view_of(apart, stale)
-    new = view_of(graph, interests)
-    if short:
-        mid = view_of(graph, stale)
-        last = dict.fromkeys(graph, t0 + diameter)  # the link ends' summaries
-        if catch_up:
-            fresh = dict.fromkeys(graph, 0.0)  # came with them
-        else:
-            fresh = arrivals(graph, delay, {newcomer: t0 + rng.uniform(0, interval)})
-    else:
-        phase = 0.0 if catch_up else max(rng.uniform(0, interval) for _ in graph)
-        last = dict.fromkeys(graph, t0 + phase + diameter)
-        fresh = dict.fromkeys(graph, 0.0)
-        mid = new
-    settled = {r: last[r] + SETTLE_TIME for r in graph}
-    sources = rng.sample(sorted(side), min(50, len(side)))
-    end_of_test = max(max(settled.values()), max(fresh.values()) + SETTLE_TIME) + 0.5
-    published = stream(rng, sources, end_of_test, every)
-    for k in range(0, len(published), 10):
-        t, source, ev = published[k]
-        published[k] = (t, source, Event(values=dict(ev.values), type="fresh"))
-    switching = switching_rule(old, new, first, settled)
-
-    def rule(me: str, source: str, came: str | None, ev: Event, t: float) -> list[str] | None:
-        if me not in side or t < settled[me] or t >= fresh[me] + SETTLE_TIME:
-            return switching(me, source, came, ev, t)
-        if t < fresh[me]:
-            return mid.forward(me, source, came, ev)  # complete, settled, and stale
-        return None  # the new summary came: unsettled again
-
-    def links_at(me: str, t: float) -> list[str]:
-        return graph[me] if t >= t0 else apart[me]
-
-    got, messages = run(graph, delay, links_at, rule, published)
+    interests = {r: Interest.of(subs[r]) if r in subs else Interest.NOTHING for r in graph}
+    ends = {a for a, _ in cut}
+    # Version 1 is each router's summary before the cut; the cut's ends and the newcomer
+    # made new ones since (what their own side holds).
+    version = {r: 1 + (r in ends) + (r == newcomer) for r in graph}
+    with HandoverSim(delay, routers) as sim:
+        for r in graph:
+            sim.content[r, 1] = (tuple(sorted(graph[r])), stale.get(r, Interest.NOTHING))
+            sim.content[r, version[r]] = (tuple(sorted(apart[r])), interests[r])
+        t_init, t0 = 0.0, 2.0
+        for r in routers:
+            svc, mine = sim.svc[r], r in side
+            sim.wants[r] = svc.interest = svc.listening = interests[r]
+            svc.version = version[r]
+            sim.mesh[r].links = set(apart[r])
+            held = [(o, version[o]) for o in graph if o != r and (o in side) == mine]
+            others = [o for o in graph if (o in side) != mine]
+            if short:
+                held += [(o, 1) for o in others]
+            table = svc.table
+            for o, v in held:
+                table.view.put(o, *sim.content[o, v])  # held since long ago: one graph build
+            table.local(apart[r], interests[r], now=t_init)
+            for o, v in held:
+                table.receive(o, v, *sim.content[o, v], now=t_init)
+            if short:
+                table.unconfirmed |= set(others)  # out of reach since the cut
+        sources = rng.sample(sorted(side), min(50, len(side)))
+        published = [(t0 - 0.5 + t, r, ev) for t, r, ev in stream(rng, sources, 4.0, every)]
+        for k in range(0, len(published), 10):
+            t, source, ev = published[k]
+            published[k] = (t, source, Event(values=dict(ev.values), type="fresh"))
+        sim.clock.now = sim.watch_from = t0
+        controls = sim.controls
+        for a, b in sorted(cut):
+            if a < b:
+                sim.link_up(a, b)
+        got, messages = sim.run(published, math.inf)
     part: dict[str, set[str]] = {}
     for r in graph:
         if r not in part:
@@ -561,18 +558,22 @@ def heal(
             part.update(dict.fromkeys(whole, whole))
     lost = 0
     for ek, (born, source, ev) in enumerate(published):
-        # Before its router heard of the healed link, an event is one of the partition's.
-        reach = graph if born >= first[source] else part[source]
+        # Before its router heard of the healed links, an event is one of the partition's.
+        reach = graph if born >= sim.first_news.get(source, math.inf) else part[source]
         wanting = {r for r, fs in subs.items() if r in reach and any(f.matches(ev) for f in fs)}
         if wanting - got.get(ek, set()):
             lost += 1
+    sure = max(sim.sure_at(r) for r in routers)
     return {
         "routers": len(routers),
         "cut": len(cut) // 2,
         "events": len(published),
         "lost": lost,
-        "converged": max(max(settled.values()), max(fresh.values()) + SETTLE_TIME) - t0,
+        "converged": sure - t0,
+        "waited_out": sum(1 for r in routers if sim.svc[r].table.waiting),
         "messages": messages / len(published),
+        "controls": sim.controls - controls,
+        "synced": sum(sim.svc[r].counters["interest_sync_sent"] for r in routers),
     }
 
 
@@ -757,9 +758,6 @@ def main() -> int:
         default=[1024, MAX_ROUTERS],
         help="view sizes (MeshConfig.max_routers) for the cap table",
     )
-    p.add_argument(
-        "--interval", type=float, default=10.0, help="summary repeat interval (s), for heal"
-    )
     args = p.parse_args()
     only = set(
         args.only or ["steady", "changes", "death", "heal", "subscribe", "congestion", "cap"]
@@ -820,20 +818,18 @@ def main() -> int:
         print()
     if "heal" in only:
         print(
-            "| graph | routers | cut links | partition | summaries cross | events | lost | "
-            "converged after (s) | msgs/event |"
+            "| graph | routers | cut links | partition | events | lost | converged after (s) | "
+            "routers that waited out the catch-up | controls after the heal | msgs/event |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for kind in args.graphs:
             for n in args.sizes:
-                for short, catch_up in itertools.product((False, True), (False, True)):
-                    h = heal(kind, n, 0.10, args.seed, every[n] * 5, args.interval, catch_up, short)
-                    how = "on link up" if catch_up else f"repeat ({args.interval:g} s)"
+                for short in (False, True):
+                    h = heal(kind, n, 0.10, args.seed, every[n] * 5, short)
                     print(
                         f"| {kind} | {h['routers']} | {h['cut']} | {'short' if short else 'long'} "
-                        f"| {how} | "
-                        f"{h['events']} | {h['lost']} | {h['converged']:.2f} | "
-                        f"{h['messages']:.1f} |",
+                        f"| {h['events']} | {h['lost']} | {h['converged']:.2f} | "
+                        f"{h['waited_out']} | {h['controls']} | {h['messages']:.1f} |",
                         flush=True,
                     )
         print()

@@ -1,0 +1,228 @@
+"""A partition heals, simulated with the routers' own interest code: one real
+`aa.router.links.InterestService` per router (its `InterestTable`, its summaries, its
+hand-over on link up and its hand-on of news), over a fake mesh that carries its controls
+and the events on FIFO links (fixed delay each) in one heap on the simulation's clock.
+
+What is not the routers' code: the fake mesh (`SimMesh`: peer ids, a control flood that
+forwards a control once to every link but the one it came on, one-peer controls), the clock
+(`interests.time` is the simulation's), and the trees of the forwarding: a router that
+would route by its view asks a view of the same content shared by every router whose view
+is equal (a thousand copies of a thousand trees would not fit), checked equal to its own
+the first time. Periodic repeats and forgetting (`InterestService.tick`) are not run: the
+partition is healed well within three intervals, or long past (each side then starts
+without the other).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aa.mesh import Control, Event, Interest, MeshInterests
+from aa.router.links import interests as interests_module
+from aa.router.links.config import MeshConfig
+from aa.router.links.interests import INTEREST_TOPIC, InterestService
+
+
+class SimClock:
+    """Stands in for the `time` module of `aa.router.links.interests`."""
+
+    now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _Relay:
+    def __init__(self) -> None:
+        self.callbacks: dict[str, Callable[[Control], None]] = {}
+
+    def on_control(self, topic: str, callback: Callable[[Control], None]) -> None:
+        self.callbacks[topic] = callback
+
+
+class SimMesh:
+    """What `InterestService` asks of its `MeshService`, for one simulated router."""
+
+    def __init__(self, sim: HandoverSim, rid: str, n: int) -> None:
+        self.sim = sim
+        self.id = rid
+        self.config = MeshConfig(max_routers=max(n, 2))
+        self.counters: Counter[str] = Counter()
+        self.relay = _Relay()
+        self.links: set[str] = set()
+
+    def peer_ids(self) -> list[str]:
+        return sorted(self.links)
+
+    def flood_control(self, topic: str, body: Mapping[str, Any]) -> str:
+        cid = f"{self.id}/{next(self.sim.ids)}"
+        msg = Control(id=cid, ttl=32, path=(self.id,), topic=topic, body=dict(body))
+        if topic == INTEREST_TOPIC:
+            self.sim.said(self.id, body)
+        for w in self.links:
+            self.sim.send(self.id, w, ("flood", msg))
+        return cid
+
+    def send_control(self, peer_id: str, topic: str, body: Mapping[str, Any]) -> bool:
+        if peer_id not in self.links:
+            return False
+        cid = f"{self.id}/{next(self.sim.ids)}"
+        msg = Control(id=cid, ttl=0, path=(self.id,), topic=topic, body=dict(body), to=peer_id)
+        self.sim.send(self.id, peer_id, ("one", msg))
+        return True
+
+
+class HandoverSim:
+    """Routers with real `InterestService`s; `run` delivers controls and events in order."""
+
+    def __init__(self, delay: Mapping[tuple[str, str], float], routers: list[str]) -> None:
+        self.clock = SimClock()
+        self._time = interests_module.time
+        interests_module.time = self.clock  # type: ignore[assignment]
+        self.delay = delay
+        self.ids = itertools.count()
+        self.heap: list[tuple[float, int, str, str, Any]] = []
+        self.seq = itertools.count()
+        self.mesh = {r: SimMesh(self, r, len(routers)) for r in routers}
+        self.svc = {r: InterestService(m) for r, m in self.mesh.items()}  # type: ignore[arg-type]
+        self.wants: dict[str, Interest] = {}
+        for r, s in self.svc.items():
+            s.collect = lambda r=r: self.wants[r]  # type: ignore[misc]
+        #: (origin, version) → (peers, interest): what each summary said.
+        self.content: dict[tuple[str, int], tuple[tuple[str, ...], Interest]] = {}
+        self.seen: dict[str, set[str]] = {r: set() for r in routers}  # control ids
+        self.first_news: dict[str, float] = {}  # first control after `watch_from`
+        self.watch_from = math.inf
+        self.controls = 0
+        self._shared: dict[frozenset[tuple[str, int]], MeshInterests] = {}
+        self._key: dict[str, frozenset[tuple[str, int]] | None] = dict.fromkeys(routers)
+        self._checked: set[tuple[str, frozenset[tuple[str, int]]]] = set()
+
+    def close(self) -> None:
+        """Give `aa.router.links.interests` its real clock back."""
+        interests_module.time = self._time
+
+    def __enter__(self) -> HandoverSim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the fake mesh's wires --------------------------------------------------------------
+
+    def said(self, origin: str, body: Mapping[str, Any]) -> None:
+        svc = self.svc[origin]
+        self.content[origin, body["v"]] = (tuple(sorted(body["peers"])), svc.interest)
+
+    def send(self, a: str, b: str, item: Any) -> None:
+        if item[0] != "event":
+            self.controls += 1
+        heapq.heappush(self.heap, (self.clock.now + self.delay[a, b], next(self.seq), b, a, item))
+
+    def link_up(self, a: str, b: str) -> None:
+        """As `MeshService` does when a link comes up: the new summary, then the hand-over."""
+        for me, peer in ((a, b), (b, a)):
+            self.mesh[me].links.add(peer)
+            self._note(me)
+            self.svc[me].links_changed()
+            self.svc[me].hand_over(peer)
+
+    def _note(self, me: str) -> None:
+        self._key[me] = None
+        if self.clock.now >= self.watch_from:
+            self.first_news.setdefault(me, self.clock.now)
+
+    def _control(self, me: str, came: str, kind: str, msg: Control) -> None:
+        if kind == "one":
+            self._note(me)
+            self.mesh[me].relay.callbacks[msg.topic](msg)
+            return
+        if msg.id in self.seen[me]:
+            return
+        self.seen[me].add(msg.id)
+        self._note(me)
+        self.mesh[me].relay.callbacks[msg.topic](msg)
+        for w in self.mesh[me].links:
+            if w != came and w not in msg.path:
+                self.send(me, w, ("flood", msg))
+
+    # -- events -----------------------------------------------------------------------------
+
+    def targets(self, me: str, source: str, came: str | None, ev: Event) -> list[str] | None:
+        """The router's own rule (`InterestService.targets`), on a shared view of equal
+        content once it would ask its view."""
+        svc = self.svc[me]
+        table = svc.table
+        now = self.clock.now
+        if not (table.settled(now) and table.caught_up(now)):
+            return svc.targets(source, came, ev, now)  # None, without asking the view
+        key = self._key[me]
+        if key is None:
+            key = self._key[me] = frozenset(
+                [(o, v) for o, (v, _) in table.heard.items()] + [(me, svc.version)]
+            )
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = self._shared[key] = MeshInterests(max_routers=len(self.mesh))
+            for o, v in key:
+                peers, interest = self.content[o, v]
+                shared.put(o, peers, interest)
+        if (me, key) not in self._checked:
+            own = table.view
+            assert own.graph() == shared.graph(), me
+            assert all(own.interest(o) == shared.interest(o) for o in own.graph()), me
+            self._checked.add((me, key))
+        own = table.view
+        table.view = shared
+        try:
+            return svc.targets(source, came, ev, now)
+        finally:
+            table.view = own
+
+    def run(
+        self, published: list[tuple[float, str, Event]], until: float
+    ) -> tuple[dict[int, set[str]], int]:
+        """Deliver everything in order of the clock, the events of *published* too: which
+        routers got each event, and the event messages sent."""
+        for k, (t, source, _ev) in enumerate(published):
+            heapq.heappush(self.heap, (t, next(self.seq), source, "", ("event", None, (), k)))
+        got: dict[int, set[str]] = {}
+        messages = 0
+        heap = self.heap
+        while heap and heap[0][0] <= until:
+            t, _, me, came, item = heapq.heappop(heap)
+            self.clock.now = t
+            if item[0] != "event":
+                self._control(me, came, item[0], item[1])
+                continue
+            _, frm, path, ek = item
+            seen = got.setdefault(ek, set())
+            if me in seen:
+                continue
+            seen.add(me)
+            path = (*path, me)
+            ev = published[ek][2]
+            links = self.mesh[me].links
+            chosen = self.targets(me, path[0], frm, ev)
+            if chosen is None:
+                chosen = [p for p in links if p not in path]
+            for w in chosen:
+                if w in links:
+                    messages += 1
+                    self.send(me, w, ("event", me, path, ek))
+        return got, messages
+
+    def sure_at(self, me: str) -> float:
+        """When *me* routes by its view again, if nothing changes any more."""
+        table = self.svc[me].table
+        if not table.view.complete:
+            return math.inf  # it floods for good
+        at = table._settled_at  # the bench reads the table's clock: no public getter
+        if table.waiting:
+            at = max(at, table._wait_until)
+        return at
