@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support import free_port_block, wait_for
+from support import ctrl_c_reaches, free_port_block, wait_for
 from support.waits import patience
 
 from aa.client import AsyncClient
@@ -366,13 +366,6 @@ async def test_a_closed_pipe_is_quiet(router):
     assert proc.returncode == 141
 
 
-def _ctrl_c_reaches() -> None:
-    """In the child before exec: Ctrl-C as at a terminal. A suite started as a background job
-    without job control (`make test &` in a script) has SIGINT ignored, which the child would
-    inherit (Python then installs no KeyboardInterrupt): the test hung on that, not on `aa`."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 async def test_ctrl_c_is_quiet(router):
     proc = await asyncio.create_subprocess_exec(
         AA,
@@ -382,7 +375,7 @@ async def test_ctrl_c_is_quiet(router):
         "Go == 1",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=_ctrl_c_reaches,
+        preexec_fn=ctrl_c_reaches,
     )
     async with AsyncClient(router.endpoint) as pub:
         async with asyncio.timeout(30):  # it is subscribed once it printed an event

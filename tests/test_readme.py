@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support import free_port_block
+from support import ctrl_c_reaches, free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -248,6 +248,7 @@ class Background:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=ctrl_c_reaches,  # stopped with Ctrl-C, even from a background job
         )
         world.procs.append(self.proc)
         self.out = Output(self.proc.stdout)

@@ -3,11 +3,12 @@ fixtures (`fixtures`, `postgres`), and the one way to build a mesh of routers (`
 a clock tests move (`clock`), an event loop whose clock jumps to its next timer
 (`virtualtime`), free loopback ports (`ports`), and waiting for a condition
 with a timeout (`waits`), the CPU a guarded piece of work costs (`cost`), a mesh CA with
-its certificates (`pki`). Test modules
+its certificates (`pki`), Ctrl-C for the commands a test starts (`ctrlc`). Test modules
 import the helpers from here: ``from support import mesh, wait_for``."""
 
 from .clock import Clock
 from .cost import cpu_seconds
+from .ctrlc import ctrl_c_reaches
 from .meshes import (
     FAST,
     Collector,
@@ -29,6 +30,7 @@ __all__ = [
     "Clock",
     "Collector",
     "cpu_seconds",
+    "ctrl_c_reaches",
     "FAST",
     "free_port_block",
     "free_tcp_port",
