@@ -373,11 +373,7 @@ class Dispatcher:
 
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks (once per router per event)."""
-        self._sample_in -= 1
-        if not self._sample_in:
-            self._sample_in = SAMPLE_EVERY
-            if self._sampled is None:
-                self._sampled = time.perf_counter()
+        self._sample()
         self._dispatch(event)
         self.counters["dispatched"] += 1
 
@@ -386,13 +382,17 @@ class Dispatcher:
         deliveries, then the sinks, given them at once."""
         if not events:
             return
+        self._sample()
+        self._dispatch_batch(events)
+        self.counters["dispatched"] += len(events)
+
+    def _sample(self) -> None:
+        """Every `SAMPLE_EVERY` calls, note when this batch's dispatching began."""
         self._sample_in -= 1
         if not self._sample_in:
             self._sample_in = SAMPLE_EVERY
             if self._sampled is None:
                 self._sampled = time.perf_counter()
-        self._dispatch_batch(events)
-        self.counters["dispatched"] += len(events)
 
     def _dispatch(self, event: Event) -> None:
         names = self.names_seen

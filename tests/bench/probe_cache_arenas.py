@@ -36,8 +36,11 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from aa.mesh import Connection, PatternSpec
-from aa.mesh.protocol import CacheDone, CacheRegister, CacheRemove, Error, Hello, Message
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_client_caches import _request, rss
+
+from aa.mesh import PatternSpec
+from aa.mesh.protocol import CacheRegister, CacheRemove
 from aa.router import Router, RouterConfig
 
 ARENA_SHIFT = 20
@@ -64,31 +67,7 @@ def arenas() -> tuple[int, int]:
 
 
 def rss_now() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-async def _request(endpoint: str, client_id: str, message: Message) -> None:
-    host, _, port = endpoint.rpartition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    codec = Connection()
-    try:
-        writer.write(codec.send(Hello(client_id=client_id)) + codec.send(message))
-        while True:
-            data = await reader.read(1 << 16)
-            if not data:
-                raise RuntimeError(f"{client_id}: the router closed the connection")
-            codec.receive_data(data)
-            for got in codec.next_messages():
-                if isinstance(got, CacheDone):
-                    return
-                if isinstance(got, Error):
-                    raise RuntimeError(f"{client_id}: {got.code}: {got.message}")
-    finally:
-        writer.close()
-        await writer.wait_closed()
+    return rss(os.getpid())
 
 
 async def _each(endpoint: str, n: int, make: Any, concurrency: int = 16) -> None:
