@@ -37,6 +37,17 @@ publish = ["sensor.*", "reading"]
 OTHER_RULES = RULES.replace('subscribe = ["reading"]', 'subscribe = ["reading", "alarm"]')
 
 
+async def aa_mesh(endpoint: str) -> subprocess.CompletedProcess[str]:
+    """`aa mesh` asked of the router at *endpoint*, as an operator runs it."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [AA, "mesh", "--router", endpoint, "--timeout", "10"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_the_digest_is_of_the_rules_not_the_file(tmp_path: Path) -> None:
     files = {}
     for name, text in (("a", RULES), ("b", SAME_RULES), ("c", OTHER_RULES)):
@@ -81,13 +92,7 @@ async def test_aa_mesh_names_routers_whose_permissions_differ(tmp_path: Path) ->
         assert "revocation lists differ" not in out.getvalue()
 
         # As the operator sees it: `aa mesh` asked of any router of the mesh.
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [AA, "mesh", "--router", r1.endpoint, "--timeout", "10"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = await aa_mesh(r1.endpoint)
         assert done.returncode == 0, done.stderr
         assert "permissions differ: r1, r2 vs r3" in done.stdout, done.stdout
 
@@ -95,13 +100,7 @@ async def test_aa_mesh_names_routers_whose_permissions_differ(tmp_path: Path) ->
         # that says what to do.
         (tmp_path / "r1.toml").write_text(RULES)
         assert "reloaded" in r1.security.reload()
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [AA, "mesh", "--router", r1.endpoint, "--timeout", "10"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = await aa_mesh(r1.endpoint)
         assert done.returncode == 1 and not done.stdout, done
         assert done.stderr.count("\n") == 1, done.stderr
         assert "may do nothing" in done.stderr and "[anonymous] section" in done.stderr
