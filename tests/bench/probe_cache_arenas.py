@@ -4,14 +4,18 @@ from giving their arenas back?
     python tests/bench/probe_cache_arenas.py --no-trace       # arena counts and RSS, seconds
     python tests/bench/probe_cache_arenas.py --caches 1000    # who pins them (tracemalloc: slow)
     python tests/bench/probe_cache_arenas.py --no-expire      # tombstones and seen ids kept
+    PYTHONMALLOC=malloc python tests/bench/probe_cache_arenas.py --no-trace --json
 
 A router in this process (no discovery, loopback only) and real TCP clients in the same
 process: each cache is one connection (hello, ``CacheRegister``, its answer, close); then each
-is removed the same way (``CacheRemove``). The router's cache clock and the control flood's
-seen ids are then moved past every tombstone's and id's time, the collector runs, and:
+is removed the same way (``CacheRemove``); with --events, a burst of that many events
+(``bench_client_caches``'s) is acknowledged while the caches live. The router's cache clock
+and the control flood's seen ids are then moved past every tombstone's and id's time, the
+collector runs, the router's own second heap trim (`TRIM_AGAIN_AFTER`) is awaited, and:
 
-- with --no-trace: the allocator's arena counts (``sys._debugmallocstats``), the bytes in its
-  blocks, and this process's RSS, before the caches, with them, and after (malloc_trim'd);
+- with --no-trace: the allocator's arena counts (``sys._debugmallocstats``; not under
+  another allocator, ``PYTHONMALLOC=malloc``), the bytes in its blocks, and this process's
+  RSS, before the caches, with them, and after; with --json, one JSON line of them instead;
 - else (tracemalloc on, which hides the allocator's counts): the small blocks (<= 512 bytes,
   what the allocator's arenas serve) still allocated that were allocated while the caches
   lived, by allocating line; the live objects among them (the survivors) by allocating line,
@@ -26,8 +30,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import ctypes
 import gc
+import json
 import os
 import re
 import sys
@@ -37,18 +41,22 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_client_caches import _request, rss
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_client_caches import _burst, _request, rss
+from support.waits import wait_for
 
 from aa.mesh import PatternSpec
 from aa.mesh.protocol import CacheRegister, CacheRemove
-from aa.router import Router, RouterConfig
+from aa.router import Router, RouterConfig, memory
+from aa.router.caches import CacheConfig
 
 ARENA_SHIFT = 20
 MB = 2**20
 
 
-def arenas() -> tuple[int, int]:
-    """(arenas allocated now, bytes in arenas) from ``sys._debugmallocstats``."""
+def arenas() -> tuple[int, int] | None:
+    """(arenas allocated now, bytes in arenas) from ``sys._debugmallocstats``; None when
+    Python's allocator is not in use (``PYTHONMALLOC=malloc``) and prints no counts."""
     with tempfile.TemporaryFile() as f:
         saved = os.dup(2)
         try:
@@ -62,7 +70,9 @@ def arenas() -> tuple[int, int]:
     current = re.search(r"# arenas allocated current\s*=\s*([\d,]+)", text)
     total = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
     if current is None or total is None:
-        raise RuntimeError("sys._debugmallocstats printed no arena counts (tracemalloc on?)")
+        if tracemalloc.is_tracing():
+            raise RuntimeError("sys._debugmallocstats printed no arena counts (tracemalloc on)")
+        return None
     return int(current[1].replace(",", "")), int(total[1].replace(",", ""))
 
 
@@ -114,7 +124,8 @@ def where(obj: object) -> str:
 
 
 async def probe(args: argparse.Namespace) -> None:
-    async with Router(RouterConfig(port=0, name="probe")) as router:
+    config = RouterConfig(port=0, name="probe", caches=CacheConfig(sweep_interval=0.05))
+    async with Router(config) as router:
         endpoint = router.endpoint
         caches = router.caches
         now = [1_000_000.0]
@@ -141,6 +152,8 @@ async def probe(args: argparse.Namespace) -> None:
         if args.trace:  # with tracemalloc on, the allocator's own counts are not printed
             tracemalloc.start(args.frames)
         await _each(endpoint, args.caches, reg("bench"))
+        if args.events:
+            await _burst(endpoint, args.events, args.caches, seed=2)
         held = (0, 0) if args.trace else arenas()
         rss.append(rss_now())
         await _each(endpoint, args.caches, rem("bench"))
@@ -151,15 +164,21 @@ async def probe(args: argparse.Namespace) -> None:
             router.mesh.relay.control_rules.seen.expire(10.0**9)
         gc.collect()
         if not args.trace:
-            ctypes.CDLL(None).malloc_trim(0)
+            # the router's sweep loop asks the heap once more, itself
+            await wait_for(lambda: caches._trim_again_at is None and not memory._due, 60.0)
             after = arenas()
-            print(f"arenas: before {before[0]}, with caches {held[0]}, after removal {after[0]}")
-            print(
-                f"bytes in blocks: before {before[1] / MB:.1f} MB, with {held[1] / MB:.1f} MB,"
-                f" after {after[1] / MB:.1f} MB"
-            )
+            figures = {"rss_before": rss[0], "rss_with": rss[1], "rss_after": rss_now()}
+            if args.json:
+                print(json.dumps(figures))
+                return
+            if before is not None and held is not None and after is not None:
+                print(f"arenas: before {before[0]}, with caches {held[0]}, after {after[0]}")
+                print(
+                    f"bytes in blocks: before {before[1] / MB:.1f} MB, with {held[1] / MB:.1f}"
+                    f" MB, after {after[1] / MB:.1f} MB"
+                )
             print(f"RSS: before {rss[0] / MB:.1f} MB, with {rss[1] / MB:.1f} MB,", end=" ")
-            print(f"after {rss_now() / MB:.1f} MB")
+            print(f"after {figures['rss_after'] / MB:.1f} MB")
             return
         objs = live_objects()
         survivors = {
@@ -176,11 +195,9 @@ async def probe(args: argparse.Namespace) -> None:
                     small_bytes[site] += trace.size
         tracemalloc.stop()
         after = arenas()
-        print(f"arenas: before {before[0]}, with caches {held[0]}, after removal {after[0]}")
-        print(
-            f"bytes in blocks: before {before[1] / 2**20:.1f} MB, with {held[1] / 2**20:.1f} MB,"
-            f" after {after[1] / 2**20:.1f} MB"
-        )
+        if before is not None and after is not None:
+            print(f"arenas: before {before[0]}, after removal {after[0]}")
+            print(f"bytes in blocks: before {before[1] / MB:.1f} MB, after {after[1] / MB:.1f} MB")
         print("small blocks still allocated, by allocating line (blocks, bytes):")
         for site, n in small.most_common(args.top):
             print(f"  {n:7d} {small_bytes[site]:9d}  {site}")
@@ -213,6 +230,8 @@ async def probe(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--caches", type=int, default=2_000)
+    p.add_argument("--events", type=int, default=0, help="a burst of this many, caches live")
+    p.add_argument("--json", action="store_true", help="with --no-trace: one JSON line")
     p.add_argument("--settle", type=float, default=1.0)
     p.add_argument("--no-expire", dest="expire", action="store_false")
     p.add_argument("--no-trace", dest="trace", action="store_false")
