@@ -257,3 +257,93 @@ async def test_a_publisher_registering_again_and_again_costs_no_summary_checks(
             assert checks[0] - before <= 2  # at most one more round, while nothing changes
         finally:
             wire.writer.close()
+
+
+async def test_unquenching_and_registering_again_scans_no_subscription(
+    router: Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks = [0]
+    matches = router.quench._matches
+
+    def counted(reg: Any, key: Any) -> bool | None:
+        checks[0] += 1
+        return matches(reg, key)
+
+    monkeypatch.setattr(router.quench, "_matches", counted)
+    for i in range(100):
+        router.subscribe(f"SnowDepth > {i}")  # 50 of them let SnowDepth 50 through
+    wire = await _QuenchWire.open(router.endpoint, "looping-publisher")
+    try:
+        register = Quench(reg=1, values=SNOW, type="snow")
+        await wire.send(register)
+        await wire.until(lambda got: wire.quenched() == 1 and len(wire.interest()) == 50)
+        assert checks[0] == 100  # one scan of the subscriptions
+        for _ in range(50):
+            await wire.send(Unquench(reg=1), register)
+        await wire.until(lambda got: wire.quenched() == 51 and len(wire.interest()) == 50)
+        assert checks[0] == 100  # the same prototype, no subscription changed: no scan
+        assert router.quench.counters["scans_saved"] == 50
+
+        # A subscription that comes is checked against the registration (its match set
+        # stays current, so an unquench keeps the newcomer too) ...
+        router.subscribe("SnowDepth < 60")
+        await wire.until(lambda got: len(wire.interest()) == 51)
+        assert checks[0] == 101
+        await wire.send(Unquench(reg=1), register)
+        await wire.until(lambda got: wire.quenched() == 52 and len(wire.interest()) == 51)
+        assert checks[0] == 101
+        # ... and one that comes between an unquench and the next registration makes that
+        # registration scan anew: it sees the newcomer.
+        await wire.send(Unquench(reg=1))
+        await wait_for(lambda: len(router.quench.table) == 0)
+        router.subscribe("SnowDepth < 70")
+        await wire.send(register)
+        await wire.until(lambda got: wire.quenched() == 53 and len(wire.interest()) == 52)
+        assert checks[0] == 101 + 102
+        assert not any(type(m) is Error for m in wire.got)
+    finally:
+        wire.writer.close()
+
+
+class _Walked(dict[Any, Any]):
+    """A dict that counts the walks over it."""
+
+    walks = 0
+
+    def values(self) -> Any:
+        _Walked.walks += 1
+        return super().values()
+
+    def items(self) -> Any:
+        _Walked.walks += 1
+        return super().items()
+
+    def __iter__(self) -> Any:
+        _Walked.walks += 1
+        return super().__iter__()
+
+
+async def test_a_publishers_registrations_are_counted_without_walking_everyones(
+    router: Router,
+) -> None:
+    quench = router.quench
+    quench.config = dataclasses.replace(quench.config, max_per_client=5)
+    quench._sessions = _Walked()
+    others = await _QuenchWire.open(router.endpoint, "other-publisher")
+    wire = await _QuenchWire.open(router.endpoint, "busy-publisher")
+    try:
+        await others.send(*(Quench(reg=n, values=SNOW, type="snow") for n in range(5)))
+        await others.until(lambda got: others.quenched() == 5)
+        await wire.send(*(Quench(reg=n, values=SNOW, type="snow") for n in range(6)))
+        await wire.until(lambda got: wire.quenched() == 5 and any(type(m) is Error for m in got))
+        assert [m.code for m in wire.got if type(m) is Error] == ["limit"]  # its own five count
+        await wire.send(Unquench(reg=0), Quench(reg=5, values=SNOW, type="snow"))
+        await wire.until(lambda got: wire.quenched() == 6)
+        assert len(quench.table) == 10
+        wire.writer.close()
+        await wait_for(lambda: len(quench.table) == 5)  # its registrations went with it
+        assert {r.client for r in quench.table.registrations.values()} == {"other-publisher"}
+        assert _Walked.walks == 0
+    finally:
+        wire.writer.close()
+        others.writer.close()

@@ -105,6 +105,17 @@ class QuenchService:
         self.table = QuenchTable(router_id)
         self.counters: Counter[str] = Counter()
         self._sessions: dict[str, ClientSession] = {}  # owned reg id → publisher's session
+        #: Publisher's session → the ids of its owned registrations (`_sessions` inverted),
+        #: so that a registration counts its publisher's and a closing session finds its own
+        #: without a walk over every registration.
+        self._owned: dict[ClientSession, set[str]] = {}
+        self._dry_runs = 0  # dry runs asked whose answers have yet to come
+        #: Owned registration id → (prototype, mentioned_only, its matches) when it was
+        #: unquenched: a publisher that registers the same prototype again, in a loop, gets
+        #: them back without a scan of the subscriptions. Emptied whenever a subscription
+        #: comes, changes or goes, or a worker's dry run answers (so it holds no key of a
+        #: subscription that went); at most `QuenchTable.max_registrations` entries.
+        self._scans: dict[str, tuple[Event, bool, frozenset[Hashable]]] = {}
         self._sids: dict[Hashable, str] = {}  # subscriber key → subscription id in reports
         self._sid_taken: set[str] = set()
         self._sid_seq = itertools.count(1)
@@ -197,12 +208,13 @@ class QuenchService:
         elif type(msg) is Unquench:
             reg_id = _reg_id(session, msg.reg)
             if self._sessions.get(reg_id) is session:
+                self._remember_scan(reg_id)
                 self._drop_owned([reg_id])
 
     def _register(self, session: ClientSession, msg: Quench) -> None:
         client = session.client_id or "?"
         reg_id = _reg_id(session, msg.reg)
-        held = sum(1 for s in self._sessions.values() if s is session)
+        held = len(self._owned.get(session, ()))
         if reg_id not in self._sessions and held >= self.config.max_per_client:
             session.send(
                 Error(
@@ -225,7 +237,7 @@ class QuenchService:
             and self._summaries is not None
         )
         if again:
-            self._sessions[reg_id] = session
+            self._own(reg_id, session)
             self.counters["registered_again"] += 1
             session.send(Quenched(reg=msg.reg))
             known = self.table.interested(reg_id)
@@ -247,13 +259,13 @@ class QuenchService:
         except InvalidValue as exc:
             session.send(Error(code="limit", message=str(exc), ref=msg.reg))
             return
-        self._sessions[reg_id] = session
+        self._own(reg_id, session)
         self.counters["registered"] += 1
         session.send(Quenched(reg=msg.reg))
         known = self.table.interested(reg_id)
         if known:  # the publisher came back to us: tell it what still holds
             self._send_notice(session, msg.reg, known)
-        reg.matches = self._scan(reg)
+        reg.matches = self._scanned(reg)
         self._dirty[reg_id] = reg
         self._schedule()
         if self._summaries is None:
@@ -292,7 +304,7 @@ class QuenchService:
         """A client's connection closed: its *subscriptions* and its registrations go."""
         for sub in list(subscriptions):
             self.unsubscribed(sub)
-        owned = [r for r, s in self._sessions.items() if s is session]
+        owned = list(self._owned.get(session, ()))
         for reg_id in owned:
             self._answers.pop(reg_id, None)
         self._drop_owned(owned)
@@ -300,7 +312,7 @@ class QuenchService:
     def _drop_owned(self, reg_ids: list[str]) -> None:
         gone = []
         for reg_id in reg_ids:
-            self._sessions.pop(reg_id, None)
+            self._disown(reg_id)
             reg = self.table.registrations.get(reg_id)
             if reg is not None and reg.expires is None:  # still ours (not failed over elsewhere)
                 self.table.remove(reg_id)
@@ -321,6 +333,7 @@ class QuenchService:
 
     def updated(self, key: Hashable) -> None:
         """A subscription's params changed: it may match other prototypes now."""
+        self._scans.clear()
         later = []
         for reg in list(self.table.registrations.values()):
             now_in = self._matches(reg, key)
@@ -354,8 +367,11 @@ class QuenchService:
             future = pool.probe(key, [r.prototype for r in regs], [r.mentioned_only for r in regs])
         except UsageError:
             return
+        self._dry_runs += 1
 
         def answered(f: asyncio.Future[list[bool]]) -> None:
+            self._dry_runs -= 1
+            self._scans.clear()  # a scan kept before this answer may lack it
             if f.cancelled() or key not in pool:
                 return
             for reg, ok in zip(regs, f.result()):
@@ -367,6 +383,7 @@ class QuenchService:
 
     def unsubscribed(self, key: Hashable) -> None:
         """A subscription was removed, stopped, or its session ended."""
+        self._scans.clear()
         for reg in self.table.registrations.values():
             if key in reg.matches:
                 reg.matches.discard(key)
@@ -376,6 +393,41 @@ class QuenchService:
             self._sid_taken.discard(sid)
         self._schedule()
         self._changed()
+
+    def _own(self, reg_id: str, session: ClientSession) -> None:
+        """*session* holds owned registration *reg_id* (maybe taken over from another)."""
+        if self._sessions.get(reg_id) is not session:
+            self._disown(reg_id)
+            self._sessions[reg_id] = session
+            self._owned.setdefault(session, set()).add(reg_id)
+
+    def _disown(self, reg_id: str) -> None:
+        session = self._sessions.pop(reg_id, None)
+        if session is not None:
+            ids = self._owned[session]
+            ids.discard(reg_id)
+            if not ids:
+                del self._owned[session]
+
+    def _remember_scan(self, reg_id: str) -> None:
+        """Keep what owned registration *reg_id* matches as it goes (unless a dry run's
+        answer is still to come): `_scanned` gives it back while no subscription changed."""
+        self._scans.pop(reg_id, None)
+        reg = self.table.registrations.get(reg_id)
+        if reg is None or reg.expires is not None or self._dry_runs:
+            return
+        if len(self._scans) >= self.table.max_registrations:
+            self._scans.clear()
+        self._scans[reg_id] = (reg.prototype, reg.mentioned_only, frozenset(reg.matches))
+
+    def _scanned(self, reg: Registration) -> set[Hashable]:
+        """`_scan`, or the matches *reg*'s id had when it was unquenched, if its prototype is
+        the same and no subscription changed since."""
+        last = self._scans.pop(reg.reg, None)
+        if last is not None and last[0] == reg.prototype and last[1] == reg.mentioned_only:
+            self.counters["scans_saved"] += 1
+            return set(last[2])
+        return self._scan(reg)
 
     def _scan(self, reg: Registration) -> set[Hashable]:
         """The local subscriptions matching *reg*; those whose pattern runs in a worker are
@@ -538,7 +590,7 @@ class QuenchService:
                 log.warning("quench registration %s not kept: %s", reg.reg, exc)
                 continue
             if entry.reg in self._sessions and entry.expires is not None:
-                self._sessions.pop(entry.reg, None)  # its publisher failed over elsewhere
+                self._disown(entry.reg)  # its publisher failed over elsewhere
             if new:
                 entry.matches = self._scan(entry)
                 if entry.matches:
