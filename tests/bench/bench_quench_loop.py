@@ -49,7 +49,7 @@ def use_service(path: str) -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    router_module.QuenchService = module.QuenchService  # type: ignore[attr-defined]
+    router_module.QuenchService = module.QuenchService
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
