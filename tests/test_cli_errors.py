@@ -117,7 +117,7 @@ def test_the_defaults_help_shows_are_the_librarys():
         RETRY_MAX,
         DiscoveryConfig,
     )
-    from aa.router import DEFAULT_PORT, CacheConfig, MeshConfig
+    from aa.router import DEFAULT_PORT, CacheConfig, MeshConfig, StoreConfig
     from aa.tools import defaults
 
     def default(cls, name):
@@ -138,6 +138,7 @@ def test_the_defaults_help_shows_are_the_librarys():
     assert default(MeshConfig, "max_routers") == defaults.MAX_ROUTERS == MAX_ROUTERS
     assert default(CacheConfig, "mesh_cache_events") == defaults.MESH_CACHE_MAX_EVENTS
     assert default(CacheConfig, "sweep_interval") == defaults.CACHE_SWEEP_INTERVAL
+    assert default(StoreConfig, "sync_interval") == defaults.STORE_SYNC_INTERVAL
     assert default(ContainerConfig, "poll_interval") == defaults.DEFAULT_POLL_INTERVAL
 
 
@@ -246,9 +247,19 @@ async def test_a_host_not_of_this_machine_is_one_line():
     [
         ("--pattern-workers", "0", "aa router: --pattern-workers must be 1..64, not 0"),
         ("--probation-workers", "-1", "aa router: --probation-workers must be 0..64, not -1"),
+        (
+            "--store-sync-interval",
+            "-1",
+            "aa router: --store-sync-interval must be a number of seconds ≥ 0",
+        ),
+        (
+            "--store-sync-interval",
+            "nan",
+            "aa router: --store-sync-interval must be a number of seconds ≥ 0",
+        ),
     ],
 )
-async def test_a_worker_count_out_of_range_is_one_line(flag, value, says):
+async def test_a_number_out_of_range_is_one_line(flag, value, says):
     code, _, err = await run_aa("router", flag, value, "--port", "0", "--no-discovery")
     assert code == 2
     one_line(err, says)

@@ -7,7 +7,7 @@ import struct
 
 import msgpack
 import pytest
-from support import next_event
+from support import next_event, patience
 
 from aa.mesh import Connection, PatternError, PatternSpec
 from aa.mesh.protocol import Error, Hello, Message, Publish
@@ -118,7 +118,9 @@ async def test_a_looping_pattern_is_stopped_and_others_keep_receiving(client, ma
     assert (await next_event(good)).values == {"x": 1}
     await pub.publish({"x": 2})
     assert (await next_event(good)).values == {"x": 2}
-    assert loop.time() - started < 2
+    # Two seconds on a machine with a core for each runnable process; a busier one, whose
+    # worker thread gets a share of a core, takes longer to spend the pattern's CPU budget.
+    assert loop.time() - started < patience(2.0)
 
 
 async def test_a_pattern_that_raises_is_just_no_match(client, make_client):

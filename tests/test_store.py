@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -358,9 +357,12 @@ async def test_acknowledged_events_survive_kill_9(tmp_path: Path) -> None:
     assert {f"e{i}" for i in range(5000)} <= ids
 
 
-async def test_replay_of_100k_events_is_ordered_and_fast(make_store: MakeStore) -> None:
+async def test_replay_of_many_events_is_ordered_and_chunked(make_store: MakeStore) -> None:
+    """Replay orders by time, ties by id, over more rows than one query chunk holds. How fast
+    100,000 events replay is the store benchmark's (`tests/bench/bench_store.py --only
+    persist,replay`), not a test's on a shared machine."""
     store = await make_store()
-    n = 100_000
+    n, chunk = 20_000, 6_000
     meta = {"client": "c1", "router": "r1", "ttl": 8, "path": ["r1"], "persist": True}
     for i in range(n):
         # ids descend while times ascend: replay must order by time, not by id or insertion
@@ -372,16 +374,12 @@ async def test_replay_of_100k_events_is_ordered_and_fast(make_store: MakeStore) 
             NO_LIMIT,
         )
     await store.flush()
-    started = time.perf_counter()
     got = await store.query()
-    elapsed = time.perf_counter() - started
     assert len(got) == n
     keys = [(e.meta["time"], e.id) for e in got]
     assert keys == sorted(keys)
-    chunks = [len(c) async for c in store.iterate(chunk=30_000)]
-    assert sum(chunks) == n and max(chunks) <= 30_000
-    # Reported, not asserted: a slow CI machine must not fail the suite (target: < 2 s).
-    print(f"replayed {n} events in {elapsed:.2f} s")
+    chunks = [len(c) async for c in store.iterate(chunk=chunk)]
+    assert sum(chunks) == n and max(chunks) <= chunk and len(chunks) == -(-n // chunk)
 
 
 def test_default_file_is_in_the_data_folder(tmp_path: Path) -> None:

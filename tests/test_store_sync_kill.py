@@ -19,12 +19,12 @@ import pytest
 from support import free_tcp_port, wait_for, wait_until
 
 from aa.client import AsyncClient, ClientConfig
-from aa.router import StoreConfig
 
 AA = str(Path(sys.executable).with_name("aa"))
 PERSIST = {"persist": True}
-#: Seconds between two routers' periodic comparisons of their stores (`aa router`'s).
-SYNC_INTERVAL = StoreConfig().sync_interval
+#: Seconds between two routers' periodic comparisons of their stores (`aa router
+#: --store-sync-interval`): short, so that a test waits on the exchange, not on the clock.
+SYNC_INTERVAL = 1.0
 #: Every router `start` started in the current test, killed at its end if still running.
 STARTED: list[asyncio.subprocess.Process] = []
 
@@ -56,6 +56,8 @@ async def start(name: str, port: int, data: Path, *peers: int) -> asyncio.subpro
         "0.1",
         "--retry-max",
         "0.5",
+        "--store-sync-interval",
+        str(SYNC_INTERVAL),
         "--name",
         name,
     ]
@@ -113,7 +115,7 @@ async def test_every_store_converges_after_a_kill_9_of_the_middle_router(tmp_pat
             return stores[0] == stores[1] == stores[2] and set(acked) <= set(stores[0])
 
         # Links up, each pair compares stores at once; what must cross B (C's events to A, A's
-        # to C) may wait for the next periodic exchange (`StoreConfig.sync_interval`), and
+        # to C) may wait for the next periodic exchange (`--store-sync-interval`), and
         # the routers' own start takes seconds on a busy machine: two intervals, then a margin.
         await wait_until(converged, timeout=2 * SYNC_INTERVAL + 30, every=0.2)
         for name in "abc":

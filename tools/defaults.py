@@ -19,6 +19,7 @@ __all__ = [
     "ROUTER_INFO_INTERVAL",
     "MESH_CACHE_MAX_EVENTS",
     "CACHE_SWEEP_INTERVAL",
+    "STORE_SYNC_INTERVAL",
     "DEFAULT_POLL_INTERVAL",
     "MAX_SUBSCRIPTIONS_PER_CLIENT",
     "MAX_SESSION_BACKLOG",
@@ -37,6 +38,7 @@ PEER_KEEPALIVE: Final = 5.0  # aa.router's MeshConfig.keepalive default
 ROUTER_INFO_INTERVAL: Final = 10.0  # aa.router's MeshConfig.info_interval default
 MESH_CACHE_MAX_EVENTS: Final = 20_000  # aa.router's CacheConfig.mesh_cache_events default
 CACHE_SWEEP_INTERVAL: Final = 5.0  # aa.router's CacheConfig.sweep_interval default
+STORE_SYNC_INTERVAL: Final = 30.0  # aa.router's StoreConfig.sync_interval default
 DEFAULT_POLL_INTERVAL: Final = 2.0  # aa.addins.ContainerConfig.poll_interval default
 MAX_SUBSCRIPTIONS_PER_CLIENT: Final = 100  # aa.router.MAX_SUBSCRIPTIONS_PER_CLIENT
 MAX_SESSION_BACKLOG: Final = 4 * 1024 * 1024  # aa.router.MAX_SESSION_BACKLOG

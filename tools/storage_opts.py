@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .defaults import CACHE_SWEEP_INTERVAL, MESH_CACHE_MAX_EVENTS
+from .defaults import CACHE_SWEEP_INTERVAL, MESH_CACHE_MAX_EVENTS, STORE_SYNC_INTERVAL
 
 __all__ = ["add_storage_options", "storage_config"]
 
@@ -29,6 +29,15 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
         f"${ENV_STORE_URL}, else the SQLite file DATA_DIR/events.db; no store without either)",
     )
     g.add_argument("--no-store", action="store_true", help="keep no persistent store")
+    g.add_argument(
+        "--store-sync-interval",
+        type=float,
+        metavar="S",
+        default=STORE_SYNC_INTERVAL,
+        help="seconds between two comparisons of this router's store with each peer's, which "
+        "send each side the persisted events it lacks; they also run whenever a link comes up; "
+        f"0 for only then (default: {STORE_SYNC_INTERVAL:g})",
+    )
     g.add_argument(
         "--event-log",
         action=argparse.BooleanOptionalAction,
@@ -66,10 +75,14 @@ def storage_config(
     url = args.store_url or env.get(ENV_STORE_URL) or None
     if args.no_store and args.store_url:
         raise UsageError("--no-store and --store-url contradict each other")
+    if not args.store_sync_interval >= 0:  # NaN too
+        raise UsageError("--store-sync-interval must be a number of seconds ≥ 0")
     if args.event_log and args.data_dir is None:
         raise UsageError("--event-log needs --data-dir")
     return {
-        "store": None if args.no_store else StoreConfig(url=url),
+        "store": None
+        if args.no_store
+        else StoreConfig(url=url, sync_interval=args.store_sync_interval),
         # None (no flag): on, as it is by default whenever there is a data folder.
         "event_log": None if args.event_log is False else EventLogConfig(),
         "caches": CacheConfig(

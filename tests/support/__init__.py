@@ -24,7 +24,7 @@ from .meshes import (
 )
 from .ports import free_port_block, free_tcp_port, free_udp_port
 from .virtualtime import VirtualTimeLoop, virtual_time
-from .waits import next_event, next_turn, paced, settle, wait_for, wait_until
+from .waits import next_event, next_turn, paced, patience, settle, wait_for, wait_until
 
 __all__ = [
     "Clock",
@@ -43,6 +43,7 @@ __all__ = [
     "next_event",
     "paced",
     "next_turn",
+    "patience",
     "random_graph",
     "ring",
     "routing_by_interest",
