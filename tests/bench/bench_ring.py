@@ -151,12 +151,15 @@ def routing_settled(summary: dict) -> bool:
     return bool(routing.get("settled") and routing.get("complete") and not routing.get("awaited"))
 
 
-async def wait_settled(endpoints: list[str], timeout: float = 60.0) -> float:
-    """Seconds until every router forwards by interest (`routing_settled`), asked of each."""
+async def wait_settled(endpoints: list[str], timeout: float = 60.0) -> float | None:
+    """Seconds until every router forwards by interest (`routing_settled`), asked of each;
+    None at once from routers that do not say (an older version's: pairing against it)."""
     t0 = time.perf_counter()
     async with asyncio.timeout(timeout):
         while True:
             summaries = await own_summaries(endpoints)
+            if any("routing" not in s for s in summaries):
+                return None
             if all(routing_settled(s) for s in summaries):
                 return time.perf_counter() - t0
             await asyncio.sleep(0.05)
@@ -227,7 +230,8 @@ def run(
     """One run: the subscriber on router 4, then the publisher on router 0. With *settle*,
     the publisher starts once every router forwards by interest again (the subscription
     changed router 4's interest, which unsettles every view for `SETTLE_TIME`); the seconds
-    that took are returned beside the subscriber's result (None: not waited for).
+    that took are returned beside the subscriber's result (None: not waited for, or routers
+    that do not say).
     *before_publish* is called right before the publisher starts."""
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
