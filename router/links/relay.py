@@ -426,7 +426,7 @@ class Relay:
         rules = self.rules
         hop_for = rules.hop
         all_seen = rules.all_seen
-        first = rules.first
+        first_many = rules.first_many
         forward_to = rules.forward_to
         dispatch_many = self._dispatch.dispatch_many
         came_from = link.remote_id
@@ -455,7 +455,7 @@ class Relay:
                 # Step 3: check the events (MalformedFrame closes the link; nothing was
                 # recorded), then record and dispatch the fresh ones.
                 events = group.decode(ttl=hop.ttl, path=new_path)
-                fresh = [ev for eid, ev in zip(ids, events) if first(eid, now)]
+                fresh = [ev for ev, new in zip(events, first_many(ids, now)) if new]
                 # The group under this hop: what the sinks may keep instead of encoding the
                 # events again, and what goes on when it all goes one way.
                 same = (
