@@ -15,8 +15,11 @@ down its source's shortest-path tree toward the routers that may want it: from r
 router 4 that is one arc of the ring, 0-1-2-3-4 or 0-7-6-5-4 (both are four hops; the tree
 takes the neighbour with the lower router id, random here), so the three routers of the
 other arc see nothing. Two things send some events the other way: a router floods while its
-view of the mesh settles (the first events of a run), and a router whose link toward the
-subscriber is congested sends events round it as directed copies (`aa.mesh.detour`).
+view of the mesh settles, and a router whose link toward the subscriber is congested sends
+events round it as directed copies (`aa.mesh.detour`). Each run therefore publishes once
+every router says it routes by interest (`aa mesh`'s ``routing``; the subscription itself
+unsettles every view for a second), as in a long-running mesh, and reports how long that
+took (``settled_before_publish_s``); ``--no-settle`` publishes at once.
 Under `--routing flood` every router carries every event, the two flood fronts meeting
 around router 4.
 
