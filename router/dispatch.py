@@ -51,10 +51,10 @@ from aa.mesh import (
     IdGenerator,
     load_pyx,
 )
-from aa.mesh.protocol import pack, pack_with_meta
+from aa.mesh.protocol import FloodGroup, pack, pack_with_meta
 
 from .patterns import PatternEngine
-from .seams import Sink, Subscriber
+from .seams import BatchSink, Sink, Subscriber
 
 __all__ = [
     "Dispatcher",
@@ -180,7 +180,7 @@ class Dispatcher:
         self.sinks: list[Sink] = []
         #: Called with the events dispatched here, a batch at a time, in order (the router's
         #: own sinks: store, mesh cache, event log; `aa.router.sinks`).
-        self.batch_sinks: list[Callable[[Sequence[Event]], None]] = []
+        self.batch_sinks: list[BatchSink] = []
         #: Called with the events this router accepted from a client, a batch at a time: their
         #: floods (links room).
         self.forwarders: list[Callable[[Sequence[Event]], None]] = []
@@ -377,13 +377,14 @@ class Dispatcher:
         self._dispatch(event)
         self.counters["dispatched"] += 1
 
-    def dispatch_many(self, events: list[Event]) -> None:
+    def dispatch_many(self, events: list[Event], received: FloodGroup | None = None) -> None:
         """`dispatch` each of *events* (fresh here, from a peer), in order: all their
-        deliveries, then the sinks, given them at once."""
+        deliveries, then the sinks, given them at once (and *received*, the group they came
+        in when they are all of its events: `aa.router.seams.BatchSink`)."""
         if not events:
             return
         self._sample()
-        self._dispatch_batch(events)
+        self._dispatch_batch(events, received)
         self.counters["dispatched"] += len(events)
 
     def _sample(self) -> None:
@@ -407,11 +408,11 @@ class Dispatcher:
                 log.exception("event sink %r failed", sink)
         for many in self.batch_sinks:
             try:
-                many((event,))
+                many((event,), None)
             except Exception:
                 log.exception("event sink %r failed", many)
 
-    def _dispatch_batch(self, events: list[Event]) -> None:
+    def _dispatch_batch(self, events: list[Event], received: FloodGroup | None = None) -> None:
         """`_dispatch` of each of *events*: all their deliveries, then the sinks, each sink
         given the events in order."""
         names = self.names_seen
@@ -432,7 +433,7 @@ class Dispatcher:
                     log.exception("event sink %r failed", sink)
         for many in self.batch_sinks:
             try:
-                many(events)
+                many(events, received)
             except Exception:
                 log.exception("event sink %r failed", many)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aa.mesh import Control, Event, PatternSpec
-from aa.mesh.protocol import Message
+from aa.mesh.protocol import FloodGroup, Message
 
 if TYPE_CHECKING:
     from .security import Gate, Identity, PartialFrames
@@ -40,6 +40,11 @@ Clock = Callable[[], float]
 #: Called with each event dispatched on this router (store, caches, event log).
 Sink = Callable[[Event], None]
 
+#: Called with the events dispatched on this router, a batch at a time, in order, and the
+#: flood group they came in when they are exactly its events at this router's hop (its ttl
+#: and path; `Dispatch.dispatch_many`): the bytes they came in, already checked.
+BatchSink = Callable[[Sequence[Event], FloodGroup | None], None]
+
 
 class Dispatch(Protocol):
     """Where a room hands events it received from elsewhere (a peer's flood)."""
@@ -47,8 +52,10 @@ class Dispatch(Protocol):
     def dispatch(self, event: Event) -> None:
         """Deliver *event* to local subscribers and sinks: once per router per event."""
 
-    def dispatch_many(self, events: list[Event]) -> None:
-        """`dispatch` each of *events*, in order (a peer's group: the sinks get them at once)."""
+    def dispatch_many(self, events: list[Event], received: FloodGroup | None = None) -> None:
+        """`dispatch` each of *events*, in order (a peer's group: the sinks get them at once).
+        *received*: the group they came in, under this router's hop, when *events* are all
+        of its events (decoded and checked), for sinks that keep them as bytes."""
 
     def flush(self) -> None:
         """The batch is handled: write every client's queued deliveries now."""

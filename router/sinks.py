@@ -13,12 +13,15 @@ flood itself):
 
 Mesh-cache and event-log events are collected and handed over once the batch being
 dispatched is done (`flush`): one encoding call per batch instead of one per event, shared
-by the two. Client caches attach a sink of their own (`aa.router.caches`), only while a
-cache exists.
+by the two. Events relayed from a peer, when the cache takes all of a flood group's events
+and no event log shares the encoding, are not encoded at all: the cache keeps the group's
+bytes with this router's hop (`aa.router.caches.meshcache`). Client caches attach a sink
+of their own (`aa.router.caches`), only while a cache exists.
 
 Cost: the non-persisted path adds two meta look-ups per event; the mesh cache an encoding
-per batch; the event log shares that encoding (its own process does the rest). The figures
-are in the manual (Performance).
+per batch of the events this router stamped (none for the groups it relays); the event log
+shares that encoding (its own process does the rest). The figures are in the manual
+(Performance).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aa.mesh import Event
+from aa.mesh.protocol import FloodGroup
 
 from .caches import MeshCache, encode_events
 from .eventlog import EventLog
@@ -54,6 +58,9 @@ class LocalSinks:
         self.event_log = event_log
         self._cache_pending: list[Event] = []  # for the mesh cache, at the end of the batch
         self._log_pending: list[Event] = []  # for the event log, at the end of the batch
+        #: (start, end, group): `_cache_pending[start:end]` are the events of a flood group
+        #: received, kept by the cache as the group's bytes rather than encoded again.
+        self._received: list[tuple[int, int, FloodGroup]] = []
 
     @classmethod
     async def open(
@@ -79,7 +86,7 @@ class LocalSinks:
         if elog is not None:
             await elog.aclose()
 
-    def sink(self) -> Callable[[Sequence[Event]], None] | None:
+    def sink(self) -> Callable[[Sequence[Event], FloodGroup | None], None] | None:
         """One function for the three, given the events of a batch in order, specialised on
         which of them exist (None: none)."""
         persist = self._persist
@@ -89,10 +96,12 @@ class LocalSinks:
             return None
         log_pending = self._log_pending
         pending = self._cache_pending
+        received_at = self._received
         call_soon = asyncio.get_running_loop().call_soon
         flush = self.flush
 
-        def sink(events: Sequence[Event]) -> None:
+        def sink(events: Sequence[Event], received: FloodGroup | None = None) -> None:
+            start = len(pending)
             for event in events:
                 meta = event.meta
                 if persist is not None and META_PERSIST in meta:
@@ -107,6 +116,10 @@ class LocalSinks:
                     pending.append(event)
                 if log_on:
                     log_pending.append(event)
+            # The group's bytes serve the cache when it takes every one of its events and
+            # the event log (which needs them encoded as dispatched) does not share them.
+            if received is not None and not log_on and len(pending) - start == len(events):
+                received_at.append((start, len(pending), received))
 
         return sink
 
@@ -117,9 +130,23 @@ class LocalSinks:
         events (the usual case), encoded once for both."""
         pending, log_pending = self._cache_pending, self._log_pending
         encoded = None
-        if pending and self.mesh_cache is not None:
-            encoded = encode_events(pending)
-            self.mesh_cache.add_many(pending, encoded=encoded)
+        cache = self.mesh_cache
+        if pending and cache is not None:
+            if self._received:
+                at = 0
+                for start, end, group in self._received:
+                    if at < start:
+                        cache.add_many(pending[at:start])
+                    cache.add_many(
+                        pending[start:end], encoded=group.blob, hop=(group.ttl, group.path)
+                    )
+                    at = end
+                if at < len(pending):
+                    cache.add_many(pending[at:])
+            else:
+                encoded = encode_events(pending)
+                cache.add_many(pending, encoded=encoded)
+        self._received.clear()
         if log_pending and self.event_log is not None:
             same = len(log_pending) == len(pending)
             self.event_log.extend(log_pending, encoded=encoded if same else None)

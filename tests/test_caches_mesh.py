@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import wait_for
+from support.meshes import FAST, line, mesh
 
-from aa.mesh import Event, PatternSpec, UsageError
+from aa.mesh import META_PATH, META_TTL, Event, PatternSpec, UsageError
 from aa.router import MeshCache
 from aa.router.caches import MESH_CACHE_MAX_BYTES, MESH_CACHE_MAX_EVENTS, approx_size
 
@@ -114,3 +117,33 @@ async def test_a_client_that_asks_for_the_mesh_cache_and_never_reads_is_refused_
     session = next(s for s in router.sessions if s.client_id == "greedy")
     assert session.backlog < MAX_ANSWER_BACKLOG + 32 * 1024 * 1024  # at most one answer more
     writer.close()
+
+
+async def test_a_relaying_router_caches_the_events_as_it_dispatched_them() -> None:
+    """A router in the middle of a line keeps the events it relays as the bytes they came in
+    (no second encoding), yet a query gives them as it dispatched them: its hop's ttl and
+    path, not the stale ones inside those bytes; an event whose publisher opted out of the
+    mesh cache is not cached, and the events of its group still are."""
+    flood = dataclasses.replace(FAST, routing="flood")  # r1 relays everything
+    async with mesh(3, line(3), config=flood) as (r0, r1, r2):
+        seen: list[Event] = []
+        r1.dispatcher.sinks.append(seen.append)
+        for i in range(20):
+            r0.publish({"i": i, "text": "x" * i}, type="reading")
+        await wait_for(lambda: r2.counters["dispatched"] >= 20, timeout=10)
+        for i in range(20, 25):  # one of them opted out
+            r0.publish({"i": i}, meta={"mesh_cache": False} if i == 22 else None)
+        await wait_for(lambda: r2.counters["dispatched"] >= 25, timeout=10)
+        await wait_for(lambda: len(r1.mesh_cache) >= 24, timeout=10)  # type: ignore[arg-type]
+
+        cached = r1.mesh_cache.query()  # type: ignore[union-attr]
+        want = [e for e in seen if e.values["i"] != 22]
+        assert [(e.id, e.type, e.values, e.meta) for e in cached] == [
+            (e.id, e.type, e.values, e.meta) for e in want
+        ]
+        assert all(
+            e.meta[META_PATH] == [r0.id, r1.id] and e.meta[META_TTL] == want[0].meta[META_TTL]
+            for e in cached
+        )
+        # The relayed groups were kept as received (a block with the hop beside its bytes).
+        assert any(b.hop is not None for b in r1.mesh_cache._blocks)  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ from support import (
     mesh,
     random_graph,
     ring,
+    routing_by_interest,
     wait_for,
     wait_shape,
 )
@@ -193,6 +194,30 @@ async def test_mesh_info_describes_every_router() -> None:
         async with AsyncClient(routers[1].endpoint) as c:
             answer = await c.mesh_info(timeout=5)
         assert {r["id"] for r in answer["routers"]} == {r.id for r in routers}
+
+
+async def test_mesh_info_says_whether_the_answering_router_routes_by_interest() -> None:
+    """A new mesh floods while its routers' views settle; once they have, each router says
+    so in its own entry of `aa mesh` (what a benchmark waits for before it measures)."""
+    async with mesh(3, line(3)) as routers:
+
+        def own(r: Router) -> dict[str, object]:
+            return r.mesh_info()["routers"][0]["routing"]  # type: ignore[no-any-return]
+
+        await wait_for(lambda: all(own(r)["settled"] for r in routers))
+        await wait_for(lambda: routing_by_interest(routers))
+        async with AsyncClient(routers[1].endpoint) as c:
+            answer = await c.mesh_info(timeout=5)
+        assert answer["routers"][0]["routing"] == {
+            "routing": "interest",
+            "settled": True,
+            "complete": True,
+            "awaited": 0,
+            "routers": 3,
+        }
+        assert all("routing" not in r for r in answer["routers"][1:])  # not flooded
+        routers[2].subscribe("x > 1", lambda e: None)  # news: every view unsettles
+        await wait_for(lambda: not own(routers[0])["settled"])
 
 
 async def test_routers_tell_clients_their_alternatives() -> None:

@@ -54,6 +54,22 @@ def test_seen_ids_bounded_by_count() -> None:
         assert all(str(j) in seen for j in range(max(0, i - 49), i + 1))
 
 
+def test_seen_ids_check_many_says_what_check_of_each_says() -> None:
+    """A relayed group's ids checked in one call: the same answers and the same memory as one
+    call per id, across generations moving (by count and by age) inside a group."""
+    rng = random.Random(7)
+    one, many = SeenIds(max_ids=40, max_age=5.0), SeenIds(max_ids=40, max_age=5.0)
+    now = 0.0
+    for _ in range(300):
+        now += rng.random()
+        ids = [f"e{rng.randrange(120)}" for _ in range(rng.randrange(1, 12))]
+        assert many.check_many(ids, now) == [one.check(i, now) for i in ids]
+        assert all((i in many) == (i in one) for i in (f"e{k}" for k in range(120)))
+    rules = FloodRules("me")
+    assert rules.first_many(["a", "b", "a"], 0.0) == [True, True, False]
+    assert rules.first_many(["b", "c"], 0.0) == [False, True]
+
+
 def test_seen_ids_expire_when_idle() -> None:
     seen = SeenIds(max_ids=100, max_age=10.0)
     seen.check("a", 0.0)

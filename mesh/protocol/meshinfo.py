@@ -67,8 +67,14 @@ class MeshInfo(Message):
                     "events_in", "events_out": events on that link}],
          "poisoned": [{"address", "router_id", "failures", "retry_in": seconds}],
          "counters": {"events_in", "events_out", "duplicates", "dispatched",
-                      "published", ...}},
+                      "published", ...},
+         "routing": {"routing": "interest" | "flood", "settled", "complete": bool,
+                     "awaited": int, "routers": int}},  # the answering router only
         ...]}
+
+    ``routing`` says whether the answering router forwards by interest now: it floods
+    while its view of the mesh is not settled and complete, or while it awaits the
+    summaries of ``awaited`` routers that came back into reach (`aa.mesh.interest`).
     """
 
     info: Values = field(default_factory=dict)

@@ -16,11 +16,18 @@ only when a client asks. Why (every dispatched event goes through here):
   few hundred bytes of one `bytes` object instead of a couple of KiB of objects, and the
   byte count is exact rather than estimated;
 - a batch (`add_many`, one C call for the whole batch the router dispatched in one go)
-  costs a fraction per event of encoding one event at a time.
+  costs a fraction per event of encoding one event at a time;
+- events relayed from a peer are not encoded again at all: the cache keeps the bytes they
+  came in (a flood group's blob, `aa.mesh.protocol.FloodGroup`), whose ``ttl`` and ``path``
+  in each event's meta are the origin's, with this router's hop beside them (`add_many`'s
+  *hop*), and a query sets each event's ttl and path from the hop as the relay did. Encoding
+  them was a fifth of a relaying router's work.
 
 A block is evicted event by event as far as the bounds go (its memory goes with its last
-event, so the cache may hold one block more than the bounds until then). A query decodes
-what it looks at (20,000 events in tens of milliseconds): queries are rare, events are not.
+event, so the cache may hold one block more than the bounds until then). Adding a block
+does nothing per event: a query decodes every block it holds and reads each event's time
+from its meta there (20,000 events in tens of milliseconds): queries are rare, events are
+not.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
-from aa.mesh import Event, UsageError
+from aa.mesh import META_PATH, META_TTL, Event, UsageError
 from aa.mesh.protocol import pack_events, packed_event, unpack
 
 __all__ = [
@@ -81,16 +88,25 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: A relayed block's hop: the ``ttl`` and ``path`` to set in each event's meta when read.
+Hop = tuple[int, Sequence[str]]
+
+
 class _Block:
-    """Events added together: their times, their encoding, and how many were evicted."""
+    """Events added together: how many, their encoding, how many were evicted, the time of
+    those without a ``time`` stamp, and the hop to set in their meta when read (None: their
+    encoding holds their own). Their times are read from their encoding when a query asks:
+    nothing is done per event when they are added."""
 
-    __slots__ = ("times", "data", "start", "unit")
+    __slots__ = ("count", "data", "start", "unit", "added", "hop")
 
-    def __init__(self, times: list[datetime], data: bytes) -> None:
-        self.times = times
+    def __init__(self, count: int, data: bytes, added: datetime, hop: Hop | None = None) -> None:
+        self.count = count
         self.data = data
+        self.added = added
+        self.hop = hop
         self.start = 0  # events before this index are evicted
-        self.unit = _ENTRY_OVERHEAD + len(data) / len(times)  # bytes per event, on average
+        self.unit = _ENTRY_OVERHEAD + len(data) / count  # bytes per event, on average
 
 
 class MeshCache:
@@ -144,40 +160,40 @@ class MeshCache:
         return self.add_many([event], now=now) == 1
 
     def add_many(
-        self, events: list[Event], *, now: datetime | None = None, encoded: _Encoded | None = None
+        self,
+        events: Sequence[Event],
+        *,
+        now: datetime | None = None,
+        encoded: _Encoded | None = None,
+        hop: Hop | None = None,
     ) -> int:
         """Cache *events*, in order, as one block; how many were cached. An event's time is
         its ``time`` stamp, or *now* (default: the clock) when it has none. A batch bigger
         than the byte bound is cached one event at a time (what fits). *encoded*:
-        `encode_events(events)`, when the caller has it already."""
+        `encode_events(events)`, when the caller has it already; or, with *hop* (ttl,
+        path), the bytes the events came in from a peer, checked (a flood group's blob),
+        which differ from *events* only in each meta's ``ttl`` and ``path``: *hop*'s."""
         if not events:
             return 0
         data = encoded if encoded is not None else encode_events(events)
         if data is None or _ENTRY_OVERHEAD * len(events) + len(data) > self.max_bytes:
-            if len(events) == 1:
+            if len(events) == 1 and hop is None:
                 return 0
             return sum(self.add_many([e], now=now) for e in events)
-        fallback = None
-        times = []
-        for e in events:
-            t = e.meta.get("time")
-            if type(t) is not datetime or t.tzinfo is None:
-                if fallback is None:
-                    fallback = now if now is not None else self._clock()
-                t = fallback
-            times.append(t)
-        block = _Block(times, data)
+        n = len(events)
+        added = now if now is not None else self._clock()
+        block = _Block(n, data, added, None if hop is None else (hop[0], tuple(hop[1])))
         self._blocks.append(block)
-        self._count += len(times)
-        self._bytes += block.unit * len(times)
+        self._count += n
+        self._bytes += block.unit * n
         self._evict()
-        return len(times)
+        return n
 
     def _evict(self) -> None:
         blocks = self._blocks
         while self._count > self.max_events or self._bytes > self.max_bytes:
             oldest = blocks[0]
-            live = len(oldest.times) - oldest.start
+            live = oldest.count - oldest.start
             if self._count > self.max_events:
                 k = min(live, self._count - self.max_events)
             else:
@@ -185,7 +201,7 @@ class MeshCache:
             oldest.start += k
             self._count -= k
             self._bytes -= k * oldest.unit
-            if oldest.start >= len(oldest.times):
+            if oldest.start >= oldest.count:
                 blocks.popleft()
         if not blocks:
             self._bytes = 0.0
@@ -206,14 +222,21 @@ class MeshCache:
             return out
         trusted = Event.trusted
         for block in self._blocks:
-            times, start = block.times, block.start
-            if since is not None and max(times[start:]) < since:
-                continue
             items = unpack(block.data)
-            for i in range(start, len(times)):
-                if since is not None and times[i] < since:
-                    continue
+            hop = block.hop
+            for i in range(block.start, block.count):
                 id_, type_, values, meta = items[i]
+                if meta is None:  # a peer may send nil for an empty meta (relayed blocks)
+                    meta = {}
+                if since is not None:
+                    t = meta.get("time")
+                    if type(t) is not datetime or t.tzinfo is None:
+                        t = block.added
+                    if t < since:
+                        continue
+                if hop is not None:  # as the relay set them (`flood_events`)
+                    meta[META_TTL] = hop[0]
+                    meta[META_PATH] = list(hop[1])
                 event = trusted(values, type_, meta, id_)
                 if match is not None and not match(event):
                     continue

@@ -172,6 +172,12 @@ class MeshView:
         own = self.summary()
         own["age"] = 0.0
         own["gone"] = False
+        # Whether this router routes by interest now or floods while unsure: asked of the
+        # answering router only (it is not part of the summary every router floods).
+        routing = self.mesh.interests.info()
+        own["routing"] = {
+            k: routing[k] for k in ("routing", "settled", "complete", "awaited", "routers")
+        }
         routers = [own]
         for body, at in self._remote.values():
             entry = dict(body)

@@ -426,7 +426,7 @@ class Relay:
         rules = self.rules
         hop_for = rules.hop
         all_seen = rules.all_seen
-        first = rules.first
+        first_many = rules.first_many
         forward_to = rules.forward_to
         dispatch_many = self._dispatch.dispatch_many
         came_from = link.remote_id
@@ -455,8 +455,15 @@ class Relay:
                 # Step 3: check the events (MalformedFrame closes the link; nothing was
                 # recorded), then record and dispatch the fresh ones.
                 events = group.decode(ttl=hop.ttl, path=new_path)
-                fresh = [ev for eid, ev in zip(ids, events) if first(eid, now)]
-                dispatch_many(fresh)  # decode checked: the ids are ev.id
+                fresh = [ev for ev, new in zip(events, first_many(ids, now)) if new]
+                # The group under this hop: what the sinks may keep instead of encoding the
+                # events again, and what goes on when it all goes one way.
+                same = (
+                    FloodGroup.trusted(hop.ttl, new_path, ids, group.blob)
+                    if len(fresh) == k
+                    else None
+                )
+                dispatch_many(fresh, same)  # decode checked: the ids are ev.id
                 if len(fresh) != k:
                     dups += k - len(fresh)
                 if not fresh:
@@ -474,8 +481,8 @@ class Relay:
                             for rid in chosen:
                                 by_id[rid].queue_group(out_group)
                         continue
-                if len(fresh) == k:
-                    out_group = FloodGroup.trusted(hop.ttl, new_path, ids, group.blob)
+                if same is not None:
+                    out_group = same
                 else:
                     out_group = FloodGroup.encode(fresh, ttl=hop.ttl, path=new_path)
                 for rid in targets:

@@ -15,8 +15,11 @@ down its source's shortest-path tree toward the routers that may want it: from r
 router 4 that is one arc of the ring, 0-1-2-3-4 or 0-7-6-5-4 (both are four hops; the tree
 takes the neighbour with the lower router id, random here), so the three routers of the
 other arc see nothing. Two things send some events the other way: a router floods while its
-view of the mesh settles (the first events of a run), and a router whose link toward the
-subscriber is congested sends events round it as directed copies (`aa.mesh.detour`).
+view of the mesh settles, and a router whose link toward the subscriber is congested sends
+events round it as directed copies (`aa.mesh.detour`). Each run therefore publishes once
+every router says it routes by interest (`aa mesh`'s ``routing``; the subscription itself
+unsettles every view for a second), as in a long-running mesh, and reports how long that
+took (``settled_before_publish_s``); ``--no-settle`` publishes at once.
 Under `--routing flood` every router carries every event, the two flood fronts meeting
 around router 4.
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import multiprocessing as mp
 import os
 import resource
@@ -47,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_router import publisher, subscriber
@@ -97,6 +102,11 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def note_cpu(into: list[float | None], pids: list[int]) -> None:
+    """Put the CPU seconds (`cpu_seconds`) of each of *pids* in *into*."""
+    into[:] = [cpu_seconds(pid) for pid in pids]
+
+
 def children_cpu_seconds() -> float:
     """User + system CPU seconds of this process's children that have ended and been waited
     for: the publisher and subscriber of the runs so far (the routers are still running)."""
@@ -133,6 +143,34 @@ async def wait_ring_up(endpoints: list[str], timeout: float = 30.0) -> None:
             if all(len(s["peers"]) == 2 for s in summaries):
                 return
             await asyncio.sleep(0.2)
+
+
+def routing_settled(summary: dict) -> bool:
+    """Whether a router's own summary says it forwards by interest now (not flooding while
+    its view of the mesh settles: `aa.mesh.interest`, rule 3). A flooding router is."""
+    routing = summary.get("routing") or {}
+    if routing.get("routing") == "flood":
+        return True
+    return bool(routing.get("settled") and routing.get("complete") and not routing.get("awaited"))
+
+
+async def wait_settled(endpoints: list[str], timeout: float = 60.0) -> float | None:
+    """Seconds until every router forwards by interest (`routing_settled`), asked of each;
+    None at once from routers that do not say (an older version's: pairing against it)."""
+    t0 = time.perf_counter()
+    async with asyncio.timeout(timeout):
+        while True:
+            summaries = await own_summaries(endpoints)
+            if any("routing" not in s for s in summaries):
+                return None
+            if all(routing_settled(s) for s in summaries):
+                return time.perf_counter() - t0
+            await asyncio.sleep(0.05)
+
+
+def dispatched_counts(endpoints: list[str]) -> list[int]:
+    """How many events each router has dispatched so far."""
+    return [s["counters"].get("dispatched", 0) for s in asyncio.run(own_summaries(endpoints))]
 
 
 async def wait_dispatched(
@@ -185,20 +223,35 @@ def tuned(target, *args) -> None:  # type: ignore[no-untyped-def]
     target(*args)
 
 
-def run(pub_endpoint: str, sub_endpoint: str, n: int, rate: float | None) -> dict:
+def run(
+    endpoints: list[str],
+    n: int,
+    rate: float | None,
+    settle: bool = True,
+    before_publish: Callable[[], None] = lambda: None,
+) -> tuple[dict, float | None]:
+    """One run: the subscriber on router 4, then the publisher on router 0. With *settle*,
+    the publisher starts once every router forwards by interest again (the subscription
+    changed router 4's interest, which unsettles every view for `SETTLE_TIME`); the seconds
+    that took are returned beside the subscriber's result (None: not waited for, or routers
+    that do not say).
+    *before_publish* is called right before the publisher starts."""
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
-    sub = ctx.Process(target=tuned, args=(subscriber, sub_endpoint, n, ready, out))
+    sub = ctx.Process(target=tuned, args=(subscriber, endpoints[FAR], n, ready, out))
     sub.start()
     ready.wait(30)
-    # The subscription reached router 4 before `ready`; nothing to wait for on the mesh: a
-    # router that does not yet know router 4's interest floods (never too little).
-    pub = ctx.Process(target=tuned, args=(publisher, pub_endpoint, n, rate))
+    # The subscription reached router 4 before `ready`. A router that does not yet know
+    # router 4's new interest, or whose view changed less than `SETTLE_TIME` ago, floods
+    # (never too little): a long-running mesh is settled, so the timed part waits for it.
+    settled = asyncio.run(wait_settled(endpoints)) if settle else None
+    before_publish()
+    pub = ctx.Process(target=tuned, args=(publisher, endpoints[0], n, rate))
     pub.start()
     result = out.get(timeout=300)
     pub.join(60)
     sub.join(60)
-    return result
+    return result, settled
 
 
 def main() -> None:
@@ -223,6 +276,14 @@ def main() -> None:
         default="interest",
         help="the routers' --routing (default interest, as `aa router`)",
     )
+    ap.add_argument(
+        "--no-settle",
+        dest="settle",
+        action="store_false",
+        help="publish as soon as the subscriber is in, while the routers' views still settle "
+        "(they flood meanwhile); by default each run waits until every router forwards by "
+        "interest, and reports how long that took",
+    )
     args = ap.parse_args()
     procs, endpoints = start_ring(ROUTERS, args.routing)
     try:
@@ -232,9 +293,15 @@ def main() -> None:
         cpus: list[list[float]] = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            cpu0 = [cpu_seconds(p.pid) for p in procs]
+            cpu0: list[float | None] = []  # from the publisher's start: not the settling's polls
             clients0 = children_cpu_seconds()
-            r = run(endpoints[0], endpoints[FAR], args.events, None)
+            dispatched0 = dispatched_counts(endpoints)
+            started = functools.partial(note_cpu, cpu0, [p.pid for p in procs])
+            r, settle_s = run(endpoints, args.events, None, args.settle, started)
+            shares = [
+                round((b - a) / args.events, 3)
+                for a, b in zip(dispatched0, dispatched_counts(endpoints))
+            ]
             cpu1 = [cpu_seconds(p.pid) for p in procs]
             clients = (children_cpu_seconds() - clients0) / args.events * 1e6
             tput = r["got"] / r["seconds"] if r["seconds"] else 0.0
@@ -259,6 +326,8 @@ def main() -> None:
                     "sent": args.events,
                     "events_per_s": round(tput),
                     "wall_s": round(time.perf_counter() - t0, 1),
+                    "settled_before_publish_s": None if settle_s is None else round(settle_s, 2),
+                    "share_dispatched_per_router": shares,
                     "target": 20_000,
                     "cpus": os.cpu_count(),
                     "router_cpu_us_per_event": per_event,
@@ -286,7 +355,7 @@ def main() -> None:
                     "router_cpu_us_per_event_sum": round(sum(medians), 1) if medians else None,
                 },
             )
-        r2 = run(endpoints[0], endpoints[FAR], args.latency_events, args.rate)
+        r2, _ = run(endpoints, args.latency_events, args.rate, args.settle)
         lat = sorted(r2["latencies"])
         q = statistics.quantiles(lat, n=100)
         report(
