@@ -845,6 +845,26 @@ class InterestTable:
             self._wait_until = now + self.catch_up
             self.waiting |= back
 
+    def confirm(self, origin: str, version: int, now: float) -> bool:
+        """*origin* says its summary is still *version* (a digest): when that is the version
+        held, it counts as hearing that summary again (True); else nothing changes."""
+        held = self.heard.get(origin)
+        if held is None or held[0] != version:
+            return False
+        self.heard[origin] = (version, now)
+        self.unconfirmed.discard(origin)
+        self.waiting.discard(origin)
+        return True
+
+    def widen(self, origin: str) -> bool:
+        """Take *origin* to want anything until its next summary (True if that changed the
+        view): it claims a summary we lack. This needs no settling: every router forwards
+        toward *origin* at least what it did, and a copy still goes only down the tree, so no
+        router gets a copy it would flood on or route by a view that differs in its links."""
+        if origin == self.router_id or origin not in self.view:
+            return False
+        return self.view.put(origin, self.view.peers(origin), Interest.ANYTHING)
+
     def forget(self, origin: str, now: float) -> bool:
         """Drop *origin* from the view (True, unsettled, if it was there)."""
         self.heard.pop(origin, None)
