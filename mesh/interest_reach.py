@@ -3,9 +3,9 @@ time (pure: no I/O, no asyncio).
 
 `aa.mesh.interest.InterestTable` needs, after each summary that changed a router's links,
 the routers that left its reach and those that came back (its "confirmed" rule). A walk of
-the whole graph per summary costs what the mesh costs (a thousand routers: most of a
-millisecond), and a partition that heals brings every router a summary of each router
-whose links changed: a walk each. Here a summary costs what it changes:
+the whole graph per summary costs what the whole mesh costs, and a partition that heals
+brings every router a summary of each router whose links changed: a walk each. Here a
+summary costs what it changes:
 
 - an edge that appears joins at most one new piece to the reach: a walk of that piece only,
   and each router joins once;
