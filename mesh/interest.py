@@ -68,6 +68,7 @@ from typing import Any, Final, NamedTuple
 
 from .errors import InvalidValue
 from .event import MAX_ID_LENGTH, Event
+from .interest_reach import Reach
 
 __all__ = [
     "InterestFilter",
@@ -742,7 +743,7 @@ class InterestTable:
         #: Those of them in reach now: the router floods while any is left (and the wait
         #: has not run out).
         self.waiting: set[str] = set()
-        self._reach: set[str] = set()
+        self._reach = Reach(router_id, self.view)
         self._settled_at = math.inf  # not before our own links are known
         self._wait_until = -math.inf
 
@@ -765,7 +766,7 @@ class InterestTable:
         if self.view.put(self.router_id, peers, interest):
             self.unsettle(now)
             if self.view.peers(self.router_id) != links:
-                self._recheck(now)
+                self._recheck(now, *self._reach.changed(self.router_id, links))
             return True
         return False
 
@@ -828,30 +829,51 @@ class InterestTable:
         if changed:
             self.unsettle(now)
             if self.view.peers(origin) != links:
-                self._recheck(now)
+                self._recheck(now, *self._reach.changed(origin, links))
         return changed
 
-    def _recheck(self, now: float) -> None:
-        """The graph changed: routers that left our reach are unconfirmed from now on;
-        unconfirmed ones back in reach are awaited, for at most `catch_up` seconds."""
-        reach = self.view.reachable(self.router_id)
-        left = self._reach - reach
+    def _recheck(self, now: float, back: set[str], left: set[str]) -> None:
+        """The graph changed, and with it our reach: routers that *left* it are unconfirmed
+        from now on; unconfirmed ones *back* in it are awaited, for at most `catch_up`
+        seconds. (`waiting` stays our reach's unconfirmed routers: those that left are out
+        of reach, and a router leaves both sets when it is heard from.)"""
         left.discard(self.router_id)
         self.unconfirmed |= left
-        back = (reach - self._reach) & self.unconfirmed
+        self.waiting -= left
+        back &= self.unconfirmed
         if back:
             self._wait_until = now + self.catch_up
-        self.waiting = reach & self.unconfirmed
-        self._reach = reach
+            self.waiting |= back
+
+    def confirm(self, origin: str, version: int, now: float) -> bool:
+        """*origin* says its summary is still *version* (a digest): when that is the version
+        held, it counts as hearing that summary again (True); else nothing changes."""
+        held = self.heard.get(origin)
+        if held is None or held[0] != version:
+            return False
+        self.heard[origin] = (version, now)
+        self.unconfirmed.discard(origin)
+        self.waiting.discard(origin)
+        return True
+
+    def widen(self, origin: str) -> bool:
+        """Take *origin* to want anything until its next summary (True if that changed the
+        view): it claims a summary we lack. This needs no settling: every router forwards
+        toward *origin* at least what it did, and a copy still goes only down the tree, so no
+        router gets a copy it would flood on or route by a view that differs in its links."""
+        if origin == self.router_id or origin not in self.view:
+            return False
+        return self.view.put(origin, self.view.peers(origin), Interest.ANYTHING)
 
     def forget(self, origin: str, now: float) -> bool:
         """Drop *origin* from the view (True, unsettled, if it was there)."""
         self.heard.pop(origin, None)
         self.unconfirmed.discard(origin)
         self.waiting.discard(origin)
+        links = self.view.peers(origin)
         if self.view.drop(origin):
             self.unsettle(now)
-            self._recheck(now)
+            self._recheck(now, *self._reach.changed(origin, links))
             return True
         return False
 

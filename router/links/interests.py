@@ -14,8 +14,14 @@ differs from the interest (a store or caches) — quenching answers from it
   at most once per `SUMMARY_DEBOUNCE`, so a burst of subscribes costs one or two floods;
   within `SUMMARY_REFRESH` of any other change (the store);
 - every `MeshConfig.info_interval` with the same version (stretched in a mesh of more than
-  `REPEAT_ROUTERS`: `MeshConfig.repeat_interval`), so a router that joins learns it and a
-  summary nobody repeats is forgotten three of its sender's intervals later.
+  `REPEAT_ROUTERS`: `MeshConfig.repeat_interval`), so a summary nobody repeats is forgotten
+  three of its sender's intervals later. A repeat is a *digest* (topic ``interest-digest``:
+  ``{"v": version, "interval": seconds}``, a few bytes): "my summary is still this
+  version". A router that holds that version takes it as the summary heard again; one that
+  holds an older one (it missed the flood) or none asks the peer the digest came from for
+  the whole (topic ``interest-ask``: ``{"o": [router ids]}``, answered as a hand-over) and
+  meanwhile takes the sender to want anything, so it forwards too much rather than too
+  little. A router joining the mesh gets every summary whole in the hand-over on link up.
 
 When a link comes up, each end also hands the other every summary it holds, its own and
 the others' (topic ``interest-sync``, for that peer only: ``{"s": [[origin, version, peers,
@@ -24,6 +30,14 @@ its other peers the summaries that are news to it (`InterestTable.sync`). So aft
 partition heals, each side learns the other's summaries in a round trip and one flood
 rather than at their periodic repeats, and a router whose old summaries of the far side may
 be stale floods until they are confirmed (`aa.mesh.interest`, "confirmed").
+
+A digest is input too. One that claims a version its router never sent makes the others
+send that router everything (it costs the liar and the links toward it; it makes nobody
+flood), and the claim holds until a whole summary of at least that version comes, so a
+peer that answers the ask with an older version does not narrow it again. Asks are
+bounded both ways: a router asks for one router's summary at most once per `ASK_INTERVAL`,
+and answers at most `ASK_ANSWERS` asks per peer per `ASK_INTERVAL` (a peer that asks in a
+loop gets no more); what it remembers of asks and claims is bounded by the view's room.
 
 Routers always share their summaries, whatever their own `MeshConfig.routing`: a flooding
 router still lets its interest-routing neighbours complete their view. The version orders
@@ -54,6 +68,10 @@ __all__ = [
     "InterestService",
     "INTEREST_TOPIC",
     "SYNC_TOPIC",
+    "DIGEST_TOPIC",
+    "ASK_TOPIC",
+    "ASK_INTERVAL",
+    "ASK_ANSWERS",
     "SYNC_CHUNK",
     "SUMMARY_DEBOUNCE",
     "SUMMARY_REFRESH",
@@ -65,6 +83,18 @@ log = logging.getLogger("aa.router.links")
 INTEREST_TOPIC: Final = "interest"
 #: Control topic of the summaries handed over to one peer (a link came up, or news).
 SYNC_TOPIC: Final = "interest-sync"
+#: Control topic of the repeats of an unchanged summary: its version only.
+DIGEST_TOPIC: Final = "interest-digest"
+#: Control topic of a request for whole summaries, sent to one peer (it answers on
+#: `SYNC_TOPIC`).
+ASK_TOPIC: Final = "interest-ask"
+#: Least seconds between two asks for one router's summary, and the window of
+#: `ASK_ANSWERS`: a digest is repeated every few seconds at most, so one ask per second
+#: keeps up with any honest router and bounds what a digest sent in a loop can make us send.
+ASK_INTERVAL: Final = 1.0
+#: Asks answered per peer per `ASK_INTERVAL`, in asks (each of at most `SYNC_CHUNK` router
+#: ids): an honest peer asks after missing a flood, a handful at a time.
+ASK_ANSWERS: Final = 4
 #: Summaries in one hand-over message, in summaries: a summary is a few KB at most (the caps
 #: of `aa.mesh.interest`), so a message stays far below the frame cap; a view of 1,024
 #: routers takes 32 messages.
@@ -112,8 +142,16 @@ class InterestService:
         self._next_refresh = 0.0
         self._next_send = 0.0
         self._last_warning = -_WARN_INTERVAL
+        self._flooded = -1  # the version last flooded whole
+        #: Router id → the version its digest claimed that we lack: until a summary of at
+        #: least that version comes, it is taken to want anything.
+        self._claimed: dict[str, int] = {}
+        self._asked: dict[str, float] = {}  # router id → when we last asked for its summary
+        self._answered: dict[str, tuple[float, int]] = {}  # peer → (window start, answers)
         mesh.relay.on_control(INTEREST_TOPIC, self.on_summary)
         mesh.relay.on_control(SYNC_TOPIC, self.on_sync)
+        mesh.relay.on_control(DIGEST_TOPIC, self.on_digest)
+        mesh.relay.on_control(ASK_TOPIC, self.on_ask)
 
     @property
     def routes(self) -> bool:
@@ -183,7 +221,11 @@ class InterestService:
     def send(self, now: float) -> None:
         every = self.repeat_interval()
         self._next_send = now + every
-        if self.mesh.links:
+        if self.mesh.links and self._flooded == self.version:
+            self.mesh.flood_control(DIGEST_TOPIC, {"v": self.version, "interval": every})
+            self.counters["interest_digests_sent"] += 1
+        elif self.mesh.links:
+            self._flooded = self.version
             self.mesh.flood_control(
                 INTEREST_TOPIC,
                 {
@@ -213,6 +255,7 @@ class InterestService:
             if now - at > 3 * self._intervals.get(rid, ROUTER_INFO_INTERVAL):
                 self.table.forget(rid, now)
                 self._intervals.pop(rid, None)
+                self._claimed.pop(rid, None)
                 self._listened(rid, None)
         return min(self._next_refresh, self._next_send)
 
@@ -240,8 +283,94 @@ class InterestService:
         now = time.monotonic()
         interest = self._interest(origin, body.get("interest"), now)
         self._intervals[origin] = summary_interval(body.get("interval"))
+        claimed = self._short_of_claim(origin, version)
+        if claimed:
+            interest = Interest.ANYTHING
         if self.table.receive(origin, version, cast(list[str], peers), interest, now):  # checked
-            self._listened(origin, self._listening(origin, body, interest, now))
+            listening = self._listening(origin, body, interest, now)
+            self._listened(origin, Interest.ANYTHING if claimed else listening)
+
+    def _short_of_claim(self, origin: str, version: int) -> bool:
+        """Whether *version* is older than one *origin*'s digest claimed (we take it to want
+        anything meanwhile); a summary of the claimed version or newer ends the claim."""
+        claimed = self._claimed.get(origin)
+        if claimed is None:
+            return False
+        if version >= claimed:
+            del self._claimed[origin]
+            return False
+        return True
+
+    def on_digest(self, control: Control) -> None:
+        """A router's repeat of an unchanged summary (once per flood): its version only."""
+        origin = control.path[0] if control.path else None
+        version = control.body.get("v")
+        if origin is None or type(version) is not int:
+            self.counters["interest_malformed"] += 1
+            return
+        if origin == self.mesh.id:
+            return
+        now = time.monotonic()
+        if self.table.confirm(origin, version, now):
+            self._intervals[origin] = summary_interval(control.body.get("interval"))
+            self.counters["interest_digests_taken"] += 1
+            return
+        held = self.table.heard.get(origin)
+        if held is not None and version < held[0]:
+            return  # stale: a newer summary came already
+        self.counters["interest_digests_lacking"] += 1
+        if origin in self.table.view:
+            if self._claimed.get(origin, -1) < version:
+                self._claimed[origin] = version
+            if self.table.widen(origin):
+                self._listened(origin, Interest.ANYTHING)
+        self._ask(control.path[-1], origin, now)
+
+    def _ask(self, peer_id: str, origin: str, now: float) -> None:
+        """Ask *peer_id* for *origin*'s whole summary, unless we did lately."""
+        if now - self._asked.get(origin, -ASK_INTERVAL) < ASK_INTERVAL:
+            return
+        if len(self._asked) >= self.config.max_routers:
+            self._asked = {o: t for o, t in self._asked.items() if now - t < ASK_INTERVAL}
+            if len(self._asked) >= self.config.max_routers:
+                return  # asked for that many in the last second: flood toward them instead
+        self._asked[origin] = now
+        if self.mesh.send_control(peer_id, ASK_TOPIC, {"o": [origin]}):
+            self.counters["interest_asks_sent"] += 1
+
+    def on_ask(self, control: Control) -> None:
+        """A peer asks for whole summaries: answer with those we hold, as a hand-over, at
+        most `ASK_ANSWERS` times per `ASK_INTERVAL`."""
+        if control.ttl != 0 or len(control.path) != 1 or control.to != self.mesh.id:
+            self.counters["interest_malformed"] += 1
+            return  # only from the router at the other end of a link, for us
+        sender = control.path[0]
+        wanted = control.body.get("o")
+        if (
+            type(wanted) is not list
+            or len(wanted) > SYNC_CHUNK
+            or not all(type(rid) is str for rid in wanted)
+        ):
+            self.counters["interest_malformed"] += 1
+            return
+        now = time.monotonic()
+        start, answers = self._answered.get(sender, (now, 0))
+        if now - start >= ASK_INTERVAL:
+            start, answers = now, 0
+        if answers >= ASK_ANSWERS:
+            self.counters["interest_asks_refused"] += 1
+            return
+        if sender not in self._answered and len(self._answered) >= MAX_PEERS:
+            peers = set(self.mesh.peer_ids())
+            self._answered = {p: w for p, w in self._answered.items() if p in peers}
+        self._answered[sender] = (start, answers + 1)
+        entries: list[list[Any]] = []
+        for rid in dict.fromkeys(cast(list[str], wanted)):  # checked
+            if rid == self.mesh.id:
+                entries.append(self._own_entry())
+            elif (held := self.table.heard.get(rid)) is not None:
+                entries.append(self._entry(rid, held[0], held[1], now))
+        self._send_sync(sender, entries)
 
     def _listening(
         self, origin: str, body: Mapping[str, Any], interest: Interest, now: float
@@ -276,20 +405,21 @@ class InterestService:
         """A link with *peer_id* came up (after our new summary was flooded): send it every
         summary we hold, so that its side of the mesh need not wait for their repeats."""
         now = time.monotonic()
-        entries: list[list[Any]] = [
-            [
-                self.mesh.id,
-                self.version,
-                sorted(self.mesh.peer_ids()),
-                self.interest.to_wire(),
-                self.repeat_interval(),
-                0.0,
-                self.listening.to_wire(),
-            ]
-        ]
+        entries: list[list[Any]] = [self._own_entry()]
         for rid, (version, at) in self.table.heard.items():
             entries.append(self._entry(rid, version, at, now))
         self._send_sync(peer_id, entries)
+
+    def _own_entry(self) -> list[Any]:
+        return [
+            self.mesh.id,
+            self.version,
+            sorted(self.mesh.peer_ids()),
+            self.interest.to_wire(),
+            self.repeat_interval(),
+            0.0,
+            self.listening.to_wire(),
+        ]
 
     def _entry(self, rid: str, version: int, at: float, now: float) -> list[Any]:
         view = self.table.view
@@ -359,12 +489,15 @@ class InterestService:
         if age > 3 * every:
             return None  # we would forget it at once
         interest = self._interest(origin, wire, now)
-        if not self.table.sync(origin, version, cast(list[str], peers), interest, now, age):
+        listening = self._listening(origin, {"listen": listen}, interest, now)
+        # What we hand on is what the summary says; what we take may be wider (a claim).
+        claimed = self._short_of_claim(origin, version)
+        taken = Interest.ANYTHING if claimed else interest
+        if not self.table.sync(origin, version, cast(list[str], peers), taken, now, age):
             return None
         self._intervals[origin] = every
         self.counters["interest_synced"] += 1
-        listening = self._listening(origin, {"listen": listen}, interest, now)
-        self._listened(origin, listening)
+        self._listened(origin, Interest.ANYTHING if claimed else listening)
         return [origin, version, peers, interest.to_wire(), every, age, listening.to_wire()]
 
     def _interest(self, origin: str, wire: object, now: float) -> Interest:

@@ -574,6 +574,8 @@ def _heal(
         "messages": messages / len(published),
         "controls": sim.controls - controls,
         "synced": sum(sim.svc[r].counters["interest_sync_sent"] for r in routers),
+        "cpu_mean": sum(sim.cpu.values()) / len(routers),
+        "cpu_max": max(sim.cpu.values(), default=0.0),
     }
 
 
@@ -819,9 +821,10 @@ def main() -> int:
     if "heal" in only:
         print(
             "| graph | routers | cut links | partition | events | lost | converged after (s) | "
-            "routers that waited out the catch-up | controls after the heal | msgs/event |"
+            "routers that waited out the catch-up | controls after the heal | msgs/event | "
+            "interest CPU per router, mean / max (ms) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for kind in args.graphs:
             for n in args.sizes:
                 for short in (False, True):
@@ -829,7 +832,8 @@ def main() -> int:
                     print(
                         f"| {kind} | {h['routers']} | {h['cut']} | {'short' if short else 'long'} "
                         f"| {h['events']} | {h['lost']} | {h['converged']:.2f} | "
-                        f"{h['waited_out']} | {h['controls']} | {h['messages']:.1f} |",
+                        f"{h['waited_out']} | {h['controls']} | {h['messages']:.1f} | "
+                        f"{h['cpu_mean'] * 1e3:.0f} / {h['cpu_max'] * 1e3:.0f} |",
                         flush=True,
                     )
         print()

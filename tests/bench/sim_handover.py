@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -99,6 +100,10 @@ class HandoverSim:
         self.first_news: dict[str, float] = {}  # first control after `watch_from`
         self.watch_from = math.inf
         self.controls = 0
+        #: Seconds of CPU each router spent in its interest code after `watch_from` (taking
+        #: controls, making its summary and hand-overs): what a real router pays per heal,
+        #: short of encoding and sending the messages.
+        self.cpu: dict[str, float] = {}
         self._shared: dict[frozenset[tuple[str, int]], MeshInterests] = {}
         self._key: dict[str, frozenset[tuple[str, int]] | None] = dict.fromkeys(routers)
         self._checked: set[tuple[str, frozenset[tuple[str, int]]]] = set()
@@ -129,8 +134,10 @@ class HandoverSim:
         for me, peer in ((a, b), (b, a)):
             self.mesh[me].links.add(peer)
             self._note(me)
+            start = time.process_time()
             self.svc[me].links_changed()
             self.svc[me].hand_over(peer)
+            self.cpu[me] = self.cpu.get(me, 0.0) + time.process_time() - start
 
     def _note(self, me: str) -> None:
         self._key[me] = None
@@ -140,16 +147,21 @@ class HandoverSim:
     def _control(self, me: str, came: str, kind: str, msg: Control) -> None:
         if kind == "one":
             self._note(me)
-            self.mesh[me].relay.callbacks[msg.topic](msg)
+            self._take(me, msg)
             return
         if msg.id in self.seen[me]:
             return
         self.seen[me].add(msg.id)
         self._note(me)
-        self.mesh[me].relay.callbacks[msg.topic](msg)
+        self._take(me, msg)
         for w in self.mesh[me].links:
             if w != came and w not in msg.path:
                 self.send(me, w, ("flood", msg))
+
+    def _take(self, me: str, msg: Control) -> None:
+        start = time.process_time()
+        self.mesh[me].relay.callbacks[msg.topic](msg)
+        self.cpu[me] = self.cpu.get(me, 0.0) + time.process_time() - start
 
     # -- events -----------------------------------------------------------------------------
 
