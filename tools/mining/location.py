@@ -10,9 +10,11 @@ publishers and are never at the same instant, and a node moves. Each scan is pai
 same node's position *nearest in time*, and only if that is at most `max_gap_seconds` away
 (a scan far from any position says nothing about where it was made). As an equi-join: time
 is cut into buckets `max_gap_seconds` wide; each position is copied into its own bucket and
-the two next to it, scans join on (node, bucket), so every position within the gap is a
-candidate, and ``min_by`` over |Δt| keeps the nearest per scan. (A range join on time
-would be a cross product per node.)
+the two next to it, scans join on (node, bucket), so every position within the gap shares a
+bucket with the scan. Each position carries the midpoints to its node's positions before
+and after it, and a scan keeps only the position whose stretch between midpoints holds it:
+the nearest (of two as near, the earlier), one row per scan, with no aggregate over the
+candidates. (A range join on time would be a cross product per node.)
 
 Then the observations of each radio are pooled in `LocationConfig.cell_m` square cells
 (count, mean signal, mean position), the only data brought to the driver: its size is
@@ -137,6 +139,7 @@ def _observations(
     """(radio, kind, name, rssi, building, floor, x, y): each radio a scan heard, where the
     scanning node was."""
     from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
 
     gap = cfg.max_gap_seconds
     v = F.col("values")
@@ -154,6 +157,18 @@ def _observations(
             F.col("node").isNotNull() & F.col("building").isNotNull() & F.col("floor").isNotNull()
         )
     )
+    # One position per node and instant (of two at one instant, the least), and the instants
+    # of the node's positions before and after it: the scans a position is the nearest to
+    # lie between the midpoints to those (a midpoint itself goes to the earlier position).
+    pos = pos.groupBy("node", "tp").agg(F.min(F.struct("building", "floor", "x", "y")).alias("at"))
+    along = Window.partitionBy("node").orderBy("tp")
+    pos = pos.select(
+        "node",
+        "tp",
+        "at",
+        (F.lag("tp").over(along) + F.col("tp")).alias("after2"),
+        (F.lead("tp").over(along) + F.col("tp")).alias("upto2"),
+    )
     # Each position in its bucket and both neighbours: every position within `gap` of a
     # scan shares a bucket with it (see the module docstring).
     pos = pos.withColumn("d", F.explode(F.sequence(F.lit(-1), F.lit(1)))).withColumn(
@@ -161,24 +176,24 @@ def _observations(
     )
     sc = (
         (parsed if parsed is not None else scans(events, cfg.scan_types, cfg.node, cfg.radios))
-        .select("id", "type", "node", "radios", F.unix_micros("time").alias("ts"))
+        .select("type", "node", "radios", F.unix_micros("time").alias("ts"))
         .withColumn("bucket", F.floor(F.col("ts") / (gap * 1_000_000)))
     )
+    # The nearest position in time of each scan (of two as near, one before and one after,
+    # the earlier): the one whose stretch between midpoints holds it, within the gap. A scan
+    # lies in one stretch of its node, and meets that position in one bucket, so the join
+    # gives each scan at most one row, and nothing is aggregated per scan (an aggregate of
+    # its radio list and the position's building, neither of fixed width, would sort every
+    # candidate row).
+    ts2 = 2 * F.col("ts")
     paired = (
         sc.join(pos, ["node", "bucket"])
-        .withColumn("dt", F.abs(F.col("ts") - F.col("tp")))
-        .where(F.col("dt") <= gap * 1_000_000)
-        # Grouped by the scan's id, and by its node and bucket, which the id determines: the
-        # groups are the same, and the rows are already partitioned by (node, bucket) after
-        # the join, so they (each with its scan's radios) are not shuffled again by id.
-        .groupBy("node", "bucket", "id")
-        .agg(
-            F.first("type").alias("kind"),
-            F.first("radios").alias("radios"),
-            # The nearest position; of two as near (one before, one after), the earlier:
-            # a total order, whatever order the candidates come in.
-            F.min(F.struct("dt", "tp", "building", "floor", "x", "y")).alias("at"),
+        .where(
+            (F.abs(F.col("ts") - F.col("tp")) <= gap * 1_000_000)
+            & (F.col("after2").isNull() | (ts2 > F.col("after2")))
+            & (F.col("upto2").isNull() | (ts2 <= F.col("upto2")))
         )
+        .select(F.col("type").alias("kind"), "radios", "at")
     )
     return (
         paired.select("kind", F.explode("radios").alias("r"), "at")

@@ -184,15 +184,15 @@ def _distances(
         .groupBy("window", "node")
         .agg(
             F.map_from_entries(F.array_sort(F.collect_list(F.struct("radio", "rssi")))).alias("fp"),
-            # The node's loudest radios, loudest first (sorted by -rssi).
-            F.transform(
-                F.slice(
-                    F.sort_array(F.collect_list(F.struct((-F.col("rssi")).alias("neg"), "radio"))),
-                    1,
-                    cfg.block_radios,
-                ),
-                lambda s: s["radio"],
-            ).alias("top"),
+            # The node's loudest radios, loudest first (sorted by -rssi); the field of an
+            # array of structs, not a `transform` lambda, which Spark interprets per row.
+            F.slice(
+                F.sort_array(F.collect_list(F.struct((-F.col("rssi")).alias("neg"), "radio"))),
+                1,
+                cfg.block_radios,
+            )
+            .getField("radio")
+            .alias("top"),
         )
         .cache()
     )

@@ -104,14 +104,22 @@ class SchemaConfig:
 
 
 def _long(events: DataFrame) -> DataFrame:
-    """One row per (event, attribute): type, time, attr, text, vtype."""
+    """One row per (event, attribute): type, time, attr, text, vtype.
+
+    The attributes are the keys of either map (a key of one only has null for the other),
+    each looked up in both: the rows ``map_zip_with`` would give, without its lambda, which
+    Spark interprets per event where the key union and the lookups are compiled."""
     from pyspark.sql import functions as F
 
-    zipped = F.map_zip_with(
-        "values", "values_types", lambda k, v, t: F.struct(v.alias("text"), t.alias("vtype"))
-    )
-    return events.select("type", "time", F.explode(zipped).alias("attr", "vt")).select(
-        "type", "time", "attr", F.col("vt.text").alias("text"), F.col("vt.vtype").alias("vtype")
+    keys = F.array_union(F.map_keys("values"), F.map_keys("values_types"))
+    return events.select(
+        "type", "time", "values", "values_types", F.explode(keys).alias("attr")
+    ).select(
+        "type",
+        "time",
+        "attr",
+        F.col("values")[F.col("attr")].alias("text"),
+        F.col("values_types")[F.col("attr")].alias("vtype"),
     )
 
 
