@@ -40,6 +40,7 @@ GROUPS: dict[str, str] = {
     "tests/test_mining_cluster.py": "spark",
     "tests/test_mining_spark.py": "spark",
     "tests/test_eventlog_spark.py": "spark",
+    "tests/test_mining_rewrites.py": "spark",
     "tests/test_links_mesh.py": "zeroconf",
     "tests/test_mesh_discovery_net.py": "zeroconf",
 }

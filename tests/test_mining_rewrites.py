@@ -17,6 +17,9 @@ from aa.tools.mining.location import LocationConfig, _observations
 from aa.tools.mining.schema import _long
 from aa.tools.mining.session import SparkConfig, open_session
 
+#: A JVM of the Spark group's (tests/conftest.py `GROUPS`), whose worker already runs one.
+pytestmark = pytest.mark.spark
+
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
