@@ -145,7 +145,7 @@ class XPathProgram:
         budget = sandbox.budget
         from elementpath import ElementPathError, XPathContext
 
-        parser = _sandbox_parser()  # built outside the compile budget: once per process
+        parser = self.load()  # outside the compile budget: once per process
         self._context = XPathContext
         try:
             self.token = _timed(
@@ -167,6 +167,12 @@ class XPathProgram:
             raise PatternError(f"pattern does not compile: {exc}", code="pattern-compile") from None
         finally:
             budget.violation = None
+
+    @staticmethod
+    def load() -> Any:
+        """Import elementpath and build the sandboxed parser now, not at the first XPath
+        pattern: a worker process does, before its lock-down leaves it no file to open."""
+        return _sandbox_parser()
 
     def prepare(self, bucket: Bucket) -> None:
         bucket.context = {name: _xpath_value(v) for name, v in bucket.params.items()}
