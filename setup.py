@@ -73,6 +73,7 @@ def _extensions() -> list[Extension]:
             compiler_directives=DIRECTIVES,
             build_dir="build/cython",
             quiet=True,
+            nthreads=os.cpu_count() or 1,  # one module a core
         )
     except Exception as exc:  # a Cython error in one module: build none, run the source
         _note(f"Cython could not translate the event path ({exc}): it stays pure Python")
@@ -84,6 +85,11 @@ class OptionalBuildExt(build_ext):
     compiler, no Python headers) is left as Python source, said once. Each extension built
     gets the hash of its source beside it, in the build folder and, for an editable
     install, beside the source."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:  # `pip install` gives none: compile one module a core
+            self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
         try:

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 from support import wait_for
 
-import aa.router.store.writer as writer_mod
+import aa.router.store.sql as sql_mod
 from aa.mesh import Event, InvalidPolicy, StoreFull, StoreUnavailable, UsageError
 from aa.router import ExpiryPolicy, StoreConfig
 from aa.router.store import EventStore
@@ -256,7 +256,7 @@ async def test_unreachable_database_fails_at_start() -> None:
 async def test_failed_writes_are_reported_retried_and_nothing_is_lost(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = writer_mod.write_batch
+    real = sql_mod.write_batch
     broken = True
 
     def flaky(engine: object, rows: object) -> None:
@@ -264,7 +264,7 @@ async def test_failed_writes_are_reported_retried_and_nothing_is_lost(
             raise OperationalError("INSERT", {}, Exception("database or disk is full"))
         real(engine, rows)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer_mod, "write_batch", flaky)
+    monkeypatch.setattr(sql_mod, "write_batch", flaky)
     config = StoreConfig(retry_min=0.01, retry_max=0.02)
     async with EventStore(config, data_dir=tmp_path) as store:
         for i in range(10):
@@ -288,7 +288,7 @@ async def test_close_gives_up_loudly_when_the_database_stays_away(
     def dead(engine: object, rows: object) -> None:
         raise OperationalError("INSERT", {}, Exception("unable to open database file"))
 
-    monkeypatch.setattr(writer_mod, "write_batch", dead)
+    monkeypatch.setattr(sql_mod, "write_batch", dead)
     store = EventStore(StoreConfig(retry_min=0.01, retry_max=0.02), data_dir=tmp_path)
     await store.start()
     for i in range(7):

@@ -467,25 +467,24 @@ def _log_level(args: argparse.Namespace) -> str:
 
 
 def _compose(args: argparse.Namespace) -> tuple[RouterConfig, list[HttpEndpoint]]:
-    """The router's configuration and its HTTP endpoint. Raises `UsageError`."""
+    """The router's configuration and its HTTP endpoint. Raises `UsageError`.
+
+    The HTTP API (FastAPI, pydantic, uvicorn) is imported only when HTTP is on: a router
+    started with ``--no-http`` never loads it."""
+    config = config_from_args(args)
+    if args.no_http:
+        return config, []
     from aa.http_api import DEFAULT_ALLOW, HttpEndpoint
 
-    config = config_from_args(args)
-    endpoints = (
-        []
-        if args.no_http
-        else [
-            HttpEndpoint(
-                host=args.http_host or args.host,
-                port=http_port(args),
-                allow=tuple(args.http_allow) or DEFAULT_ALLOW,
-                names=tuple(args.http_name),
-                cert=args.http_cert or config.security.cert,
-                key=args.http_key or config.security.key,
-            )
-        ]
+    endpoint = HttpEndpoint(
+        host=args.http_host or args.host,
+        port=http_port(args),
+        allow=tuple(args.http_allow) or DEFAULT_ALLOW,
+        names=tuple(args.http_name),
+        cert=args.http_cert or config.security.cert,
+        key=args.http_key or config.security.key,
     )
-    return config, endpoints
+    return config, [endpoint]
 
 
 class _Reloader:

@@ -10,11 +10,15 @@ Does not own: the mining job that reads the log (`aa.tools.mining`), or when eve
 collected for it (`aa.router.sinks`, once per batch, sharing the mesh cache's encoding).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .codec import TYPE_NAMES, decode_json, decode_value, encode_json, encode_value
-from .process import RESTART_DELAY, STOP_TIMEOUT, WRITER_NICE, WriterProcess
+from .process import RESTART_DELAY, STOP_TIMEOUT, WRITER_NICE, Chunk, WriterProcess, safe_name
 from .recorder import EVENTLOG_DIR, EventLog, EventLogConfig, EventLogStats
-from .table import SCHEMA, build_table
-from .writer import Chunk, Writer, safe_name
+
+if TYPE_CHECKING:
+    from .table import SCHEMA, build_table
+    from .writer import Writer
 
 __all__ = [
     "Chunk",
@@ -36,3 +40,18 @@ __all__ = [
     "encode_value",
     "safe_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The Parquet side (`SCHEMA`, `build_table`, `Writer`) on first use: pyarrow is loaded
+    by the writer process and by readers of the log, not by every router that imports this
+    package."""
+    if name in ("SCHEMA", "build_table"):
+        from . import table
+
+        return getattr(table, name)
+    if name == "Writer":
+        from .writer import Writer
+
+        return Writer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,6 +43,7 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,12 +54,22 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from .writer import Chunk, Writer
-
 if TYPE_CHECKING:
     from .recorder import EventLogConfig
+    from .writer import Writer
 
-__all__ = ["WriterProcess", "RESTART_DELAY", "STOP_TIMEOUT", "WRITER_NICE"]
+__all__ = ["WriterProcess", "RESTART_DELAY", "STOP_TIMEOUT", "WRITER_NICE", "Chunk", "safe_name"]
+
+#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...])``.
+#: Defined here, on the router's side, with `safe_name`: the router process never imports
+#: the writer (`writer`, pyarrow), which only the writer process loads.
+Chunk = tuple[float, int, bytes]
+
+
+def safe_name(name: str) -> str:
+    """*name* (a router's id) as it appears in the log's file names."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "router"
+
 
 log = logging.getLogger("aa.router.eventlog")
 
@@ -323,6 +334,8 @@ class _Held:
 
 def child_main(fd: int) -> None:
     """The writer process: answer commands until "stop" or the end of input."""
+    from .writer import Writer  # pyarrow: loaded here, in the writer process only
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the router says when to stop
     try:
         os.nice(WRITER_NICE)

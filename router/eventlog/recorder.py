@@ -90,11 +90,9 @@ from aa.mesh import Event, UsageError
 from aa.mesh.protocol import pack
 
 from ..caches import encode_events
-from .process import WriterProcess
-from .table import SCHEMA
-from .writer import Chunk, safe_name
+from .process import Chunk, WriterProcess, safe_name
 
-__all__ = ["EventLog", "EventLogConfig", "EventLogStats", "SCHEMA", "EVENTLOG_DIR"]
+__all__ = ["EventLog", "EventLogConfig", "EventLogStats", "EVENTLOG_DIR"]
 
 log = logging.getLogger("aa.router.eventlog")
 

@@ -38,14 +38,12 @@ from .fastpath import table_from_chunks
 from .table import SCHEMA, build_table
 
 if TYPE_CHECKING:
+    from .process import Chunk
     from .recorder import EventLogConfig
 
-__all__ = ["SCHEMA", "Writer", "safe_name", "Chunk"]
+__all__ = ["SCHEMA", "Writer"]
 
 log = logging.getLogger("aa.router.eventlog")
-
-#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...])``.
-Chunk = tuple[float, int, bytes]
 
 _PART = re.compile(r"^\.?part-(?P<router>.+)-(?P<seq>\d+)\.parquet(?P<tmp>\.inprogress)?$")
 _HOUR = 3600
@@ -66,10 +64,6 @@ _DICTIONARY_AND_STATISTICS = [
     )
     if path not in _UNIQUE
 ]
-
-
-def safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "router"
 
 
 class Writer:

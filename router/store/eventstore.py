@@ -44,9 +44,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from aa.mesh import (
     MAX_ID_LENGTH,
@@ -59,8 +57,10 @@ from aa.mesh import (
 )
 
 from .expiry import ExpiryPolicy, event_time
-from .sql import Row, delete_expired, make_engine, metadata, read_chunk
-from .writer import StoreStats, Writer, to_us
+from .writer import Row, StoreStats, Writer, to_us
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = [
     "EventStore",
@@ -169,6 +169,8 @@ class StoreConfig:
             raise UsageError("the event store needs StoreConfig.url or the router's data folder")
         folder = Path(data_dir)
         folder.mkdir(parents=True, exist_ok=True)
+        import sqlalchemy as sa
+
         return sa.URL.create("sqlite", database=str(folder / STORE_FILE))
 
 
@@ -219,6 +221,8 @@ class EventStore:
         if self._writer is not None or self._closed:
             raise UsageError("an EventStore is started once")
         self._loop = asyncio.get_running_loop()
+        from .sql import make_engine, metadata  # SQLAlchemy: loaded by a router with a store
+
         url = self.config.resolve_url(self._data_dir)
         engine = make_engine(url, sqlite_synchronous=self.config.sqlite_synchronous)
         try:
@@ -376,6 +380,8 @@ class EventStore:
     async def expire(self, now: datetime | None = None) -> int:
         """Delete the events whose age limit has passed at *now* (default: the clock) now,
         rather than at the next sweep; returns how many. Raises `StoreUnavailable`."""
+        from .sql import delete_expired
+
         engine = self._need_engine()
         now_us = to_us(now if now is not None else self._clock())
         try:
@@ -422,6 +428,8 @@ class EventStore:
     ) -> AsyncGenerator[list[Event], None]:
         """Like `query`, in lists of at most about *chunk* events: for replays too large to
         hold at once. Each chunk is read on a worker thread; the loop only matches."""
+        from .sql import read_chunk
+
         engine = self._need_engine()
         if type(chunk) is not int or chunk < 1:
             raise UsageError(f"chunk must be a positive int, not {chunk!r}")

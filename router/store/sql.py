@@ -47,8 +47,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
@@ -57,9 +56,11 @@ from sqlalchemy import exc as sa_exc
 from aa.mesh import MAX_ID_LENGTH, Event
 from aa.mesh.protocol import pack, unpack
 
+if TYPE_CHECKING:
+    from .writer import Row
+
 __all__ = [
     "TABLE_NAME",
-    "Row",
     "metadata",
     "events_table",
     "make_engine",
@@ -102,27 +103,6 @@ repaired_table = sa.Table(
     sa.Column("id", sa.String(MAX_ID_LENGTH), primary_key=True),
 )
 _R = repaired_table
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One event waiting to be written, with the times the store computed for it."""
-
-    seq: int
-    event: Event
-    #: The event's id (`put` refuses an event without one).
-    id: str
-    time_us: int
-    expires_us: int | None
-    #: Keep only the newest N events of the event's type (None: no count limit).
-    max_count: int | None
-    #: Came by anti-entropy, not dispatched here: yields to a live event of the same id.
-    repaired: bool = False
-
-    @property
-    def key(self) -> tuple[int, str]:
-        """Replay order: time, then id (ids break ties the same way on every router)."""
-        return (self.time_us, self.id)
 
 
 def make_engine(url: str | sa.URL, *, sqlite_synchronous: str) -> sa.Engine:

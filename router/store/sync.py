@@ -74,7 +74,6 @@ from .antientropy import (
     slices_for,
 )
 from .eventstore import EventStore
-from .sql import read_by_ids, read_keys
 
 if TYPE_CHECKING:
     from .service import StoreService
@@ -148,6 +147,8 @@ def _buckets(raw: Any) -> set[Bucket]:
 
 async def store_keys(store: EventStore) -> list[tuple[str, str | None, int]]:
     """(id, type, time in µs) of every event stored or queued and not expired now."""
+    from .sql import read_keys
+
     now_us = store.now_us()
     rows = await store.read(read_keys, now_us=now_us)
     seen = {i for i, _, _ in rows}
@@ -161,6 +162,8 @@ async def store_keys(store: EventStore) -> list[tuple[str, str | None, int]]:
 
 async def store_fetch(store: EventStore, ids: list[str]) -> list[Event]:
     """The stored (or queued) events with these *ids*."""
+    from .sql import read_by_ids
+
     wanted = set(ids)
     queued = {r.event.id: r.event for r in store.queued() if r.event.id in wanted}
     return await store.read(read_by_ids, [i for i in ids if i not in queued]) + list(

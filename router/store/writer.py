@@ -26,21 +26,42 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
-import sqlalchemy as sa
-
 from aa.mesh import StoreError, StoreFull, StoreUnavailable  # the tree's; re-exported here
 
-from .sql import Row, delete_expired, is_transient, write_batch, write_rows_one_by_one
-
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from aa.mesh import Event
+
     from .eventstore import StoreConfig
 
-__all__ = ["StoreError", "StoreFull", "StoreUnavailable", "StoreStats", "Writer", "to_us"]
+__all__ = ["StoreError", "StoreFull", "StoreUnavailable", "StoreStats", "Row", "Writer", "to_us"]
 
 log = logging.getLogger("aa.router.store")
 
 #: While writes keep failing, a failure is logged at most this often, in seconds.
 FAILURE_LOG_INTERVAL: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One event waiting to be written, with the times the store computed for it."""
+
+    seq: int
+    event: Event
+    #: The event's id (`put` refuses an event without one).
+    id: str
+    time_us: int
+    expires_us: int | None
+    #: Keep only the newest N events of the event's type (None: no count limit).
+    max_count: int | None
+    #: Came by anti-entropy, not dispatched here: yields to a live event of the same id.
+    repaired: bool = False
+
+    @property
+    def key(self) -> tuple[int, str]:
+        """Replay order: time, then id (ids break ties the same way on every router)."""
+        return (self.time_us, self.id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +207,8 @@ class Writer:
                 self._write(batch)
 
     def _write(self, batch: list[Row]) -> None:
+        from .sql import is_transient, write_batch, write_rows_one_by_one  # loaded by start()
+
         delay = self.config.retry_min
         while True:
             try:
@@ -237,6 +260,8 @@ class Writer:
         self.healthy = False
 
     def _sweep(self) -> None:
+        from .sql import delete_expired
+
         try:
             self.expired += delete_expired(self.engine, to_us(self.clock()))
         except Exception as exc:  # a write failure will say more; try again next sweep

@@ -39,11 +39,10 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from functools import cache
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 from xml.etree.ElementTree import Element, SubElement
-
-from elementpath import ElementPathError, XPath2Parser, XPathContext
 
 from aa.mesh import Event, PatternError
 
@@ -62,19 +61,31 @@ _REMOVED = ("doc", "doc-available", "collection")
 #: Longest text `string-join` and `replace` may build in an XPath pattern, in characters.
 _MAX_XPATH_TEXT = 1_000_000
 
-_SandboxParser = XPath2Parser.create_restricted_parser(
-    "Sandbox", [s for s in XPath2Parser.symbol_table if s not in _REMOVED]
-)
+
+@cache
+def _sandbox_parser() -> Any:
+    """elementpath's XPath 2.0 parser without the functions that read files, with the
+    operations that can build huge results guarded. Built on the first XPath pattern:
+    elementpath is imported only by a router that compiles one."""
+    from elementpath import XPath2Parser
+
+    parser = XPath2Parser.create_restricted_parser(
+        "Sandbox", [s for s in XPath2Parser.symbol_table if s not in _REMOVED]
+    )
+    _guarded_token(parser, "to", _check_range)
+    _guarded_token(parser, "string-join", _check_join)
+    _guarded_token(parser, "replace", _check_replace)
+    return parser
 
 
-def _guarded_token(symbol: str, check: Callable[[Any, Any], None]) -> None:
-    original = _SandboxParser.symbol_table[symbol]
+def _guarded_token(parser: Any, symbol: str, check: Callable[[Any, Any], None]) -> None:
+    original = parser.symbol_table[symbol]
 
     def evaluate(self: Any, context: Any = None) -> Any:
         check(self, context)
         return original.evaluate(self, context)
 
-    _SandboxParser.symbol_table[symbol] = type(
+    parser.symbol_table[symbol] = type(
         f"_Sandbox{original.__name__}", (original,), {"evaluate": evaluate}
     )
 
@@ -105,11 +116,6 @@ def _check_replace(token: Any, context: Any) -> None:
         )
 
 
-_guarded_token("to", _check_range)
-_guarded_token("string-join", _check_join)
-_guarded_token("replace", _check_replace)
-
-
 class XmlCache:
     """The XML of the event being matched, shared by all xpath patterns of an engine."""
 
@@ -137,9 +143,13 @@ class XPathProgram:
         self.xml = xml
         self.mentions = frozenset(re.findall(r"[A-Za-z_][\w.\-]*", source))
         budget = sandbox.budget
+        from elementpath import ElementPathError, XPathContext
+
+        parser = self.load()  # outside the compile budget: once per process
+        self._context = XPathContext
         try:
             self.token = _timed(
-                sandbox, lambda: _SandboxParser().parse(source), budget.limit * COMPILE_TIME_FACTOR
+                sandbox, lambda: parser().parse(source), budget.limit * COMPILE_TIME_FACTOR
             )
         except SandboxStop as stop:
             raise PatternError(
@@ -158,6 +168,12 @@ class XPathProgram:
         finally:
             budget.violation = None
 
+    @staticmethod
+    def load() -> Any:
+        """Import elementpath and build the sandboxed parser now, not at the first XPath
+        pattern: a worker process does, before its lock-down leaves it no file to open."""
+        return _sandbox_parser()
+
     def prepare(self, bucket: Bucket) -> None:
         bucket.context = {name: _xpath_value(v) for name, v in bucket.params.items()}
 
@@ -165,11 +181,12 @@ class XPathProgram:
         root = self.xml.get(event)
         token = self.token
         variables = bucket.context
+        context = self._context
         try:
             return _timed(
                 self.sandbox,
                 lambda: bool(
-                    token.boolean_value(token.evaluate(XPathContext(root, variables=variables)))
+                    token.boolean_value(token.evaluate(context(root, variables=variables)))
                 ),
             )
         except SandboxStop:

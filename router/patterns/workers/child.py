@@ -35,7 +35,7 @@ from aa.mesh.protocol import event_to_wire, pack, unpack
 
 from ..engine import PatternEngine
 from ..index import Matcher, Member
-from ..sandbox import MEMORY, TIMEOUT, HostFacts, SandboxLimits, SandboxStop
+from ..sandbox import MEMORY, TIMEOUT, HostFacts, SandboxLimits, SandboxStop, XPathProgram
 from .carry import NotPortable, dump_state, load_state
 from .config import MAX_STOP_MESSAGE, lock_down
 from .slots import MATCHER
@@ -518,6 +518,7 @@ def child_main(slot_fd: int) -> None:
             view = view[n or 0 :]
 
     worker = Worker(facts, slot, write)
+    XPathProgram.load()  # everything imported before the lock-down (the zygote did already)
     gc.collect()
     gc.freeze()  # what start-up built is never garbage: keep it out of every collection
     gc.disable()

@@ -44,8 +44,10 @@ def zygote_main(sock_fd: int) -> None:
     """The zygote's loop (in its own process): fork a worker per request, reap them all."""
     import gc
 
+    from ..sandbox import XPathProgram
     from .child import child_main
 
+    XPathProgram.load()  # elementpath, for every worker forked from here
     gc.collect()
     gc.freeze()  # start-up's objects: out of every child's collections (and shared pages)
     sock = socket.socket(fileno=sock_fd)
