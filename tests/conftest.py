@@ -54,7 +54,6 @@ GROUPS: dict[str, str] = {
 LONGEST: tuple[str, ...] = (
     "tests/test_readme.py",
     "tests/test_cli_storage.py",
-    "tests/test_http_schemathesis.py",
     "tests/test_cli_errors.py",
     "tests/test_typing.py",
     "tests/test_faults_memory.py",
@@ -65,6 +64,7 @@ LONGEST: tuple[str, ...] = (
     "tests/test_patterns_index_pairs.py",
     "tests/test_caches_memory.py",
     "tests/test_cli.py",
+    "tests/test_http_schemathesis.py",
     "tests/test_faults_sync_big.py",
     "tests/test_security_gate_patterns.py",
     "tests/test_missed_away.py",

@@ -57,6 +57,10 @@ class _Served:
         self.url = ""
         self.router: Router | None = None
         self._stop: asyncio.Event | None = None
+        # one HTTP client for the set-up calls around the cases: a new one per call builds a
+        # TLS context (the CA bundle read and parsed) even for plain http, more work than
+        # the call itself
+        self.http = httpx.Client()
         self.thread = threading.Thread(
             target=self.loop.run_until_complete, args=(self._main(),), daemon=True
         )
@@ -80,6 +84,7 @@ class _Served:
         self.loop.call_soon_threadsafe(self._stop.set)
         self.thread.join(30)
         self.loop.close()
+        self.http.close()
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +94,9 @@ def served() -> Iterator[_Served]:
 
 
 def _client(served: _Served) -> dict[str, Any]:
-    r = httpx.post(f"{served.url}clients", json={"name": "fuzz", "patterns": [{"source": "True"}]})
+    r = served.http.post(
+        f"{served.url}clients", json={"name": "fuzz", "patterns": [{"source": "True"}]}
+    )
     r.raise_for_status()
     return r.json()  # type: ignore[no-any-return]
 
@@ -148,7 +155,7 @@ def _fuzz_operation(served: _Served, operation: Any, mode: Any, failures: dict[s
             failures.setdefault(key, f"{exc}\n  {case.as_curl_command()}")
         finally:  # one address may hold a few dozen clients (MAX_HTTP_CLIENTS_PER_ADDRESS)
             if c is not None:
-                httpx.delete(
+                served.http.delete(
                     f"{served.url}clients/{c['id']}",
                     headers={"Authorization": f"Bearer {c['token']}"},
                 )

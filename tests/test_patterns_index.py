@@ -58,9 +58,27 @@ fields = st.one_of(names, st.sampled_from(['meta["m"]', 'params["p"]', 'event["A
 cmp_ops = st.sampled_from(["==", "!=", "<", "<=", ">", ">="])
 
 
+# Every strategy is built once, here: hypothesis validates a strategy when it is first drawn
+# from, and one built inside a composite is new on every draw, so the property tests spent
+# more time building strategies than running the engines. The draws are the same.
+kinds_of_atom = st.integers(0, 13)
+collections_of_two = st.sampled_from(["({}, {})", "[{}, {}]", "{{{}, {}}}"])
+in_ops = st.sampled_from(["in", "not in"])
+affix_methods = st.sampled_from(["startswith", "endswith"])
+affixes = st.sampled_from(["a", "b", "ab", "la"])
+members = st.sampled_from(["a", "b", 1])
+keys_of_scopes = st.sampled_from(["A", "S", "zz"])
+scopes = st.sampled_from(["event", "meta", "params"])
+functions = st.sampled_from(["len", "A"])
+case_methods = st.sampled_from(["lower", "upper"])
+arith_ops = st.sampled_from(["+", "-", "*", "/", "//", "%", "**"])
+less_ops = st.sampled_from(["<", "<="])
+identities = st.sampled_from(["None", "not None", "True"])
+
+
 @st.composite
 def atoms(draw: Any) -> str:
-    kind = draw(st.integers(0, 13))
+    kind = draw(kinds_of_atom)
     f, c, op = draw(fields), draw(consts), draw(cmp_ops)
     if kind <= 3:
         return f"{f} {op} {c}"
@@ -69,85 +87,73 @@ def atoms(draw: Any) -> str:
     if kind == 5:
         return f"{f} {op} {draw(fields)}"
     if kind == 6:
-        coll = draw(st.sampled_from(["({}, {})", "[{}, {}]", "{{{}, {}}}"])).format(c, draw(consts))
-        return f"{f} {draw(st.sampled_from(['in', 'not in']))} {coll}"
+        coll = draw(collections_of_two).format(c, draw(consts))
+        return f"{f} {draw(in_ops)} {coll}"
     if kind == 7:
-        return (
-            f"{f}.{draw(st.sampled_from(['startswith', 'endswith']))}"
-            f"({draw(st.sampled_from(['a', 'b', 'ab', 'la']))!r})"
-        )
+        return f"{f}.{draw(affix_methods)}({draw(affixes)!r})"
     if kind == 8:
-        return (
-            f"{draw(st.sampled_from(['a', 'b', 1]))!r} "
-            f"{draw(st.sampled_from(['in', 'not in']))} {f}"
-        )
+        return f"{draw(members)!r} {draw(in_ops)} {f}"
     if kind == 9:
-        return (
-            f"{draw(st.sampled_from(['A', 'S', 'zz']))!r} "
-            f"{draw(st.sampled_from(['in', 'not in']))} "
-            f"{draw(st.sampled_from(['event', 'meta', 'params']))}"
-        )
+        return f"{draw(keys_of_scopes)!r} {draw(in_ops)} {draw(scopes)}"
     if kind == 10:
         return (
-            f"{draw(st.sampled_from(['len', 'A']))}({f}) {op} {c}"
+            f"{draw(functions)}({f}) {op} {c}"
             if draw(st.booleans())
-            else f"{f}.{draw(st.sampled_from(['lower', 'upper']))}() == {c}"
+            else f"{f}.{draw(case_methods)}() == {c}"
         )
     if kind == 11:
-        return (
-            f"{f} {draw(st.sampled_from(['+', '-', '*', '/', '//', '%', '**']))} "
-            f"{c} {op} {draw(consts)}"
-        )
+        return f"{f} {draw(arith_ops)} {c} {op} {draw(consts)}"
     if kind == 12:
-        return (
-            f"{c} {draw(st.sampled_from(['<', '<=']))} {f} "
-            f"{draw(st.sampled_from(['<', '<=']))} {draw(consts)}"
-        )
-    return (
-        f"{f} is {draw(st.sampled_from(['None', 'not None', 'True']))}"
-        if draw(st.booleans())
-        else f
-    )
+        return f"{c} {draw(less_ops)} {f} {draw(less_ops)} {draw(consts)}"
+    return f"{f} is {draw(identities)}" if draw(st.booleans()) else f
+
+
+one_atom = atoms()
+zero_to_two = st.integers(0, 2)
 
 
 @st.composite
 def expressions(draw: Any, depth: int = 0) -> str:
-    if depth >= 2 or draw(st.integers(0, 2)) == 0:
-        return draw(atoms())
-    kind = draw(st.integers(0, 2))
+    if depth >= 2 or draw(zero_to_two) == 0:
+        return draw(one_atom)
+    kind = draw(zero_to_two)
     if kind == 0:
-        return f"not ({draw(expressions(depth + 1))})"
+        return f"not ({draw(deeper[depth])})"
     joiner = " and " if kind == 1 else " or "
-    parts = draw(st.lists(expressions(depth + 1), min_size=2, max_size=3))
+    parts = draw(two_or_three_deeper[depth])
     return joiner.join(f"({p})" for p in parts)
 
 
+#: The sub-expressions of an expression at depth d: `deeper[d]`, at depth d + 1.
+deeper = (expressions(1), expressions(2))
+two_or_three_deeper = tuple(st.lists(e, min_size=2, max_size=3) for e in deeper)
+
+
 pool = st.sampled_from([0, 1, 2, 1.0, 2.5, "a", "ab", "b", True, None])
+one_to_three = st.integers(1, 3)
+conj_fields = st.sampled_from(["A", "B", "type", 'meta["m"]'])
+conj_rhs = st.one_of(pool.map(repr), st.sampled_from(["p", "q", 'params["p"]']))
+conj_ops = st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "startswith", "is", "between"])
+lows = st.sampled_from([-1, 0, 1, 1.5, 2])
+highs = st.sampled_from([0, 1, 2, 2.5, 1e300])
+prefixes = st.sampled_from(["a", "b", "", "ab"])
 
 
 @st.composite
 def conjunctions(draw: Any) -> str:
     """The index's bread and butter: 1-3 comparisons of a field with a constant or a param."""
     parts = []
-    for _ in range(draw(st.integers(1, 3))):
-        f = draw(st.sampled_from(["A", "B", "type", 'meta["m"]']))
-        rhs = draw(st.one_of(pool.map(repr), st.sampled_from(["p", "q", 'params["p"]'])))
-        op = draw(
-            st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "startswith", "is", "between"])
-        )
+    for _ in range(draw(one_to_three)):
+        f = draw(conj_fields)
+        rhs = draw(conj_rhs)
+        op = draw(conj_ops)
         if op == "between":
-            lo, hi = (
-                draw(st.sampled_from([-1, 0, 1, 1.5, 2])),
-                draw(st.sampled_from([0, 1, 2, 2.5, 1e300])),
-            )
-            parts.append(
-                f"{lo} {draw(st.sampled_from(['<', '<=']))} {f} "
-                f"{draw(st.sampled_from(['<', '<=']))} {hi}"
-            )
+            lo, hi = draw(lows), draw(highs)
+            parts.append(f"{lo} {draw(less_ops)} {f} {draw(less_ops)} {hi}")
         elif op == "in":
             parts.append(f"{f} in ({rhs}, {draw(pool)!r})")
         elif op == "startswith":
-            parts.append(f"{f}.startswith({draw(st.sampled_from(['a', 'b', '', 'ab']))!r})")
+            parts.append(f"{f}.startswith({draw(prefixes)!r})")
         elif op == "is":
             parts.append(f"{f} is None")
         else:
@@ -161,19 +167,23 @@ param_sets = st.dictionaries(st.sampled_from(PARAMS), scalars, max_size=3)
 pool_params = st.dictionaries(st.sampled_from(["p", "q"]), pool, max_size=2)
 
 
+pool_values = st.dictionaries(st.sampled_from(["A", "B", "p"]), pool, max_size=3)
+pool_meta = st.dictionaries(st.just("m"), pool, max_size=1)
+pool_types = st.sampled_from([None, "a", "ab"])
+any_values = st.dictionaries(
+    st.sampled_from(NAMES + ["type", "meta", "params", "event", "len"]), values, max_size=4
+)
+any_meta = st.dictionaries(st.sampled_from(["m", "n"]), scalars, max_size=2)
+any_types = st.sampled_from([None, "reading", "a"])
+
+
 @st.composite
 def events(draw: Any) -> Event:
     if draw(st.booleans()):  # values from the constants' pool: boundaries get hit
-        vals = draw(st.dictionaries(st.sampled_from(["A", "B", "p"]), pool, max_size=3))
-        meta = draw(st.dictionaries(st.just("m"), pool, max_size=1))
-        return Event(values=vals, type=draw(st.sampled_from([None, "a", "ab"])), meta=meta)
-    vals = draw(
-        st.dictionaries(
-            st.sampled_from(NAMES + ["type", "meta", "params", "event", "len"]), values, max_size=4
-        )
-    )
-    meta = draw(st.dictionaries(st.sampled_from(["m", "n"]), scalars, max_size=2))
-    return Event(values=vals, type=draw(st.sampled_from([None, "reading", "a"])), meta=meta)
+        vals, meta = draw(pool_values), draw(pool_meta)
+        return Event(values=vals, type=draw(pool_types), meta=meta)
+    vals, meta = draw(any_values), draw(any_meta)
+    return Event(values=vals, type=draw(any_types), meta=meta)
 
 
 operations = st.lists(
@@ -234,9 +244,8 @@ def test_predicate_tier_answers_like_the_python_kernel(
 
 @st.composite
 def pool_events(draw: Any) -> Event:
-    vals = draw(st.dictionaries(st.sampled_from(["A", "B", "p"]), pool, max_size=3))
-    meta = draw(st.dictionaries(st.just("m"), pool, max_size=1))
-    return Event(values=vals, type=draw(st.sampled_from([None, "a", "ab"])), meta=meta)
+    vals, meta = draw(pool_values), draw(pool_meta)
+    return Event(values=vals, type=draw(pool_types), meta=meta)
 
 
 @settings(max_examples=300, deadline=None)
