@@ -732,15 +732,28 @@ def _answer_for(folded: Sequence[tuple[str, Interest]], etype: str | None) -> _A
 
 
 def _any_of(tests: list[Callable[[Event], bool]]) -> Callable[[Event], bool]:
-    return lambda ev: any(t(ev) for t in tests)
+    def any_of(ev: Event) -> bool:
+        for t in tests:  # noqa: SIM110 (a generator per event is slower)
+            if t(ev):
+                return True
+        return False
+
+    return any_of
 
 
 def _test(f: InterestFilter) -> Callable[[Event], bool] | None:
     """*f*'s conditions beyond its type as a check of an event (None: there are none, every
-    event of the type passes), made for the shapes subscriptions give (one name present, one
-    equality); any other filter is checked by `InterestFilter.matches`. Each says what
+    event of the type passes), made for the shapes subscriptions, stores and caches give (one
+    name present, one equality, one flag); any other filter is checked by
+    `InterestFilter.matches`. Each says what
     `matches` says for an event of a type *f* accepts."""
     if f.flags:
+        if f.eq or f.has:
+            return f.matches
+        if f.flags == PERSISTED:
+            return lambda ev: ev.meta.get(_META_PERSIST) is True
+        if f.flags == CACHED:
+            return lambda ev: ev.meta.get(_META_MESH_CACHE) is not False
         return f.matches
     if not f.eq and not f.has:
         return None
