@@ -122,6 +122,9 @@ CATCH_UP_TIME: Final = 2.0
 #: Event types whose answer a tree remembers per router (`MeshInterests.forward_many`), in
 #: types: sites have tens; past it the answers are forgotten and worked out again.
 MAX_TYPE_ANSWERS: Final = 1024
+#: Distinct answers one type's check keeps to share (`MeshInterests.forward_many`), in answers:
+#: with several children to ask, events choose among as many sets of them as they like.
+MAX_SHARED_ANSWERS: Final = 64
 #: Trees kept per view (sources the router relays for), in trees: each holds a few entries
 #: per router of the mesh.
 MAX_TREES: Final = 256
@@ -726,6 +729,8 @@ def _answer_for(folded: Sequence[tuple[str, Interest]], etype: str | None) -> _A
 
     def answer(ev: Event) -> Peers:
         chosen = tuple([c for c, t in steps if t is None or t(ev)])
+        if len(shared) >= MAX_SHARED_ANSWERS:
+            shared.clear()  # events whose values pick ever new sets cost time, not memory
         return shared.setdefault(chosen, chosen)
 
     return answer
@@ -745,8 +750,8 @@ def _test(f: InterestFilter) -> Callable[[Event], bool] | None:
     """*f*'s conditions beyond its type as a check of an event (None: there are none, every
     event of the type passes), made for the shapes subscriptions, stores and caches give (one
     name present, one equality, one flag); any other filter is checked by
-    `InterestFilter.matches`. Each says what
-    `matches` says for an event of a type *f* accepts."""
+    `InterestFilter.matches`. Each says what `matches` says for an event of a type *f*
+    accepts."""
     if f.flags:
         if f.eq or f.has:
             return f.matches

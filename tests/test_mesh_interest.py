@@ -11,6 +11,7 @@ from aa.mesh.interest import (
     CACHED,
     MAX_CONSTRAINTS,
     MAX_FILTERS,
+    MAX_SHARED_ANSWERS,
     MAX_TYPE_ANSWERS,
     MAX_TYPES,
     PERSISTED,
@@ -328,3 +329,22 @@ def test_a_batch_checked_per_type_gets_what_each_filter_says(seed):
             one_by_one = [tuple(view.forward(me, source, came, e)) for e in batch]
             assert view.forward_many(me, source, came, batch) == one_by_one
             assert view.forward_many(me, source, came, batch[::-1]) == one_by_one[::-1]
+
+
+def test_events_that_pick_ever_new_sets_of_links_cost_no_memory():
+    """A hub whose neighbours each want events carrying their own name: events choose any
+    set of its links by the names they carry. Each still gets what `forward` says, and the
+    answers kept to share stay bounded."""
+    names = [f"n{i}" for i in range(12)]
+    view = MeshInterests()
+    view.put("hub", names, Interest.NOTHING)
+    for n in names:
+        view.put(n, ["hub"], Interest.of([InterestFilter.make(has=[n])]))
+    rng = random.Random(5)
+    batch = [ev(**{n: 1 for n in names if rng.random() < 0.5}) for _ in range(600)]
+    assert len({tuple(view.forward("hub", "hub", None, e)) for e in batch}) > MAX_SHARED_ANSWERS
+    answers = view.forward_many("hub", "hub", None, batch)
+    assert answers == [tuple(view.forward("hub", "hub", None, e)) for e in batch]
+    check = view.tree("hub").plans["hub"][1][None]
+    kept = [c.cell_contents for c in check.__closure__ if isinstance(c.cell_contents, dict)]
+    assert kept and all(len(k) <= MAX_SHARED_ANSWERS for k in kept)
