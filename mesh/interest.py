@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from .errors import InvalidValue
@@ -122,6 +122,9 @@ CATCH_UP_TIME: Final = 2.0
 #: Event types whose answer a tree remembers per router (`MeshInterests.forward_many`), in
 #: types: sites have tens; past it the answers are forgotten and worked out again.
 MAX_TYPE_ANSWERS: Final = 1024
+#: Distinct answers one type's check keeps to share (`MeshInterests.forward_many`), in answers:
+#: with several children to ask, events choose among as many sets of them as they like.
+MAX_SHARED_ANSWERS: Final = 64
 #: Trees kept per view (sources the router relays for), in trees: each holds a few entries
 #: per router of the mesh.
 MAX_TREES: Final = 256
@@ -505,10 +508,11 @@ class _Tree:
         self.parent = parent
         self.children = children
         self.folded = folded
-        #: Router → its children with their folded interests, and (when those hold only
-        #: types) the children each event type goes to, filled as types come
+        #: Router → its children with their folded interests, and per event type what the
+        #: type's events get: the children (when every child's answer follows from the type
+        #: alone) or a check made for the type that answers per event; filled as types come
         #: (`MeshInterests.forward_many`).
-        self.plans: dict[str, tuple[list[tuple[str, Interest]], dict[str | None, Peers] | None]]
+        self.plans: dict[str, tuple[list[tuple[str, Interest]], dict[str | None, _Answer]]]
         self.plans = {}
 
 
@@ -662,39 +666,120 @@ class MeshInterests:
         self, me: str, source: str, came_from: str | None, events: Sequence[Event]
     ) -> list[Peers] | None:
         """`forward` for each of *events*, all from *source* and received from *came_from* (a
-        relayed group), or None: flood them all. The tree is looked up once, and while no
-        child's subtree holds a filter beyond types, the answer depends only on the event
-        type: it is worked out once per type and kept with the tree (until the view
-        changes). Events that go the same way share one tuple, so a caller works once per
-        distinct answer. A router relays its events in batches of a few to hundreds, so what
-        `forward` does per call would otherwise be paid per event."""
+        relayed group), or None: flood them all. The tree is looked up once, and each child's
+        interest is worked out once per event type and kept with the tree (until the view
+        changes): where the type alone decides every child (a child wants the whole type,
+        anything, or no filter of it applies), its events share that answer; else a check
+        made for the type's filters answers each event (`_answer_for`). Events that go the
+        same way share one tuple, so a caller works once per distinct answer. A router relays
+        its events in batches of a few to hundreds, so what `forward` does per call would
+        otherwise be paid per event, and a relay asks this for every event it relays."""
         self._build()
         tree = self.tree(source) if self._complete else None
         if tree is None or me not in tree.parent or tree.parent[me] != came_from:
             return None
         plan = tree.plans.get(me)
         if plan is None:
-            folded = [(c, tree.folded[c]) for c in tree.children.get(me, ())]
-            type_only = not any(f.filters for _, f in folded)
-            plan = tree.plans[me] = (folded, {} if type_only else None)
+            plan = tree.plans[me] = ([(c, tree.folded[c]) for c in tree.children.get(me, ())], {})
         folded, by_type = plan
         if not folded:
             return [()] * len(events)
         out: list[Peers] = []
-        if by_type is None:
-            shared: dict[Peers, Peers] = {}
-            for ev in events:
-                chosen = tuple([c for c, f in folded if f.may_match(ev)])
-                out.append(shared.setdefault(chosen, chosen))
-            return out
         for ev in events:
             answer = by_type.get(ev.type)
             if answer is None:
                 if len(by_type) >= MAX_TYPE_ANSWERS:
                     by_type.clear()  # a publisher of ever new types costs time, not memory
-                answer = by_type[ev.type] = tuple([c for c, f in folded if f.may_match(ev)])
-            out.append(answer)
+                answer = by_type[ev.type] = _answer_for(folded, ev.type)
+            out.append(answer if isinstance(answer, tuple) else answer(ev))
         return out
+
+
+#: What the events of one type get from `MeshInterests.forward_many`: the children they all go
+#: to, or a check that answers per event (the same tuple for events that go the same way).
+_Answer = Peers | Callable[[Event], Peers]
+
+
+def _answer_for(folded: Sequence[tuple[str, Interest]], etype: str | None) -> _Answer:
+    """The answer for events of type *etype*, each child's interest worked out once for the
+    type: a child that wants the whole type (or anything) gets every such event, one with no
+    filter for the type none, and the others are asked per event with a check made from the
+    filters that apply to the type (its own and those of any type). The type is then known,
+    so the checks test only the rest (values, names, flags)."""
+    steps: list[tuple[str, Callable[[Event], bool] | None]] = []  # None: every event
+    for c, interest in folded:
+        if interest.anything or etype in interest.types:
+            steps.append((c, None))
+            continue
+        tests = [_test(f) for f in interest.filters if f.type is None or f.type == etype]
+        checks = [t for t in tests if t is not None]
+        if len(checks) < len(tests):
+            steps.append((c, None))
+        elif checks:
+            steps.append((c, checks[0] if len(checks) == 1 else _any_of(checks)))
+    asked = [(c, t) for c, t in steps if t is not None]
+    if not asked:
+        return tuple([c for c, _ in steps])
+    if len(asked) == 1:
+        child, test = asked[0]
+        yes = tuple([c for c, _ in steps])
+        no = tuple([c for c, t in steps if c != child])
+        return lambda ev: yes if test(ev) else no
+    shared: dict[Peers, Peers] = {}
+
+    def answer(ev: Event) -> Peers:
+        chosen = tuple([c for c, t in steps if t is None or t(ev)])
+        if len(shared) >= MAX_SHARED_ANSWERS:
+            shared.clear()  # events whose values pick ever new sets cost time, not memory
+        return shared.setdefault(chosen, chosen)
+
+    return answer
+
+
+def _any_of(tests: list[Callable[[Event], bool]]) -> Callable[[Event], bool]:
+    def any_of(ev: Event) -> bool:
+        for t in tests:  # noqa: SIM110 (a generator per event is slower)
+            if t(ev):
+                return True
+        return False
+
+    return any_of
+
+
+def _test(f: InterestFilter) -> Callable[[Event], bool] | None:
+    """*f*'s conditions beyond its type as a check of an event (None: there are none, every
+    event of the type passes), made for the shapes subscriptions, stores and caches give (one
+    name present, one equality, one flag); any other filter is checked by
+    `InterestFilter.matches`. Each says what `matches` says for an event of a type *f*
+    accepts."""
+    if f.flags:
+        if f.eq or f.has:
+            return f.matches
+        if f.flags == PERSISTED:
+            return lambda ev: ev.meta.get(_META_PERSIST) is True
+        if f.flags == CACHED:
+            return lambda ev: ev.meta.get(_META_MESH_CACHE) is not False
+        return f.matches
+    if not f.eq and not f.has:
+        return None
+    if not f.eq and len(f.has) == 1:
+        (name,) = f.has
+        return lambda ev: name in ev.values
+    if not f.has and len(f.eq) == 1:
+        ((key, constant),) = f.eq
+
+        def equal(ev: Event) -> bool:
+            v = ev.values.get(key, _MISSING)
+            if v is _MISSING or v != constant:
+                return False
+            try:
+                hash(v)  # a list or a map equals no constant
+            except TypeError:
+                return False
+            return True
+
+        return equal
+    return f.matches
 
 
 class InterestTable:

@@ -11,6 +11,7 @@ from aa.mesh.interest import (
     CACHED,
     MAX_CONSTRAINTS,
     MAX_FILTERS,
+    MAX_SHARED_ANSWERS,
     MAX_TYPE_ANSWERS,
     MAX_TYPES,
     PERSISTED,
@@ -285,3 +286,65 @@ def test_a_dead_routers_stale_summary_does_not_hold_the_mesh_in_flood():
     assert view.complete
     reached, messages = walk(view, graph, "r1", ev("hot"))
     assert reached == {"r1", "r6", "r5", "r4", "r3"} and messages == 4
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_batch_checked_per_type_gets_what_each_filter_says(seed):
+    """A relay answers a batch with checks made once per event type for each link: for
+    every shape of filter a subscription, store or cache gives (names present, equalities,
+    flags, typed or not, several per link), each event gets the peers `forward` names for
+    it alone, with values that are missing, unhashable, or equal across types (1, 1.0, True)."""
+    rng = random.Random(seed)
+    graph = random_geometric(30, 4, rng)
+    pool = [
+        HOT,
+        InterestFilter.make(has=["x"]),
+        InterestFilter.make(has=["x", "y"]),
+        InterestFilter.make(eq=[("x", 1)]),
+        InterestFilter.make(eq=[("x", "a")]),
+        InterestFilter.make(type="hot", eq=[("y", True)]),
+        InterestFilter.make(type="cold", has=["y"]),
+        InterestFilter.make(eq=[("x", 1.0), ("y", "b")]),
+        InterestFilter.make(eq=[("x", "a")], has=["z"]),
+        InterestFilter(flags=PERSISTED),
+        InterestFilter(type="warm", flags=CACHED),
+        InterestFilter.make(has=["z"], flags=CACHED),
+    ]
+    view = MeshInterests()
+    for rid, peers in graph.items():
+        view.put(rid, peers, Interest.of(rng.sample(pool, rng.randint(0, 3))))
+    anything = [None, 1, 1.0, True, 0, "a", "b", [1], {"k": 1}, False]
+    batch = []
+    for _ in range(80):
+        values = {k: rng.choice(anything) for k in "xyz" if rng.random() < 0.6}
+        meta = rng.choice([{}, {"persist": True}, {"mesh_cache": False}, {"persist": 1}])
+        values = {k: v for k, v in values.items() if v is not None}
+        batch.append(ev(rng.choice(["hot", "cold", "warm", None]), meta=meta, **values))
+    for source in rng.sample(sorted(graph), 6):
+        tree = view.tree(source)
+        for me in sorted(graph):
+            came = tree.parent.get(me)
+            if me not in tree.parent:
+                continue
+            one_by_one = [tuple(view.forward(me, source, came, e)) for e in batch]
+            assert view.forward_many(me, source, came, batch) == one_by_one
+            assert view.forward_many(me, source, came, batch[::-1]) == one_by_one[::-1]
+
+
+def test_events_that_pick_ever_new_sets_of_links_cost_no_memory():
+    """A hub whose neighbours each want events carrying their own name: events choose any
+    set of its links by the names they carry. Each still gets what `forward` says, and the
+    answers kept to share stay bounded."""
+    names = [f"n{i}" for i in range(12)]
+    view = MeshInterests()
+    view.put("hub", names, Interest.NOTHING)
+    for n in names:
+        view.put(n, ["hub"], Interest.of([InterestFilter.make(has=[n])]))
+    rng = random.Random(5)
+    batch = [ev(**{n: 1 for n in names if rng.random() < 0.5}) for _ in range(600)]
+    assert len({tuple(view.forward("hub", "hub", None, e)) for e in batch}) > MAX_SHARED_ANSWERS
+    answers = view.forward_many("hub", "hub", None, batch)
+    assert answers == [tuple(view.forward("hub", "hub", None, e)) for e in batch]
+    check = view.tree("hub").plans["hub"][1][None]
+    kept = [c.cell_contents for c in check.__closure__ if isinstance(c.cell_contents, dict)]
+    assert kept and all(len(k) <= MAX_SHARED_ANSWERS for k in kept)

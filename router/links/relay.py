@@ -259,6 +259,8 @@ class Relay:
                 chosen = usable[wanted] = tuple([p for p in wanted if p in peers and p not in path])
             if congested is None:
                 congested = self._congested(peers)
+                if congested and not self._can_detour(path, congested):
+                    congested = set()  # every event keeps its links: ask nothing per event
             if congested and not congested.isdisjoint(chosen):
                 for key in self._detour(source, path, list(chosen), congested, ev):
                     parts.setdefault(key, []).append(ev)
@@ -280,6 +282,19 @@ class Relay:
             for link in self._links()
             if link.remote_id in peers and link.congested and link.remote_id is not None
         }
+
+    def _can_detour(self, path: tuple[str, ...], congested: set[str]) -> bool:
+        """Whether a copy that came along *path* could go round any link at all: some
+        neighbour of the view, off the path and not *congested*, reads directed copies. A
+        directed copy's first hop is always such a neighbour (`Detours.first_hops` avoids
+        the path and the congested links), so without one `_detour` keeps every link, and
+        working out the routers each event is for would be lost time."""
+        assert self.interests is not None
+        me = self.rules.router_id
+        return any(
+            w != me and w not in path and w not in congested and self._reads_detours(w)
+            for w in self.interests.table.view.graph().get(me, ())
+        )
 
     def _reads_detours(self, rid: str) -> bool:
         return any(link.remote_id == rid and link.reads_detours for link in self._links())
