@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from aa.tools.mining.location import LocationConfig, _observations
+from aa.tools.mining.location import LocationConfig, _observations, _radio_rows
 from aa.tools.mining.schema import _long
 from aa.tools.mining.session import SparkConfig, open_session
 
@@ -107,20 +107,7 @@ def _nearest_by_aggregate(events: Any, cfg: LocationConfig) -> Any:
             F.min(F.struct("dt", "tp", "building", "floor", "x", "y")).alias("at"),
         )
     )
-    return (
-        paired.select("kind", F.explode("radios").alias("r"), "at")
-        .select(
-            F.col("r.Id").alias("radio"),
-            "kind",
-            F.col("r.Name").alias("name"),
-            F.col("r.Rssi").alias("rssi"),
-            "at.building",
-            "at.floor",
-            "at.x",
-            "at.y",
-        )
-        .where(F.col("radio").isNotNull() & F.col("rssi").isNotNull())
-    )
+    return _radio_rows(paired)  # the same rows out of the pairs, as the job makes them
 
 
 def test_each_scan_meets_its_nearest_position_as_a_min_over_candidates_gives(spark: Any) -> None:

@@ -195,6 +195,15 @@ def _observations(
         )
         .select(F.col("type").alias("kind"), "radios", "at")
     )
+    return _radio_rows(paired)
+
+
+def _radio_rows(paired: DataFrame) -> DataFrame:
+    """One row per radio heard in a scan paired with its position *at* (a struct of
+    building, floor, x, y): radio, kind, name, rssi and the position's fields; radios
+    without an id or a level left out."""
+    from pyspark.sql import functions as F
+
     return (
         paired.select("kind", F.explode("radios").alias("r"), "at")
         .select(
