@@ -14,6 +14,7 @@ How it finds routers and fails over is told in `aa.client.dial`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import time
@@ -73,7 +74,7 @@ from .caching import CacheClient
 from .config import DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE, ClientConfig
 from .dial import Refusals, first_of, open_router
 from .link import Link
-from .outbox import Outbox, check_fits
+from .outbox import Outbox, packed_publish
 from .quench import QuenchClient
 from .subscription import Subscription
 
@@ -437,19 +438,23 @@ class AsyncClient(QuenchClient, CacheClient):
         outside the model or an event too large for a router (`check_fits`), `OutboxFull`
         when the outbox is at its cap."""
         eid = id or self._ids()
-        event = Event.checked(dict(values), type, dict(meta) if meta else {}, eid)
-        self._publish_checked(event)
-        return eid
-
-    def _publish_checked(self, event: Event) -> None:
-        """`publish_nowait` of a checked event with an id (the blocking `Client` builds it)."""
+        data = packed_publish(values, type, meta, eid)
         if self._closing:
             raise ConnectionClosed("client is closed")
         if self._outbox.full:
             raise OutboxFull(f"{self.config.max_outbox} events wait for a router already")
-        check_fits(event)
-        self._outbox.add(event)
+        self._outbox.add_packed(data)
         self._schedule_flush()
+        return eid
+
+    def _publish_packed(self, pending: collections.deque[bytes]) -> None:
+        """Queue events given as their bytes (`packed_publish`) from the left of *pending*,
+        as many as the outbox has room for (the blocking `Client` hands over its caller's
+        events so). Raises `ConnectionClosed` once closing."""
+        if self._closing:
+            raise ConnectionClosed("client is closed")
+        if self._outbox.take(pending):
+            self._schedule_flush()
 
     async def publish(
         self,

@@ -34,6 +34,7 @@ from aa.mesh.protocol import MissedAway, PatternRaised
 from .aio import AsyncClient
 from .caching import BlockingCacheClient
 from .config import ClientConfig
+from .outbox import packed_publish
 from .quench import BlockingQuenchClient
 from .subscription import Subscription as AsyncSubscription
 
@@ -187,7 +188,7 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
             target=self._loop.run_forever, name="aa-client", daemon=True
         )
         self._thread.start()
-        self._pending: collections.deque[Event] = collections.deque()
+        self._pending: collections.deque[bytes] = collections.deque()
         self._wakeup = False
         self._closed = False
 
@@ -246,10 +247,10 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
         if self._closed:
             raise ConnectionClosed("client is closed")
         eid = self._async._ids()
-        event = Event.checked(dict(values), type, dict(meta) if meta else {}, eid)
+        # Checked and packed here, in the caller's thread: the outbox keeps the bytes.
+        self._pending.append(packed_publish(values, type, meta, eid))
         # Hand over through a deque and wake the loop only when it is idle: one wake-up
         # per burst instead of one self-pipe write per event.
-        self._pending.append(event)  # checked here, in the caller's thread; queued as it is
         if not self._wakeup:
             self._wakeup = True
             self._loop.call_soon_threadsafe(self._drain)
@@ -258,17 +259,13 @@ class Client(BlockingQuenchClient, BlockingCacheClient):
     def _drain(self) -> None:
         self._wakeup = False
         pending = self._pending
-        client = self._async
-        publish = client._publish_checked
-        while pending:
-            event = pending.popleft()
-            try:
-                publish(event)
-            except Exception:
-                pending.appendleft(event)
-                self._loop.call_later(0.01, self._drain)  # outbox full: try again shortly
-                self._wakeup = True
-                return
+        try:
+            self._async._publish_packed(pending)  # as many as the outbox has room for
+        except ConnectionClosed:
+            pass
+        if pending:
+            self._loop.call_later(0.01, self._drain)  # outbox full: try again shortly
+            self._wakeup = True
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until a router acknowledged every event published so far."""

@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Mapping
 from itertools import accumulate, islice
+from typing import Any
 
-from aa.mesh import Event, InvalidValue, Value
-from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event
+from aa.mesh import MAX_ID_LENGTH, Event, InvalidValue, Value, Values, check_values
+from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event, packed_fields
 
 from .config import (
     BATCH_BYTES,
@@ -35,7 +37,7 @@ from .config import (
     REPLAY_WINDOW_SECONDS,
 )
 
-__all__ = ["Outbox", "check_fits"]
+__all__ = ["Outbox", "check_fits", "packed_publish"]
 
 
 class Outbox:
@@ -74,9 +76,24 @@ class Outbox:
         return bool(self._queue)
 
     def add(self, event: Event) -> None:
-        """Queue *event*'s bytes (`check_fits` has packed it already)."""
-        self._queue.append(packed_event(event))
+        """Queue *event*'s bytes."""
+        self.add_packed(packed_event(event))
+
+    def add_packed(self, data: bytes) -> None:
+        """Queue an event given as its bytes (`packed_publish`)."""
+        self._queue.append(data)
         self.drained.clear()
+
+    def take(self, pending: deque[bytes]) -> int:
+        """Queue events' bytes from the left of *pending*, as many as there is room for;
+        returns how many (a blocking `Client` hands over what its caller published)."""
+        n = min(len(pending), self.max_events - self.pending)
+        if n <= 0:
+            return 0
+        popleft = pending.popleft
+        self._queue.extend([popleft() for _ in range(n)])
+        self.drained.clear()
+        return n
 
     def next_batch(self) -> tuple[int, list[bytes]] | None:
         """The next frame to send, (seq, the events' bytes), now counted in flight; None when
@@ -131,12 +148,38 @@ class Outbox:
             self._recent_events -= len(recent.popleft()[1])
 
 
-def check_fits(event: Event) -> None:
-    """Raise `InvalidValue` for an event no router takes: more bytes than a frame holds
-    (`MAX_FRAME_BYTES`), or more values in its lists and maps than a router decodes from one
-    frame (`MAX_FRAME_VALUES`; large arrays travel as `bytes`). Counted only for events over
-    `BATCH_BYTES`: smaller ones cannot hold that many."""
-    size = len(packed_event(event))
+def packed_publish(
+    values: Mapping[str, Any], type: str | None, meta: Mapping[str, Any] | None, id: str
+) -> bytes:
+    """The bytes of the event a publisher gives (`packed_event` of it), checked as
+    `Event.checked` and `check_fits` check it: `InvalidValue` outside the value model or for
+    an event no router takes. No `Event` is built: the outbox keeps bytes alone, and packing
+    now also takes the caller's values as they are at the call."""
+    v = values if type_of(values) is dict else dict(values)
+    m = (meta if type_of(meta) is dict else dict(meta)) if meta else {}
+    check_values(v)
+    if m:
+        check_values(m, "meta")
+    if type is not None and type_of(type) is not str:
+        raise InvalidValue(f"event type must be str or None, not {type_of(type).__name__}")
+    if type_of(id) is not str or not 0 < len(id) <= MAX_ID_LENGTH:
+        raise InvalidValue(f"event id must be a str of 1 to {MAX_ID_LENGTH} characters")
+    data = packed_fields(id, type, v, m)
+    if len(data) > BATCH_BYTES:
+        check_fits(data, v, m)
+    return data
+
+
+type_of = type
+
+
+def check_fits(data: bytes, values: Values, meta: Values) -> None:
+    """Raise `InvalidValue` for an event no router takes, given its bytes *data* and its
+    *values* and *meta*: more bytes than a frame holds (`MAX_FRAME_BYTES`), or more values
+    in its lists and maps than a router decodes from one frame (`MAX_FRAME_VALUES`; large
+    arrays travel as `bytes`). Counted only for events over `BATCH_BYTES`: smaller ones
+    cannot hold that many."""
+    size = len(data)
     if size <= BATCH_BYTES:
         return
     if size > MAX_FRAME_BYTES - 1024:
@@ -144,7 +187,7 @@ def check_fits(event: Event) -> None:
             f"event of {size} bytes is over the {MAX_FRAME_BYTES} bytes a frame holds"
         )
     items = 0
-    todo: list[dict[str, Value] | list[Value]] = [event.values, event.meta]
+    todo: list[dict[str, Value] | list[Value]] = [values, meta]
     while todo:
         value = todo.pop()
         items += len(value)

@@ -201,6 +201,7 @@ PUBLIC: dict[str, list[str]] = {
         "pack_events",
         "pack_with_meta",
         "packed_event",
+        "packed_fields",
         "register",
         "unpack",
         "unpacked_event",

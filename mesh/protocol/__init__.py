@@ -43,6 +43,7 @@ from .codec import (
     pack_events,
     pack_with_meta,
     packed_event,
+    packed_fields,
     unpack,
     unpacked_event,
 )
@@ -194,6 +195,7 @@ __all__ = [
     "pack_events",
     "pack_with_meta",
     "packed_event",
+    "packed_fields",
     "unpacked_event",
     "register",
     "unpack",

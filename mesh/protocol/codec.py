@@ -55,6 +55,7 @@ __all__ = [
     "pack",
     "unpack",
     "packed_event",
+    "packed_fields",
     "unpacked_event",
     "pack_events",
     "pack_with_meta",
@@ -234,13 +235,19 @@ def packed_event(event: Event) -> bytes:
     caches, floods and logs the same bytes. Raises `UsageError` outside the value model."""
     data = event.packed
     if data is None:
-        try:
-            data = _thread_packer().pack([event.id, event.type, event.values, event.meta])
-        except (TypeError, ValueError, OverflowError) as exc:
-            _local.packer = _packer()  # a failed pack may leave it dirty
-            raise UsageError(f"cannot encode event {event.id}: {exc}") from None
+        data = packed_fields(event.id, event.type, event.values, event.meta)
         _set_packed(event, data)
     return data
+
+
+def packed_fields(id: str | None, type: str | None, values: Any, meta: Any) -> bytes:
+    """The bytes `packed_event` makes of an event of these fields, without the event: for a
+    publisher that keeps only the bytes. Raises `UsageError` outside the value model."""
+    try:
+        return _thread_packer().pack([id, type, values, meta])
+    except (TypeError, ValueError, OverflowError) as exc:
+        _local.packer = _packer()  # a failed pack may leave it dirty
+        raise UsageError(f"cannot encode event {id}: {exc}") from None
 
 
 def pack_with_meta(events: Sequence[Event], meta: bytes) -> None:
