@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, cast
 from aa.mesh import Connection, ConnectionLost, ForeignProtocol, ProtocolError, UsageError
 from aa.mesh.protocol import Message
 
+from .deliveries import DeliveryReader
+
 if TYPE_CHECKING:
     from .config import ClientConfig
 
@@ -45,6 +47,7 @@ class Link(asyncio.Protocol):
         self, on_message: Callable[[Link, Message], None], on_writable: Callable[[], None]
     ) -> None:
         self.codec = Connection()
+        self._deliveries = DeliveryReader(self.codec)
         self.transport: asyncio.Transport | None = None
         self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
         self.paused = False
@@ -59,9 +62,11 @@ class Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.heard = time.monotonic()
         self.codec.receive_data(data)
+        next_deliver = self._deliveries.next_deliver
+        next_message = self.codec.next_message
         try:
             while True:
-                msg = self.codec.next_message()
+                msg = next_deliver() or next_message()
                 if not isinstance(msg, Message):
                     return
                 self._on_message(self, msg)

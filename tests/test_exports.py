@@ -137,6 +137,7 @@ PUBLIC: dict[str, list[str]] = {
         "Connection",
         "Control",
         "DEFAULT_CACHE_TIMEOUT",
+        "DELIVER_HEAD",
         "Deliver",
         "Error",
         "Flood",

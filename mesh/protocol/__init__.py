@@ -33,6 +33,7 @@ from .cache_messages import (
     GetCacheInfo,
 )
 from .codec import (
+    DELIVER_HEAD,
     IN_PROGRESS,
     MAX_FRAME_BYTES,
     MAX_FRAME_VALUES,
@@ -142,6 +143,7 @@ __all__ = [
     "MAX_CACHE_TIMEOUT",
     "MAX_FRAME_BYTES",
     "MAX_FRAME_VALUES",
+    "DELIVER_HEAD",
     "STEP_ABOVE",
     "IN_PROGRESS",
     "MAX_GROUP_EVENTS",

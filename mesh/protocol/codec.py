@@ -52,6 +52,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_FRAME_VALUES",
     "STEP_ABOVE",
+    "DELIVER_HEAD",
     "pack",
     "unpack",
     "packed_event",
@@ -197,7 +198,7 @@ def _packer() -> msgpack.Packer:
 
 
 #: The start of every `Deliver` frame: a map of two, its kind, and the key of its items.
-_DELIVER_HEAD: Final = (
+DELIVER_HEAD: Final = (
     _packer().pack_map_header(2)
     + _packer().pack("kind")
     + _packer().pack("deliver")
@@ -383,6 +384,28 @@ class Connection:
             self._break(exc)
             raise self._fresh_error() from None
 
+    def whole_frame(self, head: bytes) -> bytes | None:
+        """The payload of the next frame when it is all buffered, no frame is part decoded,
+        and it starts with *head* (a reader of its own for that kind of frame); else None.
+        The frame stays buffered: `drop_frame()` takes it off once read, or `next_message()`
+        decodes it as any other (with its checks and errors)."""
+        if self._broken is not None or self._stepping is not None:
+            return None
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < _HEADER + len(head):
+            return None
+        size = int.from_bytes(buf[pos : pos + _HEADER], "big")
+        start = pos + _HEADER
+        end = start + size
+        if size > self.max_frame or len(buf) < end or buf[start : start + len(head)] != head:
+            return None
+        return bytes(memoryview(buf)[start:end])
+
+    def drop_frame(self) -> None:
+        """Take off the frame `whole_frame` returned."""
+        size = int.from_bytes(self._buf[self._pos : self._pos + _HEADER], "big")
+        self._pos += _HEADER + size
+
     def _step(self, stepwise: bool) -> Message | _NeedData | _InProgress:
         stepping = self._stepping
         assert stepping is not None
@@ -532,7 +555,7 @@ class Connection:
         `packed_event` rather than packed again: what `send(Deliver(items=...))` makes.
         Raises `UsageError` if it would exceed the cap."""
         packer = self._packer
-        parts = [_DELIVER_HEAD, packer.pack_array_header(len(items))]
+        parts = [DELIVER_HEAD, packer.pack_array_header(len(items))]
         append = parts.append
         last: Any = None  # the sub_ids packed last: consecutive items mostly share them
         head = b""

@@ -1,0 +1,372 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Reading a router's delivery frame, compiled (no I/O): the frame's bytes to its items.
+
+`read` returns what the codec's reference path makes of the same payload
+(`Connection.next_message` → `Deliver.from_wire` → `aa.mesh.protocol.wire_events.deliver_items`):
+the same items, each event's values and meta checked against the value model. It reads the
+usual frame only, and returns None for anything else — a nested value, an extension type
+among the values, an odd sub id, bytes that are not UTF-8, a frame that is wrong in any way
+or holds more items than the codec takes: the reference path then reads the frame and says
+what is wrong, so both paths give the same errors.
+
+What it saves: the frame's intermediate lists, and decoding each event's meta again. A
+router stamps the events of one publish alike, so consecutive events mostly carry the same
+meta bytes: those are decoded and checked once (by msgpack, as the reference does), and
+each event gets its own copy of that map (lists and maps in it copied too: no event shares
+a mutable value with another).
+
+`aa.client.deliveries` chooses it when it was built from this file as it is now and
+``AA_PURE_PYTHON`` is not set; `tests/test_compiled_deliveries.py` holds it to the
+reference.
+"""
+
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.string cimport memcmp, memcpy
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+
+__all__ = ["read"]
+
+
+class _Other(Exception):
+    """Not the usual frame: the reference path reads it."""
+
+
+class _Nested(Exception):
+    """A value the flat reader does not build (a list, a map, an extension)."""
+
+
+cdef struct Buf:
+    const unsigned char* p
+    Py_ssize_t pos
+    Py_ssize_t end
+    Py_ssize_t items
+
+
+cdef enum:
+    MAX_DEPTH = 64  # deepest nesting `skip` follows (deeper: the reference path reads it)
+
+
+cdef inline int need(Buf* b, Py_ssize_t n) except -1:
+    if n < 0 or b.end - b.pos < n:
+        raise _Other()
+    return 0
+
+
+cdef inline uint64_t be(const unsigned char* p, int n):
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef Py_ssize_t array_len(Buf* b) except -1:
+    need(b, 1)
+    cdef unsigned char c = b.p[b.pos]
+    b.pos += 1
+    if 0x90 <= c <= 0x9f:
+        return c & 0x0f
+    if c == 0xdc:
+        need(b, 2)
+        b.pos += 2
+        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
+    if c == 0xdd:
+        need(b, 4)
+        b.pos += 4
+        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
+    raise _Other()
+
+
+cdef Py_ssize_t map_len(Buf* b) except -1:
+    need(b, 1)
+    cdef unsigned char c = b.p[b.pos]
+    b.pos += 1
+    if 0x80 <= c <= 0x8f:
+        return c & 0x0f
+    if c == 0xde:
+        need(b, 2)
+        b.pos += 2
+        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
+    if c == 0xdf:
+        need(b, 4)
+        b.pos += 4
+        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
+    raise _Other()
+
+
+cdef object text(Buf* b, Py_ssize_t n):
+    need(b, n)
+    try:
+        s = PyUnicode_DecodeUTF8(<char*>(b.p + b.pos), n, NULL)
+    except UnicodeDecodeError:
+        raise _Other()
+    b.pos += n
+    return s
+
+
+cdef Py_ssize_t str_len(Buf* b, unsigned char c) except -2:
+    """The length of the str whose first byte *c* was just read, or -1 if it is no str."""
+    if 0xa0 <= c <= 0xbf:
+        return c & 0x1f
+    if c == 0xd9:
+        need(b, 1)
+        b.pos += 1
+        return b.p[b.pos - 1]
+    if c == 0xda:
+        need(b, 2)
+        b.pos += 2
+        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
+    if c == 0xdb:
+        need(b, 4)
+        b.pos += 4
+        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
+    return -1
+
+
+cdef object read_str(Buf* b):
+    need(b, 1)
+    cdef unsigned char c = b.p[b.pos]
+    b.pos += 1
+    cdef Py_ssize_t n = str_len(b, c)
+    if n < 0:
+        raise _Other()
+    return text(b, n)
+
+
+cdef object read_scalar(Buf* b):
+    """A str, int, float, bool, None or bytes, as msgpack builds it; `_Nested` for a list, a
+    map or an extension (the position is then undefined), `_Other` for bytes no msgpack."""
+    need(b, 1)
+    cdef unsigned char c = b.p[b.pos]
+    cdef const unsigned char* p
+    cdef uint32_t f32
+    cdef float f
+    cdef uint64_t u64
+    cdef double d
+    cdef Py_ssize_t n
+    b.pos += 1
+    if c <= 0x7f:
+        return <long>c
+    if c >= 0xe0:
+        return <long>(<int8_t>c)
+    n = str_len(b, c)
+    if n >= 0:
+        return text(b, n)
+    if c == 0xc0:
+        return None
+    if c == 0xc2:
+        return False
+    if c == 0xc3:
+        return True
+    if c == 0xcb:
+        need(b, 8)
+        u64 = be(b.p + b.pos, 8)
+        b.pos += 8
+        memcpy(&d, &u64, 8)
+        return d
+    if c == 0xca:
+        need(b, 4)
+        f32 = <uint32_t>be(b.p + b.pos, 4)
+        b.pos += 4
+        memcpy(&f, &f32, 4)
+        return <double>f
+    if c == 0xcc:
+        need(b, 1)
+        b.pos += 1
+        return <long>b.p[b.pos - 1]
+    if c == 0xcd:
+        need(b, 2)
+        b.pos += 2
+        return <long>be(b.p + b.pos - 2, 2)
+    if c == 0xce:
+        need(b, 4)
+        b.pos += 4
+        return <long long>be(b.p + b.pos - 4, 4)
+    if c == 0xcf:
+        need(b, 8)
+        b.pos += 8
+        return be(b.p + b.pos - 8, 8)
+    if c == 0xd0:
+        need(b, 1)
+        b.pos += 1
+        return <long>(<int8_t>b.p[b.pos - 1])
+    if c == 0xd1:
+        need(b, 2)
+        b.pos += 2
+        return <long>(<int16_t>be(b.p + b.pos - 2, 2))
+    if c == 0xd2:
+        need(b, 4)
+        b.pos += 4
+        return <long long>(<int32_t>be(b.p + b.pos - 4, 4))
+    if c == 0xd3:
+        need(b, 8)
+        b.pos += 8
+        return <long long>(<int64_t>be(b.p + b.pos - 8, 8))
+    if 0xc4 <= c <= 0xc6:  # bin 8, 16, 32
+        n = 1 if c == 0xc4 else 2 if c == 0xc5 else 4
+        need(b, n)
+        b.pos += n
+        n = <Py_ssize_t>be(b.p + b.pos - n, <int>n)
+        need(b, n)
+        b.pos += n
+        return PyBytes_FromStringAndSize(<const char*>(b.p + b.pos - n), n)
+    raise _Nested()
+
+
+cdef int skip(Buf* b, int depth) except -1:
+    """Step over one value of any kind, counting the items of its lists and maps."""
+    if depth > MAX_DEPTH:
+        raise _Other()
+    need(b, 1)
+    cdef unsigned char c = b.p[b.pos]
+    cdef Py_ssize_t n, i
+    if c <= 0x7f or c >= 0xe0 or c == 0xc0 or c == 0xc2 or c == 0xc3:
+        b.pos += 1
+        return 0
+    if 0x80 <= c <= 0x8f or c == 0xde or c == 0xdf:
+        n = map_len(b)
+        b.items += n
+        for i in range(2 * n):
+            skip(b, depth + 1)
+        return 0
+    if 0x90 <= c <= 0x9f or c == 0xdc or c == 0xdd:
+        n = array_len(b)
+        b.items += n
+        for i in range(n):
+            skip(b, depth + 1)
+        return 0
+    b.pos += 1
+    n = str_len(b, c)
+    if n >= 0:
+        need(b, n)
+        b.pos += n
+        return 0
+    if c == 0xcc or c == 0xd0:
+        n = 1
+    elif c == 0xcd or c == 0xd1:
+        n = 2
+    elif c == 0xce or c == 0xd2 or c == 0xca:
+        n = 4
+    elif c == 0xcf or c == 0xd3 or c == 0xcb:
+        n = 8
+    elif 0xd4 <= c <= 0xd8:  # fixext 1, 2, 4, 8, 16: a type byte, then the data
+        n = 1 + (1 << (c - 0xd4))
+    elif 0xc4 <= c <= 0xc9:  # bin 8, 16, 32, ext 8, 16, 32
+        i = 1 << ((c - 0xc4) % 3)
+        need(b, i)
+        n = <Py_ssize_t>be(b.p + b.pos, <int>i)
+        b.pos += i
+        if c >= 0xc7:
+            n += 1  # the ext's type byte
+    else:
+        raise _Other()  # 0xc1: never used
+    need(b, n)
+    b.pos += n
+    return 0
+
+
+cdef object copied(object value):
+    """*value* with each list and map in it copied (its scalars are immutable)."""
+    if type(value) is dict:
+        return {k: copied(v) for k, v in (<dict>value).items()}
+    if type(value) is list:
+        return [copied(v) for v in <list>value]
+    return value
+
+
+def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trusted, valid_map,
+         unpack, Py_ssize_t max_id):
+    """The items of the delivery frame *payload* (its bytes after the frame's length; the
+    first *head* bytes are the deliver map's start, checked by the caller) as
+    `deliver_items` makes them, or None when the reference path is to read it.
+
+    *max_values*: most items in all its lists and maps (counted as the codec counts them for
+    a frame of more bytes than that); *cache*: ``[meta bytes, meta]``, the last meta read,
+    kept by the caller per connection; *trusted*: `Event.trusted`; *valid_map*: the value
+    model's check of a map; *unpack*: msgpack's decoding as the codec does it, for a meta or
+    values map the flat reader does not build; *max_id*: the longest event id."""
+    cdef Buf b
+    b.p = <const unsigned char*>PyBytes_AS_STRING(payload)
+    b.end = PyBytes_GET_SIZE(payload)
+    b.pos = head
+    b.items = 2  # the frame's map: kind and items
+    cdef Py_ssize_t n, i, k, j, start, size
+    cdef list out
+    cdef dict values
+    cdef bytes last_raw = cache[0]
+    last_meta = cache[1]
+    try:
+        n = array_len(&b)
+        b.items += n
+        out = []
+        for i in range(n):
+            need(&b, 1)
+            if b.p[b.pos] != 0x92:  # [sub_ids, event]
+                raise _Other()
+            b.pos += 1
+            k = array_len(&b)
+            b.items += 2 + k + 4
+            sub_ids = []
+            for j in range(k):
+                sid = read_scalar(&b)
+                if type(sid) is not int:
+                    raise _Other()
+                sub_ids.append(sid)
+            need(&b, 1)
+            if b.p[b.pos] != 0x94:  # [id, type, values, meta]
+                raise _Other()
+            b.pos += 1
+            need(&b, 1)
+            if b.p[b.pos] == 0xc0:
+                b.pos += 1
+                eid = None
+            else:
+                eid = read_str(&b)
+                if not 0 < len(eid) <= max_id:
+                    raise _Other()
+            need(&b, 1)
+            if b.p[b.pos] == 0xc0:
+                b.pos += 1
+                etype = None
+            else:
+                etype = read_str(&b)
+            start = b.pos
+            try:
+                k = map_len(&b)
+                b.items += k
+                values = {}
+                for j in range(k):
+                    key = read_str(&b)
+                    values[key] = read_scalar(&b)
+            except _Nested:
+                b.pos = start
+                b.items -= k
+                skip(&b, 0)
+                values_any = unpack(payload[start : b.pos])
+                if type(values_any) is not dict or not valid_map(values_any, 0):
+                    raise _Other()
+                values = values_any
+            start = b.pos
+            skip(&b, 0)
+            size = b.pos - start
+            if (
+                last_raw is not None
+                and PyBytes_GET_SIZE(last_raw) == size
+                and memcmp(PyBytes_AS_STRING(last_raw), b.p + start, size) == 0
+            ):
+                meta = copied(last_meta)
+            else:
+                last_raw = payload[start : b.pos]
+                meta = unpack(last_raw)
+                if type(meta) is not dict or meta and not valid_map(meta, 0):
+                    raise _Other()
+                last_meta = copied(meta)
+            out.append((tuple(sub_ids), trusted(values, etype, meta, eid)))
+        if b.pos != b.end or b.end > max_values and b.items > max_values:
+            raise _Other()
+    except Exception:  # _Other, or msgpack's or the ext hook's error: the reference says
+        return None
+    cache[0] = last_raw
+    cache[1] = last_meta
+    return tuple(out)
