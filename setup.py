@@ -33,6 +33,7 @@ PYX_MODULES = (
     ("aa.router.eventlog._columns", "router/eventlog/_columns.pyx"),
     ("aa.router._stamp", "router/_stamp.pyx"),
     ("aa.client._deliver", "client/_deliver.pyx"),
+    ("aa.client._publish", "client/_publish.pyx"),
 )
 
 #: Cython's directives for all of them. Type annotations are not read as C types: they are

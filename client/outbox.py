@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import accumulate, islice
+from pathlib import Path
 from typing import Any
 
-from aa.mesh import MAX_ID_LENGTH, Event, InvalidValue, Value, Values, check_values
+from aa.mesh import MAX_ID_LENGTH, Event, InvalidValue, Value, Values, check_values, load_pyx
 from aa.mesh.protocol import MAX_FRAME_BYTES, MAX_FRAME_VALUES, packed_event, packed_fields
 
 from .config import (
@@ -157,6 +158,10 @@ def packed_publish(
     now also takes the caller's values as they are at the call."""
     v = values if type_of(values) is dict else dict(values)
     m = (meta if type_of(meta) is dict else dict(meta)) if meta else {}
+    if _pack is not None:
+        data = _pack(id, type, v, m, MAX_ID_LENGTH)
+        if data is not None:  # the usual event, checked and packed in one pass
+            return data
     check_values(v)
     if m:
         check_values(m, "meta")
@@ -171,6 +176,14 @@ def packed_publish(
 
 
 type_of = type
+
+#: The compiled check and pack of the usual event (`_publish.pyx`), or None: the reference
+#: path below runs alone (``AA_PURE_PYTHON``, or not built from the source as it is).
+_pack: Callable[..., bytes | None] | None = getattr(
+    load_pyx(__package__ or "aa.client", Path(__file__).resolve().parent, "_publish"),
+    "pack",
+    None,
+)
 
 
 def check_fits(data: bytes, values: Values, meta: Values) -> None:
