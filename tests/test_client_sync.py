@@ -48,6 +48,27 @@ async def test_three_lines_to_publish_and_iterate(endpoint):
     assert await in_thread(scenario) == [101, 102]
 
 
+async def test_an_event_no_router_takes_is_refused_at_publish_and_the_rest_go_on(endpoint):
+    # Checked and packed in the caller's thread: the caller gets the error, and the events
+    # published after it are not held up behind it.
+    from aa.mesh import InvalidValue
+
+    def scenario():
+        with Client(endpoint) as sub_client:
+            sub = sub_client.subscribe("Temperature > 100")
+            with Client(endpoint) as c:
+                with pytest.raises(InvalidValue, match="send large arrays as bytes"):
+                    c.publish({"samples": [list(range(1000)) for _ in range(200)]})
+                with pytest.raises(InvalidValue, match="outside|not"):
+                    c.publish({"Temperature": {1, 2}})
+                c.publish({"Temperature": 101, "Sensor": "lab-1"}, meta={"note": "x"})
+                c.flush(timeout=5)
+            event = sub.get(timeout=5)
+            return event.values, event.meta["note"]
+
+    assert await in_thread(scenario) == ({"Temperature": 101, "Sensor": "lab-1"}, "x")
+
+
 async def test_callback_and_update_and_unsubscribe(endpoint):
     def scenario():
         got = []
