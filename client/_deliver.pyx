@@ -296,6 +296,8 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
     cdef dict values
     cdef bytes last_raw = cache[0]
     last_meta = cache[1]
+    last_sids = None  # the sub ids of the item before, and its byte if it was one fixint
+    cdef int last_sid = -1
     try:
         n = array_len(&b)
         b.items += n
@@ -305,14 +307,20 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
             if b.p[b.pos] != 0x92:  # [sub_ids, event]
                 raise _Other()
             b.pos += 1
+            start = b.pos
             k = array_len(&b)
             b.items += 2 + k + 4
-            sub_ids = []
-            for j in range(k):
-                sid = read_scalar(&b)
-                if type(sid) is not int:
-                    raise _Other()
-                sub_ids.append(sid)
+            if k == 1 and b.pos < b.end and b.p[b.pos] == last_sid:
+                b.pos += 1  # the same one sub id (a fixint) as the item before: its tuple again
+            else:
+                sids = []
+                for j in range(k):
+                    sid = read_scalar(&b)
+                    if type(sid) is not int:
+                        raise _Other()
+                    sids.append(sid)
+                last_sids = tuple(sids)
+                last_sid = b.p[start + 1] if k == 1 and b.pos == start + 2 else -1
             need(&b, 1)
             if b.p[b.pos] != 0x94:  # [id, type, values, meta]
                 raise _Other()
@@ -362,7 +370,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
                 if type(meta) is not dict or meta and not valid_map(meta, 0):
                     raise _Other()
                 last_meta = copied(meta)
-            out.append((tuple(sub_ids), trusted(values, etype, meta, eid)))
+            out.append((last_sids, trusted(values, etype, meta, eid)))
         if b.pos != b.end or b.end > max_values and b.items > max_values:
             raise _Other()
     except Exception:  # _Other, or msgpack's or the ext hook's error: the reference says

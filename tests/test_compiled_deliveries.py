@@ -119,6 +119,7 @@ def test_a_router_s_frames_read_as_the_reference_reads_them(
         frame([([1, 2], e) for e in EVENTS]),
         frame([([i % 3 + 1], usual(i)) for i in range(20)] + [([7], e) for e in EVENTS]),
         frame([([2**40], usual(1))]),
+        frame([([s], usual(i)) for i, s in enumerate([1, 1, 300, 300, 1, 2, 2, 127, 128, 0, 0])]),
         frame([([], usual(2))]),
         frame([]),
     ]
