@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aa.mesh import MAX_ID_LENGTH, Connection, Event, InvalidValue, check_values, load_pyx
-from aa.mesh.protocol import DELIVER_HEAD, Deliver, unpack
+from aa.mesh.protocol import DELIVER_HEAD, NEED_DATA, Deliver, unpack
 
 __all__ = ["COMPILED", "DeliveryReader"]
 
@@ -49,16 +49,19 @@ class DeliveryReader:
         #: The last meta map read, as [its bytes, a copy of it] (`_deliver.read`).
         self._cache: list[Any] = [None, None]
 
-    def next_deliver(self) -> Deliver | None:
-        """The next frame's message when it is a delivery the compiled reader read (the frame
-        is then taken off the codec's buffer); None when the codec is to read the next frame
-        (no compiled reader, no whole frame buffered, another kind, anything unusual)."""
+    def next_deliver(self) -> object:
+        """The next frame's message (a `Deliver`) when it is a delivery the compiled reader
+        read (the frame is then taken off the codec's buffer); `NEED_DATA` while a delivery
+        frame is not all buffered yet (read whole when it is, not in the codec's steps);
+        None when the codec is to read the next frame (no compiled reader, another kind,
+        anything unusual)."""
         if _read is None:
             return None
         codec = self._codec
         payload = codec.whole_frame(DELIVER_HEAD)
-        if payload is None:
-            return None
+        if payload is None or payload is NEED_DATA:
+            return payload
+        assert type(payload) is bytes
         items = _read(
             payload,
             len(DELIVER_HEAD),

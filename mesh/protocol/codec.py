@@ -384,22 +384,29 @@ class Connection:
             self._break(exc)
             raise self._fresh_error() from None
 
-    def whole_frame(self, head: bytes) -> bytes | None:
-        """The payload of the next frame when it is all buffered, no frame is part decoded,
-        and it starts with *head* (a reader of its own for that kind of frame); else None.
-        The frame stays buffered: `drop_frame()` takes it off once read, or `next_message()`
-        decodes it as any other (with its checks and errors)."""
+    def whole_frame(self, head: bytes) -> bytes | _NeedData | None:
+        """For a reader of its own of the frames that start with *head*: the payload of the
+        next frame when it is all buffered and starts with *head*; `NEED_DATA` while it may
+        be such a frame and is not all here (fewer bytes of it than *head*, or its start is
+        *head*), so that the reader waits for the rest rather than the frame being decoded in
+        steps; else None (another kind, a frame over the cap, a frame part decoded already:
+        `next_message()` decodes it, with its checks and errors). The frame stays buffered:
+        `drop_frame()` takes it off once read."""
         if self._broken is not None or self._stepping is not None:
             return None
         buf, pos = self._buf, self._pos
-        if len(buf) - pos < _HEADER + len(head):
-            return None
+        if len(buf) - pos < _HEADER:
+            return NEED_DATA
         size = int.from_bytes(buf[pos : pos + _HEADER], "big")
-        start = pos + _HEADER
-        end = start + size
-        if size > self.max_frame or len(buf) < end or buf[start : start + len(head)] != head:
+        if size > self.max_frame or size < len(head):
             return None
-        return bytes(memoryview(buf)[start:end])
+        start = pos + _HEADER
+        here = buf[start : start + len(head)]
+        if here != head[: len(here)]:
+            return None
+        if len(here) < len(head) or len(buf) < start + size:
+            return NEED_DATA
+        return bytes(memoryview(buf)[start : start + size])
 
     def drop_frame(self) -> None:
         """Take off the frame `whole_frame` returned."""
