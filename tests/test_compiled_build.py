@@ -13,7 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,6 +74,42 @@ def test_setup_compiles_the_modules_the_switch_knows():
     assert tuple(listed) == _speedups.COMPILED_MODULES
     for module in listed:
         assert (ROOT / "mesh" / f"{module}.py").is_file()
+
+
+def _setup_list(name: str) -> tuple[Any, ...]:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    return next(
+        tuple(ast.literal_eval(node.value))
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", None) == name for t in node.targets)
+    )
+
+
+def _can_compile() -> bool:
+    """Whether this machine has what setup.py compiles with: a C compiler and Python's headers."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = Path(sysconfig.get_paths()["include"], "Python.h")
+    return shutil.which(cc) is not None and headers.is_file()
+
+
+@pytest.mark.skipif(
+    not _can_compile() or os.environ.get("AA_BUILD_PURE", "") not in ("", "0"),
+    reason="no C compiler or Python headers here: the install is pure Python by design",
+)
+def test_with_a_c_compiler_the_install_built_every_module():
+    """setup.py never fails the install: a module that does not compile (or a Cython error,
+    which makes it build none) leaves the source running, said only in pip's output. On a
+    machine that can compile, that is a broken build, and the compiled paths' own tests
+    would only skip: so this fails instead, naming the modules."""
+    if os.environ.get(_speedups.PURE_ENV, "") not in ("", "0"):
+        pytest.skip(f"{_speedups.PURE_ENV} is set: the extensions are not looked at")
+    missing = [m for m in _setup_list("COMPILED_MODULES") if not _speedups._fresh(m)]
+    for name, source in _setup_list("PYX_MODULES"):
+        stem = name.rpartition(".")[2]
+        if not _speedups.pyx_fresh(ROOT / Path(source).parent, stem):
+            missing.append(source)
+    assert not missing, f"built from another source or not at all: {missing} (see pip -v)"
 
 
 @needs_compiled
