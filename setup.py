@@ -69,17 +69,18 @@ def _extensions() -> list[Extension]:
         for m in COMPILED_MODULES
     ]
     modules += [Extension(name, [source], optional=True) for name, source in PYX_MODULES]
+    options = {"compiler_directives": DIRECTIVES, "build_dir": "build/cython", "quiet": True}
     try:
-        return cythonize(
-            modules,
-            compiler_directives=DIRECTIVES,
-            build_dir="build/cython",
-            quiet=True,
-            nthreads=os.cpu_count() or 1,  # one module a core
-        )
-    except Exception as exc:  # a Cython error in one module: build none, run the source
-        _note(f"Cython could not translate the event path ({exc}): it stays pure Python")
-        return []
+        return cythonize(modules, nthreads=os.cpu_count() or 1, **options)  # one module a core
+    except Exception:  # a Cython error fails the whole call: translate one by one
+        pass
+    translated = []
+    for module in modules:
+        try:
+            translated += cythonize([module], **options)
+        except Exception as exc:
+            _note(f"Cython could not translate {module.name} ({exc}): it stays pure Python")
+    return translated
 
 
 class OptionalBuildExt(build_ext):
