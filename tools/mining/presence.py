@@ -7,8 +7,9 @@ over the union of their radios, a radio one of them did not hear counting as `fl
 Only pairs that share one of their `block_radios` loudest radios are compared (blocking: a
 self-join on (window, loud radio) instead of every pair of nodes that heard anything in
 common, which grows with the square of the nodes in a building), and only if they heard at
-least `min_common` radios in common. Fingerprints are maps radio → dBm, compared with
-``map_zip_with`` in Spark SQL (no Python UDF).
+least `min_common` radios in common. Fingerprints are maps radio → dBm, compared by
+column expressions Spark compiles (no Python UDF, and no lambda for the usual sizes; see
+`_rms`).
 
 Signals fall with distance, not at walls, so nearness alone cannot tell a desk-mate five
 metres away from a colleague in the meeting room through the wall. Each node has a home
