@@ -1,11 +1,14 @@
 """Queries of the mining rewritten to cost less give the rows of the plainer form they
 replace, also in the corner cases the simulated offices never reach, so the artefacts are
 unchanged: schema's long form (one row per event and attribute, also for an attribute only
-one of the two maps has), and location's pairing of each scan with the nearest position in
-time (ties, two positions at one instant, none within the gap, bucket edges)."""
+one of the two maps has), location's pairing of each scan with the nearest position in
+time (ties, two positions at one instant, none within the gap, bucket edges), and
+presence's distance of two fingerprints (the same double, to the last bit, as the lambdas
+gave, for maps of any size)."""
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,6 +17,7 @@ from typing import Any
 import pytest
 
 from aa.tools.mining.location import LocationConfig, _observations, _radio_rows
+from aa.tools.mining.presence import UNROLLED_RADIOS, _rms, _rms_zipped
 from aa.tools.mining.schema import _long
 from aa.tools.mining.session import SparkConfig, open_session
 
@@ -147,3 +151,32 @@ def test_each_scan_meets_its_nearest_position_as_a_min_over_candidates_gives(spa
         want = sorted((tuple(r) for r in _nearest_by_aggregate(events, cfg).collect()), key=repr)
         assert got == want
         assert len(got) == 15
+
+
+def test_fingerprint_distance_is_the_lambdas_double_to_the_last_bit(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    rnd = random.Random(7)
+    radios = [f"02:a0:00:{i:02x}" for i in range(2 * UNROLLED_RADIOS + 4)]
+
+    def fingerprint(n: int) -> dict[str, float]:
+        # Means of whole 10⁻⁴ dB units, as presence makes them: most are not exact in binary,
+        # so a sum in another order would differ in its last bits.
+        return {
+            r: rnd.randint(-950_000, -300_000) / rnd.choice([1, 3, 7]) * 1e-4
+            for r in rnd.sample(radios, n)
+        }
+
+    sizes = [0, 1, 2, UNROLLED_RADIOS - 1, UNROLLED_RADIOS, UNROLLED_RADIOS + 1, len(radios)]
+    rows = [
+        (fingerprint(i), fingerprint(j)) for i in sizes for j in sizes for _ in range(3) if i or j
+    ]
+    rows += [({"x": -60.5, "y": -70.25}, {"y": -70.25, "x": -60.5}), ({"x": 1.0}, {"x": 1.0})]
+    pairs = spark.createDataFrame(rows, "a map<string,double>, b map<string,double>")
+    floor = F.lit(-95.0)
+    got = pairs.select(
+        _rms("a", "b", floor).alias("native"), _rms_zipped("a", "b", floor).alias("zipped")
+    ).collect()
+    assert len(got) == len(rows)
+    assert [r["native"] for r in got] == [r["zipped"] for r in got]
+    assert got[-2]["native"] == got[-1]["native"] == 0.0

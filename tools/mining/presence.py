@@ -7,8 +7,9 @@ over the union of their radios, a radio one of them did not hear counting as `fl
 Only pairs that share one of their `block_radios` loudest radios are compared (blocking: a
 self-join on (window, loud radio) instead of every pair of nodes that heard anything in
 common, which grows with the square of the nodes in a building), and only if they heard at
-least `min_common` radios in common. Fingerprints are maps radio → dBm, compared with
-``map_zip_with`` in Spark SQL (no Python UDF).
+least `min_common` radios in common. Fingerprints are maps radio → dBm, compared by
+column expressions Spark compiles (no Python UDF, and no lambda for the usual sizes; see
+`_rms`).
 
 Signals fall with distance, not at walls, so nearness alone cannot tell a desk-mate five
 metres away from a colleague in the meeting room through the wall. Each node has a home
@@ -72,6 +73,9 @@ HIST_BIN_DB = 0.5
 #: Desks of one building and floor grouped into rooms at most (the grouping costs the cube
 #: of their number, on the driver); the nodes of a more crowded floor are decided by radio.
 MAX_DESKS_PER_FLOOR = 300
+#: Fingerprints of at most this many radios are compared by compiled column expressions
+#: (see `_rms`), larger ones by lambdas Spark interprets row by row.
+UNROLLED_RADIOS = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,8 +222,9 @@ def _distances(
     a, b = keys.alias("a"), keys.alias("b")
     common = F.size(F.array_intersect(F.map_keys("a.fp"), F.map_keys("b.fp")))
     # Spark tests a join's condition left to right, and puts the filters it pushes into the
-    # join before the tests already there: the first-shared-radio test and a < b (which
-    # half the matched rows fail) run first, and the shared radios of the fingerprints are
+    # join before the tests already there, the filter written first first: a < b (a string
+    # comparison, which half the matched rows fail) runs first, then the first-shared-radio
+    # test (an intersection of two arrays), and the shared radios of the fingerprints are
     # counted only for the rows that pass both.
     dist = (
         a.join(
@@ -231,8 +236,8 @@ def _distances(
             & (F.col("a.at_home") == F.col("b.at_home"))
             & (common >= cfg.min_common),
         )
-        .where(F.col("a.radio") == F.array_min(F.array_intersect("a.top", "b.top")))
         .where(F.col("a.node") < F.col("b.node"))
+        .where(F.col("a.radio") == F.array_min(F.array_intersect("a.top", "b.top")))
         .select(
             F.col("a.window").alias("window"),
             F.col("a.node").alias("a"),
@@ -246,16 +251,51 @@ def _distances(
 
 
 def _rms(a: str, b: str, floor: Any) -> Any:
-    """The RMS difference in dB of two fingerprint maps over the union of their radios
-    (map_zip_with gives null for a side's missing radio, which counts as *floor*)."""
+    """The RMS difference in dB of two fingerprint maps over the union of their radios, a
+    radio one side did not hear counting as *floor*.
+
+    Summed as `_rms_zipped` sums (its lambdas are interpreted by Spark row by row), the
+    same doubles added in the same order, so the same result to the last bit: the radios
+    of *a* in its order, then those only *b* has in its order (``map_zip_with``'s order),
+    from 0.0. Maps of at most `UNROLLED_RADIOS` radios are summed by a fixed chain of column
+    expressions, which Spark compiles (a term past a map's end adds 0.0, which changes no
+    sum of squares); larger ones by `_rms_zipped`."""
+    from pyspark.sql import functions as F
+
+    ka, kb = F.map_keys(a), F.map_keys(b)
+    va, vb = F.map_values(a), F.map_values(b)
+    na, nb = F.size(a), F.size(b)
+    zero = F.lit(0.0)
+    total = zero
+    for i in range(UNROLLED_RADIOS):
+        y = F.col(b)[F.get(ka, i)]
+        total = total + F.when(
+            na > i, (F.coalesce(F.get(va, i), floor) - F.coalesce(y, floor)) ** 2
+        ).otherwise(zero)
+    for j in range(UNROLLED_RADIOS):
+        total = total + F.when(
+            (nb > j) & ~F.array_contains(ka, F.get(kb, j)),
+            (floor - F.coalesce(F.get(vb, j), floor)) ** 2,
+        ).otherwise(zero)
+    # The union's size from the keys, not from a zip of the maps.
+    union = na + nb - F.size(F.array_intersect(ka, kb))
+    fits = (na <= UNROLLED_RADIOS) & (nb <= UNROLLED_RADIOS)
+    return F.sqrt(F.when(fits, total).otherwise(_zipped_total(a, b, floor)) / union)
+
+
+def _rms_zipped(a: str, b: str, floor: Any) -> Any:
+    """`_rms` by ``map_zip_with`` and ``aggregate`` (lambdas), for maps of any size."""
+    from pyspark.sql import functions as F
+
+    union = F.size(a) + F.size(b) - F.size(F.array_intersect(F.map_keys(a), F.map_keys(b)))
+    return F.sqrt(_zipped_total(a, b, floor) / union)
+
+
+def _zipped_total(a: str, b: str, floor: Any) -> Any:
     from pyspark.sql import functions as F
 
     sq = F.map_zip_with(a, b, lambda k, x, y: (F.coalesce(x, floor) - F.coalesce(y, floor)) ** 2)
-    total = F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
-    # The union's size from the keys, not size(sq): each use of a lambda is a new
-    # expression to Spark, so size(sq) would zip the maps (interpreted, per pair) again.
-    union = F.size(a) + F.size(b) - F.size(F.array_intersect(F.map_keys(a), F.map_keys(b)))
-    return F.sqrt(total / union)
+    return F.aggregate(F.map_values(sq), F.lit(0.0), lambda acc, x: acc + x)
 
 
 def _homes(fp: DataFrame) -> DataFrame:
