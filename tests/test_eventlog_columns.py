@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import os
+import random
+import struct
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta, timezone
@@ -51,7 +53,7 @@ def reference(chunks: list[tuple[float, int, bytes]]) -> pa.Table:
     return build_table(ids, types, values, metas, logged, "me")
 
 
-def meta(i: int, **more: object) -> dict[str, Any]:
+def meta(i: int, /, **more: object) -> dict[str, Any]:
     return {
         "time": T0 + timedelta(microseconds=7 * i),
         "client": "c-5f3a",
@@ -199,6 +201,56 @@ def test_writer_writes_refused_rows_the_reference_way(tmp_path: Path) -> None:
     table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
     assert table.column("id").to_pylist() == [e.id for e in events + FAST[0][10:12]]
     assert table.column("values_types").to_pylist()[5] == [("b", "bytes")]
+
+
+def float_samples(n: int, seed: int) -> list[float]:
+    """Finite floats of every kind the compiled reader writes by its own arithmetic or hands
+    to Python's: readings, clock times, any bit pattern, neighbours of short decimals, the
+    ends of the range written without an exponent, and near 2**53."""
+    rnd = random.Random(seed)
+    out: list[float] = []
+    while len(out) < n:
+        kind = rnd.randrange(7)
+        if kind == 0:
+            x = struct.unpack("<d", rnd.getrandbits(64).to_bytes(8, "little"))[0]
+        elif kind == 1:
+            x = 1.7e9 + rnd.random() * 1e8
+        elif kind == 2:
+            x = round(rnd.uniform(-1e6, 1e6), rnd.randint(0, 8))
+        elif kind == 3:
+            x = rnd.uniform(0.5, 10) * 10.0 ** rnd.choice([-6, -5, -4, -3, 14, 15, 16, 17])
+        elif kind == 4:
+            x = round(rnd.uniform(0, 1e4), rnd.randint(0, 6))
+            x = math.nextafter(x, math.inf if rnd.random() < 0.5 else -math.inf)
+        elif kind == 5:
+            x = float(rnd.randint(2**52, 2**54)) + rnd.choice([0.0, 0.5, 0.25])
+        else:
+            x = rnd.choice([0.1, 0.2, 0.3, 1 / 3, 2 / 3, 0.5, 1e-4, 1e16, 9007199254740993.0])
+            x *= rnd.choice([1, -1])
+        if math.isfinite(x):
+            out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_compiled_reader_writes_each_float_as_repr_does(seed: int) -> None:
+    floats = float_samples(20_000, seed)
+    data = packb(
+        [["e", None, {"v": floats, **{f"f{i}": x for i, x in enumerate(floats[:500])}}, {}]]
+    )
+    table = fastpath.table_from_chunks([(LOGGED, 1, data)], "me")
+    assert table is not None
+    texts = dict(table.column("values")[0].as_py())
+    assert texts["v"] == "[" + ",".join(map(repr, floats)) + "]"
+    assert [texts[f"f{i}"] for i in range(500)] == [repr(x) for x in floats[:500]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1))
+def test_compiled_reader_writes_any_float_as_repr_does(floats: list[float]) -> None:
+    table = fastpath.table_from_chunks([(LOGGED, 1, packb([["e", None, {"v": floats}, {}]]))], "me")
+    assert table is not None
+    assert dict(table.column("values")[0].as_py())["v"] == "[" + ",".join(map(repr, floats)) + "]"
 
 
 scalars = st.one_of(

@@ -15,7 +15,7 @@ its errors as they were. `tests/test_eventlog_columns.py` holds the two tables e
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.math cimport isinf, isnan
+from libc.math cimport floor, isinf, isnan
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
@@ -313,9 +313,122 @@ cdef int _decimal(_Buf out, Item* it) except -1:
     return out.put(&tmp[k], 24 - k)
 
 
+cdef extern from *:
+    ctypedef unsigned long long u128 "unsigned __int128"
+
+
+cdef u128 _POW10[22]
+_POW10[0] = 1
+for _k in range(1, 22):
+    _POW10[_k] = _POW10[_k - 1] * 10
+
+
+cdef inline int _nearest(uint64_t mant, int t, int d, u128* m, u128* diff) noexcept:
+    """*m*: mant * 2**-t * 10**d rounded to the nearest integer, and *diff*: how far it is
+    from that exactly, in units of 2**-t (0 when t is 0). 0 when it is half way."""
+    cdef u128 x = <u128>mant * _POW10[d]
+    cdef u128 q = x >> t
+    cdef u128 r = x - (q << t)
+    cdef u128 half = ((<u128>1) << t) >> 1
+    if t > 0 and r == half:
+        return 0
+    if t > 0 and r > half:
+        q += 1
+        diff[0] = (q << t) - x
+    else:
+        diff[0] = r
+    m[0] = q
+    return 1
+
+
+cdef int _short_float(_Buf out, double f) except -1:
+    """Write *f* as ``repr(float)`` does and return 1, by exact integer arithmetic, for the
+    usual reading (normal, not a power of two, from 2**-14 to 2**53, written without an
+    exponent); return 0, having written nothing, for any other float, which `_float` gives
+    to Python's own conversion.
+
+    repr writes the fewest digits that read back as *f*, and of those the nearest to it.
+    With *f* = mant * 2**-t exactly (mant of 53 bits), the numbers that read back as *f*
+    are those within half a unit (2**-t / 2) of it, the ends included when mant is even
+    (reading rounds half to even). A decimal of at most 15 significant digits that reads
+    back as *f* is the only one (any two such decimals read back as different doubles), so
+    it is *f* rounded to 15 digits, trailing zeros dropped; failing that, *f* rounded to 16
+    digits if that reads back, else to 17, which always does. Exact in 128 bits:
+    mant * 10**d < 2**53 * 10**21."""
+    cdef uint64_t bits, mant
+    cdef int exponent, t, d, k, length, point, tries
+    cdef u128 m = 0, diff = 0
+    cdef char digits[24]
+    cdef char tmp[24]
+    memcpy(&bits, &f, 8)
+    exponent = <int>((bits >> 52) & 0x7FF)
+    mant = bits & 0xFFFFFFFFFFFFF
+    if exponent == 0 or exponent == 0x7FF or mant == 0:  # zero, subnormal, inf, nan, 2**k
+        return 0
+    mant |= (<uint64_t>1) << 52
+    t = 1075 - exponent  # f = mant * 2**-t
+    if t < 0 or t > 66:  # beyond 2**53, or below 2**-14: Python's conversion
+        return 0
+    # d: fractional digits that give 15 significant ones, from the binary exponent's
+    # estimate of the decimal one (off by one at most), then corrected on m itself.
+    d = 14 - <int>floor((exponent - 1023) * 0.30102999566398114)
+    for tries in range(3):
+        if d < 0 or d > 19 or not _nearest(mant, t, d, &m, &diff):
+            return 0
+        if m >= _POW10[15]:
+            d -= 1
+        elif m < _POW10[14]:
+            d += 1
+        else:
+            break
+    else:
+        return 0
+    for tries in range(3):  # 15, 16, 17 digits: within half a unit, i.e. 2 * diff <= 10**d
+        if 2 * diff < _POW10[d] or (2 * diff == _POW10[d] and mant % 2 == 0):
+            break
+        d += 1
+        if d > 21 or not _nearest(mant, t, d, &m, &diff):
+            return 0
+    else:
+        return 0
+    while d > 0 and m % 10 == 0:
+        m //= 10
+        d -= 1
+    length = 0
+    while True:
+        tmp[length] = <char>(48 + <int>(m % 10))
+        m //= 10
+        length += 1
+        if m == 0:
+            break
+    for k in range(length):
+        digits[k] = tmp[length - 1 - k]
+    point = length - d  # digits before the decimal point; <= 0: zeros after it
+    if point <= -4 or point > 16:  # repr writes an exponent there
+        return 0
+    if bits >> 63:
+        out.byte(b'-')
+    if point > 0:
+        out.put(digits, point)
+        out.byte(b'.')
+        if point < length:
+            out.put(digits + point, length - point)
+        else:
+            out.byte(b'0')
+    else:
+        out.put(b"0.", 2)
+        for k in range(-point):
+            out.byte(b'0')
+        out.put(digits, length)
+    return 1
+
+
 cdef int _float(_Buf out, double f) except -1:
     """A finite float as ``repr(float)`` writes it (shortest round-trip text)."""
-    cdef char* text = PyOS_double_to_string(f, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
+    cdef char* text
+    if _short_float(out, f):
+        return 0
+    text = PyOS_double_to_string(f, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
     cdef Py_ssize_t k = 0
     while text[k] != 0:
         k += 1
