@@ -13,7 +13,8 @@ writer then takes the reference path, `unpack` and `build_table`, for those rows
 its errors as they were. `tests/test_eventlog_columns.py` holds the two tables equal.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport floor, isinf, isnan
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -110,8 +111,16 @@ cdef class _Buf:
         self.n += 1
         return 0
 
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.p, self.n, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
     cdef object buffer(self):
-        return pa.py_buffer(PyBytes_FromStringAndSize(self.p, self.n))
+        """The bytes written, as an Arrow buffer over this one's memory (no copy): nothing
+        is written here after."""
+        return pa.py_buffer(self)
 
 
 cdef class _Col:
