@@ -128,19 +128,23 @@ async def test_files_read_back_with_hive_partitions_and_schema(
     assert dict(rows[5]["values_types"]) == {"i": "int", "t": "float"}
 
 
-async def test_time_and_type_keep_statistics_for_readers_ids_and_value_texts_none(
+async def test_statistics_for_the_columns_readers_skip_by_dictionaries_but_for_unique_ones(
     tmp_path: Path, elog: EventLog
 ) -> None:
-    # Readers skip row groups by time and type; ids and the values' text are mostly unique,
-    # so a dictionary or min/max for them would cost the writer per row and help nobody.
+    # Readers skip row groups by time, type, router and client; ids and the values' text are
+    # mostly unique, so a dictionary or min/max for them would cost the writer per row and
+    # help nobody, and no engine skips row groups by a map's keys or the meta's JSON.
     for i in range(1000):
         elog.append(ev(i, t=20.5 + i, room=f"room {i % 3}"))
     await elog.flush()
     (path,) = files(tmp_path)
     group = pq.ParquetFile(path).metadata.row_group(0)
     chunks = {group.column(c).path_in_schema: group.column(c) for c in range(group.num_columns)}
-    for column in ("time", "type", "values.key_value.key"):
+    for column in ("time", "type", "router", "client", "logged_by"):
         assert chunks[column].is_stats_set, column
+        assert "RLE_DICTIONARY" in chunks[column].encodings, column
+    for column in ("values.key_value.key", "values_types.key_value.value", "meta_json"):
+        assert not chunks[column].is_stats_set, column
         assert "RLE_DICTIONARY" in chunks[column].encodings, column
     for column in ("id", "values.key_value.value"):
         assert not chunks[column].is_stats_set, column

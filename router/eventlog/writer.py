@@ -48,13 +48,11 @@ log = logging.getLogger("aa.router.eventlog")
 _PART = re.compile(r"^\.?part-(?P<router>.+)-(?P<seq>\d+)\.parquet(?P<tmp>\.inprogress)?$")
 _HOUR = 3600
 
-#: The columns written with a dictionary and min/max statistics: all but the event ids and
-#: the values' text, which are mostly unique, so that a dictionary only grows until Parquet
-#: gives up on it and their min and max span every row group; both cost the writer CPU per
-#: row for nothing, and the files come out no larger (docs/performance.md, "The event log's
-#: writer"). Leaves of the map columns are named by their path.
+#: The columns written with a dictionary: all but the event ids and the values' text, which
+#: are mostly unique, so that a dictionary only grows until Parquet gives up on it (the
+#: files come out no larger without). Leaves of the map columns are named by their path.
 _UNIQUE = {"id", "values.key_value.value"}
-_DICTIONARY_AND_STATISTICS = [
+_DICTIONARY = [
     path
     for field in SCHEMA
     for path in (
@@ -64,6 +62,11 @@ _DICTIONARY_AND_STATISTICS = [
     )
     if path not in _UNIQUE
 ]
+#: The columns written with min/max statistics: those readers skip row groups by. The others'
+#: (the ids, the meta's JSON, the values' names, texts and types) would cost the writer per
+#: row and help nobody: their minimum and maximum span every row group, and engines do not
+#: skip by the keys of a map (docs/performance.md, "The event log's writer").
+_STATISTICS = ["time", "type", "router", "client", "logged_by"]
 
 
 class Writer:
@@ -174,8 +177,8 @@ class Writer:
             self.tmp,
             SCHEMA,
             compression=None if codec == "none" else codec,
-            use_dictionary=_DICTIONARY_AND_STATISTICS,
-            write_statistics=_DICTIONARY_AND_STATISTICS,
+            use_dictionary=_DICTIONARY,
+            write_statistics=_STATISTICS,
         )
         self.hour, self.opened = hour, self.clock()
 
