@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aa.mesh import Event
-from aa.mesh.protocol import unpack
+from aa.mesh.protocol import FloodGroup, unpack
 from aa.router import EventLogConfig
 from aa.router.caches import encode_events
 from aa.router.eventlog import Writer, build_table, fastpath
@@ -36,17 +36,24 @@ T0 = datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
 LOGGED = T0.timestamp() + 0.5
 
 
-def chunk(events: list[Event], logged: float = LOGGED) -> tuple[float, int, bytes]:
+Chunk = tuple[float, int, bytes, Any]
+
+
+def chunk(events: list[Event], logged: float = LOGGED) -> Chunk:
     data = encode_events(events)
     assert data is not None
-    return logged, len(events), data
+    return logged, len(events), data, None
 
 
-def reference(chunks: list[tuple[float, int, bytes]]) -> pa.Table:
+def reference(chunks: list[Chunk]) -> pa.Table:
     rows: list[Any] = []
     logged: list[float] = []
-    for when, _, data in chunks:
+    for when, _, data, hop in chunks:
         decoded = unpack(data)
+        if hop is not None:  # as a relaying router dispatched them
+            for row in decoded:
+                row[3] = row[3] if row[3] is not None else {}
+                row[3].update({"ttl": hop[0], "path": list(hop[1])})
         rows += decoded
         logged += [when] * len(decoded)
     ids, types, values, metas = zip(*rows)
@@ -152,6 +159,53 @@ def test_compiled_reader_refuses_what_it_would_not_write_exactly(events: list[Ev
     assert fastpath.table_from_chunks([good, chunk(events)], "me") is None
 
 
+def relayed(events: list[Event]) -> tuple[Chunk, Chunk]:
+    """The chunk a relaying router logs for *events* come from a peer in one flood group
+    (the group's bytes and its hop), and the chunk of the same events as it dispatched
+    them, encoded again."""
+    group = FloodGroup.encode(events, ttl=8, path=["r-0123"])
+    hop = (7, ("r-0123", "r-4567"))
+    dispatched = group.decode(ttl=hop[0], path=list(hop[1]))
+    return (LOGGED, len(events), group.blob, hop), chunk(dispatched)
+
+
+RELAYED = [
+    FAST[0][:50],  # the usual event: a ttl and a path in each meta, in the middle
+    [
+        Event.trusted({"v": 1}, "t", {"client": "c"}, "a"),  # neither: both after the rest
+        Event.trusted({"v": 2}, "t", {"path": ["x"], "z": 1}, "b"),  # a path: ttl after
+        Event.trusted({"v": 3}, "t", {"ttl": 1, "time": T0}, "c"),  # a ttl: path after
+        Event.trusted({"v": 4}, "t", {}, "d"),
+        Event.trusted({"v": 5}, "t", {"ttl": [1, {"deep": [2]}], "path": {"a": "b"}}, "e"),
+    ],
+]
+
+
+@pytest.mark.parametrize("events", RELAYED, ids=range(len(RELAYED)))
+def test_a_relayed_group_is_logged_from_its_bytes_as_it_was_dispatched(
+    events: list[Event],
+) -> None:
+    as_received, as_dispatched = relayed(events)
+    table = fastpath.table_from_chunks([as_received], "me")
+    assert table is not None
+    assert table.equals(reference([as_dispatched]))
+    assert table.equals(reference([as_received]))
+
+
+def test_a_relayed_group_the_compiled_reader_refuses_is_logged_the_reference_way(
+    tmp_path: Path,
+) -> None:
+    events = [Event.trusted({"b": b"x"}, "t", meta(0), "a"), *FAST[0][:3]]
+    as_received, as_dispatched = relayed(events)
+    assert fastpath.table_from_chunks([as_received], "me") is None
+    writer = Writer(tmp_path, "me", EventLogConfig(), lambda: LOGGED)
+    writer.write([as_received])
+    writer.close()
+    table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    rows = table.drop_columns(["date", "hour"]).to_pylist()
+    assert rows == reference([as_dispatched]).to_pylist()
+
+
 def packb(rows: object, *, use_bin_type: bool = True) -> bytes:
     data = msgpack.packb(rows, datetime=True, use_bin_type=use_bin_type)
     assert isinstance(data, bytes)
@@ -188,14 +242,14 @@ def test_compiled_reader_refuses_bytes_it_cannot_read() -> None:
         packb([[*row[:2], {"deep": deep}, row[3]]]),  # lists in lists, too deep
     ]
     for data in bad:
-        assert fastpath.table_from_chunks([(LOGGED, 1, data)], "me") is None, data
+        assert fastpath.table_from_chunks([(LOGGED, 1, data, None)], "me") is None, data
 
 
 def test_writer_writes_refused_rows_the_reference_way(tmp_path: Path) -> None:
     writer = Writer(tmp_path, "me", EventLogConfig(), lambda: LOGGED)
     events = FAST[0][:5] + REFUSED[0] + FAST[0][5:10]
     writer.write([chunk(events[:5]), chunk(events[5:6]), chunk(events[6:])])
-    writer.write([(LOGGED, 2, b"\xc1 not msgpack"), chunk(FAST[0][10:12])])
+    writer.write([(LOGGED, 2, b"\xc1 not msgpack", None), chunk(FAST[0][10:12])])
     writer.close()
     assert (writer.rows, writer.dropped, writer.errors, writer.files) == (13, 2, 1, 1)
     table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
@@ -238,7 +292,7 @@ def test_compiled_reader_writes_each_float_as_repr_does(seed: int) -> None:
     data = packb(
         [["e", None, {"v": floats, **{f"f{i}": x for i, x in enumerate(floats[:500])}}, {}]]
     )
-    table = fastpath.table_from_chunks([(LOGGED, 1, data)], "me")
+    table = fastpath.table_from_chunks([(LOGGED, 1, data, None)], "me")
     assert table is not None
     texts = dict(table.column("values")[0].as_py())
     assert texts["v"] == "[" + ",".join(map(repr, floats)) + "]"
@@ -248,7 +302,9 @@ def test_compiled_reader_writes_each_float_as_repr_does(seed: int) -> None:
 @settings(max_examples=300, deadline=None)
 @given(floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1))
 def test_compiled_reader_writes_any_float_as_repr_does(floats: list[float]) -> None:
-    table = fastpath.table_from_chunks([(LOGGED, 1, packb([["e", None, {"v": floats}, {}]]))], "me")
+    table = fastpath.table_from_chunks(
+        [(LOGGED, 1, packb([["e", None, {"v": floats}, {}]]), None)], "me"
+    )
     assert table is not None
     assert dict(table.column("values")[0].as_py())["v"] == "[" + ",".join(map(repr, floats)) + "]"
 

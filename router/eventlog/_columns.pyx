@@ -14,7 +14,7 @@ its errors as they were. `tests/test_eventlog_columns.py` holds the two tables e
 """
 
 from cpython.buffer cimport PyBuffer_FillInfo
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport floor, isinf, isnan
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -554,7 +554,7 @@ cdef class _Table:
         self.by = by
         self.map_offsets.put(<char*>&zero, 4)
 
-    cdef int row(self, _Reader r, double logged) except -1:
+    cdef int row(self, _Reader r, double logged, bytes hop_ttl, bytes hop_path) except -1:
         cdef Item it
         r.next(&it)
         if it.kind != K_ARRAY or it.u != 4:
@@ -574,7 +574,7 @@ cdef class _Table:
         else:
             raise _Refused()
         self.values(r)
-        self.meta(r, logged)
+        self.meta(r, logged, hop_ttl, hop_path)
         self.logged_by.add(PyBytes_AS_STRING(self.by), PyBytes_GET_SIZE(self.by))
         return 0
 
@@ -636,10 +636,14 @@ cdef class _Table:
         self.map_offsets.put(<char*>&end, 4)
         return 0
 
-    cdef int meta(self, _Reader r, double logged) except -1:
+    cdef int meta(self, _Reader r, double logged, bytes hop_ttl, bytes hop_path) except -1:
+        """The meta's JSON, router, client and time; with a hop (*hop_ttl* and *hop_path*,
+        their JSON text, or None), its ttl and path in place of the meta's, or after the
+        meta's keys when it has none, as `aa.mesh.protocol.FloodGroup.decode` sets them."""
         cdef Item it, key
         cdef uint64_t k
         cdef bint first = True, timed = False, routed = False, clienty = False
+        cdef bint hopped = hop_ttl is not None, ttl_set = False, path_set = False
         cdef int64_t micros = 0, seconds
         cdef uint64_t word
         cdef uint32_t nanos
@@ -676,6 +680,20 @@ cdef class _Table:
             first = False
             _json_key(out, &key)
             r.next(&it)
+            if hopped and key.u == 3 and memcmp(key.s, b"ttl", 3) == 0:
+                if ttl_set:
+                    raise _Refused()
+                r.skip(&it)
+                out.put(PyBytes_AS_STRING(hop_ttl), PyBytes_GET_SIZE(hop_ttl))
+                ttl_set = True
+                continue
+            if hopped and key.u == 4 and memcmp(key.s, b"path", 4) == 0:
+                if path_set:
+                    raise _Refused()
+                r.skip(&it)
+                out.put(PyBytes_AS_STRING(hop_path), PyBytes_GET_SIZE(hop_path))
+                path_set = True
+                continue
             if key.u == 6 and it.kind == K_STR and memcmp(key.s, b"router", 6) == 0:
                 if routed:
                     raise _Refused()
@@ -687,6 +705,17 @@ cdef class _Table:
                 self.clients.add(it.s, it.u)
                 clienty = True
             _json(r, out, &it, 1)
+        if hopped and not ttl_set:
+            if not first:
+                out.byte(b',')
+            first = False
+            out.put(b'"ttl":', 6)
+            out.put(PyBytes_AS_STRING(hop_ttl), PyBytes_GET_SIZE(hop_ttl))
+        if hopped and not path_set:
+            if not first:
+                out.byte(b',')
+            out.put(b'"path":', 7)
+            out.put(PyBytes_AS_STRING(hop_path), PyBytes_GET_SIZE(hop_path))
         out.byte(b'}')
         self.metas.end(True)
         if not routed:
@@ -721,20 +750,43 @@ cdef class _Table:
         return table
 
 
+cdef bytes _hop_path(object path):
+    """The JSON text of a hop's path (a sequence of str)."""
+    cdef _Buf out = _Buf()
+    cdef bytes b
+    out.byte(b'[')
+    for k, name in enumerate(path):
+        if type(name) is not str:
+            raise _Refused()
+        if k:
+            out.byte(b',')
+        b = (<str>name).encode()
+        _json_str(out, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
+    out.byte(b']')
+    return PyBytes_FromStringAndSize(out.p, out.n)
+
+
 def table_from_chunks(chunks, str logged_by, schema):
     """The *schema* table (`aa.router.eventlog.table.SCHEMA`) of the rows of *chunks*
-    (``(logged, count, msgpack)``, `aa.router.eventlog.writer.Chunk`), exactly as
-    `build_table` makes it of the same rows decoded; None when some row needs the
-    reference path."""
+    (``(logged, count, msgpack, hop)``, `aa.router.eventlog.writer.Chunk`), exactly as
+    `build_table` makes it of the same rows decoded (and given the hop's ttl and path);
+    None when some row needs the reference path."""
     cdef _Table t = _Table(logged_by.encode())
     cdef _Reader r
     cdef Item top
     cdef uint64_t k
     cdef bytes data
+    cdef bytes hop_ttl, hop_path
     cdef double logged
     try:
         for chunk in chunks:
-            logged, data = chunk[0], chunk[2]
+            logged, data, hop = chunk[0], chunk[2], chunk[3]
+            hop_ttl = hop_path = None
+            if hop is not None:
+                if type(hop[0]) is not int:
+                    raise _Refused()
+                hop_ttl = str(hop[0]).encode()
+                hop_path = _hop_path(hop[1])
             r = _Reader()
             r.p = <const unsigned char*>PyBytes_AS_STRING(data)
             r.pos, r.end = 0, PyBytes_GET_SIZE(data)
@@ -742,7 +794,7 @@ def table_from_chunks(chunks, str logged_by, schema):
             if top.kind != K_ARRAY:
                 raise _Refused()
             for k in range(top.u):
-                t.row(r, logged)
+                t.row(r, logged, hop_ttl, hop_path)
             if r.pos != r.end:
                 raise _Refused()
         return t.table(schema)

@@ -51,7 +51,7 @@ import socket
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -60,12 +60,25 @@ if TYPE_CHECKING:
     from .recorder import EventLogConfig
     from .writer import Writer
 
-__all__ = ["WriterProcess", "RESTART_DELAY", "STOP_TIMEOUT", "WRITER_NICE", "Chunk", "safe_name"]
+__all__ = [
+    "WriterProcess",
+    "RESTART_DELAY",
+    "STOP_TIMEOUT",
+    "WRITER_NICE",
+    "Chunk",
+    "Hop",
+    "safe_name",
+]
 
-#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...])``.
-#: Defined here, on the router's side, with `safe_name`: the router process never imports
-#: the writer (`writer`, pyarrow), which only the writer process loads.
-Chunk = tuple[float, int, bytes]
+#: This router's hop for events it logs as the bytes they came in from a peer (a flood
+#: group's blob, whose ttl and path in each event's meta are the origin's): ``(ttl, path)``,
+#: written in each event's meta in their place.
+Hop = tuple[int, Sequence[str]]
+#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...],
+#: hop)``, *hop* None when their meta is as dispatched. Defined here, on the router's side,
+#: with `safe_name`: the router process never imports the writer (`writer`, pyarrow), which
+#: only the writer process loads.
+Chunk = tuple[float, int, bytes, "Hop | None"]
 
 
 def safe_name(name: str) -> str:

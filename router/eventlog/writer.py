@@ -2,11 +2,14 @@
 here runs in the log's writer process, one command at a time (`aa.router.eventlog.process`;
 see `aa.router.eventlog.recorder` for the layout and the schema, which is `SCHEMA`).
 
-Rows arrive as chunks: ``(logged, count, data)``, *data* the msgpack array of *count*
-rows ``[id, type, values, meta]`` (`aa.router.caches.meshcache.encode_events`), events the router
-logged at *logged* (wall time, seconds). The compiled reader (`aa.router.eventlog.fastpath`)
-turns them into an Arrow table straight from the bytes; where it is missing or refuses some
-rows, they are decoded and `aa.router.eventlog.table` builds the same table.
+Rows arrive as chunks: ``(logged, count, data, hop)``, *data* the msgpack array of *count*
+rows ``[id, type, values, meta]`` (`aa.router.caches.meshcache.encode_events`, or a flood
+group's blob as a peer sent it), events the router logged at *logged* (wall time, seconds);
+*hop*, when not None, the ``(ttl, path)`` each row's meta gets in place of the one in *data*
+(as `aa.mesh.protocol.FloodGroup.decode` sets it). The compiled reader
+(`aa.router.eventlog.fastpath`) turns them into an Arrow table straight from the bytes;
+where it is missing or refuses some rows, they are decoded and `aa.router.eventlog.table`
+builds the same table.
 
 Rotation and bounds, the part where data can be lost by mistake:
 
@@ -32,13 +35,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aa.mesh import META_PATH, META_TTL
 from aa.mesh.protocol import unpack
 
 from .fastpath import table_from_chunks
 from .table import SCHEMA, build_table
 
 if TYPE_CHECKING:
-    from .process import Chunk
+    from .process import Chunk, Hop
     from .recorder import EventLogConfig
 
 __all__ = ["SCHEMA", "Writer"]
@@ -67,6 +71,19 @@ _DICTIONARY = [
 #: row and help nobody: their minimum and maximum span every row group, and engines do not
 #: skip by the keys of a map (docs/performance.md, "The event log's writer").
 _STATISTICS = ["time", "type", "router", "client", "logged_by"]
+
+
+def _set_hop(rows: Any, hop: Hop) -> None:
+    """Set *hop*'s ttl and path in the meta of each of *rows* (decoded), as a relaying
+    router set them in the events it dispatched (`aa.mesh.protocol.FloodGroup.decode`)."""
+    ttl, path = hop
+    for row in rows if type(rows) is list else ():
+        if type(row) is list and len(row) == 4:
+            if row[3] is None:
+                row[3] = {}
+            if type(row[3]) is dict:
+                row[3][META_TTL] = ttl
+                row[3][META_PATH] = list(path)
 
 
 class Writer:
@@ -120,9 +137,11 @@ class Writer:
             return
         part: list[Sequence[Any]] = []  # the reference path: decode, then build
         logged: list[float] = []
-        for when, count, data in chunks:
+        for when, count, data, hop in chunks:
             try:
                 decoded = unpack(data)
+                if hop is not None:
+                    _set_hop(decoded, hop)
             except Exception:  # never for what the router packed; counted, not fatal
                 self.errors += 1
                 self.dropped += count
