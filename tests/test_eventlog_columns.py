@@ -245,6 +245,13 @@ def test_compiled_reader_refuses_bytes_it_cannot_read() -> None:
         assert fastpath.table_from_chunks([(LOGGED, 1, data, None)], "me") is None, data
 
 
+def test_a_chunk_of_the_wrong_shape_is_an_error_not_a_crash() -> None:
+    _, count, data, _ = chunk(FAST[0][:3])
+    for bad in [(LOGGED, count, data), (LOGGED, count), (LOGGED, count, "text", None)]:
+        with pytest.raises((ValueError, TypeError)):
+            fastpath.table_from_chunks([bad], "me")
+
+
 def test_writer_writes_refused_rows_the_reference_way(tmp_path: Path) -> None:
     writer = Writer(tmp_path, "me", EventLogConfig(), lambda: LOGGED)
     events = FAST[0][:5] + REFUSED[0] + FAST[0][5:10]

@@ -780,7 +780,7 @@ def table_from_chunks(chunks, str logged_by, schema):
     cdef double logged
     try:
         for chunk in chunks:
-            logged, data, hop = chunk[0], chunk[2], chunk[3]
+            logged, _, data, hop = chunk  # unpacking checks the length (no bounds checks here)
             hop_ttl = hop_path = None
             if hop is not None:
                 if type(hop[0]) is not int:
