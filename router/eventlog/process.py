@@ -110,8 +110,9 @@ GC_THRESHOLD: Final = (100_000, 50, 100)
 #: and the kernel zeroes every page again when it is touched next, on the writer's CPU.
 #: Below `MALLOC_MMAP_THRESHOLD` they come from the heap, whose free top is given back
 #: only beyond `MALLOC_TRIM_THRESHOLD` (above what the writer holds, `defer_bytes`, with a
-#: row group's work), and once the writer has been idle for `TRIM_IDLE` seconds.
-MALLOC_MMAP_THRESHOLD: Final = 64 * 1024 * 1024
+#: row group's work), and once the writer has been idle for `TRIM_IDLE` seconds. 32 MiB is
+#: the highest mmap threshold glibc accepts on 64-bit machines.
+MALLOC_MMAP_THRESHOLD: Final = 32 * 1024 * 1024
 MALLOC_TRIM_THRESHOLD: Final = 256 * 1024 * 1024
 #: Seconds without a command, and nothing held, after which the writer gives its free heap
 #: back to the system (`malloc_trim`): its memory after a burst is not kept for good.
