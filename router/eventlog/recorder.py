@@ -32,7 +32,8 @@ A Spark job reads, say, temperatures with
 Writing: `extend` (the events of one dispatched batch) and `append` (one event) take the
 rows encoded with msgpack (`aa.router.caches.meshcache.encode_events`: one C call per batch, and
 none at all when the router's storage hands over the mesh cache's encoding of the same
-batch) and buffer them on the event loop; every `row_group_rows` rows or `flush_interval`
+batch, or the bytes a peer sent events in with this router's hop: `extend`'s *hop*) and
+buffer them on the event loop; every `row_group_rows` rows or `flush_interval`
 seconds the buffer goes to the log's writer *process* (`aa.router.eventlog.process`), which
 turns it into one Parquet row group (`aa.router.eventlog.table`, `aa.router.eventlog.writer`).
 A file is written under a hidden name (``.part-….inprogress``, which Spark and pyarrow skip)
