@@ -13,10 +13,11 @@ flood itself):
 
 Mesh-cache and event-log events are collected and handed over once the batch being
 dispatched is done (`flush`): one encoding call per batch instead of one per event, shared
-by the two. Events relayed from a peer, when the cache takes all of a flood group's events
-and no event log shares the encoding, are not encoded at all: the cache keeps the group's
-bytes with this router's hop (`aa.router.caches.meshcache`). Client caches attach a sink
-of their own (`aa.router.caches`), only while a cache exists.
+by the two. Events relayed from a peer are not encoded at all: the cache (when it takes all
+of a flood group's events) and the event log keep the group's bytes with this router's hop
+(`aa.router.caches.meshcache`, `aa.router.eventlog`), which sets each event's ttl and path
+when it is read or written. Client caches attach a sink of their own (`aa.router.caches`),
+only while a cache exists.
 
 Cost: the non-persisted path adds two meta look-ups per event; the mesh cache an encoding
 per batch of the events this router stamped (none for the groups it relays); the event log
@@ -42,6 +43,9 @@ log = logging.getLogger("aa.router")
 
 __all__ = ["LocalSinks"]
 
+#: A flood group's hop, ``(ttl, path)``, as the mesh cache and the event log take it.
+_Hop = tuple[int, Sequence[str]]
+
 
 class LocalSinks:
     """The store, mesh-cache and event-log sink of one router (see the module docstring)."""
@@ -61,6 +65,8 @@ class LocalSinks:
         #: (start, end, group): `_cache_pending[start:end]` are the events of a flood group
         #: received, kept by the cache as the group's bytes rather than encoded again.
         self._received: list[tuple[int, int, FloodGroup]] = []
+        #: The same for `_log_pending`: logged as the group's bytes.
+        self._log_received: list[tuple[int, int, FloodGroup]] = []
 
     @classmethod
     async def open(
@@ -97,11 +103,13 @@ class LocalSinks:
         log_pending = self._log_pending
         pending = self._cache_pending
         received_at = self._received
+        log_received_at = self._log_received
         call_soon = asyncio.get_running_loop().call_soon
         flush = self.flush
 
         def sink(events: Sequence[Event], received: FloodGroup | None = None) -> None:
             start = len(pending)
+            log_start = len(log_pending)
             for event in events:
                 meta = event.meta
                 if persist is not None and META_PERSIST in meta:
@@ -116,10 +124,13 @@ class LocalSinks:
                     pending.append(event)
                 if log_on:
                     log_pending.append(event)
-            # The group's bytes serve the cache when it takes every one of its events and
-            # the event log (which needs them encoded as dispatched) does not share them.
-            if received is not None and not log_on and len(pending) - start == len(events):
-                received_at.append((start, len(pending), received))
+            # The group's bytes serve the cache when it takes every one of its events, and
+            # the event log, which takes them all.
+            if received is not None:
+                if len(pending) - start == len(events):
+                    received_at.append((start, len(pending), received))
+                if log_on:
+                    log_received_at.append((log_start, len(log_pending), received))
 
         return sink
 
@@ -127,28 +138,44 @@ class LocalSinks:
         """Put the events collected for the mesh cache into it now, and hand the event log
         those collected for it. Both lists fill and empty together, the cache's holding the
         log's events but those opted out of it: when they are as long, they are the same
-        events (the usual case), encoded once for both."""
+        events (the usual case), each part encoded once for both, or kept as the flood
+        group's bytes it came in."""
         pending, log_pending = self._cache_pending, self._log_pending
-        encoded = None
-        cache = self.mesh_cache
+        cache, elog = self.mesh_cache, self.event_log
+        shared = elog is not None and cache is not None and len(log_pending) == len(pending)
         if pending and cache is not None:
-            if self._received:
-                at = 0
-                for start, end, group in self._received:
-                    if at < start:
-                        cache.add_many(pending[at:start])
-                    cache.add_many(
-                        pending[start:end], encoded=group.blob, hop=(group.ttl, group.path)
-                    )
-                    at = end
-                if at < len(pending):
-                    cache.add_many(pending[at:])
-            else:
-                encoded = encode_events(pending)
-                cache.add_many(pending, encoded=encoded)
+            for events, blob, hop in _parts(pending, self._received):
+                if blob is None:
+                    blob = encode_events(events)
+                    cache.add_many(events, encoded=blob)
+                else:
+                    cache.add_many(events, encoded=blob, hop=hop)
+                if shared:
+                    assert elog is not None
+                    elog.extend(events, encoded=blob, hop=hop)
+        if log_pending and elog is not None and not shared:
+            for events, blob, hop in _parts(log_pending, self._log_received):
+                elog.extend(events, encoded=blob, hop=hop)
         self._received.clear()
-        if log_pending and self.event_log is not None:
-            same = len(log_pending) == len(pending)
-            self.event_log.extend(log_pending, encoded=encoded if same else None)
+        self._log_received.clear()
         pending.clear()
         log_pending.clear()
+
+
+def _parts(
+    events: list[Event], received: list[tuple[int, int, FloodGroup]]
+) -> list[tuple[list[Event], bytes | None, _Hop | None]]:
+    """*events* in runs: each flood group received whole, with its bytes and hop, and the
+    events between them, without."""
+    if not received:
+        return [(events, None, None)]
+    out: list[tuple[list[Event], bytes | None, _Hop | None]] = []
+    at = 0
+    for start, end, group in received:
+        if at < start:
+            out.append((events[at:start], None, None))
+        out.append((events[start:end], group.blob, (group.ttl, group.path)))
+        at = end
+    if at < len(events):
+        out.append((events[at:], None, None))
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from enum import IntEnum
 from pathlib import Path
@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from support import Clock, wait_until
+from support import Clock, wait_for, wait_until
 
 from aa.mesh import Event, UsageError
 from aa.router import EventLog, EventLogConfig
@@ -128,19 +128,23 @@ async def test_files_read_back_with_hive_partitions_and_schema(
     assert dict(rows[5]["values_types"]) == {"i": "int", "t": "float"}
 
 
-async def test_time_and_type_keep_statistics_for_readers_ids_and_value_texts_none(
+async def test_statistics_for_the_columns_readers_skip_by_dictionaries_but_for_unique_ones(
     tmp_path: Path, elog: EventLog
 ) -> None:
-    # Readers skip row groups by time and type; ids and the values' text are mostly unique,
-    # so a dictionary or min/max for them would cost the writer per row and help nobody.
+    # Readers skip row groups by time, type, router and client; ids and the values' text are
+    # mostly unique, so a dictionary or min/max for them would cost the writer per row and
+    # help nobody, and no engine skips row groups by a map's keys or the meta's JSON.
     for i in range(1000):
         elog.append(ev(i, t=20.5 + i, room=f"room {i % 3}"))
     await elog.flush()
     (path,) = files(tmp_path)
     group = pq.ParquetFile(path).metadata.row_group(0)
     chunks = {group.column(c).path_in_schema: group.column(c) for c in range(group.num_columns)}
-    for column in ("time", "type", "values.key_value.key"):
+    for column in ("time", "type", "router", "client", "logged_by"):
         assert chunks[column].is_stats_set, column
+        assert "RLE_DICTIONARY" in chunks[column].encodings, column
+    for column in ("values.key_value.key", "values_types.key_value.value", "meta_json"):
+        assert not chunks[column].is_stats_set, column
         assert "RLE_DICTIONARY" in chunks[column].encodings, column
     for column in ("id", "values.key_value.value"):
         assert not chunks[column].is_stats_set, column
@@ -378,10 +382,10 @@ def test_build_table_matches_logcodec_row_by_row() -> None:
 # -- the writer process ------------------------------------------------------------------------
 
 
-def chunk(events: list[Event], logged: float) -> tuple[float, int, bytes]:
+def chunk(events: list[Event], logged: float) -> tuple[float, int, bytes, None]:
     data = encode_events(events)
     assert data is not None
-    return logged, len(events), data
+    return logged, len(events), data, None
 
 
 def test_writer_process_relays_its_log_and_counts_what_it_cannot_read(
@@ -389,7 +393,7 @@ def test_writer_process_relays_its_log_and_counts_what_it_cannot_read(
 ) -> None:
     writer = WriterProcess(tmp_path / "eventlog", "r1", EventLogConfig(), clock)
     try:
-        writer.write([(clock.t, 3, b"\xc1 not msgpack"), chunk([ev(1), ev(2)], clock.t)])
+        writer.write([(clock.t, 3, b"\xc1 not msgpack", None), chunk([ev(1), ev(2)], clock.t)])
         writer.close()  # writes what it held
         assert (writer.rows, writer.dropped, writer.errors, writer.waiting) == (2, 3, 1, 0)
         assert "3 rows cannot be decoded" in caplog.text  # logged by the router, for the writer
@@ -523,3 +527,56 @@ def test_the_defer_settings_are_checked() -> None:
     with pytest.raises(UsageError, match="defer_pause"):
         EventLogConfig(defer_pause=0)
     assert EventLogConfig(defer_bytes=0).defer_bytes == 0  # 0: written as they come
+
+
+async def test_a_relaying_router_logs_the_events_from_the_bytes_they_came_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A router in the middle of a line logs the events it relays without encoding them
+    again, yet its log holds them as it dispatched them: its hop's ttl and path in each
+    meta, not the origin's inside those bytes."""
+    import dataclasses
+
+    from support.meshes import FAST, line, wait_shape
+
+    from aa.router import Router, RouterConfig, sinks
+
+    encoded: list[Event] = []
+    encode = sinks.encode_events
+
+    def counting(events: Sequence[Event]) -> bytes | None:
+        encoded.extend(events)
+        return encode(events)
+
+    monkeypatch.setattr(sinks, "encode_events", counting)
+    flood = dataclasses.replace(FAST, routing="flood")  # r1 relays everything
+    routers = [
+        Router(RouterConfig(port=0, name=f"r{i}", mesh=flood, data_dir=tmp_path / f"r{i}"))
+        for i in range(3)
+    ]
+    for r in routers:
+        await r.start()
+    try:
+        r0, r1, r2 = routers
+        for a, b in line(3):
+            routers[a].mesh.add_peer(routers[b].endpoint)
+        await wait_shape(routers, line(3))
+        seen: list[Event] = []
+        r1.dispatcher.sinks.append(seen.append)
+        for i in range(40):
+            r0.publish({"i": i, "t": 20.5 + i}, type="reading", meta={"n": i} if i % 2 else None)
+        await wait_for(lambda: r2.counters["dispatched"] >= 40, timeout=10)
+        assert r1.event_log is not None
+        await r1.event_log.flush()
+    finally:
+        for r in reversed(routers):
+            await r.aclose()
+    assert len(seen) == 40
+    assert not [e for e in encoded if r1.id in e.meta.get("path", ())]  # none encoded at r1
+    rows = {row["id"]: row for row in read(tmp_path / "r1").to_table().to_pylist()}
+    assert rows.keys() == {e.id for e in seen}
+    for e in seen:
+        meta = decode_json(rows[e.id]["meta_json"])
+        assert meta == {k: v for k, v in e.meta.items() if k != "time"}
+        assert meta["path"] == [r0.id, r1.id] and meta["ttl"] == e.meta["ttl"]
+        assert rows[e.id]["time"] == e.meta["time"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import os
+import random
+import struct
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta, timezone
@@ -20,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aa.mesh import Event
-from aa.mesh.protocol import unpack
+from aa.mesh.protocol import FloodGroup, unpack
 from aa.router import EventLogConfig
 from aa.router.caches import encode_events
 from aa.router.eventlog import Writer, build_table, fastpath
@@ -34,24 +36,31 @@ T0 = datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
 LOGGED = T0.timestamp() + 0.5
 
 
-def chunk(events: list[Event], logged: float = LOGGED) -> tuple[float, int, bytes]:
+Chunk = tuple[float, int, bytes, Any]
+
+
+def chunk(events: list[Event], logged: float = LOGGED) -> Chunk:
     data = encode_events(events)
     assert data is not None
-    return logged, len(events), data
+    return logged, len(events), data, None
 
 
-def reference(chunks: list[tuple[float, int, bytes]]) -> pa.Table:
+def reference(chunks: list[Chunk]) -> pa.Table:
     rows: list[Any] = []
     logged: list[float] = []
-    for when, _, data in chunks:
+    for when, _, data, hop in chunks:
         decoded = unpack(data)
+        if hop is not None:  # as a relaying router dispatched them
+            for row in decoded:
+                row[3] = row[3] if row[3] is not None else {}
+                row[3].update({"ttl": hop[0], "path": list(hop[1])})
         rows += decoded
         logged += [when] * len(decoded)
     ids, types, values, metas = zip(*rows)
     return build_table(ids, types, values, metas, logged, "me")
 
 
-def meta(i: int, **more: object) -> dict[str, Any]:
+def meta(i: int, /, **more: object) -> dict[str, Any]:
     return {
         "time": T0 + timedelta(microseconds=7 * i),
         "client": "c-5f3a",
@@ -150,6 +159,53 @@ def test_compiled_reader_refuses_what_it_would_not_write_exactly(events: list[Ev
     assert fastpath.table_from_chunks([good, chunk(events)], "me") is None
 
 
+def relayed(events: list[Event]) -> tuple[Chunk, Chunk]:
+    """The chunk a relaying router logs for *events* come from a peer in one flood group
+    (the group's bytes and its hop), and the chunk of the same events as it dispatched
+    them, encoded again."""
+    group = FloodGroup.encode(events, ttl=8, path=["r-0123"])
+    hop = (7, ("r-0123", "r-4567"))
+    dispatched = group.decode(ttl=hop[0], path=list(hop[1]))
+    return (LOGGED, len(events), group.blob, hop), chunk(dispatched)
+
+
+RELAYED = [
+    FAST[0][:50],  # the usual event: a ttl and a path in each meta, in the middle
+    [
+        Event.trusted({"v": 1}, "t", {"client": "c"}, "a"),  # neither: both after the rest
+        Event.trusted({"v": 2}, "t", {"path": ["x"], "z": 1}, "b"),  # a path: ttl after
+        Event.trusted({"v": 3}, "t", {"ttl": 1, "time": T0}, "c"),  # a ttl: path after
+        Event.trusted({"v": 4}, "t", {}, "d"),
+        Event.trusted({"v": 5}, "t", {"ttl": [1, {"deep": [2]}], "path": {"a": "b"}}, "e"),
+    ],
+]
+
+
+@pytest.mark.parametrize("events", RELAYED, ids=range(len(RELAYED)))
+def test_a_relayed_group_is_logged_from_its_bytes_as_it_was_dispatched(
+    events: list[Event],
+) -> None:
+    as_received, as_dispatched = relayed(events)
+    table = fastpath.table_from_chunks([as_received], "me")
+    assert table is not None
+    assert table.equals(reference([as_dispatched]))
+    assert table.equals(reference([as_received]))
+
+
+def test_a_relayed_group_the_compiled_reader_refuses_is_logged_the_reference_way(
+    tmp_path: Path,
+) -> None:
+    events = [Event.trusted({"b": b"x"}, "t", meta(0), "a"), *FAST[0][:3]]
+    as_received, as_dispatched = relayed(events)
+    assert fastpath.table_from_chunks([as_received], "me") is None
+    writer = Writer(tmp_path, "me", EventLogConfig(), lambda: LOGGED)
+    writer.write([as_received])
+    writer.close()
+    table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    rows = table.drop_columns(["date", "hour"]).to_pylist()
+    assert rows == reference([as_dispatched]).to_pylist()
+
+
 def packb(rows: object, *, use_bin_type: bool = True) -> bytes:
     data = msgpack.packb(rows, datetime=True, use_bin_type=use_bin_type)
     assert isinstance(data, bytes)
@@ -186,19 +242,78 @@ def test_compiled_reader_refuses_bytes_it_cannot_read() -> None:
         packb([[*row[:2], {"deep": deep}, row[3]]]),  # lists in lists, too deep
     ]
     for data in bad:
-        assert fastpath.table_from_chunks([(LOGGED, 1, data)], "me") is None, data
+        assert fastpath.table_from_chunks([(LOGGED, 1, data, None)], "me") is None, data
+
+
+def test_a_chunk_of_the_wrong_shape_is_an_error_not_a_crash() -> None:
+    _, count, data, _ = chunk(FAST[0][:3])
+    for bad in [(LOGGED, count, data), (LOGGED, count), (LOGGED, count, "text", None)]:
+        with pytest.raises((ValueError, TypeError)):
+            fastpath.table_from_chunks([bad], "me")
 
 
 def test_writer_writes_refused_rows_the_reference_way(tmp_path: Path) -> None:
     writer = Writer(tmp_path, "me", EventLogConfig(), lambda: LOGGED)
     events = FAST[0][:5] + REFUSED[0] + FAST[0][5:10]
     writer.write([chunk(events[:5]), chunk(events[5:6]), chunk(events[6:])])
-    writer.write([(LOGGED, 2, b"\xc1 not msgpack"), chunk(FAST[0][10:12])])
+    writer.write([(LOGGED, 2, b"\xc1 not msgpack", None), chunk(FAST[0][10:12])])
     writer.close()
     assert (writer.rows, writer.dropped, writer.errors, writer.files) == (13, 2, 1, 1)
     table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
     assert table.column("id").to_pylist() == [e.id for e in events + FAST[0][10:12]]
     assert table.column("values_types").to_pylist()[5] == [("b", "bytes")]
+
+
+def float_samples(n: int, seed: int) -> list[float]:
+    """Finite floats of every kind the compiled reader writes by its own arithmetic or hands
+    to Python's: readings, clock times, any bit pattern, neighbours of short decimals, the
+    ends of the range written without an exponent, and near 2**53."""
+    rnd = random.Random(seed)
+    out: list[float] = []
+    while len(out) < n:
+        kind = rnd.randrange(7)
+        if kind == 0:
+            x = struct.unpack("<d", rnd.getrandbits(64).to_bytes(8, "little"))[0]
+        elif kind == 1:
+            x = 1.7e9 + rnd.random() * 1e8
+        elif kind == 2:
+            x = round(rnd.uniform(-1e6, 1e6), rnd.randint(0, 8))
+        elif kind == 3:
+            x = rnd.uniform(0.5, 10) * 10.0 ** rnd.choice([-6, -5, -4, -3, 14, 15, 16, 17])
+        elif kind == 4:
+            x = round(rnd.uniform(0, 1e4), rnd.randint(0, 6))
+            x = math.nextafter(x, math.inf if rnd.random() < 0.5 else -math.inf)
+        elif kind == 5:
+            x = float(rnd.randint(2**52, 2**54)) + rnd.choice([0.0, 0.5, 0.25])
+        else:
+            x = rnd.choice([0.1, 0.2, 0.3, 1 / 3, 2 / 3, 0.5, 1e-4, 1e16, 9007199254740993.0])
+            x *= rnd.choice([1, -1])
+        if math.isfinite(x):
+            out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_compiled_reader_writes_each_float_as_repr_does(seed: int) -> None:
+    floats = float_samples(20_000, seed)
+    data = packb(
+        [["e", None, {"v": floats, **{f"f{i}": x for i, x in enumerate(floats[:500])}}, {}]]
+    )
+    table = fastpath.table_from_chunks([(LOGGED, 1, data, None)], "me")
+    assert table is not None
+    texts = dict(table.column("values")[0].as_py())
+    assert texts["v"] == "[" + ",".join(map(repr, floats)) + "]"
+    assert [texts[f"f{i}"] for i in range(500)] == [repr(x) for x in floats[:500]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1))
+def test_compiled_reader_writes_any_float_as_repr_does(floats: list[float]) -> None:
+    table = fastpath.table_from_chunks(
+        [(LOGGED, 1, packb([["e", None, {"v": floats}, {}]]), None)], "me"
+    )
+    assert table is not None
+    assert dict(table.column("values")[0].as_py())["v"] == "[" + ",".join(map(repr, floats)) + "]"
 
 
 scalars = st.one_of(

@@ -13,9 +13,10 @@ writer then takes the reference path, `unpack` and `build_table`, for those rows
 its errors as they were. `tests/test_eventlog_columns.py` holds the two tables equal.
 """
 
+from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.math cimport isinf, isnan
+from libc.math cimport floor, isinf, isnan
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
@@ -110,8 +111,16 @@ cdef class _Buf:
         self.n += 1
         return 0
 
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.p, self.n, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
     cdef object buffer(self):
-        return pa.py_buffer(PyBytes_FromStringAndSize(self.p, self.n))
+        """The bytes written, as an Arrow buffer over this one's memory (no copy): nothing
+        is written here after."""
+        return pa.py_buffer(self)
 
 
 cdef class _Col:
@@ -313,9 +322,122 @@ cdef int _decimal(_Buf out, Item* it) except -1:
     return out.put(&tmp[k], 24 - k)
 
 
+cdef extern from *:
+    ctypedef unsigned long long u128 "unsigned __int128"
+
+
+cdef u128 _POW10[22]
+_POW10[0] = 1
+for _k in range(1, 22):
+    _POW10[_k] = _POW10[_k - 1] * 10
+
+
+cdef inline int _nearest(uint64_t mant, int t, int d, u128* m, u128* diff) noexcept:
+    """*m*: mant * 2**-t * 10**d rounded to the nearest integer, and *diff*: how far it is
+    from that exactly, in units of 2**-t (0 when t is 0). 0 when it is half way."""
+    cdef u128 x = <u128>mant * _POW10[d]
+    cdef u128 q = x >> t
+    cdef u128 r = x - (q << t)
+    cdef u128 half = ((<u128>1) << t) >> 1
+    if t > 0 and r == half:
+        return 0
+    if t > 0 and r > half:
+        q += 1
+        diff[0] = (q << t) - x
+    else:
+        diff[0] = r
+    m[0] = q
+    return 1
+
+
+cdef int _short_float(_Buf out, double f) except -1:
+    """Write *f* as ``repr(float)`` does and return 1, by exact integer arithmetic, for the
+    usual reading (normal, not a power of two, from 2**-14 to 2**53, written without an
+    exponent); return 0, having written nothing, for any other float, which `_float` gives
+    to Python's own conversion.
+
+    repr writes the fewest digits that read back as *f*, and of those the nearest to it.
+    With *f* = mant * 2**-t exactly (mant of 53 bits), the numbers that read back as *f*
+    are those within half a unit (2**-t / 2) of it, the ends included when mant is even
+    (reading rounds half to even). A decimal of at most 15 significant digits that reads
+    back as *f* is the only one (any two such decimals read back as different doubles), so
+    it is *f* rounded to 15 digits, trailing zeros dropped; failing that, *f* rounded to 16
+    digits if that reads back, else to 17, which always does. Exact in 128 bits:
+    mant * 10**d < 2**53 * 10**21."""
+    cdef uint64_t bits, mant
+    cdef int exponent, t, d, k, length, point, tries
+    cdef u128 m = 0, diff = 0
+    cdef char digits[24]
+    cdef char tmp[24]
+    memcpy(&bits, &f, 8)
+    exponent = <int>((bits >> 52) & 0x7FF)
+    mant = bits & 0xFFFFFFFFFFFFF
+    if exponent == 0 or exponent == 0x7FF or mant == 0:  # zero, subnormal, inf, nan, 2**k
+        return 0
+    mant |= (<uint64_t>1) << 52
+    t = 1075 - exponent  # f = mant * 2**-t
+    if t < 0 or t > 66:  # beyond 2**53, or below 2**-14: Python's conversion
+        return 0
+    # d: fractional digits that give 15 significant ones, from the binary exponent's
+    # estimate of the decimal one (off by one at most), then corrected on m itself.
+    d = 14 - <int>floor((exponent - 1023) * 0.30102999566398114)
+    for tries in range(3):
+        if d < 0 or d > 19 or not _nearest(mant, t, d, &m, &diff):
+            return 0
+        if m >= _POW10[15]:
+            d -= 1
+        elif m < _POW10[14]:
+            d += 1
+        else:
+            break
+    else:
+        return 0
+    for tries in range(3):  # 15, 16, 17 digits: within half a unit, i.e. 2 * diff <= 10**d
+        if 2 * diff < _POW10[d] or (2 * diff == _POW10[d] and mant % 2 == 0):
+            break
+        d += 1
+        if d > 21 or not _nearest(mant, t, d, &m, &diff):
+            return 0
+    else:
+        return 0
+    while d > 0 and m % 10 == 0:
+        m //= 10
+        d -= 1
+    length = 0
+    while True:
+        tmp[length] = <char>(48 + <int>(m % 10))
+        m //= 10
+        length += 1
+        if m == 0:
+            break
+    for k in range(length):
+        digits[k] = tmp[length - 1 - k]
+    point = length - d  # digits before the decimal point; <= 0: zeros after it
+    if point <= -4 or point > 16:  # repr writes an exponent there
+        return 0
+    if bits >> 63:
+        out.byte(b'-')
+    if point > 0:
+        out.put(digits, point)
+        out.byte(b'.')
+        if point < length:
+            out.put(digits + point, length - point)
+        else:
+            out.byte(b'0')
+    else:
+        out.put(b"0.", 2)
+        for k in range(-point):
+            out.byte(b'0')
+        out.put(digits, length)
+    return 1
+
+
 cdef int _float(_Buf out, double f) except -1:
     """A finite float as ``repr(float)`` writes it (shortest round-trip text)."""
-    cdef char* text = PyOS_double_to_string(f, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
+    cdef char* text
+    if _short_float(out, f):
+        return 0
+    text = PyOS_double_to_string(f, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
     cdef Py_ssize_t k = 0
     while text[k] != 0:
         k += 1
@@ -432,7 +554,7 @@ cdef class _Table:
         self.by = by
         self.map_offsets.put(<char*>&zero, 4)
 
-    cdef int row(self, _Reader r, double logged) except -1:
+    cdef int row(self, _Reader r, double logged, bytes hop_ttl, bytes hop_path) except -1:
         cdef Item it
         r.next(&it)
         if it.kind != K_ARRAY or it.u != 4:
@@ -452,7 +574,7 @@ cdef class _Table:
         else:
             raise _Refused()
         self.values(r)
-        self.meta(r, logged)
+        self.meta(r, logged, hop_ttl, hop_path)
         self.logged_by.add(PyBytes_AS_STRING(self.by), PyBytes_GET_SIZE(self.by))
         return 0
 
@@ -514,10 +636,14 @@ cdef class _Table:
         self.map_offsets.put(<char*>&end, 4)
         return 0
 
-    cdef int meta(self, _Reader r, double logged) except -1:
+    cdef int meta(self, _Reader r, double logged, bytes hop_ttl, bytes hop_path) except -1:
+        """The meta's JSON, router, client and time; with a hop (*hop_ttl* and *hop_path*,
+        their JSON text, or None), its ttl and path in place of the meta's, or after the
+        meta's keys when it has none, as `aa.mesh.protocol.FloodGroup.decode` sets them."""
         cdef Item it, key
         cdef uint64_t k
         cdef bint first = True, timed = False, routed = False, clienty = False
+        cdef bint hopped = hop_ttl is not None, ttl_set = False, path_set = False
         cdef int64_t micros = 0, seconds
         cdef uint64_t word
         cdef uint32_t nanos
@@ -554,6 +680,20 @@ cdef class _Table:
             first = False
             _json_key(out, &key)
             r.next(&it)
+            if hopped and key.u == 3 and memcmp(key.s, b"ttl", 3) == 0:
+                if ttl_set:
+                    raise _Refused()
+                r.skip(&it)
+                out.put(PyBytes_AS_STRING(hop_ttl), PyBytes_GET_SIZE(hop_ttl))
+                ttl_set = True
+                continue
+            if hopped and key.u == 4 and memcmp(key.s, b"path", 4) == 0:
+                if path_set:
+                    raise _Refused()
+                r.skip(&it)
+                out.put(PyBytes_AS_STRING(hop_path), PyBytes_GET_SIZE(hop_path))
+                path_set = True
+                continue
             if key.u == 6 and it.kind == K_STR and memcmp(key.s, b"router", 6) == 0:
                 if routed:
                     raise _Refused()
@@ -565,6 +705,17 @@ cdef class _Table:
                 self.clients.add(it.s, it.u)
                 clienty = True
             _json(r, out, &it, 1)
+        if hopped and not ttl_set:
+            if not first:
+                out.byte(b',')
+            first = False
+            out.put(b'"ttl":', 6)
+            out.put(PyBytes_AS_STRING(hop_ttl), PyBytes_GET_SIZE(hop_ttl))
+        if hopped and not path_set:
+            if not first:
+                out.byte(b',')
+            out.put(b'"path":', 7)
+            out.put(PyBytes_AS_STRING(hop_path), PyBytes_GET_SIZE(hop_path))
         out.byte(b'}')
         self.metas.end(True)
         if not routed:
@@ -599,20 +750,43 @@ cdef class _Table:
         return table
 
 
+cdef bytes _hop_path(object path):
+    """The JSON text of a hop's path (a sequence of str)."""
+    cdef _Buf out = _Buf()
+    cdef bytes b
+    out.byte(b'[')
+    for k, name in enumerate(path):
+        if type(name) is not str:
+            raise _Refused()
+        if k:
+            out.byte(b',')
+        b = (<str>name).encode()
+        _json_str(out, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
+    out.byte(b']')
+    return PyBytes_FromStringAndSize(out.p, out.n)
+
+
 def table_from_chunks(chunks, str logged_by, schema):
     """The *schema* table (`aa.router.eventlog.table.SCHEMA`) of the rows of *chunks*
-    (``(logged, count, msgpack)``, `aa.router.eventlog.writer.Chunk`), exactly as
-    `build_table` makes it of the same rows decoded; None when some row needs the
-    reference path."""
+    (``(logged, count, msgpack, hop)``, `aa.router.eventlog.writer.Chunk`), exactly as
+    `build_table` makes it of the same rows decoded (and given the hop's ttl and path);
+    None when some row needs the reference path."""
     cdef _Table t = _Table(logged_by.encode())
     cdef _Reader r
     cdef Item top
     cdef uint64_t k
     cdef bytes data
+    cdef bytes hop_ttl, hop_path
     cdef double logged
     try:
         for chunk in chunks:
-            logged, data = chunk[0], chunk[2]
+            logged, _, data, hop = chunk  # unpacking checks the length (no bounds checks here)
+            hop_ttl = hop_path = None
+            if hop is not None:
+                if type(hop[0]) is not int:
+                    raise _Refused()
+                hop_ttl = str(hop[0]).encode()
+                hop_path = _hop_path(hop[1])
             r = _Reader()
             r.p = <const unsigned char*>PyBytes_AS_STRING(data)
             r.pos, r.end = 0, PyBytes_GET_SIZE(data)
@@ -620,7 +794,7 @@ def table_from_chunks(chunks, str logged_by, schema):
             if top.kind != K_ARRAY:
                 raise _Refused()
             for k in range(top.u):
-                t.row(r, logged)
+                t.row(r, logged, hop_ttl, hop_path)
             if r.pos != r.end:
                 raise _Refused()
         return t.table(schema)

@@ -31,7 +31,7 @@ COMPILED: Final = _COLUMNS is not None
 
 
 def table_from_chunks(
-    chunks: Sequence[tuple[float, int, bytes]], logged_by: str
+    chunks: Sequence[tuple[float, int, bytes, tuple[int, Sequence[str]] | None]], logged_by: str
 ) -> pa.Table | None:
     """The `SCHEMA` table of the rows of *chunks* (`aa.router.eventlog.writer.Chunk`), as
     `build_table` makes it of them decoded; None without the compiled reader, or when a

@@ -39,17 +39,19 @@ held are counted as dropped too.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import logging
 import os
+import platform
 import re
 import signal
 import socket
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -58,12 +60,25 @@ if TYPE_CHECKING:
     from .recorder import EventLogConfig
     from .writer import Writer
 
-__all__ = ["WriterProcess", "RESTART_DELAY", "STOP_TIMEOUT", "WRITER_NICE", "Chunk", "safe_name"]
+__all__ = [
+    "WriterProcess",
+    "RESTART_DELAY",
+    "STOP_TIMEOUT",
+    "WRITER_NICE",
+    "Chunk",
+    "Hop",
+    "safe_name",
+]
 
-#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...])``.
-#: Defined here, on the router's side, with `safe_name`: the router process never imports
-#: the writer (`writer`, pyarrow), which only the writer process loads.
-Chunk = tuple[float, int, bytes]
+#: This router's hop for events it logs as the bytes they came in from a peer (a flood
+#: group's blob, whose ttl and path in each event's meta are the origin's): ``(ttl, path)``,
+#: written in each event's meta in their place.
+Hop = tuple[int, Sequence[str]]
+#: Rows logged at one time: ``(logged, count, msgpack of [[id, type, values, meta], ...],
+#: hop)``, *hop* None when their meta is as dispatched. Defined here, on the router's side,
+#: with `safe_name`: the router process never imports the writer (`writer`, pyarrow), which
+#: only the writer process loads.
+Chunk = tuple[float, int, bytes, "Hop | None"]
 
 
 def safe_name(name: str) -> str:
@@ -88,6 +103,21 @@ WRITER_NICE: Final = 5
 #: short-lived containers, none in a cycle: with Python's default (700) the collector would
 #: walk them again and again for nothing.
 GC_THRESHOLD: Final = (100_000, 50, 100)
+
+#: The writer process's malloc settings (glibc), in bytes. A row group allocates and frees
+#: buffers of megabytes (the chunks received, the columns, Parquet's pages); with glibc's
+#: defaults they are mapped and unmapped, or the heap's top given back, at every row group,
+#: and the kernel zeroes every page again when it is touched next, on the writer's CPU.
+#: Below `MALLOC_MMAP_THRESHOLD` they come from the heap, whose free top is given back
+#: only beyond `MALLOC_TRIM_THRESHOLD` (above what the writer holds, `defer_bytes`, with a
+#: row group's work), and once the writer has been idle for `TRIM_IDLE` seconds. 32 MiB is
+#: the highest mmap threshold glibc accepts on 64-bit machines.
+MALLOC_MMAP_THRESHOLD: Final = 32 * 1024 * 1024
+MALLOC_TRIM_THRESHOLD: Final = 256 * 1024 * 1024
+#: Seconds without a command, and nothing held, after which the writer gives its free heap
+#: back to the system (`malloc_trim`): its memory after a burst is not kept for good.
+TRIM_IDLE: Final = 5.0
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 
 # The writer process imports only what it needs: `aa.router`'s __init__ would import the
 # whole router (the store's SQLAlchemy, the pattern engine: time and memory at every start). So the
@@ -332,6 +362,21 @@ class _Held:
             self.write_oldest(writer)
 
 
+def _tune_malloc() -> Callable[[], None]:
+    """Set the writer process's malloc thresholds; returns the call that trims the heap
+    (nothing where the C library is not glibc)."""
+    if platform.libc_ver()[0] != "glibc":
+        return lambda: None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return lambda: None
+    return lambda: libc.malloc_trim(0)
+
+
 def child_main(fd: int) -> None:
     """The writer process: answer commands until "stop" or the end of input."""
     from .writer import Writer  # pyarrow: loaded here, in the writer process only
@@ -344,6 +389,7 @@ def child_main(fd: int) -> None:
     gc.collect()
     gc.freeze()  # what was imported is never garbage
     gc.set_threshold(*GC_THRESHOLD)
+    trim = _tune_malloc()
     records = _Records()
     logger = logging.getLogger("aa.router.eventlog")
     logger.addHandler(records)
@@ -354,15 +400,19 @@ def child_main(fd: int) -> None:
     writer: Writer | None = None
     held = _Held()
     paused = False  # no command for defer_pause seconds: writing what is held, until one comes
+    busy = False  # a command or a write since the last trim
     while True:
         if (
             held
             and writer is not None
             and not conn.poll(0 if paused else writer.config.defer_pause)
         ):
-            paused = True
+            paused = busy = True
             held.write_oldest(writer)  # the router paused: write what it sent meanwhile
             continue
+        if busy and not held and not conn.poll(TRIM_IDLE):
+            trim()  # idle: give the heap's free pages back, then wait for the next command
+        busy = True
         paused = False
         try:
             command, now[0], args = conn.recv()

@@ -32,7 +32,8 @@ A Spark job reads, say, temperatures with
 Writing: `extend` (the events of one dispatched batch) and `append` (one event) take the
 rows encoded with msgpack (`aa.router.caches.meshcache.encode_events`: one C call per batch, and
 none at all when the router's storage hands over the mesh cache's encoding of the same
-batch) and buffer them on the event loop; every `row_group_rows` rows or `flush_interval`
+batch, or the bytes a peer sent events in with this router's hop: `extend`'s *hop*) and
+buffer them on the event loop; every `row_group_rows` rows or `flush_interval`
 seconds the buffer goes to the log's writer *process* (`aa.router.eventlog.process`), which
 turns it into one Parquet row group (`aa.router.eventlog.table`, `aa.router.eventlog.writer`).
 A file is written under a hidden name (``.part-….inprogress``, which Spark and pyarrow skip)
@@ -90,7 +91,7 @@ from aa.mesh import Event, UsageError
 from aa.mesh.protocol import pack
 
 from ..caches import encode_events
-from .process import Chunk, WriterProcess, safe_name
+from .process import Chunk, Hop, WriterProcess, safe_name
 
 __all__ = ["EventLog", "EventLogConfig", "EventLogStats", "EVENTLOG_DIR"]
 
@@ -240,13 +241,20 @@ class EventLog:
         self.extend((event,), now=now)
 
     def extend(
-        self, events: Sequence[Event], *, now: float | None = None, encoded: bytes | None = None
+        self,
+        events: Sequence[Event],
+        *,
+        now: float | None = None,
+        encoded: bytes | None = None,
+        hop: Hop | None = None,
     ) -> None:
         """Log *events*, all logged at *now* (default: the clock, read once). Never blocks;
         drops and counts the rows beyond `max_pending_rows` waiting for the writer.
         Cheapest per row with many events at once: a router calls it once per dispatched
         batch. *encoded*: `aa.router.meshcache.encode_events(events)`, when the caller has
-        it already (the router's storage shares the mesh cache's)."""
+        it already (the router's storage shares the mesh cache's); or, with *hop*, the
+        bytes of the flood group they came in (`aa.mesh.protocol.FloodGroup.blob`), whose
+        ttl and path in each meta are replaced by *hop*'s ``(ttl, path)`` when written."""
         if self._executor is None or self._closed:
             raise UsageError("the event log is " + ("closed" if self._closed else "not started"))
         n = len(events)
@@ -258,16 +266,16 @@ class EventLog:
                     "event log writer is behind: dropping rows (%d so far)", self._dropped + lost
                 )
             self._dropped += lost
-            events, n, encoded = events[: max(room, 0)], max(room, 0), None
+            events, n, encoded, hop = events[: max(room, 0)], max(room, 0), None, None
         if n == 0:
             return
         if encoded is not None:
             data = encoded
         else:
-            data, n = self._encode(events)
+            data, n, hop = *self._encode(events), None
         if n == 0:
             return
-        self._chunks.append((now if now is not None else self._clock(), n, data))
+        self._chunks.append((now if now is not None else self._clock(), n, data, hop))
         self._buffered += n
         if self._buffered >= self.config.row_group_rows:
             self._submit()

@@ -2,11 +2,14 @@
 here runs in the log's writer process, one command at a time (`aa.router.eventlog.process`;
 see `aa.router.eventlog.recorder` for the layout and the schema, which is `SCHEMA`).
 
-Rows arrive as chunks: ``(logged, count, data)``, *data* the msgpack array of *count*
-rows ``[id, type, values, meta]`` (`aa.router.caches.meshcache.encode_events`), events the router
-logged at *logged* (wall time, seconds). The compiled reader (`aa.router.eventlog.fastpath`)
-turns them into an Arrow table straight from the bytes; where it is missing or refuses some
-rows, they are decoded and `aa.router.eventlog.table` builds the same table.
+Rows arrive as chunks: ``(logged, count, data, hop)``, *data* the msgpack array of *count*
+rows ``[id, type, values, meta]`` (`aa.router.caches.meshcache.encode_events`, or a flood
+group's blob as a peer sent it), events the router logged at *logged* (wall time, seconds);
+*hop*, when not None, the ``(ttl, path)`` each row's meta gets in place of the one in *data*
+(as `aa.mesh.protocol.FloodGroup.decode` sets it). The compiled reader
+(`aa.router.eventlog.fastpath`) turns them into an Arrow table straight from the bytes;
+where it is missing or refuses some rows, they are decoded and `aa.router.eventlog.table`
+builds the same table.
 
 Rotation and bounds, the part where data can be lost by mistake:
 
@@ -32,13 +35,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aa.mesh import META_PATH, META_TTL
 from aa.mesh.protocol import unpack
 
 from .fastpath import table_from_chunks
 from .table import SCHEMA, build_table
 
 if TYPE_CHECKING:
-    from .process import Chunk
+    from .process import Chunk, Hop
     from .recorder import EventLogConfig
 
 __all__ = ["SCHEMA", "Writer"]
@@ -48,13 +52,11 @@ log = logging.getLogger("aa.router.eventlog")
 _PART = re.compile(r"^\.?part-(?P<router>.+)-(?P<seq>\d+)\.parquet(?P<tmp>\.inprogress)?$")
 _HOUR = 3600
 
-#: The columns written with a dictionary and min/max statistics: all but the event ids and
-#: the values' text, which are mostly unique, so that a dictionary only grows until Parquet
-#: gives up on it and their min and max span every row group; both cost the writer CPU per
-#: row for nothing, and the files come out no larger (docs/performance.md, "The event log's
-#: writer"). Leaves of the map columns are named by their path.
+#: The columns written with a dictionary: all but the event ids and the values' text, which
+#: are mostly unique, so that a dictionary only grows until Parquet gives up on it (the
+#: files come out no larger without). Leaves of the map columns are named by their path.
 _UNIQUE = {"id", "values.key_value.value"}
-_DICTIONARY_AND_STATISTICS = [
+_DICTIONARY = [
     path
     for field in SCHEMA
     for path in (
@@ -64,6 +66,24 @@ _DICTIONARY_AND_STATISTICS = [
     )
     if path not in _UNIQUE
 ]
+#: The columns written with min/max statistics: those readers skip row groups by. The others'
+#: (the ids, the meta's JSON, the values' names, texts and types) would cost the writer per
+#: row and help nobody: their minimum and maximum span every row group, and engines do not
+#: skip by the keys of a map (docs/performance.md, "The event log's writer").
+_STATISTICS = ["time", "type", "router", "client", "logged_by"]
+
+
+def _set_hop(rows: Any, hop: Hop) -> None:
+    """Set *hop*'s ttl and path in the meta of each of *rows* (decoded), as a relaying
+    router set them in the events it dispatched (`aa.mesh.protocol.FloodGroup.decode`)."""
+    ttl, path = hop
+    for row in rows if type(rows) is list else ():
+        if type(row) is list and len(row) == 4:
+            if row[3] is None:
+                row[3] = {}
+            if type(row[3]) is dict:
+                row[3][META_TTL] = ttl
+                row[3][META_PATH] = list(path)
 
 
 class Writer:
@@ -117,9 +137,11 @@ class Writer:
             return
         part: list[Sequence[Any]] = []  # the reference path: decode, then build
         logged: list[float] = []
-        for when, count, data in chunks:
+        for when, count, data, hop in chunks:
             try:
                 decoded = unpack(data)
+                if hop is not None:
+                    _set_hop(decoded, hop)
             except Exception:  # never for what the router packed; counted, not fatal
                 self.errors += 1
                 self.dropped += count
@@ -174,8 +196,8 @@ class Writer:
             self.tmp,
             SCHEMA,
             compression=None if codec == "none" else codec,
-            use_dictionary=_DICTIONARY_AND_STATISTICS,
-            write_statistics=_DICTIONARY_AND_STATISTICS,
+            use_dictionary=_DICTIONARY,
+            write_statistics=_STATISTICS,
         )
         self.hour, self.opened = hour, self.clock()
 
