@@ -9,11 +9,11 @@ forwards a control once to every link but the one it came on, one-peer controls)
 would route by its view asks a view of the same content shared by every router whose view
 is equal (a thousand copies of a thousand trees would not fit), checked equal to its own
 the first time. The simulation's own bookkeeping is compact, so that thousands of routers'
-views fit: a flood's receivers are a byte per router, a view's content is its routers'
-versions packed (`array`), and equal interests are one object (the routers decode them with
-`Interest.from_wire_shared`, as real routers do). Periodic repeats and forgetting
-(`InterestService.tick`) are not run: the partition is healed well within three intervals,
-or long past (each side then starts without the other).
+views fit: a flood carries only the copies that come first (the others are counted), a
+view's content is its routers' versions packed (`array`), and equal interests are one
+object (the routers decode them with `Interest.from_wire_shared`, as real routers do).
+Periodic repeats and forgetting (`InterestService.tick`) are not run: the partition is
+healed well within three intervals, or long past (each side then starts without the other).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class SimMesh:
         if topic == INTEREST_TOPIC:
             self.sim.said(self.id, body)
         for w in self.links:
-            self.sim.send(self.id, w, ("flood", msg))
+            self.sim.flood(self.id, w, msg)
         return cid
 
     def send_control(self, peer_id: str, topic: str, body: Mapping[str, Any]) -> bool:
@@ -102,8 +102,9 @@ class HandoverSim:
         self.content: dict[tuple[str, int], tuple[tuple[str, ...], Interest]] = {}
         self.index = {r: k for k, r in enumerate(routers)}
         self.routers = routers
-        #: Flooded control id → a byte per router (by `index`): 1 once it came there.
-        self.seen: dict[str, bytearray] = {}
+        #: Flooded control id → per router (by `index`): when its first copy arrives there,
+        #: -1 once it did (`flood`).
+        self.due: dict[str, array[float]] = {}
         self.first_news: dict[str, float] = {}  # first control after `watch_from`
         self.watch_from = math.inf
         self.controls = 0
@@ -134,6 +135,21 @@ class HandoverSim:
         svc = self.svc[origin]
         self.content[origin, body["v"]] = (tuple(sorted(body["peers"])), svc.interest)
 
+    def flood(self, a: str, b: str, msg: Control) -> None:
+        """Send a copy of the flooded *msg* from *a* to *b*. It is counted, but only a copy that
+        would come to *b* first is carried: any later one arrives where the control was
+        already taken, and a router drops such a copy unread."""
+        due = self.due.get(msg.id)
+        if due is None:
+            due = self.due[msg.id] = array("d", [math.inf]) * len(self.routers)
+        at = self.clock.now + self.delay[a, b]
+        k = self.index[b]
+        if due[k] <= at:  # taken already (-1), or an earlier copy is on its way
+            self.controls += 1
+            return
+        due[k] = at
+        self.send(a, b, ("flood", msg))
+
     def send(self, a: str, b: str, item: Any) -> None:
         if item[0] != "event":
             self.controls += 1
@@ -158,18 +174,16 @@ class HandoverSim:
             self._note(me)
             self._take(me, msg)
             return
-        seen = self.seen.get(msg.id)
-        if seen is None:
-            seen = self.seen[msg.id] = bytearray(len(self.routers))
+        due = self.due[msg.id]
         k = self.index[me]
-        if seen[k]:
-            return
-        seen[k] = 1
+        if due[k] < 0:
+            return  # a copy that left before the first came was on its way (ties)
+        due[k] = -1.0
         self._note(me)
         self._take(me, msg)
         for w in self.mesh[me].links:
             if w != came and w not in msg.path:
-                self.send(me, w, ("flood", msg))
+                self.flood(me, w, msg)
 
     def _take(self, me: str, msg: Control) -> None:
         start = time.process_time()
