@@ -32,6 +32,9 @@ from aa.router.links import interests as interests_module
 from aa.router.links.config import MeshConfig
 from aa.router.links.interests import INTEREST_TOPIC, InterestService
 
+#: Deliveries between two calls of `HandoverSim.progress`.
+PROGRESS_EVERY = 1 << 20
+
 
 class SimClock:
     """Stands in for the `time` module of `aa.router.links.interests`."""
@@ -118,6 +121,8 @@ class HandoverSim:
         self._key: dict[str, tuple[int, bytes]] = {}
         self._keys: dict[bytes, bytes] = {}
         self._checked: set[tuple[str, bytes]] = set()
+        #: Called with the simulation every `PROGRESS_EVERY` deliveries (a long run's log).
+        self.progress: Callable[[HandoverSim], None] | None = None
 
     def close(self) -> None:
         """Give `aa.router.links.interests` its real clock back."""
@@ -257,7 +262,11 @@ class HandoverSim:
         got: dict[int, set[str]] = {}
         messages = 0
         heap = self.heap
+        pops = 0
         while heap and heap[0][0] <= until:
+            pops += 1
+            if self.progress is not None and pops % PROGRESS_EVERY == 0:
+                self.progress(self)
             t, _, me, came, item = heapq.heappop(heap)
             self.clock.now = t
             if item[0] != "event":
