@@ -151,8 +151,10 @@ MAX_TREE_ENTRIES: Final = 500_000
 #: `MAX_DECODED_BYTES`) the cache starts again empty: a peer that sends ever new ones only
 #: costs their decoding, as without the cache.
 MAX_DECODED: Final = 4096
-#: Packed bytes of the wire forms `Interest.from_wire_shared` keeps, in bytes: a summary at
-#: the caps is a few KB, so the bound holds even when every one is.
+#: Packed bytes of the wire forms `Interest.from_wire_shared` keeps, in bytes: their
+#: interests take about twice as much as objects, so the cache holds some 12 MB at most, even
+#: when every summary is at the caps (up to a few hundred KB packed; typical ones are 40-110
+#: bytes).
 MAX_DECODED_BYTES: Final = 4 << 20
 
 _MISSING: Final = object()
