@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgpack
+
 from aa.mesh import Control, Event, Interest, MeshInterests
 from aa.router.links import interests as interests_module
 from aa.router.links.config import MeshConfig
@@ -79,9 +81,9 @@ class SimMesh:
     def send_control(self, peer_id: str, topic: str, body: Mapping[str, Any]) -> bool:
         if peer_id not in self.links:
             return False
-        cid = f"{self.id}/{next(self.sim.ids)}"
-        msg = Control(id=cid, ttl=0, path=(self.id,), topic=topic, body=dict(body), to=peer_id)
-        self.sim.send(self.id, peer_id, ("one", msg))
+        # Packed as on the wire: a link end hands over every summary it holds at once, and
+        # thousands of hand-overs in flight as objects would not fit.
+        self.sim.send(self.id, peer_id, ("one", (topic, msgpack.packb(body))))
         return True
 
 
@@ -174,11 +176,15 @@ class HandoverSim:
         if self.clock.now >= self.watch_from:
             self.first_news.setdefault(me, self.clock.now)
 
-    def _control(self, me: str, came: str, kind: str, msg: Control) -> None:
+    def _control(self, me: str, came: str, kind: str, payload: Any) -> None:
         if kind == "one":
+            topic, packed = payload
+            cid = f"{came}/{next(self.ids)}"
+            body = msgpack.unpackb(packed)
             self._note(me)
-            self._take(me, msg)
+            self._take(me, Control(id=cid, ttl=0, path=(came,), topic=topic, body=body, to=me))
             return
+        msg: Control = payload
         due = self.due[msg.id]
         k = self.index[me]
         if due[k] < 0:
