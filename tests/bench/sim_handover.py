@@ -9,9 +9,10 @@ forwards a control once to every link but the one it came on, one-peer controls)
 would route by its view asks a view of the same content shared by every router whose view
 is equal (a thousand copies of a thousand trees would not fit), checked equal to its own
 the first time. The simulation's own bookkeeping is compact, so that thousands of routers'
-views fit: a flood carries only the copies that come first (the others are counted), a
-view's content is its routers' versions packed (`array`), and equal interests are one
-object (the routers decode them with `Interest.from_wire_shared`, as real routers do).
+views fit: a flood carries only the copies that come first (the others are counted),
+one-peer controls (the hand-overs) travel packed, as on the wire, a view's content is its
+routers' versions packed (`array`), and equal interests are one object (the routers decode
+them with `Interest.from_wire_shared`, as real routers do).
 Periodic repeats and forgetting (`InterestService.tick`) are not run: the partition is
 healed well within three intervals, or long past (each side then starts without the other).
 """
@@ -121,7 +122,7 @@ class HandoverSim:
         self._shared: dict[bytes, MeshInterests] = {}
         #: Router → (its view's `changes` when keyed, the key): its view's content.
         self._key: dict[str, tuple[int, bytes]] = {}
-        self._keys: dict[bytes, bytes] = {}
+        self._keys: dict[bytes, bytes] = {}  # one object per key, however many hold it
         self._checked: set[tuple[str, bytes]] = set()
         #: Called with the simulation every `PROGRESS_EVERY` deliveries (a long run's log).
         self.progress: Callable[[HandoverSim], None] | None = None
@@ -188,7 +189,7 @@ class HandoverSim:
         due = self.due[msg.id]
         k = self.index[me]
         if due[k] < 0:
-            return  # a copy that left before the first came was on its way (ties)
+            return  # superseded on its way: an earlier copy came first
         due[k] = -1.0
         self._note(me)
         self._take(me, msg)
