@@ -66,6 +66,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
+import msgpack
+
 from .errors import InvalidValue
 from .event import MAX_ID_LENGTH, Event
 from .interest_reach import Reach
@@ -141,6 +143,19 @@ MAX_ROUTERS: Final = 10_000
 #: the mesh's size. Below `MAX_TREES` trees a big mesh recomputes trees more often (one
 #: breadth-first walk each), never holds more.
 MAX_TREE_ENTRIES: Final = 500_000
+
+#: Interests `Interest.from_wire_shared` keeps, by their packed wire form, in interests: while
+#: a partition heals a router is handed each summary by many of its peers (the same one
+#: each), and most routers of a mesh want the same few things or nothing, so a mesh of
+#: thousands of routers holds a few hundred distinct interests. Past the bound (or
+#: `MAX_DECODED_BYTES`) the cache starts again empty: a peer that sends ever new ones only
+#: costs their decoding, as without the cache.
+MAX_DECODED: Final = 4096
+#: Packed bytes of the wire forms `Interest.from_wire_shared` keeps, in bytes: their
+#: interests take about twice as much as objects, so the cache holds some 12 MB at most, even
+#: when every summary is at the caps (up to a few hundred KB packed; typical ones are 40-110
+#: bytes).
+MAX_DECODED_BYTES: Final = 4 << 20
 
 _MISSING: Final = object()
 _CONSTANT_TYPES: Final = (str, int, float, bool)
@@ -446,6 +461,21 @@ class Interest:
         filters.extend(InterestFilter(type=t) for t in types)
         return cls.of(filters)
 
+    @classmethod
+    def from_wire_shared(cls, data: object) -> Interest:
+        """`from_wire`, decoded once per content: equal wire forms (packed to the same bytes,
+        so ``1``, ``1.0`` and ``True`` stay apart) get one shared object, which is immutable.
+        Raises `InvalidValue` as `from_wire` does (a refused form is not kept)."""
+        try:
+            key = msgpack.packb(data)
+        except Exception:  # not a value of the model: from_wire says why
+            return cls.from_wire(data)
+        interest = _decoded.interests.get(key)
+        if interest is None:
+            interest = cls.from_wire(data)
+            _decoded.keep(key, interest)
+        return interest
+
 
 #: A store's interest: every persisted event.
 STORE_INTEREST: Final = InterestFilter(flags=PERSISTED)
@@ -455,6 +485,25 @@ CACHE_INTEREST: Final = InterestFilter(flags=CACHED)
 
 Interest.ANYTHING = Interest(True, frozenset(), frozenset())
 Interest.NOTHING = Interest(False, frozenset(), frozenset())
+
+
+class _Decoded:
+    """`Interest.from_wire_shared`'s cache: packed wire form → its interest, bounded by
+    `MAX_DECODED` and `MAX_DECODED_BYTES`."""
+
+    def __init__(self) -> None:
+        self.interests: dict[bytes, Interest] = {}
+        self.size = 0  # bytes of the keys
+
+    def keep(self, key: bytes, interest: Interest) -> None:
+        if len(self.interests) >= MAX_DECODED or self.size + len(key) > MAX_DECODED_BYTES:
+            self.interests.clear()
+            self.size = 0
+        self.interests[key] = interest
+        self.size += len(key)
+
+
+_decoded: Final = _Decoded()
 
 
 def _uncovered(filters: set[InterestFilter]) -> list[InterestFilter]:
@@ -536,6 +585,8 @@ class MeshInterests:
         self._graph: dict[str, list[str]] | None = None
         self._complete = False
         self._trees: OrderedDict[str, _Tree] = OrderedDict()
+        #: Changes of the view so far: what was worked out from it is stale once this moved.
+        self.changes = 0
 
     def __len__(self) -> int:
         return len(self._peers)
@@ -576,6 +627,7 @@ class MeshInterests:
         return True
 
     def _changed(self) -> None:
+        self.changes += 1
         self._graph = None
         self._trees.clear()
 

@@ -7,9 +7,11 @@ import random
 import pytest
 
 from aa.mesh import Event, Interest, InterestFilter, InterestTable, InvalidValue, MeshInterests
+from aa.mesh import interest as interest_module
 from aa.mesh.interest import (
     CACHED,
     MAX_CONSTRAINTS,
+    MAX_DECODED,
     MAX_FILTERS,
     MAX_SHARED_ANSWERS,
     MAX_TYPE_ANSWERS,
@@ -86,6 +88,25 @@ def test_the_wire_round_trips_and_refuses_what_is_over_the_caps():
     for data in bad:
         with pytest.raises(InvalidValue):
             Interest.from_wire(data)
+
+
+def test_a_summary_handed_over_by_many_peers_is_decoded_once_and_shared():
+    wire = Interest.of([HOT, InterestFilter.make(eq=[("site", "a")])]).to_wire()
+    first = Interest.from_wire_shared(wire)
+    again = Interest.from_wire_shared(Interest.from_wire(wire).to_wire())  # another peer's copy
+    assert again is first and first == Interest.from_wire(wire)
+    # Constants that compare equal but match differently stay apart.
+    forms = [Interest.from_wire_shared({"f": [[None, [["n", c]], [], 0]]}) for c in (1, True, 1.0)]
+    assert [next(iter(i.filters)).eq[0][1] for i in forms] == [1, True, 1.0]
+    assert [type(next(iter(i.filters)).eq[0][1]) for i in forms] == [int, bool, float]
+    for data in ["x", {"f": [[1, [], [], 0]]}, {"f": [[None, [["n", object()]], [], 0]]}]:
+        for _ in range(2):  # refused every time: a refused form is not kept
+            with pytest.raises(InvalidValue):
+                Interest.from_wire_shared(data)
+    # A peer sending ever new summaries fills the cache only to its bound.
+    for i in range(MAX_DECODED + 10):
+        Interest.from_wire_shared({"types": [f"t{i}"]})
+    assert len(interest_module._decoded.interests) <= MAX_DECODED
 
 
 def ring(n):

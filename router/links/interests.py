@@ -503,7 +503,7 @@ class InterestService:
     def _interest(self, origin: str, wire: object, now: float) -> Interest:
         """A peer's wire interest, or "anything" (and a warning) past the caps."""
         try:
-            return Interest.from_wire(wire)
+            return Interest.from_wire_shared(wire)
         except InvalidValue as exc:
             self.counters["interest_refused"] += 1
             if now - self._last_warning >= _WARN_INTERVAL:

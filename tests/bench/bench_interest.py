@@ -42,8 +42,11 @@ import argparse
 import gc
 import heapq
 import math
+import os
 import random
+import resource
 import statistics
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -482,7 +485,15 @@ def death(kind: str, n: int, share: float, seed: int, every: float) -> dict[str,
     }
 
 
-def heal(kind: str, n: int, share: float, seed: int, every: float, short: bool) -> dict[str, float]:
+def heal(
+    kind: str,
+    n: int,
+    share: float,
+    seed: int,
+    every: float,
+    short: bool,
+    progress: Callable[[HandoverSim], None] | None = None,
+) -> dict[str, float]:
     """A partition heals, with the routers' own interest code (`sim_handover`): the mesh
     was cut in two (the first half of a breadth-first walk, and the rest) and at *t0* every
     cut link comes back at once; each end floods its new summary and hands the new peer
@@ -496,13 +507,19 @@ def heal(kind: str, n: int, share: float, seed: int, every: float, short: bool) 
     type, from the near side."""
     gc.disable()  # a million summaries' objects, none in a cycle: collections only cost
     try:
-        return _heal(kind, n, share, seed, every, short)
+        return _heal(kind, n, share, seed, every, short, progress)
     finally:
         gc.enable()
 
 
 def _heal(
-    kind: str, n: int, share: float, seed: int, every: float, short: bool
+    kind: str,
+    n: int,
+    share: float,
+    seed: int,
+    every: float,
+    short: bool,
+    progress: Callable[[HandoverSim], None] | None,
 ) -> dict[str, float]:
     rng, graph, routers, subs = mesh_of(kind, n, share, seed)
     stale = {r: Interest.of(fs) for r, fs in subs.items()}
@@ -519,6 +536,7 @@ def _heal(
     # made new ones since (what their own side holds).
     version = {r: 1 + (r in ends) + (r == newcomer) for r in graph}
     with HandoverSim(delay, routers) as sim:
+        sim.progress = progress
         for r in graph:
             sim.content[r, 1] = (tuple(sorted(graph[r])), stale.get(r, Interest.NOTHING))
             sim.content[r, version[r]] = (tuple(sorted(apart[r])), interests[r])
@@ -742,6 +760,21 @@ def congestion(
     }
 
 
+def _max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _progress(sim: HandoverSim) -> None:
+    """A long heal's progress, on stderr: where the simulation's clock is, and its cost."""
+    print(
+        f"#   at {sim.clock.now:.4f} s: {sim.controls} controls, {len(sim.heap)} in flight, "
+        f"{time.process_time():.0f} s of CPU, max RSS {_max_rss_mb():.0f} MB, "
+        f"load {os.getloadavg()[0]:.1f}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
@@ -752,6 +785,13 @@ def main() -> int:
         "--only",
         choices=["steady", "changes", "death", "heal", "subscribe", "congestion", "cap"],
         nargs="+",
+    )
+    p.add_argument(
+        "--partitions",
+        nargs="+",
+        choices=["long", "short"],
+        default=["long", "short"],
+        help="which partitions the heal table heals",
     )
     p.add_argument(
         "--caps",
@@ -827,8 +867,17 @@ def main() -> int:
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for kind in args.graphs:
             for n in args.sizes:
-                for short in (False, True):
-                    h = heal(kind, n, 0.10, args.seed, every[n] * 5, short)
+                for short in (p == "short" for p in args.partitions):
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    h = heal(kind, n, 0.10, args.seed, every[n] * 5, short, _progress)
+                    print(
+                        f"# {kind} {n} {'short' if short else 'long'}: "
+                        f"{time.process_time() - cpu:.0f} s of CPU, "
+                        f"{time.perf_counter() - wall:.0f} s of wall time, "
+                        f"max RSS {_max_rss_mb():.0f} MB, load {os.getloadavg()[0]:.1f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     print(
                         f"| {kind} | {h['routers']} | {h['cut']} | {'short' if short else 'long'} "
                         f"| {h['events']} | {h['lost']} | {h['converged']:.2f} | "
