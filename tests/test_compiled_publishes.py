@@ -17,7 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aa.mesh import Event, ProtocolError
-from aa.mesh.protocol import NEED_DATA, Connection, Publish, pack, packed_event
+from aa.mesh.protocol import (
+    NEED_DATA,
+    PUBLISH_HEAD,
+    Connection,
+    Publish,
+    pack,
+    packed_event,
+    packed_fields,
+)
 from aa.router.session import MAX_FRAME_ITEMS
 from aa.router.wire import publishes
 
@@ -44,6 +52,8 @@ def typed(value: Any) -> Any:
 
 #: Frames the compiled reader read itself (not left to the reference) in the last `read`.
 compiled_reads: list[bool] = []
+#: Events the compiled reader gave their bytes (`Event.packed`) in the last `read`.
+kept_bytes: list[Event] = []
 
 
 def counted(*args: Any) -> Any:
@@ -60,6 +70,7 @@ def read(
     types) or the error, as `ClientSession._process` reads them."""
     monkeypatch.setattr(publishes, "_read", counted if compiled else None)
     compiled_reads.clear()
+    kept_bytes.clear()
     codec = Connection(max_items=MAX_FRAME_ITEMS)
     reader = publishes.PublishReader(codec)
     out: list[Any] = []
@@ -72,6 +83,7 @@ def read(
                 if msg is NEED_DATA:
                     break
                 if isinstance(msg, Publish):
+                    kept_bytes.extend(e for e in msg.events if e.packed is not None)
                     out.append(
                         [msg.seq, [typed([e.id, e.type, e.values, e.meta]) for e in msg.events]]
                     )
@@ -82,6 +94,8 @@ def read(
         return out
     if codec.buffered:
         out.append(WAITING)
+    for e in kept_bytes:  # what the reader kept is what the codec makes of the event
+        assert e.packed == packed_fields(e.id, e.type, e.values, e.meta), e
     return out
 
 
@@ -203,6 +217,94 @@ def test_events_share_no_mutable_value(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len({id(e.values) for e in events}) == 6 and len({id(e.meta) for e in events}) == 6
     events[0].values["Sensor"] = "changed"
     assert events[1].values["Sensor"] == "lab-1"
+
+
+def odd_frame(event: bytes) -> bytes:
+    """A publish frame of one event given as its bytes, which may be in forms msgpack's
+    packer never writes."""
+    payload = PUBLISH_HEAD + b"\x01\xa6events\x91" + event
+    return len(payload).to_bytes(4, "big") + payload
+
+
+#: An event's bytes with its values in a form of the packer's, then the same value in other
+#: forms (a longer int, an int signed or not, a float in 32 bits, a longer str or map header,
+#: a key twice). Each reads as the same event; only the first is that event's `packed`.
+ODD_VALUES = [
+    b"\x81\xa1x\x05",
+    b"\x81\xa1x\xcc\x05",
+    b"\x81\xa1x\xd0\x05",
+    b"\x81\xa1x\xcd\x00\x05",
+    b"\x81\xa1x\xd1\x00\x05",
+    b"\x81\xa1x\xce\x00\x00\x00\x05",
+    b"\x81\xa1x\xd2\x00\x00\x00\x05",
+    b"\x81\xa1x\xcf\x00\x00\x00\x00\x00\x00\x00\x05",
+    b"\x81\xa1x\xd3\x00\x00\x00\x00\x00\x00\x00\x05",
+    b"\x81\xd9\x01x\x05",
+    b"\xde\x00\x01\xa1x\x05",
+    b"\x82\xa1x\x04\xa1x\x05",
+]
+
+
+@needs_compiled
+@pytest.mark.parametrize("values", ODD_VALUES)
+def test_only_bytes_in_the_packer_s_form_are_kept(
+    monkeypatch: pytest.MonkeyPatch, values: bytes
+) -> None:
+    data = odd_frame(b"\x94\xa1a\xc0" + values + b"\x80")
+    compiled = read(data, True, monkeypatch)
+    assert compiled_reads == [True]
+    assert len(kept_bytes) == (values == ODD_VALUES[0])  # `read` checks what was kept
+    assert compiled == read(data, False, monkeypatch)
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "value",
+    [0, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1, -1, -32, -33, -128, -129]
+    + [-32768, -32769, -(2**31), -(2**31) - 1, -(2**63), 0.5, "", "x" * 31, "x" * 32, "y" * 256]
+    + ["y" * 65536, b"", b"z" * 256, b"z" * 65536, None, True, False],
+)
+def test_every_form_of_the_packer_s_is_kept(monkeypatch: pytest.MonkeyPatch, value: Any) -> None:
+    data = frame(1, [Event(values={"v": value, **{f"k{i}": i for i in range(15)}}, id="a")])
+    if len(data) > 128 * 1024:
+        data = frame(1, [Event(values={"v": value}, id="a")])
+    compiled = read(data, True, monkeypatch)
+    assert compiled_reads == [True] and len(kept_bytes) == 1
+    assert compiled == read(data, False, monkeypatch)
+
+
+@needs_compiled
+def test_a_stamped_publish_is_packed_as_the_reference_packs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The router packs a stamped event from the bytes the reader kept of its source: the same
+    # bytes as packing it whole, for every event, kept or not, retried or not.
+    from collections import Counter
+
+    from aa.mesh import FloodRules, IdGenerator, SeenIds
+    from aa.router.dispatch import Dispatcher
+
+    rules = FloodRules("r1", seen=SeenIds(max_ids=100, max_age=60.0), initial_ttl=7)
+    engine: Any = type("Engine", (), {"match": staticmethod(lambda event: [])})()
+    dispatcher = Dispatcher(ids=IdGenerator("feed"), rules=rules, engine=engine, counters=Counter())
+    events = [usual(i) for i in range(5)] + EVENTS + OTHERS + [usual(2), Event(values={"x": 1})]
+    data = frame(1, events[:8]) + odd_frame(b"\x94\xa1a\xc0" + ODD_VALUES[1] + b"\x80")
+    data += frame(2, events[8:13]) + frame(3, events[13:])  # the third has nested values
+    monkeypatch.setattr(publishes, "_read", _publishes.read)
+    codec = Connection(max_items=MAX_FRAME_ITEMS)
+    codec.receive_data(data)
+    reader = publishes.PublishReader(codec)
+    stamped, kept = [], 0
+    while (msg := reader.next_publish() or codec.next_message()) is not NEED_DATA:
+        assert isinstance(msg, Publish)
+        kept += sum(e.packed is not None for e in msg.events)
+        stamped += dispatcher.accept(msg.events, "c1", "127.0.0.1:9", "ann", None)
+    assert kept == 12  # the first two frames' events without a meta of their own
+    assert len(stamped) == len(events) - 1  # usual(2) again and the second `a` are retries
+    packed = [e for e in stamped if e.packed is not None]  # those of the stamp alone
+    assert len(packed) == len(stamped) - 2  # two have a meta of their publisher's
+    for e in packed:
+        assert e.packed == packed_fields(e.id, e.type, e.values, e.meta), e
 
 
 @needs_compiled

@@ -253,18 +253,40 @@ def packed_fields(id: str | None, type: str | None, values: Any, meta: Any) -> b
         raise UsageError(f"cannot encode event {id}: {exc}") from None
 
 
-def pack_with_meta(events: Sequence[Event], meta: bytes) -> None:
+def pack_with_meta(events: Sequence[Event], meta: bytes, sources: Sequence[Event] = ()) -> None:
     """Give each of *events* its `packed_event` bytes, made from its id, type and values and
     *meta*, the bytes `pack` made of the meta map every one of them carries (a router stamps
     a batch alike): the same bytes, without packing the same map again per event (its time
     alone costs more than five plain values). An event outside the value model is left
-    unpacked, for `packed_event` to say why when it is asked."""
+    unpacked, for `packed_event` to say why when it is asked.
+
+    *sources*: the events *events* were made from, in the same order (a router's stamping
+    gives each stamped event its source's values map, and may leave sources out). Where a
+    source has the same id, type and values map and no meta, and already has its bytes (the
+    router's compiled reader keeps a publish's), those bytes up to its empty meta are the
+    event's too: the values are not packed again."""
     packer = _thread_packer()
+    later = iter(sources)
+    source = next(later, None)
     for event in events:
         if event.packed is not None:
             continue
+        values = event.values
+        while source is not None and source.values is not values:
+            source = next(later, None)
+        if source is not None:
+            data = source.packed
+            if (
+                data is not None
+                and data[-1] == 0x80
+                and not source.meta
+                and source.id == event.id
+                and source.type == event.type
+            ):
+                _set_packed(event, data[:-1] + meta)
+                continue
         try:
-            head = packer.pack((event.id, event.type, event.values))
+            head = packer.pack((event.id, event.type, values))
         except (TypeError, ValueError, OverflowError):
             packer = _local.packer = _packer()  # a failed pack may leave it dirty
             continue

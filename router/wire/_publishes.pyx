@@ -43,6 +43,8 @@ cdef struct Buf:
     Py_ssize_t pos
     Py_ssize_t end
     Py_ssize_t items
+    bint odd  # something read was not in the form msgpack's packer gives it
+
 
 
 cdef enum:
@@ -86,14 +88,19 @@ cdef Py_ssize_t map_len(Buf* b) except -1:
     b.pos += 1
     if 0x80 <= c <= 0x8f:
         return c & 0x0f
+    cdef Py_ssize_t n
     if c == 0xde:
         need(b, 2)
         b.pos += 2
-        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
+        n = <Py_ssize_t>be(b.p + b.pos - 2, 2)
+        b.odd |= n < 16
+        return n
     if c == 0xdf:
         need(b, 4)
         b.pos += 4
-        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
+        n = <Py_ssize_t>be(b.p + b.pos - 4, 4)
+        b.odd |= n < 65536
+        return n
     raise _Other()
 
 
@@ -111,18 +118,25 @@ cdef Py_ssize_t str_len(Buf* b, unsigned char c) except -2:
     """The length of the str whose first byte *c* was just read, or -1 if it is no str."""
     if 0xa0 <= c <= 0xbf:
         return c & 0x1f
+    cdef Py_ssize_t n
     if c == 0xd9:
         need(b, 1)
         b.pos += 1
-        return b.p[b.pos - 1]
+        n = b.p[b.pos - 1]
+        b.odd |= n < 32
+        return n
     if c == 0xda:
         need(b, 2)
         b.pos += 2
-        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
+        n = <Py_ssize_t>be(b.p + b.pos - 2, 2)
+        b.odd |= n < 256
+        return n
     if c == 0xdb:
         need(b, 4)
         b.pos += 4
-        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
+        n = <Py_ssize_t>be(b.p + b.pos - 4, 4)
+        b.odd |= n < 65536
+        return n
     return -1
 
 
@@ -147,6 +161,8 @@ cdef object read_scalar(Buf* b):
     cdef uint64_t u64
     cdef double d
     cdef Py_ssize_t n
+    cdef uint64_t u
+    cdef int64_t i
     b.pos += 1
     if c <= 0x7f:
         return <long>c
@@ -172,44 +188,63 @@ cdef object read_scalar(Buf* b):
         f32 = <uint32_t>be(b.p + b.pos, 4)
         b.pos += 4
         memcpy(&f, &f32, 4)
+        b.odd = True  # the packer writes every float in 64 bits
         return <double>f
+    # Each int is checked for the packer's form: the shortest, unsigned when not negative.
     if c == 0xcc:
         need(b, 1)
         b.pos += 1
+        b.odd |= b.p[b.pos - 1] < 128
         return <long>b.p[b.pos - 1]
     if c == 0xcd:
         need(b, 2)
         b.pos += 2
-        return <long>be(b.p + b.pos - 2, 2)
+        u = be(b.p + b.pos - 2, 2)
+        b.odd |= u < 256
+        return <long>u
     if c == 0xce:
         need(b, 4)
         b.pos += 4
-        return <long long>be(b.p + b.pos - 4, 4)
+        u = be(b.p + b.pos - 4, 4)
+        b.odd |= u < 65536
+        return <long long>u
     if c == 0xcf:
         need(b, 8)
         b.pos += 8
-        return be(b.p + b.pos - 8, 8)
+        u = be(b.p + b.pos - 8, 8)
+        b.odd |= u < 4294967296
+        return u
     if c == 0xd0:
         need(b, 1)
         b.pos += 1
-        return <long>(<int8_t>b.p[b.pos - 1])
+        i = <int8_t>b.p[b.pos - 1]
+        b.odd |= i >= -32
+        return <long>i
     if c == 0xd1:
         need(b, 2)
         b.pos += 2
-        return <long>(<int16_t>be(b.p + b.pos - 2, 2))
+        i = <int16_t>be(b.p + b.pos - 2, 2)
+        b.odd |= i >= -128
+        return <long>i
     if c == 0xd2:
         need(b, 4)
         b.pos += 4
-        return <long long>(<int32_t>be(b.p + b.pos - 4, 4))
+        i = <int32_t>be(b.p + b.pos - 4, 4)
+        b.odd |= i >= -32768
+        return <long long>i
     if c == 0xd3:
         need(b, 8)
         b.pos += 8
-        return <long long>(<int64_t>be(b.p + b.pos - 8, 8))
+        i = <int64_t>be(b.p + b.pos - 8, 8)
+        b.odd |= i >= -2147483648
+        return <long long>i
     if 0xc4 <= c <= 0xc6:  # bin 8, 16, 32
         n = 1 if c == 0xc4 else 2 if c == 0xc5 else 4
         need(b, n)
         b.pos += n
-        n = <Py_ssize_t>be(b.p + b.pos - n, <int>n)
+        u = be(b.p + b.pos - n, <int>n)
+        b.odd |= c == 0xc5 and u < 256 or c == 0xc6 and u < 65536
+        n = <Py_ssize_t>u
         need(b, n)
         b.pos += n
         return PyBytes_FromStringAndSize(<const char*>(b.p + b.pos - n), n)
@@ -268,6 +303,7 @@ cdef dict read_map(Buf* b, Py_ssize_t max_items, list cache):
             out[key] = read_scalar(b)
         except _Nested:
             raise _Other()
+    b.odd |= len(out) != k  # a key twice: the map packs shorter
     return out
 
 
@@ -277,7 +313,7 @@ def new_cache():
 
 
 def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_work, trusted,
-         Py_ssize_t max_id, list cache):
+         Py_ssize_t max_id, list cache, set_packed):
     """``(seq, events)`` of the publish frame *payload* (its bytes after the frame's length;
     the first *head* bytes are the publish map's start up to its ``seq`` key, checked by the
     caller) as `Publish.from_wire` makes them, or None when the reference path is to read it.
@@ -285,13 +321,17 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
     *max_items*: most items in one list or map (the codec's ``max_items``); *max_work*: most
     items in all of the frame's lists and maps (more goes to the reference path, in steps);
     *trusted*: `Event.trusted`; *max_id*: the longest event id; *cache*: a `new_cache()`
-    kept per connection."""
+    kept per connection; *set_packed*: the setter of `Event.packed`, given each event
+    without a meta whose bytes in the frame are those `packed_event` would make of it (every
+    part in the form msgpack's packer writes it), so that the router need not pack its
+    values again."""
     cdef Buf b
     b.p = <const unsigned char*>PyBytes_AS_STRING(payload)
     b.end = PyBytes_GET_SIZE(payload)
     b.pos = head
     b.items = 3  # the frame's map: kind, seq and events
-    cdef Py_ssize_t n, i
+    b.odd = False
+    cdef Py_ssize_t n, i, start
     cdef unsigned char c
     cdef list out
     cdef dict values, meta
@@ -312,6 +352,8 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
             need(&b, 1)
             if b.p[b.pos] != 0x94:  # [id, type, values, meta]
                 return None
+            start = b.pos
+            b.odd = False
             b.pos += 1
             b.items += 4
             need(&b, 1)
@@ -337,9 +379,14 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
             need(&b, 1)
             if b.p[b.pos] == 0x80:  # no meta of the publisher's: the usual event
                 b.pos += 1
-                meta = {}
-            else:
-                meta = read_map(&b, max_items, None)
+                if b.items > max_work:
+                    return None
+                ev = trusted(values, etype, {}, eid)
+                if not b.odd:
+                    set_packed(ev, PyBytes_FromStringAndSize(<const char*>(b.p + start), b.pos - start))
+                out.append(ev)
+                continue
+            meta = read_map(&b, max_items, None)
             if b.items > max_work:
                 return None
             out.append(trusted(values, etype, meta, eid))

@@ -24,6 +24,9 @@ _compiled = load_pyx(__package__ or "aa.router.wire", Path(__file__).resolve().p
 _read: Callable[..., tuple[int, tuple[Event, ...]] | None] | None = getattr(_compiled, "read", None)
 _new_cache: Callable[[], list[Any]] = getattr(_compiled, "new_cache", list)
 
+#: Stores `Event.packed` past the frozen guard (the slot's own setter).
+_set_packed: Callable[[Event, bytes], None] = vars(Event)["packed"].__set__
+
 #: Whether the compiled reader runs in this process.
 COMPILED = _read is not None
 
@@ -65,6 +68,7 @@ class PublishReader:
             Event.trusted,
             MAX_ID_LENGTH,
             self._cache,
+            _set_packed,
         )
         if got is None:
             return None
