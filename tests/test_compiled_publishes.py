@@ -308,6 +308,20 @@ def test_a_stamped_publish_is_packed_as_the_reference_packs_it(
 
 
 @needs_compiled
+def test_a_connection_keeps_only_short_strs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The strs kept from one event to the next live as long as the connection: a client
+    # cannot make its session hold more than a few kB with long keys, values or types.
+    monkeypatch.setattr(publishes, "_read", _publishes.read)
+    codec = Connection(max_items=MAX_FRAME_ITEMS)
+    long = Event(values={"k" * 70: "v" * 1000, "s": "w" * 65}, type="t" * 100, id="a")
+    codec.receive_data(frame(1, [usual(1), long]))
+    reader = publishes.PublishReader(codec)
+    assert isinstance(reader.next_publish(), Publish)
+    kept = [s for s in reader._cache if s is not None]
+    assert kept and max(len(s.encode()) for s in kept) <= 64
+
+
+@needs_compiled
 def test_large_frames_go_to_the_codec_s_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     # Bounded work: a frame of more items than `MAX_WORK`, or more bytes than the codec
     # decodes without counting, is decoded in steps by the reference path.

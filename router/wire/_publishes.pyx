@@ -253,13 +253,17 @@ cdef object read_scalar(Buf* b):
 
 cdef enum:
     SLOTS = 32  # places in a map whose key (and str value) is kept for the next event's
+    KEPT_BYTES = 64  # longest str kept: a connection's cache holds a few kB at most
 
 
 cdef object cached_str(Buf* b, Py_ssize_t n, list cache, Py_ssize_t slot):
     """The str of the next *n* bytes: the one kept at *slot* of *cache* when its UTF-8 is
-    those bytes (str is immutable: events may share one), else a new one, kept there."""
+    those bytes (str is immutable: events may share one), else a new one, kept there if it
+    is short (the cache lives as long as the connection)."""
     cdef Py_ssize_t size
     cdef const char* data
+    if n > KEPT_BYTES:
+        return text(b, n)
     need(b, n)
     kept = cache[slot]
     if kept is not None:
