@@ -62,12 +62,19 @@ def counted(*args: Any) -> Any:
     return got
 
 
+def use_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled reader, and its cache, in this process whichever path it runs."""
+    monkeypatch.setattr(publishes, "_read", _publishes.read)
+    monkeypatch.setattr(publishes, "_new_cache", _publishes.new_cache)
+
+
 def read(
     data: bytes, compiled: bool, monkeypatch: pytest.MonkeyPatch, piece: int | None = None
 ) -> list[Any]:
     """What a router's session makes of *data* (given in pieces of *piece* bytes), with or
     without the compiled reader: each message (a publish's seq and its events with their
     types) or the error, as `ClientSession._process` reads them."""
+    use_compiled(monkeypatch)
     monkeypatch.setattr(publishes, "_read", counted if compiled else None)
     compiled_reads.clear()
     kept_bytes.clear()
@@ -205,7 +212,7 @@ def test_a_frame_in_pieces_is_read_whole_when_it_is_all_there(
 @needs_compiled
 def test_events_share_no_mutable_value(monkeypatch: pytest.MonkeyPatch) -> None:
     # Strs are kept from one event to the next; maps never are.
-    monkeypatch.setattr(publishes, "_read", _publishes.read)
+    use_compiled(monkeypatch)
     codec = Connection()
     codec.receive_data(frame(1, [usual(i) for i in range(3)]) * 2)
     reader = publishes.PublishReader(codec)
@@ -290,7 +297,7 @@ def test_a_stamped_publish_is_packed_as_the_reference_packs_it(
     events = [usual(i) for i in range(5)] + EVENTS + OTHERS + [usual(2), Event(values={"x": 1})]
     data = frame(1, events[:8]) + odd_frame(b"\x94\xa1a\xc0" + ODD_VALUES[1] + b"\x80")
     data += frame(2, events[8:13]) + frame(3, events[13:])  # the third has nested values
-    monkeypatch.setattr(publishes, "_read", _publishes.read)
+    use_compiled(monkeypatch)
     codec = Connection(max_items=MAX_FRAME_ITEMS)
     codec.receive_data(data)
     reader = publishes.PublishReader(codec)
@@ -311,7 +318,7 @@ def test_a_stamped_publish_is_packed_as_the_reference_packs_it(
 def test_a_connection_keeps_only_short_strs(monkeypatch: pytest.MonkeyPatch) -> None:
     # The strs kept from one event to the next live as long as the connection: a client
     # cannot make its session hold more than a few kB with long keys, values or types.
-    monkeypatch.setattr(publishes, "_read", _publishes.read)
+    use_compiled(monkeypatch)
     codec = Connection(max_items=MAX_FRAME_ITEMS)
     long = Event(values={"k" * 70: "v" * 1000, "s": "w" * 65}, type="t" * 100, id="a")
     codec.receive_data(frame(1, [usual(1), long]))
@@ -456,6 +463,12 @@ def test_any_events_of_the_model_read_alike(seq: int, items: list[Any]) -> None:
         if flat:
             assert compiled_reads == [True, True]
         assert compiled == read(data, False, mp)
+
+
+@needs_compiled
+def test_a_wrong_cache_is_refused() -> None:
+    with pytest.raises(ValueError, match="new_cache"):
+        _publishes.read(frame(1, [usual(1)])[4:], len(PUBLISH_HEAD), 10, 10, None, 64, [], None)
 
 
 def test_the_pure_path_reads_with_the_reference() -> None:

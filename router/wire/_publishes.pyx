@@ -329,6 +329,8 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
     without a meta whose bytes in the frame are those `packed_event` would make of it (every
     part in the form msgpack's packer writes it), so that the router need not pack its
     values again."""
+    if len(cache) != 2 * SLOTS + 1:  # indexed unchecked below
+        raise ValueError("cache must be a list made by new_cache()")
     cdef Buf b
     b.p = <const unsigned char*>PyBytes_AS_STRING(payload)
     b.end = PyBytes_GET_SIZE(payload)
