@@ -46,7 +46,8 @@ run: $(STAMP)
 PURE_PATH_TESTS := tests/test_mesh_codec.py tests/test_faults_wire_fuzz.py \
 	tests/test_session_bad_input.py tests/test_router.py tests/test_client_sync.py \
 	tests/test_client_failover.py \
-	tests/test_compiled_golden.py tests/test_dispatch_batch.py tests/test_compiled_stamp.py
+	tests/test_compiled_golden.py tests/test_dispatch_batch.py tests/test_compiled_stamp.py \
+	tests/test_compiled_publishes.py
 # Two workers (pytest-xdist), one per core: a test file is one unit of work, the Spark tests
 # one group sent first (tests/conftest.py). `make test WORKERS=0` runs in one process.
 WORKERS ?= 2

@@ -34,6 +34,7 @@ PYX_MODULES = (
     ("aa.router._stamp", "router/_stamp.pyx"),
     ("aa.client._deliver", "client/_deliver.pyx"),
     ("aa.client._publish", "client/_publish.pyx"),
+    ("aa.router.wire._publishes", "router/wire/_publishes.pyx"),
 )
 
 #: Cython's directives for all of them. Type annotations are not read as C types: they are

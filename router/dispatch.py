@@ -245,7 +245,7 @@ class Dispatcher:
             self.counters["duplicates"] += duplicates  # retried publishes: already in the mesh
         if alike:  # the same meta on each: packed once for all of them
             try:
-                pack_with_meta(alike, pack(alike[0].meta))
+                pack_with_meta(alike, pack(alike[0].meta), events)
             except (TypeError, ValueError, OverflowError):
                 pass  # never for a stamp; each event is packed on its own when asked
         # The batch is stamped (its duplicates dropped) before any of it is dispatched: each

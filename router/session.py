@@ -84,6 +84,7 @@ from .dispatch import DISPATCH_STEP
 from .memory import give_back
 from .patterns import PREDICATE_TIER
 from .security import Identity, Rules
+from .wire import PublishReader
 
 if TYPE_CHECKING:
     from .seams import SessionHost
@@ -336,6 +337,8 @@ class ClientSession(asyncio.Protocol):
         self.counters = router.counters
         self._batch = router.deliveries
         self.codec = Connection(max_items=MAX_FRAME_ITEMS)
+        #: Reads the usual publish frame of `codec` with compiled code, where it is built.
+        self._publishes = PublishReader(self.codec)
         self.transport: asyncio.Transport | None = None
         self.client_id: str | None = None
         #: The prefix of the event ids this client may propose as they are (`aa.mesh.id_scope`).
@@ -434,9 +437,10 @@ class ClientSession(asyncio.Protocol):
         """Handle the whole frames buffered; after a big publish or a long turn, the rest waits."""
         self._read(_HANDLING)
         start = time.perf_counter()
+        next_publish, next_message = self._publishes.next_publish, self.codec.next_message
         try:
             while True:
-                msg = self.codec.next_message(stepwise=True)
+                msg = next_publish() or next_message(stepwise=True)
                 if msg is IN_PROGRESS:  # a step of a large frame
                     if time.perf_counter() - start > TURN_BUDGET:  # the rest on the next turn
                         self._next_turn()
@@ -906,6 +910,7 @@ class ClientSession(asyncio.Protocol):
         self.flush()
         self._enter(_CLOSING)
         self.codec = Connection(max_items=MAX_FRAME_ITEMS)  # what it held is let go at once
+        self._publishes = PublishReader(self.codec)
         self.router.partial_frames.hold(self, 0)
         transport.write_eof()
         transport.resume_reading()

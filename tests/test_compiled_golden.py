@@ -99,6 +99,26 @@ def _outcome(frame: bytes, max_items: int | None = 1000) -> str:
     return " | ".join(out)
 
 
+def _session_outcome(frame: bytes) -> str:
+    """What a router's client session makes of *frame*: the compiled publish reader where
+    it is built and reads it, the codec's steps otherwise (`ClientSession._process`)."""
+    from aa.mesh.protocol import IN_PROGRESS, NEED_DATA, Connection
+    from aa.router.session import MAX_FRAME_ITEMS
+    from aa.router.wire import PublishReader
+
+    conn = Connection(max_items=MAX_FRAME_ITEMS)
+    reader = PublishReader(conn)
+    conn.receive_data(frame)
+    out = []
+    try:
+        while (msg := reader.next_publish() or conn.next_message(stepwise=True)) is not NEED_DATA:
+            if msg is not IN_PROGRESS:
+                out.append(repr(msg))
+    except Exception as exc:
+        out.append(f"{type(exc).__name__}: {exc}")
+    return " | ".join(out)
+
+
 def _frame(obj: Any) -> bytes:
     from aa.mesh.protocol import pack
 
@@ -256,6 +276,7 @@ def golden() -> dict[str, Any]:
         "decoded": decoded,
         "bad_frames": [_outcome(f) for f in bad],
         "mutations": _mutations(frames[:6] + bad[:4]),
+        "session": [_session_outcome(f) for f in [*frames, *bad]],
         "values": _values_errors(),
         "seen_ids": _seen_ids(),
         "stamped": _stamped(),
@@ -304,6 +325,7 @@ def test_the_two_runs_are_the_two_paths(both):
         "values",
         "seen_ids",
         "stamped",
+        "session",
     ],
 )
 def test_same_bytes_and_answers(both, part):

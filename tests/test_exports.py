@@ -173,6 +173,7 @@ PUBLIC: dict[str, list[str]] = {
         "NEED_DATA",
         "OVERFLOW_MODES",
         "PROTOCOL_VERSION",
+        "PUBLISH_HEAD",
         "PatternFailed",
         "PatternRaised",
         "PatternSpec",
@@ -257,6 +258,7 @@ PUBLIC: dict[str, list[str]] = {
         "equality_of",
         "owner_of",
     ],
+    "aa.router.wire": ["COMPILED", "MAX_WORK", "PublishReader"],
     "aa.router.eventlog": [
         "Chunk",
         "EVENTLOG_DIR",

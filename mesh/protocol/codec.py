@@ -53,6 +53,7 @@ __all__ = [
     "MAX_FRAME_VALUES",
     "STEP_ABOVE",
     "DELIVER_HEAD",
+    "PUBLISH_HEAD",
     "pack",
     "unpack",
     "packed_event",
@@ -204,7 +205,8 @@ DELIVER_HEAD: Final = (
     + _packer().pack("deliver")
     + _packer().pack("items")
 )
-_PUBLISH_HEAD: Final = (
+#: The start of every `Publish` frame the codec makes: a map of three, its kind, the seq's key.
+PUBLISH_HEAD: Final = (
     _packer().pack_map_header(3)
     + _packer().pack("kind")
     + _packer().pack("publish")
@@ -251,18 +253,40 @@ def packed_fields(id: str | None, type: str | None, values: Any, meta: Any) -> b
         raise UsageError(f"cannot encode event {id}: {exc}") from None
 
 
-def pack_with_meta(events: Sequence[Event], meta: bytes) -> None:
+def pack_with_meta(events: Sequence[Event], meta: bytes, sources: Sequence[Event] = ()) -> None:
     """Give each of *events* its `packed_event` bytes, made from its id, type and values and
     *meta*, the bytes `pack` made of the meta map every one of them carries (a router stamps
     a batch alike): the same bytes, without packing the same map again per event (its time
     alone costs more than five plain values). An event outside the value model is left
-    unpacked, for `packed_event` to say why when it is asked."""
+    unpacked, for `packed_event` to say why when it is asked.
+
+    *sources*: the events *events* were made from, in the same order (a router's stamping
+    gives each stamped event its source's values map, and may leave sources out). Where a
+    source has the same id, type and values map and no meta, and already has its bytes (the
+    router's compiled reader keeps a publish's), those bytes up to its empty meta are the
+    event's too: the values are not packed again."""
     packer = _thread_packer()
+    later = iter(sources)
+    source = next(later, None)
     for event in events:
         if event.packed is not None:
             continue
+        values = event.values
+        while source is not None and source.values is not values:
+            source = next(later, None)
+        if source is not None:
+            data = source.packed
+            if (
+                data is not None
+                and data[-1] == 0x80
+                and not source.meta
+                and source.id == event.id
+                and source.type == event.type
+            ):
+                _set_packed(event, data[:-1] + meta)
+                continue
         try:
-            head = packer.pack((event.id, event.type, event.values))
+            head = packer.pack((event.id, event.type, values))
         except (TypeError, ValueError, OverflowError):
             packer = _local.packer = _packer()  # a failed pack may leave it dirty
             continue
@@ -384,21 +408,21 @@ class Connection:
             self._break(exc)
             raise self._fresh_error() from None
 
-    def whole_frame(self, head: bytes) -> bytes | _NeedData | None:
+    def whole_frame(self, head: bytes, most: int | None = None) -> bytes | _NeedData | None:
         """For a reader of its own of the frames that start with *head*: the payload of the
         next frame when it is all buffered and starts with *head*; `NEED_DATA` while it may
         be such a frame and is not all here (fewer bytes of it than *head*, or its start is
         *head*), so that the reader waits for the rest rather than the frame being decoded in
-        steps; else None (another kind, a frame over the cap, a frame part decoded already:
-        `next_message()` decodes it, with its checks and errors). The frame stays buffered:
-        `drop_frame()` takes it off once read."""
+        steps; else None (another kind, a frame over the cap or of more than *most* bytes, a
+        frame part decoded already: `next_message()` decodes it, with its checks and errors).
+        The frame stays buffered: `drop_frame()` takes it off once read."""
         if self._broken is not None or self._stepping is not None:
             return None
         buf, pos = self._buf, self._pos
         if len(buf) - pos < _HEADER:
             return NEED_DATA
         size = int.from_bytes(buf[pos : pos + _HEADER], "big")
-        if size > self.max_frame or size < len(head):
+        if size > self.max_frame or size < len(head) or most is not None and size > most:
             return None
         start = pos + _HEADER
         here = buf[start : start + len(head)]
@@ -594,7 +618,7 @@ class Connection:
         except (TypeError, ValueError, OverflowError) as exc:
             self._packer = _packer()
             raise UsageError(f"cannot encode 'publish' message: {exc}") from None
-        payload = b"".join((_PUBLISH_HEAD, head, *packed))
+        payload = b"".join((PUBLISH_HEAD, head, *packed))
         if len(payload) > self.max_frame:
             raise UsageError(
                 f"'publish' frame of {len(payload)} bytes is over the cap of {self.max_frame}"
