@@ -275,6 +275,15 @@ cdef object copied(object value):
     return value
 
 
+cdef inline int within(Buf* b, Py_ssize_t max_values) except -1:
+    """`_Other` as soon as a frame of more than *max_values* bytes has more than that many
+    items counted so far (the reference refuses it in steps): one frame of 16 MiB of tiny or
+    nested events is not built whole, in one uninterrupted call, only to be refused after."""
+    if b.end > max_values and b.items > max_values:
+        raise _Other()
+    return 0
+
+
 def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trusted, valid_map,
          unpack, Py_ssize_t max_id):
     """The items of the delivery frame *payload* (its bytes after the frame's length; the
@@ -301,6 +310,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
     try:
         n = array_len(&b)
         b.items += n
+        within(&b, max_values)
         out = []
         for i in range(n):
             need(&b, 1)
@@ -310,6 +320,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
             start = b.pos
             k = array_len(&b)
             b.items += 2 + k + 4
+            within(&b, max_values)
             if k == 1 and b.pos < b.end and b.p[b.pos] == last_sid:
                 b.pos += 1  # the same one sub id (a fixint) as the item before: its tuple again
             else:
@@ -343,6 +354,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
             try:
                 k = map_len(&b)
                 b.items += k
+                within(&b, max_values)
                 values = {}
                 for j in range(k):
                     key = read_str(&b)
@@ -351,12 +363,14 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
                 b.pos = start
                 b.items -= k
                 skip(&b, 0)
+                within(&b, max_values)
                 values_any = unpack(payload[start : b.pos])
                 if type(values_any) is not dict or not valid_map(values_any, 0):
                     raise _Other()
                 values = values_any
             start = b.pos
             skip(&b, 0)
+            within(&b, max_values)
             size = b.pos - start
             if (
                 last_raw is not None

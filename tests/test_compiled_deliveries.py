@@ -17,8 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aa.client import deliveries
-from aa.mesh import Event, ProtocolError
-from aa.mesh.protocol import NEED_DATA, Connection, Deliver, pack, pack_with_meta
+from aa.mesh import MAX_ID_LENGTH, Event, ProtocolError
+from aa.mesh.protocol import (
+    DELIVER_HEAD,
+    NEED_DATA,
+    Connection,
+    Deliver,
+    pack,
+    pack_with_meta,
+    unpack,
+)
 
 try:
     from aa.client import _deliver
@@ -271,6 +279,44 @@ def test_mutated_and_cut_frames_get_the_same_answer(monkeypatch: pytest.MonkeyPa
         read_whole += sum(compiled_reads)
         assert same_answer(compiled, read(data, False, monkeypatch)), data
     assert read_whole > 100  # mutations within a str or a number leave a frame good
+
+
+@needs_compiled
+def test_a_frame_of_too_many_items_is_left_to_the_steps_before_it_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A hostile router's frame of more bytes than `max_values` holds far more items than
+    # that (here 20,000 tiny events, each with a nested value the reader hands to msgpack).
+    # The reference refuses it in steps; the compiled reader leaves it to the reference as
+    # soon as its count is over, not after building every event (a 16 MiB frame of them
+    # held a client's loop for seconds).
+    nested = [[1], [None, None, {"a": []}, {}]]
+    payload = DELIVER_HEAD + b"\xdd" + (20_000).to_bytes(4, "big") + msgpack.packb(nested) * 20_000
+    unpacked = 0
+
+    def counting_unpack(raw: bytes) -> Any:
+        nonlocal unpacked
+        unpacked += 1
+        return unpack(raw)
+
+    max_values = 1_000
+    got = _deliver.read(
+        payload,
+        len(DELIVER_HEAD),
+        max_values,
+        [None, None],
+        Event.trusted,
+        deliveries._in_model,
+        counting_unpack,
+        MAX_ID_LENGTH,
+    )
+    assert got is None
+    assert unpacked <= max_values // 6  # each event counts 7 items at least
+    codec = Connection(max_values=max_values)
+    codec.receive_data(len(payload).to_bytes(4, "big") + payload)
+    with pytest.raises(ProtocolError, match="more than 1000 values"):
+        while codec.next_message() is not NEED_DATA:
+            pass
 
 
 scalars = (
