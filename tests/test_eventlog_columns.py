@@ -355,3 +355,48 @@ def test_the_pure_switch_takes_the_reference_path() -> None:
         [sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=60
     )
     assert out.stdout.split() == ["False"], out.stderr
+
+
+def test_a_key_twice_in_a_peer_s_bytes_is_logged_as_the_router_read_it() -> None:
+    # A flood group's blob is logged as the peer sent it, and a hostile peer may write a key
+    # twice in a map: the router read the last value only (a dict), and the log must say
+    # the same, not both (a map column with a key twice fails Spark's reading of it).
+    hop = (7, ("r-0123", "r-4567"))
+    row = [b"\xa1a", b"\xa1t"]
+
+    def blob(values: bytes, meta: bytes) -> bytes:
+        return b"\x91\x94" + row[0] + row[1] + values + meta
+
+    twice = [
+        blob(b"\x82\xa1x\x01\xa1x\x02", b"\x80"),  # in the values
+        blob(b"\x81\xa1x\x81\xa1m\x82\xa1k\x01\xa1k\x02", b"\x80"),  # in a map in them
+        blob(b"\x81\xa1x\x01", b"\x82\xa1u\x01\xa1u\x02"),  # in the meta
+        blob(b"\x81\xa1x\x01", b"\x81\xa1u\x82\xa1k\x01\xa1k\x02"),  # in a map in the meta
+        blob(b"\x81\xa1x\x01", b"\x82\xa4user\xa1a\xa4user\xa1b"),  # a meta column's key
+    ]
+    for data in twice:
+        for h in (None, hop):
+            chunks: list[Chunk] = [(LOGGED, 1, data, h)]
+            table = fastpath.table_from_chunks(chunks, "me")
+            assert table is None or table.equals(reference(chunks)), (data, h)
+    many = {f"k{i}": i for i in range(40)}  # past the keys compared one by one
+    data = packb([["a", "t", many, {}]])
+    data = data[:-1] + b"\xa3k39\x05\x80"  # one more key, a repeat
+    data = data.replace(b"\x94\xa1a\xa1t\xde\x00\x28", b"\x94\xa1a\xa1t\xde\x00\x29")
+    assert fastpath.table_from_chunks([(LOGGED, 1, data, None)], "me") is None
+    fine = packb([["a", "t", many, {"u": 1}]])
+    assert fastpath.table_from_chunks([(LOGGED, 1, fine, None)], "me") is not None
+
+
+def test_a_hop_s_deeply_nested_ttl_is_refused_not_a_crash() -> None:
+    # The blob's own ttl and path are skipped, not written: the skip is bounded in depth
+    # like the rest (a subprocess: past the C stack, the interpreter would die).
+    code = (
+        "from aa.router.eventlog import fastpath\n"
+        "deep = b'\\x91' * 1_000_000 + b'\\x01'\n"
+        "data = b'\\x91\\x94\\xa1a\\xa1t\\x80\\x81\\xa3ttl' + deep\n"
+        "print(fastpath.table_from_chunks([(1.0, 1, data, (7, ('r',)))], 'me'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.strip() == "None"

@@ -33,6 +33,8 @@ __all__ = ["table_from_chunks"]
 #: Deepest list or map in a value or the meta the fast path writes; deeper ones go the
 #: reference way.
 DEF MAX_DEPTH = 32
+#: Keys of a map compared one by one for a repeat; a larger map's go in a set.
+DEF FEW_KEYS = 16
 #: Bytes a string column may hold (Arrow's string offsets are int32).
 DEF MAX_COLUMN_BYTES = 2147483647
 
@@ -260,16 +262,49 @@ cdef class _Reader:
             raise _Refused()
         return 0
 
-    cdef int skip(self, Item* it) except -1:
-        """Skip the contents of the array or map *it* opened (nothing for other items)."""
+    cdef int skip(self, Item* it, int depth) except -1:
+        """Skip the contents of the array or map *it* opened (nothing for other items), at
+        nesting *depth*: deeper than `MAX_DEPTH` is refused (each level is a C call)."""
         cdef Item sub
         cdef uint64_t k, count
         if it.kind == K_ARRAY or it.kind == K_MAP:
+            if depth >= MAX_DEPTH:
+                raise _Refused()
             count = it.u * (2 if it.kind == K_MAP else 1)
             for k in range(count):
                 self.next(&sub)
-                self.skip(&sub)
+                self.skip(&sub, depth + 1)
         return 0
+
+
+cdef struct Keys:
+    const char* s[FEW_KEYS]
+    uint64_t u[FEW_KEYS]
+    int n
+
+
+cdef object _once(Keys* ks, object seen, Item* key):
+    """Refuse the str *key* when the map being read had it already (msgpack may hold a key
+    twice; the reference's dict keeps the last value, and a map column or a JSON object with
+    a key twice reads differently elsewhere): its first `FEW_KEYS` keys are compared one by
+    one, the rest looked up in *seen*, a set made once there are more. Returns *seen*."""
+    cdef int j
+    cdef bytes b
+    if seen is None:
+        for j in range(ks.n):
+            if ks.u[j] == key.u and memcmp(ks.s[j], key.s, key.u) == 0:
+                raise _Refused()
+        if ks.n < FEW_KEYS:
+            ks.s[ks.n] = key.s
+            ks.u[ks.n] = key.u
+            ks.n += 1
+            return None
+        seen = {PyBytes_FromStringAndSize(ks.s[j], ks.u[j]) for j in range(ks.n)}
+    b = PyBytes_FromStringAndSize(key.s, key.u)
+    if b in seen:
+        raise _Refused()
+    seen.add(b)
+    return seen
 
 
 cdef inline uint16_t _u16(const unsigned char* q) noexcept:
@@ -499,6 +534,8 @@ cdef int _json(_Reader r, _Buf out, Item* it, int depth) except -1:
     when nothing needs a tag."""
     cdef Item sub
     cdef uint64_t k
+    cdef Keys ks
+    seen = None
     if it.kind == K_STR:
         return _json_str(out, it.s, it.u)
     if it.kind == K_UINT or it.kind == K_INT:
@@ -524,12 +561,14 @@ cdef int _json(_Reader r, _Buf out, Item* it, int depth) except -1:
             _json(r, out, &sub, depth + 1)
         return out.byte(b']')
     if it.kind == K_MAP:
+        ks.n = 0
         out.byte(b'{')
         for k in range(it.u):
             if k:
                 out.byte(b',')
             r.next(&sub)
             _json_key(out, &sub)
+            seen = _once(&ks, seen, &sub)
             r.next(&sub)
             _json(r, out, &sub, depth + 1)
         return out.byte(b'}')
@@ -582,6 +621,9 @@ cdef class _Table:
         cdef Item it
         cdef uint64_t k
         cdef int32_t end
+        cdef Keys ks
+        ks.n = 0
+        seen = None
         r.next(&it)
         if it.kind != K_MAP:
             raise _Refused()
@@ -589,6 +631,7 @@ cdef class _Table:
             r.next(&it)
             if it.kind != K_STR:
                 raise _Refused()
+            seen = _once(&ks, seen, &it)
             self.keys.add(it.s, it.u)
             r.next(&it)
             if it.kind == K_STR:
@@ -648,6 +691,9 @@ cdef class _Table:
         cdef uint64_t word
         cdef uint32_t nanos
         cdef _Buf out = self.metas.data
+        cdef Keys ks
+        ks.n = 0
+        seen = None
         r.next(&it)
         if it.kind != K_MAP:
             raise _Refused()
@@ -656,6 +702,7 @@ cdef class _Table:
             r.next(&key)
             if key.kind != K_STR:
                 raise _Refused()
+            seen = _once(&ks, seen, &key)
             if key.u == 4 and memcmp(key.s, b"time", 4) == 0:  # its own column, not in the JSON
                 r.next(&it)
                 if it.kind != K_EXT or it.ext != -1 or timed:
@@ -683,14 +730,14 @@ cdef class _Table:
             if hopped and key.u == 3 and memcmp(key.s, b"ttl", 3) == 0:
                 if ttl_set:
                     raise _Refused()
-                r.skip(&it)
+                r.skip(&it, 1)
                 out.put(PyBytes_AS_STRING(hop_ttl), PyBytes_GET_SIZE(hop_ttl))
                 ttl_set = True
                 continue
             if hopped and key.u == 4 and memcmp(key.s, b"path", 4) == 0:
                 if path_set:
                     raise _Refused()
-                r.skip(&it)
+                r.skip(&it, 1)
                 out.put(PyBytes_AS_STRING(hop_path), PyBytes_GET_SIZE(hop_path))
                 path_set = True
                 continue
