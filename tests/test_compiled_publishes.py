@@ -1,4 +1,4 @@
-"""The router's compiled publish reader (`router/_publishes.pyx`) reads a client's publish
+"""The router's compiled publish reader (`router/wire/_publishes.pyx`) reads a client's publish
 frames into the same events as the codec's reference path, and leaves every frame it does
 not read, good or bad, to that path: the same messages and the same errors either way."""
 
