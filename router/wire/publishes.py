@@ -1,7 +1,8 @@
 """Reading a client's publish frames in the router: the compiled reader where it is built.
 
-Decoding a client's publish is the router's first stage per event. `router/_publishes.pyx`
-reads the usual publish frame straight from its bytes into the checked events, in one call.
+Decoding a client's publish is the router's first stage per event. `_publishes.pyx`, beside
+this module, reads the usual publish frame straight from its bytes into the checked events,
+in one call.
 It is used when it was built from its source as it is now and ``AA_PURE_PYTHON`` is not set
 (`aa.mesh.load_pyx`); otherwise, and for any frame it does not read (anything unusual or
 wrong, or too large to read in one go), the codec's reference path reads the frame
