@@ -15,6 +15,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.wire import BAD_EVENTS
 
 from aa.client import deliveries
 from aa.mesh import MAX_ID_LENGTH, Event, ProtocolError
@@ -209,29 +210,7 @@ def bad_frames() -> list[bytes]:
     ev = ["a-1", None, {"x": 1}, {}]
     return [
         raw_frame({"kind": "deliver", "items": [[[1], e]]})
-        for e in [
-            "not a list",
-            ["a-1", None, {"x": 1}],
-            ["", None, {"x": 1}, {}],
-            ["a" * 65, None, {"x": 1}, {}],
-            [5, None, {"x": 1}, {}],
-            ["a-1", 5, {"x": 1}, {}],
-            ["a-1", None, [1], {}],
-            ["a-1", None, {"x": 1}, [1]],
-            ["a-1", None, {1: 1}, {}],
-            ["a-1", None, {"x": 1}, {1: 1}],
-            ["a-1", None, {"x": msgpack.ExtType(1, b"not a date")}, {}],
-            ["a-1", None, {"x": msgpack.ExtType(9, b"")}, {}],
-            ["a-1", None, {"x": 1}, {"t": msgpack.ExtType(9, b"")}],
-            ["a-1", None, {"x": {"y": {2: 1}}}, {}],
-            ["a-1", None, {"x": 1}, None],
-            [
-                "a-1",
-                None,
-                {"x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
-                {},
-            ],
-        ]
+        for e in [*BAD_EVENTS, ["a-1", None, {"x": 1}, None]]
     ] + [
         raw_frame({"kind": "deliver", "items": [[[1], ev], "not an item"]}),
         raw_frame({"kind": "deliver", "items": [[[1], ev], [[1], ev, 3]]}),

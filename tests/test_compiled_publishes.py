@@ -11,10 +11,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.wire import BAD_EVENTS
 
 from aa.mesh import Event, ProtocolError
 from aa.mesh.protocol import (
@@ -343,31 +343,7 @@ def test_large_frames_go_to_the_codec_s_steps(monkeypatch: pytest.MonkeyPatch) -
 def bad_frames() -> list[bytes]:
     ev = ["a-1", None, {"x": 1}, {}]
     publish = {"kind": "publish", "seq": 1}
-    return [
-        raw_frame({**publish, "events": [e]})
-        for e in [
-            "not a list",
-            ["a-1", None, {"x": 1}],
-            ["", None, {"x": 1}, {}],
-            ["a" * 65, None, {"x": 1}, {}],
-            [5, None, {"x": 1}, {}],
-            ["a-1", 5, {"x": 1}, {}],
-            ["a-1", None, [1], {}],
-            ["a-1", None, {"x": 1}, [1]],
-            ["a-1", None, {1: 1}, {}],
-            ["a-1", None, {"x": 1}, {1: 1}],
-            ["a-1", None, {"x": msgpack.ExtType(1, b"not a date")}, {}],
-            ["a-1", None, {"x": msgpack.ExtType(9, b"")}, {}],
-            ["a-1", None, {"x": 1}, {"t": msgpack.ExtType(9, b"")}],
-            ["a-1", None, {"x": {"y": {2: 1}}}, {}],
-            [
-                "a-1",
-                None,
-                {"x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
-                {},
-            ],
-        ]
-    ] + [
+    return [raw_frame({**publish, "events": [e]}) for e in BAD_EVENTS] + [
         raw_frame({**publish, "events": [ev] * (MAX_FRAME_ITEMS + 1)}),
         raw_frame({**publish, "events": [["a-1", None, {str(k): 1 for k in range(10_001)}, {}]]}),
         raw_frame({**publish, "events": [ev] * 400 + [["a-1", 5, {}, {}]]}),

@@ -9,11 +9,41 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any, Final
+
+import msgpack
 
 from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import Ack, Deliver, Error, Hello, Message, Publish, Subscribe, Subscribed
 
-__all__ = ["Wire", "Bystander", "frame_bytes"]
+__all__ = ["BAD_EVENTS", "Wire", "Bystander", "frame_bytes"]
+
+
+#: Events (``[id, quench, values, meta]`` as a frame carries them) that every reader of
+#: events refuses, each for its own reason: wrong shapes, ids, keys, extension types and
+#: nesting. A reader's tests put them in its own frames.
+BAD_EVENTS: Final[list[Any]] = [
+    "not a list",
+    ["a-1", None, {"x": 1}],
+    ["", None, {"x": 1}, {}],
+    ["a" * 65, None, {"x": 1}, {}],
+    [5, None, {"x": 1}, {}],
+    ["a-1", 5, {"x": 1}, {}],
+    ["a-1", None, [1], {}],
+    ["a-1", None, {"x": 1}, [1]],
+    ["a-1", None, {1: 1}, {}],
+    ["a-1", None, {"x": 1}, {1: 1}],
+    ["a-1", None, {"x": msgpack.ExtType(1, b"not a date")}, {}],
+    ["a-1", None, {"x": msgpack.ExtType(9, b"")}, {}],
+    ["a-1", None, {"x": 1}, {"t": msgpack.ExtType(9, b"")}],
+    ["a-1", None, {"x": {"y": {2: 1}}}, {}],
+    [
+        "a-1",
+        None,
+        {"x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+        {},
+    ],
+]
 
 
 def frame_bytes(payload: bytes, declared: int | None = None) -> bytes:
