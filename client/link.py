@@ -13,6 +13,7 @@ a plaintext client on its TLS port with an error frame, `tls-required`): never a
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import ssl
@@ -62,6 +63,23 @@ class Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.heard = time.monotonic()
         self.codec.receive_data(data)
+        # The cyclic collector is held off while the frames of this read are decoded and
+        # handed over (at most one frame cap of bytes and one read). A delivery frame's events
+        # (a few objects each) all live until its last one is handed over: a collection in
+        # between finds them all alive, moves them to the older generations, and a full
+        # collection of the whole heap follows every few frames. Handed over and freed, they
+        # leave the collector's count where it was. It is switched back on however the
+        # frames end (a callback or the codec raising), and left off if it was off.
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
+        try:
+            self._read_frames()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _read_frames(self) -> None:
         next_deliver = self._deliveries.next_deliver
         next_message = self.codec.next_message
         try:
