@@ -21,6 +21,7 @@ reference.
 """
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.dict cimport PyDict_Copy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.string cimport memcmp, memcpy
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
@@ -32,8 +33,19 @@ class _Other(Exception):
     """Not the usual frame: the reference path reads it."""
 
 
-class _Nested(Exception):
-    """A value the flat reader does not build (a list, a map, an extension)."""
+#: What `read_scalar` gives for a value the flat reader does not build (a list, a map, an
+#: extension): a marker, not an exception, as it is looked for once per value.
+cdef object NESTED = object()
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    const void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+
+
+cdef enum:
+    SLOTS = 16  # the values' first keys and str values whose text `read` keeps per frame
 
 
 cdef struct Buf:
@@ -134,9 +146,43 @@ cdef object read_str(Buf* b):
     return text(b, n)
 
 
-cdef object read_scalar(Buf* b):
-    """A str, int, float, bool, None or bytes, as msgpack builds it; `_Nested` for a list, a
-    map or an extension (the position is then undefined), `_Other` for bytes no msgpack."""
+cdef object slot_text(Buf* b, Py_ssize_t n, list slots, Py_ssize_t j):
+    """`text(b, n)`, the str kept in *slots[j]* when it is these bytes (an ASCII str is its
+    UTF-8 bytes, so the decoded text would equal it), else decoded and kept there. The
+    events of a frame mostly carry the same keys, and often the same text values, in the
+    same places: each is decoded and hashed once per frame, not once per event."""
+    if j >= SLOTS:
+        return text(b, n)
+    need(b, n)
+    s = slots[j]
+    if (
+        s is not None
+        and PyUnicode_GET_LENGTH(s) == n
+        and PyUnicode_IS_COMPACT_ASCII(s)
+        and memcmp(PyUnicode_DATA(s), b.p + b.pos, n) == 0
+    ):
+        b.pos += n
+        return s
+    s = text(b, n)
+    slots[j] = s
+    return s
+
+
+cdef object read_key(Buf* b, list slots, Py_ssize_t j):
+    """`read_str`, through *slots* (`slot_text`)."""
+    need(b, 1)
+    cdef unsigned char c = b.p[b.pos]
+    b.pos += 1
+    cdef Py_ssize_t n = str_len(b, c)
+    if n < 0:
+        raise _Other()
+    return slot_text(b, n, slots, j)
+
+
+cdef object read_scalar(Buf* b, list slots, Py_ssize_t j):
+    """A str, int, float, bool, None or bytes, as msgpack builds it (a str through *slots*,
+    `slot_text`); `NESTED` for a list, a map or an extension (the position is then
+    undefined), `_Other` for bytes no msgpack."""
     need(b, 1)
     cdef unsigned char c = b.p[b.pos]
     cdef const unsigned char* p
@@ -152,7 +198,7 @@ cdef object read_scalar(Buf* b):
         return <long>(<int8_t>c)
     n = str_len(b, c)
     if n >= 0:
-        return text(b, n)
+        return slot_text(b, n, slots, j)
     if c == 0xc0:
         return None
     if c == 0xc2:
@@ -211,7 +257,7 @@ cdef object read_scalar(Buf* b):
         need(b, n)
         b.pos += n
         return PyBytes_FromStringAndSize(<const char*>(b.p + b.pos - n), n)
-    raise _Nested()
+    return NESTED
 
 
 cdef int skip(Buf* b, int depth) except -1:
@@ -275,6 +321,20 @@ cdef object copied(object value):
     return value
 
 
+cdef dict copied_meta(dict meta, tuple mutable):
+    """`copied(meta)`, *mutable* the keys of its lists and maps: the map copied whole, then
+    those values copied in place (a stamp has one, its path)."""
+    cdef dict out = PyDict_Copy(meta)
+    for k in mutable:
+        out[k] = copied(meta[k])
+    return out
+
+
+cdef tuple mutable_keys(dict meta):
+    """The keys of *meta* whose values are lists or maps (`copied_meta`)."""
+    return tuple([k for k, v in meta.items() if type(v) is dict or type(v) is list])
+
+
 cdef inline int within(Buf* b, Py_ssize_t max_values) except -1:
     """`_Other` as soon as a frame of more than *max_values* bytes has more than that many
     items counted so far (the reference refuses it in steps): one frame of 16 MiB of tiny or
@@ -305,6 +365,9 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
     cdef dict values
     cdef bytes last_raw = cache[0]
     last_meta = cache[1]
+    cdef tuple last_mutable = mutable_keys(last_meta) if type(last_meta) is dict else ()
+    cdef list key_slots = [None] * SLOTS
+    cdef list text_slots = [None] * SLOTS
     last_sids = None  # the sub ids of the item before, and its byte if it was one fixint
     cdef int last_sid = -1
     try:
@@ -326,7 +389,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
             else:
                 sids = []
                 for j in range(k):
-                    sid = read_scalar(&b)
+                    sid = read_scalar(&b, text_slots, SLOTS)
                     if type(sid) is not int:
                         raise _Other()
                     sids.append(sid)
@@ -349,17 +412,21 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
                 b.pos += 1
                 etype = None
             else:
-                etype = read_str(&b)
+                etype = read_key(&b, text_slots, SLOTS - 1)
             start = b.pos
-            try:
-                k = map_len(&b)
-                b.items += k
-                within(&b, max_values)
-                values = {}
-                for j in range(k):
-                    key = read_str(&b)
-                    values[key] = read_scalar(&b)
-            except _Nested:
+            k = map_len(&b)
+            b.items += k
+            within(&b, max_values)
+            values = {}
+            for j in range(k):
+                key = read_key(&b, key_slots, j)
+                value = read_scalar(&b, text_slots, j)
+                if value is NESTED:
+                    break
+                values[key] = value
+            else:
+                value = None
+            if value is NESTED:
                 b.pos = start
                 b.items -= k
                 skip(&b, 0)
@@ -377,13 +444,14 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
                 and PyBytes_GET_SIZE(last_raw) == size
                 and memcmp(PyBytes_AS_STRING(last_raw), b.p + start, size) == 0
             ):
-                meta = copied(last_meta)
+                meta = copied_meta(last_meta, last_mutable)
             else:
                 last_raw = payload[start : b.pos]
                 meta = unpack(last_raw)
                 if type(meta) is not dict or meta and not valid_map(meta, 0):
                     raise _Other()
                 last_meta = copied(meta)
+                last_mutable = mutable_keys(last_meta)
             out.append((last_sids, trusted(values, etype, meta, eid)))
         if b.pos != b.end or b.end > max_values and b.items > max_values:
             raise _Other()

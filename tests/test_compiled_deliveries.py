@@ -343,3 +343,34 @@ def test_the_pure_path_reads_with_the_reference() -> None:
     env = {**os.environ, "AA_PURE_PYTHON": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+#: Texts alike in length and bytes: the reader keeps the keys and text values of an event
+#: for the next ones of a frame, and must never give one for another.
+ALIKE = ["a", "b", "é", "ab", "ba", "aé", "\x00", "\x7f", "€", "a" * 31, "b" * 31, ""]
+
+
+@needs_compiled
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(
+                st.sampled_from(ALIKE),
+                st.sampled_from(ALIKE) | st.integers(0, 2) | st.binary(max_size=2),
+                max_size=20,
+            ),
+            st.none() | st.sampled_from(ALIKE),
+        ),
+        max_size=12,
+    )
+)
+def test_events_of_alike_texts_read_alike(items: list[Any]) -> None:
+    events = [
+        ([1], Event(values=v, type=t, meta=STAMP, id=f"e-{i}")) for i, (v, t) in enumerate(items)
+    ]
+    data = Connection().send_deliver(events) * 2
+    with pytest.MonkeyPatch.context() as mp:
+        compiled = read(data, True, mp)
+        assert compiled_reads == [True, True]
+        assert compiled == read(data, False, mp)
