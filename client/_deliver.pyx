@@ -23,10 +23,11 @@ reference.
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.dict cimport PyDict_Copy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.math cimport INFINITY
 from libc.string cimport memcmp, memcpy
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 
-__all__ = ["read"]
+__all__ = ["DeliveredIds", "hand_over", "read"]
 
 
 class _Other(Exception):
@@ -460,3 +461,77 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
     cache[0] = last_raw
     cache[1] = last_meta
     return tuple(out)
+
+
+cdef class DeliveredIds:
+    """The (sub id, event id) pairs a client delivered lately: `aa.mesh.SeenIds` of those
+    pairs, the same window and the same answers (`check`), without a tuple made, hashed and
+    kept per pair. Each generation maps an event id to its sub id (or a tuple of them, for
+    an event of several subscriptions), and counts its pairs as `SeenIds` counts its ids:
+    at most *max_ids* pairs kept, none longer than *max_age* seconds."""
+
+    cdef readonly Py_ssize_t max_ids
+    cdef readonly double max_age
+    cdef Py_ssize_t half_ids, n_current, n_previous
+    cdef double half_age, started, previous_started, deadline
+    cdef dict current, previous
+
+    def __init__(self, *, Py_ssize_t max_ids, double max_age):
+        if max_ids < 2 or not max_age > 0:
+            raise ValueError("max_ids must be at least 2 and max_age positive")
+        self.max_ids = max_ids
+        self.max_age = max_age
+        self.half_ids = max_ids // 2
+        self.half_age = max_age / 2
+        self.current = {}
+        self.previous = {}
+        self.n_current = self.n_previous = 0
+        self.started = self.previous_started = self.deadline = -INFINITY
+
+    cpdef bint check(self, object sid, object eid, double now) except -1:
+        """True if the pair (*sid*, *eid*) is new (and remember it from now on); False if
+        delivered before. *now* is monotonic time in seconds."""
+        if now >= self.deadline or self.n_current >= self.half_ids:
+            self._age(now)
+        held = self.current.get(eid)
+        if held is not None and (held == sid if type(held) is not tuple else sid in <tuple>held):
+            return False
+        was = self.previous.get(eid)
+        if was is not None and (was == sid if type(was) is not tuple else sid in <tuple>was):
+            return False
+        if held is None:
+            self.current[eid] = sid
+        elif type(held) is tuple:
+            self.current[eid] = <tuple>held + (sid,)
+        else:
+            self.current[eid] = (held, sid)
+        self.n_current += 1
+        return True
+
+    cdef int _age(self, double now) except -1:
+        if now - self.started >= self.half_age or self.n_current >= self.half_ids:
+            self.previous, self.previous_started, self.n_previous = (
+                self.current, self.started, self.n_current
+            )
+            self.current, self.started, self.n_current = {}, now, 0
+        if now - self.previous_started >= self.max_age:
+            self.previous, self.previous_started, self.n_previous = {}, now, 0
+        self.deadline = min(self.started + self.half_age, self.previous_started + self.max_age)
+        return 0
+
+    def __len__(self):
+        return self.n_current + self.n_previous
+
+
+def hand_over(items, dict subs, DeliveredIds seen, double now):
+    """`aa.client.deliveries.hand_over`'s loop, compiled, with *seen* for its `SeenIds`."""
+    cdef bint fresh_only
+    for sub_ids, event in items:
+        eid = event.id
+        fresh_only = eid is not None and not event.meta.get("historical")
+        for sid in sub_ids:
+            if fresh_only and not seen.check(sid, eid, now):
+                continue
+            sub = subs.get(sid)
+            if sub is not None:
+                sub.deliver(event)

@@ -35,7 +35,6 @@ from aa.mesh import (
     PermissionDenied,
     RemoteError,
     RouterInfo,
-    SeenIds,
     Source,
     UsageError,
     id_scope,
@@ -72,6 +71,7 @@ from aa.mesh.protocol import (
 
 from .caching import CacheClient
 from .config import DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE, ClientConfig
+from .deliveries import delivered_ids, hand_over
 from .dial import Refusals, first_of, open_router
 from .link import Link
 from .outbox import Outbox, packed_publish
@@ -133,7 +133,7 @@ class AsyncClient(QuenchClient, CacheClient):
         self._closing = False
         self._runner: asyncio.Task[None] | None = None
         self._outbox = Outbox(config.max_outbox)
-        self._delivered = SeenIds(max_ids=DELIVERED_IDS_MAX, max_age=DELIVERED_IDS_MAX_AGE)
+        self._delivered = delivered_ids(DELIVERED_IDS_MAX, DELIVERED_IDS_MAX_AGE)
         self._flush_scheduled = False
         self._subs: dict[int, Subscription] = {}
         self._next_sub = 1
@@ -391,22 +391,7 @@ class AsyncClient(QuenchClient, CacheClient):
                     self._link.close()
 
     def _deliver(self, msg: Deliver) -> None:
-        subs = self._subs
-        fresh = self._delivered.check
-        now = time.monotonic()
-        for sub_ids, event in msg.items:
-            # A second copy of a live event for a subscription (possible around a fail-over)
-            # is dropped; the same event for another subscription is no copy (patterns on
-            # two pattern workers, or one in the router and one on a worker, deliver it in
-            # two frames). Replayed history is the subscription's own business.
-            eid = event.id  # (a script's derived event may have none: never a copy)
-            check = eid is not None and not event.meta.get("historical")
-            for sid in sub_ids:
-                if check and not fresh((sid, eid), now):
-                    continue
-                sub = subs.get(sid)
-                if sub is not None:
-                    sub.deliver(event)
+        hand_over(msg.items, self._subs, self._delivered, time.monotonic())
 
     def _on_error(self, msg: Error) -> None:
         if self._storage_error(msg) or self._quench_error(msg):

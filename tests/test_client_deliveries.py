@@ -1,5 +1,7 @@
 """A client's delivery path: how reading a router's delivery frames treats the program's
-garbage collector (held off for the frames of one read, and always given back)."""
+garbage collector (held off for the frames of one read, and always given back), and the
+compiled hand-over of delivered events to the subscriptions, with its duplicate filter,
+held to the Python reference (`aa.client.deliveries`) and `SeenIds`."""
 
 from __future__ import annotations
 
@@ -9,10 +11,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from aa.client import deliveries
 from aa.client.link import Link
-from aa.mesh import Event
+from aa.mesh import Event, SeenIds
 from aa.mesh.protocol import Connection, Message
+
+try:
+    from aa.client import _deliver
+except ImportError:  # built without a compiler: the reference path alone runs
+    _deliver = None  # type: ignore[assignment]
+
+needs_compiled = pytest.mark.skipif(_deliver is None, reason="the module was not compiled")
 
 STAMP = {
     "time": datetime(2026, 11, 28, 9, 13, 23, 610325, tzinfo=UTC),
@@ -94,3 +106,98 @@ async def test_a_program_s_collector_left_off_stays_off() -> None:
         if was:
             gc.enable()
     assert len(got) == 1
+
+
+#: Checks of (sub id, event id, seconds later): few ids and subs, so pairs come again, and
+#: time steps around the window's halves.
+checks = st.lists(
+    st.tuples(
+        st.integers(1, 3),
+        st.sampled_from(["a", "b", "c", "d", "e", "f"]),
+        st.sampled_from([0.0, 0.0, 0.1, 2.4, 2.5, 4.9, 5.0, 7.0]),
+    ),
+    max_size=80,
+)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(checks, st.integers(2, 9), st.sampled_from([1.0, 5.0, 10.0]))
+def test_the_compiled_filter_answers_as_seen_ids_of_pairs(
+    seq: list[tuple[int, str, float]], max_ids: int, max_age: float
+) -> None:
+    reference = SeenIds(max_ids=max_ids, max_age=max_age)
+    compiled = _deliver.DeliveredIds(max_ids=max_ids, max_age=max_age)
+    now = 100.0
+    for sid, eid, later in seq:
+        now += later
+        assert compiled.check(sid, eid, now) == reference.check((sid, eid), now), (sid, eid, now)
+        assert len(compiled) == len(reference)
+
+
+class Taker:
+    """A subscription as `hand_over` sees one: what it was handed, in order."""
+
+    def __init__(self, sid: int, log: list[tuple[int, str | None]]) -> None:
+        self.sid = sid
+        self.log = log
+
+    def deliver(self, event: Event) -> None:
+        self.log.append((self.sid, event.id))
+
+
+def frames_of(spec: list[list[tuple[list[int], str | None, bool]]]) -> list[list[Any]]:
+    return [
+        [
+            (tuple(sids), Event(values={}, meta={"historical": True} if old else {}, id=eid))
+            for sids, eid, old in items
+        ]
+        for items in spec
+    ]
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.lists(st.integers(1, 4), max_size=3),
+                st.none() | st.sampled_from(["a", "b", "c"]),
+                st.booleans(),
+            ),
+            max_size=6,
+        ),
+        max_size=5,
+    )
+)
+def test_the_compiled_hand_over_delivers_as_the_reference(
+    spec: list[list[tuple[list[int], str | None, bool]]],
+) -> None:
+    # Subscription 4 is gone (unsubscribed): its events are dropped, its pairs still noted.
+    logs: list[list[tuple[int, str | None]]] = []
+    for hand_over, seen in [
+        (_deliver.hand_over, _deliver.DeliveredIds(max_ids=100, max_age=60.0)),
+        (deliveries._hand_over_reference, SeenIds(max_ids=100, max_age=60.0)),
+    ]:
+        log: list[tuple[int, str | None]] = []
+        subs = {sid: Taker(sid, log) for sid in (1, 2, 3)}
+        for at, items in enumerate(frames_of(spec)):
+            hand_over(items, subs, seen, float(at))
+        logs.append(log)
+    assert logs[0] == logs[1]
+
+
+async def test_a_second_copy_of_a_live_event_reaches_its_subscription_once() -> None:
+    from aa.client import AsyncClient
+
+    client = AsyncClient("127.0.0.1:1")  # never connected: its delivery path alone
+    log: list[tuple[int, str | None]] = []
+    client._subs = {1: Taker(1, log), 2: Taker(2, log)}  # type: ignore[dict-item]
+    link = Link(lambda _link, msg: client._on_message(msg), lambda: None)
+    data = frame(3)  # e-0, e-1, e-2 for subscription 1
+    again = Connection().send_deliver(
+        [((1, 2), Event(values={}, meta=STAMP, id="e-1")), ((2,), Event(values={}, id=None))]
+    )
+    link.data_received(data + data + again)
+    assert log == [(1, "e-0"), (1, "e-1"), (1, "e-2"), (2, "e-1"), (2, None)]
