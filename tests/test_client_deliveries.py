@@ -122,7 +122,7 @@ checks = st.lists(
 
 @needs_compiled
 @settings(max_examples=300, deadline=None)
-@given(checks, st.integers(2, 9), st.sampled_from([1.0, 5.0, 10.0]))
+@given(checks, st.integers(2, 9) | st.just(200_000), st.sampled_from([1.0, 5.0, 10.0]))
 def test_the_compiled_filter_answers_as_seen_ids_of_pairs(
     seq: list[tuple[int, str, float]], max_ids: int, max_age: float
 ) -> None:
