@@ -24,6 +24,7 @@ import msgpack
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' `support`
 
 from aa.mesh import Event
 from aa.router.eventlog import fastpath
