@@ -1,6 +1,6 @@
 """Each client's CPU per event, by stage, steadier under load than a run end to end.
 
-    python tests/bench/bench_client_cpu.py                       # both stages, 100,000 events
+    python tests/bench/bench_client_cpu.py                       # every stage, 100,000 events
     python tests/bench/bench_client_cpu.py --events 20000 --repeats 3
 
 The workload of bench_peers.py (events of five values, packed as they are published,
@@ -13,10 +13,16 @@ read on arrival), against one real router (`aa router --port 0`):
   bench_peers.py's pattern (recorded once, --deliver-events events), and reads them and
   hands every event to a callback (`AsyncClient`'s delivery path, without the socket and
   the loop); the CPU per event, best of --repeats.
+- deliver by frame size: the same path given --frame-events events (distinct ids, so the
+  duplicate filter holds as many pairs as a busy subscriber's) in frames of 50, 200 and
+  1,000 events that a router's stamp could have made, without a router: the CPU per event
+  for each size, best of --repeats (a router sends bench_peers.py's subscriber frames of
+  150-200 events on average).
 
-Prints one JSON line, `client-cpu`, with `publish_us_per_event`, `deliver_us_per_event` and
-the event path (`aa --version`'s: compiled or pure Python; `AA_PURE_PYTHON=1` selects the
-pure one). Pair it with the code before by running it from that tree's `PYTHONPATH`.
+Prints one JSON line, `client-cpu`, with `publish_us_per_event`, `deliver_us_per_event`,
+`deliver_us_per_event_by_frame` and the event path (`aa --version`'s: compiled or pure
+Python; `AA_PURE_PYTHON=1` selects the pure one). Pair it with the code before by running
+it from that tree's `PYTHONPATH`.
 """
 
 from __future__ import annotations
@@ -34,6 +40,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report, start_router
 
 PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'  # as bench_peers.py
+
+FRAME_SIZES = (50, 200, 1000)
+
+#: A router's stamp, as bench_peers.py's subscriber gets it on every event.
+STAMP = {
+    "client": "0acd35131770b4aa",
+    "address": "127.0.0.1:49936",
+    "router": "8aaa214d8afe9fa9",
+    "ttl": 64,
+    "path": ["8aaa214d8afe9fa9"],
+    "user": "anonymous",
+}
 
 
 def values(i: int, now: float) -> dict[str, Any]:
@@ -110,6 +128,25 @@ def deliver_cpu(chunks: list[bytes], n: int) -> float:
     return asyncio.run(run())
 
 
+def stamped_frames(n: int, size: int) -> list[bytes]:
+    """*n* events of bench_peers.py's shape as a router delivers them, *size* to a frame."""
+    from datetime import UTC, datetime
+
+    from aa.mesh import Event
+    from aa.mesh.protocol import Connection
+
+    codec = Connection()
+    meta = {"time": datetime(2026, 11, 28, 12, 10, 11, 616516, tzinfo=UTC), **STAMP}
+    frames = []
+    for first in range(0, n, size):
+        items = [
+            ((1,), Event(values=values(i, 1.8e9 + i / 1e4), meta=meta, id=f"b54136774bbc26df-{i}"))
+            for i in range(first, min(n, first + size))
+        ]
+        frames.append(codec.send_deliver(items))
+    return frames
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,6 +154,9 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=100_000, help="events published per repeat")
     ap.add_argument("--deliver-events", type=int, default=20_000, help="events recorded")
     ap.add_argument("--repeats", type=int, default=5, help="repeats of each stage (best kept)")
+    ap.add_argument(
+        "--frame-events", type=int, default=100_000, help="events per frame size replayed"
+    )
     args = ap.parse_args()
     from aa.mesh import event_path
 
@@ -129,6 +169,12 @@ def main() -> None:
         router.terminate()
         router.wait()
     deliver = [deliver_cpu(chunks, args.deliver_events) for _ in range(args.repeats)]
+    by_frame = {}
+    for size in FRAME_SIZES:
+        frames = stamped_frames(args.frame_events, size)
+        by_frame[str(size)] = round(
+            min(deliver_cpu(frames, args.frame_events) for _ in range(args.repeats)), 3
+        )
     report(
         "client-cpu",
         {
@@ -139,6 +185,7 @@ def main() -> None:
             "publish_us_all": [round(x, 3) for x in pub],
             "deliver_us_per_event": round(min(deliver), 3),
             "deliver_us_all": [round(x, 3) for x in deliver],
+            "deliver_us_per_event_by_frame": by_frame,
             "load": list(os.getloadavg()),
         },
     )
