@@ -474,7 +474,9 @@ cdef class DeliveredIds:
     Beside each generation, one bit per event id's hash (a Bloom filter of one hash, eight
     bits or more per pair it may hold): an id whose bit is clear is in no pair of that
     generation, and its map is not looked into. Nearly every delivered event is new, and
-    the maps of 100,000 pairs are mostly out of the processor's caches; the bits fit."""
+    the maps of 100,000 pairs are mostly out of the processor's caches; the bits fit. They
+    are allocated at the first check: a client that is never delivered an event (one that
+    only publishes) does not carry them."""
 
     cdef readonly Py_ssize_t max_ids
     cdef readonly double max_age
@@ -494,10 +496,16 @@ cdef class DeliveredIds:
             bits <<= 1
         self.mask = bits - 1
         self.words = bits // 64
+
+    cdef int _allocate(self) except -1:
         self.marks_current = <uint64_t*>PyMem_Calloc(self.words, sizeof(uint64_t))
         self.marks_previous = <uint64_t*>PyMem_Calloc(self.words, sizeof(uint64_t))
         if self.marks_current == NULL or self.marks_previous == NULL:
+            PyMem_Free(self.marks_current)
+            PyMem_Free(self.marks_previous)
+            self.marks_current = self.marks_previous = NULL
             raise MemoryError()
+        return 0
 
     def __dealloc__(self):
         PyMem_Free(self.marks_current)
@@ -516,6 +524,8 @@ cdef class DeliveredIds:
     cpdef bint check(self, object sid, object eid, double now) except -1:
         """True if the pair (*sid*, *eid*) is new (and remember it from now on); False if
         delivered before. *now* is monotonic time in seconds."""
+        if self.marks_current == NULL:
+            self._allocate()
         if now >= self.deadline or self.n_current >= self.half_ids:
             self._age(now)
         cdef uint64_t bit = (<uint64_t>hash(eid)) & self.mask
