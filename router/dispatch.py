@@ -421,10 +421,7 @@ class Dispatcher:
                 names.update(event.values)
                 if len(names) >= MAX_NAMES_SEEN:
                     break
-        match = self._match
-        for event in events:
-            for key, ev in match(event):
-                key.deliver(ev)
+        self.engine.deliver_each(events)
         for sink in self.sinks:
             for event in events:
                 try:
