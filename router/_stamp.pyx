@@ -25,21 +25,32 @@ def stamp(
     router_meta_keys,
     ttl_key,
     path_key,
+    pack=None,
+    set_packed=None,
 ):
     """(stamped, alike, duplicates) for *events*: the stamped events in order (the retried
     ones left out), those of them whose meta is the stamp *shared* alone, and how many were
     retries. *seen_check* is the flood rules' seen-id check (`SeenIds.check`): an id it has
-    seen is a retry, the rest get *ttl* and a path of *router_id* (`FloodRules.originate`)."""
+    seen is a retry, the rest get *ttl* and a path of *router_id* (`FloodRules.originate`).
+
+    With *pack* (the codec's `pack`) and *set_packed* (the setter of `Event.packed`), a
+    stamped event whose meta is the stamp alone and whose source kept its bytes, in the
+    packer's form with an empty meta at their end (the router's publish reader keeps them),
+    gets those bytes with the stamp's packed in place of the empty meta, and is left out of
+    *alike*: what `aa.mesh.protocol.pack_with_meta` gives it, without a second loop."""
     cdef list out = []
     cdef list alike = []
-    cdef Py_ssize_t duplicates = 0
+    cdef Py_ssize_t duplicates = 0, size
     cdef dict meta
+    cdef bint packing = pack is not None and set_packed is not None
+    cdef object stamp_bytes = None
     for ev in events:
         eid = ev.id
         if eid is None:
             eid = new_id()
         elif own is not None:
-            eid = scoped_id(own, eid)
+            if not (type(eid) is str and (<str>eid).startswith(own)):
+                eid = scoped_id(own, eid)
         if not seen_check(eid, now):
             duplicates += 1  # a retried publish: already in the mesh
             continue
@@ -56,5 +67,18 @@ def stamp(
         meta[path_key] = [router_id]
         stamped = trusted(ev.values, ev.type, meta, eid)
         out.append(stamped)
+        if packing:
+            data = ev.packed
+            if type(data) is bytes and eid == ev.id:
+                size = len(<bytes>data)
+                if size and (<bytes>data)[size - 1] == 0x80:
+                    if stamp_bytes is None:
+                        try:
+                            stamp_bytes = pack(meta)
+                        except (TypeError, ValueError, OverflowError):
+                            packing = False  # never for a stamp: left to pack_with_meta
+                    if packing:
+                        set_packed(stamped, (<bytes>data)[: size - 1] + stamp_bytes)
+                        continue
         alike.append(stamped)
     return out, alike, duplicates

@@ -77,6 +77,9 @@ log = logging.getLogger("aa.router")
 
 _HERE = Path(__file__).resolve().parent
 
+#: The setter of `Event.packed` (a slot of a frozen dataclass), for the compiled stamp.
+_set_packed: Callable[[Event, bytes], None] = vars(Event)["packed"].__set__
+
 
 #: The compiled stamping loop (`_stamp.pyx`), or None: `Dispatcher._stamp` runs instead.
 _compiled_stamp: Callable[..., tuple[list[Event], list[Event], int]] | None = getattr(
@@ -263,7 +266,8 @@ class Dispatcher:
         self, events: Sequence[Event], shared: dict[str, Any], own: str | None, now: float
     ) -> tuple[list[Event], list[Event], int]:
         """`_stamp`, by the compiled loop (`_stamp.pyx`), which does `FloodRules.originate`'s
-        work itself: for the usual flood rules only."""
+        work itself: for the usual flood rules only. It also gives each stamped event whose
+        source kept its bytes the bytes `pack_with_meta` would, and leaves it out of *alike*."""
         assert _compiled_stamp is not None
         rules = self.rules
         return _compiled_stamp(
@@ -280,6 +284,8 @@ class Dispatcher:
             ROUTER_META_KEYS,
             META_TTL,
             META_PATH,
+            pack,
+            _set_packed,
         )
 
     def _stamp(

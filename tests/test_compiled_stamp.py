@@ -20,10 +20,12 @@ from aa.mesh import (
     SeenIds,
 )
 from aa.mesh._speedups import pyx_fresh
+from aa.mesh.protocol import packed_fields
 from aa.router import Router, RouterConfig, dispatch
 from aa.router.dispatch import Dispatcher
 
 compiled = dispatch._compiled_stamp
+_set_packed = dispatch._set_packed
 needs_compiled = pytest.mark.skipif(compiled is None, reason="the stamping loop is not compiled")
 
 SHARED = {
@@ -39,6 +41,9 @@ SHARED = {
 
 class _Engine:
     match = None
+
+    def deliver_each(self, events: Any) -> None:
+        pass
 
 
 def _dispatcher() -> Dispatcher:
@@ -117,6 +122,37 @@ def test_any_batch_is_stamped_as_the_reference_does(batch: Any, own: str | None)
     events = [Event(values={"x": x}, meta=m, id=i) for i, m, x in batch]
     want, got = _both(events, own)
     assert got == want
+
+
+def _kept(event: Event) -> Event:
+    """*event* with the bytes the router's publish reader keeps of a usual event: the
+    packer's, ending with its empty meta."""
+    _set_packed(event, packed_fields(event.id, event.type, event.values, event.meta))
+    return event
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_ids, _metas, _ints, st.booleans()), max_size=12),
+    st.one_of(st.none(), st.sampled_from(["a", "b"])),
+)
+def test_the_compiled_loop_packs_as_pack_with_meta_does(batch: Any, scope: str | None) -> None:
+    """The compiled loop gives a stamped event the bytes of its source with the stamp's in
+    place of the empty meta: the same events packed as by `pack_with_meta` after the Python
+    loop, each with the bytes of packing it whole."""
+    packed = []
+    for loop in (None, compiled):
+        events = [Event(values={"x": x}, meta=m, id=i) for i, m, x, _ in batch]
+        events = [_kept(e) if keep else e for e, (*_, keep) in zip(events, batch, strict=True)]
+        fast = _dispatcher()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(dispatch, "_compiled_stamp", loop)
+            out = fast.accept(events, "c1", "127.0.0.1:9", "ann", scope)
+        for e in out:
+            assert e.packed is None or e.packed == packed_fields(e.id, e.type, e.values, e.meta)
+        packed.append([(e.id, e.packed is not None) for e in out])
+    assert packed[0] == packed[1]
 
 
 def test_the_router_uses_the_compiled_loop_when_built() -> None:
