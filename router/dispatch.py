@@ -49,6 +49,7 @@ from aa.mesh import (
     Event,
     FloodRules,
     IdGenerator,
+    SeenIds,
     load_pyx,
 )
 from aa.mesh.protocol import FloodGroup, pack, pack_with_meta
@@ -266,8 +267,9 @@ class Dispatcher:
         self, events: Sequence[Event], shared: dict[str, Any], own: str | None, now: float
     ) -> tuple[list[Event], list[Event], int]:
         """`_stamp`, by the compiled loop (`_stamp.pyx`), which does `FloodRules.originate`'s
-        work itself: for the usual flood rules only. It also gives each stamped event whose
-        source kept its bytes the bytes `pack_with_meta` would, and leaves it out of *alike*."""
+        work itself: for the usual flood rules only (and the seen-id check's, for the plain
+        `SeenIds`). It also gives each stamped event whose source kept its bytes the bytes
+        `pack_with_meta` would, and leaves it out of *alike*."""
         assert _compiled_stamp is not None
         rules = self.rules
         return _compiled_stamp(
@@ -286,6 +288,7 @@ class Dispatcher:
             META_PATH,
             pack,
             _set_packed,
+            rules.seen if type(rules.seen) is SeenIds else None,
         )
 
     def _stamp(

@@ -46,8 +46,9 @@ class _Engine:
         pass
 
 
-def _dispatcher() -> Dispatcher:
-    seen = SeenIds(max_ids=1000, max_age=60.0)
+def _dispatcher(max_ids: int = 1000) -> Dispatcher:
+    seen = SeenIds(max_ids=max_ids, max_age=60.0)
+    seen.check("primed", now=0.0)  # its generations start: a batch may then move none
     rules = FloodRules("r1", seen=seen, initial_ttl=7)
     counters: Any = Counter()
     return Dispatcher(
@@ -67,12 +68,16 @@ def _shape(result: tuple[list[Event], list[Event], int]) -> Any:
     )
 
 
-def _both(events: list[Event], own: str | None, now: float = 1.0) -> tuple[Any, Any]:
-    reference, fast = _dispatcher(), _dispatcher()
+def _both(
+    events: list[Event], own: str | None, now: float = 1.0, max_ids: int = 1000
+) -> tuple[Any, Any]:
+    reference, fast = _dispatcher(max_ids), _dispatcher(max_ids)
     assert compiled is not None
     want = _shape(reference._stamp(events, dict(SHARED), own, now))
     got = _shape(fast._stamp_compiled(events, dict(SHARED), own, now))
     assert len(reference.rules.seen) == len(fast.rules.seen)
+    assert reference.rules.seen._current == fast.rules.seen._current
+    assert reference.rules.seen._previous == fast.rules.seen._previous
     return want, got
 
 
@@ -117,10 +122,16 @@ _metas = st.dictionaries(
 @given(
     st.lists(st.tuples(_ids, _metas, _ints), max_size=12),
     st.one_of(st.none(), st.sampled_from(["a-", "b-"])),
+    st.sampled_from([2, 8, 1000]),
+    st.sampled_from([1.0, 29.9, 30.0, 61.0]),
 )
-def test_any_batch_is_stamped_as_the_reference_does(batch: Any, own: str | None) -> None:
+def test_any_batch_is_stamped_as_the_reference_does(
+    batch: Any, own: str | None, max_ids: int, now: float
+) -> None:
+    """Whether or not the batch moves a generation of the seen ids (by their count, or by
+    their age: the first moves at 30 s, half the maximum age)."""
     events = [Event(values={"x": x}, meta=m, id=i) for i, m, x in batch]
-    want, got = _both(events, own)
+    want, got = _both(events, own, now, max_ids)
     assert got == want
 
 
