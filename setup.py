@@ -35,6 +35,7 @@ PYX_MODULES = (
     ("aa.client._deliver", "client/_deliver.pyx"),
     ("aa.client._publish", "client/_publish.pyx"),
     ("aa.router.wire._publishes", "router/wire/_publishes.pyx"),
+    ("aa.router.patterns._match", "router/patterns/_match.pyx"),
 )
 
 #: Cython's directives for all of them. Type annotations are not read as C types: they are

@@ -49,6 +49,7 @@ from aa.mesh import (
     Event,
     FloodRules,
     IdGenerator,
+    SeenIds,
     load_pyx,
 )
 from aa.mesh.protocol import FloodGroup, pack, pack_with_meta
@@ -76,6 +77,9 @@ DISPATCH_BUDGET = 0.004
 log = logging.getLogger("aa.router")
 
 _HERE = Path(__file__).resolve().parent
+
+#: The setter of `Event.packed` (a slot of a frozen dataclass), for the compiled stamp.
+_set_packed: Callable[[Event, bytes], None] = vars(Event)["packed"].__set__
 
 
 #: The compiled stamping loop (`_stamp.pyx`), or None: `Dispatcher._stamp` runs instead.
@@ -263,7 +267,9 @@ class Dispatcher:
         self, events: Sequence[Event], shared: dict[str, Any], own: str | None, now: float
     ) -> tuple[list[Event], list[Event], int]:
         """`_stamp`, by the compiled loop (`_stamp.pyx`), which does `FloodRules.originate`'s
-        work itself: for the usual flood rules only."""
+        work itself: for the usual flood rules only (and the seen-id check's, for the plain
+        `SeenIds`). It also gives each stamped event whose source kept its bytes the bytes
+        `pack_with_meta` would, and leaves it out of *alike*."""
         assert _compiled_stamp is not None
         rules = self.rules
         return _compiled_stamp(
@@ -280,6 +286,9 @@ class Dispatcher:
             ROUTER_META_KEYS,
             META_TTL,
             META_PATH,
+            pack,
+            _set_packed,
+            rules.seen if type(rules.seen) is SeenIds else None,
         )
 
     def _stamp(
@@ -421,10 +430,7 @@ class Dispatcher:
                 names.update(event.values)
                 if len(names) >= MAX_NAMES_SEEN:
                     break
-        match = self._match
-        for event in events:
-            for key, ev in match(event):
-                key.deliver(ev)
+        self.engine.deliver_each(events)
         for sink in self.sinks:
             for event in events:
                 try:

@@ -229,7 +229,11 @@ def _stamped() -> list[Any]:
 
     rules = FloodRules("r1", seen=SeenIds(max_ids=100, max_age=60.0), initial_ttl=7)
     counters: Any = Counter()
-    engine: Any = type("Engine", (), {"match": staticmethod(lambda event: [])})()
+    engine: Any = type(
+        "Engine",
+        (),
+        {"match": staticmethod(lambda event: []), "deliver_each": staticmethod(lambda evs: None)},
+    )()
     dispatcher = Dispatcher(ids=IdGenerator("feed"), rules=rules, engine=engine, counters=counters)
     events = [
         *_events(),

@@ -292,7 +292,11 @@ def test_a_stamped_publish_is_packed_as_the_reference_packs_it(
     from aa.router.dispatch import Dispatcher
 
     rules = FloodRules("r1", seen=SeenIds(max_ids=100, max_age=60.0), initial_ttl=7)
-    engine: Any = type("Engine", (), {"match": staticmethod(lambda event: [])})()
+    engine: Any = type(
+        "Engine",
+        (),
+        {"match": staticmethod(lambda event: []), "deliver_each": staticmethod(lambda evs: None)},
+    )()
     dispatcher = Dispatcher(ids=IdGenerator("feed"), rules=rules, engine=engine, counters=Counter())
     events = [usual(i) for i in range(5)] + EVENTS + OTHERS + [usual(2), Event(values={"x": 1})]
     data = frame(1, events[:8]) + odd_frame(b"\x94\xa1a\xc0" + ODD_VALUES[1] + b"\x80")

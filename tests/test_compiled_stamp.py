@@ -20,10 +20,12 @@ from aa.mesh import (
     SeenIds,
 )
 from aa.mesh._speedups import pyx_fresh
+from aa.mesh.protocol import packed_fields
 from aa.router import Router, RouterConfig, dispatch
 from aa.router.dispatch import Dispatcher
 
 compiled = dispatch._compiled_stamp
+_set_packed = dispatch._set_packed
 needs_compiled = pytest.mark.skipif(compiled is None, reason="the stamping loop is not compiled")
 
 SHARED = {
@@ -40,9 +42,13 @@ SHARED = {
 class _Engine:
     match = None
 
+    def deliver_each(self, events: Any) -> None:
+        pass
 
-def _dispatcher() -> Dispatcher:
-    seen = SeenIds(max_ids=1000, max_age=60.0)
+
+def _dispatcher(max_ids: int = 1000) -> Dispatcher:
+    seen = SeenIds(max_ids=max_ids, max_age=60.0)
+    seen.check("primed", now=0.0)  # its generations start: a batch may then move none
     rules = FloodRules("r1", seen=seen, initial_ttl=7)
     counters: Any = Counter()
     return Dispatcher(
@@ -62,12 +68,16 @@ def _shape(result: tuple[list[Event], list[Event], int]) -> Any:
     )
 
 
-def _both(events: list[Event], own: str | None, now: float = 1.0) -> tuple[Any, Any]:
-    reference, fast = _dispatcher(), _dispatcher()
+def _both(
+    events: list[Event], own: str | None, now: float = 1.0, max_ids: int = 1000
+) -> tuple[Any, Any]:
+    reference, fast = _dispatcher(max_ids), _dispatcher(max_ids)
     assert compiled is not None
     want = _shape(reference._stamp(events, dict(SHARED), own, now))
     got = _shape(fast._stamp_compiled(events, dict(SHARED), own, now))
     assert len(reference.rules.seen) == len(fast.rules.seen)
+    assert reference.rules.seen._current == fast.rules.seen._current
+    assert reference.rules.seen._previous == fast.rules.seen._previous
     return want, got
 
 
@@ -112,11 +122,48 @@ _metas = st.dictionaries(
 @given(
     st.lists(st.tuples(_ids, _metas, _ints), max_size=12),
     st.one_of(st.none(), st.sampled_from(["a-", "b-"])),
+    st.sampled_from([2, 8, 1000]),
+    st.sampled_from([1.0, 29.9, 30.0, 61.0]),
 )
-def test_any_batch_is_stamped_as_the_reference_does(batch: Any, own: str | None) -> None:
+def test_any_batch_is_stamped_as_the_reference_does(
+    batch: Any, own: str | None, max_ids: int, now: float
+) -> None:
+    """Whether or not the batch moves a generation of the seen ids (by their count, or by
+    their age: the first moves at 30 s, half the maximum age)."""
     events = [Event(values={"x": x}, meta=m, id=i) for i, m, x in batch]
-    want, got = _both(events, own)
+    want, got = _both(events, own, now, max_ids)
     assert got == want
+
+
+def _kept(event: Event) -> Event:
+    """*event* with the bytes the router's publish reader keeps of a usual event: the
+    packer's, ending with its empty meta."""
+    _set_packed(event, packed_fields(event.id, event.type, event.values, event.meta))
+    return event
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_ids, _metas, _ints, st.booleans()), max_size=12),
+    st.one_of(st.none(), st.sampled_from(["a", "b"])),
+)
+def test_the_compiled_loop_packs_as_pack_with_meta_does(batch: Any, scope: str | None) -> None:
+    """The compiled loop gives a stamped event the bytes of its source with the stamp's in
+    place of the empty meta: the same events packed as by `pack_with_meta` after the Python
+    loop, each with the bytes of packing it whole."""
+    packed = []
+    for loop in (None, compiled):
+        events = [Event(values={"x": x}, meta=m, id=i) for i, m, x, _ in batch]
+        events = [_kept(e) if keep else e for e, (*_, keep) in zip(events, batch, strict=True)]
+        fast = _dispatcher()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(dispatch, "_compiled_stamp", loop)
+            out = fast.accept(events, "c1", "127.0.0.1:9", "ann", scope)
+        for e in out:
+            assert e.packed is None or e.packed == packed_fields(e.id, e.type, e.values, e.meta)
+        packed.append([(e.id, e.packed is not None) for e in out])
+    assert packed[0] == packed[1]
 
 
 def test_the_router_uses_the_compiled_loop_when_built() -> None:

@@ -29,9 +29,10 @@ import itertools
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from pathlib import Path
+from typing import Any, Final, cast
 
-from aa.mesh import Event, PatternSpec, UsageError, check_values
+from aa.mesh import Event, PatternSpec, UsageError, check_values, load_pyx
 
 from .advice import pattern_warnings
 from .index import (
@@ -102,6 +103,11 @@ MAX_CPU_TOP: Final = 100
 #: Instances charged since the last ranking that make `cpu_top` rank again, so that the
 #: set stays small whether or not anyone asks (a ranking costs a pass over them).
 _RANK_AFTER: Final = 4096
+
+#: The compiled matcher of the usual event (`_match.pyx`), or None: the reference runs.
+_compiled: Any = load_pyx(
+    __package__ or "aa.router.patterns", Path(__file__).resolve().parent, "_match"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +182,17 @@ class PatternEngine:
         #: in neither took no more CPU than the ranked ones, so `cpu_top` never walks them all.
         self._dearest: list[Instance] = []
         self._charged: dict[Instance, None] = {}
+        #: The compiled `match` of the usual event (`_match.pyx`), or None.
+        self._fast: Any = None
+        if _compiled is not None:
+            self._fast = _compiled.Matcher(
+                self,
+                self._index,
+                self._tier,
+                self._scan,
+                self._sandbox.errors.tallies,
+                CPU_SAMPLE_EVERY,
+            )
 
     # -- subscribers -----------------------------------------------------------------------
 
@@ -455,6 +472,11 @@ class PatternEngine:
 
         Predicate-tier buckets come from the index (`index/`): only the candidates the
         event's fields select are evaluated. Every other bucket is run once per event."""
+        fast = self._fast
+        if fast is not None:  # the usual event, the same way, compiled
+            out: list[Delivery] | None = fast.match(event)
+            if out is not None:
+                return out
         self._stamp += 1
         pool = self._tier.pool
         if pool is not None and len(pool):
@@ -477,6 +499,17 @@ class PatternEngine:
             hits.sort(key=first)
             return [(key, ev) for _, key, ev in hits]
         return self._matched(event, matched, stops, time.thread_time_ns if timed else None)
+
+    def deliver_each(self, events: Iterable[Event]) -> None:
+        """For an engine whose keys are subscribers (a router's: `deliver(event)`): each
+        delivery `match` gives each of *events*, handed to its key, in order."""
+        fast = self._fast
+        if fast is not None:  # the same loop, compiled
+            fast.deliver_each(events)
+            return
+        for event in events:
+            for key, ev in self.match(event):
+                cast(Any, key).deliver(ev)
 
     def _matched(
         self,

@@ -476,6 +476,9 @@ class PredicateIndex:
         #: Candidates offered for verification so far, in all: what the index failed to
         #: rule out (a bucket may be offered by more than one access of an event).
         self.candidates = 0
+        #: Moves with every entry filed or taken out: the compiled matcher (`_match.pyx`)
+        #: makes its table of the fields again when it moves.
+        self.version = 0
 
     def __len__(self) -> int:
         """Number of buckets placed."""
@@ -542,6 +545,7 @@ class PredicateIndex:
 
     def _file(self, e: Entry) -> None:
         """File *e* under its access, or on the scan list (no access: kind None)."""
+        self.version += 1
         if e.kind is None:
             self._scan[e] = None
         else:
@@ -556,6 +560,7 @@ class PredicateIndex:
             return
         bucket.placed = None
         self._count -= 1
+        self.version += 1
         if type(placed) is Entry:
             entries: tuple[Entry, ...] = (placed,)
         else:
@@ -612,6 +617,7 @@ class PredicateIndex:
         f.remove(e)
         e.keys = (value,)
         f.add(e)
+        self.version += 1
         return True
 
     def match(
@@ -703,11 +709,7 @@ class PredicateIndex:
                 stops.append((b, stop))
             except Raised as raised:  # no match, and told (`runerrors.py`)
                 b.stamp = stamp
-                # the index holds the predicate tier only
-                program = cast("PredicateProgram", b.instance.program)
-                program.sandbox.errors.failed(
-                    b, raised.exc, program.source, frozenset, expression=True, streak=False
-                )
+                told(b, raised.exc)
         for b in shadowed:
             if b.stamp != stamp:
                 b.stamp = stamp
@@ -717,6 +719,13 @@ class PredicateIndex:
                 except SandboxStop as stop:
                     stops.append((b, stop))
         return matched, stops
+
+
+def told(b: Bucket, exc: BaseException) -> None:
+    """Tell the sandbox's error tallies that a check of predicate-tier bucket *b* raised
+    *exc* (`runerrors.py`): for it, no match."""
+    program = cast("PredicateProgram", b.instance.program)
+    program.sandbox.errors.failed(b, exc, program.source, frozenset, expression=True, streak=False)
 
 
 def _holds(
