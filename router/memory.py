@@ -19,9 +19,10 @@ import ctypes
 import logging
 import platform
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["give_back"]
+__all__ = ["give_back", "prepare"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ _due = 0.0  # when a trim was scheduled (0: none is scheduled or running)
 AFTER_CLOSE = 0.1
 #: Seconds after which a trim still said to be due is taken as lost (its loop closed first).
 _LOST_AFTER = 60.0
+#: The trims' own thread (one at most), made by `prepare`.
+_worker: ThreadPoolExecutor | None = None
 
 
 def _trim() -> None:
@@ -52,22 +55,21 @@ def _start() -> None:
     global _last, _due
     _last = time.monotonic()
     try:
-        asyncio.get_running_loop().run_in_executor(None, _trim)
+        asyncio.get_running_loop().run_in_executor(_thread(), _trim)
     except RuntimeError:  # the loop is closing: its executor is gone
         _due = 0.0
 
 
-def give_back() -> None:
-    """Return the heap's free pages to the system soon (from the event loop; elsewhere, as
-    in a sans-I/O caller's test, it does nothing)."""
-    global _libc, _due
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    now = time.monotonic()
-    if _due and now - _due < _LOST_AFTER or _libc is False:
-        return
+def _thread() -> ThreadPoolExecutor:
+    global _worker
+    if _worker is None:
+        _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aa-trim")
+    return _worker
+
+
+def _load() -> bool:
+    """glibc, loaded once (False elsewhere)."""
+    global _libc
     if _libc is None:
         try:  # `platform.libc_ver` reads the interpreter's file: once
             _libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else False
@@ -75,8 +77,28 @@ def give_back() -> None:
                 _libc.malloc_trim.argtypes = [ctypes.c_size_t]
         except (OSError, AttributeError):
             _libc = False
-        if not _libc:
-            return
+    return bool(_libc)
+
+
+def prepare() -> None:
+    """Load glibc and start the trims' thread now, before the router holds much."""
+    if _load():
+        _thread().submit(lambda: None).result()
+
+
+def give_back() -> None:
+    """Return the heap's free pages to the system soon (from the event loop; elsewhere, as
+    in a sans-I/O caller's test, it does nothing)."""
+    global _due
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    now = time.monotonic()
+    if _due and now - _due < _LOST_AFTER or _libc is False:
+        return
+    if not _load():
+        return
     _due = now
     # Not at once: a closed transport's buffers are freed by callbacks the loop has yet to
     # run (uvloop's close), and a trim that ran first found nothing to give back.

@@ -71,6 +71,7 @@ from .dispatch import DISPATCH_STEP, Dispatcher
 from .eventlog import EventLog
 from .links import MeshService, Wants
 from .local import LocalSubscription
+from .memory import prepare as prepare_trims
 from .patterns import ErrorNotice, HostFacts, PatternEngine, SandboxLimits, scope_filter
 from .quench import QuenchService
 from .seams import DeliveryBatch, SessionLimits, Subscriber
@@ -235,6 +236,7 @@ class Router:
     async def start(self) -> None:
         """Bind every socket, then return. Raises OSError if the port is taken."""
         loop = asyncio.get_running_loop()
+        prepare_trims()  # its thread made now, not among thousands of caches' freed blocks
         await self._open_storage()  # raises StoreUnavailable before anything is bound
         try:
             if self.config.security.active:  # TLS and address ranges: our own accept loop

@@ -22,6 +22,7 @@ from aa.mesh import Connection, Event, PatternSpec
 from aa.mesh.protocol import CacheDone, CacheRegister, Error, Hello
 from aa.router import ExpiryPolicy, Router, RouterConfig
 from aa.router.caches import CacheConfig, CacheIndex, service
+from aa.router.caches.compact import shrunk
 from aa.router.caches.service import TRIM_AFTER_REMOVALS, TRIM_AGAIN_AFTER
 from aa.router.caches.tombstones import Tombstones
 
@@ -150,6 +151,44 @@ def test_tombstones_hold_no_object_per_removed_cache() -> None:
     assert tombs.oldest() == "alice/phone-0"
     assert tombs.expire(now=3600.0 + 5_000.5) == 5_001 and "alice/phone-5000" not in tombs
     assert dict(tombs.items())["alice/phone-9999"] == (1_009_999, "r1a2b3c4")
+
+
+def test_what_is_left_after_the_caches_go_is_not_made_anew() -> None:
+    # Objects made just after thousands of caches were freed land among their freed blocks
+    # (Python's allocator fills its partly used pools first), and each one living on keeps a
+    # 1 MiB arena from going back: the tables and tombstones that shrink keep their objects.
+    table = {f"phone-{i}": i for i in range(10_000)}
+    for i in range(9_990):
+        del table[f"phone-{i}"]
+    assert shrunk(table) is table and len(table) == 10
+    assert sys.getsizeof(table) < 2_000 and table["phone-9995"] == 9_995
+    emptied = {i: i for i in range(10_000)}
+    for i in range(10_000):
+        del emptied[i]
+    assert shrunk(emptied) is emptied and sys.getsizeof(emptied) == sys.getsizeof({})
+
+    tombs = Tombstones()
+    for i in range(10_000):
+        tombs.put(f"alice/phone-{i}", i, "r1a2b3c4", until=3600.0 + i)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        assert tombs.expire(now=10_000.0 + 3600.0) == 10_000
+        gc.collect()  # empties the free lists, whose blocks tracemalloc counts as in use
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    made = sum(
+        s.count_diff
+        for s in after.compare_to(before, "filename")
+        if s.count_diff > 0 and s.traceback[0].filename.endswith("tombstones.py")
+    )
+    # The slot table and the key buffer, resized in place; new arrays would be six more.
+    assert made <= 2, f"{made} blocks made anew once every tombstone expired"
+    assert not tombs and "alice/phone-0" not in tombs
+    tombs.put("alice/phone-0", 1, "r1a2b3c4", until=1.0)  # and it works on
+    assert tombs.get("alice/phone-0") == (1, "r1a2b3c4")
 
 
 async def test_the_heap_is_asked_again_once_the_removals_flood_ids_are_forgotten(

@@ -53,6 +53,7 @@ attached to dispatch only while at least one cache exists.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections import Counter
@@ -301,6 +302,10 @@ class ClientCacheService:
             now = self._clock()
             if self._trim_again_at is not None and now >= self._trim_again_at:
                 self._trim_again_at = None
+                # A full collection also empties the interpreter's free lists (of tuples,
+                # floats, dicts...), whose blocks, kept from the freed caches' objects, would
+                # keep Python's allocator from giving their arenas back.
+                gc.collect()
                 give_back()  # the removals' flood ids are forgotten: their pages go back too
             if every > 0 and now >= next_sync:
                 next_sync = now + every

@@ -43,16 +43,13 @@ class Tombstones:
     __slots__ = ("_blob", "_start", "_key_len", "_tag_len", "_us", "_until", "_slots", "_live")
 
     def __init__(self) -> None:
-        self._reset(_MIN_SLOTS)
-
-    def _reset(self, slots: int) -> None:
         self._blob = bytearray()
         self._start = array("q")
         self._key_len = array("q")  # -1: a removed entry
         self._tag_len = array("q")
         self._us = array("q")
         self._until = array("d")
-        self._slots = array("q", [_EMPTY]) * slots
+        self._slots = array("q", [_EMPTY]) * _MIN_SLOTS
         self._live = 0
 
     def __len__(self) -> int:
@@ -163,13 +160,26 @@ class Tombstones:
             self._rebuild()
 
     def _rebuild(self, extra: int = 0) -> None:
-        """Fresh buffers holding only the live entries, with a table sized for them."""
-        old = (self._blob, self._start, self._key_len, self._tag_len, self._us, self._until)
-        blob, start, key_len, tag_len, us, until = old
+        """The buffers holding only the live entries, with a table sized for them. The
+        buffers' objects stay (only their contents are copied): objects made anew after
+        thousands of caches were removed would land among the freed caches' blocks and keep
+        Python's allocator from giving their arenas back."""
+        blob, start = bytes(self._blob), self._start[:]
+        key_len, tag_len, us, until = (
+            self._key_len[:],
+            self._tag_len[:],
+            self._us[:],
+            self._until[:],
+        )
         slots = _MIN_SLOTS
         while slots < (self._live + extra) * 2:
             slots *= 2
-        self._reset(slots)
+        for buffer in (self._blob, self._start, self._key_len, self._tag_len, self._us):
+            del buffer[:]
+        del self._until[:]
+        del self._slots[slots:]
+        self._slots[:] = array("q", [_EMPTY]) * slots  # grows in place when it must
+        self._live = 0
         for i in range(len(start)):
             n = key_len[i]
             if n < 0:

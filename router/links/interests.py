@@ -199,6 +199,11 @@ class InterestService:
         except Exception:  # a bug here must not stop the flood: want anything
             log.exception("making this router's interest failed")
             interest = Interest.ANYTHING
+        # An unchanged summary keeps the object made before: a new one, made just after
+        # thousands of client caches went, would live on among their freed blocks and keep
+        # Python's allocator from giving those arenas back.
+        if interest == self.interest:
+            interest = self.interest
         self.interest = interest
         listening = interest
         if self.collect_listening is not None:
@@ -208,6 +213,8 @@ class InterestService:
                 log.exception("making this router's subscriptions' interest failed")
                 listening = Interest.ANYTHING
         listened = listening != self.listening
+        if not listened:
+            listening = self.listening
         self.listening = listening
         if self.table.local(self.mesh.peer_ids(), interest, now) or listened:
             self.version += 1

@@ -130,13 +130,18 @@ class Wants:
             fresh[k] = got if got is not None else pattern_filters(bucket)
             got = heard.get(k)
             listening[k] = got if got is not None else listening_filters(bucket, fresh[k])
-        self._listening = listening
-        self._listened = [f for got in listening.values() for f in got]
+        # Unchanged tables keep the objects made before: new ones, made just after thousands
+        # of client caches went, would live on among their freed blocks and keep Python's
+        # allocator from giving those arenas back.
+        if listening != heard:
+            self._listening = listening
+            self._listened = [f for got in listening.values() for f in got]
         for spec, matcher in router.caches.patterns():
             ck = ("cache", spec.kernel, spec.format, spec.source)
             got = known.get(ck)
             fresh[ck] = got if got is not None else cache_filters(spec, matcher)
-        self._filters = fresh
+        if fresh != known:
+            self._filters = fresh
         for got in fresh.values():
             filters.extend(got)
         return Interest.of(filters)

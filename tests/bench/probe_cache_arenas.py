@@ -4,6 +4,7 @@ from giving their arenas back?
     python tests/bench/probe_cache_arenas.py --no-trace       # arena counts and RSS, seconds
     python tests/bench/probe_cache_arenas.py --caches 1000    # who pins them (tracemalloc: slow)
     python tests/bench/probe_cache_arenas.py --no-expire      # tombstones and seen ids kept
+    python tests/bench/probe_cache_arenas.py --no-trace --new-arenas --caches 10000   # seconds
     PYTHONMALLOC=malloc python tests/bench/probe_cache_arenas.py --no-trace --json
 
 A router in this process (no discovery, loopback only) and real TCP clients in the same
@@ -20,7 +21,12 @@ collector runs, the router's own second heap trim (`TRIM_AGAIN_AFTER`) is awaite
   what the allocator's arenas serve) still allocated that were allocated while the caches
   lived, by allocating line; the live objects among them (the survivors) by allocating line,
   with their types and how many distinct 1 MiB arenas (``id >> 20``) they sit in;
-- the arenas that hold few live objects, with what is in them.
+- the arenas that hold few live objects, with what is in them;
+- with --new-arenas (and --no-trace; fast, no tracemalloc): every live object (those the
+  collector knows and what they refer to) in a 1 MiB address range (``id >> 20``) that held
+  none before the caches came, range by range, with its type and a short repr. These are
+  the objects that keep the caches' arenas from going back. (A range that held only
+  objects the collector cannot reach before is counted as new.)
 
 Output: plain text. Bounded: --caches connections, one at a time per worker.
 """
@@ -123,6 +129,28 @@ def where(obj: object) -> str:
     return "?" if tb is None else _site(tb)
 
 
+def print_new_arenas(old_ranges: set[int], top: int) -> None:
+    """The live objects in 1 MiB ranges that held none in *old_ranges*, range by range."""
+    objs = live_objects()
+    per: dict[int, list[object]] = collections.defaultdict(list)
+    for k, o in objs.items():
+        if k >> ARENA_SHIFT not in old_ranges:
+            per[k >> ARENA_SHIFT].append(o)
+    kinds: collections.Counter[str] = collections.Counter()
+    print(f"1 MiB ranges new since the caches came, holding live objects: {len(per)}")
+    for arena, found in sorted(per.items()):
+        types = collections.Counter(type(o).__name__ for o in found)
+        kinds.update(types)
+        print(f"  {arena << ARENA_SHIFT:#x}: {len(found)} objects {dict(types.most_common(6))}")
+        for o in found[:4]:
+            try:
+                text = repr(o)[:90]
+            except Exception:  # a half-made object's repr may fail: its type is enough
+                text = "?"
+            print(f"      {text}")
+    print(f"types: {dict(kinds.most_common(top))}")
+
+
 async def probe(args: argparse.Namespace) -> None:
     config = RouterConfig(port=0, name="probe", caches=CacheConfig(sweep_interval=0.05))
     async with Router(config) as router:
@@ -148,6 +176,7 @@ async def probe(args: argparse.Namespace) -> None:
         caches.sweep()
         gc.collect()
         before = arenas()
+        old_ranges = {k >> ARENA_SHIFT for k in live_objects()} if args.new_arenas else set()
         rss = [rss_now()]
         if args.trace:  # with tracemalloc on, the allocator's own counts are not printed
             tracemalloc.start(args.frames)
@@ -168,6 +197,8 @@ async def probe(args: argparse.Namespace) -> None:
             await wait_for(lambda: caches._trim_again_at is None and not memory._due, 60.0)
             after = arenas()
             figures = {"rss_before": rss[0], "rss_with": rss[1], "rss_after": rss_now()}
+            if args.new_arenas:
+                print_new_arenas(old_ranges, args.top)
             if args.json:
                 print(json.dumps(figures))
                 return
@@ -235,6 +266,7 @@ def main() -> None:
     p.add_argument("--settle", type=float, default=1.0)
     p.add_argument("--no-expire", dest="expire", action="store_false")
     p.add_argument("--no-trace", dest="trace", action="store_false")
+    p.add_argument("--new-arenas", action="store_true", help="with --no-trace: who holds them")
     p.add_argument("--frames", type=int, default=8)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--sparse", type=int, default=64)
