@@ -6,6 +6,8 @@ router, ttl, path), handed to an `EventLog` a batch at a time as the router's st
     python tests/bench/bench_eventlog.py --events 200000
     python tests/bench/bench_eventlog.py --shared   # the mesh cache's encoding, as a router has it
 
+    python tests/bench/bench_eventlog.py --stages   # the writer's stages, in this process
+
 With --shared each batch comes encoded already (`aa.router.caches.meshcache.encode_events`, done
 outside the figures): what the log adds to a router whose mesh cache is on, the default.
 Reports CPU µs per event, each from the kernel's per-thread and per-process clocks:
@@ -17,6 +19,13 @@ gil       loop + executor: what the router's own threads spend, sharing its GIL 
 process   the log's writer process, if it has one: the machine's other cores
 peak_mb   the writer process's peak resident memory (VmHWM)
 wall      seconds from the first event to everything written and the file closed
+
+--stages: what the writer process does with the same rows (as the router hands them over:
+100 per chunk, `row_group_rows` per row group), timed in this process set up as the writer
+process is (its malloc and collector settings), each stage by itself and the best of
+--repeat passes: CPU µs per row of the compiled reader (msgpack to Arrow columns,
+``reader_us``), of Parquet's encoding and compression (``parquet_us``), and of Parquet for
+each column alone (``columns_us``, which need not add up to the whole).
 """
 
 from __future__ import annotations
@@ -143,6 +152,63 @@ async def run(events: list, batch: int, data: str, shared: bool) -> dict:
     }
 
 
+def stages(events: list, repeat: int) -> dict:
+    """The --stages figures (see the module docstring)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from aa.router.caches import encode_events
+    from aa.router.eventlog import EventLogConfig, fastpath
+    from aa.router.eventlog import process as writer_process
+    from aa.router.eventlog import writer as writer_module
+    from aa.router.eventlog.table import SCHEMA
+
+    writer_process._tune_malloc()
+    gc.set_threshold(*writer_process.GC_THRESHOLD)
+    group, n, now = EventLogConfig().row_group_rows, len(events), time.time()
+    chunks = [(now, 100, encode_events(events[i : i + 100]), None) for i in range(0, n, 100)]
+    per_group = group // 100
+    groups = [chunks[i : i + per_group] for i in range(0, len(chunks), per_group)]
+
+    def best(work) -> float:
+        times = []
+        for _ in range(repeat):
+            t = time.process_time()
+            work()
+            times.append(time.process_time() - t)
+        return round(min(times) / n * 1e6, 3)
+
+    tables = [fastpath.table_from_chunks(g, "bench") for g in groups]
+    assert all(t is not None for t in tables), "rows the compiled reader does not write"
+
+    def parquet(schema, parts, **options) -> None:
+        with tempfile.TemporaryDirectory(prefix="aa-bench-eventlog-") as d:
+            path = os.path.join(d, "x.parquet")
+            with pq.ParquetWriter(path, schema, **options) as w:
+                for t in parts:
+                    w.write_table(t, row_group_size=t.num_rows)
+
+    def options(names: set) -> dict:
+        return {
+            "compression": "zstd",
+            "use_dictionary": [c for c in writer_module._DICTIONARY if c.split(".")[0] in names],
+            "write_statistics": [c for c in writer_module._STATISTICS if c in names],
+        }
+
+    columns = {}
+    for name in SCHEMA.names:
+        schema = pa.schema([SCHEMA.field(name)])
+        parts = [pa.table([t.column(name)], schema=schema) for t in tables]
+        columns[name] = best(lambda s=schema, p=parts, k=name: parquet(s, p, **options({k})))
+    return {
+        "compiled": fastpath.COMPILED,
+        "bytes_per_row": round(sum(len(c[2]) for c in chunks) / n, 1),
+        "reader_us": best(lambda: [fastpath.table_from_chunks(g, "bench") for g in groups]),
+        "parquet_us": best(lambda: parquet(SCHEMA, tables, **options(set(SCHEMA.names)))),
+        "columns_us": columns,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,12 +219,18 @@ def main() -> None:
     ap.add_argument(
         "--shared", action="store_true", help="batches come encoded (the mesh cache's encoding)"
     )
+    ap.add_argument(
+        "--stages", action="store_true", help="time the writer's stages in this process"
+    )
     args = ap.parse_args()
     # As `aa router` has it (aa.tools.router_cmd): start-up objects frozen, higher thresholds.
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     events = make_events(args.events)
+    if args.stages:
+        report("eventlog-writer-stages", {"events": args.events, **stages(events, args.repeat)})
+        return
     runs = []
     for _ in range(args.repeat):
         data = tempfile.mkdtemp(prefix="aa-bench-eventlog-")

@@ -22,8 +22,11 @@ noise of a shared machine; this one is not).
 
 With either log flag the router gets a fresh data folder (and no store, which the run would not
 touch anyway), so the two runs differ by the event log only. Each run also reports the
-router process's CPU time per event (user + system, all threads, from /proc): on a shared
-machine it swings much less than events/s.
+router process's CPU time per event (user + system, all threads, from /proc), its log
+writer's, and the publisher's and the subscriber's (each process's own clock, from before
+it connects until it is done): on a shared machine they swing much less than events/s. And
+how often each of the four was preempted (involuntary context switches per 1,000 events):
+where a fourth busy process slows the other three on two cores.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -52,6 +56,7 @@ def subscriber(endpoint: str, n: int, ready, out) -> None:
     from aa.client import AsyncClient
 
     async def main() -> None:
+        cpu0, preempted0 = time.process_time(), preemptions()
         got = 0
         first = last = 0.0
         lat: list[float] = []
@@ -76,15 +81,25 @@ def subscriber(endpoint: str, n: int, ready, out) -> None:
                     await done
             except TimeoutError:
                 pass
-        out.put({"got": got, "seconds": last - first, "latencies": lat})
+        cpu, preempted = time.process_time() - cpu0, preemptions() - preempted0
+        out.put(
+            {
+                "got": got,
+                "seconds": last - first,
+                "latencies": lat,
+                "cpu": cpu,
+                "preempted": preempted,
+            }
+        )
 
     asyncio.run(main())
 
 
-def publisher(endpoint: str, n: int, rate: float | None) -> None:
+def publisher(endpoint: str, n: int, rate: float | None, out) -> None:
     from aa.client import AsyncClient
 
     async def main() -> None:
+        cpu0, preempted0 = time.process_time(), preemptions()
         async with AsyncClient(endpoint) as c:
             if rate is None:
                 for i in range(n):
@@ -107,8 +122,46 @@ def publisher(endpoint: str, n: int, rate: float | None) -> None:
                     if delay > 0:
                         await asyncio.sleep(delay)
             await c.flush(timeout=120)
+        out.put((time.process_time() - cpu0, preemptions() - preempted0))
 
     asyncio.run(main())
+
+
+def preemptions() -> int:
+    """Involuntary context switches of this process so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
+
+def process_preemptions(pid: int) -> int:
+    """Involuntary context switches of process *pid*'s threads so far (0 when it is gone)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("nonvoluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def children(pid: int) -> list[int]:
+    """The running child processes of *pid* (the event log's writer)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
 
 
 def process_cpu(pid: int) -> float:
@@ -121,27 +174,24 @@ def process_cpu(pid: int) -> float:
 def children_cpu(pid: int) -> float:
     """CPU seconds the running child processes of *pid* used so far (the event log's writer)."""
     total = 0.0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for child in children(pid):
+        try:
+            total += process_cpu(child)
+        except (OSError, IndexError):
+            continue
     return total
 
 
 def run(endpoint: str, n: int, rate: float | None) -> dict:
     ctx = mp.get_context("spawn")
-    ready, out = ctx.Event(), ctx.Queue()
+    ready, out, pub_out = ctx.Event(), ctx.Queue(), ctx.Queue()
     sub = ctx.Process(target=subscriber, args=(endpoint, n, ready, out))
     sub.start()
     ready.wait(30)
-    pub = ctx.Process(target=publisher, args=(endpoint, n, rate))
+    pub = ctx.Process(target=publisher, args=(endpoint, n, rate, pub_out))
     pub.start()
     result = out.get(timeout=180)
+    result["publisher_cpu"], result["publisher_preempted"] = pub_out.get(timeout=180)
     pub.join(60)
     sub.join(60)
     return result
@@ -244,8 +294,13 @@ def main() -> None:
     try:
         run(endpoint, 2000, None)  # warm up
         c0, w0 = process_cpu(proc.pid), children_cpu(proc.pid)
+        p0 = process_preemptions(proc.pid)
+        wp0 = {c: process_preemptions(c) for c in children(proc.pid)}
         r = run(endpoint, args.events, None)
         cpu, writer = process_cpu(proc.pid) - c0, children_cpu(proc.pid) - w0
+        preempted = process_preemptions(proc.pid) - p0
+        writer_preempted = sum(process_preemptions(c) - wp0.get(c, 0) for c in children(proc.pid))
+        per_k = 1000 / args.events
         tput = r["got"] / r["seconds"] if r["seconds"] else 0.0
         report(
             "router-throughput",
@@ -256,6 +311,14 @@ def main() -> None:
                 "event_log": args.event_log,
                 "router_cpu_us_per_event": round(cpu / args.events * 1e6, 2),
                 "log_writer_cpu_us_per_event": round(writer / args.events * 1e6, 2),
+                "publisher_cpu_us_per_event": round(r["publisher_cpu"] / args.events * 1e6, 2),
+                "subscriber_cpu_us_per_event": round(r["cpu"] / args.events * 1e6, 2),
+                "preempted_per_1000_events": {
+                    "router": round(preempted * per_k, 2),
+                    "log_writer": round(writer_preempted * per_k, 2),
+                    "publisher": round(r["publisher_preempted"] * per_k, 2),
+                    "subscriber": round(r["preempted"] * per_k, 2),
+                },
             },
         )
         r = run(endpoint, args.latency_events, args.rate)
