@@ -174,8 +174,13 @@ def _distances(
         .select(
             "node",
             F.floor(F.unix_seconds("time") / cfg.window_seconds).alias("window"),
-            F.explode("radios").alias("r"),
+            "radios",
         )
+        # The scans are shuffled once, by (window, node), before their radios are exploded:
+        # both aggregates below group by keys that hold (window, node), so that partitioning
+        # serves them, and the (window, node, radio) rows, several per scan, are not shuffled.
+        .repartition("window", "node")
+        .select("node", "window", F.explode("radios").alias("r"))
         .where(F.col("r.Rssi").isNotNull())
         .groupBy("window", "node", F.col("r.Id").alias("radio"))
         # Exact means (see `fixed_sum`), and maps in radio order: the distances are sums
@@ -205,7 +210,8 @@ def _distances(
     if cfg.home_threshold_db > 0:
         at_home = F.coalesce(_rms("fp", "home_fp", floor) <= cfg.home_threshold_db, F.lit(False))
         state = (
-            fp.join(homes, "node", "left")
+            # One row per node: broadcast, so the fingerprints are not shuffled by node.
+            fp.join(F.broadcast(homes), "node", "left")
             .select("window", "node", "fp", "top", at_home.alias("at_home"))
             .cache()
         )
