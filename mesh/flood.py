@@ -109,6 +109,14 @@ MAX_TTL: Final = 255
 MAX_PATH_LENGTH: Final = MAX_TTL + 1
 
 
+#: The key of its own each generation of `SeenIds` holds (see there): no id is this object.
+_KEYED: Final = object()
+
+
+def _generation() -> dict[Hashable, None]:
+    return {_KEYED: None}
+
+
 class SeenIds:
     """The ids met recently, bounded by count and by age; O(1) per check.
 
@@ -123,7 +131,11 @@ class SeenIds:
 
     The generations are dicts of id → None, not sets: the collector always walks a set, but
     leaves a dict of strings and None untracked, so a full pass stays short (as much memory,
-    as fast a lookup). A busy client makes full passes often, a router rarely.
+    as fast a lookup). A busy client makes full passes often, a router rarely. Each holds one
+    key of its own besides the ids (`_KEYED`, not a str): a dict whose keys are all strings
+    keeps no hashes in its entries, so a miss (every new id) reads the object of each key it
+    probes, a cache miss apiece in a large generation; with one other key the dict keeps each
+    entry's hash, and stays untracked. The counts leave that key out.
 
     >>> seen = SeenIds(max_ids=4, max_age=10.0)
     >>> seen.check("a", now=0.0), seen.check("a", now=1.0)
@@ -153,8 +165,8 @@ class SeenIds:
         self.max_age = float(max_age)
         self._half_ids = max_ids // 2
         self._half_age = self.max_age / 2
-        self._current: dict[Hashable, None] = {}
-        self._previous: dict[Hashable, None] = {}
+        self._current = _generation()
+        self._previous = _generation()
         self._started = -math.inf  # when `current` began (monotonic seconds)
         self._previous_started = -math.inf  # when `previous` began
         self._deadline = -math.inf  # the next time a generation must move: checked per call
@@ -165,7 +177,7 @@ class SeenIds:
         *now* is monotonic time in seconds.
         """
         current = self._current
-        if now >= self._deadline or len(current) >= self._half_ids:
+        if now >= self._deadline or len(current) > self._half_ids:  # `_KEYED` and the ids
             self._age(now)
             current = self._current
         if id in current or id in self._previous:
@@ -181,7 +193,7 @@ class SeenIds:
         [True, True, False]
         """
         current = self._current
-        if now >= self._deadline or len(current) + len(ids) > self._half_ids:
+        if now >= self._deadline or len(current) - 1 + len(ids) > self._half_ids:
             return [self.check(id, now) for id in ids]  # a generation moves on the way
         previous = self._previous
         out = []
@@ -198,7 +210,7 @@ class SeenIds:
         return id in self._current or id in self._previous
 
     def __len__(self) -> int:
-        return len(self._current) + len(self._previous)
+        return len(self._current) + len(self._previous) - 2  # less their `_KEYED`
 
     def expire(self, now: float) -> None:
         """Apply the age limit now, without checking an id (for an idle router)."""
@@ -206,12 +218,12 @@ class SeenIds:
             self._age(now)
 
     def _age(self, now: float) -> None:
-        if now - self._started >= self._half_age or len(self._current) >= self._half_ids:
+        if now - self._started >= self._half_age or len(self._current) > self._half_ids:
             self._previous, self._previous_started = self._current, self._started
-            self._current, self._started = {}, now
+            self._current, self._started = _generation(), now
         if now - self._previous_started >= self.max_age:
             # Its oldest id may be max_age old: drop the whole generation.
-            self._previous, self._previous_started = {}, now
+            self._previous, self._previous_started = _generation(), now
         self._deadline = min(self._started + self._half_age, self._previous_started + self.max_age)
 
 

@@ -59,7 +59,8 @@ def stamp(
     if seen is not None:
         current = seen._current
         previous = seen._previous
-        if not (now < seen._deadline and len(current) + len(events) <= seen._half_ids):
+        # a generation holds a key of its own besides the ids (`aa.mesh.flood._KEYED`)
+        if not (now < seen._deadline and len(current) - 1 + len(events) <= seen._half_ids):
             current = None  # a generation moves on the way: `check` of each
     for ev in events:
         eid = ev.id

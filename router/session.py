@@ -207,6 +207,7 @@ class SessionSubscriber:
         "missed",
         "scope",
         "pattern",
+        "ids",
         "__weakref__",
     )
 
@@ -220,6 +221,8 @@ class SessionSubscriber:
     ) -> None:
         self.session = session
         self.sub_id = sub_id
+        #: Its ids as a delivery item names them, one tuple shared by all its deliveries.
+        self.ids: tuple[int, ...] = (sub_id,)
         #: The pattern it subscribed with (held to the rules again after a reload).
         self.pattern = pattern
         #: What to do when the client does not keep up: "notify" or "disconnect".
@@ -249,7 +252,16 @@ class SessionSubscriber:
             session.dropped += 1
             session.counters["dropped_slow"] += 1
             return
-        session.queue_delivery(self.sub_id, event)
+        # `session.queue_delivery(self.sub_id, event)`, inline: the call is most of its cost.
+        pending = session._pending
+        if pending:
+            last = pending[-1]
+            if last[1] is event:  # same event, another of our subscriptions
+                pending[-1] = (last[0] + self.ids, event)
+                return
+        elif session._ack is None:  # the first thing this batch writes to us
+            session._batch.queued(session)
+        pending.append((self.ids, event))
 
     def missed_events(self, count: int) -> None:
         """*count* events went unmatched for it (a pattern worker's backlog was full): the
@@ -352,9 +364,11 @@ class ClientSession(asyncio.Protocol):
         self.phase = _HELLO
         self.reading = _IDLE
         self.writing = _FLOWING
-        #: Deliveries of this batch not yet written, [[sub_ids], event] each, and the ack to
-        #: write after them (`ack`): the session is queued with the batch while there are any.
-        self._pending: list[list[Any]] = []
+        #: Deliveries of this batch not yet written, ((sub_ids), event) each (the tuple of
+        #: ids is its subscription's own, `SessionSubscriber.ids`, unless one event goes to
+        #: several of them), and the ack to write after them (`ack`): the session is queued
+        #: with the batch while there are any.
+        self._pending: list[tuple[tuple[int, ...], Any]] = []
         self._ack: int | None = None
         #: Deliveries dropped for a subscription and not yet told (`Missed`, on the drain or
         #: before the next delivery).
@@ -789,14 +803,17 @@ class ClientSession(asyncio.Protocol):
         self.transport.write(self.codec.send(msg))
 
     def queue_delivery(self, sub_id: int, event: Event) -> None:
+        """Queue *event* for subscription *sub_id*, written at the batch's flush
+        (`SessionSubscriber.deliver` does the same inline)."""
         pending = self._pending
         if pending:
-            if pending[-1][1] is event:  # same event, another of our subscriptions
-                pending[-1][0].append(sub_id)
+            last = pending[-1]
+            if last[1] is event:  # same event, another of our subscriptions
+                pending[-1] = (last[0] + (sub_id,), event)
                 return
         elif self._ack is None:  # the first thing this batch writes to us
             self._batch.queued(self)
-        pending.append([[sub_id], event])
+        pending.append(((sub_id,), event))
 
     def flush(self) -> None:
         """Write queued deliveries as one frame (or several, if one is too large), then the ack."""
@@ -834,7 +851,7 @@ class ClientSession(asyncio.Protocol):
                 self._pending = part
                 self._flush_deliveries()
 
-    def _overflow(self, pending: list[list[Any]]) -> None:
+    def _overflow(self, pending: list[tuple[tuple[int, ...], Any]]) -> None:
         """The client does not read: drop these, then tell it (`Missed`) or close, per
         subscription. While its transport is paused, later deliveries are dropped as they
         come (`shedding`) until it drains; a transport that is not paused (a bound under its

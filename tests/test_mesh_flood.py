@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -52,6 +53,20 @@ def test_seen_ids_bounded_by_count() -> None:
         assert len(seen) <= 100
         # the last max_ids / 2 ids are always remembered
         assert all(str(j) in seen for j in range(max(0, i - 49), i + 1))
+
+
+def test_seen_ids_keep_exactly_their_window_and_stay_out_of_the_collector() -> None:
+    """A generation moves at exactly max_ids / 2 ids (whatever it holds besides them), its
+    ids are counted, nothing else is, and neither generation is walked by the collector."""
+    seen = SeenIds(max_ids=100, max_age=1e9)
+    for i in range(100):
+        assert seen.check(f"id-{i}", 0.0)
+    assert len(seen) == 100 and "id-0" in seen
+    assert seen.check("id-100", 0.0)  # the oldest generation goes whole
+    assert len(seen) == 51 and "id-49" not in seen and "id-50" in seen
+    assert seen.check_many(["id-50", "id-101"], 0.0) == [False, True] and len(seen) == 52
+    assert seen.check(0, 0.0) and seen.check(None, 0.0)  # ids of other types are ids too
+    assert not any(gc.is_tracked(g) for g in (seen._current, seen._previous))
 
 
 def test_seen_ids_check_many_says_what_check_of_each_says() -> None:

@@ -592,7 +592,7 @@ class Connection:
         head = b""
         try:
             for sub_ids, event in items:
-                if sub_ids != last:
+                if sub_ids is not last and sub_ids != last:
                     head = b"\x92" + packer.pack(sub_ids)  # a 2-element array: [sub_ids, event]
                     last = sub_ids
                 append(head)

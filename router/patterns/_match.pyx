@@ -160,13 +160,16 @@ cdef class Matcher:
         *events*, in order."""
         engine = self.engine
         for event in events:
-            out = self._match(event)
+            out = self._match(event, True)
             if out is None:
                 out = engine.match(event)
             for key, ev in out:
                 key.deliver(ev)
 
-    cdef object _match(self, event):
+    cdef object _match(self, event, bint deliver=False):
+        """The deliveries of *event*, or None (nothing done). With *deliver*, those of
+        the usual outcome (no stop, no pending error) are handed to their keys here, once
+        the whole event is matched, and an empty list returned."""
         engine = self.engine
         cdef long stamp = engine._stamp + 1
         if stamp % self.every == 0:
@@ -241,8 +244,17 @@ cdef class Matcher:
         if len(matched) == 1:
             members = (<object>matched[0]).members
             if type(members) is Member:
+                if deliver:
+                    members.key.deliver(event)
+                    return []
                 return [(members.key, event)]
-            return [(sub.key, event) for sub in members.values()]
-        hits = [(sub.seq, sub.key, event) for b in matched for sub in b.members.values()]
-        hits.sort(key=first)
-        return [(key, ev) for _, key, ev in hits]
+            out = [(sub.key, event) for sub in members.values()]
+        else:
+            hits = [(sub.seq, sub.key, event) for b in matched for sub in b.members.values()]
+            hits.sort(key=first)
+            out = [(key, ev) for _, key, ev in hits]
+        if deliver:
+            for key, ev in out:
+                key.deliver(ev)
+            return []
+        return out

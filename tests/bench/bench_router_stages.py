@@ -4,16 +4,20 @@ move far less with the machine's load than bench_router.py's.
     python tests/bench/bench_router_stages.py                  # 60 frames of 1,000 events
     python tests/bench/bench_router_stages.py --frames 200
     python tests/bench/bench_router_stages.py --python-stamp   # the stamping loop not compiled
+    python tests/bench/bench_router_stages.py --session        # a real client session
 
 A `Router` is started (port 0, discovery off) with one subscriber of bench_router.py's pattern,
 a fake key that keeps its deliveries as the session would queue them. Each publish frame of
 bench_router.py's events is decoded as a session decodes it (whole by the compiled reader
 where it is built, else in steps), accepted `DISPATCH_STEP` events at a time (stamping, seen
 ids, matching, deliveries), the sinks flushed (the mesh cache's block, which packs each
-event), and one delivery frame built of what the subscriber got. CPU time per event of each
-stage (`time.process_time_ns`), with the collector tuned as `aa router` tunes it. Run it once
-per path (``AA_PURE_PYTHON=1``), or with another tree on ``PYTHONPATH`` to compare two
-versions of the code.
+event), and one delivery frame built of what the subscriber got. With ``--session`` the
+subscriber is a real client session's subscription (`aa.router.session`) on a transport
+that keeps nothing: its deliveries are queued as the router queues them (permissions, the
+slow-consumer check), and the delivery frame is what the session's flush writes. CPU time
+per event of each stage (`time.process_time_ns`), with the collector tuned as `aa router`
+tunes it. Run it once per path (``AA_PURE_PYTHON=1``), or with another tree on
+``PYTHONPATH`` to compare two versions of the code.
 """
 
 from __future__ import annotations
@@ -44,7 +48,48 @@ class Key:
         self.pending.append([[1], event])
 
 
-async def run(frames: int, per_frame: int) -> dict[str, float]:
+class Transport:
+    """A transport that takes every write at once (nothing buffered, nothing kept)."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 2) if name == "peername" else default
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def session_key(router: Any) -> tuple[Any, Any]:
+    """A client session's subscription (the router's own class) and the session, open."""
+    from aa.router import session as sessions
+
+    session = sessions.ClientSession(router)
+    session.connection_made(Transport())
+    session.client_id = "bench-sub"
+    session.phase = sessions.Phase.OPEN
+    sub = sessions.SessionSubscriber(session, 1)
+    session.subscriptions[1] = sub
+    return sub, session
+
+
+async def run(frames: int, per_frame: int, real_session: bool = False) -> dict[str, float]:
     from aa.mesh import Event
     from aa.mesh.protocol import Connection, PatternSpec, Publish
     from aa.router import Router, RouterConfig
@@ -58,7 +103,10 @@ async def run(frames: int, per_frame: int) -> dict[str, float]:
     router = Router(RouterConfig(port=0))
     await router.start()
     try:
-        key = Key()
+        key: Any = Key()
+        session = None
+        if real_session:
+            key, session = session_key(router)
         router.engine.subscribe(key, PatternSpec(source=PATTERN))
         wire = []
         for f in range(frames):
@@ -97,8 +145,11 @@ async def run(frames: int, per_frame: int) -> dict[str, float]:
             t2 = clock()
             router._flush_sinks()
             t3 = clock()
-            pending, key.pending = key.pending, []
-            out.send_deliver(pending)
+            if session is None:
+                pending, key.pending = key.pending, []
+                out.send_deliver(pending)
+            else:
+                router.deliveries.flush()
             t4 = clock()
             for stage, ns in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 spent[stage] += ns
@@ -121,6 +172,11 @@ def main() -> None:
         action="store_true",
         help="stamp with the Python loop even where the compiled one is built",
     )
+    ap.add_argument(
+        "--session",
+        action="store_true",
+        help="deliver to a real client session (on a transport that keeps nothing)",
+    )
     args = ap.parse_args()
     if args.python_stamp:
         from aa.router import dispatch
@@ -128,8 +184,16 @@ def main() -> None:
         dispatch._compiled_stamp = None
     from aa.mesh import event_path
 
-    figures = asyncio.run(run(args.frames, args.events))
-    report("router-stages", {"path": event_path(), "events": args.frames * args.events, **figures})
+    figures = asyncio.run(run(args.frames, args.events, args.session))
+    report(
+        "router-stages",
+        {
+            "path": event_path(),
+            "events": args.frames * args.events,
+            "session": args.session,
+            **figures,
+        },
+    )
 
 
 if __name__ == "__main__":
