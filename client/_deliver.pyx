@@ -189,14 +189,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
             if b.p[b.pos] != 0x94:  # [id, type, values, meta]
                 raise _Other()
             b.pos += 1
-            need(&b, 1)
-            if b.p[b.pos] == 0xc0:
-                b.pos += 1
-                eid = None
-            else:
-                eid = read_str(&b)
-                if not 0 < len(eid) <= max_id:
-                    raise _Other()
+            eid = read_id(&b, max_id)
             need(&b, 1)
             if b.p[b.pos] == 0xc0:
                 b.pos += 1

@@ -140,6 +140,18 @@ cdef object read_str(Buf* b):
     return text(b, n)
 
 
+cdef object read_id(Buf* b, Py_ssize_t max_id):
+    """An event's id: nil (None) or a str of 1 to *max_id* characters; `_Other` for else."""
+    need(b, 1)
+    if b.p[b.pos] == 0xc0:
+        b.pos += 1
+        return None
+    eid = read_str(b)
+    if not 0 < len(<str>eid) <= max_id:
+        raise _Other()
+    return eid
+
+
 cdef object slot_text(Buf* b, Py_ssize_t n, list slots, Py_ssize_t j):
     """`text(b, n)`, the str kept in *slots[j]* when it is these bytes (an ASCII str is its
     UTF-8 bytes, so the decoded text would equal it), else decoded and kept there; plain

@@ -142,14 +142,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
             b.odd = False
             b.pos += 1
             b.items += 4
-            need(&b, 1)
-            if b.p[b.pos] == 0xc0:
-                b.pos += 1
-                eid = None
-            else:
-                eid = read_str(&b)
-                if not 0 < len(<str>eid) <= max_id:
-                    return None
+            eid = read_id(&b, max_id)
             need(&b, 1)
             if b.p[b.pos] == 0xc0:
                 b.pos += 1
