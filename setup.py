@@ -7,16 +7,18 @@ goes on without that extension and Aa runs its Python source: `aa.mesh._speedups
 at import time, and `aa --version` says which path runs.
 
 Each extension gets a `<extension>.src-sha256` beside it, the hash of the source it was
-built from, so an editable install whose `.py` has been edited since runs the edit, not a
-stale extension.
+built from (a `.pyx` with the files it includes and cimports: `mesh/_pyx_source.py`), so an
+editable install whose source has been edited since runs the edit, not a stale extension.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -47,6 +49,19 @@ DIRECTIVES = {
     "binding": True,
     "embedsignature": True,
 }
+
+
+def _load_pyx_source() -> ModuleType:
+    """`mesh/_pyx_source.py`, loaded by its path: setup.py cannot import the package it builds,
+    and the hash it writes must be the one `aa.mesh.pyx_fresh` computes."""
+    spec = importlib.util.spec_from_file_location("_aa_pyx_source", Path("mesh/_pyx_source.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_PYX_SOURCE = _load_pyx_source()
 
 
 def _note(text: str) -> None:
@@ -108,7 +123,11 @@ class OptionalBuildExt(build_ext):
             built = Path(self.build_lib, filename)
             if not built.is_file():
                 continue
-            digest = hashlib.sha256(_source(ext).read_bytes()).hexdigest() + "\n"
+            digest = _digest(_source(ext))
+            if digest is None:
+                _note(f"{_source(ext)} takes in a file that is not there: {ext.name} not used")
+                continue
+            digest += "\n"
             Path(f"{built}.src-sha256").write_text(digest)
             if self.inplace:
                 package = ext.name.rpartition(".")[0]
@@ -125,6 +144,15 @@ class OptionalBuildExt(build_ext):
     def get_outputs(self) -> list[str]:
         outputs = super().get_outputs()
         return outputs + [f"{o}.src-sha256" for o in outputs if Path(o).is_file()]
+
+
+def _digest(source: Path) -> str | None:
+    """The hash of what *source* is built from: a `.pyx` with the files it takes in (None if
+    one is not there)."""
+    if source.suffix == ".pyx":
+        digest: str | None = _PYX_SOURCE.source_digest(source)
+        return digest
+    return hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def _source(ext: Extension) -> Path:

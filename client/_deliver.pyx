@@ -17,157 +17,25 @@ a mutable value with another).
 
 `aa.client.deliveries` chooses it when it was built from this file as it is now and
 ``AA_PURE_PYTHON`` is not set; `tests/test_compiled_deliveries.py` holds it to the
-reference.
+reference. Its msgpack primitives (`Buf`, `need`, the lengths, `read_scalar`) are those of
+`mesh/_msgpack_read.pxi`, shared with the router's reader of publish frames.
 """
 
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.dict cimport PyDict_Copy
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.math cimport INFINITY
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memset
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport uint64_t
+
+include "../mesh/_msgpack_read.pxi"
 
 __all__ = ["DeliveredIds", "hand_over", "read"]
 
 
-class _Other(Exception):
-    """Not the usual frame: the reference path reads it."""
-
-
-#: What `read_scalar` gives for a value the flat reader does not build (a list, a map, an
-#: extension): a marker, not an exception, as it is looked for once per value.
-cdef object NESTED = object()
-
-
-cdef extern from "Python.h":
-    bint PyUnicode_IS_COMPACT_ASCII(object o)
-    const void* PyUnicode_DATA(object o)
-    Py_ssize_t PyUnicode_GET_LENGTH(object o)
-
-
 cdef enum:
     SLOTS = 16  # the values' first keys and str values whose text `read` keeps per frame
-
-
-cdef struct Buf:
-    const unsigned char* p
-    Py_ssize_t pos
-    Py_ssize_t end
-    Py_ssize_t items
-
-
-cdef enum:
     MAX_DEPTH = 64  # deepest nesting `skip` follows (deeper: the reference path reads it)
-
-
-cdef inline int need(Buf* b, Py_ssize_t n) except -1:
-    if n < 0 or b.end - b.pos < n:
-        raise _Other()
-    return 0
-
-
-cdef inline uint64_t be(const unsigned char* p, int n):
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n):
-        v = (v << 8) | p[i]
-    return v
-
-
-cdef Py_ssize_t array_len(Buf* b) except -1:
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    b.pos += 1
-    if 0x90 <= c <= 0x9f:
-        return c & 0x0f
-    if c == 0xdc:
-        need(b, 2)
-        b.pos += 2
-        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
-    if c == 0xdd:
-        need(b, 4)
-        b.pos += 4
-        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
-    raise _Other()
-
-
-cdef Py_ssize_t map_len(Buf* b) except -1:
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    b.pos += 1
-    if 0x80 <= c <= 0x8f:
-        return c & 0x0f
-    if c == 0xde:
-        need(b, 2)
-        b.pos += 2
-        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
-    if c == 0xdf:
-        need(b, 4)
-        b.pos += 4
-        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
-    raise _Other()
-
-
-cdef object text(Buf* b, Py_ssize_t n):
-    need(b, n)
-    try:
-        s = PyUnicode_DecodeUTF8(<char*>(b.p + b.pos), n, NULL)
-    except UnicodeDecodeError:
-        raise _Other()
-    b.pos += n
-    return s
-
-
-cdef Py_ssize_t str_len(Buf* b, unsigned char c) except -2:
-    """The length of the str whose first byte *c* was just read, or -1 if it is no str."""
-    if 0xa0 <= c <= 0xbf:
-        return c & 0x1f
-    if c == 0xd9:
-        need(b, 1)
-        b.pos += 1
-        return b.p[b.pos - 1]
-    if c == 0xda:
-        need(b, 2)
-        b.pos += 2
-        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
-    if c == 0xdb:
-        need(b, 4)
-        b.pos += 4
-        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
-    return -1
-
-
-cdef object read_str(Buf* b):
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    b.pos += 1
-    cdef Py_ssize_t n = str_len(b, c)
-    if n < 0:
-        raise _Other()
-    return text(b, n)
-
-
-cdef object slot_text(Buf* b, Py_ssize_t n, list slots, Py_ssize_t j):
-    """`text(b, n)`, the str kept in *slots[j]* when it is these bytes (an ASCII str is its
-    UTF-8 bytes, so the decoded text would equal it), else decoded and kept there. The
-    events of a frame mostly carry the same keys, and often the same text values, in the
-    same places: each is decoded and hashed once per frame, not once per event."""
-    if j >= SLOTS:
-        return text(b, n)
-    need(b, n)
-    s = slots[j]
-    if (
-        s is not None
-        and PyUnicode_GET_LENGTH(s) == n
-        and PyUnicode_IS_COMPACT_ASCII(s)
-        and memcmp(PyUnicode_DATA(s), b.p + b.pos, n) == 0
-    ):
-        b.pos += n
-        return s
-    s = text(b, n)
-    slots[j] = s
-    return s
 
 
 cdef object read_key(Buf* b, list slots, Py_ssize_t j):
@@ -179,87 +47,6 @@ cdef object read_key(Buf* b, list slots, Py_ssize_t j):
     if n < 0:
         raise _Other()
     return slot_text(b, n, slots, j)
-
-
-cdef object read_scalar(Buf* b, list slots, Py_ssize_t j):
-    """A str, int, float, bool, None or bytes, as msgpack builds it (a str through *slots*,
-    `slot_text`); `NESTED` for a list, a map or an extension (the position is then
-    undefined), `_Other` for bytes no msgpack."""
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    cdef const unsigned char* p
-    cdef uint32_t f32
-    cdef float f
-    cdef uint64_t u64
-    cdef double d
-    cdef Py_ssize_t n
-    b.pos += 1
-    if c <= 0x7f:
-        return <long>c
-    if c >= 0xe0:
-        return <long>(<int8_t>c)
-    n = str_len(b, c)
-    if n >= 0:
-        return slot_text(b, n, slots, j)
-    if c == 0xc0:
-        return None
-    if c == 0xc2:
-        return False
-    if c == 0xc3:
-        return True
-    if c == 0xcb:
-        need(b, 8)
-        u64 = be(b.p + b.pos, 8)
-        b.pos += 8
-        memcpy(&d, &u64, 8)
-        return d
-    if c == 0xca:
-        need(b, 4)
-        f32 = <uint32_t>be(b.p + b.pos, 4)
-        b.pos += 4
-        memcpy(&f, &f32, 4)
-        return <double>f
-    if c == 0xcc:
-        need(b, 1)
-        b.pos += 1
-        return <long>b.p[b.pos - 1]
-    if c == 0xcd:
-        need(b, 2)
-        b.pos += 2
-        return <long>be(b.p + b.pos - 2, 2)
-    if c == 0xce:
-        need(b, 4)
-        b.pos += 4
-        return <long long>be(b.p + b.pos - 4, 4)
-    if c == 0xcf:
-        need(b, 8)
-        b.pos += 8
-        return be(b.p + b.pos - 8, 8)
-    if c == 0xd0:
-        need(b, 1)
-        b.pos += 1
-        return <long>(<int8_t>b.p[b.pos - 1])
-    if c == 0xd1:
-        need(b, 2)
-        b.pos += 2
-        return <long>(<int16_t>be(b.p + b.pos - 2, 2))
-    if c == 0xd2:
-        need(b, 4)
-        b.pos += 4
-        return <long long>(<int32_t>be(b.p + b.pos - 4, 4))
-    if c == 0xd3:
-        need(b, 8)
-        b.pos += 8
-        return <long long>(<int64_t>be(b.p + b.pos - 8, 8))
-    if 0xc4 <= c <= 0xc6:  # bin 8, 16, 32
-        n = 1 if c == 0xc4 else 2 if c == 0xc5 else 4
-        need(b, n)
-        b.pos += n
-        n = <Py_ssize_t>be(b.p + b.pos - n, <int>n)
-        need(b, n)
-        b.pos += n
-        return PyBytes_FromStringAndSize(<const char*>(b.p + b.pos - n), n)
-    return NESTED
 
 
 cdef int skip(Buf* b, int depth) except -1:
@@ -362,6 +149,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
     b.end = PyBytes_GET_SIZE(payload)
     b.pos = head
     b.items = 2  # the frame's map: kind and items
+    b.odd = False  # not looked at
     cdef Py_ssize_t n, i, k, j, start, size
     cdef list out
     cdef dict values
@@ -401,14 +189,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
             if b.p[b.pos] != 0x94:  # [id, type, values, meta]
                 raise _Other()
             b.pos += 1
-            need(&b, 1)
-            if b.p[b.pos] == 0xc0:
-                b.pos += 1
-                eid = None
-            else:
-                eid = read_str(&b)
-                if not 0 < len(eid) <= max_id:
-                    raise _Other()
+            eid = read_id(&b, max_id)
             need(&b, 1)
             if b.p[b.pos] == 0xc0:
                 b.pos += 1

@@ -30,6 +30,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
+from ._pyx_source import source_digest
+
 __all__ = ["COMPILED", "COMPILED_MODULES", "PURE_ENV", "event_path", "load_pyx", "pyx_fresh"]
 
 #: The environment variable that selects the pure-Python path at run time.
@@ -92,24 +94,23 @@ COMPILED, _WHY = _decide()
 def pyx_fresh(folder: Path, stem: str) -> bool:
     """Whether the extension *stem* in *folder* (a `.pyx` fast path with no Python twin,
     beside its Python reference) is to be used: ``AA_PURE_PYTHON`` not set, and built (by
-    setup.py, with Cython and a C compiler) from the `.pyx` as it is now (the hash in the
-    `.src-sha256` beside it); an install without the `.pyx` uses what was built with it."""
+    setup.py, with Cython and a C compiler) from the `.pyx` as it is now, with the files it
+    includes and cimports as they are now (`aa.mesh._pyx_source.source_digest`, against the
+    hash in the `.src-sha256` beside the extension). An install without the `.pyx` uses what
+    was built with it; one whose `.pyx` takes in a file that is not there does not."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return False
-    try:
-        source: bytes | None = (folder / f"{stem}.pyx").read_bytes()
-    except OSError:
-        source = None
+    pyx = folder / f"{stem}.pyx"
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         ext = folder / f"{stem}{suffix}"
         if ext.is_file():
-            if source is None:
+            if not pyx.is_file():
                 return True
             try:
                 built_from = Path(f"{ext}.src-sha256").read_text().strip()
             except OSError:
                 return False
-            return built_from == hashlib.sha256(source).hexdigest()
+            return built_from == source_digest(pyx)
     return False
 
 

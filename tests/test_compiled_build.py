@@ -8,6 +8,7 @@ remove an extension, edit a source — without touching the real install.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.machinery
 import os
 import shutil
@@ -178,3 +179,75 @@ def test_version_says_which_path(pure: str):
     assert name == ("pure Python" if pure or file.endswith(".py") else "compiled event path")
     out = said("-m", "aa.tools.cli", "--version")
     assert out.startswith("aa ") and out.endswith(f" ({name})\n")
+
+
+def _shared_reader_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """The client's delivery reader (its `.pyx`, extension and hash) and the `.pxi` it
+    includes, copied into *tmp_path* in the package's layout: (the client folder, the .pxi)."""
+    client = ROOT / "client"
+    (tmp_path / "client").mkdir()
+    (tmp_path / "mesh").mkdir()
+    for path in client.glob("_deliver.*"):
+        shutil.copy(path, tmp_path / "client" / path.name)
+    pxi = tmp_path / "mesh" / "_msgpack_read.pxi"
+    shutil.copy(ROOT / "mesh" / "_msgpack_read.pxi", pxi)
+    return tmp_path / "client", pxi
+
+
+@pytest.mark.skipif(
+    not list((ROOT / "client").glob(f"_deliver{SUFFIX}")),
+    reason="the client's delivery reader is not compiled here",
+)
+def test_an_edit_to_an_included_file_makes_the_extension_stale(tmp_path, monkeypatch):
+    """Both frame readers include `mesh/_msgpack_read.pxi`: an edit to it leaves their
+    extensions built from other code, so they are not used (the Python reference runs) until
+    built again; a `.pyx` whose included file is gone is not used either."""
+    monkeypatch.delenv(_speedups.PURE_ENV, raising=False)
+    folder, pxi = _shared_reader_copy(tmp_path)
+    assert _speedups.pyx_fresh(folder, "_deliver")
+    original = pxi.read_bytes()
+    pxi.write_bytes(original.replace(b"raise _Other()", b"raise _Other()  # edited", 1))
+    assert not _speedups.pyx_fresh(folder, "_deliver")
+    pxi.unlink()
+    assert not _speedups.pyx_fresh(folder, "_deliver")
+    pxi.write_bytes(original)
+    assert _speedups.pyx_fresh(folder, "_deliver")
+
+
+def test_the_source_hash_follows_includes_and_the_projects_cimports(tmp_path):
+    """What a `.pyx` takes in, as Cython finds it: its includes (relative to the file that
+    names them, recursively), the `.pxd` of its own name, and cimports of the project's
+    `.pxd` files (relative, or absolute below `aa`); Cython's own cimports are not files
+    of the project. Each counts in the hash once."""
+    from aa.mesh._pyx_source import dependencies, source_digest
+
+    root = tmp_path  # the folder holding the top package's folders, as `aa/` in an install
+    for folder in ("pkg", "pkg/sub", "other"):
+        (root / folder).mkdir()
+        (root / folder / "__init__.py").write_text("")
+    (root / "pkg" / "sub" / "_fast.pyx").write_text(
+        'from libc.string cimport memcpy\ninclude "../shared.pxi"\n'
+        "from . cimport helper\ncimport aa.other.types as t\n"
+    )
+    (root / "pkg" / "sub" / "_fast.pxd").write_text("cdef int x\n")
+    (root / "pkg" / "shared.pxi").write_text('include "more.pxi"\ninclude "../pkg/more.pxi"\n')
+    (root / "pkg" / "more.pxi").write_text("cdef int y\n")
+    (root / "pkg" / "sub" / "helper.pxd").write_text("cdef int z\n")
+    (root / "other" / "types.pxd").write_text("ctypedef int T\n")
+    pyx = root / "pkg" / "sub" / "_fast.pyx"
+    assert [(name, path.relative_to(root).as_posix()) for name, path in dependencies(pyx)] == [
+        ("_fast.pxd", "pkg/sub/_fast.pxd"),
+        ("../shared.pxi", "pkg/shared.pxi"),
+        ("./helper.pxd", "pkg/sub/helper.pxd"),
+        ("aa.other.types.pxd", "other/types.pxd"),
+        ("more.pxi", "pkg/more.pxi"),
+    ]
+    before = source_digest(pyx)
+    assert before is not None
+    (root / "other" / "types.pxd").write_text("ctypedef long T\n")
+    assert source_digest(pyx) not in (None, before)
+    (root / "pkg" / "more.pxi").unlink()
+    assert source_digest(pyx) is None
+    alone = root / "alone.pyx"
+    alone.write_bytes(b"def f():\n    return 1\n")
+    assert source_digest(alone) == hashlib.sha256(alone.read_bytes()).hexdigest()

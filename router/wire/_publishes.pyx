@@ -18,237 +18,17 @@ model's walk of each event's values, and a Python call per event.
 
 `aa.router.wire.publishes` chooses it when it was built from this file as it is now and
 ``AA_PURE_PYTHON`` is not set; `tests/test_compiled_publishes.py` holds it to the reference.
-The msgpack helpers are those of `client/_deliver.pyx` (a copy: an included file would not
-be in the source hash that decides whether the extension is fresh).
+Its msgpack primitives (`Buf` and its ``odd`` mark, `need`, the lengths, `read_scalar`) are
+those of `mesh/_msgpack_read.pxi`, shared with the client's reader of delivery frames.
 """
 
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memcmp, memcpy
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcmp
+
+include "../../mesh/_msgpack_read.pxi"
 
 __all__ = ["new_cache", "read"]
-
-
-class _Other(Exception):
-    """Not the usual frame: the reference path reads it."""
-
-
-class _Nested(Exception):
-    """A value the flat reader does not build (a list, a map, an extension)."""
-
-
-cdef struct Buf:
-    const unsigned char* p
-    Py_ssize_t pos
-    Py_ssize_t end
-    Py_ssize_t items
-    bint odd  # something read was not in the form msgpack's packer gives it
-
-
-
-cdef enum:
-    MAX_DEPTH = 64  # deepest nesting `skip` follows (deeper: the reference path reads it)
-
-
-cdef inline int need(Buf* b, Py_ssize_t n) except -1:
-    if n < 0 or b.end - b.pos < n:
-        raise _Other()
-    return 0
-
-
-cdef inline uint64_t be(const unsigned char* p, int n):
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n):
-        v = (v << 8) | p[i]
-    return v
-
-
-cdef Py_ssize_t array_len(Buf* b) except -1:
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    b.pos += 1
-    if 0x90 <= c <= 0x9f:
-        return c & 0x0f
-    if c == 0xdc:
-        need(b, 2)
-        b.pos += 2
-        return <Py_ssize_t>be(b.p + b.pos - 2, 2)
-    if c == 0xdd:
-        need(b, 4)
-        b.pos += 4
-        return <Py_ssize_t>be(b.p + b.pos - 4, 4)
-    raise _Other()
-
-
-cdef Py_ssize_t map_len(Buf* b) except -1:
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    b.pos += 1
-    if 0x80 <= c <= 0x8f:
-        return c & 0x0f
-    cdef Py_ssize_t n
-    if c == 0xde:
-        need(b, 2)
-        b.pos += 2
-        n = <Py_ssize_t>be(b.p + b.pos - 2, 2)
-        b.odd |= n < 16
-        return n
-    if c == 0xdf:
-        need(b, 4)
-        b.pos += 4
-        n = <Py_ssize_t>be(b.p + b.pos - 4, 4)
-        b.odd |= n < 65536
-        return n
-    raise _Other()
-
-
-cdef object text(Buf* b, Py_ssize_t n):
-    need(b, n)
-    try:
-        s = PyUnicode_DecodeUTF8(<char*>(b.p + b.pos), n, NULL)
-    except UnicodeDecodeError:
-        raise _Other()
-    b.pos += n
-    return s
-
-
-cdef Py_ssize_t str_len(Buf* b, unsigned char c) except -2:
-    """The length of the str whose first byte *c* was just read, or -1 if it is no str."""
-    if 0xa0 <= c <= 0xbf:
-        return c & 0x1f
-    cdef Py_ssize_t n
-    if c == 0xd9:
-        need(b, 1)
-        b.pos += 1
-        n = b.p[b.pos - 1]
-        b.odd |= n < 32
-        return n
-    if c == 0xda:
-        need(b, 2)
-        b.pos += 2
-        n = <Py_ssize_t>be(b.p + b.pos - 2, 2)
-        b.odd |= n < 256
-        return n
-    if c == 0xdb:
-        need(b, 4)
-        b.pos += 4
-        n = <Py_ssize_t>be(b.p + b.pos - 4, 4)
-        b.odd |= n < 65536
-        return n
-    return -1
-
-
-cdef object read_str(Buf* b):
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    b.pos += 1
-    cdef Py_ssize_t n = str_len(b, c)
-    if n < 0:
-        raise _Other()
-    return text(b, n)
-
-
-cdef object read_scalar(Buf* b):
-    """A str, int, float, bool, None or bytes, as msgpack builds it; `_Nested` for a list, a
-    map or an extension (the position is then undefined), `_Other` for bytes no msgpack."""
-    need(b, 1)
-    cdef unsigned char c = b.p[b.pos]
-    cdef const unsigned char* p
-    cdef uint32_t f32
-    cdef float f
-    cdef uint64_t u64
-    cdef double d
-    cdef Py_ssize_t n
-    cdef uint64_t u
-    cdef int64_t i
-    b.pos += 1
-    if c <= 0x7f:
-        return <long>c
-    if c >= 0xe0:
-        return <long>(<int8_t>c)
-    n = str_len(b, c)
-    if n >= 0:
-        return text(b, n)
-    if c == 0xc0:
-        return None
-    if c == 0xc2:
-        return False
-    if c == 0xc3:
-        return True
-    if c == 0xcb:
-        need(b, 8)
-        u64 = be(b.p + b.pos, 8)
-        b.pos += 8
-        memcpy(&d, &u64, 8)
-        return d
-    if c == 0xca:
-        need(b, 4)
-        f32 = <uint32_t>be(b.p + b.pos, 4)
-        b.pos += 4
-        memcpy(&f, &f32, 4)
-        b.odd = True  # the packer writes every float in 64 bits
-        return <double>f
-    # Each int is checked for the packer's form: the shortest, unsigned when not negative.
-    if c == 0xcc:
-        need(b, 1)
-        b.pos += 1
-        b.odd |= b.p[b.pos - 1] < 128
-        return <long>b.p[b.pos - 1]
-    if c == 0xcd:
-        need(b, 2)
-        b.pos += 2
-        u = be(b.p + b.pos - 2, 2)
-        b.odd |= u < 256
-        return <long>u
-    if c == 0xce:
-        need(b, 4)
-        b.pos += 4
-        u = be(b.p + b.pos - 4, 4)
-        b.odd |= u < 65536
-        return <long long>u
-    if c == 0xcf:
-        need(b, 8)
-        b.pos += 8
-        u = be(b.p + b.pos - 8, 8)
-        b.odd |= u < 4294967296
-        return u
-    if c == 0xd0:
-        need(b, 1)
-        b.pos += 1
-        i = <int8_t>b.p[b.pos - 1]
-        b.odd |= i >= -32
-        return <long>i
-    if c == 0xd1:
-        need(b, 2)
-        b.pos += 2
-        i = <int16_t>be(b.p + b.pos - 2, 2)
-        b.odd |= i >= -128
-        return <long>i
-    if c == 0xd2:
-        need(b, 4)
-        b.pos += 4
-        i = <int32_t>be(b.p + b.pos - 4, 4)
-        b.odd |= i >= -32768
-        return <long long>i
-    if c == 0xd3:
-        need(b, 8)
-        b.pos += 8
-        i = <int64_t>be(b.p + b.pos - 8, 8)
-        b.odd |= i >= -2147483648
-        return <long long>i
-    if 0xc4 <= c <= 0xc6:  # bin 8, 16, 32
-        n = 1 if c == 0xc4 else 2 if c == 0xc5 else 4
-        need(b, n)
-        b.pos += n
-        u = be(b.p + b.pos - n, <int>n)
-        b.odd |= c == 0xc5 and u < 256 or c == 0xc6 and u < 65536
-        n = <Py_ssize_t>u
-        need(b, n)
-        b.pos += n
-        return PyBytes_FromStringAndSize(<const char*>(b.p + b.pos - n), n)
-    raise _Nested()
 
 
 cdef enum:
@@ -303,10 +83,10 @@ cdef dict read_map(Buf* b, Py_ssize_t max_items, list cache):
             b.pos += 1
             out[key] = cached_str(b, c & 0x1f, cache, 2 * j + 1)
             continue
-        try:
-            out[key] = read_scalar(b)
-        except _Nested:
+        value = read_scalar(b, None, 0)
+        if value is NESTED:
             raise _Other()
+        out[key] = value
     b.odd |= len(out) != k  # a key twice: the map packs shorter
     return out
 
@@ -342,7 +122,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
     cdef list out
     cdef dict values, meta
     try:
-        seq = read_scalar(&b)
+        seq = read_scalar(&b, None, 0)
         if type(seq) is not int:
             return None
         need(&b, 7)
@@ -362,14 +142,7 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
             b.odd = False
             b.pos += 1
             b.items += 4
-            need(&b, 1)
-            if b.p[b.pos] == 0xc0:
-                b.pos += 1
-                eid = None
-            else:
-                eid = read_str(&b)
-                if not 0 < len(<str>eid) <= max_id:
-                    return None
+            eid = read_id(&b, max_id)
             need(&b, 1)
             if b.p[b.pos] == 0xc0:
                 b.pos += 1
@@ -398,6 +171,6 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_items, Py_ssize_t max_wo
             out.append(trusted(values, etype, meta, eid))
         if b.pos != b.end:
             return None
-    except (_Other, _Nested):
+    except _Other:
         return None
     return seq, tuple(out)
