@@ -43,7 +43,7 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import report, start_router
+from common import children, report, start_router
 
 PATTERN = 'Temperature > -1000 and Sensor.startswith("lab")'
 
@@ -148,20 +148,6 @@ def process_preemptions(pid: int) -> int:
         except OSError:
             continue
     return total
-
-
-def children(pid: int) -> list[int]:
-    """The running child processes of *pid* (the event log's writer)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
 
 
 def process_cpu(pid: int) -> float:

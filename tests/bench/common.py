@@ -51,3 +51,17 @@ def start_router(*extra: str) -> tuple[subprocess.Popen[str], str]:
 
 def report(name: str, figures: dict[str, object]) -> None:
     print(json.dumps({"bench": name, "machine": machine(), **figures}), flush=True)
+
+
+def children(pid: int) -> list[int]:
+    """The running child processes of *pid* (the event log's writer)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out

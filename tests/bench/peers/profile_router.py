@@ -28,20 +28,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PY_SPY = HERE / ".venv" / "bin" / "py-spy"
 BENCH = HERE.parent / "bench_router.py"
+sys.path.insert(0, str(HERE.parent))
+from common import children  # noqa: E402
+
 FIND_S = 60.0  # the router must have started by then
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
 
 
 def router_of(bench: subprocess.Popen[bytes]) -> int:
