@@ -11,6 +11,11 @@ non-finite float in JSON, a key that starts with ``$``, a ``time`` that is no ms
 Timestamp, a non-str key, invalid UTF-8, bytes that are not one whole array of rows): the
 writer then takes the reference path, `unpack` and `build_table`, for those rows, with
 its errors as they were. `tests/test_eventlog_columns.py` holds the two tables equal.
+
+Its msgpack primitives (`Buf`, `need`, `be`, the lengths of strs, arrays and maps) are those
+of `mesh/_msgpack_read.pxi`, shared with the client's and the router's frame readers; bytes
+that end early or are no msgpack raise its `_Other`, refused like `_Refused`. Its own: the
+item kinds (a str's bytes in place, no Python object), the JSON, int and float writers.
 """
 
 from cpython.buffer cimport PyBuffer_FillInfo
