@@ -216,12 +216,23 @@ cdef int next_item(Buf* b, Item* it) except -1:
         it.kind, it.f = K_FLOAT, <double>_f32(take(b, 4))
     elif c == 0xCB:
         it.kind, it.f = K_FLOAT, _f64(take(b, 8))
-    elif 0xCC <= c <= 0xCF:  # uint 8, 16, 32, 64
-        n = 1 << (c - 0xCC)
-        it.kind, it.u = K_UINT, be(take(b, n), <int>n)
-    elif 0xD0 <= c <= 0xD3:  # int 8, 16, 32, 64
-        n = 1 << (c - 0xD0)
-        it.kind, it.i = K_INT, _signed(be(take(b, n), <int>n), <int>n)
+    # A branch for each form of int, so that each `be` has a constant count (unrolled).
+    elif c == 0xCC:
+        it.kind, it.u = K_UINT, take(b, 1)[0]
+    elif c == 0xCD:
+        it.kind, it.u = K_UINT, be(take(b, 2), 2)
+    elif c == 0xCE:
+        it.kind, it.u = K_UINT, be(take(b, 4), 4)
+    elif c == 0xCF:
+        it.kind, it.u = K_UINT, be(take(b, 8), 8)
+    elif c == 0xD0:
+        it.kind, it.i = K_INT, <int8_t>take(b, 1)[0]
+    elif c == 0xD1:
+        it.kind, it.i = K_INT, <int16_t>be(take(b, 2), 2)
+    elif c == 0xD2:
+        it.kind, it.i = K_INT, <int32_t>be(take(b, 4), 4)
+    elif c == 0xD3:
+        it.kind, it.i = K_INT, <int64_t>be(take(b, 8), 8)
     elif 0xC4 <= c <= 0xC6:  # bin 8, 16, 32
         n = 1 << (c - 0xC4)
         it.kind, it.u = K_BIN, be(take(b, n), <int>n)
@@ -289,17 +300,6 @@ cdef object _once(Keys* ks, object seen, Item* key):
         raise _Refused()
     seen.add(b)
     return seen
-
-
-cdef inline int64_t _signed(uint64_t u, int n) noexcept:
-    """The *n*-byte big-endian two's complement int whose bits `be` read as *u*."""
-    if n == 1:
-        return <int8_t>u
-    if n == 2:
-        return <int16_t>u
-    if n == 4:
-        return <int32_t>u
-    return <int64_t>u
 
 
 cdef inline float _f32(const unsigned char* q) noexcept:
