@@ -1,9 +1,10 @@
 # Reading msgpack from a bytes buffer, for the compiled frame readers: the buffer (`Buf`),
 # `need`, the lengths of arrays, maps and strs, and the scalar values, each as msgpack's
 # unpacker builds it. Included (`include`, Cython pastes the text in) by
-# `client/_deliver.pyx` (a delivery frame) and `router/wire/_publishes.pyx` (a publish
-# frame); the hash that says whether their extensions are fresh covers this file
-# (`aa.mesh._pyx_source`).
+# `client/_deliver.pyx` (a delivery frame), `router/wire/_publishes.pyx` (a publish frame)
+# and `router/eventlog/_columns.pyx` (a chunk of logged rows: `Buf`, `need`, `be` and the
+# lengths only; it reads its values into Arrow's buffers, not as Python objects); the hash
+# that says whether their extensions are fresh covers this file (`aa.mesh._pyx_source`).
 #
 # A reader stops at the first thing it does not read with `_Other` (bytes that are no
 # msgpack, a str that is not UTF-8, a buffer that ends early): its caller then gives the frame

@@ -11,16 +11,23 @@ non-finite float in JSON, a key that starts with ``$``, a ``time`` that is no ms
 Timestamp, a non-str key, invalid UTF-8, bytes that are not one whole array of rows): the
 writer then takes the reference path, `unpack` and `build_table`, for those rows, with
 its errors as they were. `tests/test_eventlog_columns.py` holds the two tables equal.
+
+Its msgpack primitives (`Buf`, `need`, `be`, the lengths of strs, arrays and maps) are those
+of `mesh/_msgpack_read.pxi`, shared with the client's and the router's frame readers; bytes
+that end early or are no msgpack raise its `_Other`, refused like `_Refused`. Its own: the
+item kinds (a str's bytes in place, no Python object), the JSON, int and float writers.
 """
 
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport floor, isinf, isnan
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 import pyarrow as pa
+
+include "../../mesh/_msgpack_read.pxi"
 
 cdef extern from "Python.h":
     char* PyOS_double_to_string(
@@ -172,109 +179,97 @@ cdef class _Col:
         )
 
 
-cdef class _Reader:
-    """msgpack items from one chunk's bytes, bounds checked."""
+cdef inline const unsigned char* take(Buf* b, Py_ssize_t k) except NULL:
+    """The next *k* bytes of *b*, skipped over (`need`: `_Other` when fewer are left)."""
+    need(b, k)
+    b.pos += k
+    return b.p + b.pos - k
 
-    cdef const unsigned char* p
-    cdef Py_ssize_t pos, end
 
-    cdef inline const unsigned char* take(self, Py_ssize_t k) except NULL:
-        cdef const unsigned char* at
-        if k < 0 or self.end - self.pos < k:
-            raise _Refused()
-        at = self.p + self.pos
-        self.pos += k
-        return at
-
-    cdef int next(self, Item* it) except -1:
-        cdef const unsigned char* q = self.take(1)
-        cdef unsigned char c = q[0]
-        cdef uint64_t k
-        if c <= 0x7F:
-            it.kind, it.u = K_UINT, c
-        elif c >= 0xE0:
-            it.kind, it.i = K_INT, <int8_t>c
-        elif c <= 0x8F:
-            it.kind, it.u = K_MAP, c & 0x0F
-        elif c <= 0x9F:
-            it.kind, it.u = K_ARRAY, c & 0x0F
-        elif c <= 0xBF:
-            it.kind, it.u = K_STR, c & 0x1F
-            it.s = <const char*>self.take(it.u)
-        elif c == 0xC0:
-            it.kind = K_NIL
-        elif c == 0xC2:
-            it.kind = K_FALSE
-        elif c == 0xC3:
-            it.kind = K_TRUE
-        elif c == 0xCA:
-            it.kind, it.f = K_FLOAT, <double>_f32(self.take(4))
-        elif c == 0xCB:
-            it.kind, it.f = K_FLOAT, _f64(self.take(8))
-        elif c == 0xCC:
-            it.kind, it.u = K_UINT, self.take(1)[0]
-        elif c == 0xCD:
-            it.kind, it.u = K_UINT, _u16(self.take(2))
-        elif c == 0xCE:
-            it.kind, it.u = K_UINT, _u32(self.take(4))
-        elif c == 0xCF:
-            it.kind, it.u = K_UINT, _u64(self.take(8))
-        elif c == 0xD0:
-            it.kind, it.i = K_INT, <int8_t>self.take(1)[0]
-        elif c == 0xD1:
-            it.kind, it.i = K_INT, <int16_t>_u16(self.take(2))
-        elif c == 0xD2:
-            it.kind, it.i = K_INT, <int32_t>_u32(self.take(4))
-        elif c == 0xD3:
-            it.kind, it.i = K_INT, <int64_t>_u64(self.take(8))
-        elif c == 0xD9 or c == 0xDA or c == 0xDB or c == 0xC4 or c == 0xC5 or c == 0xC6:
-            if c == 0xD9 or c == 0xC4:
-                k = self.take(1)[0]
-            elif c == 0xDA or c == 0xC5:
-                k = _u16(self.take(2))
-            else:
-                k = _u32(self.take(4))
-            it.kind, it.u = (K_STR if c >= 0xD9 else K_BIN), k
-            it.s = <const char*>self.take(k)
-        elif c == 0xDC:
-            it.kind, it.u = K_ARRAY, _u16(self.take(2))
-        elif c == 0xDD:
-            it.kind, it.u = K_ARRAY, _u32(self.take(4))
-        elif c == 0xDE:
-            it.kind, it.u = K_MAP, _u16(self.take(2))
-        elif c == 0xDF:
-            it.kind, it.u = K_MAP, _u32(self.take(4))
-        elif 0xD4 <= c <= 0xD8:
-            it.kind, it.u = K_EXT, 1 << (c - 0xD4)
-            it.ext = <int8_t>self.take(1)[0]
-            it.s = <const char*>self.take(it.u)
-        elif 0xC7 <= c <= 0xC9:
-            if c == 0xC7:
-                k = self.take(1)[0]
-            elif c == 0xC8:
-                k = _u16(self.take(2))
-            else:
-                k = _u32(self.take(4))
-            it.kind, it.u = K_EXT, k
-            it.ext = <int8_t>self.take(1)[0]
-            it.s = <const char*>self.take(k)
-        else:  # 0xC1, never used
-            raise _Refused()
+cdef int next_item(Buf* b, Item* it) except -1:
+    """The next msgpack item of *b* into *it*: a scalar whole, a str's, bin's or ext's bytes
+    in place (no copy), an array's or map's count (its contents are the items that follow)."""
+    cdef unsigned char c = take(b, 1)[0]
+    cdef Py_ssize_t n
+    if c <= 0x7F:
+        it.kind, it.u = K_UINT, c
         return 0
-
-    cdef int skip(self, Item* it, int depth) except -1:
-        """Skip the contents of the array or map *it* opened (nothing for other items), at
-        nesting *depth*: deeper than `MAX_DEPTH` is refused (each level is a C call)."""
-        cdef Item sub
-        cdef uint64_t k, count
-        if it.kind == K_ARRAY or it.kind == K_MAP:
-            if depth >= MAX_DEPTH:
-                raise _Refused()
-            count = it.u * (2 if it.kind == K_MAP else 1)
-            for k in range(count):
-                self.next(&sub)
-                self.skip(&sub, depth + 1)
+    if c >= 0xE0:
+        it.kind, it.i = K_INT, <int8_t>c
         return 0
+    n = str_len(b, c)
+    if n >= 0:
+        it.kind, it.u = K_STR, <uint64_t>n
+        it.s = <const char*>take(b, n)
+        return 0
+    if c <= 0x8F:  # fixmap
+        it.kind, it.u = K_MAP, c & 0x0F
+    elif c <= 0x9F:  # fixarray
+        it.kind, it.u = K_ARRAY, c & 0x0F
+    elif c == 0xC0:
+        it.kind = K_NIL
+    elif c == 0xC2:
+        it.kind = K_FALSE
+    elif c == 0xC3:
+        it.kind = K_TRUE
+    elif c == 0xCA:
+        it.kind, it.f = K_FLOAT, <double>_f32(take(b, 4))
+    elif c == 0xCB:
+        it.kind, it.f = K_FLOAT, _f64(take(b, 8))
+    # A branch for each form of int, so that each `be` has a constant count (unrolled).
+    elif c == 0xCC:
+        it.kind, it.u = K_UINT, take(b, 1)[0]
+    elif c == 0xCD:
+        it.kind, it.u = K_UINT, be(take(b, 2), 2)
+    elif c == 0xCE:
+        it.kind, it.u = K_UINT, be(take(b, 4), 4)
+    elif c == 0xCF:
+        it.kind, it.u = K_UINT, be(take(b, 8), 8)
+    elif c == 0xD0:
+        it.kind, it.i = K_INT, <int8_t>take(b, 1)[0]
+    elif c == 0xD1:
+        it.kind, it.i = K_INT, <int16_t>be(take(b, 2), 2)
+    elif c == 0xD2:
+        it.kind, it.i = K_INT, <int32_t>be(take(b, 4), 4)
+    elif c == 0xD3:
+        it.kind, it.i = K_INT, <int64_t>be(take(b, 8), 8)
+    elif 0xC4 <= c <= 0xC6:  # bin 8, 16, 32
+        n = 1 << (c - 0xC4)
+        it.kind, it.u = K_BIN, be(take(b, n), <int>n)
+        it.s = <const char*>take(b, <Py_ssize_t>it.u)
+    elif c == 0xDC or c == 0xDD:  # array 16, 32: `array_len` reads them from their first byte
+        b.pos -= 1
+        it.kind, it.u = K_ARRAY, <uint64_t>array_len(b)
+    elif c == 0xDE or c == 0xDF:  # map 16, 32
+        b.pos -= 1
+        it.kind, it.u = K_MAP, <uint64_t>map_len(b)
+    elif 0xD4 <= c <= 0xD8:  # fixext 1, 2, 4, 8, 16
+        it.kind, it.u = K_EXT, 1 << (c - 0xD4)
+        it.ext = <int8_t>take(b, 1)[0]
+        it.s = <const char*>take(b, <Py_ssize_t>it.u)
+    elif 0xC7 <= c <= 0xC9:  # ext 8, 16, 32
+        n = 1 << (c - 0xC7)
+        it.kind, it.u = K_EXT, be(take(b, n), <int>n)
+        it.ext = <int8_t>take(b, 1)[0]
+        it.s = <const char*>take(b, <Py_ssize_t>it.u)
+    else:  # 0xC1, never used
+        raise _Refused()
+    return 0
+
+
+cdef int skip(Buf* b, Item* it, int depth) except -1:
+    """Skip the contents of the array or map *it* opened (nothing for other items), at
+    nesting *depth*: deeper than `MAX_DEPTH` is refused (each level is a C call)."""
+    cdef Item sub
+    cdef uint64_t k, count
+    if it.kind == K_ARRAY or it.kind == K_MAP:
+        if depth >= MAX_DEPTH:
+            raise _Refused()
+        count = it.u * (2 if it.kind == K_MAP else 1)
+        for k in range(count):
+            next_item(b, &sub)
+            skip(b, &sub, depth + 1)
+    return 0
 
 
 cdef struct Keys:
@@ -307,27 +302,15 @@ cdef object _once(Keys* ks, object seen, Item* key):
     return seen
 
 
-cdef inline uint16_t _u16(const unsigned char* q) noexcept:
-    return (<uint16_t>q[0] << 8) | q[1]
-
-
-cdef inline uint32_t _u32(const unsigned char* q) noexcept:
-    return (<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3]
-
-
-cdef inline uint64_t _u64(const unsigned char* q) noexcept:
-    return (<uint64_t>_u32(q) << 32) | _u32(q + 4)
-
-
 cdef inline float _f32(const unsigned char* q) noexcept:
-    cdef uint32_t bits = _u32(q)
+    cdef uint32_t bits = <uint32_t>be(q, 4)
     cdef float f
     memcpy(&f, &bits, 4)
     return f
 
 
 cdef inline double _f64(const unsigned char* q) noexcept:
-    cdef uint64_t bits = _u64(q)
+    cdef uint64_t bits = be(q, 8)
     cdef double f
     memcpy(&f, &bits, 8)
     return f
@@ -469,17 +452,17 @@ cdef int _short_float(_Buf out, double f) except -1:
 
 cdef int _float(_Buf out, double f) except -1:
     """A finite float as ``repr(float)`` writes it (shortest round-trip text)."""
-    cdef char* text
+    cdef char* digits
     if _short_float(out, f):
         return 0
-    text = PyOS_double_to_string(f, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
+    digits = PyOS_double_to_string(f, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
     cdef Py_ssize_t k = 0
-    while text[k] != 0:
+    while digits[k] != 0:
         k += 1
     try:
-        out.put(text, k)
+        out.put(digits, k)
     finally:
-        PyMem_Free(text)
+        PyMem_Free(digits)
     return 0
 
 
@@ -529,7 +512,7 @@ cdef int _json_key(_Buf out, Item* key) except -1:
     return out.byte(b':')
 
 
-cdef int _json(_Reader r, _Buf out, Item* it, int depth) except -1:
+cdef int _json(Buf* r, _Buf out, Item* it, int depth) except -1:
     """The JSON text of the item *it* (and its contents), as `codec.encode_json` writes it
     when nothing needs a tag."""
     cdef Item sub
@@ -557,7 +540,7 @@ cdef int _json(_Reader r, _Buf out, Item* it, int depth) except -1:
         for k in range(it.u):
             if k:
                 out.byte(b',')
-            r.next(&sub)
+            next_item(r, &sub)
             _json(r, out, &sub, depth + 1)
         return out.byte(b']')
     if it.kind == K_MAP:
@@ -566,10 +549,10 @@ cdef int _json(_Reader r, _Buf out, Item* it, int depth) except -1:
         for k in range(it.u):
             if k:
                 out.byte(b',')
-            r.next(&sub)
+            next_item(r, &sub)
             _json_key(out, &sub)
             seen = _once(&ks, seen, &sub)
-            r.next(&sub)
+            next_item(r, &sub)
             _json(r, out, &sub, depth + 1)
         return out.byte(b'}')
     raise _Refused()  # bytes, an extension (a datetime): tagged in typed JSON
@@ -593,19 +576,18 @@ cdef class _Table:
         self.by = by
         self.map_offsets.put(<char*>&zero, 4)
 
-    cdef int row(self, _Reader r, double logged, bytes hop_ttl, bytes hop_path) except -1:
+    cdef int row(self, Buf* r, double logged, bytes hop_ttl, bytes hop_path) except -1:
         cdef Item it
-        r.next(&it)
-        if it.kind != K_ARRAY or it.u != 4:
+        if array_len(r) != 4:
             raise _Refused()
-        r.next(&it)  # id: an absent one is written empty
+        next_item(r, &it)  # id: an absent one is written empty
         if it.kind == K_STR:
             self.ids.add(it.s, it.u)
         elif it.kind == K_NIL:
             self.ids.add(b"", 0)
         else:
             raise _Refused()
-        r.next(&it)  # type
+        next_item(r, &it)  # type
         if it.kind == K_STR:
             self.types.add(it.s, it.u)
         elif it.kind == K_NIL:
@@ -617,23 +599,21 @@ cdef class _Table:
         self.logged_by.add(PyBytes_AS_STRING(self.by), PyBytes_GET_SIZE(self.by))
         return 0
 
-    cdef int values(self, _Reader r) except -1:
+    cdef int values(self, Buf* r) except -1:
         cdef Item it
-        cdef uint64_t k
+        cdef Py_ssize_t k, count
         cdef int32_t end
         cdef Keys ks
         ks.n = 0
         seen = None
-        r.next(&it)
-        if it.kind != K_MAP:
-            raise _Refused()
-        for k in range(it.u):
-            r.next(&it)
+        count = map_len(r)
+        for k in range(count):
+            next_item(r, &it)
             if it.kind != K_STR:
                 raise _Refused()
             seen = _once(&ks, seen, &it)
             self.keys.add(it.s, it.u)
-            r.next(&it)
+            next_item(r, &it)
             if it.kind == K_STR:
                 self.texts.add(it.s, it.u)
                 self.names.add(b"str", 3)
@@ -679,12 +659,12 @@ cdef class _Table:
         self.map_offsets.put(<char*>&end, 4)
         return 0
 
-    cdef int meta(self, _Reader r, double logged, bytes hop_ttl, bytes hop_path) except -1:
+    cdef int meta(self, Buf* r, double logged, bytes hop_ttl, bytes hop_path) except -1:
         """The meta's JSON, router, client and time; with a hop (*hop_ttl* and *hop_path*,
         their JSON text, or None), its ttl and path in place of the meta's, or after the
         meta's keys when it has none, as `aa.mesh.protocol.FloodGroup.decode` sets them."""
         cdef Item it, key
-        cdef uint64_t k
+        cdef Py_ssize_t k, count
         cdef bint first = True, timed = False, routed = False, clienty = False
         cdef bint hopped = hop_ttl is not None, ttl_set = False, path_set = False
         cdef int64_t micros = 0, seconds
@@ -694,27 +674,25 @@ cdef class _Table:
         cdef Keys ks
         ks.n = 0
         seen = None
-        r.next(&it)
-        if it.kind != K_MAP:
-            raise _Refused()
+        count = map_len(r)
         out.byte(b'{')
-        for k in range(it.u):
-            r.next(&key)
+        for k in range(count):
+            next_item(r, &key)
             if key.kind != K_STR:
                 raise _Refused()
             seen = _once(&ks, seen, &key)
             if key.u == 4 and memcmp(key.s, b"time", 4) == 0:  # its own column, not in the JSON
-                r.next(&it)
+                next_item(r, &it)
                 if it.kind != K_EXT or it.ext != -1 or timed:
                     raise _Refused()
                 if it.u == 4:
-                    seconds, nanos = _u32(<const unsigned char*>it.s), 0
+                    seconds, nanos = <int64_t>be(<const unsigned char*>it.s, 4), 0
                 elif it.u == 8:
-                    word = _u64(<const unsigned char*>it.s)
+                    word = be(<const unsigned char*>it.s, 8)
                     seconds, nanos = <int64_t>(word & 0x3FFFFFFFF), <uint32_t>(word >> 34)
                 elif it.u == 12:
-                    nanos = _u32(<const unsigned char*>it.s)
-                    seconds = <int64_t>_u64(<const unsigned char*>it.s + 4)
+                    nanos = <uint32_t>be(<const unsigned char*>it.s, 4)
+                    seconds = <int64_t>be(<const unsigned char*>it.s + 4, 8)
                 else:
                     raise _Refused()
                 if nanos >= 1000000000 or not MIN_SECONDS <= seconds <= MAX_SECONDS:
@@ -726,18 +704,18 @@ cdef class _Table:
                 out.byte(b',')
             first = False
             _json_key(out, &key)
-            r.next(&it)
+            next_item(r, &it)
             if hopped and key.u == 3 and memcmp(key.s, b"ttl", 3) == 0:
                 if ttl_set:
                     raise _Refused()
-                r.skip(&it, 1)
+                skip(r, &it, 1)
                 out.put(PyBytes_AS_STRING(hop_ttl), PyBytes_GET_SIZE(hop_ttl))
                 ttl_set = True
                 continue
             if hopped and key.u == 4 and memcmp(key.s, b"path", 4) == 0:
                 if path_set:
                     raise _Refused()
-                r.skip(&it, 1)
+                skip(r, &it, 1)
                 out.put(PyBytes_AS_STRING(hop_path), PyBytes_GET_SIZE(hop_path))
                 path_set = True
                 continue
@@ -819,9 +797,8 @@ def table_from_chunks(chunks, str logged_by, schema):
     `build_table` makes it of the same rows decoded (and given the hop's ttl and path);
     None when some row needs the reference path."""
     cdef _Table t = _Table(logged_by.encode())
-    cdef _Reader r
-    cdef Item top
-    cdef uint64_t k
+    cdef Buf r
+    cdef Py_ssize_t k, rows
     cdef bytes data
     cdef bytes hop_ttl, hop_path
     cdef double logged
@@ -834,16 +811,13 @@ def table_from_chunks(chunks, str logged_by, schema):
                     raise _Refused()
                 hop_ttl = str(hop[0]).encode()
                 hop_path = _hop_path(hop[1])
-            r = _Reader()
             r.p = <const unsigned char*>PyBytes_AS_STRING(data)
-            r.pos, r.end = 0, PyBytes_GET_SIZE(data)
-            r.next(&top)
-            if top.kind != K_ARRAY:
-                raise _Refused()
-            for k in range(top.u):
-                t.row(r, logged, hop_ttl, hop_path)
+            r.pos, r.end, r.items, r.odd = 0, PyBytes_GET_SIZE(data), 0, False
+            rows = array_len(&r)
+            for k in range(rows):
+                t.row(&r, logged, hop_ttl, hop_path)
             if r.pos != r.end:
                 raise _Refused()
         return t.table(schema)
-    except (_Refused, pa.ArrowInvalid):
+    except (_Refused, _Other, pa.ArrowInvalid):
         return None
