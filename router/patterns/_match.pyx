@@ -151,15 +151,14 @@ cdef class Matcher:
         self.version = version
 
     cdef _Field _probe(self, name):
-        """The probe of value field *name*, or None when no pattern reads it."""
-        cdef _Field p = self.fields.get(name)
-        if p is None:
-            f = self.values.get(name)
-            if f is None:
-                return None
-            p = _probe_of(f)
-            if p is not None:
-                self.fields[name] = p
+        """The probe of value field *name*, not in the table yet, or None when no pattern
+        reads it."""
+        f = self.values.get(name)
+        if f is None:
+            return None
+        cdef _Field p = _probe_of(f)
+        if p is not None:
+            self.fields[name] = p
         return p
 
     def match(self, event):
