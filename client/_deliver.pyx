@@ -35,6 +35,7 @@ __all__ = ["DeliveredIds", "hand_over", "read"]
 
 cdef enum:
     SLOTS = 16  # the values' first keys and str values whose text `read` keeps per frame
+    _TUPLE_SIDS = 8  # sub ids of one event id `DeliveredIds` keeps in a tuple; more: a set
     MAX_DEPTH = 64  # deepest nesting `skip` follows (deeper: the reference path reads it)
 
 
@@ -245,11 +246,22 @@ def read(bytes payload, Py_ssize_t head, Py_ssize_t max_values, list cache, trus
     return tuple(out)
 
 
+cdef inline bint _holds(held, sid) except -1:
+    """Whether *held*, what a generation of `DeliveredIds` maps an event id to (a sub id, a
+    tuple of them, or a set of them), holds *sid*."""
+    if type(held) is tuple:
+        return sid in <tuple>held
+    if type(held) is set:
+        return sid in <set>held
+    return held == sid
+
+
 cdef class DeliveredIds:
     """The (sub id, event id) pairs a client delivered lately: `aa.mesh.SeenIds` of those
     pairs, the same window and the same answers (`check`), without a tuple made, hashed and
     kept per pair. Each generation maps an event id to its sub id (or a tuple of them, for
-    an event of several subscriptions), and counts its pairs as `SeenIds` counts its ids:
+    an event of a few subscriptions, a set for one of many: a bound on each check's time
+    whatever sub ids a router sends), and counts its pairs as `SeenIds` counts its ids:
     at most *max_ids* pairs kept, none longer than *max_age* seconds.
 
     Beside each generation, one bit per event id's hash (a Bloom filter of one hash, eight
@@ -313,17 +325,24 @@ cdef class DeliveredIds:
         cdef size_t word = bit >> 6
         cdef uint64_t mark = (<uint64_t>1) << (bit & 63)
         held = self.current.get(eid) if self.marks_current[word] & mark else None
-        if held is not None and (held == sid if type(held) is not tuple else sid in <tuple>held):
+        if held is not None and _holds(held, sid):
             return False
         if self.marks_previous[word] & mark:
             was = self.previous.get(eid)
-            if was is not None and (was == sid if type(was) is not tuple else sid in <tuple>was):
+            if was is not None and _holds(was, sid):
                 return False
         self.marks_current[word] |= mark
         if held is None:
             self.current[eid] = sid
+        elif type(held) is set:
+            (<set>held).add(sid)
         elif type(held) is tuple:
-            self.current[eid] = <tuple>held + (sid,)
+            if len(<tuple>held) < _TUPLE_SIDS:
+                self.current[eid] = <tuple>held + (sid,)
+            else:  # one event id of many subscriptions: a set, or each new one costs them all
+                many = set(<tuple>held)
+                many.add(sid)
+                self.current[eid] = many
         else:
             self.current[eid] = (held, sid)
         self.n_current += 1

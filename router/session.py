@@ -192,7 +192,27 @@ _FLOWING = Writing.FLOWING
 _FULL = Writing.PAUSED
 _SHEDDING = Writing.SHEDDING
 _LIVE = (_OPEN, _HELLO)  # frames are taken and written
+
+#: A delivery queued in a session: its subscriptions' ids and the event.
+_Pending = tuple[tuple[int, ...] | list[int], Any]
 _IN_PROCESS = (_HANDLING, _YIELDING)  # inside `_process`: acks wait for its end
+
+
+#: Sub ids of one queued event kept in a tuple; past these, a list (each one more: one append).
+_TUPLE_IDS = 8
+
+
+def _also(pending: list[_Pending], last: _Pending, sub_id: int) -> None:
+    """Name *sub_id* too in the delivery queued *last* (the last of *pending*): a tuple of a few
+    ids, then a list, so one event for many subscriptions of a client costs each one the
+    same, not a copy of all the ids before it."""
+    ids = last[0]
+    if isinstance(ids, list):
+        ids.append(sub_id)
+    elif len(ids) < _TUPLE_IDS:
+        pending[-1] = (ids + (sub_id,), last[1])
+    else:
+        pending[-1] = ([*ids, sub_id], last[1])
 
 
 class SessionSubscriber:
@@ -257,7 +277,11 @@ class SessionSubscriber:
         if pending:
             last = pending[-1]
             if last[1] is event:  # same event, another of our subscriptions
-                pending[-1] = (last[0] + self.ids, event)
+                ids = last[0]
+                if type(ids) is tuple and len(ids) < _TUPLE_IDS:  # `_also`, inline
+                    pending[-1] = (ids + self.ids, event)
+                else:
+                    _also(pending, last, self.sub_id)
                 return
         elif session._ack is None:  # the first thing this batch writes to us
             session._batch.queued(session)
@@ -366,9 +390,9 @@ class ClientSession(asyncio.Protocol):
         self.writing = _FLOWING
         #: Deliveries of this batch not yet written, ((sub_ids), event) each (the tuple of
         #: ids is its subscription's own, `SessionSubscriber.ids`, unless one event goes to
-        #: several of them), and the ack to write after them (`ack`): the session is queued
-        #: with the batch while there are any.
-        self._pending: list[tuple[tuple[int, ...], Any]] = []
+        #: several of them: `_also`), and the ack to write after them (`ack`): the session is
+        #: queued with the batch while there are any.
+        self._pending: list[_Pending] = []
         self._ack: int | None = None
         #: Deliveries dropped for a subscription and not yet told (`Missed`, on the drain or
         #: before the next delivery).
@@ -809,7 +833,7 @@ class ClientSession(asyncio.Protocol):
         if pending:
             last = pending[-1]
             if last[1] is event:  # same event, another of our subscriptions
-                pending[-1] = (last[0] + (sub_id,), event)
+                _also(pending, last, sub_id)
                 return
         elif self._ack is None:  # the first thing this batch writes to us
             self._batch.queued(self)
@@ -851,7 +875,7 @@ class ClientSession(asyncio.Protocol):
                 self._pending = part
                 self._flush_deliveries()
 
-    def _overflow(self, pending: list[tuple[tuple[int, ...], Any]]) -> None:
+    def _overflow(self, pending: list[_Pending]) -> None:
         """The client does not read: drop these, then tell it (`Missed`) or close, per
         subscription. While its transport is paused, later deliveries are dropped as they
         come (`shedding`) until it drains; a transport that is not paused (a bound under its

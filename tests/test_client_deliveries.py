@@ -6,6 +6,7 @@ held to the Python reference (`aa.client.deliveries`) and `SeenIds`."""
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -108,11 +109,12 @@ async def test_a_program_s_collector_left_off_stays_off() -> None:
     assert len(got) == 1
 
 
-#: Checks of (sub id, event id, seconds later): few ids and subs, so pairs come again, and
-#: time steps around the window's halves.
+#: Checks of (sub id, event id, seconds later): few ids and subs, so pairs come again (and
+#: some ids have more subs than the filter keeps in a tuple), and time steps around the
+#: window's halves.
 checks = st.lists(
     st.tuples(
-        st.integers(1, 3),
+        st.integers(1, 3) | st.integers(1, 12),
         st.sampled_from(["a", "b", "c", "d", "e", "f"]),
         st.sampled_from([0.0, 0.0, 0.1, 2.4, 2.5, 4.9, 5.0, 7.0]),
     ),
@@ -133,6 +135,31 @@ def test_the_compiled_filter_answers_as_seen_ids_of_pairs(
         now += later
         assert compiled.check(sid, eid, now) == reference.check((sid, eid), now), (sid, eid, now)
         assert len(compiled) == len(reference)
+
+
+@needs_compiled
+def test_an_event_id_of_many_subscriptions_costs_what_the_reference_does() -> None:
+    """A router that names one event id for 40,000 subscriptions (in one item, or over many
+    frames): each check stays constant time, as in `SeenIds` of pairs, and the answers are
+    the same (each pair once, its second copy dropped)."""
+    items = [(tuple(range(40_000)), Event(values={}, id="e-1"))]
+    cpu, sizes = [], []
+    for compiled in (False, True):
+        seen = (
+            deliveries.delivered_ids(200_000, 60.0)
+            if compiled
+            else SeenIds(max_ids=200_000, max_age=60.0)
+        )
+        hand = deliveries.hand_over if compiled else deliveries._hand_over_reference
+        log: list[tuple[int, str | None]] = []
+        subs: dict[int, Any] = {7: Taker(7, log), 39_999: Taker(39_999, log)}
+        start = time.thread_time()
+        hand(items, subs, seen, 0.0)
+        hand(items, subs, seen, 1.0)  # the second copy: dropped
+        cpu.append(time.thread_time() - start)
+        sizes.append((len(seen), log))
+    assert sizes[1] == sizes[0] == (40_000, [(7, "e-1"), (39_999, "e-1")])
+    assert cpu[1] < 4 * cpu[0] + 0.05, cpu
 
 
 class Taker:

@@ -5,6 +5,7 @@ transport, and speaks the protocol as it does with a `Router`."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -26,7 +27,7 @@ from aa.mesh.protocol import (
 from aa.router import RouterConfig
 from aa.router.seams import Flushable, SessionHost
 from aa.router.security import Gate, PartialFrames
-from aa.router.session import ClientSession, Phase
+from aa.router.session import ClientSession, Phase, SessionSubscriber
 
 
 class Batch:
@@ -210,3 +211,38 @@ async def test_a_session_speaks_the_protocol_with_a_host_that_has_only_the_seam(
     async with asyncio.timeout(5):
         await session.closed
     assert session.phase is Phase.CLOSED and host.sessions == []
+
+
+def _queue_cpu(session: ClientSession, subs: list[SessionSubscriber], same: bool) -> float:
+    """CPU seconds of delivering one event to each of *subs* (*same*), or a new event each."""
+    shared = Event(values={"n": 1})
+    events = [shared] * len(subs) if same else [Event(values={"n": 1}) for _ in subs]
+    start = time.thread_time()
+    for sub, event in zip(subs, events, strict=True):
+        sub.deliver(event)
+    cpu = time.thread_time() - start
+    session._pending.clear()
+    return cpu
+
+
+async def test_one_event_for_many_subscriptions_of_a_client_costs_each_the_same() -> None:
+    """A client (its limit raised) whose 5,000 subscriptions all match one event: the event is
+    queued once, naming all of them in order, at about what 5,000 deliveries of separate
+    events cost, not a copy of all the ids before each."""
+    host = Host()
+    session = ClientSession(host)
+    transport = MemoryTransport(session)
+    session.connection_made(transport)
+    subs = [SessionSubscriber(session, sid) for sid in range(5_000)]
+    shared = Event(values={"n": 1}, id="e-1")
+    for sub in subs:
+        sub.deliver(shared)
+    host.deliveries.flush()
+    client = Connection()
+    client.receive_data(bytes(transport.written))
+    (deliver,) = client.next_messages()
+    assert isinstance(deliver, Deliver)
+    assert [(list(ids), e.id) for ids, e in deliver.items] == [(list(range(5_000)), "e-1")]
+    same = min(_queue_cpu(session, subs, True) for _ in range(3))
+    apart = min(_queue_cpu(session, subs, False) for _ in range(3))
+    assert same < 4 * apart + 0.002, (same, apart)

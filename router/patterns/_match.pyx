@@ -14,11 +14,13 @@ is `PatternEngine.deliver_each`: each delivery of each event handed to its key's
 in order, an event the matcher does not take matched by the engine's `match`.
 
 The index's probe reads a table of each value field's equality, prefix, suffix and presence
-postings, made again whenever the index changes (`PredicateIndex.version`); a field with
-ranges, pairs or intervals is asked through its own `collect`. The candidates are found in
-the order the reference finds them. A candidate whose conjunction has one check of an event
-value is verified here; any other (a whole pattern to run, several checks) and the rest after
-it are verified by the reference's `_verify`, so the order of evaluation is the reference's.
+postings, emptied whenever the index changes (`PredicateIndex.version`) and filled again with
+each field as an event first carries it (a change costs as much as the fields read, however
+many the index has); a field with ranges, pairs or intervals is asked through its own
+`collect`. The candidates are found in the order the reference finds them. A candidate whose
+conjunction has one check of an event value is verified here; any other (a whole pattern to
+run, several checks) and the rest after it are verified by the reference's `_verify`, so the
+order of evaluation is the reference's.
 
 The engine's and the index's containers are held from the start (neither replaces them);
 what may change between two events (the worker pool, the counts, the evaluation mark) is
@@ -120,7 +122,7 @@ cdef class Matcher:
     cdef object type_source  # the index's field of the event type
     cdef long every
     cdef object version  # the index's version the table below was made at
-    cdef dict fields  # value name -> _Field
+    cdef dict fields  # value name -> _Field, of the fields events read since the last change
     cdef _Field type_field  # None: no pattern reads the event type
 
     def __init__(self, engine, index, tier, scan, tallies, long every):
@@ -138,18 +140,26 @@ cdef class Matcher:
         self.version = None
 
     cdef void _table(self) except *:
-        """Make the probe's table of the index's fields again, if the index changed."""
+        """Empty the probe's table of the index's fields, if the index changed: each field is
+        made again when an event first carries it (`_probe`), so a change costs as much as
+        the fields the next events read, not as much as all the index's fields."""
         version = self.index.version
         if version is self.version or version == self.version:
             return
-        fields = {}
-        for name, f in self.values.items():
-            p = _probe_of(f)
-            if p is not None:
-                fields[name] = p
-        self.fields = fields
+        self.fields = {}
         self.type_field = _probe_of(self.type_source)
         self.version = version
+
+    cdef _Field _probe(self, name):
+        """The probe of value field *name*, not in the table yet, or None when no pattern
+        reads it."""
+        f = self.values.get(name)
+        if f is None:
+            return None
+        cdef _Field p = _probe_of(f)
+        if p is not None:
+            self.fields[name] = p
+        return p
 
     def match(self, event):
         """`PatternEngine.match(event)` for the usual event, or None (nothing done)."""
@@ -189,11 +199,14 @@ cdef class Matcher:
         cdef list cands = []
         cdef dict fields = self.fields
         cdef _Field p
-        if fields:
+        if self.values:
             for name, v in values.items():
                 p = fields.get(name)
-                if p is not None:
-                    _collect(p, v, cands, values)
+                if p is None:
+                    p = self._probe(name)
+                    if p is None:
+                        continue
+                _collect(p, v, cands, values)
         if self.type_field is not None:
             _collect(self.type_field, event.type, cands, values)
         if self.index_scan:
