@@ -30,8 +30,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-from ._pyx_source import source_digest
-
 __all__ = ["COMPILED", "COMPILED_MODULES", "PURE_ENV", "event_path", "load_pyx", "pyx_fresh"]
 
 #: The environment variable that selects the pure-Python path at run time.
@@ -110,6 +108,9 @@ def pyx_fresh(folder: Path, stem: str) -> bool:
                 built_from = Path(f"{ext}.src-sha256").read_text().strip()
             except OSError:
                 return False
+            # Imported here: `aa --version` runs this module alone, without its package.
+            from ._pyx_source import source_digest
+
             return built_from == source_digest(pyx)
     return False
 
