@@ -63,6 +63,13 @@ def _load_pyx_source() -> ModuleType:
 
 _PYX_SOURCE = _load_pyx_source()
 
+#: Cython's translations (`.c`) are kept here between builds.
+BUILD_DIR = Path("build/cython")
+
+#: Each extension's source hash, taken before Cython reads the source: the hash written beside
+#: an extension is the one of the source it was translated from, not of one edited since.
+_BEFORE: dict[str, str | None] = {}
+
 
 def _note(text: str) -> None:
     print(f"aa-mesh: {text}", file=sys.stderr)
@@ -86,18 +93,46 @@ def _extensions() -> list[Extension]:
         for m in COMPILED_MODULES
     ]
     modules += [Extension(name, [source], optional=True) for name, source in PYX_MODULES]
-    options = {"compiler_directives": DIRECTIVES, "build_dir": "build/cython", "quiet": True}
+    _drop_stale_translations(modules)
+    options = {"compiler_directives": DIRECTIVES, "build_dir": str(BUILD_DIR), "quiet": True}
     try:
-        return cythonize(modules, nthreads=os.cpu_count() or 1, **options)  # one module a core
+        translated = cythonize(modules, nthreads=os.cpu_count() or 1, **options)  # a core each
     except Exception:  # a Cython error fails the whole call: translate one by one
-        pass
-    translated = []
-    for module in modules:
-        try:
-            translated += cythonize([module], **options)
-        except Exception as exc:
-            _note(f"Cython could not translate {module.name} ({exc}): it stays pure Python")
+        translated = []
+        for module in modules:
+            try:
+                translated += cythonize([module], **options)
+            except Exception as exc:
+                _note(f"Cython could not translate {module.name} ({exc}): it stays pure Python")
+    _record_translations()
     return translated
+
+
+def _drop_stale_translations(modules: list[Extension]) -> None:
+    """Hash each module's source before Cython reads it (`_BEFORE`), and delete a kept
+    translation made from another source. Cython reuses a `.c` newer than its source by the
+    files' times alone, which an older tree unpacked over the build folder would fool; the
+    hash beside each `.c` says what it was made from."""
+    for module in modules:
+        source = _source(module)
+        digest = _BEFORE[module.name] = _digest(source)
+        translation = (BUILD_DIR / source).with_suffix(".c")
+        made_from = Path(f"{translation}.src-sha256")
+        try:
+            kept = made_from.read_text().strip()
+        except OSError:
+            kept = None
+        if digest is None or kept != digest:
+            translation.unlink(missing_ok=True)
+            made_from.unlink(missing_ok=True)
+
+
+def _record_translations() -> None:
+    """After Cython ran: beside each `.c`, the hash of the source it was made from."""
+    for name, digest in _BEFORE.items():
+        translation = (BUILD_DIR / _source_of(name)).with_suffix(".c")
+        if digest is not None and translation.is_file():
+            Path(f"{translation}.src-sha256").write_text(digest + "\n")
 
 
 class OptionalBuildExt(build_ext):
@@ -126,6 +161,9 @@ class OptionalBuildExt(build_ext):
             digest = _digest(_source(ext))
             if digest is None:
                 _note(f"{_source(ext)} takes in a file that is not there: {ext.name} not used")
+                continue
+            if _BEFORE.get(ext.name, digest) != digest:
+                _note(f"{_source(ext)} changed during the build: {ext.name} not used; build again")
                 continue
             digest += "\n"
             Path(f"{built}.src-sha256").write_text(digest)
@@ -156,12 +194,17 @@ def _digest(source: Path) -> str | None:
 
 
 def _source(ext: Extension) -> Path:
-    """The file extension *ext* is compiled from: ``mesh/x/y.py`` for ``aa.mesh.x.y``, or
-    its `.pyx` (`PYX_MODULES`)."""
-    pyx = dict(PYX_MODULES).get(ext.name)
+    """The file extension *ext* is compiled from."""
+    return _source_of(ext.name)
+
+
+def _source_of(name: str) -> Path:
+    """The file the extension *name* is compiled from: ``mesh/x/y.py`` for ``aa.mesh.x.y``,
+    or its `.pyx` (`PYX_MODULES`)."""
+    pyx = dict(PYX_MODULES).get(name)
     if pyx is not None:
         return Path(pyx)
-    return Path("mesh", *ext.name.split(".")[2:]).with_suffix(".py")
+    return Path("mesh", *name.split(".")[2:]).with_suffix(".py")
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
