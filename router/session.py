@@ -276,12 +276,8 @@ class SessionSubscriber:
         pending = session._pending
         if pending:
             last = pending[-1]
-            if last[1] is event:  # same event, another of our subscriptions
-                ids = last[0]
-                if type(ids) is tuple and len(ids) < _TUPLE_IDS:  # `_also`, inline
-                    pending[-1] = (ids + self.ids, event)
-                else:
-                    _also(pending, last, self.sub_id)
+            if last[1] is event:  # same event, another of our subscriptions (rare)
+                _also(pending, last, self.sub_id)
                 return
         elif session._ack is None:  # the first thing this batch writes to us
             session._batch.queued(session)
